@@ -1,0 +1,87 @@
+//! What a device offers the planner.
+
+use serde::{Deserialize, Serialize};
+
+/// Which backend family a device belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// The host CPU (always present; runs the emulations).
+    Cpu,
+    /// An NVIDIA GPU through the CUDA driver.
+    Cuda,
+    /// A Huawei Ascend NPU through CANN, or its simulated schedule.
+    Ascend,
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+            BackendKind::Ascend => "ascend",
+        })
+    }
+}
+
+/// Capabilities of one device, as the planner needs them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceCaps {
+    /// Backend family.
+    pub backend: BackendKind,
+    /// Human-readable device name.
+    pub name: String,
+    /// Parallel compute units: SMs (CUDA), AI cores (Ascend), worker threads (CPU).
+    pub compute_units: usize,
+    /// Resident CTAs per compute unit the planner may assume for persistent kernels.
+    pub ctas_per_unit: usize,
+    /// Shared memory (CUDA) or unified buffer (Ascend) bytes one block may use.
+    pub shared_mem_per_block: usize,
+    /// Last-level cache bytes.
+    pub l2_bytes: usize,
+    /// CUDA compute capability `(major, minor)`; `None` elsewhere.
+    pub compute_capability: Option<(u32, u32)>,
+}
+
+impl DeviceCaps {
+    /// The host CPU with `threads` workers.
+    pub fn cpu(threads: usize) -> DeviceCaps {
+        DeviceCaps {
+            backend: BackendKind::Cpu,
+            name: format!("host CPU ({threads} threads)"),
+            compute_units: threads.max(1),
+            ctas_per_unit: 1,
+            shared_mem_per_block: 1 << 20,
+            l2_bytes: 32 << 20,
+            compute_capability: None,
+        }
+    }
+
+    /// An H100/H200-class GPU (132 SMs, 227 KiB shared memory per block, 50 MiB L2), for planning
+    /// without a device present. A real device reports its own numbers.
+    pub fn hopper_reference() -> DeviceCaps {
+        DeviceCaps {
+            backend: BackendKind::Cuda,
+            name: "Hopper reference (132 SMs)".into(),
+            compute_units: 132,
+            ctas_per_unit: 2,
+            shared_mem_per_block: 227 * 1024,
+            l2_bytes: 50 << 20,
+            compute_capability: Some((9, 0)),
+        }
+    }
+
+    /// One die of an Ascend 910 (AMLA Table 1: 24 Cube cores, 48 Vector cores, 192 KB UB per
+    /// Vector core).
+    pub fn ascend910_reference() -> DeviceCaps {
+        DeviceCaps {
+            backend: BackendKind::Ascend,
+            name: "Ascend 910 reference (24 AI cores per die)".into(),
+            compute_units: 24,
+            ctas_per_unit: 1,
+            shared_mem_per_block: 192 * 1024,
+            l2_bytes: 96 << 20,
+            compute_capability: None,
+        }
+    }
+}

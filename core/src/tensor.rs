@@ -1,0 +1,89 @@
+//! A minimal dense host tensor: row-major `f32` values already rounded to their [`DType`].
+
+use crate::{CoreError, DType, Result};
+use rand::Rng;
+use rand_distr::{Distribution, StandardNormal};
+
+/// Dense row-major host tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// Extents, outermost first.
+    pub shape: Vec<usize>,
+    /// Storage type the values are representable in.
+    pub dtype: DType,
+    /// `shape.iter().product()` values, row-major.
+    pub data: Vec<f32>,
+}
+
+impl Tensor {
+    /// A tensor of zeros.
+    pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor { shape: shape.to_vec(), dtype, data: vec![0.0; shape.iter().product()] }
+    }
+
+    /// Builds a tensor from values, rounding each to `dtype`.
+    pub fn from_vec(shape: &[usize], dtype: DType, data: Vec<f32>) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        if data.len() != n {
+            return Err(CoreError::Shape {
+                tensor: "tensor",
+                actual: vec![data.len()],
+                expected: format!("{n} values for shape {shape:?}"),
+            });
+        }
+        let data = data.into_iter().map(|x| dtype.round(x)).collect();
+        Ok(Tensor { shape: shape.to_vec(), dtype, data })
+    }
+
+    /// Standard normal values times `scale`, rounded to `dtype`.
+    pub fn randn(shape: &[usize], dtype: DType, scale: f32, rng: &mut impl Rng) -> Tensor {
+        let n: usize = shape.iter().product();
+        let data = (0..n)
+            .map(|_| {
+                let x: f32 = StandardNormal.sample(rng);
+                dtype.round(x * scale)
+            })
+            .collect();
+        Tensor { shape: shape.to_vec(), dtype, data }
+    }
+
+    /// Uniform values in `[lo, hi)`, rounded to `dtype`.
+    pub fn uniform(shape: &[usize], dtype: DType, lo: f32, hi: f32, rng: &mut impl Rng) -> Tensor {
+        let n: usize = shape.iter().product();
+        let data = (0..n).map(|_| dtype.round(rng.gen_range(lo..hi))).collect();
+        Tensor { shape: shape.to_vec(), dtype, data }
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Row-major strides in elements.
+    pub fn strides(&self) -> Vec<usize> {
+        let mut s = vec![1; self.shape.len()];
+        for i in (0..self.shape.len().saturating_sub(1)).rev() {
+            s[i] = s[i + 1] * self.shape[i + 1];
+        }
+        s
+    }
+
+    /// The contiguous innermost row at a 4-d index prefix `[a, b, c, :]`.
+    pub fn row4(&self, a: usize, b: usize, c: usize) -> &[f32] {
+        let d = self.shape[3];
+        let off = ((a * self.shape[1] + b) * self.shape[2] + c) * d;
+        &self.data[off..off + d]
+    }
+
+    /// Mutable innermost row at `[a, b, c, :]`.
+    pub fn row4_mut(&mut self, a: usize, b: usize, c: usize) -> &mut [f32] {
+        let d = self.shape[3];
+        let off = ((a * self.shape[1] + b) * self.shape[2] + c) * d;
+        &mut self.data[off..off + d]
+    }
+
+    /// First non-finite element, if any.
+    pub fn first_non_finite(&self) -> Option<(usize, f32)> {
+        self.data.iter().enumerate().find(|(_, x)| !x.is_finite()).map(|(i, x)| (i, *x))
+    }
+}
