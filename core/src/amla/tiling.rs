@@ -8,3 +8,10 @@ pub struct HierarchicalTiling {
     /// Single-tile M.
     pub single_m: usize,
 }
+
+impl HierarchicalTiling {
+    /// The paper's Ascend 910 values (section 4.2).
+    pub fn ascend910() -> HierarchicalTiling {
+        HierarchicalTiling { single_m: 256 }
+    }
+}
