@@ -1,1 +1,241 @@
-fn main() {}
+//! The `ferrattn` command line: devices, plan, run, repro, sim, golden.
+
+use clap::{Args, Parser, Subcommand};
+use ferrattn::runtime::{describe, supported_on};
+use ferrattn::{
+    devices, golden_files, io, Algorithm, AttentionInputs, AttentionOptions, AttentionPlan, Availability,
+    BackendChoice, Comparison, DType, FerrattnError, Runtime, Tensor,
+};
+use rand::SeedableRng;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "ferrattn", version, about = "Attention runtime: TurboAttention, LeanAttention, AMLA, TurboQuant on CPU, CUDA and Ascend")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List the backends, their hardware, and why any is unavailable.
+    Devices,
+    /// Print the plan for a problem as JSON.
+    Plan(ProblemArgs),
+    /// Run attention and report its error against the exact f64 golden and its time.
+    Run(RunArgs),
+    /// Regenerate the checked-in golden files (deterministic).
+    Golden {
+        /// Output directory.
+        #[arg(long, default_value = "tests/golden")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Args, Clone)]
+struct ProblemArgs {
+    /// Algorithm: exact, turbo, lean, amla, turboquant.
+    #[arg(long, value_parser = parse_algo)]
+    algo: Algorithm,
+    /// Backend: auto, cpu, cuda, ascend.
+    #[arg(long, default_value = "auto", value_parser = parse_backend)]
+    backend: BackendChoice,
+    /// Input safetensors with q, k, v (or MLA q, kv) and optional int32 seqlens_k.
+    #[arg(long, conflicts_with = "random")]
+    input: Option<PathBuf>,
+    /// Random inputs of shape B,Sq,Sk,Hq,Hk,D[,Dv] (MLA for --algo amla: Hk = 1, V = first Dv columns).
+    #[arg(long, value_parser = parse_dims)]
+    random: Option<Dims>,
+    /// Element type of random inputs: f32, f16, bf16 (amla defaults to bf16, others to f16).
+    #[arg(long, value_parser = parse_dtype)]
+    dtype: Option<DType>,
+    /// Per-sequence KV lengths for random inputs, comma separated (ragged batch).
+    #[arg(long, value_delimiter = ',')]
+    seqlens_k: Option<Vec<i64>>,
+    /// Bottom-right aligned causal mask.
+    #[arg(long)]
+    causal: bool,
+    /// Softmax scale (default 1/sqrt(head dim)).
+    #[arg(long)]
+    scale: Option<f32>,
+    /// Seed of random inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    problem: ProblemArgs,
+    /// Use this plan (JSON from `ferrattn plan`) instead of planning.
+    #[arg(long)]
+    plan: Option<PathBuf>,
+    /// Write o and lse here.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Skip the comparison with the exact f64 golden (slow for big problems).
+    #[arg(long)]
+    no_check: bool,
+}
+
+fn parse_algo(s: &str) -> Result<Algorithm, String> {
+    Algorithm::parse(s).ok_or_else(|| format!("unknown algorithm {s:?}; one of exact, turbo, lean, amla, turboquant"))
+}
+
+fn parse_backend(s: &str) -> Result<BackendChoice, String> {
+    BackendChoice::parse(s).ok_or_else(|| format!("unknown backend {s:?}; one of auto, cpu, cuda, ascend"))
+}
+
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    DType::parse(s).ok_or_else(|| format!("unknown dtype {s:?}; one of f32, f16, bf16"))
+}
+
+/// The numbers of `--random`.
+#[derive(Clone, Debug)]
+struct Dims(Vec<usize>);
+
+fn parse_dims(s: &str) -> Result<Dims, String> {
+    let v: Vec<usize> = s
+        .split(',')
+        .map(|x| x.trim().parse::<usize>().map_err(|e| format!("{x:?} in --random: {e}")))
+        .collect::<Result<_, _>>()?;
+    if v.len() != 6 && v.len() != 7 {
+        return Err(format!("--random takes B,Sq,Sk,Hq,Hk,D[,Dv]: got {} numbers", v.len()));
+    }
+    Ok(Dims(v))
+}
+
+fn inputs_of(a: &ProblemArgs) -> ferrattn::Result<(AttentionInputs, Option<usize>)> {
+    if let Some(path) = &a.input {
+        let x = io::read_inputs(path)?;
+        // MLA files default to the FlashMLA split 576/512 when the latent dim is 576
+        let dv = (x.v.is_none()).then(|| if x.k.shape.get(3) == Some(&576) { 512 } else { x.k.shape[3] });
+        return Ok((x, dv));
+    }
+    let Some(Dims(d)) = &a.random else {
+        return Err(FerrattnError::File { path: "-".into(), message: "give --input FILE or --random B,Sq,Sk,Hq,Hk,D[,Dv]".into() });
+    };
+    let (b, sq, sk, hq, hk, dqk) = (d[0], d[1], d[2], d[3], d[4], d[5]);
+    let dv = d.get(6).copied().unwrap_or(if a.algo == Algorithm::Amla && dqk == 576 { 512 } else { dqk });
+    let dtype = a.dtype.unwrap_or(if a.algo == Algorithm::Amla { DType::BF16 } else { DType::F16 });
+    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
+    let q = Tensor::randn(&[b, sq, hq, dqk], dtype, 1.0, &mut rng);
+    let k = Tensor::randn(&[b, sk, hk, dqk], dtype, 1.0, &mut rng);
+    let mut x = if a.algo == Algorithm::Amla {
+        AttentionInputs::mla(q, k)
+    } else {
+        let v = Tensor::randn(&[b, sk, hk, dv], dtype, 1.0, &mut rng);
+        AttentionInputs::new(q, k, v)
+    };
+    x.seqlens_k = a.seqlens_k.clone();
+    Ok((x, (a.algo == Algorithm::Amla).then_some(dv)))
+}
+
+fn select(a: &ProblemArgs) -> ferrattn::Result<Runtime> {
+    let sel = Runtime::select(a.backend, a.algo)?;
+    for why in &sel.passed_over {
+        eprintln!("note: passed over {why}");
+    }
+    Ok(sel.runtime)
+}
+
+fn make_plan(a: &ProblemArgs) -> ferrattn::Result<(Runtime, AttentionInputs, AttentionPlan)> {
+    let (x, dv) = inputs_of(a)?;
+    let problem = x.problem(AttentionOptions { causal: a.causal, softmax_scale: a.scale }, dv)?;
+    let rt = select(a)?;
+    let plan = rt.plan(a.algo, &problem)?;
+    Ok((rt, x, plan))
+}
+
+fn cmd_devices() {
+    println!("{:<8} {:<12} details", "backend", "status");
+    for d in devices() {
+        let (status, detail) = match &d.availability {
+            Availability::Ready => ("ready", d.caps.as_ref().map(|c| format!("{} ({} compute units)", c.name, c.compute_units)).unwrap_or_default()),
+            Availability::Simulated { reason } => ("simulated", reason.clone()),
+            Availability::Unavailable { reason } => ("unavailable", reason.clone()),
+        };
+        println!("{:<8} {:<12} {}", d.backend, status, detail);
+    }
+    println!();
+    println!("support matrix (algorithm: backends, fastest first)");
+    for a in Algorithm::ALL {
+        let b: Vec<String> = supported_on(a).iter().map(|b| b.to_string()).collect();
+        println!("  {:<11} {}", a.name(), b.join(", "));
+    }
+}
+
+fn cmd_run(r: &RunArgs) -> ferrattn::Result<()> {
+    let (rt, x, plan) = match &r.plan {
+        None => make_plan(&r.problem)?,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| FerrattnError::File { path: path.display().to_string(), message: e.to_string() })?;
+            let plan = AttentionPlan::from_json(&text)?;
+            let (x, _) = inputs_of(&r.problem)?;
+            let rt = select(&ProblemArgs { algo: plan.algorithm, ..r.problem.clone() })?;
+            (rt, x, plan)
+        }
+    };
+    eprintln!("running {} on {} for {}", plan.algorithm, plan.device, describe(&plan.problem));
+    let t0 = Instant::now();
+    let out = rt.run(&plan, &x)?;
+    let secs = t0.elapsed().as_secs_f64();
+    println!("algorithm  {}", plan.algorithm);
+    println!("backend    {} on {}", out.provenance.backend, out.provenance.device);
+    if let Some(why) = &out.provenance.simulated {
+        println!("SIMULATED  {why}");
+    }
+    println!("problem    {}", describe(&plan.problem));
+    println!("time       {:.3} ms (wall clock, host, includes transfers)", secs * 1e3);
+    if !r.no_check {
+        let (o, lse) = ferrattn::golden::exact_attention_f64(&plan.problem, &x);
+        let co = Comparison::new(&o, &out.o.data.iter().map(|&v| v as f64).collect::<Vec<_>>());
+        let cl = Comparison::new(&lse, &out.lse.data.iter().map(|&v| v as f64).collect::<Vec<_>>());
+        println!("O   vs exact  {co}");
+        println!("LSE vs exact  {cl}");
+    }
+    if let Some(path) = &r.output {
+        let mut meta = HashMap::new();
+        meta.insert("algorithm".to_string(), plan.algorithm.to_string());
+        meta.insert("backend".to_string(), out.provenance.backend.clone());
+        meta.insert("device".to_string(), out.provenance.device.clone());
+        meta.insert("commit".to_string(), ferrattn::GIT_COMMIT.to_string());
+        if let Some(s) = &out.provenance.simulated {
+            meta.insert("simulated".to_string(), s.clone());
+        }
+        io::write_file(path, &[("o", &out.o), ("lse", &out.lse)], &[], meta)?;
+        println!("wrote      {}", path.display());
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let res = match &cli.cmd {
+        Cmd::Devices => {
+            cmd_devices();
+            Ok(())
+        }
+        Cmd::Plan(a) => make_plan(a).map(|(_, _, plan)| println!("{}", plan.to_json())),
+        Cmd::Run(r) => cmd_run(r),
+        Cmd::Golden { out } => golden_files::generate(out).map(|paths| {
+            for p in paths {
+                println!("wrote {}", p.display());
+            }
+        }),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

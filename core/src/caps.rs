@@ -16,7 +16,7 @@ pub enum BackendKind {
 
 impl std::fmt::Display for BackendKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+        f.pad(match self {
             BackendKind::Cpu => "cpu",
             BackendKind::Cuda => "cuda",
             BackendKind::Ascend => "ascend",

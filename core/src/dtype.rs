@@ -59,7 +59,7 @@ impl DType {
 
 impl std::fmt::Display for DType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+        f.pad(match self {
             DType::F32 => "f32",
             DType::F16 => "f16",
             DType::BF16 => "bf16",

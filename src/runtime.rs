@@ -1,0 +1,219 @@
+//! The API edge: pick a backend, explain the choice, plan and run.
+//!
+//! One thin enum ([`Runtime`]) over the backend crates; each arm calls the backend's capability
+//! trait statically. The (algorithm, backend) support matrix is data ([`supported_on`]), so the
+//! CLI, the docs and the dispatch cannot disagree.
+
+use crate::{FerrattnError, Result};
+use ferrattn_core::backend::{
+    AmlaDecode, Availability, Device, ExactAttention, LeanDecode, TurboAttention, TurboQuantDecode,
+};
+use ferrattn_core::{Algorithm, AttentionInputs, AttentionOutput, AttentionPlan, AttentionProblem, BackendKind, DeviceCaps};
+use ferrattn_cpu::CpuBackend;
+
+/// Which backend a caller asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// The best available backend for the algorithm.
+    Auto,
+    /// A named backend.
+    Exactly(BackendKind),
+}
+
+impl BackendChoice {
+    /// Parses `auto`, `cpu`, `cuda`, `ascend`.
+    pub fn parse(s: &str) -> Option<BackendChoice> {
+        Some(match s {
+            "auto" => BackendChoice::Auto,
+            "cpu" => BackendChoice::Exactly(BackendKind::Cpu),
+            "cuda" => BackendChoice::Exactly(BackendKind::Cuda),
+            "ascend" => BackendChoice::Exactly(BackendKind::Ascend),
+            _ => return None,
+        })
+    }
+}
+
+/// Backends that run `algorithm`, fastest first. The CPU runs every algorithm's emulation.
+pub fn supported_on(algorithm: Algorithm) -> &'static [BackendKind] {
+    match algorithm {
+        Algorithm::Exact => &[BackendKind::Cpu],
+        Algorithm::Lean => &[BackendKind::Cpu],
+        Algorithm::Amla => &[BackendKind::Cpu],
+        Algorithm::Turbo => &[BackendKind::Cpu],
+        Algorithm::TurboQuant => &[BackendKind::Cpu],
+    }
+}
+
+/// A backend ready to plan and run.
+#[derive(Debug)]
+pub enum Runtime {
+    /// The host CPU.
+    Cpu(CpuBackend),
+}
+
+/// The outcome of [`Runtime::select`]: the runtime and why the others were not picked.
+#[derive(Debug)]
+pub struct Selection {
+    /// The chosen backend.
+    pub runtime: Runtime,
+    /// One line per backend considered and passed over.
+    pub passed_over: Vec<String>,
+}
+
+/// One line of `ferrattn devices`.
+#[derive(Clone, Debug)]
+pub struct DeviceReport {
+    /// Backend family.
+    pub backend: BackendKind,
+    /// Whether it runs, and why not.
+    pub availability: Availability,
+    /// Its capabilities when available.
+    pub caps: Option<DeviceCaps>,
+}
+
+/// Every backend this build knows, with its availability.
+pub fn devices() -> Vec<DeviceReport> {
+    let cpu = CpuBackend::new();
+    vec![
+        DeviceReport { backend: BackendKind::Cpu, availability: cpu.availability(), caps: cpu.caps() },
+        DeviceReport {
+            backend: BackendKind::Cuda,
+            availability: Availability::Unavailable {
+                reason: "this build has no CUDA backend".into(),
+            },
+            caps: None,
+        },
+        DeviceReport {
+            backend: BackendKind::Ascend,
+            availability: Availability::Unavailable {
+                reason: "this build has no Ascend backend".into(),
+            },
+            caps: None,
+        },
+    ]
+}
+
+fn open(kind: BackendKind) -> Result<Runtime> {
+    match kind {
+        BackendKind::Cpu => Ok(Runtime::Cpu(CpuBackend::new())),
+        other => {
+            let reason = devices()
+                .into_iter()
+                .find(|d| d.backend == other)
+                .map(|d| match d.availability {
+                    Availability::Unavailable { reason } => reason,
+                    Availability::Simulated { reason } => format!("simulated only: {reason}"),
+                    Availability::Ready => "not wired into this build".into(),
+                })
+                .unwrap_or_default();
+            Err(FerrattnError::Unavailable { backend: other.to_string(), reason })
+        }
+    }
+}
+
+impl Runtime {
+    /// Picks a backend for `algorithm`. `Auto` takes the first backend of
+    /// [`supported_on`] that is ready and records why each earlier one was passed over.
+    pub fn select(choice: BackendChoice, algorithm: Algorithm) -> Result<Selection> {
+        let supported = supported_on(algorithm);
+        match choice {
+            BackendChoice::Exactly(kind) => {
+                if !supported.contains(&kind) {
+                    return Err(FerrattnError::NotSupported {
+                        algorithm: algorithm.to_string(),
+                        backend: kind.to_string(),
+                        supported: supported.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", "),
+                    });
+                }
+                Ok(Selection { runtime: open(kind)?, passed_over: vec![] })
+            }
+            BackendChoice::Auto => {
+                let mut passed_over = vec![];
+                for &kind in supported {
+                    match open(kind) {
+                        Ok(runtime) => {
+                            tracing::info!(backend = %kind, %algorithm, "auto-selected backend");
+                            return Ok(Selection { runtime, passed_over });
+                        }
+                        Err(e) => passed_over.push(format!("{kind}: {e}")),
+                    }
+                }
+                Err(FerrattnError::Unavailable {
+                    backend: "auto".into(),
+                    reason: passed_over.join("; "),
+                })
+            }
+        }
+    }
+
+    /// The backend family.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Runtime::Cpu(d) => d.kind(),
+        }
+    }
+
+    /// Capabilities the planner uses.
+    pub fn caps(&self) -> DeviceCaps {
+        let caps = match self {
+            Runtime::Cpu(d) => d.caps(),
+        };
+        caps.expect("an opened runtime is available and reports caps")
+    }
+
+    /// Plans `algorithm` for `problem` on this backend (pure, host-side).
+    pub fn plan(&self, algorithm: Algorithm, problem: &AttentionProblem) -> Result<AttentionPlan> {
+        Ok(ferrattn_core::plan(algorithm, problem, &self.caps())?)
+    }
+
+    /// Runs a plan. Refuses a plan made for another problem shape or backend.
+    pub fn run(&self, plan: &AttentionPlan, x: &AttentionInputs) -> Result<AttentionOutput> {
+        if plan.backend != self.kind() {
+            return Err(FerrattnError::PlanMismatch(format!(
+                "plan was made for the {} backend, this runtime is {}",
+                plan.backend,
+                self.kind()
+            )));
+        }
+        let problem = x.problem(
+            ferrattn_core::AttentionOptions {
+                causal: plan.problem.causal,
+                softmax_scale: Some(plan.problem.softmax_scale),
+            },
+            Some(plan.problem.head_dim_v),
+        )?;
+        if problem != plan.problem {
+            return Err(FerrattnError::PlanMismatch(format!(
+                "plan is for {} but the inputs are {}",
+                describe(&plan.problem),
+                describe(&problem)
+            )));
+        }
+        match self {
+            Runtime::Cpu(d) => Ok(match plan.algorithm {
+                Algorithm::Exact => d.run_exact(plan, x)?,
+                Algorithm::Lean => d.run_lean(plan, x)?,
+                Algorithm::Amla => d.run_amla(plan, x)?,
+                Algorithm::Turbo => d.run_turbo(plan, x)?,
+                Algorithm::TurboQuant => d.run_turboquant(plan, x)?,
+            }),
+        }
+    }
+}
+
+/// A one-line description of a problem's shape for messages.
+pub fn describe(p: &AttentionProblem) -> String {
+    format!(
+        "B={} Sq={} Sk={} Hq={} Hk={} D={} Dv={} {} {:?}{}",
+        p.batch,
+        p.max_seqlen_q,
+        p.max_seqlen_k,
+        p.heads_q,
+        p.heads_kv,
+        p.head_dim_qk,
+        p.head_dim_v,
+        p.dtype,
+        p.kv_layout,
+        if p.causal { " causal" } else { "" }
+    )
+}
