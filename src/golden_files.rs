@@ -9,7 +9,9 @@
 use crate::io::{read_file, write_file};
 use crate::{FerrattnError, Result};
 use ferrattn_core::golden::exact_attention_f64;
-use ferrattn_core::{Algorithm, AttentionInputs, AttentionOptions, AttentionProblem, DType, Tensor};
+use ferrattn_core::{
+    Algorithm, AttentionInputs, AttentionOptions, AttentionProblem, DType, Tensor,
+};
 use rand::SeedableRng;
 use std::collections::HashMap;
 use std::path::Path;
@@ -54,7 +56,12 @@ pub const CASES: &[CaseSpec] = &[
         dtype: DType::F16,
         causal: false,
         mla: false,
-        algorithms: &[Algorithm::Exact, Algorithm::Lean, Algorithm::Turbo, Algorithm::TurboQuant],
+        algorithms: &[
+            Algorithm::Exact,
+            Algorithm::Lean,
+            Algorithm::Turbo,
+            Algorithm::TurboQuant,
+        ],
         seed: 2,
     },
     CaseSpec {
@@ -64,7 +71,12 @@ pub const CASES: &[CaseSpec] = &[
         dtype: DType::BF16,
         causal: true,
         mla: false,
-        algorithms: &[Algorithm::Exact, Algorithm::Lean, Algorithm::Turbo, Algorithm::TurboQuant],
+        algorithms: &[
+            Algorithm::Exact,
+            Algorithm::Lean,
+            Algorithm::Turbo,
+            Algorithm::TurboQuant,
+        ],
         seed: 3,
     },
     CaseSpec {
@@ -124,21 +136,45 @@ pub fn case_inputs(spec: &CaseSpec) -> AttentionInputs {
 
 /// Writes every case into `dir`; returns the paths written.
 pub fn generate(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(|e| FerrattnError::File { path: dir.display().to_string(), message: e.to_string() })?;
+    std::fs::create_dir_all(dir).map_err(|e| FerrattnError::File {
+        path: dir.display().to_string(),
+        message: e.to_string(),
+    })?;
     let mut written = vec![];
     for spec in CASES {
         let x = case_inputs(spec);
-        let opts = AttentionOptions { causal: spec.causal, softmax_scale: None };
+        let opts = AttentionOptions {
+            causal: spec.causal,
+            softmax_scale: None,
+        };
         let p = x.problem(opts, Some(spec.dims[6]))?;
         let (o, lse) = exact_attention_f64(&p, &x);
-        let o_ref = Tensor { shape: vec![p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_v], dtype: DType::F32, data: o.iter().map(|&v| v as f32).collect() };
-        let lse_ref = Tensor { shape: vec![p.batch, p.heads_q, p.max_seqlen_q], dtype: DType::F32, data: lse.iter().map(|&v| v as f32).collect() };
+        let o_ref = Tensor {
+            shape: vec![p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_v],
+            dtype: DType::F32,
+            data: o.iter().map(|&v| v as f32).collect(),
+        };
+        let lse_ref = Tensor {
+            shape: vec![p.batch, p.heads_q, p.max_seqlen_q],
+            dtype: DType::F32,
+            data: lse.iter().map(|&v| v as f32).collect(),
+        };
         let mut meta = HashMap::new();
         meta.insert("causal".to_string(), spec.causal.to_string());
         meta.insert("softmax_scale".to_string(), p.softmax_scale.to_string());
         meta.insert("head_dim_v".to_string(), p.head_dim_v.to_string());
-        meta.insert("algorithms".to_string(), spec.algorithms.iter().map(|a| a.name()).collect::<Vec<_>>().join(","));
-        meta.insert("generator".to_string(), "ferrattn golden --out tests/golden".to_string());
+        meta.insert(
+            "algorithms".to_string(),
+            spec.algorithms
+                .iter()
+                .map(|a| a.name())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+        meta.insert(
+            "generator".to_string(),
+            "ferrattn golden --out tests/golden".to_string(),
+        );
         let kname = if spec.mla { "kv" } else { "k" };
         let mut tensors: Vec<(&str, &Tensor)> = vec![("q", &x.q), (kname, &x.k)];
         if let Some(v) = &x.v {
@@ -146,7 +182,11 @@ pub fn generate(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
         }
         tensors.push(("o_ref", &o_ref));
         tensors.push(("lse_ref", &lse_ref));
-        let ints: Vec<(&str, &[i64])> = x.seqlens_k.as_deref().map(|s| vec![("seqlens_k", s)]).unwrap_or_default();
+        let ints: Vec<(&str, &[i64])> = x
+            .seqlens_k
+            .as_deref()
+            .map(|s| vec![("seqlens_k", s)])
+            .unwrap_or_default();
         let path = dir.join(format!("{}.safetensors", spec.name));
         write_file(&path, &tensors, &ints, meta)?;
         written.push(path);
@@ -157,34 +197,76 @@ pub fn generate(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
 /// Loads one golden file.
 pub fn load(path: &Path) -> Result<GoldenCase> {
     let mut f = read_file(path)?;
-    let bad = |m: String| FerrattnError::File { path: path.display().to_string(), message: m };
-    let meta = |k: &str| f.metadata.get(k).cloned().ok_or_else(|| bad(format!("metadata has no {k}")));
+    let bad = |m: String| FerrattnError::File {
+        path: path.display().to_string(),
+        message: m,
+    };
+    let meta = |k: &str| {
+        f.metadata
+            .get(k)
+            .cloned()
+            .ok_or_else(|| bad(format!("metadata has no {k}")))
+    };
     let causal = meta("causal")? == "true";
-    let scale: f32 = meta("softmax_scale")?.parse().map_err(|e| bad(format!("softmax_scale: {e}")))?;
-    let dv: usize = meta("head_dim_v")?.parse().map_err(|e| bad(format!("head_dim_v: {e}")))?;
+    let scale: f32 = meta("softmax_scale")?
+        .parse()
+        .map_err(|e| bad(format!("softmax_scale: {e}")))?;
+    let dv: usize = meta("head_dim_v")?
+        .parse()
+        .map_err(|e| bad(format!("head_dim_v: {e}")))?;
     let algorithms = meta("algorithms")?
         .split(',')
         .map(|s| Algorithm::parse(s).ok_or_else(|| bad(format!("unknown algorithm {s}"))))
         .collect::<Result<Vec<_>>>()?;
-    let mut take = |n: &str| f.tensors.remove(n).ok_or_else(|| bad(format!("no tensor {n}")));
+    let mut take = |n: &str| {
+        f.tensors
+            .remove(n)
+            .ok_or_else(|| bad(format!("no tensor {n}")))
+    };
     let q = take("q")?;
     let o_ref = take("o_ref")?;
     let lse_ref = take("lse_ref")?;
-    let inputs = match (f.tensors.remove("k"), f.tensors.remove("v"), f.tensors.remove("kv")) {
+    let inputs = match (
+        f.tensors.remove("k"),
+        f.tensors.remove("v"),
+        f.tensors.remove("kv"),
+    ) {
         (Some(k), Some(v), None) => AttentionInputs::new(q, k, v),
         (None, None, Some(kv)) => AttentionInputs::mla(q, kv),
         _ => return Err(bad("expected k and v, or kv".into())),
     };
-    let inputs = AttentionInputs { seqlens_k: f.ints.remove("seqlens_k"), ..inputs };
-    let problem = inputs.problem(AttentionOptions { causal, softmax_scale: Some(scale) }, Some(dv))?;
-    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    Ok(GoldenCase { name, inputs, problem, o_ref, lse_ref, algorithms })
+    let inputs = AttentionInputs {
+        seqlens_k: f.ints.remove("seqlens_k"),
+        ..inputs
+    };
+    let problem = inputs.problem(
+        AttentionOptions {
+            causal,
+            softmax_scale: Some(scale),
+        },
+        Some(dv),
+    )?;
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(GoldenCase {
+        name,
+        inputs,
+        problem,
+        o_ref,
+        lse_ref,
+        algorithms,
+    })
 }
 
 /// Loads every `*.safetensors` in `dir`, sorted by name.
 pub fn load_dir(dir: &Path) -> Result<Vec<GoldenCase>> {
     let mut paths: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| FerrattnError::File { path: dir.display().to_string(), message: e.to_string() })?
+        .map_err(|e| FerrattnError::File {
+            path: dir.display().to_string(),
+            message: e.to_string(),
+        })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
         .collect();

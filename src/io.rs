@@ -13,7 +13,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 fn file_err(path: &Path, message: impl std::fmt::Display) -> FerrattnError {
-    FerrattnError::File { path: path.display().to_string(), message: message.to_string() }
+    FerrattnError::File {
+        path: path.display().to_string(),
+        message: message.to_string(),
+    }
 }
 
 /// Decodes a float tensor view into a host [`Tensor`].
@@ -23,17 +26,30 @@ pub fn tensor_from_view(name: &str, view: &TensorView<'_>) -> std::result::Resul
     let (dtype, data): (DType, Vec<f32>) = match view.dtype() {
         StDtype::F32 => (
             DType::F32,
-            bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
         ),
         StDtype::F16 => (
             DType::F16,
-            bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            bytes
+                .chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
         ),
         StDtype::BF16 => (
             DType::BF16,
-            bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            bytes
+                .chunks_exact(2)
+                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
         ),
-        other => return Err(format!("tensor {name} has dtype {other:?}; expected F32, F16 or BF16")),
+        other => {
+            return Err(format!(
+                "tensor {name} has dtype {other:?}; expected F32, F16 or BF16"
+            ))
+        }
     };
     Ok(Tensor { shape, dtype, data })
 }
@@ -41,7 +57,10 @@ pub fn tensor_from_view(name: &str, view: &TensorView<'_>) -> std::result::Resul
 fn ints_from_view(name: &str, view: &TensorView<'_>) -> std::result::Result<Vec<i64>, String> {
     let b = view.data();
     match view.dtype() {
-        StDtype::I32 => Ok(b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect()),
+        StDtype::I32 => Ok(b
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+            .collect()),
         StDtype::I64 => Ok(b
             .chunks_exact(8)
             .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
@@ -53,9 +72,24 @@ fn ints_from_view(name: &str, view: &TensorView<'_>) -> std::result::Result<Vec<
 /// Encodes a host tensor as little-endian bytes of its dtype.
 pub fn tensor_bytes(t: &Tensor) -> (StDtype, Vec<u8>) {
     match t.dtype {
-        DType::F32 => (StDtype::F32, t.data.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        DType::F16 => (StDtype::F16, t.data.iter().flat_map(|x| f16::from_f32(*x).to_le_bytes()).collect()),
-        DType::BF16 => (StDtype::BF16, t.data.iter().flat_map(|x| bf16::from_f32(*x).to_le_bytes()).collect()),
+        DType::F32 => (
+            StDtype::F32,
+            t.data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ),
+        DType::F16 => (
+            StDtype::F16,
+            t.data
+                .iter()
+                .flat_map(|x| f16::from_f32(*x).to_le_bytes())
+                .collect(),
+        ),
+        DType::BF16 => (
+            StDtype::BF16,
+            t.data
+                .iter()
+                .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
+                .collect(),
+        ),
     }
 }
 
@@ -76,16 +110,27 @@ pub fn read_file(path: &Path) -> Result<TensorFile> {
     let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| file_err(path, e))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| file_err(path, e))?;
     let mut out = TensorFile {
-        metadata: meta.metadata().clone().unwrap_or_default().into_iter().collect(),
+        metadata: meta
+            .metadata()
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
         ..Default::default()
     };
     for (name, view) in st.tensors() {
         match view.dtype() {
             StDtype::I32 | StDtype::I64 => {
-                out.ints.insert(name.clone(), ints_from_view(&name, &view).map_err(|e| file_err(path, e))?);
+                out.ints.insert(
+                    name.clone(),
+                    ints_from_view(&name, &view).map_err(|e| file_err(path, e))?,
+                );
             }
             _ => {
-                out.tensors.insert(name.clone(), tensor_from_view(&name, &view).map_err(|e| file_err(path, e))?);
+                out.tensors.insert(
+                    name.clone(),
+                    tensor_from_view(&name, &view).map_err(|e| file_err(path, e))?,
+                );
             }
         }
     }
@@ -102,7 +147,11 @@ pub fn read_inputs(path: &Path) -> Result<AttentionInputs> {
         (None, None, Some(kv)) => AttentionInputs::mla(q, kv),
         _ => return Err(file_err(path, "expected tensors q, k, v or (MLA) q, kv")),
     };
-    Ok(AttentionInputs { seqlens_q: f.ints.remove("seqlens_q"), seqlens_k: f.ints.remove("seqlens_k"), ..x })
+    Ok(AttentionInputs {
+        seqlens_q: f.ints.remove("seqlens_q"),
+        seqlens_k: f.ints.remove("seqlens_k"),
+        ..x
+    })
 }
 
 /// Writes named tensors (and optional int32 vectors) with metadata.
@@ -125,9 +174,18 @@ pub fn write_file(
         .collect();
     let views: Vec<(String, TensorView<'_>)> = encoded
         .iter()
-        .map(|(n, dt, s, b)| Ok((n.clone(), TensorView::new(*dt, s.clone(), b).map_err(|e| file_err(path, e))?)))
+        .map(|(n, dt, s, b)| {
+            Ok((
+                n.clone(),
+                TensorView::new(*dt, s.clone(), b).map_err(|e| file_err(path, e))?,
+            ))
+        })
         .collect::<Result<_>>()?;
-    let meta = if metadata.is_empty() { None } else { Some(metadata) };
+    let meta = if metadata.is_empty() {
+        None
+    } else {
+        Some(metadata)
+    };
     let bytes = safetensors::serialize(views, &meta).map_err(|e| file_err(path, e))?;
     std::fs::write(path, bytes).map_err(|e| file_err(path, e))
 }

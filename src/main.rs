@@ -3,8 +3,8 @@
 use clap::{Args, Parser, Subcommand};
 use ferrattn::runtime::{describe, supported_on};
 use ferrattn::{
-    devices, golden_files, io, Algorithm, AttentionInputs, AttentionOptions, AttentionPlan, Availability,
-    BackendChoice, Comparison, DType, FerrattnError, Runtime, Tensor,
+    devices, golden_files, io, Algorithm, AttentionInputs, AttentionOptions, AttentionPlan,
+    Availability, BackendChoice, Comparison, DType, FerrattnError, Runtime, Tensor,
 };
 use rand::SeedableRng;
 use std::collections::HashMap;
@@ -13,7 +13,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "ferrattn", version, about = "Attention runtime: TurboAttention, LeanAttention, AMLA, TurboQuant on CPU, CUDA and Ascend")]
+#[command(
+    name = "ferrattn",
+    version,
+    about = "Attention runtime: TurboAttention, LeanAttention, AMLA, TurboQuant on CPU, CUDA and Ascend"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -82,11 +86,14 @@ struct RunArgs {
 }
 
 fn parse_algo(s: &str) -> Result<Algorithm, String> {
-    Algorithm::parse(s).ok_or_else(|| format!("unknown algorithm {s:?}; one of exact, turbo, lean, amla, turboquant"))
+    Algorithm::parse(s).ok_or_else(|| {
+        format!("unknown algorithm {s:?}; one of exact, turbo, lean, amla, turboquant")
+    })
 }
 
 fn parse_backend(s: &str) -> Result<BackendChoice, String> {
-    BackendChoice::parse(s).ok_or_else(|| format!("unknown backend {s:?}; one of auto, cpu, cuda, ascend"))
+    BackendChoice::parse(s)
+        .ok_or_else(|| format!("unknown backend {s:?}; one of auto, cpu, cuda, ascend"))
 }
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
@@ -100,10 +107,17 @@ struct Dims(Vec<usize>);
 fn parse_dims(s: &str) -> Result<Dims, String> {
     let v: Vec<usize> = s
         .split(',')
-        .map(|x| x.trim().parse::<usize>().map_err(|e| format!("{x:?} in --random: {e}")))
+        .map(|x| {
+            x.trim()
+                .parse::<usize>()
+                .map_err(|e| format!("{x:?} in --random: {e}"))
+        })
         .collect::<Result<_, _>>()?;
     if v.len() != 6 && v.len() != 7 {
-        return Err(format!("--random takes B,Sq,Sk,Hq,Hk,D[,Dv]: got {} numbers", v.len()));
+        return Err(format!(
+            "--random takes B,Sq,Sk,Hq,Hk,D[,Dv]: got {} numbers",
+            v.len()
+        ));
     }
     Ok(Dims(v))
 }
@@ -112,15 +126,35 @@ fn inputs_of(a: &ProblemArgs) -> ferrattn::Result<(AttentionInputs, Option<usize
     if let Some(path) = &a.input {
         let x = io::read_inputs(path)?;
         // MLA files default to the FlashMLA split 576/512 when the latent dim is 576
-        let dv = (x.v.is_none()).then(|| if x.k.shape.get(3) == Some(&576) { 512 } else { x.k.shape[3] });
+        let dv = (x.v.is_none()).then(|| {
+            if x.k.shape.get(3) == Some(&576) {
+                512
+            } else {
+                x.k.shape[3]
+            }
+        });
         return Ok((x, dv));
     }
     let Some(Dims(d)) = &a.random else {
-        return Err(FerrattnError::File { path: "-".into(), message: "give --input FILE or --random B,Sq,Sk,Hq,Hk,D[,Dv]".into() });
+        return Err(FerrattnError::File {
+            path: "-".into(),
+            message: "give --input FILE or --random B,Sq,Sk,Hq,Hk,D[,Dv]".into(),
+        });
     };
     let (b, sq, sk, hq, hk, dqk) = (d[0], d[1], d[2], d[3], d[4], d[5]);
-    let dv = d.get(6).copied().unwrap_or(if a.algo == Algorithm::Amla && dqk == 576 { 512 } else { dqk });
-    let dtype = a.dtype.unwrap_or(if a.algo == Algorithm::Amla { DType::BF16 } else { DType::F16 });
+    let dv = d
+        .get(6)
+        .copied()
+        .unwrap_or(if a.algo == Algorithm::Amla && dqk == 576 {
+            512
+        } else {
+            dqk
+        });
+    let dtype = a.dtype.unwrap_or(if a.algo == Algorithm::Amla {
+        DType::BF16
+    } else {
+        DType::F16
+    });
     let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
     let q = Tensor::randn(&[b, sq, hq, dqk], dtype, 1.0, &mut rng);
     let k = Tensor::randn(&[b, sk, hk, dqk], dtype, 1.0, &mut rng);
@@ -144,7 +178,13 @@ fn select(a: &ProblemArgs) -> ferrattn::Result<Runtime> {
 
 fn make_plan(a: &ProblemArgs) -> ferrattn::Result<(Runtime, AttentionInputs, AttentionPlan)> {
     let (x, dv) = inputs_of(a)?;
-    let problem = x.problem(AttentionOptions { causal: a.causal, softmax_scale: a.scale }, dv)?;
+    let problem = x.problem(
+        AttentionOptions {
+            causal: a.causal,
+            softmax_scale: a.scale,
+        },
+        dv,
+    )?;
     let rt = select(a)?;
     let plan = rt.plan(a.algo, &problem)?;
     Ok((rt, x, plan))
@@ -154,7 +194,13 @@ fn cmd_devices() {
     println!("{:<8} {:<12} details", "backend", "status");
     for d in devices() {
         let (status, detail) = match &d.availability {
-            Availability::Ready => ("ready", d.caps.as_ref().map(|c| format!("{} ({} compute units)", c.name, c.compute_units)).unwrap_or_default()),
+            Availability::Ready => (
+                "ready",
+                d.caps
+                    .as_ref()
+                    .map(|c| format!("{} ({} compute units)", c.name, c.compute_units))
+                    .unwrap_or_default(),
+            ),
             Availability::Simulated { reason } => ("simulated", reason.clone()),
             Availability::Unavailable { reason } => ("unavailable", reason.clone()),
         };
@@ -172,28 +218,51 @@ fn cmd_run(r: &RunArgs) -> ferrattn::Result<()> {
     let (rt, x, plan) = match &r.plan {
         None => make_plan(&r.problem)?,
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| FerrattnError::File { path: path.display().to_string(), message: e.to_string() })?;
+            let text = std::fs::read_to_string(path).map_err(|e| FerrattnError::File {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
             let plan = AttentionPlan::from_json(&text)?;
             let (x, _) = inputs_of(&r.problem)?;
-            let rt = select(&ProblemArgs { algo: plan.algorithm, ..r.problem.clone() })?;
+            let rt = select(&ProblemArgs {
+                algo: plan.algorithm,
+                ..r.problem.clone()
+            })?;
             (rt, x, plan)
         }
     };
-    eprintln!("running {} on {} for {}", plan.algorithm, plan.device, describe(&plan.problem));
+    eprintln!(
+        "running {} on {} for {}",
+        plan.algorithm,
+        plan.device,
+        describe(&plan.problem)
+    );
     let t0 = Instant::now();
     let out = rt.run(&plan, &x)?;
     let secs = t0.elapsed().as_secs_f64();
     println!("algorithm  {}", plan.algorithm);
-    println!("backend    {} on {}", out.provenance.backend, out.provenance.device);
+    println!(
+        "backend    {} on {}",
+        out.provenance.backend, out.provenance.device
+    );
     if let Some(why) = &out.provenance.simulated {
         println!("SIMULATED  {why}");
     }
     println!("problem    {}", describe(&plan.problem));
-    println!("time       {:.3} ms (wall clock, host, includes transfers)", secs * 1e3);
+    println!(
+        "time       {:.3} ms (wall clock, host, includes transfers)",
+        secs * 1e3
+    );
     if !r.no_check {
         let (o, lse) = ferrattn::golden::exact_attention_f64(&plan.problem, &x);
-        let co = Comparison::new(&o, &out.o.data.iter().map(|&v| v as f64).collect::<Vec<_>>());
-        let cl = Comparison::new(&lse, &out.lse.data.iter().map(|&v| v as f64).collect::<Vec<_>>());
+        let co = Comparison::new(
+            &o,
+            &out.o.data.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+        );
+        let cl = Comparison::new(
+            &lse,
+            &out.lse.data.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+        );
         println!("O   vs exact  {co}");
         println!("LSE vs exact  {cl}");
     }
@@ -214,7 +283,9 @@ fn cmd_run(r: &RunArgs) -> ferrattn::Result<()> {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

@@ -8,7 +8,10 @@ use crate::{FerrattnError, Result};
 use ferrattn_core::backend::{
     AmlaDecode, Availability, Device, ExactAttention, LeanDecode, TurboAttention, TurboQuantDecode,
 };
-use ferrattn_core::{Algorithm, AttentionInputs, AttentionOutput, AttentionPlan, AttentionProblem, BackendKind, DeviceCaps};
+use ferrattn_core::{
+    Algorithm, AttentionInputs, AttentionOutput, AttentionPlan, AttentionProblem, BackendKind,
+    DeviceCaps,
+};
 use ferrattn_cpu::CpuBackend;
 
 /// Which backend a caller asks for.
@@ -75,7 +78,11 @@ pub struct DeviceReport {
 pub fn devices() -> Vec<DeviceReport> {
     let cpu = CpuBackend::new();
     vec![
-        DeviceReport { backend: BackendKind::Cpu, availability: cpu.availability(), caps: cpu.caps() },
+        DeviceReport {
+            backend: BackendKind::Cpu,
+            availability: cpu.availability(),
+            caps: cpu.caps(),
+        },
         DeviceReport {
             backend: BackendKind::Cuda,
             availability: Availability::Unavailable {
@@ -106,7 +113,10 @@ fn open(kind: BackendKind) -> Result<Runtime> {
                     Availability::Ready => "not wired into this build".into(),
                 })
                 .unwrap_or_default();
-            Err(FerrattnError::Unavailable { backend: other.to_string(), reason })
+            Err(FerrattnError::Unavailable {
+                backend: other.to_string(),
+                reason,
+            })
         }
     }
 }
@@ -122,10 +132,17 @@ impl Runtime {
                     return Err(FerrattnError::NotSupported {
                         algorithm: algorithm.to_string(),
                         backend: kind.to_string(),
-                        supported: supported.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", "),
+                        supported: supported
+                            .iter()
+                            .map(|b| b.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
                     });
                 }
-                Ok(Selection { runtime: open(kind)?, passed_over: vec![] })
+                Ok(Selection {
+                    runtime: open(kind)?,
+                    passed_over: vec![],
+                })
             }
             BackendChoice::Auto => {
                 let mut passed_over = vec![];
@@ -133,7 +150,10 @@ impl Runtime {
                     match open(kind) {
                         Ok(runtime) => {
                             tracing::info!(backend = %kind, %algorithm, "auto-selected backend");
-                            return Ok(Selection { runtime, passed_over });
+                            return Ok(Selection {
+                                runtime,
+                                passed_over,
+                            });
                         }
                         Err(e) => passed_over.push(format!("{kind}: {e}")),
                     }

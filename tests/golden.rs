@@ -22,13 +22,22 @@ fn tolerance(algo: Algorithm, dtype: DType) -> Tolerance {
         Algorithm::Exact | Algorithm::Lean => Tolerance::output(dtype),
         // AMLA casts Q, K, V and the scaled P to BF16 before each Cube stage (Alg. 2):
         // 2^-8 relative rounding on each operand, averaged over hundreds of keys.
-        Algorithm::Amla => Tolerance { rel_fro: 1e-2, max_abs: 5e-2 },
+        Algorithm::Amla => Tolerance {
+            rel_fro: 1e-2,
+            max_abs: 5e-2,
+        },
         // INT8 Q/K/P, 2-4 bit channelwise KV and the SAS exp: the TurboAttention emulation's own
         // tests bound these per bit width; the mixed 2/4-bit default stays under 0.35.
-        Algorithm::Turbo => Tolerance { rel_fro: 0.35, max_abs: 2.0 },
+        Algorithm::Turbo => Tolerance {
+            rel_fro: 0.35,
+            max_abs: 2.0,
+        },
         // 4-bit codebook keys with QJL correction and 4-bit values: MSE distortion 0.009 per unit
         // vector gives about 10% relative error on the attention output.
-        Algorithm::TurboQuant => Tolerance { rel_fro: 0.35, max_abs: 2.0 },
+        Algorithm::TurboQuant => Tolerance {
+            rel_fro: 0.35,
+            max_abs: 2.0,
+        },
     }
 }
 
@@ -46,7 +55,9 @@ fn golden_files_match_a_fresh_generation() {
         let checked_in = read_file(&golden_dir().join(path.file_name().unwrap()))
             .unwrap_or_else(|e| panic!("{e}; run `ferrattn golden` to create it"));
         assert!(
-            fresh.tensors == checked_in.tensors && fresh.ints == checked_in.ints && fresh.metadata == checked_in.metadata,
+            fresh.tensors == checked_in.tensors
+                && fresh.ints == checked_in.ints
+                && fresh.metadata == checked_in.metadata,
             "{} differs from a fresh generation; run `ferrattn golden`",
             path.display()
         );
@@ -55,8 +66,12 @@ fn golden_files_match_a_fresh_generation() {
 }
 
 fn check_case(case: &GoldenCase, algo: Algorithm, rt: &Runtime) -> Result<String, String> {
-    let plan = rt.plan(algo, &case.problem).map_err(|e| format!("plan: {e}"))?;
-    let out = rt.run(&plan, &case.inputs).map_err(|e| format!("run: {e}"))?;
+    let plan = rt
+        .plan(algo, &case.problem)
+        .map_err(|e| format!("plan: {e}"))?;
+    let out = rt
+        .run(&plan, &case.inputs)
+        .map_err(|e| format!("run: {e}"))?;
     let co = Comparison::new(&as_f64(&case.o_ref.data), &as_f64(&out.o.data));
     co.check("O", &tolerance(algo, case.problem.dtype))?;
     if matches!(algo, Algorithm::Exact | Algorithm::Lean | Algorithm::Amla) {
@@ -96,6 +111,13 @@ fn every_backend_passes_the_golden_files() {
     for g in &gaps {
         println!("gap  {g}");
     }
-    assert!(failures.is_empty(), "golden failures:\n{}", failures.join("\n"));
-    assert!(ran >= cases.len(), "only {ran} (case, algorithm, backend) runs");
+    assert!(
+        failures.is_empty(),
+        "golden failures:\n{}",
+        failures.join("\n")
+    );
+    assert!(
+        ran >= cases.len(),
+        "only {ran} (case, algorithm, backend) runs"
+    );
 }

@@ -53,20 +53,35 @@ impl Device for CpuBackend {
 }
 
 fn wrong(expected: &'static str, plan: &AttentionPlan) -> CpuError {
-    CpuError::WrongPlan { expected, found: plan.algorithm.to_string() }
+    CpuError::WrongPlan {
+        expected,
+        found: plan.algorithm.to_string(),
+    }
 }
 
 impl ExactAttention for CpuBackend {
-    fn run_exact(&self, plan: &AttentionPlan, x: &AttentionInputs) -> Result<AttentionOutput, CpuError> {
+    fn run_exact(
+        &self,
+        plan: &AttentionPlan,
+        x: &AttentionInputs,
+    ) -> Result<AttentionOutput, CpuError> {
         match plan.detail {
-            PlanDetail::Exact => Ok(crate::exact::blocked_attention(&plan.problem, x, plan.block_k)),
+            PlanDetail::Exact => Ok(crate::exact::blocked_attention(
+                &plan.problem,
+                x,
+                plan.block_k,
+            )),
             _ => Err(wrong("exact", plan)),
         }
     }
 }
 
 impl LeanDecode for CpuBackend {
-    fn run_lean(&self, plan: &AttentionPlan, x: &AttentionInputs) -> Result<AttentionOutput, CpuError> {
+    fn run_lean(
+        &self,
+        plan: &AttentionPlan,
+        x: &AttentionInputs,
+    ) -> Result<AttentionOutput, CpuError> {
         match &plan.detail {
             PlanDetail::Lean(d) => Ok(lean::emulate(d, &plan.problem, x)?),
             _ => Err(wrong("lean", plan)),
@@ -75,7 +90,11 @@ impl LeanDecode for CpuBackend {
 }
 
 impl AmlaDecode for CpuBackend {
-    fn run_amla(&self, plan: &AttentionPlan, x: &AttentionInputs) -> Result<AttentionOutput, CpuError> {
+    fn run_amla(
+        &self,
+        plan: &AttentionPlan,
+        x: &AttentionInputs,
+    ) -> Result<AttentionOutput, CpuError> {
         match &plan.detail {
             PlanDetail::Amla(d) => Ok(amla::emulate(d, &plan.problem, x)?),
             _ => Err(wrong("amla", plan)),
@@ -84,7 +103,11 @@ impl AmlaDecode for CpuBackend {
 }
 
 impl TurboAttention for CpuBackend {
-    fn run_turbo(&self, plan: &AttentionPlan, x: &AttentionInputs) -> Result<AttentionOutput, CpuError> {
+    fn run_turbo(
+        &self,
+        plan: &AttentionPlan,
+        x: &AttentionInputs,
+    ) -> Result<AttentionOutput, CpuError> {
         match &plan.detail {
             PlanDetail::Turbo(d) => Ok(turbo::emulate(d, &plan.problem, x)?),
             _ => Err(wrong("turbo", plan)),

@@ -4,11 +4,17 @@
 //! the running state is rescaled once per block (FlashAttention-2, Alg. 1), which is the
 //! arithmetic order of a GPU kernel. Output is rounded to the problem's dtype.
 
-use ferrattn_core::{AttentionInputs, AttentionOutput, AttentionProblem, DType, Provenance, SoftmaxState, Tensor};
+use ferrattn_core::{
+    AttentionInputs, AttentionOutput, AttentionProblem, DType, Provenance, SoftmaxState, Tensor,
+};
 use rayon::prelude::*;
 
 /// Blocked exact attention; rows with no visible key get O = 0 and LSE = -inf.
-pub fn blocked_attention(p: &AttentionProblem, x: &AttentionInputs, block_k: usize) -> AttentionOutput {
+pub fn blocked_attention(
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    block_k: usize,
+) -> AttentionOutput {
     let (sq, hq, dv) = (p.max_seqlen_q, p.heads_q, p.head_dim_v);
     let group = p.group_size();
     let block_k = block_k.max(1);
@@ -54,5 +60,9 @@ pub fn blocked_attention(p: &AttentionProblem, x: &AttentionInputs, block_k: usi
         }
         lse.data[(b * hq + h) * sq + i] = l;
     }
-    AttentionOutput { o, lse, provenance: Provenance::cpu() }
+    AttentionOutput {
+        o,
+        lse,
+        provenance: Provenance::cpu(),
+    }
 }

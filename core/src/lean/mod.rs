@@ -1,6 +1,8 @@
 //! LeanAttention (Sanovar et al.): stream-K decode. SKELETON — the owner of this module fills it.
 
-use crate::{AttentionInputs, AttentionOutput, AttentionProblem, BlockSizes, CoreError, DeviceCaps, Result};
+use crate::{
+    AttentionInputs, AttentionOutput, AttentionProblem, BlockSizes, CoreError, DeviceCaps, Result,
+};
 use serde::{Deserialize, Serialize};
 
 /// Plan of a stream-K decode.
@@ -23,10 +25,20 @@ impl BlockSizes for LeanPlan {
 
 /// Plans a stream-K decode.
 pub fn plan(_p: &AttentionProblem, _caps: &DeviceCaps) -> Result<LeanPlan> {
-    Err(CoreError::Unsupported { what: "lean (not written yet)".into(), supported: "none".into() })
+    Err(CoreError::Unsupported {
+        what: "lean (not written yet)".into(),
+        supported: "none".into(),
+    })
 }
 
 /// CPU emulation of the stream-K decode.
-pub fn emulate(_plan: &LeanPlan, _p: &AttentionProblem, _x: &AttentionInputs) -> Result<AttentionOutput> {
-    Err(CoreError::Unsupported { what: "lean (not written yet)".into(), supported: "none".into() })
+pub fn emulate(
+    _plan: &LeanPlan,
+    _p: &AttentionProblem,
+    _x: &AttentionInputs,
+) -> Result<AttentionOutput> {
+    Err(CoreError::Unsupported {
+        what: "lean (not written yet)".into(),
+        supported: "none".into(),
+    })
 }
