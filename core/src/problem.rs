@@ -126,7 +126,7 @@ impl AttentionProblem {
                 });
             }
         }
-        if self.heads_q % self.heads_kv != 0 {
+        if !self.heads_q.is_multiple_of(self.heads_kv) {
             return Err(CoreError::HeadRatio {
                 heads_q: self.heads_q,
                 heads_kv: self.heads_kv,
