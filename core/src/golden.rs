@@ -84,3 +84,116 @@ pub fn exact_attention_f64(p: &AttentionProblem, x: &AttentionInputs) -> (Vec<f6
     }
     (o, lse)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AttentionOptions, Tensor};
+
+    fn inputs(b: usize, sq: usize, sk: usize, hq: usize, hk: usize, d: usize) -> AttentionInputs {
+        let f = |n: usize, salt: f32| {
+            (0..n)
+                .map(|i| ((i as f32) * 0.37 + salt).sin())
+                .collect::<Vec<_>>()
+        };
+        AttentionInputs::new(
+            Tensor::from_vec(&[b, sq, hq, d], DType::F32, f(b * sq * hq * d, 0.1)).unwrap(),
+            Tensor::from_vec(&[b, sk, hk, d], DType::F32, f(b * sk * hk * d, 0.7)).unwrap(),
+            Tensor::from_vec(&[b, sk, hk, d], DType::F32, f(b * sk * hk * d, 1.3)).unwrap(),
+        )
+    }
+
+    #[test]
+    fn one_key_gives_its_value_and_its_logit() {
+        let x = inputs(1, 1, 1, 2, 1, 4);
+        let p = x.problem(AttentionOptions::default(), None).unwrap();
+        let (o, lse) = exact_attention_f64(&p, &x);
+        for h in 0..2 {
+            let dot: f64 =
+                x.q.row4(0, 0, h)
+                    .iter()
+                    .zip(x.k.row4(0, 0, 0))
+                    .map(|(a, b)| (*a as f64) * (*b as f64))
+                    .sum();
+            assert!((lse[h] - dot * 0.5).abs() < 1e-12, "scale is 1/sqrt(4)");
+            for c in 0..4 {
+                assert!(
+                    (o[h * 4 + c] - x.v.as_ref().unwrap().row4(0, 0, 0)[c] as f64).abs() < 1e-12
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn causal_rows_before_the_first_key_are_zero_with_neg_inf_lse() {
+        // Sq = 5 > Sk = 3: bottom-right alignment leaves queries 0 and 1 with no key
+        let x = inputs(1, 5, 3, 1, 1, 8);
+        let p = x
+            .problem(
+                AttentionOptions {
+                    causal: true,
+                    softmax_scale: None,
+                },
+                None,
+            )
+            .unwrap();
+        assert_eq!(
+            (0..5).map(|i| p.visible_keys(0, i)).collect::<Vec<_>>(),
+            vec![0, 0, 1, 2, 3]
+        );
+        let (o, lse) = exact_attention_f64(&p, &x);
+        assert_eq!(&lse[..2], &[f64::NEG_INFINITY; 2]);
+        assert!(o[..16].iter().all(|&v| v == 0.0));
+        assert!(lse[2..].iter().all(|v| v.is_finite()));
+        // query 2 sees exactly key 0
+        for c in 0..8 {
+            assert!((o[16 + c] - x.v.as_ref().unwrap().row4(0, 0, 0)[c] as f64).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn ragged_and_empty_sequences() {
+        let mut x = inputs(2, 2, 6, 4, 2, 8);
+        x.seqlens_k = Some(vec![0, 4]);
+        x.seqlens_q = Some(vec![2, 1]);
+        let p = x.problem(AttentionOptions::default(), None).unwrap();
+        let full = exact_attention(&p, &x);
+        // sequence 0 has no keys: every row empty
+        assert!(full.lse.data[..4 * 2]
+            .iter()
+            .all(|v| *v == f32::NEG_INFINITY));
+        // sequence 1 row 1 is padding
+        let lse_b1: Vec<f32> = (0..4).map(|h| full.lse.data[(4 + h) * 2 + 1]).collect();
+        assert!(lse_b1.iter().all(|v| *v == f32::NEG_INFINITY));
+        // sequence 1 equals a standalone problem over its first 4 keys
+        let y = AttentionInputs {
+            seqlens_q: None,
+            seqlens_k: None,
+            q: Tensor::from_vec(
+                &[1, 1, 4, 8],
+                DType::F32,
+                (0..4).flat_map(|h| x.q.row4(1, 0, h).to_vec()).collect(),
+            )
+            .unwrap(),
+            k: Tensor::from_vec(
+                &[1, 4, 2, 8],
+                DType::F32,
+                x.k.data[6 * 2 * 8..6 * 2 * 8 + 4 * 2 * 8].to_vec(),
+            )
+            .unwrap(),
+            v: Some(
+                Tensor::from_vec(
+                    &[1, 4, 2, 8],
+                    DType::F32,
+                    x.v.as_ref().unwrap().data[6 * 2 * 8..6 * 2 * 8 + 4 * 2 * 8].to_vec(),
+                )
+                .unwrap(),
+            ),
+        };
+        let py = y.problem(AttentionOptions::default(), None).unwrap();
+        let alone = exact_attention(&py, &y);
+        for h in 0..4 {
+            assert_eq!(full.o.row4(1, 0, h), alone.o.row4(0, 0, h));
+        }
+    }
+}

@@ -73,3 +73,71 @@ impl SoftmaxState {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn state_of(s: &[f32], v: &[Vec<f32>]) -> SoftmaxState {
+        let mut st = SoftmaxState::empty(v.first().map_or(0, |r| r.len()));
+        for (x, row) in s.iter().zip(v) {
+            st.push(*x, row);
+        }
+        st
+    }
+
+    fn exact(s: &[f32], v: &[Vec<f32>]) -> (Vec<f64>, f64) {
+        let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let w: Vec<f64> = s.iter().map(|&x| (x as f64 - m).exp()).collect();
+        let l: f64 = w.iter().sum();
+        let o = (0..v[0].len())
+            .map(|c| w.iter().zip(v).map(|(w, r)| w * r[c] as f64).sum::<f64>() / l)
+            .collect();
+        (o, m + l.ln())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Lean appendix D: splitting the keys anywhere and merging in any grouping gives the
+        /// state of the whole set (up to f32 rounding).
+        #[test]
+        fn merge_is_associative_and_exact(
+            s in prop::collection::vec(-30.0f32..30.0, 1..60),
+            cuts in prop::collection::vec(0usize..60, 0..5),
+            seed in 0u64..1000,
+        ) {
+            let n = s.len();
+            let v: Vec<Vec<f32>> = (0..n).map(|j| (0..3).map(|c| ((j * 7 + c * 13) as f32 + seed as f32).sin()).collect()).collect();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (n + 1)).collect();
+            cuts.push(0);
+            cuts.push(n);
+            cuts.sort();
+            let parts: Vec<SoftmaxState> = cuts.windows(2).map(|w| state_of(&s[w[0]..w[1]], &v[w[0]..w[1]])).collect();
+            // left fold and right fold
+            let mut left = SoftmaxState::empty(3);
+            for p in &parts { left.merge(p); }
+            let mut right = SoftmaxState::empty(3);
+            for p in parts.iter().rev() { let mut t = p.clone(); t.merge(&right); right = t; }
+            let (o_ref, lse_ref) = exact(&s, &v);
+            for st in [&left, &right] {
+                let (o, lse) = st.finish();
+                prop_assert!((lse as f64 - lse_ref).abs() < 1e-4 * (1.0 + lse_ref.abs()));
+                for (a, b) in o.iter().zip(&o_ref) {
+                    prop_assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn empty_state_finishes_to_zero_and_neg_inf() {
+        let (o, lse) = SoftmaxState::empty(4).finish();
+        assert_eq!(o, vec![0.0; 4]);
+        assert_eq!(lse, f32::NEG_INFINITY);
+        let mut a = state_of(&[1.0, 2.0], &[vec![1.0], vec![3.0]]);
+        let before = a.clone();
+        a.merge(&SoftmaxState::empty(1));
+        assert_eq!(a, before, "merging an empty state changes nothing");
+    }
+}
