@@ -1,44 +1,506 @@
-//! LeanAttention (Sanovar et al.): stream-K decode. SKELETON — the owner of this module fills it.
+//! LeanAttention (Sanovar et al.): stream-K decode.
+//!
+//! The decode work of a batch — every (sequence, KV head, query-tile group) times its KV tiles —
+//! is one flat iteration space split evenly over a persistent grid of CTAs (Lean appendix E,
+//! Alg. 2), so ragged batches and few heads still keep every SM busy. Each CTA runs LeanTile
+//! (Alg. 1: blocked online softmax) over its range and either stores a partial `(O, m, l)` or, as a
+//! tile's host block, merges the partials of the CTAs after it with the associative rescaling of
+//! appendix D. [`schedule`] holds the schedule, [`plan`] picks tile sizes and the grid from the
+//! device, [`emulate`] executes the schedule on the CPU exactly as the CTAs would.
+//!
+//! Supported (the closed list the CUDA kernel covers): decode with 1..=8 query tokens, head dims
+//! 64/128/256 (`head_dim_qk == head_dim_v`), 1..=16 query heads per KV head, separate K/V, f16 and
+//! bf16 (f32 on the CPU only), ragged `seqlens_k`, bottom-right causal masks.
+
+pub mod schedule;
 
 use crate::{
-    AttentionInputs, AttentionOutput, AttentionProblem, BlockSizes, CoreError, DeviceCaps, Result,
+    AttentionInputs, AttentionOutput, AttentionProblem, BackendKind, BlockSizes, CoreError, DType,
+    DeviceCaps, KvLayout, Provenance, Result, SoftmaxState, Tensor,
 };
+pub use schedule::{Schedule, Segment, TileSpace};
 use serde::{Deserialize, Serialize};
 
-/// Plan of a stream-K decode.
+/// Most query rows one output tile holds (the CUDA kernel keeps them all in registers).
+pub const MAX_TILE_M: usize = 16;
+/// Longest query (tokens per sequence) a decode plan accepts.
+pub const MAX_SEQLEN_Q: usize = 8;
+/// Most query heads per KV head.
+pub const MAX_GROUP: usize = 16;
+/// Head dimensions with a kernel.
+pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
+/// Candidate keys per LeanTile iteration, largest first.
+pub const TILE_K_CHOICES: [usize; 3] = [128, 64, 32];
+/// Splits FlashDecoding may use at most (as FlashAttention-2 does).
+pub const MAX_FIXED_SPLITS: usize = 128;
+
+/// Plan of a stream-K (or fixed-split) decode.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LeanPlan {
-    /// Keys per LeanTile (B_c).
+    /// Keys per LeanTile iteration (T_n in Alg. 1, B_c).
     pub tile_k: usize,
-    /// Persistent CTAs in the grid.
+    /// CTAs in the grid (persistent for stream-K: at most `compute_units * ctas_per_unit`).
     pub num_ctas: usize,
+    /// Query rows per output tile (T_m): query heads of one KV head times query tokens, <= 16.
+    pub tile_m: usize,
+    /// Output tiles per (sequence, KV head): `ceil(group * seqlen_q / tile_m)`.
+    pub query_groups: usize,
+    /// Which CTA computes which iterations.
+    pub schedule: Schedule,
 }
 
 impl BlockSizes for LeanPlan {
     fn block_q(&self) -> usize {
-        1
+        self.tile_m
     }
     fn block_k(&self) -> usize {
         self.tile_k
     }
 }
 
-/// Plans a stream-K decode.
-pub fn plan(_p: &AttentionProblem, _caps: &DeviceCaps) -> Result<LeanPlan> {
-    Err(CoreError::Unsupported {
-        what: "lean (not written yet)".into(),
-        supported: "none".into(),
+impl LeanPlan {
+    /// The iteration space this plan schedules for `p`.
+    pub fn tile_space(&self, p: &AttentionProblem) -> TileSpace {
+        TileSpace::new(p, self.tile_k, self.query_groups)
+    }
+}
+
+/// Checks that `p` is in the supported list; `caps` decides whether f32 is allowed.
+pub fn check_supported(p: &AttentionProblem, caps: &DeviceCaps) -> Result<()> {
+    let unsupported = |what: String, supported: &str| {
+        Err(CoreError::Unsupported {
+            what,
+            supported: supported.into(),
+        })
+    };
+    if p.kv_layout != KvLayout::Separate {
+        return unsupported(
+            "lean decode over an MLA latent cache".into(),
+            "separate K and V",
+        );
+    }
+    if p.head_dim_qk != p.head_dim_v || !HEAD_DIMS.contains(&p.head_dim_qk) {
+        return unsupported(
+            format!("lean head dims qk={} v={}", p.head_dim_qk, p.head_dim_v),
+            "qk = v in {64, 128, 256}",
+        );
+    }
+    if p.max_seqlen_q > MAX_SEQLEN_Q {
+        return unsupported(
+            format!(
+                "lean decode with {} query tokens per sequence",
+                p.max_seqlen_q
+            ),
+            "1..=8 (decode; use exact attention for prefill)",
+        );
+    }
+    if p.group_size() > MAX_GROUP {
+        return unsupported(
+            format!("lean with {} query heads per KV head", p.group_size()),
+            "1..=16",
+        );
+    }
+    match (p.dtype, caps.backend) {
+        (DType::F16 | DType::BF16, _) | (DType::F32, BackendKind::Cpu) => Ok(()),
+        (DType::F32, b) => unsupported(format!("lean in f32 on {b}"), "f16, bf16 (f32 on cpu)"),
+    }
+}
+
+/// Keys per iteration: the largest of 128/64/32 whose double-buffered K and V tiles fit in one
+/// CTA's share of shared memory (`shared_mem_per_block / ctas_per_unit`), as Alg. 1 keeps
+/// `K_f` and `V_f` in SMEM.
+pub fn choose_tile_k(p: &AttentionProblem, caps: &DeviceCaps) -> Result<usize> {
+    let share = caps.shared_mem_per_block / caps.ctas_per_unit.max(1);
+    let elem = p.dtype.size_bytes();
+    TILE_K_CHOICES
+        .into_iter()
+        .find(|&t| 2 * t * (p.head_dim_qk + p.head_dim_v) * elem <= share)
+        .ok_or_else(|| {
+            CoreError::InvalidPlan(format!(
+                "{} has {share} bytes of shared memory per CTA; two 32-key K/V tiles of head dim {} need {}",
+                caps.name,
+                p.head_dim_qk,
+                2 * 32 * (p.head_dim_qk + p.head_dim_v) * elem
+            ))
+        })
+}
+
+fn tile_rows(p: &AttentionProblem) -> (usize, usize) {
+    let rows = p.group_size() * p.max_seqlen_q;
+    let tile_m = rows.min(MAX_TILE_M);
+    (tile_m, rows.div_ceil(tile_m))
+}
+
+/// Plans a stream-K decode: grid of `compute_units * ctas_per_unit` persistent CTAs (Alg. 2 `G`).
+pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
+    p.validate()?;
+    check_supported(p, caps)?;
+    let tile_k = choose_tile_k(p, caps)?;
+    let (tile_m, query_groups) = tile_rows(p);
+    let space = TileSpace::new(p, tile_k, query_groups);
+    if caps.backend == BackendKind::Cuda && space.total_iters() >= 1 << 31 {
+        return Err(CoreError::Unsupported {
+            what: format!("{} LeanTile iterations", space.total_iters()),
+            supported: "fewer than 2^31 (32-bit iteration indices on the device)".into(),
+        });
+    }
+    let schedule = Schedule::stream_k(&space, caps.compute_units * caps.ctas_per_unit.max(1));
+    Ok(LeanPlan {
+        tile_k,
+        num_ctas: schedule.num_ctas(),
+        tile_m,
+        query_groups,
+        schedule,
     })
 }
 
-/// CPU emulation of the stream-K decode.
+/// Plans the FlashDecoding baseline over the same tiles: `splits` chunks per tile for the
+/// longest sequence, or FlashAttention-2's heuristic when `None`.
+pub fn plan_fixed_split(
+    p: &AttentionProblem,
+    caps: &DeviceCaps,
+    splits: Option<usize>,
+) -> Result<LeanPlan> {
+    let mut plan = plan(p, caps)?;
+    let space = plan.tile_space(p);
+    let max_iters = space.iters.iter().copied().max().unwrap_or(1);
+    let splits = match splits {
+        Some(0) => {
+            return Err(CoreError::BadLength {
+                what: "splits".into(),
+                value: 0,
+                requirement: "at least 1".into(),
+            })
+        }
+        Some(s) => s,
+        None => schedule::fixed_split_count(
+            space.num_tiles(),
+            caps.compute_units * caps.ctas_per_unit.max(1),
+            max_iters,
+            MAX_FIXED_SPLITS,
+        ),
+    };
+    plan.schedule = Schedule::fixed_split(&space, splits);
+    plan.num_ctas = plan.schedule.num_ctas();
+    Ok(plan)
+}
+
+/// LeanTile (Alg. 1) for rows `rows` of one tile over local iterations `[begin, end)`: blocked
+/// online softmax in f32, one block of `tile_k` keys at a time (lines 13-26).
+fn lean_tile(
+    plan: &LeanPlan,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    (b, hk, qg): (usize, usize, usize),
+    begin: u64,
+    end: u64,
+) -> Vec<SoftmaxState> {
+    let group = p.group_size();
+    let (dk, dv) = (p.head_dim_qk, p.head_dim_v);
+    let len = p.seqlens_k[b];
+    let mut states = vec![SoftmaxState::empty(dv); plan.tile_m];
+    let mut s = vec![0f32; plan.tile_k];
+    for (r, st) in states.iter_mut().enumerate() {
+        let row = qg * plan.tile_m + r;
+        let (i, hq) = (row / group, hk * group + row % group);
+        if i >= p.seqlens_q[b] {
+            continue; // padding row of the tile or of the sequence
+        }
+        let visible = p.visible_keys(b, i);
+        let q = x.q.row4(b, i, hq);
+        for it in begin..end {
+            let k0 = it as usize * plan.tile_k;
+            let k1 = (k0 + plan.tile_k).min(len);
+            let n = k1.saturating_sub(k0);
+            let mut m_blk = f32::NEG_INFINITY;
+            for (jj, sj) in s[..n].iter_mut().enumerate() {
+                let j = k0 + jj;
+                *sj = if j < visible {
+                    let k = &x.k.row4(b, j, hk)[..dk];
+                    q.iter().zip(k).map(|(a, c)| a * c).sum::<f32>() * p.softmax_scale
+                } else {
+                    f32::NEG_INFINITY
+                };
+                m_blk = m_blk.max(*sj);
+            }
+            let m_new = st.m.max(m_blk);
+            if m_new == f32::NEG_INFINITY {
+                continue; // nothing visible yet
+            }
+            let alpha = if st.m == f32::NEG_INFINITY {
+                0.0
+            } else {
+                (st.m - m_new).exp()
+            };
+            st.l *= alpha;
+            st.acc.iter_mut().for_each(|a| *a *= alpha);
+            for (jj, &sj) in s[..n].iter().enumerate() {
+                if sj == f32::NEG_INFINITY {
+                    continue;
+                }
+                let pj = (sj - m_new).exp();
+                st.l += pj;
+                for (a, &v) in st.acc.iter_mut().zip(x.v_row(p, b, k0 + jj, hk)) {
+                    *a += pj * v;
+                }
+            }
+            st.m = m_new;
+        }
+    }
+    states
+}
+
+/// CPU emulation of the stream-K decode: every CTA's segments produce partial states in CTA
+/// order, then each host block merges the later CTAs' partials into its own in CTA order
+/// (Alg. 2 lines 26-36) and writes `O = acc / l`, `LSE = m + ln l` (lines 38-39).
 pub fn emulate(
-    _plan: &LeanPlan,
-    _p: &AttentionProblem,
-    _x: &AttentionInputs,
+    plan: &LeanPlan,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
 ) -> Result<AttentionOutput> {
-    Err(CoreError::Unsupported {
-        what: "lean (not written yet)".into(),
-        supported: "none".into(),
+    let space = plan.tile_space(p);
+    if space.total_iters() != plan.schedule_total_iters() {
+        return Err(CoreError::InvalidPlan(format!(
+            "plan schedules {} iterations but the problem has {} (plan made for another problem?)",
+            plan.schedule_total_iters(),
+            space.total_iters()
+        )));
+    }
+    let (sq, hq, dv) = (p.max_seqlen_q, p.heads_q, p.head_dim_v);
+    let group = p.group_size();
+    let mut o = Tensor::zeros(&[p.batch, sq, hq, dv], p.dtype);
+    let mut lse = Tensor {
+        shape: vec![p.batch, hq, sq],
+        dtype: DType::F32,
+        data: vec![f32::NEG_INFINITY; p.batch * hq * sq],
+    };
+    // Partials by tile, in CTA order; the first is the host's own segment.
+    let segments = plan.schedule.segments(&space);
+    let mut per_tile: Vec<Vec<Vec<SoftmaxState>>> = vec![Vec::new(); space.num_tiles()];
+    for seg in &segments {
+        let coords = space.tile_coords(seg.tile);
+        per_tile[seg.tile].push(lean_tile(
+            plan,
+            p,
+            x,
+            coords,
+            seg.local_begin,
+            seg.local_end,
+        ));
+    }
+    for (tile, parts) in per_tile.into_iter().enumerate() {
+        let (b, hk, qg) = space.tile_coords(tile);
+        let mut parts = parts.into_iter();
+        let mut host = parts.next().expect("every tile has a host segment");
+        for part in parts {
+            for (h, q) in host.iter_mut().zip(&part) {
+                h.merge(q);
+            }
+        }
+        for (r, st) in host.iter().enumerate() {
+            let row = qg * plan.tile_m + r;
+            let (i, h) = (row / group, hk * group + row % group);
+            if i >= p.seqlens_q[b] {
+                continue;
+            }
+            let (orow, l) = st.finish();
+            for (d, v) in o.row4_mut(b, i, h).iter_mut().zip(orow) {
+                *d = p.dtype.round(v);
+            }
+            lse.data[(b * hq + h) * sq + i] = l;
+        }
+    }
+    Ok(AttentionOutput {
+        o,
+        lse,
+        provenance: Provenance::cpu(),
     })
+}
+
+impl LeanPlan {
+    fn schedule_total_iters(&self) -> u64 {
+        match &self.schedule {
+            Schedule::StreamK { total_iters, .. } | Schedule::FixedSplit { total_iters, .. } => {
+                *total_iters
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{golden, Comparison, Tolerance};
+    use proptest::prelude::*;
+    use rand::{rngs::StdRng, SeedableRng};
+
+    fn inputs(p: &AttentionProblem, seed: u64) -> AttentionInputs {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let q = Tensor::randn(
+            &[p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_qk],
+            p.dtype,
+            1.0,
+            &mut rng,
+        );
+        let k = Tensor::randn(
+            &[p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_qk],
+            p.dtype,
+            1.0,
+            &mut rng,
+        );
+        let v = Tensor::randn(
+            &[p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_v],
+            p.dtype,
+            1.0,
+            &mut rng,
+        );
+        AttentionInputs {
+            seqlens_k: Some(p.seqlens_k.iter().map(|&x| x as i64).collect()),
+            seqlens_q: Some(p.seqlens_q.iter().map(|&x| x as i64).collect()),
+            ..AttentionInputs::new(q, k, v)
+        }
+    }
+
+    fn check(
+        plan: &LeanPlan,
+        p: &AttentionProblem,
+        x: &AttentionInputs,
+    ) -> std::result::Result<(), String> {
+        let gold = golden::exact_attention(p, x);
+        let got = emulate(plan, p, x).map_err(|e| e.to_string())?;
+        // f32 arithmetic in another order than the f64 reference
+        Comparison::f32(&gold.o.data, &got.o.data).check("O", &Tolerance::f32_reorder())?;
+        Comparison::f32(&gold.lse.data, &got.lse.data).check("LSE", &Tolerance::f32_reorder())
+    }
+
+    fn cpu_caps(ctas: usize) -> DeviceCaps {
+        DeviceCaps {
+            compute_units: ctas,
+            ..DeviceCaps::cpu(ctas)
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+        /// Equal to the golden reference for every CTA count 1..=N, ragged batches, GQA,
+        /// multi-token causal decode.
+        #[test]
+        fn emulation_matches_golden_for_every_cta_count(
+            lens in prop::collection::vec(0usize..300, 1..4),
+            group in prop::sample::select(vec![1usize, 3, 8]),
+            sq in 1usize..4,
+            causal in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let max_k = lens.iter().copied().max().unwrap().max(1);
+            let mut p = AttentionProblem::uniform(lens.len(), sq, max_k, 2 * group, 2, 64, 64, DType::F32);
+            p.seqlens_k = lens.clone();
+            p.seqlens_q[0] = sq.saturating_sub(1).max(1); // a ragged query length too
+            p.causal = causal;
+            p.softmax_scale = 0.3;
+            let x = inputs(&p, seed);
+            let base = plan(&p, &cpu_caps(1)).unwrap();
+            let total = base.tile_space(&p).total_iters() as usize;
+            for ctas in 1..=total + 1 {
+                let pl = plan(&p, &cpu_caps(ctas)).unwrap();
+                prop_assert_eq!(pl.num_ctas, ctas.min(total));
+                check(&pl, &p, &x).map_err(|e| TestCaseError::fail(format!("{ctas} CTAs: {e}")))?;
+            }
+            for splits in [1, 2, 5] {
+                let pl = plan_fixed_split(&p, &cpu_caps(4), Some(splits)).unwrap();
+                check(&pl, &p, &x).map_err(|e| TestCaseError::fail(format!("{splits} splits: {e}")))?;
+            }
+        }
+    }
+
+    #[test]
+    fn half_precision_within_output_tolerance_and_tiles_group_queries() {
+        // 16 query heads per KV head x 2 tokens = 32 rows: two query-tile groups of 16
+        let mut p = AttentionProblem::uniform(3, 2, 577, 32, 2, 128, 128, DType::BF16);
+        p.seqlens_k = vec![577, 37, 1];
+        let x = inputs(&p, 7);
+        let pl = plan(&p, &DeviceCaps::hopper_reference()).unwrap();
+        assert_eq!((pl.tile_m, pl.query_groups, pl.tile_k), (16, 2, 64));
+        let gold = golden::exact_attention(&p, &x);
+        let got = emulate(&pl, &p, &x).unwrap();
+        Comparison::f32(&gold.o.data, &got.o.data)
+            .check("O", &Tolerance::output(DType::BF16))
+            .unwrap();
+        Comparison::f32(&gold.lse.data, &got.lse.data)
+            .check("LSE", &Tolerance::lse())
+            .unwrap();
+    }
+
+    #[test]
+    fn empty_sequences_give_zero_and_neg_inf() {
+        let mut p = AttentionProblem::uniform(2, 1, 50, 4, 4, 64, 64, DType::F16);
+        p.seqlens_k = vec![0, 50];
+        let x = inputs(&p, 1);
+        let out = emulate(&plan(&p, &DeviceCaps::hopper_reference()).unwrap(), &p, &x).unwrap();
+        assert!(out.o.data[..4 * 64].iter().all(|&v| v == 0.0));
+        assert!(out.lse.data[..4].iter().all(|&v| v == f32::NEG_INFINITY));
+        assert!(out.lse.data[4..].iter().all(|v| v.is_finite()));
+    }
+
+    #[test]
+    fn tile_k_follows_shared_memory() {
+        let hop = DeviceCaps::hopper_reference();
+        let tk = |d: usize, caps: &DeviceCaps| {
+            choose_tile_k(
+                &AttentionProblem::uniform(1, 1, 8, 8, 8, d, d, DType::F16),
+                caps,
+            )
+            .unwrap()
+        };
+        // 227 KiB / 2 CTAs = 113.5 KiB per CTA; two K+V tiles of t keys take 4 * t * d bytes
+        assert_eq!((tk(64, &hop), tk(128, &hop), tk(256, &hop)), (128, 64, 32));
+        let small = DeviceCaps {
+            shared_mem_per_block: 72 * 1024,
+            ctas_per_unit: 1,
+            ..hop.clone()
+        };
+        assert_eq!(tk(256, &small), 32);
+        let tiny = DeviceCaps {
+            shared_mem_per_block: 16 * 1024,
+            ctas_per_unit: 1,
+            ..hop
+        };
+        let e = choose_tile_k(
+            &AttentionProblem::uniform(1, 1, 8, 8, 8, 256, 256, DType::F16),
+            &tiny,
+        );
+        assert!(matches!(e, Err(CoreError::InvalidPlan(_))));
+    }
+
+    #[test]
+    fn unsupported_configurations_say_what_is_supported() {
+        let hop = DeviceCaps::hopper_reference();
+        let cases = [
+            AttentionProblem::uniform(1, 9, 64, 8, 8, 128, 128, DType::F16), // prefill
+            AttentionProblem::uniform(1, 1, 64, 8, 8, 96, 96, DType::F16),   // head dim
+            AttentionProblem::uniform(1, 1, 64, 32, 1, 128, 128, DType::F16), // group 32
+            AttentionProblem::uniform(1, 1, 64, 8, 8, 128, 128, DType::F32), // f32 on cuda
+        ];
+        for p in cases {
+            match plan(&p, &hop) {
+                Err(CoreError::Unsupported { supported, .. }) => assert!(!supported.is_empty()),
+                other => panic!("{p:?} gave {other:?}"),
+            }
+        }
+        // f32 is fine on the CPU
+        let p = AttentionProblem::uniform(1, 1, 64, 8, 8, 128, 128, DType::F32);
+        assert!(plan(&p, &DeviceCaps::cpu(2)).is_ok());
+    }
+
+    #[test]
+    fn plan_round_trips_through_json_and_stays_small() {
+        let p = AttentionProblem::uniform(64, 1, 262_144, 32, 8, 128, 128, DType::F16);
+        let pl = plan(&p, &DeviceCaps::hopper_reference()).unwrap();
+        assert_eq!(pl.num_ctas, 264);
+        let json = serde_json::to_string(&pl).unwrap();
+        assert!(json.len() < 8 << 10, "{} bytes", json.len());
+        assert_eq!(serde_json::from_str::<LeanPlan>(&json).unwrap(), pl);
+        let fx = plan_fixed_split(&p, &DeviceCaps::hopper_reference(), None).unwrap();
+        assert!(serde_json::to_string(&fx).unwrap().len() < 1024);
+    }
 }
