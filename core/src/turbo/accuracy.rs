@@ -39,7 +39,15 @@ pub struct AccuracyRow {
 /// Q, K, V for `p` with LLM-like channel outliers (see the module docs), rounded to `p.dtype`.
 pub fn llm_like_inputs(p: &AttentionProblem, seed: u64) -> AttentionInputs {
     let mut rng = StdRng::seed_from_u64(seed);
-    let (b, sq, sk, hq, hk, d, dv) = (p.batch, p.max_seqlen_q, p.max_seqlen_k, p.heads_q, p.heads_kv, p.head_dim_qk, p.head_dim_v);
+    let (b, sq, sk, hq, hk, d, dv) = (
+        p.batch,
+        p.max_seqlen_q,
+        p.max_seqlen_k,
+        p.heads_q,
+        p.heads_kv,
+        p.head_dim_qk,
+        p.head_dim_v,
+    );
     let q = Tensor::randn(&[b, sq, hq, d], DType::F32, 1.0, &mut rng);
     let mut k = Tensor::randn(&[b, sk, hk, d], DType::F32, 1.0, &mut rng);
     let mut v = Tensor::randn(&[b, sk, hk, dv], DType::F32, 1.0, &mut rng);
@@ -48,7 +56,8 @@ pub fn llm_like_inputs(p: &AttentionProblem, seed: u64) -> AttentionInputs {
             .map(|_| {
                 let z: f32 = StandardNormal.sample(&mut rng);
                 (0.5 * z).exp()
-            }).collect();
+            })
+            .collect();
         let outliers: Vec<(usize, f32, f32)> = if h % 2 == 0 {
             let mut chans: Vec<usize> = Vec::new();
             while chans.len() < 4 {
@@ -57,7 +66,16 @@ pub fn llm_like_inputs(p: &AttentionProblem, seed: u64) -> AttentionInputs {
                     chans.push(c);
                 }
             }
-            chans.into_iter().map(|c| (c, rng.gen_range(10.0f32..50.0), if rng.gen::<bool>() { 1.0 } else { -1.0 })).collect()
+            chans
+                .into_iter()
+                .map(|c| {
+                    (
+                        c,
+                        rng.gen_range(10.0f32..50.0),
+                        if rng.gen::<bool>() { 1.0 } else { -1.0 },
+                    )
+                })
+                .collect()
         } else {
             Vec::new()
         };
@@ -73,14 +91,22 @@ pub fn llm_like_inputs(p: &AttentionProblem, seed: u64) -> AttentionInputs {
             }
         }
     }
-    let round = |t: Tensor| Tensor::from_vec(&t.shape, p.dtype, t.data).expect("same element count");
+    let round =
+        |t: Tensor| Tensor::from_vec(&t.shape, p.dtype, t.data).expect("same element count");
     let mut x = AttentionInputs::new(round(q), round(k), round(v));
     x.seqlens_q = Some(p.seqlens_q.iter().map(|&l| l as i64).collect());
     x.seqlens_k = Some(p.seqlens_k.iter().map(|&l| l as i64).collect());
     x
 }
 
-fn row(phase: &str, kv_bits: &str, cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs, ratio: Option<f64>) -> AccuracyRow {
+fn row(
+    phase: &str,
+    kv_bits: &str,
+    cfg: &TurboConfig,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    ratio: Option<f64>,
+) -> AccuracyRow {
     let exact = golden::exact_attention(p, x);
     let out = emulate(cfg, p, x).expect("built-in accuracy configurations are valid");
     let c = Comparison::f32(&exact.o.data, &out.o.data);
@@ -91,7 +117,14 @@ fn row(phase: &str, kv_bits: &str, cfg: &TurboConfig, p: &AttentionProblem, x: &
         sas: cfg.sas,
         shape: format!(
             "B={} Sq={} Sk={} Hq={} Hk={} d={} causal={} {}",
-            p.batch, p.max_seqlen_q, p.max_seqlen_k, p.heads_q, p.heads_kv, p.head_dim_qk, p.causal, p.dtype
+            p.batch,
+            p.max_seqlen_q,
+            p.max_seqlen_k,
+            p.heads_q,
+            p.heads_kv,
+            p.head_dim_qk,
+            p.causal,
+            p.dtype
         ),
         rel_fro: c.rel_fro,
         cosine: c.cosine,
@@ -111,7 +144,10 @@ pub fn accuracy_table(seed: u64) -> Vec<AccuracyRow> {
     pre.causal = true;
     let x = llm_like_inputs(&pre, seed);
     for sas in [true, false] {
-        let cfg = TurboConfig { sas, ..TurboConfig::default() };
+        let cfg = TurboConfig {
+            sas,
+            ..TurboConfig::default()
+        };
         rows.push(row("prefill", "int8", &cfg, &pre, &x, None));
     }
     let mut dec = AttentionProblem::uniform(1, 16, 516, 8, 4, 128, 128, DType::F16);
@@ -125,14 +161,28 @@ pub fn accuracy_table(seed: u64) -> Vec<AccuracyRow> {
     let policies = [
         ("int4", KvBits::Int4),
         ("int2", KvBits::Int2),
-        ("mixed 2/4", KvBits::Mixed { two_bit_fraction: 0.5 }),
-        ("mixed 2/4, priority reversed", KvBits::PerHead { bits: heads::assign_bits(&reversed, n_two) }),
+        (
+            "mixed 2/4",
+            KvBits::Mixed {
+                two_bit_fraction: 0.5,
+            },
+        ),
+        (
+            "mixed 2/4, priority reversed",
+            KvBits::PerHead {
+                bits: heads::assign_bits(&reversed, n_two),
+            },
+        ),
     ];
     for (name, kv_bits) in policies {
         let bits = cache::resolve_bits(&kv_bits, &x.k, v, &ctx).expect("valid policy");
         let ratio = cache::block_compression_ratio(dec.head_dim_qk, 64, &bits);
         for sas in [true, false] {
-            let cfg = TurboConfig { sas, kv_bits: kv_bits.clone(), ..TurboConfig::default() };
+            let cfg = TurboConfig {
+                sas,
+                kv_bits: kv_bits.clone(),
+                ..TurboConfig::default()
+            };
             rows.push(row("decode", name, &cfg, &dec, &x, Some(ratio)));
         }
     }
@@ -154,7 +204,8 @@ pub fn accuracy_markdown(rows: &[AccuracyRow]) -> String {
             r.cosine,
             r.max_abs,
             r.lse_max_abs,
-            r.cache_ratio_vs_fp16.map_or("-".into(), |x| format!("{x:.2}x"))
+            r.cache_ratio_vs_fp16
+                .map_or("-".into(), |x| format!("{x:.2}x"))
         );
     }
     s

@@ -16,8 +16,14 @@ use super::cache::{SeqCache, TurboKvCache};
 use super::quant::{rne, Int8Block, INT8_DIVISOR, INT8_MAX_CODE};
 use super::sas::ExpKind;
 use super::TurboConfig;
-use crate::{AttentionInputs, AttentionOutput, AttentionProblem, CoreError, DType, Provenance, Result, Tensor};
+use crate::{
+    AttentionInputs, AttentionOutput, AttentionProblem, CoreError, DType, Provenance, Result,
+    Tensor,
+};
 use rayon::prelude::*;
+
+/// One finished query row: O (`Dv` values) and LSE.
+pub type RowOut = (Vec<f32>, f32);
 
 /// Running softmax state of one query row (FlashAttention-2, as in Alg. 1).
 #[derive(Clone, Debug, PartialEq)]
@@ -33,7 +39,11 @@ pub struct RowState {
 impl RowState {
     /// The state before any key.
     pub fn new(dv: usize) -> RowState {
-        RowState { m: f32::NEG_INFINITY, l: 0.0, acc: vec![0.0; dv] }
+        RowState {
+            m: f32::NEG_INFINITY,
+            l: 0.0,
+            acc: vec![0.0; dv],
+        }
     }
 
     /// `O = acc / l` and `L = m + ln(l)` (Alg. 1 last lines); zeros and `-inf` for a row that
@@ -42,7 +52,10 @@ impl RowState {
         if self.m == f32::NEG_INFINITY || self.l == 0.0 {
             return (vec![0.0; self.acc.len()], f32::NEG_INFINITY);
         }
-        (self.acc.iter().map(|a| a / self.l).collect(), self.m + self.l.ln())
+        (
+            self.acc.iter().map(|a| a / self.l).collect(),
+            self.m + self.l.ln(),
+        )
     }
 }
 
@@ -95,7 +108,11 @@ pub fn attend_tile(
         }
         let st = &states[i];
         let m_new = st.m.max(tile_max);
-        r[i] = if m_new == st.m { 1.0 } else { exp.exp(st.m - m_new) };
+        r[i] = if m_new == st.m {
+            1.0
+        } else {
+            exp.exp(st.m - m_new)
+        };
         for j in 0..vis {
             let pij = exp.exp(s[j] - m_new);
             p[i * n + j] = pij;
@@ -114,7 +131,11 @@ pub fn attend_tile(
         acc.iter_mut().for_each(|a| *a = 0);
         let mut rowsum = 0i32;
         for j in 0..n {
-            let code = if s_p == 0.0 { 0 } else { rne(p[i * n + j] / s_p).clamp(0.0, INT8_MAX_CODE as f32) as i32 };
+            let code = if s_p == 0.0 {
+                0
+            } else {
+                rne(p[i * n + j] / s_p).clamp(0.0, INT8_MAX_CODE as f32) as i32
+            };
             if code == 0 {
                 continue;
             }
@@ -131,7 +152,14 @@ pub fn attend_tile(
 }
 
 /// INT8 K and V blocks of `B_c` tokens (the last one partial) of sequence `b`, KV head `h`.
-fn kv_blocks(k: &Tensor, v: &Tensor, b: usize, h: usize, n: usize, bc: usize) -> Vec<(Int8Block, Int8Block)> {
+fn kv_blocks(
+    k: &Tensor,
+    v: &Tensor,
+    b: usize,
+    h: usize,
+    n: usize,
+    bc: usize,
+) -> Vec<(Int8Block, Int8Block)> {
     (0..n.div_ceil(bc))
         .map(|j| {
             let range = j * bc..((j + 1) * bc).min(n);
@@ -144,16 +172,27 @@ fn kv_blocks(k: &Tensor, v: &Tensor, b: usize, h: usize, n: usize, bc: usize) ->
 
 /// Alg. 1 for the listed sequences; writes their rows of `o` (`[B, Sq, Hq, Dv]`) and `lse`
 /// (`[B, Hq, Sq]`), rounding O to the problem's dtype.
-pub(crate) fn prefill_into(cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs, seqs: &[usize], o: &mut [f32], lse: &mut [f32]) {
+pub(crate) fn prefill_into(
+    cfg: &TurboConfig,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    seqs: &[usize],
+    o: &mut [f32],
+    lse: &mut [f32],
+) {
     let v = x.v.as_ref().expect("validated: separate K and V");
     let (hq, dv, sq_max) = (p.heads_q, p.head_dim_v, p.max_seqlen_q);
     let group = p.group_size();
     let exp = cfg.exp_kind();
     let kv: Vec<Vec<Vec<(Int8Block, Int8Block)>>> = seqs
         .par_iter()
-        .map(|&b| (0..p.heads_kv).map(|h| kv_blocks(&x.k, v, b, h, p.seqlens_k[b], cfg.block_k)).collect())
+        .map(|&b| {
+            (0..p.heads_kv)
+                .map(|h| kv_blocks(&x.k, v, b, h, p.seqlens_k[b], cfg.block_k))
+                .collect()
+        })
         .collect();
-    let results: Vec<(usize, usize, Vec<(Vec<f32>, f32)>)> = (0..seqs.len() * hq)
+    let results: Vec<(usize, usize, Vec<RowOut>)> = (0..seqs.len() * hq)
         .into_par_iter()
         .map(|t| {
             let (si, h) = (t / hq, t % hq);
@@ -173,7 +212,16 @@ pub(crate) fn prefill_into(cfg: &TurboConfig, p: &AttentionProblem, x: &Attentio
                     if first >= reach {
                         break;
                     }
-                    attend_tile(&qb, p.softmax_scale, &visible, kb, vb, first, exp, &mut states);
+                    attend_tile(
+                        &qb,
+                        p.softmax_scale,
+                        &visible,
+                        kb,
+                        vb,
+                        first,
+                        exp,
+                        &mut states,
+                    );
                 }
                 rows.extend(states.iter().map(RowState::finish));
             }
@@ -192,7 +240,13 @@ pub(crate) fn prefill_into(cfg: &TurboConfig, p: &AttentionProblem, x: &Attentio
 }
 
 /// Alg. 2 for one query row of one sequence against KV head `h`'s tiles.
-pub(crate) fn decode_row(cfg: &TurboConfig, tiles: &(Vec<Int8Block>, Vec<Int8Block>), q: &[f32], softmax_scale: f32, dv: usize) -> (Vec<f32>, f32) {
+pub(crate) fn decode_row(
+    cfg: &TurboConfig,
+    tiles: &(Vec<Int8Block>, Vec<Int8Block>),
+    q: &[f32],
+    softmax_scale: f32,
+    dv: usize,
+) -> (Vec<f32>, f32) {
     let qb = Int8Block::quantize(&[q]);
     let mut st = [RowState::new(dv)];
     let mut first = 0;
@@ -206,30 +260,57 @@ pub(crate) fn decode_row(cfg: &TurboConfig, tiles: &(Vec<Int8Block>, Vec<Int8Blo
 }
 
 /// Alg. 2 for every query head of one sequence: `q(h)` gives head `h`'s query row.
-pub(crate) fn decode_seq<'a>(cfg: &TurboConfig, seq: &SeqCache, heads_q: usize, dv: usize, q: impl Fn(usize) -> &'a [f32], softmax_scale: f32) -> Vec<(Vec<f32>, f32)> {
+pub(crate) fn decode_seq<'a>(
+    cfg: &TurboConfig,
+    seq: &SeqCache,
+    heads_q: usize,
+    dv: usize,
+    q: impl Fn(usize) -> &'a [f32],
+    softmax_scale: f32,
+) -> Vec<RowOut> {
     let heads_kv = seq.k.len();
     let group = heads_q / heads_kv;
-    let tiles: Vec<(Vec<Int8Block>, Vec<Int8Block>)> = (0..heads_kv).map(|h| (seq.k[h].int8_tiles(), seq.v[h].int8_tiles())).collect();
-    (0..heads_q).map(|h| decode_row(cfg, &tiles[h / group], q(h), softmax_scale, dv)).collect()
+    let tiles: Vec<(Vec<Int8Block>, Vec<Int8Block>)> = (0..heads_kv)
+        .map(|h| (seq.k[h].int8_tiles(), seq.v[h].int8_tiles()))
+        .collect();
+    (0..heads_q)
+        .map(|h| decode_row(cfg, &tiles[h / group], q(h), softmax_scale, dv))
+        .collect()
 }
 
 /// TurboAttention prefill (Alg. 1) of every sequence, and the compressed cache of all its keys
 /// and values (full blocks compressed at the per-head bit widths, the tail in the INT8 buffer).
 ///
 /// Queries and keys may differ in length (bottom-right causal mask as the problem says).
-pub fn prefill(cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs) -> Result<(AttentionOutput, TurboKvCache)> {
+pub fn prefill(
+    cfg: &TurboConfig,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+) -> Result<(AttentionOutput, TurboKvCache)> {
     super::check_inputs(cfg, p, x)?;
     let (mut o, mut lse) = output_buffers(p);
     let seqs: Vec<usize> = (0..p.batch).collect();
     prefill_into(cfg, p, x, &seqs, &mut o.data, &mut lse.data);
     let v = x.v.as_ref().expect("checked: separate K and V");
     let cache = TurboKvCache::from_context(cfg, &x.k, v, &p.seqlens_k)?;
-    Ok((AttentionOutput { o, lse, provenance: provenance() }, cache))
+    Ok((
+        AttentionOutput {
+            o,
+            lse,
+            provenance: provenance(),
+        },
+        cache,
+    ))
 }
 
 /// TurboAttention decode (Alg. 2) of one query token per sequence against everything `cache`
 /// holds. `q` is `[B, 1, Hq, D]`; O is `[B, 1, Hq, D]` in `q`'s dtype, LSE `[B, Hq, 1]`.
-pub fn decode(cfg: &TurboConfig, cache: &TurboKvCache, q: &Tensor, softmax_scale: f32) -> Result<AttentionOutput> {
+pub fn decode(
+    cfg: &TurboConfig,
+    cache: &TurboKvCache,
+    q: &Tensor,
+    softmax_scale: f32,
+) -> Result<AttentionOutput> {
     cfg.validate()?;
     check_decode_query(cache, q, softmax_scale)?;
     if cfg.block_k != cache.block_tokens {
@@ -240,9 +321,24 @@ pub fn decode(cfg: &TurboConfig, cache: &TurboKvCache, q: &Tensor, softmax_scale
     }
     let (batch, hq, d) = (q.shape[0], q.shape[2], q.shape[3]);
     let mut o = Tensor::zeros(&[batch, 1, hq, d], q.dtype);
-    let mut lse = Tensor { shape: vec![batch, hq, 1], dtype: DType::F32, data: vec![f32::NEG_INFINITY; batch * hq] };
-    let per_seq: Vec<Vec<(Vec<f32>, f32)>> =
-        (0..batch).into_par_iter().map(|b| decode_seq(cfg, &cache.seqs[b], hq, d, |h| q.row4(b, 0, h), softmax_scale)).collect();
+    let mut lse = Tensor {
+        shape: vec![batch, hq, 1],
+        dtype: DType::F32,
+        data: vec![f32::NEG_INFINITY; batch * hq],
+    };
+    let per_seq: Vec<Vec<RowOut>> = (0..batch)
+        .into_par_iter()
+        .map(|b| {
+            decode_seq(
+                cfg,
+                &cache.seqs[b],
+                hq,
+                d,
+                |h| q.row4(b, 0, h),
+                softmax_scale,
+            )
+        })
+        .collect();
     for (b, rows) in per_seq.into_iter().enumerate() {
         for (h, (orow, l)) in rows.into_iter().enumerate() {
             for (dst, s) in o.row4_mut(b, 0, h).iter_mut().zip(orow) {
@@ -251,12 +347,23 @@ pub fn decode(cfg: &TurboConfig, cache: &TurboKvCache, q: &Tensor, softmax_scale
             lse.data[b * hq + h] = l;
         }
     }
-    Ok(AttentionOutput { o, lse, provenance: provenance() })
+    Ok(AttentionOutput {
+        o,
+        lse,
+        provenance: provenance(),
+    })
 }
 
 /// One decode step: appends `k_new`, `v_new` (`[B, 1, Hk, D]`) to the cache (flushing full
 /// buffers), then runs [`decode`] for `q` (`[B, 1, Hq, D]`), which thus sees its own token.
-pub fn decode_step(cfg: &TurboConfig, cache: &mut TurboKvCache, q: &Tensor, k_new: &Tensor, v_new: &Tensor, softmax_scale: f32) -> Result<AttentionOutput> {
+pub fn decode_step(
+    cfg: &TurboConfig,
+    cache: &mut TurboKvCache,
+    q: &Tensor,
+    k_new: &Tensor,
+    v_new: &Tensor,
+    softmax_scale: f32,
+) -> Result<AttentionOutput> {
     cfg.validate()?;
     check_decode_query(cache, q, softmax_scale)?;
     cache.append(k_new, v_new)?;
@@ -267,7 +374,7 @@ fn check_decode_query(cache: &TurboKvCache, q: &Tensor, softmax_scale: f32) -> R
     let ok = q.shape.len() == 4
         && q.shape[0] == cache.batch()
         && q.shape[1] == 1
-        && q.shape[2] % cache.heads_kv == 0
+        && q.shape[2].checked_rem(cache.heads_kv) == Some(0)
         && q.shape[2] > 0
         && q.shape[3] == cache.head_dim;
     if !ok {
@@ -290,7 +397,11 @@ fn check_decode_query(cache: &TurboKvCache, q: &Tensor, softmax_scale: f32) -> R
         });
     }
     if let Some((index, value)) = q.first_non_finite() {
-        return Err(CoreError::NonFinite { tensor: "q", index, value });
+        return Err(CoreError::NonFinite {
+            tensor: "q",
+            index,
+            value,
+        });
     }
     Ok(())
 }
@@ -307,5 +418,8 @@ pub(crate) fn output_buffers(p: &AttentionProblem) -> (Tensor, Tensor) {
 }
 
 pub(crate) fn provenance() -> Provenance {
-    Provenance { device: "TurboAttention CPU emulation (INT8 + SAS)".into(), ..Provenance::cpu() }
+    Provenance {
+        device: "TurboAttention CPU emulation (INT8 + SAS)".into(),
+        ..Provenance::cpu()
+    }
 }

@@ -50,7 +50,14 @@ pub struct TensorCache {
 
 impl TensorCache {
     fn empty() -> TensorCache {
-        TensorCache { blocks: Vec::new(), buffer: Int8Buffer { scale: None, tokens: 0, codes: Vec::new() } }
+        TensorCache {
+            blocks: Vec::new(),
+            buffer: Int8Buffer {
+                scale: None,
+                tokens: 0,
+                codes: Vec::new(),
+            },
+        }
     }
 
     /// Appends one token row; flushes the buffer into a block of `bits` when it reaches `n_b`.
@@ -66,8 +73,13 @@ impl TensorCache {
         buf.codes.extend(row.iter().map(|&x| quantize_int8(x, s)));
         buf.tokens += 1;
         if buf.tokens == n_b {
-            let block = Int8Block { scale: s, rows: n_b, codes: std::mem::take(&mut buf.codes) };
-            self.blocks.push(PackedBlock::compress(&block, row.len(), bits));
+            let block = Int8Block {
+                scale: s,
+                rows: n_b,
+                codes: std::mem::take(&mut buf.codes),
+            };
+            self.blocks
+                .push(PackedBlock::compress(&block, row.len(), bits));
             buf.tokens = 0;
         }
     }
@@ -157,17 +169,37 @@ pub struct TurboKvCache {
 
 impl TurboKvCache {
     /// An empty cache for `batch` sequences with explicit per-head bits.
-    pub fn empty(cfg: &TurboConfig, batch: usize, heads_kv: usize, head_dim: usize, bits: Vec<u8>) -> Result<TurboKvCache> {
+    pub fn empty(
+        cfg: &TurboConfig,
+        batch: usize,
+        heads_kv: usize,
+        head_dim: usize,
+        bits: Vec<u8>,
+    ) -> Result<TurboKvCache> {
         cfg.validate()?;
         super::check_head_dim(head_dim, head_dim, crate::BackendKind::Cpu)?;
         check_bits(&bits, heads_kv)?;
-        let seq = SeqCache { k: vec![TensorCache::empty(); heads_kv], v: vec![TensorCache::empty(); heads_kv] };
-        Ok(TurboKvCache { head_dim, heads_kv, block_tokens: cfg.block_k, bits, seqs: vec![seq; batch] })
+        let seq = SeqCache {
+            k: vec![TensorCache::empty(); heads_kv],
+            v: vec![TensorCache::empty(); heads_kv],
+        };
+        Ok(TurboKvCache {
+            head_dim,
+            heads_kv,
+            block_tokens: cfg.block_k,
+            bits,
+            seqs: vec![seq; batch],
+        })
     }
 
     /// Compresses the first `seqlens[b]` tokens of every sequence of `k`, `v` (`[B, S, Hk, D]`),
     /// choosing per-head bits from `cfg.kv_bits` (priorities measured on these tokens).
-    pub fn from_context(cfg: &TurboConfig, k: &Tensor, v: &Tensor, seqlens: &[usize]) -> Result<TurboKvCache> {
+    pub fn from_context(
+        cfg: &TurboConfig,
+        k: &Tensor,
+        v: &Tensor,
+        seqlens: &[usize],
+    ) -> Result<TurboKvCache> {
         cfg.validate()?;
         check_kv(k, v, seqlens)?;
         let (batch, heads_kv, d) = (k.shape[0], k.shape[2], k.shape[3]);
@@ -179,12 +211,25 @@ impl TurboKvCache {
             let rows: Vec<&[f32]> = (0..n).map(|j| x.row4(b, j, h)).collect();
             let full = n / bc;
             let blocks = (0..full)
-                .map(|j| PackedBlock::compress(&Int8Block::quantize(&rows[j * bc..(j + 1) * bc]), d, bits))
+                .map(|j| {
+                    PackedBlock::compress(
+                        &Int8Block::quantize(&rows[j * bc..(j + 1) * bc]),
+                        d,
+                        bits,
+                    )
+                })
                 .collect();
             let universal = int8_scale(rows.iter().flat_map(|r| r.iter()));
             let scale = (universal > 0.0).then_some(universal);
             let tail = Int8Block::quantize_with_scale(&rows[full * bc..], universal);
-            TensorCache { blocks, buffer: Int8Buffer { scale, tokens: tail.rows, codes: tail.codes } }
+            TensorCache {
+                blocks,
+                buffer: Int8Buffer {
+                    scale,
+                    tokens: tail.rows,
+                    codes: tail.codes,
+                },
+            }
         };
         let seqs = (0..batch)
             .map(|b| SeqCache {
@@ -192,7 +237,13 @@ impl TurboKvCache {
                 v: (0..heads_kv).map(|h| compress(v, b, h, bits[h])).collect(),
             })
             .collect();
-        Ok(TurboKvCache { head_dim: d, heads_kv, block_tokens: bc, bits, seqs })
+        Ok(TurboKvCache {
+            head_dim: d,
+            heads_kv,
+            block_tokens: bc,
+            bits,
+            seqs,
+        })
     }
 
     /// Sequences in the batch.
@@ -212,7 +263,10 @@ impl TurboKvCache {
 
     /// Tokens of sequence `b` held in compressed blocks.
     pub fn compressed_tokens(&self, b: usize) -> usize {
-        self.seqs[b].k.first().map_or(0, |t| t.blocks.len() * self.block_tokens)
+        self.seqs[b]
+            .k
+            .first()
+            .map_or(0, |t| t.blocks.len() * self.block_tokens)
     }
 
     /// Tokens of sequence `b` held in the INT8 buffer.
@@ -236,11 +290,18 @@ impl TurboKvCache {
                 return Err(CoreError::Shape {
                     tensor: name,
                     actual: vec![x.len()],
-                    expected: format!("{want} values (heads_kv {} x head_dim {})", self.heads_kv, self.head_dim),
+                    expected: format!(
+                        "{want} values (heads_kv {} x head_dim {})",
+                        self.heads_kv, self.head_dim
+                    ),
                 });
             }
             if let Some((index, &value)) = x.iter().enumerate().find(|(_, x)| !x.is_finite()) {
-                return Err(CoreError::NonFinite { tensor: name, index, value });
+                return Err(CoreError::NonFinite {
+                    tensor: name,
+                    index,
+                    value,
+                });
             }
         }
         self.seqs[b].push_token(k, v, self.head_dim, self.block_tokens, &self.bits);
@@ -255,20 +316,29 @@ impl TurboKvCache {
                 return Err(CoreError::Shape {
                     tensor: name,
                     actual: x.shape.clone(),
-                    expected: format!("{want:?} (batch, one token, heads_kv, head_dim of the cache)"),
+                    expected: format!(
+                        "{want:?} (batch, one token, heads_kv, head_dim of the cache)"
+                    ),
                 });
             }
         }
         let row = self.heads_kv * self.head_dim;
         for b in 0..self.seqs.len() {
-            self.append_token(b, &k.data[b * row..(b + 1) * row], &v.data[b * row..(b + 1) * row])?;
+            self.append_token(
+                b,
+                &k.data[b * row..(b + 1) * row],
+                &v.data[b * row..(b + 1) * row],
+            )?;
         }
         Ok(())
     }
 
     /// INT8 tiles of K and V of sequence `b`, head `h`, in token order (blocks, then buffer).
     pub fn int8_tiles(&self, b: usize, h: usize) -> (Vec<Int8Block>, Vec<Int8Block>) {
-        (self.seqs[b].k[h].int8_tiles(), self.seqs[b].v[h].int8_tiles())
+        (
+            self.seqs[b].k[h].int8_tiles(),
+            self.seqs[b].v[h].int8_tiles(),
+        )
     }
 
     /// Reconstructed values (INT8 code x scale) of K and V of sequence `b`, head `h`,
@@ -297,8 +367,16 @@ impl TurboKvCache {
             compressed_bytes: compressed,
             buffer_bytes: buffer,
             fp16_bytes: fp16,
-            bytes_per_token: if tokens == 0 { 0.0 } else { held as f64 / tokens as f64 },
-            compression_ratio: if held == 0 { 0.0 } else { fp16 as f64 / held as f64 },
+            bytes_per_token: if tokens == 0 {
+                0.0
+            } else {
+                held as f64 / tokens as f64
+            },
+            compression_ratio: if held == 0 {
+                0.0
+            } else {
+                fp16 as f64 / held as f64
+            },
         }
     }
 }
@@ -317,7 +395,10 @@ impl SeqCache {
 /// cache, buffer excluded): `heads x 2 x T x d x 2 bytes` over the blocks' bytes.
 pub fn block_compression_ratio(head_dim: usize, block_tokens: usize, bits: &[u8]) -> f64 {
     let fp16 = bits.len() * 2 * block_tokens * head_dim * 2;
-    let packed: usize = bits.iter().map(|&b| 2 * packed_block_bytes(block_tokens, head_dim, b)).sum();
+    let packed: usize = bits
+        .iter()
+        .map(|&b| 2 * packed_block_bytes(block_tokens, head_dim, b))
+        .sum();
     fp16 as f64 / packed as f64
 }
 
@@ -330,7 +411,10 @@ fn check_bits(bits: &[u8], heads_kv: usize) -> Result<()> {
         });
     }
     if let Some((h, &b)) = bits.iter().enumerate().find(|(_, &b)| b != 2 && b != 4) {
-        return Err(CoreError::Unsupported { what: format!("{b} bits for KV head {h}"), supported: "2 or 4".into() });
+        return Err(CoreError::Unsupported {
+            what: format!("{b} bits for KV head {h}"),
+            supported: "2 or 4".into(),
+        });
     }
     Ok(())
 }
@@ -347,7 +431,10 @@ fn check_kv(k: &Tensor, v: &Tensor, seqlens: &[usize]) -> Result<()> {
         return Err(CoreError::Shape {
             tensor: "v",
             actual: v.shape.clone(),
-            expected: format!("[{}, {}, {}, head_dim_v] to match k {:?}", k.shape[0], k.shape[1], k.shape[2], k.shape),
+            expected: format!(
+                "[{}, {}, {}, head_dim_v] to match k {:?}",
+                k.shape[0], k.shape[1], k.shape[2], k.shape
+            ),
         });
     }
     if seqlens.len() != k.shape[0] {
@@ -368,7 +455,11 @@ fn check_kv(k: &Tensor, v: &Tensor, seqlens: &[usize]) -> Result<()> {
     }
     for (name, t) in [("k", k), ("v", v)] {
         if let Some((index, value)) = t.first_non_finite() {
-            return Err(CoreError::NonFinite { tensor: name, index, value });
+            return Err(CoreError::NonFinite {
+                tensor: name,
+                index,
+                value,
+            });
         }
     }
     Ok(())

@@ -34,7 +34,8 @@ pub fn tensor_priority<'a>(rows: impl IntoIterator<Item = &'a [f32]>, d: usize) 
         return 0.0;
     }
     let gaps: Vec<f64> = hi.iter().zip(&lo).map(|(h, l)| h - l).collect();
-    let gap = hi.iter().cloned().fold(f64::NEG_INFINITY, f64::max) - lo.iter().cloned().fold(f64::INFINITY, f64::min);
+    let gap = hi.iter().cloned().fold(f64::NEG_INFINITY, f64::max)
+        - lo.iter().cloned().fold(f64::INFINITY, f64::min);
     let mean = gaps.iter().sum::<f64>() / d as f64;
     let var = gaps.iter().map(|g| (g - mean) * (g - mean)).sum::<f64>() / d as f64;
     gap * var.sqrt()
@@ -49,7 +50,10 @@ pub fn head_priorities(k: &Tensor, v: &Tensor, seqlens: &[usize]) -> Vec<f64> {
             let rows = |t: &'static str| {
                 let x = if t == "k" { k } else { v };
                 let d = x.shape[3];
-                let it = seqlens.iter().enumerate().flat_map(move |(b, &n)| (0..n).map(move |j| x.row4(b, j, h)));
+                let it = seqlens
+                    .iter()
+                    .enumerate()
+                    .flat_map(move |(b, &n)| (0..n).map(move |j| x.row4(b, j, h)));
                 tensor_priority(it, d)
             };
             rows("k") + rows("v")
@@ -118,7 +122,10 @@ mod tests {
         for hh in 0..h {
             k2.row4_mut(1, s - 1, hh)[0] = 1e6 * (hh + 1) as f32;
         }
-        assert_eq!(head_priorities(&k2, &v, &[s, s - 1]), head_priorities(&k, &v, &[s, s - 1]));
+        assert_eq!(
+            head_priorities(&k2, &v, &[s, s - 1]),
+            head_priorities(&k, &v, &[s, s - 1])
+        );
     }
 
     #[test]

@@ -99,7 +99,10 @@ pub use accuracy::{accuracy_table, llm_like_inputs, AccuracyRow};
 pub use attention::{decode, decode_step, prefill};
 pub use cache::{block_compression_ratio, CacheMemory, TurboKvCache};
 
-use crate::{AttentionInputs, AttentionOutput, AttentionProblem, BackendKind, BlockSizes, CoreError, DeviceCaps, KvLayout, Result};
+use crate::{
+    AttentionInputs, AttentionOutput, AttentionProblem, BackendKind, BlockSizes, CoreError,
+    DeviceCaps, KvLayout, Result,
+};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -161,7 +164,9 @@ impl Default for TurboConfig {
             buffer_tokens: 64,
             sas_threshold: -6,
             sas: true,
-            kv_bits: KvBits::Mixed { two_bit_fraction: 0.5 },
+            kv_bits: KvBits::Mixed {
+                two_bit_fraction: 0.5,
+            },
         }
     }
 }
@@ -179,9 +184,16 @@ impl TurboConfig {
     /// Checks the settings on their own.
     pub fn validate(&self) -> Result<()> {
         let supported = || format!("{SUPPORTED_BLOCKS:?}");
-        for (what, v) in [("block_q", self.block_q), ("block_k", self.block_k), ("buffer_tokens", self.buffer_tokens)] {
+        for (what, v) in [
+            ("block_q", self.block_q),
+            ("block_k", self.block_k),
+            ("buffer_tokens", self.buffer_tokens),
+        ] {
             if !SUPPORTED_BLOCKS.contains(&v) {
-                return Err(CoreError::Unsupported { what: format!("turbo {what} = {v}"), supported: supported() });
+                return Err(CoreError::Unsupported {
+                    what: format!("turbo {what} = {v}"),
+                    supported: supported(),
+                });
             }
         }
         if self.buffer_tokens != self.block_k {
@@ -193,18 +205,29 @@ impl TurboConfig {
         if !(sas::MIN_THRESHOLD..=-1).contains(&self.sas_threshold) {
             return Err(CoreError::Unsupported {
                 what: format!("SAS threshold n_r = {}", self.sas_threshold),
-                supported: format!("integers {}..=-1 (the LUT holds e^0 .. e^{})", sas::MIN_THRESHOLD, sas::MIN_THRESHOLD),
+                supported: format!(
+                    "integers {}..=-1 (the LUT holds e^0 .. e^{})",
+                    sas::MIN_THRESHOLD,
+                    sas::MIN_THRESHOLD
+                ),
             });
         }
         match &self.kv_bits {
-            KvBits::Mixed { two_bit_fraction: f } if !(0.0..=1.0).contains(f) => Err(CoreError::Unsupported {
+            KvBits::Mixed {
+                two_bit_fraction: f,
+            } if !(0.0..=1.0).contains(f) => Err(CoreError::Unsupported {
                 what: format!("two_bit_fraction {f}"),
                 supported: "a fraction of KV heads in [0, 1]".into(),
             }),
-            KvBits::PerHead { bits } => match bits.iter().enumerate().find(|(_, &b)| b != 2 && b != 4) {
-                Some((h, b)) => Err(CoreError::Unsupported { what: format!("{b} bits for KV head {h}"), supported: "2 or 4".into() }),
-                None => Ok(()),
-            },
+            KvBits::PerHead { bits } => {
+                match bits.iter().enumerate().find(|(_, &b)| b != 2 && b != 4) {
+                    Some((h, b)) => Err(CoreError::Unsupported {
+                        what: format!("{b} bits for KV head {h}"),
+                        supported: "2 or 4".into(),
+                    }),
+                    None => Ok(()),
+                }
+            }
             _ => Ok(()),
         }
     }
@@ -236,7 +259,11 @@ impl TurboConfig {
 }
 
 pub(crate) fn check_head_dim(dqk: usize, dv: usize, backend: BackendKind) -> Result<()> {
-    let list: &[usize] = if backend == BackendKind::Cuda { &SUPPORTED_HEAD_DIMS_CUDA } else { &SUPPORTED_HEAD_DIMS };
+    let list: &[usize] = if backend == BackendKind::Cuda {
+        &SUPPORTED_HEAD_DIMS_CUDA
+    } else {
+        &SUPPORTED_HEAD_DIMS
+    };
     if dqk != dv {
         return Err(CoreError::Unsupported {
             what: format!("turbo with head_dim_qk {dqk} != head_dim_v {dv}"),
@@ -244,7 +271,10 @@ pub(crate) fn check_head_dim(dqk: usize, dv: usize, backend: BackendKind) -> Res
         });
     }
     if !list.contains(&dqk) {
-        return Err(CoreError::Unsupported { what: format!("turbo head_dim {dqk} on {backend}"), supported: format!("{list:?}") });
+        return Err(CoreError::Unsupported {
+            what: format!("turbo head_dim {dqk} on {backend}"),
+            supported: format!("{list:?}"),
+        });
     }
     Ok(())
 }
@@ -257,7 +287,10 @@ fn check_problem_support(p: &AttentionProblem, backend: BackendKind) -> Result<(
         });
     }
     if p.kv_layout != KvLayout::Separate {
-        return Err(CoreError::Unsupported { what: "turbo with an MLA latent cache".into(), supported: "separate K and V".into() });
+        return Err(CoreError::Unsupported {
+            what: "turbo with an MLA latent cache".into(),
+            supported: "separate K and V".into(),
+        });
     }
     check_head_dim(p.head_dim_qk, p.head_dim_v, backend)
 }
@@ -282,16 +315,32 @@ pub fn check_inputs(cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs
         supported: "separate K and V".into(),
     })?;
     let expect = [
-        ("q", &x.q, [p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_qk]),
-        ("k", &x.k, [p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_qk]),
+        (
+            "q",
+            &x.q,
+            [p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_qk],
+        ),
+        (
+            "k",
+            &x.k,
+            [p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_qk],
+        ),
         ("v", v, [p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_v]),
     ];
     for (name, t, shape) in expect {
         if t.shape != shape {
-            return Err(CoreError::Shape { tensor: name, actual: t.shape.clone(), expected: format!("{shape:?} as the problem says") });
+            return Err(CoreError::Shape {
+                tensor: name,
+                actual: t.shape.clone(),
+                expected: format!("{shape:?} as the problem says"),
+            });
         }
         if let Some((index, value)) = t.first_non_finite() {
-            return Err(CoreError::NonFinite { tensor: name, index, value });
+            return Err(CoreError::NonFinite {
+                tensor: name,
+                index,
+                value,
+            });
         }
         let amax = t.data.iter().fold(0.0f32, |m, x| m.max(x.abs()));
         if amax > MAX_MAGNITUDE {
@@ -306,22 +355,36 @@ pub fn check_inputs(cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs
 
 /// CPU emulation: Alg. 1 for sequences with `Sq >= Sk`, context compression then Alg. 2 per
 /// query token for `Sq < Sk` (see the module docs for the exact semantics).
-pub fn emulate(cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs) -> Result<AttentionOutput> {
+pub fn emulate(
+    cfg: &TurboConfig,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+) -> Result<AttentionOutput> {
     check_inputs(cfg, p, x)?;
     let (mut o, mut lse) = attention::output_buffers(p);
-    let (prefill_seqs, decode_seqs): (Vec<usize>, Vec<usize>) = (0..p.batch).partition(|&b| p.seqlens_q[b] >= p.seqlens_k[b]);
+    let (prefill_seqs, decode_seqs): (Vec<usize>, Vec<usize>) =
+        (0..p.batch).partition(|&b| p.seqlens_q[b] >= p.seqlens_k[b]);
     if !prefill_seqs.is_empty() {
         attention::prefill_into(cfg, p, x, &prefill_seqs, &mut o.data, &mut lse.data);
     }
     if !decode_seqs.is_empty() {
         let v = x.v.as_ref().expect("checked: separate K and V");
-        let ctx: Vec<usize> =
-            (0..p.batch).map(|b| if decode_seqs.contains(&b) { p.seqlens_k[b] - p.seqlens_q[b] } else { 0 }).collect();
+        let ctx: Vec<usize> = (0..p.batch)
+            .map(|b| {
+                if decode_seqs.contains(&b) {
+                    p.seqlens_k[b] - p.seqlens_q[b]
+                } else {
+                    0
+                }
+            })
+            .collect();
         let mut cache = TurboKvCache::from_context(cfg, &x.k, v, &ctx)?;
         let (hq, hk, d, sq_max) = (p.heads_q, p.heads_kv, p.head_dim_qk, p.max_seqlen_q);
         let (bits, n_b) = (cache.bits.clone(), cache.block_tokens);
-        let token = |t: &crate::Tensor, b: usize, j: usize| -> Vec<f32> { (0..hk).flat_map(|h| t.row4(b, j, h).to_vec()).collect() };
-        let results: Vec<(usize, Vec<Vec<(Vec<f32>, f32)>>)> = cache
+        let token = |t: &crate::Tensor, b: usize, j: usize| -> Vec<f32> {
+            (0..hk).flat_map(|h| t.row4(b, j, h).to_vec()).collect()
+        };
+        let results: Vec<(usize, Vec<Vec<attention::RowOut>>)> = cache
             .seqs
             .par_iter_mut()
             .enumerate()
@@ -329,7 +392,9 @@ pub fn emulate(cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs) -> 
             .map(|(b, seq)| {
                 let (c, sq) = (ctx[b], p.seqlens_q[b]);
                 let mut steps = Vec::with_capacity(sq);
-                let append = |seq: &mut cache::SeqCache, j: usize| seq.push_token(&token(&x.k, b, j), &token(v, b, j), d, n_b, &bits);
+                let append = |seq: &mut cache::SeqCache, j: usize| {
+                    seq.push_token(&token(&x.k, b, j), &token(v, b, j), d, n_b, &bits)
+                };
                 if !p.causal {
                     (c..c + sq).for_each(|j| append(seq, j));
                 }
@@ -337,7 +402,14 @@ pub fn emulate(cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs) -> 
                     if p.causal {
                         append(seq, c + i);
                     }
-                    steps.push(attention::decode_seq(cfg, seq, hq, d, |h| x.q.row4(b, i, h), p.softmax_scale));
+                    steps.push(attention::decode_seq(
+                        cfg,
+                        seq,
+                        hq,
+                        d,
+                        |h| x.q.row4(b, i, h),
+                        p.softmax_scale,
+                    ));
                 }
                 (b, steps)
             })
@@ -353,5 +425,9 @@ pub fn emulate(cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs) -> 
             }
         }
     }
-    Ok(AttentionOutput { o, lse, provenance: attention::provenance() })
+    Ok(AttentionOutput {
+        o,
+        lse,
+        provenance: attention::provenance(),
+    })
 }

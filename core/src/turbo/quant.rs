@@ -63,8 +63,15 @@ impl Int8Block {
 
     /// Quantizes `rows` with a given scale, clamping codes to `[-127, 127]`.
     pub fn quantize_with_scale(rows: &[&[f32]], scale: f32) -> Int8Block {
-        let codes = rows.iter().flat_map(|r| r.iter().map(|&x| quantize_int8(x, scale))).collect();
-        Int8Block { scale, rows: rows.len(), codes }
+        let codes = rows
+            .iter()
+            .flat_map(|r| r.iter().map(|&x| quantize_int8(x, scale)))
+            .collect();
+        Int8Block {
+            scale,
+            rows: rows.len(),
+            codes,
+        }
     }
 
     /// The values the codes stand for: `code * scale`.
@@ -100,7 +107,10 @@ impl ChannelParams {
         let range = hi as i32 - lo as i32;
         let levels = max_code(bits);
         let scale = ((range + levels - 1) / levels).max(1);
-        ChannelParams { scale: scale as u8, zero: lo }
+        ChannelParams {
+            scale: scale as u8,
+            zero: lo,
+        }
     }
 
     /// Low-bit code of INT8 code `x`: `floor((2 (x - zero) + scale) / (2 scale))`, i.e.
@@ -144,7 +154,9 @@ pub fn pack_codes(codes: &[u8], bits: u8) -> Vec<u8> {
 pub fn unpack_codes(packed: &[u8], bits: u8, n: usize) -> Vec<u8> {
     let per_byte = (8 / bits) as usize;
     let mask = max_code(bits) as u8;
-    (0..n).map(|i| (packed[i / per_byte] >> ((i % per_byte) as u8 * bits)) & mask).collect()
+    (0..n)
+        .map(|i| (packed[i / per_byte] >> ((i % per_byte) as u8 * bits)) & mask)
+        .collect()
 }
 
 /// One compressed cache block of K or V of one head: `tokens x d` INT4/INT2 codes with
@@ -175,16 +187,32 @@ impl PackedBlock {
                 ChannelParams::fit(lo, hi, bits)
             })
             .collect();
-        let codes: Vec<u8> = (0..rows * d).map(|i| channels[i % d].encode(block.codes[i], bits)).collect();
-        PackedBlock { tokens: rows, bits, int8_scale: block.scale, channels, packed: pack_codes(&codes, bits) }
+        let codes: Vec<u8> = (0..rows * d)
+            .map(|i| channels[i % d].encode(block.codes[i], bits))
+            .collect();
+        PackedBlock {
+            tokens: rows,
+            bits,
+            int8_scale: block.scale,
+            channels,
+            packed: pack_codes(&codes, bits),
+        }
     }
 
     /// Back to INT8 codes in integer arithmetic (Alg. 2), `tokens x d` row-major.
     pub fn decompress(&self) -> Int8Block {
         let d = self.channels.len();
         let codes = unpack_codes(&self.packed, self.bits, self.tokens * d);
-        let codes = codes.iter().enumerate().map(|(i, &c)| self.channels[i % d].decode(c)).collect();
-        Int8Block { scale: self.int8_scale, rows: self.tokens, codes }
+        let codes = codes
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| self.channels[i % d].decode(c))
+            .collect();
+        Int8Block {
+            scale: self.int8_scale,
+            rows: self.tokens,
+            codes,
+        }
     }
 
     /// Bytes this block occupies in the cache: codes, one scale and one zero byte per channel,
@@ -219,8 +247,9 @@ mod tests {
     fn turbo_int8_block_round_trip_within_half_a_step() {
         let mut rng = StdRng::seed_from_u64(11);
         for rows in [1usize, 37, 64] {
-            let data: Vec<Vec<f32>> =
-                (0..rows).map(|_| (0..64).map(|_| rng.gen_range(-3.0f32..3.0)).collect()).collect();
+            let data: Vec<Vec<f32>> = (0..rows)
+                .map(|_| (0..64).map(|_| rng.gen_range(-3.0f32..3.0)).collect())
+                .collect();
             let refs: Vec<&[f32]> = data.iter().map(|r| r.as_slice()).collect();
             let b = Int8Block::quantize(&refs);
             let amax = data.iter().flatten().fold(0.0f32, |m, x| m.max(x.abs()));
@@ -242,9 +271,10 @@ mod tests {
         assert_eq!(b.scale, 0.0);
         assert!(b.codes.iter().all(|&c| c == 0));
         // a fixed scale smaller than the data's clamps at +-127 (decode buffer case)
-        let row = [1.0f32, -1.0, 0.5, 2.0];
-        let b = Int8Block::quantize_with_scale(&[&row[..]], 1.0 / 119.0);
-        assert_eq!(b.codes, vec![119, -119, 60, 127]);
+        // (scale 1: exact quotients) ties go to even, beyond +-127 clamps
+        let row = [0.5f32, 1.5, 2.5, -2.5, 126.6, 200.0, -1e6];
+        let b = Int8Block::quantize_with_scale(&[&row[..]], 1.0);
+        assert_eq!(b.codes, vec![0, 2, 2, -2, 127, 127, -127]);
     }
 
     #[test]
@@ -261,7 +291,11 @@ mod tests {
                         let raw = (2 * (x - lo) + p.scale as i32) / (2 * p.scale as i32);
                         assert_eq!(raw, code as i32, "bits {bits} lo {lo} hi {hi} x {x}");
                         let back = p.decode(code) as i32;
-                        assert!((back - x).abs() <= bound, "bits {bits} [{lo},{hi}] x {x} -> {back}, s {}", p.scale);
+                        assert!(
+                            (back - x).abs() <= bound,
+                            "bits {bits} [{lo},{hi}] x {x} -> {back}, s {}",
+                            p.scale
+                        );
                     }
                 }
             }
@@ -287,7 +321,9 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(5);
         for bits in [2u8, 4] {
             for n in [1usize, 3, 4, 63, 64, 257] {
-                let codes: Vec<u8> = (0..n).map(|_| rng.gen_range(0..=max_code(bits) as u8)).collect();
+                let codes: Vec<u8> = (0..n)
+                    .map(|_| rng.gen_range(0..=max_code(bits) as u8))
+                    .collect();
                 let packed = pack_codes(&codes, bits);
                 assert_eq!(packed.len(), (n * bits as usize).div_ceil(8));
                 assert_eq!(unpack_codes(&packed, bits, n), codes);
@@ -304,8 +340,13 @@ mod tests {
         let d = 64;
         for bits in [2u8, 4] {
             for rows in [1usize, 5, 64] {
-                let data: Vec<Vec<f32>> =
-                    (0..rows).map(|_| (0..d).map(|c| rng.gen_range(-1.0f32..1.0) * (1 + c % 5) as f32).collect()).collect();
+                let data: Vec<Vec<f32>> = (0..rows)
+                    .map(|_| {
+                        (0..d)
+                            .map(|c| rng.gen_range(-1.0f32..1.0) * (1 + c % 5) as f32)
+                            .collect()
+                    })
+                    .collect();
                 let refs: Vec<&[f32]> = data.iter().map(|r| r.as_slice()).collect();
                 let b8 = Int8Block::quantize(&refs);
                 let pb = PackedBlock::compress(&b8, d, bits);
