@@ -62,8 +62,10 @@
 //! # Bit exactness
 //! Every reduction whose order could matter is done in integers (`Q K^T`, `P V`, `rowsum`);
 //! max and abs-max are order-free. A kernel must use the tile partition and order above and
-//! the written FMAs (`__fmaf_rn`), and avoid contracting the other products. O is then bit
-//! exact; LSE depends on `logf` (compare within 2 ulp); with SAS off, P depends on `expf`.
+//! the written FMAs (`__fmaf_rn`), round every other product and quotient on its own
+//! (`__fmul_rn`, `__fdiv_rn`: no `--use_fast_math`, and `S = dot x alpha` must be rounded
+//! before `S - m`, not fused into it). O is then bit exact; LSE depends on `logf` (compare
+//! within 2 ulp); with SAS off, P depends on `expf`.
 //! A split-K (stream-K) kernel changes the rescale sequence and can only match within a
 //! tolerance.
 //!
@@ -95,7 +97,7 @@ pub mod sas;
 #[cfg(test)]
 mod tests;
 
-pub use accuracy::{accuracy_table, llm_like_inputs, AccuracyRow};
+pub use accuracy::{accuracy_markdown, accuracy_table, llm_like_inputs, AccuracyRow};
 pub use attention::{decode, decode_step, prefill};
 pub use cache::{block_compression_ratio, CacheMemory, TurboKvCache};
 

@@ -682,6 +682,10 @@ fn turbo_empty_cache_takes_scale_from_first_nonzero_token() {
         ..TurboConfig::default()
     };
     let mut cache = TurboKvCache::empty(&cfg, 1, 1, d, vec![2]).expect("empty");
+    let q = Tensor::zeros(&[1, 1, 2, d], DType::F32);
+    let out = decode(&cfg, &cache, &q, 0.2).expect("decode of an empty cache");
+    assert!(out.o.data.iter().all(|&v| v == 0.0));
+    assert!(out.lse.data.iter().all(|&l| l == f32::NEG_INFINITY));
     let zero = vec![0.0f32; d];
     cache.append_token(0, &zero, &zero).expect("zero token");
     assert_eq!(cache.seqs[0].k[0].buffer.scale, None);
@@ -693,7 +697,6 @@ fn turbo_empty_cache_takes_scale_from_first_nonzero_token() {
     for (a, b) in k[d..].iter().zip(&tok) {
         assert!((a - b).abs() <= 0.5 * 21.0 / 119.0 + 1e-6);
     }
-    let q = Tensor::zeros(&[1, 1, 2, d], DType::F32);
     let out = decode(&cfg, &cache, &q, 0.2).expect("decode");
     assert_eq!(out.o.shape, vec![1, 1, 2, d]);
     assert!(out.lse.data.iter().all(|l| l.is_finite()));
