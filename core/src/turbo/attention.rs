@@ -396,13 +396,7 @@ fn check_decode_query(cache: &TurboKvCache, q: &Tensor, softmax_scale: f32) -> R
             requirement: format!("finite and positive (got {softmax_scale})"),
         });
     }
-    if let Some((index, value)) = q.first_non_finite() {
-        return Err(CoreError::NonFinite {
-            tensor: "q",
-            index,
-            value,
-        });
-    }
+    super::check_values("q", &q.data)?;
     Ok(())
 }
 

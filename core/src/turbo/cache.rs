@@ -296,13 +296,7 @@ impl TurboKvCache {
                     ),
                 });
             }
-            if let Some((index, &value)) = x.iter().enumerate().find(|(_, x)| !x.is_finite()) {
-                return Err(CoreError::NonFinite {
-                    tensor: name,
-                    index,
-                    value,
-                });
-            }
+            super::check_values(name, x)?;
         }
         self.seqs[b].push_token(k, v, self.head_dim, self.block_tokens, &self.bits);
         Ok(())
@@ -454,13 +448,7 @@ fn check_kv(k: &Tensor, v: &Tensor, seqlens: &[usize]) -> Result<()> {
         }
     }
     for (name, t) in [("k", k), ("v", v)] {
-        if let Some((index, value)) = t.first_non_finite() {
-            return Err(CoreError::NonFinite {
-                tensor: name,
-                index,
-                value,
-            });
-        }
+        super::check_values(name, &t.data)?;
     }
     Ok(())
 }

@@ -337,20 +337,28 @@ pub fn check_inputs(cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs
                 expected: format!("{shape:?} as the problem says"),
             });
         }
-        if let Some((index, value)) = t.first_non_finite() {
-            return Err(CoreError::NonFinite {
-                tensor: name,
-                index,
-                value,
-            });
-        }
-        let amax = t.data.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-        if amax > MAX_MAGNITUDE {
-            return Err(CoreError::Unsupported {
-                what: format!("{name} with magnitudes up to {amax:e}"),
-                supported: format!("magnitudes up to {MAX_MAGNITUDE:e} (f32 products of INT8 scales overflow beyond)"),
-            });
-        }
+        check_values(name, &t.data)?;
+    }
+    Ok(())
+}
+
+/// Rejects non-finite values and magnitudes above [`MAX_MAGNITUDE`] in an input tensor.
+pub(crate) fn check_values(name: &'static str, data: &[f32]) -> Result<()> {
+    if let Some((index, &value)) = data.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+        return Err(CoreError::NonFinite {
+            tensor: name,
+            index,
+            value,
+        });
+    }
+    let amax = data.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    if amax > MAX_MAGNITUDE {
+        return Err(CoreError::Unsupported {
+            what: format!("{name} with magnitudes up to {amax:e}"),
+            supported: format!(
+                "magnitudes up to {MAX_MAGNITUDE:e} (f32 products of INT8 scales overflow beyond)"
+            ),
+        });
     }
     Ok(())
 }

@@ -16,7 +16,7 @@
 //!    0xbf7e00d2, 0x3f7fe5c9`.
 //! 4. `SAS(x) = LUT[n] * p`, where `LUT[n]` is `e^-n` rounded to `f32` ([`LUT_BITS`]).
 //!
-//! Algorithm 3's step 2 as extracted ("X[X < n_r] = n_r + 1" with "T[n_r + 1] set to 0") is
+//! Algorithm 3's step 2 as extracted (`X[X < n_r] = n_r + 1` with `T[n_r + 1]` set to 0) is
 //! garbled; Eq. 14 is unambiguous and is what is implemented: values below `n_r` give 0.
 //! The paper evaluates POLY in FP16 on tensor cores; this emulation fixes it in f32 with FMAs,
 //! which keeps the approximation error that of the polynomial itself (about 4e-4 absolute).

@@ -856,6 +856,9 @@ fn turbo_bad_configs_and_inputs_are_rejected_with_values() {
     assert!(err_text(cache.append_token(0, &[0.0; 63], &[0.0; 64])).contains("[63]"));
     assert!(err_text(cache.append_token(3, &[0.0; 64], &[0.0; 64])).contains("sequence index is 3"));
     assert!(err_text(cache.append_token(0, &[f32::INFINITY; 64], &[0.0; 64])).contains("k_new"));
+    assert!(err_text(cache.append_token(0, &[0.0; 64], &[3e15; 64]))
+        .contains("v_new with magnitudes up to 3e15"));
+    assert_eq!(cache.len(0), 8, "rejected tokens are not appended");
     let small = TurboConfig {
         block_q: 32,
         block_k: 32,
