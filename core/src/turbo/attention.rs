@@ -1,0 +1,419 @@
+//! TurboAttention prefill (Algorithm 1) and decode (Algorithm 2), appendix A.
+//!
+//! Both run the same tile step ([`attend_tile`]): INT8 `Q K^T` with exact `i32` accumulation,
+//! SAS online softmax, `P~` quantized to INT8 per tile, INT8 `P V` with exact `i32`
+//! accumulation, and the `f32` running state `m, l, O` of FlashAttention-2. Prefill tiles are
+//! `B_r` query rows of one head against `B_c` keys of its KV head, with Q, K and V quantized to
+//! INT8 per block (Alg. 1 line "compute s_Q_i, Q_i^q1, s_K_j, K_j^q1, s_V_j, V_j^q1"). Decode
+//! quantizes the one query row (Alg. 2 "s_Q = max(abs(Q))/119") and walks the cache's INT8
+//! tiles: every compressed block decompressed to INT8 (Alg. 2 "K_j^q1 = K_j^q2 s^int + z"),
+//! then the INT8 buffer.
+//!
+//! Tiles are visited in ascending key order; causal prefill skips tiles no row of the query
+//! tile can see, which changes no bit (such a tile leaves every row's state untouched).
+
+use super::cache::{SeqCache, TurboKvCache};
+use super::quant::{rne, Int8Block, INT8_DIVISOR, INT8_MAX_CODE};
+use super::sas::ExpKind;
+use super::TurboConfig;
+use crate::{
+    AttentionInputs, AttentionOutput, AttentionProblem, CoreError, DType, Provenance, Result,
+    Tensor,
+};
+use rayon::prelude::*;
+
+/// One finished query row: O (`Dv` values) and LSE.
+pub type RowOut = (Vec<f32>, f32);
+
+/// Running softmax state of one query row (FlashAttention-2, as in Alg. 1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowState {
+    /// Largest scaled logit seen (`-inf` before the first visible key).
+    pub m: f32,
+    /// Sum of the quantized, rescaled probabilities: `sum_tiles s_P x rowsum(Q(P~))`.
+    pub l: f32,
+    /// Unnormalized output, one entry per V channel.
+    pub acc: Vec<f32>,
+}
+
+impl RowState {
+    /// The state before any key.
+    pub fn new(dv: usize) -> RowState {
+        RowState {
+            m: f32::NEG_INFINITY,
+            l: 0.0,
+            acc: vec![0.0; dv],
+        }
+    }
+
+    /// `O = acc / l` and `L = m + ln(l)` (Alg. 1 last lines); zeros and `-inf` for a row that
+    /// saw no key.
+    pub fn finish(&self) -> (Vec<f32>, f32) {
+        if self.m == f32::NEG_INFINITY || self.l == 0.0 {
+            return (vec![0.0; self.acc.len()], f32::NEG_INFINITY);
+        }
+        (
+            self.acc.iter().map(|a| a / self.l).collect(),
+            self.m + self.l.ln(),
+        )
+    }
+}
+
+/// One tile step of Alg. 1 (inner loop body) and Alg. 2 (loop body).
+///
+/// `q`: INT8 query rows (`rows x d`); `visible[i]`: keys `0..visible[i]` (absolute positions)
+/// are visible to row `i`; `k`, `v`: INT8 tile of `k.rows` keys starting at position `first`.
+/// Integer and `f32` steps, in order (the bit-exact contract):
+/// 1. `S_ij = f32(sum_c q_ic k_jc) * alpha`, `alpha = (s_q * s_k) * softmax_scale`; masked
+///    entries are `-inf`.
+/// 2. `m_new = max(m, max_j S_ij)`; `r = 1` if `m_new == m`, else `EXP(m - m_new)`.
+/// 3. `P~_ij = EXP(S_ij - m_new)` (0 where masked).
+/// 4. `s_P = max_ij P~_ij / 119` over the whole tile; `Q(P~) = clamp(rne(P~ / s_P), 0, 127)`.
+/// 5. `l = fma(f32(sum_j Q(P~)_ij), s_P, l * r)`;
+///    `O_ic = fma(f32(sum_j Q(P~)_ij v_jc), s_P * s_v, O_ic * r)`.
+#[allow(clippy::too_many_arguments)] // the operands of one tile step, named as in Alg. 1
+pub fn attend_tile(
+    q: &Int8Block,
+    softmax_scale: f32,
+    visible: &[usize],
+    k: &Int8Block,
+    v: &Int8Block,
+    first: usize,
+    exp: ExpKind,
+    states: &mut [RowState],
+) {
+    let (rows, n) = (q.rows, k.rows);
+    if n == 0 {
+        return;
+    }
+    let d = q.codes.len() / rows.max(1);
+    let dv = v.codes.len() / n;
+    let alpha = (q.scale * k.scale) * softmax_scale;
+    let mut p = vec![0.0f32; rows * n];
+    let mut r = vec![1.0f32; rows];
+    let mut pmax = 0.0f32;
+    let mut s = vec![f32::NEG_INFINITY; n];
+    for i in 0..rows {
+        let vis = visible[i].saturating_sub(first).min(n);
+        if vis == 0 {
+            continue; // nothing visible: state unchanged (m_new = m, r = 1, P~ = 0)
+        }
+        let qi = &q.codes[i * d..(i + 1) * d];
+        let mut tile_max = f32::NEG_INFINITY;
+        for (j, sj) in s.iter_mut().enumerate().take(vis) {
+            let kj = &k.codes[j * d..(j + 1) * d];
+            let dot: i32 = qi.iter().zip(kj).map(|(&a, &b)| a as i32 * b as i32).sum();
+            *sj = dot as f32 * alpha;
+            tile_max = tile_max.max(*sj);
+        }
+        let st = &states[i];
+        let m_new = st.m.max(tile_max);
+        r[i] = if m_new == st.m {
+            1.0
+        } else {
+            exp.exp(st.m - m_new)
+        };
+        for j in 0..vis {
+            let pij = exp.exp(s[j] - m_new);
+            p[i * n + j] = pij;
+            pmax = pmax.max(pij);
+        }
+        states[i].m = m_new;
+    }
+    let s_p = pmax / INT8_DIVISOR;
+    let c_pv = s_p * v.scale;
+    let mut acc = vec![0i32; dv];
+    for i in 0..rows {
+        let st = &mut states[i];
+        if visible[i] <= first {
+            continue; // no visible key in this tile: the row's state is left as it was
+        }
+        acc.iter_mut().for_each(|a| *a = 0);
+        let mut rowsum = 0i32;
+        for j in 0..n {
+            let code = if s_p == 0.0 {
+                0
+            } else {
+                rne(p[i * n + j] / s_p).clamp(0.0, INT8_MAX_CODE as f32) as i32
+            };
+            if code == 0 {
+                continue;
+            }
+            rowsum += code;
+            for (a, &vc) in acc.iter_mut().zip(&v.codes[j * dv..(j + 1) * dv]) {
+                *a += code * vc as i32;
+            }
+        }
+        st.l = (rowsum as f32).mul_add(s_p, st.l * r[i]);
+        for (o, &a) in st.acc.iter_mut().zip(&acc) {
+            *o = (a as f32).mul_add(c_pv, *o * r[i]);
+        }
+    }
+}
+
+/// INT8 K and V blocks of `B_c` tokens (the last one partial) of sequence `b`, KV head `h`.
+fn kv_blocks(
+    k: &Tensor,
+    v: &Tensor,
+    b: usize,
+    h: usize,
+    n: usize,
+    bc: usize,
+) -> Vec<(Int8Block, Int8Block)> {
+    (0..n.div_ceil(bc))
+        .map(|j| {
+            let range = j * bc..((j + 1) * bc).min(n);
+            let kr: Vec<&[f32]> = range.clone().map(|t| k.row4(b, t, h)).collect();
+            let vr: Vec<&[f32]> = range.map(|t| v.row4(b, t, h)).collect();
+            (Int8Block::quantize(&kr), Int8Block::quantize(&vr))
+        })
+        .collect()
+}
+
+/// Alg. 1 for the listed sequences; writes their rows of `o` (`[B, Sq, Hq, Dv]`) and `lse`
+/// (`[B, Hq, Sq]`), rounding O to the problem's dtype.
+pub(crate) fn prefill_into(
+    cfg: &TurboConfig,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    seqs: &[usize],
+    o: &mut [f32],
+    lse: &mut [f32],
+) {
+    let v = x.v.as_ref().expect("validated: separate K and V");
+    let (hq, dv, sq_max) = (p.heads_q, p.head_dim_v, p.max_seqlen_q);
+    let group = p.group_size();
+    let exp = cfg.exp_kind();
+    let kv: Vec<Vec<Vec<(Int8Block, Int8Block)>>> = seqs
+        .par_iter()
+        .map(|&b| {
+            (0..p.heads_kv)
+                .map(|h| kv_blocks(&x.k, v, b, h, p.seqlens_k[b], cfg.block_k))
+                .collect()
+        })
+        .collect();
+    let results: Vec<(usize, usize, Vec<RowOut>)> = (0..seqs.len() * hq)
+        .into_par_iter()
+        .map(|t| {
+            let (si, h) = (t / hq, t % hq);
+            let b = seqs[si];
+            let blocks = &kv[si][h / group];
+            let sq = p.seqlens_q[b];
+            let mut rows = Vec::with_capacity(sq);
+            for r0 in (0..sq).step_by(cfg.block_q) {
+                let r1 = (r0 + cfg.block_q).min(sq);
+                let qr: Vec<&[f32]> = (r0..r1).map(|i| x.q.row4(b, i, h)).collect();
+                let qb = Int8Block::quantize(&qr);
+                let visible: Vec<usize> = (r0..r1).map(|i| p.visible_keys(b, i)).collect();
+                let reach = visible.iter().copied().max().unwrap_or(0);
+                let mut states = vec![RowState::new(dv); r1 - r0];
+                for (j, (kb, vb)) in blocks.iter().enumerate() {
+                    let first = j * cfg.block_k;
+                    if first >= reach {
+                        break;
+                    }
+                    attend_tile(
+                        &qb,
+                        p.softmax_scale,
+                        &visible,
+                        kb,
+                        vb,
+                        first,
+                        exp,
+                        &mut states,
+                    );
+                }
+                rows.extend(states.iter().map(RowState::finish));
+            }
+            (b, h, rows)
+        })
+        .collect();
+    for (b, h, rows) in results {
+        for (i, (orow, l)) in rows.into_iter().enumerate() {
+            let dst = ((b * sq_max + i) * hq + h) * dv;
+            for (d, s) in o[dst..dst + dv].iter_mut().zip(orow) {
+                *d = p.dtype.round(s);
+            }
+            lse[(b * hq + h) * sq_max + i] = l;
+        }
+    }
+}
+
+/// Alg. 2 for one query row of one sequence against KV head `h`'s tiles.
+pub(crate) fn decode_row(
+    cfg: &TurboConfig,
+    tiles: &(Vec<Int8Block>, Vec<Int8Block>),
+    q: &[f32],
+    softmax_scale: f32,
+    dv: usize,
+) -> (Vec<f32>, f32) {
+    let qb = Int8Block::quantize(&[q]);
+    let mut st = [RowState::new(dv)];
+    let mut first = 0;
+    let exp = cfg.exp_kind();
+    let visible = [usize::MAX];
+    for (kt, vt) in tiles.0.iter().zip(&tiles.1) {
+        attend_tile(&qb, softmax_scale, &visible, kt, vt, first, exp, &mut st);
+        first += kt.rows;
+    }
+    st[0].finish()
+}
+
+/// Alg. 2 for every query head of one sequence: `q(h)` gives head `h`'s query row.
+pub(crate) fn decode_seq<'a>(
+    cfg: &TurboConfig,
+    seq: &SeqCache,
+    heads_q: usize,
+    dv: usize,
+    q: impl Fn(usize) -> &'a [f32],
+    softmax_scale: f32,
+) -> Vec<RowOut> {
+    let heads_kv = seq.k.len();
+    let group = heads_q / heads_kv;
+    let tiles: Vec<(Vec<Int8Block>, Vec<Int8Block>)> = (0..heads_kv)
+        .map(|h| (seq.k[h].int8_tiles(), seq.v[h].int8_tiles()))
+        .collect();
+    (0..heads_q)
+        .map(|h| decode_row(cfg, &tiles[h / group], q(h), softmax_scale, dv))
+        .collect()
+}
+
+/// TurboAttention prefill (Alg. 1) of every sequence, and the compressed cache of all its keys
+/// and values (full blocks compressed at the per-head bit widths, the tail in the INT8 buffer).
+///
+/// Queries and keys may differ in length (bottom-right causal mask as the problem says).
+pub fn prefill(
+    cfg: &TurboConfig,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+) -> Result<(AttentionOutput, TurboKvCache)> {
+    super::check_inputs(cfg, p, x)?;
+    let (mut o, mut lse) = output_buffers(p);
+    let seqs: Vec<usize> = (0..p.batch).collect();
+    prefill_into(cfg, p, x, &seqs, &mut o.data, &mut lse.data);
+    let v = x.v.as_ref().expect("checked: separate K and V");
+    let cache = TurboKvCache::from_context(cfg, &x.k, v, &p.seqlens_k)?;
+    Ok((
+        AttentionOutput {
+            o,
+            lse,
+            provenance: provenance(),
+        },
+        cache,
+    ))
+}
+
+/// TurboAttention decode (Alg. 2) of one query token per sequence against everything `cache`
+/// holds. `q` is `[B, 1, Hq, D]`; O is `[B, 1, Hq, D]` in `q`'s dtype, LSE `[B, Hq, 1]`.
+pub fn decode(
+    cfg: &TurboConfig,
+    cache: &TurboKvCache,
+    q: &Tensor,
+    softmax_scale: f32,
+) -> Result<AttentionOutput> {
+    cfg.validate()?;
+    check_decode_query(cache, q, softmax_scale)?;
+    if cfg.block_k != cache.block_tokens {
+        return Err(CoreError::InvalidPlan(format!(
+            "config block_k {} differs from the cache's block of {} tokens",
+            cfg.block_k, cache.block_tokens
+        )));
+    }
+    let (batch, hq, d) = (q.shape[0], q.shape[2], q.shape[3]);
+    let mut o = Tensor::zeros(&[batch, 1, hq, d], q.dtype);
+    let mut lse = Tensor {
+        shape: vec![batch, hq, 1],
+        dtype: DType::F32,
+        data: vec![f32::NEG_INFINITY; batch * hq],
+    };
+    let per_seq: Vec<Vec<RowOut>> = (0..batch)
+        .into_par_iter()
+        .map(|b| {
+            decode_seq(
+                cfg,
+                &cache.seqs[b],
+                hq,
+                d,
+                |h| q.row4(b, 0, h),
+                softmax_scale,
+            )
+        })
+        .collect();
+    for (b, rows) in per_seq.into_iter().enumerate() {
+        for (h, (orow, l)) in rows.into_iter().enumerate() {
+            for (dst, s) in o.row4_mut(b, 0, h).iter_mut().zip(orow) {
+                *dst = q.dtype.round(s);
+            }
+            lse.data[b * hq + h] = l;
+        }
+    }
+    Ok(AttentionOutput {
+        o,
+        lse,
+        provenance: provenance(),
+    })
+}
+
+/// One decode step: appends `k_new`, `v_new` (`[B, 1, Hk, D]`) to the cache (flushing full
+/// buffers), then runs [`decode`] for `q` (`[B, 1, Hq, D]`), which thus sees its own token.
+pub fn decode_step(
+    cfg: &TurboConfig,
+    cache: &mut TurboKvCache,
+    q: &Tensor,
+    k_new: &Tensor,
+    v_new: &Tensor,
+    softmax_scale: f32,
+) -> Result<AttentionOutput> {
+    cfg.validate()?;
+    check_decode_query(cache, q, softmax_scale)?;
+    cache.append(k_new, v_new)?;
+    decode(cfg, cache, q, softmax_scale)
+}
+
+fn check_decode_query(cache: &TurboKvCache, q: &Tensor, softmax_scale: f32) -> Result<()> {
+    let ok = q.shape.len() == 4
+        && q.shape[0] == cache.batch()
+        && q.shape[1] == 1
+        && q.shape[2].checked_rem(cache.heads_kv) == Some(0)
+        && q.shape[2] > 0
+        && q.shape[3] == cache.head_dim;
+    if !ok {
+        return Err(CoreError::Shape {
+            tensor: "q",
+            actual: q.shape.clone(),
+            expected: format!(
+                "[{}, 1, heads_q, {}] with heads_q a positive multiple of the cache's {} KV heads",
+                cache.batch(),
+                cache.head_dim,
+                cache.heads_kv
+            ),
+        });
+    }
+    if !softmax_scale.is_finite() || softmax_scale <= 0.0 {
+        return Err(CoreError::BadLength {
+            what: "softmax_scale".into(),
+            value: softmax_scale as i64,
+            requirement: format!("finite and positive (got {softmax_scale})"),
+        });
+    }
+    super::check_values("q", &q.data)?;
+    Ok(())
+}
+
+/// Zeroed O and `-inf` LSE of the problem's shapes.
+pub(crate) fn output_buffers(p: &AttentionProblem) -> (Tensor, Tensor) {
+    let o = Tensor::zeros(&[p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_v], p.dtype);
+    let lse = Tensor {
+        shape: vec![p.batch, p.heads_q, p.max_seqlen_q],
+        dtype: DType::F32,
+        data: vec![f32::NEG_INFINITY; p.batch * p.heads_q * p.max_seqlen_q],
+    };
+    (o, lse)
+}
+
+pub(crate) fn provenance() -> Provenance {
+    Provenance {
+        device: "TurboAttention CPU emulation (INT8 + SAS)".into(),
+        ..Provenance::cpu()
+    }
+}
