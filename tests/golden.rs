@@ -26,17 +26,19 @@ fn tolerance(algo: Algorithm, dtype: DType) -> Tolerance {
             rel_fro: 1e-2,
             max_abs: 5e-2,
         },
-        // INT8 Q/K/P, 2-4 bit channelwise KV and the SAS exp: the TurboAttention emulation's own
-        // tests bound these per bit width; the mixed 2/4-bit default stays under 0.35.
+        // The default config keeps half the KV heads at 2 bits. core/src/turbo/tests.rs derives
+        // a quantisation-noise bound per bit width for Gaussian inputs; the loosest path of the
+        // default (mixed 2/4-bit decode) is bounded there by 0.60 relative Frobenius error.
         Algorithm::Turbo => Tolerance {
-            rel_fro: 0.35,
-            max_abs: 2.0,
+            rel_fro: 0.60,
+            max_abs: 3.0,
         },
-        // 4-bit codebook keys with QJL correction and 4-bit values: MSE distortion 0.009 per unit
-        // vector gives about 10% relative error on the attention output.
+        // Default: 4-bit keys (3-bit codebook + QJL) and 3-bit values. The model of
+        // core/src/turboquant (rel. error ~ sqrt(exp(var_logit) - 1 + D_v)) predicts 0.48 for
+        // 3-bit keys and values, an upper bound for this default.
         Algorithm::TurboQuant => Tolerance {
-            rel_fro: 0.35,
-            max_abs: 2.0,
+            rel_fro: 0.48,
+            max_abs: 3.0,
         },
     }
 }
