@@ -21,6 +21,10 @@
 //!   `AtomicAdd<FP32>` (line 20) by FixP.
 //! * Last `[V]`: `O / (l_N S16_N)` (line 22), cast to the output dtype; `LSE = m_N + ln l_N`.
 //!
+//! The Vector core's INT32 rescale for block `t` waits until `[C2]` of block `t - 1` has added
+//! into O (a cross-core flag in the kernel; not a dependency of the paper's chain, and free in
+//! the constructed cycle, which issues `[C2]` first on the Cube core).
+//!
 //! Rows whose causal window ends before a block are left untouched by that block (their `N` is
 //! 0 and their P row is zero), so every row sees exactly the blocks that hold its visible keys.
 //!
@@ -30,7 +34,7 @@
 //! where the emulation guards zero, subnormal and out-of-range exponents; on data whose O
 //! entries are normal numbers the two are bit-identical.
 
-use ferrattn_core::amla::preload::{PreloadPipeline, Unit};
+use ferrattn_core::amla::preload::PreloadPipeline;
 use ferrattn_core::dtype::to_bf16;
 use ferrattn_core::{AttentionInputs, AttentionProblem, DType, Tensor};
 use rayon::prelude::*;
@@ -96,6 +100,7 @@ struct Tile<'a> {
     s: Vec<Vec<f32>>,    // GM workspace: S of each block, [rows, block_k]
     p: Vec<Vec<f32>>,    // GM workspace: BF16 P of each block, [rows, block_k]
     o_bits: Vec<u32>,    // O in GM, [rows, dv], FP32 bit patterns
+    c2_done: Vec<bool>,  // [C2] of each block has added into O
     state: Vec<RowState>,
 }
 
@@ -118,6 +123,7 @@ pub fn run(p: &AttentionProblem, x: &AttentionInputs, k: &KernelSettings) -> Sim
                 s: Vec::new(),
                 p: Vec::new(),
                 o_bits: vec![0u32; rows * dv], // O = 0 (line 3)
+                c2_done: Vec::new(),
                 state: vec![
                     RowState { m: f32::NEG_INFINITY, l: 0.0, n: 0, c: 1.0, s16: 1.0, started: false };
                     rows
@@ -126,15 +132,40 @@ pub fn run(p: &AttentionProblem, x: &AttentionInputs, k: &KernelSettings) -> Sim
             let blocks = seq_end.div_ceil(k.block_k);
             tile.s = vec![Vec::new(); blocks];
             tile.p = vec![Vec::new(); blocks];
-            for cycle in k.preload.cycles(blocks) {
-                for op in cycle.cube.iter().chain(&cycle.vector) {
-                    match (op.unit, op.stage) {
-                        (Unit::Cube, 1) => c1(&mut tile, op.block, k, dk),
-                        (Unit::Vector, 1) => v1(&mut tile, op.block, k, p.softmax_scale, dv),
-                        (Unit::Cube, 2) => c2(&mut tile, op.block, k, dk, dv),
-                        _ => {} // [V2] = 0 in AMLA (section 4.1.3)
+            tile.c2_done = vec![false; blocks];
+            // Each core runs its own stages in cycle order; a stage waits for its input, as the
+            // cross-core flags make it wait on the device (S for [V1], P for [C2]).
+            let cycles = k.preload.cycles(blocks);
+            let cube: Vec<_> = cycles.iter().flat_map(|c| c.cube.iter().copied()).collect();
+            let vector: Vec<_> = cycles.iter().flat_map(|c| c.vector.iter().copied()).collect();
+            let (mut ic, mut iv) = (0, 0);
+            while ic < cube.len() || iv < vector.len() {
+                let mut progressed = false;
+                if let Some(op) = cube.get(ic) {
+                    let ready = op.stage == 1 || !tile.p[op.block].is_empty();
+                    if ready {
+                        match op.stage {
+                            1 => c1(&mut tile, op.block, k, dk),
+                            _ => c2(&mut tile, op.block, k, dk, dv),
+                        }
+                        ic += 1;
+                        progressed = true;
                     }
                 }
+                if let Some(op) = vector.get(iv) {
+                    // [V2] = 0 in AMLA (section 4.1.3): it waits for nothing and does nothing.
+                    // [V1]'s INT32 rescale must see the previous block's [C2] sum in GM.
+                    let ready = op.stage == 2
+                        || (!tile.s[op.block].is_empty() && (op.block == 0 || tile.c2_done[op.block - 1]));
+                    if ready {
+                        if op.stage == 1 {
+                            v1(&mut tile, op.block, k, p.softmax_scale, dv);
+                        }
+                        iv += 1;
+                        progressed = true;
+                    }
+                }
+                assert!(progressed, "the plan's Preload Pipeline deadlocks (checked by PreloadPipeline::check)");
             }
             last_v(&tile, rows, dv, sq, hq)
         })
@@ -220,6 +251,7 @@ fn c2(t: &mut Tile, blk: usize, k: &KernelSettings, dk: usize, dv: usize) {
     let start = blk * k.block_k;
     let bk = k.block_k;
     let p = std::mem::take(&mut t.p[blk]);
+    t.c2_done[blk] = true;
     let mut acc = vec![0.0f32; dv];
     for r in 0..t.ends.len() {
         let stop = t.ends[r].min(start + bk);
