@@ -89,7 +89,12 @@ pub fn run(ctx: &NpuContext, plan: &AmlaPlan, p: &AttentionProblem, x: &Attentio
     let lse = Tensor {
         shape: vec![b, hq, sq],
         dtype: DType::F32,
-        data: lb.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        // the kernel writes -3.4e38 for rows without keys (LSE = -inf)
+        data: lb
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .map(|v| if v <= -3.0e38 { f32::NEG_INFINITY } else { v })
+            .collect(),
     };
     Ok((o, lse))
 }
