@@ -20,7 +20,10 @@ fn toolkit() -> Option<PathBuf> {
         }
     }
     let default = PathBuf::from("/usr/local/Ascend/ascend-toolkit/latest");
-    default.join("include/acl/acl.h").exists().then_some(default)
+    default
+        .join("include/acl/acl.h")
+        .exists()
+        .then_some(default)
 }
 
 fn main() {
@@ -64,7 +67,8 @@ fn bindings(home: &Path, out: &Path) {
 fn bindings(_home: &Path, _out: &Path) {}
 
 fn build_kernel(home: &Path, out: &Path) {
-    let src = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it")).join("../../ascend-kernels/amla");
+    let src = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"))
+        .join("../../ascend-kernels/amla");
     let build = out.join("amla-kernel");
     let soc = std::env::var("FERRATTN_ASCEND_SOC").unwrap_or_else(|_| "Ascend910B1".into());
     let configure = Command::new("cmake")
@@ -77,7 +81,11 @@ fn build_kernel(home: &Path, out: &Path) {
         .arg("-DCMAKE_BUILD_TYPE=Release")
         .status();
     let built = match configure {
-        Ok(s) if s.success() => Command::new("cmake").arg("--build").arg(&build).arg("-j").status(),
+        Ok(s) if s.success() => Command::new("cmake")
+            .arg("--build")
+            .arg(&build)
+            .arg("-j")
+            .status(),
         other => other,
     };
     match built {

@@ -9,11 +9,20 @@ fn main() {
         for i in 0..=20 {
             hw.mmad_efficiency = 0.80 + 0.01 * i as f64;
             let r = timing::simulate(&hw, 96, 2, 16384, timing::Variant::Amla);
-            println!("mmad_efficiency {:.2}: FU {:.2} %", hw.mmad_efficiency, r.fu_pct);
+            println!(
+                "mmad_efficiency {:.2}: FU {:.2} %",
+                hw.mmad_efficiency, r.fu_pct
+            );
         }
         return;
     }
-    println!("{}", timing::simulate(&hw, 96, 2, 16384, timing::Variant::Amla));
-    println!("{}", timing::simulate(&hw, 96, 2, 16384, timing::Variant::Base));
+    println!(
+        "{}",
+        timing::simulate(&hw, 96, 2, 16384, timing::Variant::Amla)
+    );
+    println!(
+        "{}",
+        timing::simulate(&hw, 96, 2, 16384, timing::Variant::Base)
+    );
     println!("{}", repro::repro_performance());
 }

@@ -61,8 +61,11 @@ pub type AclrtCreateStream = unsafe extern "C" fn(stream: *mut aclrtStream) -> a
 /// `aclError aclrtDestroyStream(aclrtStream stream)`.
 pub type AclrtDestroyStream = unsafe extern "C" fn(stream: aclrtStream) -> aclError;
 /// `aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)`.
-pub type AclrtMalloc =
-    unsafe extern "C" fn(dev_ptr: *mut *mut c_void, size: usize, policy: aclrtMemMallocPolicy) -> aclError;
+pub type AclrtMalloc = unsafe extern "C" fn(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    policy: aclrtMemMallocPolicy,
+) -> aclError;
 /// `aclError aclrtFree(void *devPtr)`.
 pub type AclrtFree = unsafe extern "C" fn(dev_ptr: *mut c_void) -> aclError;
 /// `aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind)`.
@@ -74,8 +77,12 @@ pub type AclrtMemcpy = unsafe extern "C" fn(
     kind: aclrtMemcpyKind,
 ) -> aclError;
 /// `aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)`.
-pub type AclrtMemset =
-    unsafe extern "C" fn(dev_ptr: *mut c_void, max_count: usize, value: i32, count: usize) -> aclError;
+pub type AclrtMemset = unsafe extern "C" fn(
+    dev_ptr: *mut c_void,
+    max_count: usize,
+    value: i32,
+    count: usize,
+) -> aclError;
 /// `aclError aclrtSynchronizeStream(aclrtStream stream)`.
 pub type AclrtSynchronizeStream = unsafe extern "C" fn(stream: aclrtStream) -> aclError;
 /// `aclError aclrtBinaryLoadFromData(const void *data, size_t length, const aclrtBinaryLoadOptions *options, aclrtBinHandle *binHandle)`.
@@ -94,8 +101,10 @@ pub type AclrtBinaryGetFunction = unsafe extern "C" fn(
     func_handle: *mut aclrtFuncHandle,
 ) -> aclError;
 /// `aclError aclrtKernelArgsInit(aclrtFuncHandle funcHandle, aclrtArgsHandle *argsHandle)`.
-pub type AclrtKernelArgsInit =
-    unsafe extern "C" fn(func_handle: aclrtFuncHandle, args_handle: *mut aclrtArgsHandle) -> aclError;
+pub type AclrtKernelArgsInit = unsafe extern "C" fn(
+    func_handle: aclrtFuncHandle,
+    args_handle: *mut aclrtArgsHandle,
+) -> aclError;
 /// `aclError aclrtKernelArgsAppend(aclrtArgsHandle argsHandle, void *param, size_t paramSize, aclrtParamHandle *paramHandle)`.
 pub type AclrtKernelArgsAppend = unsafe extern "C" fn(
     args_handle: aclrtArgsHandle,

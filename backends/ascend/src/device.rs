@@ -50,7 +50,9 @@ pub fn library_candidates() -> Vec<PathBuf> {
             v.push(PathBuf::from(p).join("lib64/libascendcl.so"));
         }
     }
-    v.push(PathBuf::from("/usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so"));
+    v.push(PathBuf::from(
+        "/usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so",
+    ));
     v.push(PathBuf::from("libascendcl.so"));
     v
 }
@@ -77,7 +79,11 @@ impl AclLibrary {
             }
         }
         Err(AscendError::LibraryNotFound {
-            tried: candidates.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", "),
+            tried: candidates
+                .iter()
+                .map(|c| c.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
             reason: last,
         })
     }
@@ -86,12 +92,17 @@ impl AclLibrary {
     pub fn open(path: &Path) -> Result<AclLibrary> {
         let name = path.display().to_string();
         // SAFETY: loading a shared library runs its initialisers; libascendcl's are the vendor's.
-        let lib = unsafe { libloading::Library::new(path) }
-            .map_err(|e| AscendError::LibraryNotFound { tried: name.clone(), reason: e.to_string() })?;
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| {
+            AscendError::LibraryNotFound {
+                tried: name.clone(),
+                reason: e.to_string(),
+            }
+        })?;
         macro_rules! sym {
             ($name:literal, $ty:ty) => {{
                 // SAFETY: the symbol is declared with AscendCL's documented C signature ($ty).
-                let s: std::result::Result<libloading::Symbol<$ty>, _> = unsafe { lib.get($name.as_bytes()) };
+                let s: std::result::Result<libloading::Symbol<$ty>, _> =
+                    unsafe { lib.get($name.as_bytes()) };
                 match s {
                     Ok(s) => *s,
                     Err(e) => {
@@ -140,7 +151,11 @@ impl AclLibrary {
             let p = (self.recent_err)();
             (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
         };
-        Err(AscendError::Acl { api, code, message: msg })
+        Err(AscendError::Acl {
+            api,
+            code,
+            message: msg,
+        })
     }
 }
 
@@ -195,15 +210,30 @@ impl NpuContext {
                     return Err(fail(&acl, e, true));
                 }
             };
-            Ok(NpuContext { acl, device_id, stream, kernel: loaded, name: format!("Ascend NPU {device_id}") })
+            Ok(NpuContext {
+                acl,
+                device_id,
+                stream,
+                kernel: loaded,
+                name: format!("Ascend NPU {device_id}"),
+            })
         }
     }
 
     pub(crate) fn malloc(&self, bytes: usize) -> Result<DeviceBuffer<'_>> {
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; size > 0 enforced below.
-        unsafe { self.acl.check("aclrtMalloc", (self.acl.malloc)(&mut p, bytes.max(32), ACL_MEM_MALLOC_HUGE_FIRST))? };
-        Ok(DeviceBuffer { ctx: self, ptr: p, bytes: bytes.max(32) })
+        unsafe {
+            self.acl.check(
+                "aclrtMalloc",
+                (self.acl.malloc)(&mut p, bytes.max(32), ACL_MEM_MALLOC_HUGE_FIRST),
+            )?
+        };
+        Ok(DeviceBuffer {
+            ctx: self,
+            ptr: p,
+            bytes: bytes.max(32),
+        })
     }
 }
 
@@ -232,14 +262,25 @@ impl DeviceBuffer<'_> {
         unsafe {
             self.ctx.acl.check(
                 "aclrtMemcpy",
-                (self.ctx.acl.memcpy)(self.ptr, self.bytes, data.as_ptr().cast(), data.len(), ACL_MEMCPY_HOST_TO_DEVICE),
+                (self.ctx.acl.memcpy)(
+                    self.ptr,
+                    self.bytes,
+                    data.as_ptr().cast(),
+                    data.len(),
+                    ACL_MEMCPY_HOST_TO_DEVICE,
+                ),
             )
         }
     }
 
     pub(crate) fn zero(&self) -> Result<()> {
         // SAFETY: the whole allocation.
-        unsafe { self.ctx.acl.check("aclrtMemset", (self.ctx.acl.memset)(self.ptr, self.bytes, 0, self.bytes)) }
+        unsafe {
+            self.ctx.acl.check(
+                "aclrtMemset",
+                (self.ctx.acl.memset)(self.ptr, self.bytes, 0, self.bytes),
+            )
+        }
     }
 
     pub(crate) fn download(&self, out: &mut [u8]) -> Result<()> {
@@ -247,7 +288,13 @@ impl DeviceBuffer<'_> {
         unsafe {
             self.ctx.acl.check(
                 "aclrtMemcpy",
-                (self.ctx.acl.memcpy)(out.as_mut_ptr().cast(), out.len(), self.ptr, out.len(), ACL_MEMCPY_DEVICE_TO_HOST),
+                (self.ctx.acl.memcpy)(
+                    out.as_mut_ptr().cast(),
+                    out.len(),
+                    self.ptr,
+                    out.len(),
+                    ACL_MEMCPY_DEVICE_TO_HOST,
+                ),
             )
         }
     }

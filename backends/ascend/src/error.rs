@@ -6,7 +6,9 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum AscendError {
     /// `libascendcl.so` could not be opened from any candidate path.
-    #[error("AscendCL unavailable because libascendcl.so could not be loaded (tried {tried}): {reason}")]
+    #[error(
+        "AscendCL unavailable because libascendcl.so could not be loaded (tried {tried}): {reason}"
+    )]
     LibraryNotFound {
         /// The paths and names tried, comma separated.
         tried: String,

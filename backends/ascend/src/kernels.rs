@@ -33,7 +33,13 @@ pub fn check_supported(p: &AttentionProblem) -> Result<()> {
         Err(AscendError::Unsupported {
             what: format!(
                 "AMLA kernel for {} {:?} heads_q {} heads_kv {} dk {} dv {} seq_q {}",
-                p.dtype, p.kv_layout, p.heads_q, p.heads_kv, p.head_dim_qk, p.head_dim_v, p.max_seqlen_q
+                p.dtype,
+                p.kv_layout,
+                p.heads_q,
+                p.heads_kv,
+                p.head_dim_qk,
+                p.head_dim_v,
+                p.max_seqlen_q
             ),
             supported: SUPPORTED.into(),
         })
@@ -94,17 +100,29 @@ impl KernelBinary {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
-        let bad = |reason: String| AscendError::BadKernelBinary { path: path.display().to_string(), reason };
+        let bad = |reason: String| AscendError::BadKernelBinary {
+            path: path.display().to_string(),
+            reason,
+        };
         if bytes.len() < 64 {
-            return Err(bad(format!("{} bytes, shorter than an ELF header", bytes.len())));
+            return Err(bad(format!(
+                "{} bytes, shorter than an ELF header",
+                bytes.len()
+            )));
         }
         if &bytes[..4] != b"\x7fELF" {
-            return Err(bad(format!("starts with {:02x?}, not the ELF magic 7f 45 4c 46", &bytes[..4])));
+            return Err(bad(format!(
+                "starts with {:02x?}, not the ELF magic 7f 45 4c 46",
+                &bytes[..4]
+            )));
         }
         if bytes[4] != 2 {
             return Err(bad(format!("ELF class {} (expected 2, 64-bit)", bytes[4])));
         }
-        Ok(KernelBinary { path: path.to_path_buf(), bytes })
+        Ok(KernelBinary {
+            path: path.to_path_buf(),
+            bytes,
+        })
     }
 }
 
@@ -117,7 +135,10 @@ pub struct LoadedKernel {
 impl LoadedKernel {
     /// `aclrtBinaryLoadFromData` + `aclrtBinaryGetFunction`.
     pub fn load(acl: &AclLibrary, k: &KernelBinary) -> Result<LoadedKernel> {
-        let opts = aclrtBinaryLoadOptions { options: std::ptr::null_mut(), num_opt: 0 };
+        let opts = aclrtBinaryLoadOptions {
+            options: std::ptr::null_mut(),
+            num_opt: 0,
+        };
         let mut bin: aclrtBinHandle = std::ptr::null_mut();
         // SAFETY: data/len describe a live host buffer; out-pointer valid.
         unsafe {
@@ -129,7 +150,12 @@ impl LoadedKernel {
         let name = CString::new(AMLA_KERNEL).expect("no NUL in the kernel name");
         let mut func: aclrtFuncHandle = std::ptr::null_mut();
         // SAFETY: bin from the successful load above; name NUL-terminated.
-        let r = unsafe { acl.check("aclrtBinaryGetFunction", (acl.get_function)(bin, name.as_ptr(), &mut func)) };
+        let r = unsafe {
+            acl.check(
+                "aclrtBinaryGetFunction",
+                (acl.get_function)(bin, name.as_ptr(), &mut func),
+            )
+        };
         if let Err(e) = r {
             // SAFETY: bin is a loaded handle.
             unsafe { (acl.binary_unload)(bin) };

@@ -17,11 +17,19 @@ const MAX_BLOCK_DIM: usize = 48;
 const WORKSPACE_DEPTH: usize = 3;
 
 fn bf16_bytes(t: &Tensor) -> Vec<u8> {
-    t.data.iter().flat_map(|&x| bf16::from_f32(x).to_bits().to_le_bytes()).collect()
+    t.data
+        .iter()
+        .flat_map(|&x| bf16::from_f32(x).to_bits().to_le_bytes())
+        .collect()
 }
 
 /// Runs the kernel; returns O (`[B, Sq, Hq, Dv]`, BF16 values) and LSE (`[B, Hq, Sq]`).
-pub fn run(ctx: &NpuContext, plan: &AmlaPlan, p: &AttentionProblem, x: &AttentionInputs) -> Result<(Tensor, Tensor)> {
+pub fn run(
+    ctx: &NpuContext,
+    plan: &AmlaPlan,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+) -> Result<(Tensor, Tensor)> {
     let (b, sq, hq, dv) = (p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_v);
     let rows = sq * hq;
     let params = KernelParams {
@@ -41,7 +49,11 @@ pub fn run(ctx: &NpuContext, plan: &AmlaPlan, p: &AttentionProblem, x: &Attentio
     q.upload(&bf16_bytes(&x.q))?;
     let kv = ctx.malloc(x.k.numel() * 2)?;
     kv.upload(&bf16_bytes(&x.k))?;
-    let lens: Vec<u8> = p.seqlens_k.iter().flat_map(|&l| (l as i32).to_le_bytes()).collect();
+    let lens: Vec<u8> = p
+        .seqlens_k
+        .iter()
+        .flat_map(|&l| (l as i32).to_le_bytes())
+        .collect();
     let seqlens = ctx.malloc(lens.len())?;
     seqlens.upload(&lens)?;
     let o_acc = ctx.malloc(b * rows * dv * 4)?;
@@ -52,7 +64,10 @@ pub fn run(ctx: &NpuContext, plan: &AmlaPlan, p: &AttentionProblem, x: &Attentio
     let ws = ctx.malloc(block_dim * ws_per_core)?;
     // SAFETY: KernelParams is repr(C) plain data.
     let pbytes = unsafe {
-        std::slice::from_raw_parts((&params as *const KernelParams).cast::<u8>(), std::mem::size_of::<KernelParams>())
+        std::slice::from_raw_parts(
+            (&params as *const KernelParams).cast::<u8>(),
+            std::mem::size_of::<KernelParams>(),
+        )
     };
     let pbuf = ctx.malloc(pbytes.len())?;
     pbuf.upload(pbytes)?;
@@ -61,19 +76,34 @@ pub fn run(ctx: &NpuContext, plan: &AmlaPlan, p: &AttentionProblem, x: &Attentio
     // SAFETY: documented AscendCL calls; every appended value is a device pointer held alive
     // until the stream is synchronised below.
     unsafe {
-        acl.check("aclrtKernelArgsInit", (acl.args_init)(ctx.kernel.func, &mut args))?;
+        acl.check(
+            "aclrtKernelArgsInit",
+            (acl.args_init)(ctx.kernel.func, &mut args),
+        )?;
         for buf in [&q, &kv, &seqlens, &o_acc, &out, &lse, &ws, &pbuf] {
             let mut ptr: *mut c_void = buf.ptr;
             let mut param: aclrtParamHandle = std::ptr::null_mut();
             acl.check(
                 "aclrtKernelArgsAppend",
-                (acl.args_append)(args, (&mut ptr as *mut *mut c_void).cast(), std::mem::size_of::<*mut c_void>(), &mut param),
+                (acl.args_append)(
+                    args,
+                    (&mut ptr as *mut *mut c_void).cast(),
+                    std::mem::size_of::<*mut c_void>(),
+                    &mut param,
+                ),
             )?;
         }
         acl.check("aclrtKernelArgsFinalize", (acl.args_finalize)(args))?;
         acl.check(
             "aclrtLaunchKernelWithConfig",
-            (acl.launch)(ctx.kernel.func, block_dim as u32, ctx.stream, std::ptr::null_mut(), args, std::ptr::null_mut()),
+            (acl.launch)(
+                ctx.kernel.func,
+                block_dim as u32,
+                ctx.stream,
+                std::ptr::null_mut(),
+                args,
+                std::ptr::null_mut(),
+            ),
         )?;
         acl.check("aclrtSynchronizeStream", (acl.sync_stream)(ctx.stream))?;
     }
@@ -84,7 +114,10 @@ pub fn run(ctx: &NpuContext, plan: &AmlaPlan, p: &AttentionProblem, x: &Attentio
     let o = Tensor {
         shape: vec![b, sq, hq, dv],
         dtype: DType::BF16,
-        data: ob.chunks_exact(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect(),
+        data: ob
+            .chunks_exact(2)
+            .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+            .collect(),
     };
     let lse = Tensor {
         shape: vec![b, hq, sq],

@@ -30,7 +30,10 @@ pub use sim::timing::{SimReport, Variant};
 use device::{AclLibrary, NpuContext};
 use ferrattn_core::amla::AmlaPlan;
 use ferrattn_core::backend::{AmlaDecode, Availability, Device};
-use ferrattn_core::{AttentionInputs, AttentionOutput, AttentionPlan, BackendKind, DeviceCaps, PlanDetail, Provenance};
+use ferrattn_core::{
+    AttentionInputs, AttentionOutput, AttentionPlan, BackendKind, DeviceCaps, PlanDetail,
+    Provenance,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -63,17 +66,29 @@ impl AscendBackend {
     /// Like [`AscendBackend::new`] with explicit paths (tests use fixture libraries).
     pub fn with_config(cfg: &BackendConfig) -> AscendBackend {
         match AscendBackend::open_npu(cfg) {
-            Ok(ctx) => AscendBackend { npu: Some(Mutex::new(ctx)), reason: None, error: None },
+            Ok(ctx) => AscendBackend {
+                npu: Some(Mutex::new(ctx)),
+                reason: None,
+                error: None,
+            },
             Err(e) => {
                 tracing::info!(reason = %e, "Ascend backend runs the simulated schedule");
-                AscendBackend { npu: None, reason: Some(e.to_string()), error: Some(e) }
+                AscendBackend {
+                    npu: None,
+                    reason: Some(e.to_string()),
+                    error: Some(e),
+                }
             }
         }
     }
 
     /// The simulated backend without probing for hardware.
     pub fn simulated(reason: &str) -> AscendBackend {
-        AscendBackend { npu: None, reason: Some(reason.to_string()), error: None }
+        AscendBackend {
+            npu: None,
+            reason: Some(reason.to_string()),
+            error: None,
+        }
     }
 
     fn open_npu(cfg: &BackendConfig) -> Result<NpuContext> {
@@ -81,7 +96,10 @@ impl AscendBackend {
             Some(p) => AclLibrary::open_first(std::slice::from_ref(p))?,
             None => AclLibrary::open_default()?,
         };
-        let kpath = cfg.kernel.clone().unwrap_or_else(kernels::default_kernel_path);
+        let kpath = cfg
+            .kernel
+            .clone()
+            .unwrap_or_else(kernels::default_kernel_path);
         let kernel = kernels::KernelBinary::read(&kpath)?;
         NpuContext::open(acl, cfg.device_id, &kernel)
     }
@@ -147,7 +165,10 @@ impl Device for AscendBackend {
 impl AmlaDecode for AscendBackend {
     fn run_amla(&self, plan: &AttentionPlan, x: &AttentionInputs) -> Result<AttentionOutput> {
         let PlanDetail::Amla(amla) = &plan.detail else {
-            return Err(AscendError::PlanMismatch(format!("run_amla needs an AMLA plan, got {:?}", plan.algorithm)));
+            return Err(AscendError::PlanMismatch(format!(
+                "run_amla needs an AMLA plan, got {:?}",
+                plan.algorithm
+            )));
         };
         let p = &plan.problem;
         if x.q.shape != [p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_qk] || x.v.is_some() {
@@ -160,12 +181,18 @@ impl AmlaDecode for AscendBackend {
         match &self.npu {
             Some(ctx) => {
                 kernels::check_supported(p)?;
-                let ctx = ctx.lock().expect("a panicked launch leaves no shared state behind");
+                let ctx = ctx
+                    .lock()
+                    .expect("a panicked launch leaves no shared state behind");
                 let (o, lse) = launch::run(&ctx, amla, p, x)?;
                 Ok(AttentionOutput {
                     o,
                     lse,
-                    provenance: Provenance { backend: "ascend".into(), device: ctx.name.clone(), simulated: None },
+                    provenance: Provenance {
+                        backend: "ascend".into(),
+                        device: ctx.name.clone(),
+                        simulated: None,
+                    },
                 })
             }
             None => {
@@ -196,7 +223,8 @@ impl AmlaDecode for AscendBackend {
 /// The plan's own consistency: a block size, a Preload Pipeline of AMLA's 2-pair chain, and a
 /// tiling that fits the Ascend 910's buffers (Table 1).
 fn check_plan(a: &AmlaPlan) -> Result<()> {
-    a.tiling.validate(&ferrattn_core::amla::tiling::CubeTarget::ascend910())?;
+    a.tiling
+        .validate(&ferrattn_core::amla::tiling::CubeTarget::ascend910())?;
     if a.block_k == 0 {
         return Err(AscendError::PlanMismatch("AMLA block_k is 0".into()));
     }

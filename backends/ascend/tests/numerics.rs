@@ -10,16 +10,29 @@ use ferrattn_core::backend::AmlaDecode;
 use ferrattn_core::golden::exact_attention;
 use ferrattn_core::{Comparison, DType, Tolerance};
 
-fn check(case: &str, p: &ferrattn_core::AttentionProblem, x: &ferrattn_core::AttentionInputs, block_k: usize) {
+fn check(
+    case: &str,
+    p: &ferrattn_core::AttentionProblem,
+    x: &ferrattn_core::AttentionInputs,
+    block_k: usize,
+) {
     let be = AscendBackend::simulated("test");
     let out = be.run_amla(&amla_plan(p, block_k, true), x).unwrap();
-    assert!(out.provenance.simulated.as_deref().unwrap().contains("no NPU ran it"));
+    assert!(out
+        .provenance
+        .simulated
+        .as_deref()
+        .unwrap()
+        .contains("no NPU ran it"));
     let gold = exact_attention(p, x);
     let co = Comparison::f32(&gold.o.data, &out.o.data);
-    co.check(&format!("{case} O"), &Tolerance::output(DType::BF16)).unwrap();
+    co.check(&format!("{case} O"), &Tolerance::output(DType::BF16))
+        .unwrap();
     // the paper's Tables 3/4 report 1e-3..2e-3 relative Frobenius error at 8K context
     assert!(co.rel_fro < 4e-3, "{case}: O rel_fro {:.3e}", co.rel_fro);
-    Comparison::f32(&gold.lse.data, &out.lse.data).check(&format!("{case} LSE"), &Tolerance::lse()).unwrap();
+    Comparison::f32(&gold.lse.data, &out.lse.data)
+        .check(&format!("{case} LSE"), &Tolerance::lse())
+        .unwrap();
 }
 
 #[test]
@@ -36,7 +49,9 @@ fn mtp_causal_ragged_match_golden() {
     let (p, x) = mla_inputs(3, 2, 97, 4, 64, 32, 2.0, Some(vec![97, 0, 33]), true, 7);
     check("sq 2 causal ragged", &p, &x, 16);
     // the empty sequence has O = 0 and LSE = -inf
-    let out = AscendBackend::simulated("test").run_amla(&amla_plan(&p, 16, true), &x).unwrap();
+    let out = AscendBackend::simulated("test")
+        .run_amla(&amla_plan(&p, 16, true), &x)
+        .unwrap();
     let lse_b1 = &out.lse.data[p.heads_q * 2..p.heads_q * 4];
     assert!(lse_b1.iter().all(|v| *v == f32::NEG_INFINITY));
 }
@@ -60,10 +75,30 @@ fn stage_order_does_not_change_the_numbers() {
     // the Preload Pipeline reorders stages across blocks; each row's arithmetic must not change
     let (p, x) = mla_inputs(2, 2, 200, 4, 64, 32, 1.5, Some(vec![200, 150]), true, 9);
     let s = |stage, lag| StageSlot { stage, lag };
-    let serial = PreloadPipeline::from_orders(2, vec![s(1, 0), s(2, 0)], vec![s(1, 0), s(2, 0)]).unwrap();
-    let a = run(&p, &x, &KernelSettings { block_k: 16, compensation: true, preload: PreloadPipeline::amla_default() });
-    let b = run(&p, &x, &KernelSettings { block_k: 16, compensation: true, preload: serial });
-    assert_eq!(a.o.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.o.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    let serial =
+        PreloadPipeline::from_orders(2, vec![s(1, 0), s(2, 0)], vec![s(1, 0), s(2, 0)]).unwrap();
+    let a = run(
+        &p,
+        &x,
+        &KernelSettings {
+            block_k: 16,
+            compensation: true,
+            preload: PreloadPipeline::amla_default(),
+        },
+    );
+    let b = run(
+        &p,
+        &x,
+        &KernelSettings {
+            block_k: 16,
+            compensation: true,
+            preload: serial,
+        },
+    );
+    assert_eq!(
+        a.o.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        b.o.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
     assert_eq!(a.lse, b.lse);
 }
 
@@ -73,12 +108,23 @@ fn compensation_reduces_error_on_average() {
     let (p, x) = mla_inputs(4, 1, 2048, 8, 64, 64, 1.0, None, false, 21);
     let gold = exact_attention(&p, &x);
     let err = |comp: bool| {
-        let s = run(&p, &x, &KernelSettings { block_k: 64, compensation: comp, preload: PreloadPipeline::amla_default() });
+        let s = run(
+            &p,
+            &x,
+            &KernelSettings {
+                block_k: 64,
+                compensation: comp,
+                preload: PreloadPipeline::amla_default(),
+            },
+        );
         let o: Vec<f32> = s.o.to_vec();
         Comparison::f32(&gold.o.data, &o).rel_fro
     };
     let (on, off) = (err(true), err(false));
-    assert!(on <= off * 1.02, "compensated {on:.3e} vs uncompensated {off:.3e}");
+    assert!(
+        on <= off * 1.02,
+        "compensated {on:.3e} vs uncompensated {off:.3e}"
+    );
 }
 
 #[test]
@@ -88,6 +134,12 @@ fn overflowing_tiling_is_rejected_by_the_backend() {
     if let ferrattn_core::PlanDetail::Amla(a) = &mut plan.detail {
         a.tiling.c1.base_k = 288; // 2 x 128 x 288 x 2 B = 144 KB > 64 KB L0A
     }
-    let e = AscendBackend::simulated("test").run_amla(&plan, &x).unwrap_err().to_string();
-    assert!(e.contains("L0A overflows: needs 147456 B") && e.contains("holds 65536 B"), "{e}");
+    let e = AscendBackend::simulated("test")
+        .run_amla(&plan, &x)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("L0A overflows: needs 147456 B") && e.contains("holds 65536 B"),
+        "{e}"
+    );
 }

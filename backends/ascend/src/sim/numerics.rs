@@ -94,19 +94,25 @@ struct RowState {
 
 /// One sequence's tile: everything the Cube/Vector pair holds or writes for it.
 struct Tile<'a> {
-    q: Vec<f32>,         // [rows, dk] BF16 values
-    kv: &'a [f32],       // [sk, dk] BF16 values of this sequence
-    ends: Vec<usize>,    // visible keys per row
-    s: Vec<Vec<f32>>,    // GM workspace: S of each block, [rows, block_k]
-    p: Vec<Vec<f32>>,    // GM workspace: BF16 P of each block, [rows, block_k]
-    o_bits: Vec<u32>,    // O in GM, [rows, dv], FP32 bit patterns
-    c2_done: Vec<bool>,  // [C2] of each block has added into O
+    q: Vec<f32>,        // [rows, dk] BF16 values
+    kv: &'a [f32],      // [sk, dk] BF16 values of this sequence
+    ends: Vec<usize>,   // visible keys per row
+    s: Vec<Vec<f32>>,   // GM workspace: S of each block, [rows, block_k]
+    p: Vec<Vec<f32>>,   // GM workspace: BF16 P of each block, [rows, block_k]
+    o_bits: Vec<u32>,   // O in GM, [rows, dv], FP32 bit patterns
+    c2_done: Vec<bool>, // [C2] of each block has added into O
     state: Vec<RowState>,
 }
 
 /// Runs the simulated kernel over a validated MLA problem.
 pub fn run(p: &AttentionProblem, x: &AttentionInputs, k: &KernelSettings) -> SimOutput {
-    let (sq, sk, hq, dk, dv) = (p.max_seqlen_q, p.max_seqlen_k, p.heads_q, p.head_dim_qk, p.head_dim_v);
+    let (sq, sk, hq, dk, dv) = (
+        p.max_seqlen_q,
+        p.max_seqlen_k,
+        p.heads_q,
+        p.head_dim_qk,
+        p.head_dim_v,
+    );
     let q_bf: Vec<f32> = x.q.data.par_iter().map(|&v| to_bf16(v)).collect();
     let kv_bf: Vec<f32> = x.k.data.par_iter().map(|&v| to_bf16(v)).collect();
     let per_seq: Vec<(Vec<f32>, Vec<f32>)> = (0..p.batch)
@@ -125,7 +131,14 @@ pub fn run(p: &AttentionProblem, x: &AttentionInputs, k: &KernelSettings) -> Sim
                 o_bits: vec![0u32; rows * dv], // O = 0 (line 3)
                 c2_done: Vec::new(),
                 state: vec![
-                    RowState { m: f32::NEG_INFINITY, l: 0.0, n: 0, c: 1.0, s16: 1.0, started: false };
+                    RowState {
+                        m: f32::NEG_INFINITY,
+                        l: 0.0,
+                        n: 0,
+                        c: 1.0,
+                        s16: 1.0,
+                        started: false
+                    };
                     rows
                 ],
             };
@@ -137,7 +150,10 @@ pub fn run(p: &AttentionProblem, x: &AttentionInputs, k: &KernelSettings) -> Sim
             // cross-core flags make it wait on the device (S for [V1], P for [C2]).
             let cycles = k.preload.cycles(blocks);
             let cube: Vec<_> = cycles.iter().flat_map(|c| c.cube.iter().copied()).collect();
-            let vector: Vec<_> = cycles.iter().flat_map(|c| c.vector.iter().copied()).collect();
+            let vector: Vec<_> = cycles
+                .iter()
+                .flat_map(|c| c.vector.iter().copied())
+                .collect();
             let (mut ic, mut iv) = (0, 0);
             while ic < cube.len() || iv < vector.len() {
                 let mut progressed = false;
@@ -156,7 +172,8 @@ pub fn run(p: &AttentionProblem, x: &AttentionInputs, k: &KernelSettings) -> Sim
                     // [V2] = 0 in AMLA (section 4.1.3): it waits for nothing and does nothing.
                     // [V1]'s INT32 rescale must see the previous block's [C2] sum in GM.
                     let ready = op.stage == 2
-                        || (!tile.s[op.block].is_empty() && (op.block == 0 || tile.c2_done[op.block - 1]));
+                        || (!tile.s[op.block].is_empty()
+                            && (op.block == 0 || tile.c2_done[op.block - 1]));
                     if ready {
                         if op.stage == 1 {
                             v1(&mut tile, op.block, k, p.softmax_scale, dv);
@@ -165,7 +182,10 @@ pub fn run(p: &AttentionProblem, x: &AttentionInputs, k: &KernelSettings) -> Sim
                         progressed = true;
                     }
                 }
-                assert!(progressed, "the plan's Preload Pipeline deadlocks (checked by PreloadPipeline::check)");
+                assert!(
+                    progressed,
+                    "the plan's Preload Pipeline deadlocks (checked by PreloadPipeline::check)"
+                );
             }
             last_v(&tile, rows, dv, sq, hq)
         })
@@ -241,7 +261,14 @@ fn v1(t: &mut Tile, blk: usize, k: &KernelSettings, scale: f32, dv: usize) {
                 *w = (*w as i32).wrapping_add(delta) as u32;
             }
         }
-        *st = RowState { m: m_new, l: st.l, n, c, s16, started: true };
+        *st = RowState {
+            m: m_new,
+            l: st.l,
+            n,
+            c,
+            s16,
+            started: true,
+        };
     }
     t.p[blk] = pbuf;
 }
@@ -282,7 +309,10 @@ fn last_v(t: &Tile, rows: usize, dv: usize, sq: usize, hq: usize) -> (Vec<f32>, 
             continue;
         }
         let denom = st.l * st.s16;
-        for (dst, &w) in o[r * dv..(r + 1) * dv].iter_mut().zip(&t.o_bits[r * dv..(r + 1) * dv]) {
+        for (dst, &w) in o[r * dv..(r + 1) * dv]
+            .iter_mut()
+            .zip(&t.o_bits[r * dv..(r + 1) * dv])
+        {
             *dst = f32::from_bits(w) / denom;
         }
         let (i, h) = (r / hq, r % hq);
@@ -298,6 +328,10 @@ pub fn to_tensors(p: &AttentionProblem, s: SimOutput) -> (Tensor, Tensor) {
         dtype: p.dtype,
         data: s.o.into_iter().map(|v| p.dtype.round(v)).collect(),
     };
-    let lse = Tensor { shape: vec![p.batch, p.heads_q, p.max_seqlen_q], dtype: DType::F32, data: s.lse };
+    let lse = Tensor {
+        shape: vec![p.batch, p.heads_q, p.max_seqlen_q],
+        dtype: DType::F32,
+        data: s.lse,
+    };
     (o, lse)
 }

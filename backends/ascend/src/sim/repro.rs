@@ -68,14 +68,18 @@ pub fn repro_with(hw: &Ascend910) -> Repro {
         }
     }
     Repro {
-        provenance: "simulated Ascend 910 (ferrattn-ascend timing model); paper values: section 5".into(),
+        provenance: "simulated Ascend 910 (ferrattn-ascend timing model); paper values: section 5"
+            .into(),
         rows,
     }
 }
 
 impl std::fmt::Display for Repro {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "AMLA section 5 sweep, batch {BATCH}, 128 heads, Dk 576, Dv 512, BF16")?;
+        writeln!(
+            f,
+            "AMLA section 5 sweep, batch {BATCH}, 128 heads, Dk 576, Dv 512, BF16"
+        )?;
         writeln!(f, "{} -- SIMULATED, not measured", self.provenance)?;
         writeln!(
             f,
@@ -93,7 +97,8 @@ impl std::fmt::Display for Repro {
                 r.amla_us,
                 r.amla_fu_pct,
                 r.base_us / r.amla_us,
-                r.paper_amla_fu_pct.map_or("-".to_string(), |v| format!("{v:.1}%"))
+                r.paper_amla_fu_pct
+                    .map_or("-".to_string(), |v| format!("{v:.1}%"))
             )?;
         }
         Ok(())

@@ -51,7 +51,10 @@ pub fn window(report: &SimReport, blocks: usize) -> Vec<&Op> {
 
 /// Writes an SVG Gantt chart of the pipes of core pair 0 over its first `blocks` KV blocks.
 pub fn timeline_svg(report: &SimReport, blocks: usize, path: &Path) -> Result<()> {
-    let err = |e: String| AscendError::Io { what: format!("timeline {}", path.display()), reason: e };
+    let err = |e: String| AscendError::Io {
+        what: format!("timeline {}", path.display()),
+        reason: e,
+    };
     let ops = window(report, blocks.max(1));
     let t_end = ops.iter().map(|o| o.end).fold(0.0, f64::max) * 1e6;
     let root = SVGBackend::new(path, (1400, 560)).into_drawing_area();
@@ -85,7 +88,10 @@ pub fn timeline_svg(report: &SimReport, blocks: usize, path: &Path) -> Result<()
     let rects = ops.iter().filter_map(|o| {
         let i = ROWS.iter().position(|r| *r == (o.core, o.pipe))?;
         let y = (ROWS.len() - 1 - i) as f64;
-        Some(Rectangle::new([(o.start * 1e6, y + 0.15), (o.end * 1e6, y + 0.85)], color(o.stage).filled()))
+        Some(Rectangle::new(
+            [(o.start * 1e6, y + 0.15), (o.end * 1e6, y + 0.85)],
+            color(o.stage).filled(),
+        ))
     });
     chart.draw_series(rects).map_err(|e| err(e.to_string()))?;
     root.present().map_err(|e| err(e.to_string()))?;

@@ -201,11 +201,21 @@ pub struct SimReport {
 
 impl std::fmt::Display for SimReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "{} (SIMULATED timing model, not a measurement)", self.provenance)?;
+        writeln!(
+            f,
+            "{} (SIMULATED timing model, not a measurement)",
+            self.provenance
+        )?;
         writeln!(
             f,
             "{} decode  batch {}  Sq {}  Sk {}  heads {}  preload count {}  core pairs {}",
-            self.variant, self.batch, self.sq, self.sk, self.heads, self.preload_count, self.core_pairs_used
+            self.variant,
+            self.batch,
+            self.sq,
+            self.sk,
+            self.heads,
+            self.preload_count,
+            self.core_pairs_used
         )?;
         writeln!(f, "  duration      {:>10.1} us", self.duration_us)?;
         writeln!(f, "  throughput    {:>10.1} TFLOP/s", self.tflops)?;
@@ -218,7 +228,11 @@ impl std::fmt::Display for SimReport {
         }
         writeln!(f, "  critical path (share of duration)")?;
         for c in self.critical_path.iter().take(8) {
-            writeln!(f, "  {:<6} {:<6} {:<5} {:>8.1} %", c.core, c.pipe, c.stage, c.pct)?;
+            writeln!(
+                f,
+                "  {:<6} {:<6} {:<5} {:>8.1} %",
+                c.core, c.pipe, c.stage, c.pct
+            )?;
         }
         Ok(())
     }
@@ -235,7 +249,12 @@ pub fn simulate(hw: &Ascend910, batch: usize, sq: usize, sk: usize, variant: Var
 }
 
 /// Like [`simulate`] with one KV length per sequence.
-pub fn simulate_lengths(hw: &Ascend910, sq: usize, seqlens_k: &[usize], variant: Variant) -> SimReport {
+pub fn simulate_lengths(
+    hw: &Ascend910,
+    sq: usize,
+    seqlens_k: &[usize],
+    variant: Variant,
+) -> SimReport {
     assert!((1..=2).contains(&sq), "AMLA decode covers Sq = 1 or 2");
     let pairs = hw.cube_cores();
     let mut work: Vec<Vec<usize>> = vec![Vec::new(); pairs];
@@ -279,20 +298,33 @@ pub fn simulate_lengths(hw: &Ascend910, sq: usize, seqlens_k: &[usize], variant:
     let total_flops: f64 = seqlens_k.iter().map(|&sk| flops(1, sq, sk)).sum();
     let tflops = total_flops / duration / 1e12;
     let denom = duration * used as f64;
-    let pct = |core: Core, pipe: Pipe| busy.get(&(core, pipe)).copied().unwrap_or(0.0) / denom * 100.0;
+    let pct =
+        |core: Core, pipe: Pipe| busy.get(&(core, pipe)).copied().unwrap_or(0.0) / denom * 100.0;
     let mut pipes = Vec::new();
     for pipe in [Pipe::Mte2, Pipe::Mte1, Pipe::Mmad, Pipe::Fixp] {
-        pipes.push(PipeBusy { core: "cube", pipe: pipe.name(), busy_pct: pct(Core::Cube, pipe) });
+        pipes.push(PipeBusy {
+            core: "cube",
+            pipe: pipe.name(),
+            busy_pct: pct(Core::Cube, pipe),
+        });
     }
     for pipe in [Pipe::Mte2, Pipe::Vec, Pipe::Mte3] {
         let v = (pct(Core::Vector(0), pipe) + pct(Core::Vector(1), pipe)) / 2.0;
-        pipes.push(PipeBusy { core: "vector", pipe: pipe.name(), busy_pct: v });
+        pipes.push(PipeBusy {
+            core: "vector",
+            pipe: pipe.name(),
+            busy_pct: v,
+        });
     }
     let cube_busy_pct = pct(Core::Cube, Pipe::Mmad);
     let vector_busy_pct = (pct(Core::Vector(0), Pipe::Vec) + pct(Core::Vector(1), Pipe::Vec)) / 2.0;
-    let critical_path = slowest.map(|r| critical_path(&r.ops, r.duration)).unwrap_or_default();
+    let critical_path = slowest
+        .map(|r| critical_path(&r.ops, r.duration))
+        .unwrap_or_default();
     SimReport {
-        provenance: "simulated Ascend 910 (discrete-event model of ferrattn-ascend; constants in config.rs)".into(),
+        provenance:
+            "simulated Ascend 910 (discrete-event model of ferrattn-ascend; constants in config.rs)"
+                .into(),
         variant,
         batch: seqlens_k.len(),
         sq,
@@ -368,13 +400,24 @@ impl<'a> Model<'a> {
         let (bw, lat) = match mem {
             Mem::Hbm => (pipe_bw.min(self.hbm_share), self.hw.gm_latency_clocks),
             Mem::L2 => (pipe_bw.min(self.l2_share), self.hw.gm_latency_clocks),
-            Mem::L2Atomic => (pipe_bw.min(self.l2_share / self.hw.atomic_l2_factor), self.hw.gm_latency_clocks),
+            Mem::L2Atomic => (
+                pipe_bw.min(self.l2_share / self.hw.atomic_l2_factor),
+                self.hw.gm_latency_clocks,
+            ),
             Mem::Local => (pipe_bw, 0.0),
         };
         (bytes / bw, lat / self.clock)
     }
 
-    fn issue(&mut self, core: Core, pipe: Pipe, dur: (f64, f64), deps: &[Option<usize>], stage: Stage, block: usize) -> usize {
+    fn issue(
+        &mut self,
+        core: Core,
+        pipe: Pipe,
+        dur: (f64, f64),
+        deps: &[Option<usize>],
+        stage: Stage,
+        block: usize,
+    ) -> usize {
         let (occupy, latency) = dur;
         let mut ready = 0.0f64;
         let mut pred = self.last.get(&(core, pipe)).copied();
@@ -383,7 +426,12 @@ impl<'a> Model<'a> {
         for d in deps.iter().flatten() {
             let o = &self.ops[*d];
             let cross = (o.core == Core::Cube) != (core == Core::Cube);
-            let t = o.end + if cross { self.hw.flag_latency_clocks / self.clock } else { 0.0 };
+            let t = o.end
+                + if cross {
+                    self.hw.flag_latency_clocks / self.clock
+                } else {
+                    0.0
+                };
             ready = ready.max(t);
             if t > best {
                 best = t;
@@ -392,7 +440,17 @@ impl<'a> Model<'a> {
         }
         let start = free.max(ready);
         let id = self.ops.len();
-        self.ops.push(Op { core, pipe, stage, block, seq: self.seq, start, end: start + occupy + latency, occupy, pred });
+        self.ops.push(Op {
+            core,
+            pipe,
+            stage,
+            block,
+            seq: self.seq,
+            start,
+            end: start + occupy + latency,
+            occupy,
+            pred,
+        });
         self.free.insert((core, pipe), start + occupy);
         self.last.insert((core, pipe), id);
         id
@@ -401,7 +459,10 @@ impl<'a> Model<'a> {
     fn mmad(&self, m: usize, n: usize, k: usize) -> (f64, f64) {
         let pad = |x: usize| x.div_ceil(16) * 16;
         let flops = 2.0 * (pad(m) * pad(n) * pad(k)) as f64;
-        (flops / (self.hw.target.cube_flops_per_clock * self.hw.mmad_efficiency) / self.clock, 0.0)
+        (
+            flops / (self.hw.target.cube_flops_per_clock * self.hw.mmad_efficiency) / self.clock,
+            0.0,
+        )
     }
 
     /// One Cube stage: `out[rows, n_total] = A[rows, k_total] B^T` with the paper's tiling.
@@ -437,20 +498,33 @@ impl<'a> Model<'a> {
                 let slot = self.kv_next % 3;
                 self.kv_next += 1;
                 let dur = self.transfer((nw * kw * 2) as f64, self.hw.mte2_bytes_per_clock, b_mem);
-                let id = self.issue(Core::Cube, Pipe::Mte2, dur, &[self.kv_slot[slot]], stage, block);
+                let id = self.issue(
+                    Core::Cube,
+                    Pipe::Mte2,
+                    dur,
+                    &[self.kv_slot[slot]],
+                    stage,
+                    block,
+                );
                 b_load.push((id, slot));
             }
             let mut b_last_read = vec![None; kcs];
             for m in 0..stripes {
                 let mr = (rows - m * BASE).min(BASE);
+                #[allow(clippy::needless_range_loop)] // kc also picks the slot and the K range
                 for kc in 0..kcs {
                     if a_load[m][kc].is_none() {
                         let kw = (k_total - kc * single_k).min(single_k);
                         let slot = (m * kcs + kc) % 4;
-                        let dur = self.transfer((mr * kw * 2) as f64, self.hw.mte2_bytes_per_clock, a_mem);
+                        let dur = self.transfer(
+                            (mr * kw * 2) as f64,
+                            self.hw.mte2_bytes_per_clock,
+                            a_mem,
+                        );
                         let mut deps = vec![self.qp_slot[slot]];
                         deps.extend(a_ready.get(m).into_iter().flatten().map(|&d| Some(d)));
-                        a_load[m][kc] = Some(self.issue(Core::Cube, Pipe::Mte2, dur, &deps, stage, block));
+                        a_load[m][kc] =
+                            Some(self.issue(Core::Cube, Pipe::Mte2, dur, &deps, stage, block));
                     }
                 }
                 let c_slot = self.l0c_next % 2;
@@ -463,7 +537,11 @@ impl<'a> Model<'a> {
                         let bk = (kw - ks * base_k).min(base_k);
                         let l0 = self.l0_next % 2;
                         self.l0_next += 1;
-                        let dur = self.transfer(((mr + nw) * bk * 2) as f64, self.hw.mte1_bytes_per_clock, Mem::Local);
+                        let dur = self.transfer(
+                            ((mr + nw) * bk * 2) as f64,
+                            self.hw.mte1_bytes_per_clock,
+                            Mem::Local,
+                        );
                         let ld = self.issue(
                             Core::Cube,
                             Pipe::Mte1,
@@ -475,13 +553,21 @@ impl<'a> Model<'a> {
                         let c_dep = if first { self.l0c_slot[c_slot] } else { None };
                         first = false;
                         let mm = self.mmad(mr, nw, bk);
-                        last_mmad = self.issue(Core::Cube, Pipe::Mmad, mm, &[Some(ld), c_dep], stage, block);
+                        last_mmad = self.issue(
+                            Core::Cube,
+                            Pipe::Mmad,
+                            mm,
+                            &[Some(ld), c_dep],
+                            stage,
+                            block,
+                        );
                         self.l0_slot[l0] = Some(last_mmad);
                         a_last_read[m][kc] = Some(ld);
                         b_last_read[kc] = Some(ld);
                     }
                 }
-                let dur = self.transfer((mr * nw * 4) as f64, self.hw.fixp_bytes_per_clock, out_mem);
+                let dur =
+                    self.transfer((mr * nw * 4) as f64, self.hw.fixp_bytes_per_clock, out_mem);
                 let mut deps = vec![Some(last_mmad)];
                 deps.extend(out_ready_wait.iter().map(|&d| Some(d)));
                 let fx = self.issue(Core::Cube, Pipe::Fixp, dur, &deps, stage, block);
@@ -492,9 +578,9 @@ impl<'a> Model<'a> {
                 self.kv_slot[*slot] = b_last_read[kc];
             }
         }
-        for m in 0..stripes {
-            for kc in 0..kcs {
-                self.qp_slot[(m * kcs + kc) % 4] = a_last_read[m][kc];
+        for (m, reads) in a_last_read.iter().enumerate() {
+            for (kc, &read) in reads.iter().enumerate() {
+                self.qp_slot[(m * kcs + kc) % 4] = read;
             }
         }
         last_fixp
@@ -545,7 +631,13 @@ impl<'a> Model<'a> {
 /// Row chunk a Vector core takes into UB at once (the tiling's `vector_rows`).
 const VROWS: usize = 16;
 
-fn simulate_pair(hw: &Ascend910, sq: usize, seqs: &[usize], sharing: usize, variant: Variant) -> PairResult {
+fn simulate_pair(
+    hw: &Ascend910,
+    sq: usize,
+    seqs: &[usize],
+    sharing: usize,
+    variant: Variant,
+) -> PairResult {
     let clock = hw.clock();
     let mut md = Model {
         hw,
@@ -591,7 +683,20 @@ fn simulate_pair(hw: &Ascend910, sq: usize, seqs: &[usize], sharing: usize, vari
                     (Unit::Cube, 1) => {
                         // Q from HBM on a sequence's first block, from L2 after (section 4.2)
                         let q_mem = if t == 0 { Mem::Hbm } else { Mem::L2 };
-                        c1_done[t] = md.cube_stage(Stage::C1, t, rows, w, DK, 288, 96, q_mem, &[], Mem::Hbm, Mem::L2, &[]);
+                        c1_done[t] = md.cube_stage(
+                            Stage::C1,
+                            t,
+                            rows,
+                            w,
+                            DK,
+                            288,
+                            96,
+                            q_mem,
+                            &[],
+                            Mem::Hbm,
+                            Mem::L2,
+                            &[],
+                        );
                     }
                     (Unit::Vector, 1) => {
                         for (v, range) in v_rows.iter().enumerate() {
@@ -633,10 +738,31 @@ fn simulate_pair(hw: &Ascend910, sq: usize, seqs: &[usize], sharing: usize, vari
                         }
                     }
                     (Unit::Cube, 2) => {
-                        let out = if variant == Variant::Amla { Mem::L2Atomic } else { Mem::L2 };
+                        let out = if variant == Variant::Amla {
+                            Mem::L2Atomic
+                        } else {
+                            Mem::L2
+                        };
                         // Base reuses its T workspace: wait until [V2] of the previous block read it
-                        let wait = if variant == Variant::Base && t > 0 { v2_done[t - 1].clone() } else { vec![] };
-                        c2_done[t] = md.cube_stage(Stage::C2, t, rows, DV, w, 256, 128, Mem::L2, &v1_done[t], Mem::L2, out, &wait);
+                        let wait = if variant == Variant::Base && t > 0 {
+                            v2_done[t - 1].clone()
+                        } else {
+                            vec![]
+                        };
+                        c2_done[t] = md.cube_stage(
+                            Stage::C2,
+                            t,
+                            rows,
+                            DV,
+                            w,
+                            256,
+                            128,
+                            Mem::L2,
+                            &v1_done[t],
+                            Mem::L2,
+                            out,
+                            &wait,
+                        );
                     }
                     (Unit::Vector, 2) if variant == Variant::Base => {
                         let mut last = Vec::new();
@@ -645,8 +771,11 @@ fn simulate_pair(hw: &Ascend910, sq: usize, seqs: &[usize], sharing: usize, vari
                             while r < range.end {
                                 let n = (range.end - r).min(VROWS);
                                 let bytes = (n * DV * 4) as f64;
-                                let load: Vec<(f64, Mem)> =
-                                    if t == 0 { vec![(bytes, Mem::L2)] } else { vec![(bytes, Mem::L2), (bytes, Mem::L2)] };
+                                let load: Vec<(f64, Mem)> = if t == 0 {
+                                    vec![(bytes, Mem::L2)]
+                                } else {
+                                    vec![(bytes, Mem::L2), (bytes, Mem::L2)]
+                                };
                                 let id = md.vector_pass(
                                     v as u8,
                                     Ring::Aux,
@@ -696,7 +825,12 @@ fn simulate_pair(hw: &Ascend910, sq: usize, seqs: &[usize], sharing: usize, vari
     for o in &md.ops {
         *busy.entry((o.core, o.pipe)).or_default() += o.occupy;
     }
-    PairResult { duration, busy, ops: md.ops, preload_count: pipeline.preload_count }
+    PairResult {
+        duration,
+        busy,
+        ops: md.ops,
+        preload_count: pipeline.preload_count,
+    }
 }
 
 /// Rough per-block stage durations of Base on this model (seconds), for constructing its
@@ -711,7 +845,10 @@ pub fn base_stage_estimates(hw: &Ascend910, rows: usize) -> StageDurations {
     let v1 = vrows * BLOCK as f64 * (6.0 + hw.vec_exp_cost) / hw.vec_fp32_lanes / clock
         + vrows * BLOCK as f64 * 6.0 / vbw;
     let v2 = vrows * DV as f64 * 2.0 / hw.vec_fp32_lanes / clock + vrows * DV as f64 * 12.0 / vbw;
-    StageDurations { cube: vec![c1, c2], vector: vec![v1, v2] }
+    StageDurations {
+        cube: vec![c1, c2],
+        vector: vec![v1, v2],
+    }
 }
 
 fn critical_path(ops: &[Op], duration: f64) -> Vec<PathShare> {
@@ -721,8 +858,13 @@ fn critical_path(ops: &[Op], duration: f64) -> Vec<PathShare> {
     let mut acc: HashMap<(&'static str, &'static str, String), f64> = HashMap::new();
     loop {
         let o = &ops[cur];
-        let core = if o.core == Core::Cube { "cube" } else { "vector" };
-        *acc.entry((core, o.pipe.name(), format!("{:?}", o.stage))).or_default() += o.occupy;
+        let core = if o.core == Core::Cube {
+            "cube"
+        } else {
+            "vector"
+        };
+        *acc.entry((core, o.pipe.name(), format!("{:?}", o.stage)))
+            .or_default() += o.occupy;
         if o.end - o.start > o.occupy {
             *acc.entry(("wait", "GM", "latency".into())).or_default() += o.end - o.start - o.occupy;
         }
@@ -744,7 +886,12 @@ fn critical_path(ops: &[Op], duration: f64) -> Vec<PathShare> {
     }
     let mut v: Vec<PathShare> = acc
         .into_iter()
-        .map(|((core, pipe, stage), t)| PathShare { core, pipe, stage, pct: t / duration * 100.0 })
+        .map(|((core, pipe, stage), t)| PathShare {
+            core,
+            pipe,
+            stage,
+            pct: t / duration * 100.0,
+        })
         .collect();
     v.sort_by(|a, b| b.pct.total_cmp(&a.pct));
     v

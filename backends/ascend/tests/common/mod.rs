@@ -5,8 +5,8 @@ use ferrattn_core::amla::preload::PreloadPipeline;
 use ferrattn_core::amla::tiling::HierarchicalTiling;
 use ferrattn_core::amla::AmlaPlan;
 use ferrattn_core::{
-    Algorithm, AttentionInputs, AttentionOptions, AttentionPlan, AttentionProblem, BackendKind, DType, PlanDetail,
-    Tensor,
+    Algorithm, AttentionInputs, AttentionOptions, AttentionPlan, AttentionProblem, BackendKind,
+    DType, PlanDetail, Tensor,
 };
 use rand::SeedableRng;
 
@@ -31,6 +31,7 @@ pub fn amla_plan(p: &AttentionProblem, block_k: usize, compensation: bool) -> At
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the B, Sq, Sk, H, Dk, Dv tuple of the problem plus data knobs
 /// Random MLA inputs `q [B, Sq, H, dk]`, `kv [B, Sk, 1, dk]` with N(0, sigma^2) BF16 values.
 pub fn mla_inputs(
     b: usize,
@@ -49,6 +50,14 @@ pub fn mla_inputs(
     let kv = Tensor::randn(&[b, sk, 1, dk], DType::BF16, sigma, &mut rng);
     let mut x = AttentionInputs::mla(q, kv);
     x.seqlens_k = seqlens_k;
-    let p = x.problem(AttentionOptions { causal, softmax_scale: None }, Some(dv)).expect("valid MLA inputs");
+    let p = x
+        .problem(
+            AttentionOptions {
+                causal,
+                softmax_scale: None,
+            },
+            Some(dv),
+        )
+        .expect("valid MLA inputs");
     (p, x)
 }
