@@ -11,6 +11,9 @@ pub enum FerrattnError {
     /// The CPU backend.
     #[error("cpu backend: {0}")]
     Cpu(#[from] ferrattn_cpu::CpuError),
+    /// The Ascend backend (real or simulated).
+    #[error("ascend backend: {0}")]
+    Ascend(#[from] ferrattn_ascend::AscendError),
     /// A backend that cannot run here, and why.
     #[error("backend {backend} is unavailable: {reason}")]
     Unavailable {

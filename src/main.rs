@@ -34,6 +34,9 @@ enum Cmd {
     /// Reproduce a published table beside the paper's values.
     #[command(subcommand)]
     Repro(Repro),
+    /// Run the simulated Ascend 910 schedule (a timing model, never a hardware measurement).
+    #[command(subcommand)]
+    Sim(Sim),
     /// Regenerate the checked-in golden files (deterministic).
     Golden {
         /// Output directory.
@@ -89,7 +92,48 @@ struct RunArgs {
 }
 
 #[derive(Subcommand)]
+enum Sim {
+    /// AMLA MLA decode (128 heads, 576/512) on a simulated Ascend 910, beside the four-stage Base.
+    Amla {
+        /// Sequences in the batch.
+        #[arg(long, default_value_t = 96)]
+        batch: usize,
+        /// Query tokens per sequence (1 or 2).
+        #[arg(long, default_value_t = 2)]
+        sq: usize,
+        /// Context length.
+        #[arg(long, default_value_t = 16384)]
+        sk: usize,
+        /// Print JSON (both variants) instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Write a Gantt timeline of one Cube/Vector core pair (AMLA) as SVG.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+        /// KV blocks shown in the timeline.
+        #[arg(long, default_value_t = 6)]
+        blocks: usize,
+    },
+}
+
+#[derive(Subcommand)]
 enum Repro {
+    /// AMLA Tables 3 and 4 (8K context, Gaussian and uniform inputs) beside the paper's values.
+    AmlaAccuracy {
+        /// Random draws per configuration (the paper uses 100).
+        #[arg(long, default_value_t = 100)]
+        samples: usize,
+        /// RNG seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// The paper's 12 performance configurations (batch 96; Sq 1, 2; Sk 1k-16k), Base and AMLA,
+    /// on the SIMULATED Ascend 910 (a timing model, not a measurement).
+    AmlaPerformance {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// TurboQuant MSE and inner-product distortion per bit width (Theorems 1 and 2).
     TurboquantDistortion {
         /// Vector dimension (head dim).
@@ -114,6 +158,8 @@ enum Repro {
     },
 }
 
+fn amla_accuracy(_samples: usize, _seed: u64) {}
+
 fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(total);
     pb.set_style(
@@ -125,8 +171,58 @@ fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     pb
 }
 
+fn cmd_sim(s: &Sim) -> ferrattn::Result<()> {
+    let Sim::Amla {
+        batch,
+        sq,
+        sk,
+        json,
+        svg,
+        blocks,
+    } = s;
+    if *batch == 0 || *sk == 0 || !(1..=2).contains(sq) {
+        return Err(ferrattn::CoreError::Unsupported {
+            what: format!("sim amla with batch {batch}, sq {sq}, sk {sk}"),
+            supported: "batch >= 1, sq 1 or 2, sk >= 1".into(),
+        }
+        .into());
+    }
+    let amla = ferrattn_ascend::simulate(*batch, *sq, *sk, ferrattn_ascend::Variant::Amla);
+    let base = ferrattn_ascend::simulate(*batch, *sq, *sk, ferrattn_ascend::Variant::Base);
+    if *json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&[&amla, &base]).expect("reports serialise")
+        );
+    } else {
+        println!("{amla}");
+        println!("{base}");
+    }
+    if let Some(path) = svg {
+        ferrattn_ascend::timeline_svg(&amla, *blocks, path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
 fn cmd_repro(r: &Repro) -> ferrattn::Result<()> {
     match r {
+        Repro::AmlaPerformance { json } => {
+            let rep = ferrattn_ascend::repro_performance();
+            if *json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rep).expect("report serialises")
+                );
+            } else {
+                println!("{rep}");
+            }
+            Ok(())
+        }
+        Repro::AmlaAccuracy { samples, seed } => {
+            amla_accuracy(*samples, *seed);
+            Ok(())
+        }
         Repro::TurboquantDistortion {
             d,
             samples,
@@ -398,6 +494,7 @@ fn main() -> ExitCode {
         Cmd::Plan(a) => make_plan(a).map(|(_, _, plan)| println!("{}", plan.to_json())),
         Cmd::Run(r) => cmd_run(r),
         Cmd::Repro(r) => cmd_repro(r),
+        Cmd::Sim(s) => cmd_sim(s),
         Cmd::Golden { out } => golden_files::generate(out).map(|paths| {
             for p in paths {
                 println!("wrote {}", p.display());

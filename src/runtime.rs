@@ -5,6 +5,7 @@
 //! CLI, the docs and the dispatch cannot disagree.
 
 use crate::{FerrattnError, Result};
+use ferrattn_ascend::AscendBackend;
 use ferrattn_core::backend::{
     AmlaDecode, Availability, Device, ExactAttention, LeanDecode, TurboAttention, TurboQuantDecode,
 };
@@ -41,17 +42,24 @@ pub fn supported_on(algorithm: Algorithm) -> &'static [BackendKind] {
     match algorithm {
         Algorithm::Exact => &[BackendKind::Cpu],
         Algorithm::Lean => &[BackendKind::Cpu],
-        Algorithm::Amla => &[BackendKind::Cpu],
+        Algorithm::Amla => &[BackendKind::Ascend, BackendKind::Cpu],
         Algorithm::Turbo => &[BackendKind::Cpu],
         Algorithm::TurboQuant => &[BackendKind::Cpu],
     }
 }
 
 /// A backend ready to plan and run.
-#[derive(Debug)]
 pub enum Runtime {
     /// The host CPU.
     Cpu(CpuBackend),
+    /// An Ascend NPU, or its simulated schedule on the CPU (every result says which).
+    Ascend(AscendBackend),
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Runtime({}, {:?})", self.kind(), self.availability())
+    }
 }
 
 /// The outcome of [`Runtime::select`]: the runtime and why the others were not picked.
@@ -90,34 +98,43 @@ pub fn devices() -> Vec<DeviceReport> {
             },
             caps: None,
         },
-        DeviceReport {
-            backend: BackendKind::Ascend,
-            availability: Availability::Unavailable {
-                reason: "this build has no Ascend backend".into(),
-            },
-            caps: None,
+        {
+            let ascend = AscendBackend::new();
+            DeviceReport {
+                backend: BackendKind::Ascend,
+                availability: ascend.availability(),
+                caps: ascend.caps(),
+            }
         },
     ]
 }
 
-fn open(kind: BackendKind) -> Result<Runtime> {
-    match kind {
-        BackendKind::Cpu => Ok(Runtime::Cpu(CpuBackend::new())),
-        other => {
-            let reason = devices()
-                .into_iter()
-                .find(|d| d.backend == other)
-                .map(|d| match d.availability {
-                    Availability::Unavailable { reason } => reason,
-                    Availability::Simulated { reason } => format!("simulated only: {reason}"),
-                    Availability::Ready => "not wired into this build".into(),
-                })
-                .unwrap_or_default();
-            Err(FerrattnError::Unavailable {
-                backend: other.to_string(),
-                reason,
+/// Opens a backend. `allow_simulated` accepts a backend that can only simulate (an explicit
+/// `--backend ascend` does; `auto` passes such a backend over for one that really runs).
+fn open(kind: BackendKind, allow_simulated: bool) -> Result<Runtime> {
+    let rt = match kind {
+        BackendKind::Cpu => Runtime::Cpu(CpuBackend::new()),
+        BackendKind::Ascend => Runtime::Ascend(AscendBackend::new()),
+        BackendKind::Cuda => {
+            return Err(FerrattnError::Unavailable {
+                backend: kind.to_string(),
+                reason: "this build has no CUDA backend".into(),
             })
         }
+    };
+    match rt.availability() {
+        Availability::Ready => Ok(rt),
+        Availability::Simulated { .. } if allow_simulated => Ok(rt),
+        Availability::Simulated { reason } => Err(FerrattnError::Unavailable {
+            backend: kind.to_string(),
+            reason: format!(
+                "simulated only ({reason}); ask for --backend {kind} to run the simulation"
+            ),
+        }),
+        Availability::Unavailable { reason } => Err(FerrattnError::Unavailable {
+            backend: kind.to_string(),
+            reason,
+        }),
     }
 }
 
@@ -140,14 +157,14 @@ impl Runtime {
                     });
                 }
                 Ok(Selection {
-                    runtime: open(kind)?,
+                    runtime: open(kind, true)?,
                     passed_over: vec![],
                 })
             }
             BackendChoice::Auto => {
                 let mut passed_over = vec![];
                 for &kind in supported {
-                    match open(kind) {
+                    match open(kind, false) {
                         Ok(runtime) => {
                             tracing::info!(backend = %kind, %algorithm, "auto-selected backend");
                             return Ok(Selection {
@@ -170,6 +187,15 @@ impl Runtime {
     pub fn kind(&self) -> BackendKind {
         match self {
             Runtime::Cpu(d) => d.kind(),
+            Runtime::Ascend(d) => d.kind(),
+        }
+    }
+
+    /// Whether it runs, simulates, or cannot run.
+    pub fn availability(&self) -> Availability {
+        match self {
+            Runtime::Cpu(d) => d.availability(),
+            Runtime::Ascend(d) => d.availability(),
         }
     }
 
@@ -177,6 +203,7 @@ impl Runtime {
     pub fn caps(&self) -> DeviceCaps {
         let caps = match self {
             Runtime::Cpu(d) => d.caps(),
+            Runtime::Ascend(d) => d.caps(),
         };
         caps.expect("an opened runtime is available and reports caps")
     }
@@ -217,6 +244,14 @@ impl Runtime {
                 Algorithm::Turbo => d.run_turbo(plan, x)?,
                 Algorithm::TurboQuant => d.run_turboquant(plan, x)?,
             }),
+            Runtime::Ascend(d) => match plan.algorithm {
+                Algorithm::Amla => Ok(d.run_amla(plan, x)?),
+                other => Err(FerrattnError::NotSupported {
+                    algorithm: other.to_string(),
+                    backend: "ascend".into(),
+                    supported: "cpu".into(),
+                }),
+            },
         }
     }
 }
