@@ -53,7 +53,7 @@ pub enum Runtime {
     /// The host CPU.
     Cpu(CpuBackend),
     /// An Ascend NPU, or its simulated schedule on the CPU (every result says which).
-    Ascend(AscendBackend),
+    Ascend(Box<AscendBackend>),
 }
 
 impl std::fmt::Debug for Runtime {
@@ -114,7 +114,7 @@ pub fn devices() -> Vec<DeviceReport> {
 fn open(kind: BackendKind, allow_simulated: bool) -> Result<Runtime> {
     let rt = match kind {
         BackendKind::Cpu => Runtime::Cpu(CpuBackend::new()),
-        BackendKind::Ascend => Runtime::Ascend(AscendBackend::new()),
+        BackendKind::Ascend => Runtime::Ascend(Box::new(AscendBackend::new())),
         BackendKind::Cuda => {
             return Err(FerrattnError::Unavailable {
                 backend: kind.to_string(),
