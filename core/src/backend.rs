@@ -49,22 +49,31 @@ pub trait ExactAttention: Device {
 /// LeanAttention stream-K decode.
 pub trait LeanDecode: Device {
     /// Runs a plan whose detail is `PlanDetail::Lean`.
-    fn run_lean(&self, plan: &AttentionPlan, x: &AttentionInputs)
-        -> Result<AttentionOutput, Self::Error>;
+    fn run_lean(
+        &self,
+        plan: &AttentionPlan,
+        x: &AttentionInputs,
+    ) -> Result<AttentionOutput, Self::Error>;
 }
 
 /// AMLA MLA decode.
 pub trait AmlaDecode: Device {
     /// Runs a plan whose detail is `PlanDetail::Amla` over `q` and the latent `kv`.
-    fn run_amla(&self, plan: &AttentionPlan, x: &AttentionInputs)
-        -> Result<AttentionOutput, Self::Error>;
+    fn run_amla(
+        &self,
+        plan: &AttentionPlan,
+        x: &AttentionInputs,
+    ) -> Result<AttentionOutput, Self::Error>;
 }
 
 /// TurboAttention prefill/decode over a compressed KV cache.
 pub trait TurboAttention: Device {
     /// Runs a plan whose detail is `PlanDetail::Turbo`.
-    fn run_turbo(&self, plan: &AttentionPlan, x: &AttentionInputs)
-        -> Result<AttentionOutput, Self::Error>;
+    fn run_turbo(
+        &self,
+        plan: &AttentionPlan,
+        x: &AttentionInputs,
+    ) -> Result<AttentionOutput, Self::Error>;
 }
 
 /// Attention over a TurboQuant-compressed KV cache.

@@ -23,7 +23,11 @@ pub struct Comparison {
 impl Comparison {
     /// Compares two equally long slices.
     pub fn new(reference: &[f64], actual: &[f64]) -> Comparison {
-        assert_eq!(reference.len(), actual.len(), "comparator needs equal lengths");
+        assert_eq!(
+            reference.len(),
+            actual.len(),
+            "comparator needs equal lengths"
+        );
         let mut c = Comparison {
             len: reference.len(),
             max_abs: 0.0,
@@ -51,7 +55,11 @@ impl Comparison {
             act2 += a * a;
             dot += r * a;
         }
-        c.rel_fro = if ref2 > 0.0 { (diff2 / ref2).sqrt() } else { diff2.sqrt() };
+        c.rel_fro = if ref2 > 0.0 {
+            (diff2 / ref2).sqrt()
+        } else {
+            diff2.sqrt()
+        };
         c.cosine = if ref2 > 0.0 && act2 > 0.0 {
             dot / (ref2.sqrt() * act2.sqrt())
         } else if ref2 == 0.0 && act2 == 0.0 {
@@ -72,7 +80,9 @@ impl Comparison {
     /// `Ok` when within `tol`, else a message with every number needed to debug.
     pub fn check(&self, what: &str, tol: &Tolerance) -> Result<(), String> {
         if let Some(i) = self.non_finite_mismatch {
-            return Err(format!("{what}: NaN/Inf placement differs first at flat index {i}"));
+            return Err(format!(
+                "{what}: NaN/Inf placement differs first at flat index {i}"
+            ));
         }
         if self.rel_fro > tol.rel_fro || self.max_abs > tol.max_abs {
             return Err(format!(
@@ -112,19 +122,34 @@ impl Tolerance {
     /// bf16 has an 8-bit significand (2^-8 = 3.9e-3 relative rounding), f16 an 11-bit one.
     pub fn output(dtype: DType) -> Tolerance {
         match dtype {
-            DType::F32 => Tolerance { rel_fro: 1e-5, max_abs: 1e-4 },
-            DType::F16 => Tolerance { rel_fro: 2e-3, max_abs: 1e-2 },
-            DType::BF16 => Tolerance { rel_fro: 1e-2, max_abs: 5e-2 },
+            DType::F32 => Tolerance {
+                rel_fro: 1e-5,
+                max_abs: 1e-4,
+            },
+            DType::F16 => Tolerance {
+                rel_fro: 2e-3,
+                max_abs: 1e-2,
+            },
+            DType::BF16 => Tolerance {
+                rel_fro: 1e-2,
+                max_abs: 5e-2,
+            },
         }
     }
 
     /// Tolerance for LSE (always f32, absolute error in natural-log units).
     pub fn lse() -> Tolerance {
-        Tolerance { rel_fro: 1e-3, max_abs: 1e-3 }
+        Tolerance {
+            rel_fro: 1e-3,
+            max_abs: 1e-3,
+        }
     }
 
     /// Reordering the same f32 arithmetic (split points of a softmax) only.
     pub fn f32_reorder() -> Tolerance {
-        Tolerance { rel_fro: 1e-5, max_abs: 1e-4 }
+        Tolerance {
+            rel_fro: 1e-5,
+            max_abs: 1e-4,
+        }
     }
 }

@@ -16,7 +16,9 @@ pub enum CoreError {
         expected: String,
     },
     /// Two inputs disagree on element type.
-    #[error("{tensor} is {actual} but {expected_from} is {expected}; all inputs must share one dtype")]
+    #[error(
+        "{tensor} is {actual} but {expected_from} is {expected}; all inputs must share one dtype"
+    )]
     DTypeMismatch {
         /// The tensor with the odd dtype.
         tensor: &'static str,
@@ -46,7 +48,9 @@ pub enum CoreError {
         requirement: String,
     },
     /// An input contains NaN or infinity.
-    #[error("{tensor} holds a non-finite value ({value}) at flat index {index}; inputs must be finite")]
+    #[error(
+        "{tensor} holds a non-finite value ({value}) at flat index {index}; inputs must be finite"
+    )]
     NonFinite {
         /// Which tensor.
         tensor: &'static str,

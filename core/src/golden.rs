@@ -22,7 +22,10 @@ pub fn exact_attention(p: &AttentionProblem, x: &AttentionInputs) -> AttentionOu
     AttentionOutput {
         o,
         lse,
-        provenance: Provenance { device: "f64 golden reference".into(), ..Provenance::cpu() },
+        provenance: Provenance {
+            device: "f64 golden reference".into(),
+            ..Provenance::cpu()
+        },
     }
 }
 

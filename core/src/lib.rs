@@ -29,6 +29,8 @@ pub use dtype::DType;
 pub use error::{CoreError, Result};
 pub use plan::{Algorithm, AttentionPlan, PlanDetail};
 pub use planner::{plan, BlockSizes};
-pub use problem::{AttentionInputs, AttentionOptions, AttentionOutput, AttentionProblem, KvLayout, Provenance};
+pub use problem::{
+    AttentionInputs, AttentionOptions, AttentionOutput, AttentionProblem, KvLayout, Provenance,
+};
 pub use softmax::SoftmaxState;
 pub use tensor::Tensor;

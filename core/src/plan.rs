@@ -21,8 +21,13 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm, in CLI order.
-    pub const ALL: [Algorithm; 5] =
-        [Algorithm::Exact, Algorithm::Turbo, Algorithm::Lean, Algorithm::Amla, Algorithm::TurboQuant];
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::Exact,
+        Algorithm::Turbo,
+        Algorithm::Lean,
+        Algorithm::Amla,
+        Algorithm::TurboQuant,
+    ];
 
     /// The CLI name.
     pub fn name(self) -> &'static str {

@@ -17,7 +17,11 @@ pub trait BlockSizes {
 pub const EXACT_BLOCK: usize = 64;
 
 /// Makes a plan for `algorithm` on a device with `caps`. Validates the problem first.
-pub fn plan(algorithm: Algorithm, problem: &AttentionProblem, caps: &DeviceCaps) -> Result<AttentionPlan> {
+pub fn plan(
+    algorithm: Algorithm,
+    problem: &AttentionProblem,
+    caps: &DeviceCaps,
+) -> Result<AttentionPlan> {
     problem.validate()?;
     let (block_q, block_k, detail) = match algorithm {
         Algorithm::Exact => (EXACT_BLOCK, EXACT_BLOCK, PlanDetail::Exact),

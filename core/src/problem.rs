@@ -127,7 +127,10 @@ impl AttentionProblem {
             }
         }
         if self.heads_q % self.heads_kv != 0 {
-            return Err(CoreError::HeadRatio { heads_q: self.heads_q, heads_kv: self.heads_kv });
+            return Err(CoreError::HeadRatio {
+                heads_q: self.heads_q,
+                heads_kv: self.heads_kv,
+            });
         }
         if self.kv_layout == KvLayout::MlaLatent {
             if self.heads_kv != 1 {
@@ -153,7 +156,11 @@ impl AttentionProblem {
         ] {
             if lens.len() != self.batch {
                 return Err(CoreError::Shape {
-                    tensor: if name == "seqlens_q" { "seqlens_q" } else { "seqlens_k" },
+                    tensor: if name == "seqlens_q" {
+                        "seqlens_q"
+                    } else {
+                        "seqlens_k"
+                    },
                     actual: vec![lens.len()],
                     expected: format!("one length per sequence, [{}]", self.batch),
                 });
@@ -206,12 +213,24 @@ pub struct AttentionInputs {
 impl AttentionInputs {
     /// Separate Q, K, V with full lengths.
     pub fn new(q: Tensor, k: Tensor, v: Tensor) -> AttentionInputs {
-        AttentionInputs { q, k, v: Some(v), seqlens_q: None, seqlens_k: None }
+        AttentionInputs {
+            q,
+            k,
+            v: Some(v),
+            seqlens_q: None,
+            seqlens_k: None,
+        }
     }
 
     /// MLA: `q [B, Sq, Hq, Dqk]` and the latent `kv [B, Sk, 1, Dqk]`.
     pub fn mla(q: Tensor, kv: Tensor) -> AttentionInputs {
-        AttentionInputs { q, k: kv, v: None, seqlens_q: None, seqlens_k: None }
+        AttentionInputs {
+            q,
+            k: kv,
+            v: None,
+            seqlens_q: None,
+            seqlens_k: None,
+        }
     }
 
     /// V row `[b, j, h, :dv]` whatever the layout.
@@ -286,36 +305,37 @@ impl AttentionInputs {
             }
             None => (mla_head_dim_v.unwrap_or(d), KvLayout::MlaLatent),
         };
-        let lens = |name: &'static str, given: &Option<Vec<i64>>, max: usize| -> Result<Vec<usize>> {
-            match given {
-                None => Ok(vec![max; b]),
-                Some(l) => {
-                    if l.len() != b {
-                        return Err(CoreError::Shape {
-                            tensor: name,
-                            actual: vec![l.len()],
-                            expected: format!("[{b}], one length per sequence"),
-                        });
-                    }
-                    l.iter()
-                        .enumerate()
-                        .map(|(i, &x)| {
-                            if x < 0 || x as usize > max {
-                                Err(CoreError::BadLength {
-                                    what: format!("{name}[{i}]"),
-                                    value: x,
-                                    requirement: format!(
+        let lens =
+            |name: &'static str, given: &Option<Vec<i64>>, max: usize| -> Result<Vec<usize>> {
+                match given {
+                    None => Ok(vec![max; b]),
+                    Some(l) => {
+                        if l.len() != b {
+                            return Err(CoreError::Shape {
+                                tensor: name,
+                                actual: vec![l.len()],
+                                expected: format!("[{b}], one length per sequence"),
+                            });
+                        }
+                        l.iter()
+                            .enumerate()
+                            .map(|(i, &x)| {
+                                if x < 0 || x as usize > max {
+                                    Err(CoreError::BadLength {
+                                        what: format!("{name}[{i}]"),
+                                        value: x,
+                                        requirement: format!(
                                         "between 0 and {max} (the tensor's padded sequence extent)"
                                     ),
-                                })
-                            } else {
-                                Ok(x as usize)
-                            }
-                        })
-                        .collect()
+                                    })
+                                } else {
+                                    Ok(x as usize)
+                                }
+                            })
+                            .collect()
+                    }
                 }
-            }
-        };
+            };
         let seqlens_q = lens("seqlens_q", &self.seqlens_q, sq)?;
         let seqlens_k = lens("seqlens_k", &self.seqlens_k, sk)?;
         let p = AttentionProblem {
@@ -336,12 +356,20 @@ impl AttentionInputs {
         p.validate()?;
         for (name, t) in [("q", q), (kname, k)] {
             if let Some((index, value)) = t.first_non_finite() {
-                return Err(CoreError::NonFinite { tensor: name, index, value });
+                return Err(CoreError::NonFinite {
+                    tensor: name,
+                    index,
+                    value,
+                });
             }
         }
         if let Some(v) = &self.v {
             if let Some((index, value)) = v.first_non_finite() {
-                return Err(CoreError::NonFinite { tensor: "v", index, value });
+                return Err(CoreError::NonFinite {
+                    tensor: "v",
+                    index,
+                    value,
+                });
             }
         }
         Ok(p)

@@ -19,13 +19,21 @@ pub struct SoftmaxState {
 impl SoftmaxState {
     /// The state over no keys.
     pub fn empty(dv: usize) -> SoftmaxState {
-        SoftmaxState { m: f32::NEG_INFINITY, l: 0.0, acc: vec![0.0; dv] }
+        SoftmaxState {
+            m: f32::NEG_INFINITY,
+            l: 0.0,
+            acc: vec![0.0; dv],
+        }
     }
 
     /// Adds one key with scaled logit `s` and value row `v`.
     pub fn push(&mut self, s: f32, v: &[f32]) {
         let m_new = self.m.max(s);
-        let alpha = if self.m == f32::NEG_INFINITY { 0.0 } else { (self.m - m_new).exp() };
+        let alpha = if self.m == f32::NEG_INFINITY {
+            0.0
+        } else {
+            (self.m - m_new).exp()
+        };
         let p = (s - m_new).exp();
         self.l = self.l * alpha + p;
         for (a, &x) in self.acc.iter_mut().zip(v) {
@@ -59,6 +67,9 @@ impl SoftmaxState {
             return (vec![0.0; self.acc.len()], f32::NEG_INFINITY);
         }
         let inv = 1.0 / self.l;
-        (self.acc.iter().map(|x| x * inv).collect(), self.m + self.l.ln())
+        (
+            self.acc.iter().map(|x| x * inv).collect(),
+            self.m + self.l.ln(),
+        )
     }
 }

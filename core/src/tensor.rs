@@ -18,7 +18,11 @@ pub struct Tensor {
 impl Tensor {
     /// A tensor of zeros.
     pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
-        Tensor { shape: shape.to_vec(), dtype, data: vec![0.0; shape.iter().product()] }
+        Tensor {
+            shape: shape.to_vec(),
+            dtype,
+            data: vec![0.0; shape.iter().product()],
+        }
     }
 
     /// Builds a tensor from values, rounding each to `dtype`.
@@ -32,7 +36,11 @@ impl Tensor {
             });
         }
         let data = data.into_iter().map(|x| dtype.round(x)).collect();
-        Ok(Tensor { shape: shape.to_vec(), dtype, data })
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            dtype,
+            data,
+        })
     }
 
     /// Standard normal values times `scale`, rounded to `dtype`.
@@ -44,14 +52,22 @@ impl Tensor {
                 dtype.round(x * scale)
             })
             .collect();
-        Tensor { shape: shape.to_vec(), dtype, data }
+        Tensor {
+            shape: shape.to_vec(),
+            dtype,
+            data,
+        }
     }
 
     /// Uniform values in `[lo, hi)`, rounded to `dtype`.
     pub fn uniform(shape: &[usize], dtype: DType, lo: f32, hi: f32, rng: &mut impl Rng) -> Tensor {
         let n: usize = shape.iter().product();
         let data = (0..n).map(|_| dtype.round(rng.gen_range(lo..hi))).collect();
-        Tensor { shape: shape.to_vec(), dtype, data }
+        Tensor {
+            shape: shape.to_vec(),
+            dtype,
+            data,
+        }
     }
 
     /// Number of elements.
@@ -84,6 +100,10 @@ impl Tensor {
 
     /// First non-finite element, if any.
     pub fn first_non_finite(&self) -> Option<(usize, f32)> {
-        self.data.iter().enumerate().find(|(_, x)| !x.is_finite()).map(|(i, x)| (i, *x))
+        self.data
+            .iter()
+            .enumerate()
+            .find(|(_, x)| !x.is_finite())
+            .map(|(i, x)| (i, *x))
     }
 }

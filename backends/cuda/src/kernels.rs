@@ -314,6 +314,26 @@ mod tests {
         }
     }
 
+    /// The NVRTC path compiles here whenever libnvrtc can be loaded (no GPU needed); CI gets it
+    /// from the nvidia-cuda-nvrtc wheel that scripts/install-nvcc.sh installs.
+    #[test]
+    fn nvrtc_compiles_the_embedded_source() {
+        // SAFETY: only probes whether the library loads.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            eprintln!("SKIPPED nvrtc_compiles_the_embedded_source: libnvrtc.so not found (set LD_LIBRARY_PATH)");
+            return;
+        }
+        let ptx = nvrtc_compile(image("lean_decode").unwrap(), "compute_90a").expect("NVRTC compile");
+        for dt in [DType::F16, DType::BF16] {
+            for d in [64, 128, 256] {
+                for n in lean_kernel_names(dt, d, 16).unwrap() {
+                    assert!(ptx.contains(&format!(".entry {n}(")), "{n} missing from NVRTC PTX");
+                }
+            }
+        }
+        assert!(ptx.contains(".target sm_90a"));
+    }
+
     #[test]
     fn kernel_selection_is_a_closed_list() {
         assert_eq!(lean_kernel_names(DType::F16, 64, 3).unwrap()[0], "lean_decode_f16_d64_r4");

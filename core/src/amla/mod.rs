@@ -3,7 +3,9 @@
 pub mod preload;
 pub mod tiling;
 
-use crate::{AttentionInputs, AttentionOutput, AttentionProblem, BlockSizes, CoreError, DeviceCaps, Result};
+use crate::{
+    AttentionInputs, AttentionOutput, AttentionProblem, BlockSizes, CoreError, DeviceCaps, Result,
+};
 use serde::{Deserialize, Serialize};
 
 /// Plan of an AMLA decode.
@@ -32,10 +34,20 @@ impl BlockSizes for AmlaPlan {
 
 /// Plans an AMLA decode.
 pub fn plan(_p: &AttentionProblem, _caps: &DeviceCaps) -> Result<AmlaPlan> {
-    Err(CoreError::Unsupported { what: "amla (not written yet)".into(), supported: "none".into() })
+    Err(CoreError::Unsupported {
+        what: "amla (not written yet)".into(),
+        supported: "none".into(),
+    })
 }
 
 /// CPU emulation of AMLA Algorithm 2.
-pub fn emulate(_plan: &AmlaPlan, _p: &AttentionProblem, _x: &AttentionInputs) -> Result<AttentionOutput> {
-    Err(CoreError::Unsupported { what: "amla (not written yet)".into(), supported: "none".into() })
+pub fn emulate(
+    _plan: &AmlaPlan,
+    _p: &AttentionProblem,
+    _x: &AttentionInputs,
+) -> Result<AttentionOutput> {
+    Err(CoreError::Unsupported {
+        what: "amla (not written yet)".into(),
+        supported: "none".into(),
+    })
 }

@@ -1,6 +1,8 @@
 //! TurboAttention (Kang et al., MLSys 2025): FlashQ + SAS. SKELETON.
 
-use crate::{AttentionInputs, AttentionOutput, AttentionProblem, BlockSizes, CoreError, DeviceCaps, Result};
+use crate::{
+    AttentionInputs, AttentionOutput, AttentionProblem, BlockSizes, CoreError, DeviceCaps, Result,
+};
 use serde::{Deserialize, Serialize};
 
 /// TurboAttention settings.
@@ -23,10 +25,20 @@ impl BlockSizes for TurboConfig {
 
 /// Plans TurboAttention.
 pub fn plan(_p: &AttentionProblem, _caps: &DeviceCaps) -> Result<TurboConfig> {
-    Err(CoreError::Unsupported { what: "turbo (not written yet)".into(), supported: "none".into() })
+    Err(CoreError::Unsupported {
+        what: "turbo (not written yet)".into(),
+        supported: "none".into(),
+    })
 }
 
 /// CPU emulation (prefill, or prefill of the context then decode).
-pub fn emulate(_cfg: &TurboConfig, _p: &AttentionProblem, _x: &AttentionInputs) -> Result<AttentionOutput> {
-    Err(CoreError::Unsupported { what: "turbo (not written yet)".into(), supported: "none".into() })
+pub fn emulate(
+    _cfg: &TurboConfig,
+    _p: &AttentionProblem,
+    _x: &AttentionInputs,
+) -> Result<AttentionOutput> {
+    Err(CoreError::Unsupported {
+        what: "turbo (not written yet)".into(),
+        supported: "none".into(),
+    })
 }

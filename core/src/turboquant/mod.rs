@@ -1,6 +1,8 @@
 //! TurboQuant KV compression with QJL correction. SKELETON.
 
-use crate::{AttentionInputs, AttentionOutput, AttentionProblem, BlockSizes, CoreError, DeviceCaps, Result};
+use crate::{
+    AttentionInputs, AttentionOutput, AttentionProblem, BlockSizes, CoreError, DeviceCaps, Result,
+};
 use serde::{Deserialize, Serialize};
 
 /// TurboQuant settings.
@@ -21,10 +23,20 @@ impl BlockSizes for TurboQuantConfig {
 
 /// Plans TurboQuant attention.
 pub fn plan(_p: &AttentionProblem, _caps: &DeviceCaps) -> Result<TurboQuantConfig> {
-    Err(CoreError::Unsupported { what: "turboquant (not written yet)".into(), supported: "none".into() })
+    Err(CoreError::Unsupported {
+        what: "turboquant (not written yet)".into(),
+        supported: "none".into(),
+    })
 }
 
 /// Attention over a TurboQuant-compressed K and V.
-pub fn emulate(_cfg: &TurboQuantConfig, _p: &AttentionProblem, _x: &AttentionInputs) -> Result<AttentionOutput> {
-    Err(CoreError::Unsupported { what: "turboquant (not written yet)".into(), supported: "none".into() })
+pub fn emulate(
+    _cfg: &TurboQuantConfig,
+    _p: &AttentionProblem,
+    _x: &AttentionInputs,
+) -> Result<AttentionOutput> {
+    Err(CoreError::Unsupported {
+        what: "turboquant (not written yet)".into(),
+        supported: "none".into(),
+    })
 }
