@@ -168,6 +168,10 @@ impl DeviceBuffer {
             check("cuMemcpyHtoD_v2", unsafe {
                 sys::cuMemcpyHtoD_v2(b.ptr, data.as_ptr() as *const std::ffi::c_void, bytes)
             })?;
+            // a pageable copy may return before its DMA lands; kernels on our non-blocking
+            // stream do not wait for the legacy stream, so finish it here
+            // SAFETY: no arguments.
+            check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
         }
         Ok(b)
     }
