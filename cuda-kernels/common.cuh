@@ -19,6 +19,7 @@ constexpr int kMinCtasPerSm = 2;         // occupancy the Lean plan assumes (Dev
 constexpr int kKeysPerGroupStage = 8;    // keys one key group handles per pipeline stage
 constexpr int kMaxRows = 16;             // = ferrattn_core::lean::MAX_TILE_M
 constexpr int kSmemBudget = 110 * 1024;  // per CTA, so that kMinCtasPerSm CTAs share one SM (228 KiB)
+constexpr int kMergeBatch = 32;          // partials a host merges per pass (loads in flight together)
 
 // One key is handled by D/8 lanes, each owning 8 consecutive columns (one 16-byte vector).
 template <int D> __host__ __device__ constexpr int lanes_per_key() { return D / 8; }

@@ -99,45 +99,53 @@ template <int D, int R>
 struct Smem {
   static constexpr int kSk = cfg::stage_keys<D>();
   static constexpr bool kQInSmem = R >= 16;  // 16 rows of q would not fit in registers beside O
+  static constexpr int kMergeBytes = (cfg::kMergeBatch + 1) * R * 4;
   static constexpr int bytes_for(int stages) {
-    return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0);
+    return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0) + kMergeBytes;
   }
   static constexpr int kStages = bytes_for(3) <= cfg::kSmemBudget ? 3 : 2;
   static constexpr int kBytes = bytes_for(kStages);
   static constexpr int kKvBytes = kStages * 2 * kSk * D * 2;
 };
 
-// Merges the partial in slot `slot` into (obuf, fin) in place (Alg. 2 lines 29-35).
+// Merges the partials in slots first..=last into (obuf, fin) in place (Alg. 2 lines 29-35), in
+// batches of cfg::kMergeBatch whose loads are all in flight at once: one pass computes each
+// row's new max and the scale of every partial, the next rescales and sums the O elements. The
+// order of the sum is fixed, so results are reproducible. `sc` holds (kMergeBatch + 1) * R floats.
 template <int D, int R>
-__device__ __forceinline__ void merge_partial(const LeanParams& p, int slot, float* obuf, float* fin) {
-  float a[R], b[R], nm[R], nl[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    float m0 = fin[2 * r], l0 = fin[2 * r + 1];
-    float m1 = ld_cg(p.part_ml + ((u64)slot * R + r) * 2);
-    float l1 = ld_cg(p.part_ml + ((u64)slot * R + r) * 2 + 1);
-    float m = fmax2(m0, m1);
-    a[r] = m0 == neg_inf() ? 0.f : exp2_approx(m0 - m);
-    b[r] = m1 == neg_inf() ? 0.f : exp2_approx(m1 - m);
-    nm[r] = m;
-    nl[r] = l0 * a[r] + l1 * b[r];
+__device__ __forceinline__ void merge_partials(const LeanParams& p, int first, int last, float* obuf, float* fin, float* sc) {
+  for (int c0 = first; c0 <= last; c0 += cfg::kMergeBatch) {
+    const int n = (last - c0 + 1) < cfg::kMergeBatch ? (last - c0 + 1) : cfg::kMergeBatch;
+    if (threadIdx.x < R) {  // row pass; only thread r touches fin[2r..2r+1] while merging
+      const int r = threadIdx.x;
+      const float m0 = fin[2 * r], l0 = fin[2 * r + 1];
+      float mm = m0;
+#pragma unroll 8
+      for (int i = 0; i < n; ++i) mm = fmax2(mm, ld_cg(p.part_ml + ((u64)(c0 + i) * R + r) * 2));
+      const float a0 = m0 == neg_inf() ? 0.f : exp2_approx(m0 - mm);
+      float ll = l0 * a0;
+#pragma unroll 8
+      for (int i = 0; i < n; ++i) {
+        const float mi = ld_cg(p.part_ml + ((u64)(c0 + i) * R + r) * 2);
+        const float li = ld_cg(p.part_ml + ((u64)(c0 + i) * R + r) * 2 + 1);
+        const float si = mi == neg_inf() ? 0.f : exp2_approx(mi - mm);
+        sc[(i + 1) * R + r] = si;
+        ll += li * si;
+      }
+      sc[r] = a0;
+      fin[2 * r] = mm;
+      fin[2 * r + 1] = ll;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < R * D; idx += cfg::kThreads) {
+      const int r = idx / D;
+      float acc = obuf[idx] * sc[r];
+#pragma unroll 8
+      for (int i = 0; i < n; ++i) acc += ld_cg(p.part_o + (u64)(c0 + i) * R * D + idx) * sc[(i + 1) * R + r];
+      obuf[idx] = acc;
+    }
+    __syncthreads();
   }
-  const float* po = p.part_o + (u64)slot * R * D;
-  for (int idx = threadIdx.x; idx < R * D; idx += cfg::kThreads) {
-    int r = idx / D;
-    float ar = 0.f, br = 0.f;
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr)
-      if (rr == r) { ar = a[rr]; br = b[rr]; }
-    obuf[idx] = obuf[idx] * ar + ld_cg(po + idx) * br;
-  }
-  __syncthreads();  // every thread has read fin
-  if (threadIdx.x < R) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (r == (int)threadIdx.x) { fin[2 * r] = nm[r]; fin[2 * r + 1] = nl[r]; }
-  }
-  __syncthreads();
 }
 
 // Writes O = obuf / l and LSE for every row of the tile, padding rows included (zeros, -inf).
@@ -182,7 +190,8 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   float* obuf = reinterpret_cast<float*>(smem_raw + S::kKvBytes);     // [R][D]
   float* wml = obuf + R * D;                                          // [kWarps][R][2]
   float* fin = wml + cfg::kWarps * R * 2;                             // [R][2]
-  float* q_s = fin + R * 2;                                           // [R][D] when kQInSmem
+  float* sc = fin + R * 2;                                            // [kMergeBatch + 1][R]
+  float* q_s = sc + (cfg::kMergeBatch + 1) * R;                       // [R][D] when kQInSmem
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int grp = warp * G + lane / L;  // key group
@@ -423,14 +432,12 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     } else {
       if (!finishing) {  // lines 25-36: wait for and merge the CTAs that continue this tile
         const int last = cta_of_iter(p, ct.end - 1);
-        for (int c = cta + 1; c <= last; ++c) {
-          if (tid == 0) {
-            while (load_acquire(p.flags + c) != p.epoch) nanosleep(64);
-            fence_gpu();
-          }
-          __syncthreads();
-          merge_partial<D, R>(p, c, obuf, fin);
+        for (int c = cta + 1 + tid; c <= last; c += cfg::kThreads) {  // all flags in parallel
+          while (load_acquire(p.flags + c) != p.epoch) nanosleep(32);
         }
+        fence_gpu();
+        __syncthreads();
+        merge_partials<D, R>(p, cta + 1, last, obuf, fin, sc);
       }
       write_output<T, D, R>(p, ct, obuf, fin);  // lines 38-39
       __syncthreads();
@@ -446,13 +453,14 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
   unsigned char* smem_raw = reinterpret_cast<unsigned char*>(smem_v16);
   float* obuf = reinterpret_cast<float*>(smem_raw);  // [R][D]
   float* fin = obuf + R * D;                         // [R][2]
+  float* sc = fin + 2 * R;                           // [kMergeBatch + 1][R]
   const TileInfo t = tile_by_index(p, blockIdx.x);
   const int first = cta_of_iter(p, t.start), last = cta_of_iter(p, t.end - 1);
   if (first == last) return;  // one chunk: the main kernel wrote the tile
   for (int idx = threadIdx.x; idx < R * D; idx += cfg::kThreads) obuf[idx] = p.part_o[(u64)first * R * D + idx];
   if (threadIdx.x < 2 * R) fin[threadIdx.x] = p.part_ml[(u64)first * R * 2 + threadIdx.x];
   __syncthreads();
-  for (int c = first + 1; c <= last; ++c) merge_partial<D, R>(p, c, obuf, fin);
+  merge_partials<D, R>(p, first + 1, last, obuf, fin, sc);
   write_output<T, D, R>(p, t, obuf, fin);
 }
 

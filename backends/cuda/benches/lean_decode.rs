@@ -4,8 +4,8 @@
 //! records that `scripts/gpu-report.py` joins with PyTorch SDPA timings taken in the same run.
 //!
 //! Method (see /work/.library/device/METHOD.md): inputs filled on the device, several input sets
-//! rotated when one set is smaller than 4x L2, warm-up launches, then per-launch CUDA events and the
-//! median. Also measures a device-to-device copy (bytes read + written) as the bandwidth ceiling.
+//! rotated when one set is smaller than 4x L2, warm-up launches, then batches of back-to-back
+//! launches between CUDA events; the median over batches of the time per launch. Also measures a device-to-device copy (bytes read + written) as the bandwidth ceiling.
 //!
 //! Usage: `lean_decode [--quick] [--tables lean,llama,ragged] [--out FILE]`
 
@@ -83,7 +83,9 @@ fn median(mut x: Vec<f32>) -> f32 {
     x[x.len() / 2]
 }
 
-/// Median milliseconds of `f` (one launch per call, set `i % sets`), timed with events.
+/// Milliseconds per call of `f` (one launch per call, input set `i % sets`): calls are enqueued
+/// back to back between two events so that launch latency overlaps the previous kernel (the
+/// GPU-side cost, as a decode step inside a model sees it); median over batches.
 fn time_ms(gpu: &std::sync::Arc<ferrattn_cuda::Gpu>, mut f: impl FnMut(usize)) -> f32 {
     for i in 0..3 {
         f(i);
@@ -91,14 +93,19 @@ fn time_ms(gpu: &std::sync::Arc<ferrattn_cuda::Gpu>, mut f: impl FnMut(usize)) -
     let s = Event::record(gpu).unwrap();
     f(0);
     let e = Event::record(gpu).unwrap();
-    let est = s.elapsed_ms(&e).unwrap().max(0.001);
-    let iters = ((150.0 / est) as usize).clamp(10, 200);
-    let mut t = Vec::with_capacity(iters);
-    for i in 0..iters {
+    let est = s.elapsed_ms(&e).unwrap().max(0.002);
+    let per_batch = ((2.0 / est) as usize).clamp(3, 200);
+    let batches = ((200.0 / (est * per_batch as f32)) as usize).clamp(5, 25);
+    let mut t = Vec::with_capacity(batches);
+    let mut k = 0;
+    for _ in 0..batches {
         let s = Event::record(gpu).unwrap();
-        f(i);
+        for _ in 0..per_batch {
+            f(k);
+            k += 1;
+        }
         let e = Event::record(gpu).unwrap();
-        t.push(s.elapsed_ms(&e).unwrap());
+        t.push(s.elapsed_ms(&e).unwrap() / per_batch as f32);
     }
     median(t)
 }

@@ -370,7 +370,7 @@ impl PreparedLean {
         let mut args = [&mut prm as *mut LeanParams as *mut std::ffi::c_void];
         launch_raw(gpu, &self.decode, (self.params.num_ctas as u32, LEAN_THREADS), self.smem_bytes, &mut args)?;
         if !self.is_stream_k() {
-            let smem = (self.rows * self.problem.head_dim_v * 4 + self.rows * 2 * 4) as u32;
+            let smem = (self.rows * (self.problem.head_dim_v + 2 + kernels::LEAN_MERGE_BATCH + 1) * 4) as u32;
             launch_raw(gpu, &self.combine, (self.num_tiles as u32, LEAN_THREADS), smem, &mut args)?;
         }
         Ok(())
