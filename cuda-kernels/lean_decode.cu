@@ -98,7 +98,11 @@ __device__ __forceinline__ int cta_of_iter(const LeanParams& p, u32 it) {
 template <int D, int R>
 struct Smem {
   static constexpr int kSk = cfg::stage_keys<D>();
-  static constexpr bool kQInSmem = R >= 16;  // 16 rows of q would not fit in registers beside O
+  // Tensor cores (mma.sync m16n8k16) for Q K^T and P V when D <= 128; CUDA cores for D = 256,
+  // whose stage holds only 8 keys per warp.
+  static constexpr bool kMma = D <= 128;
+  // SIMT with 16 rows: q would not fit in registers beside O
+  static constexpr bool kQInSmem = R >= 16 && !kMma;
   static constexpr int kMergeBytes = (cfg::kMergeBatch + 1) * R * 4;
   static constexpr int bytes_for(int stages) {
     return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0) + kMergeBytes;
@@ -183,6 +187,12 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   constexpr int KPG = cfg::kKeysPerGroupStage;
   constexpr int SC = R >= 16 ? 1 : (R >= 8 ? 4 : 8);  // keys per online-softmax update (bounded by registers)
   static_assert(KPG % SC == 0, "chunk must divide the keys of a group");
+  constexpr bool kMma = S::kMma;
+  constexpr int KW = SK / cfg::kWarps;  // MMA path: keys per warp per stage (16 or 32)
+  constexpr int NT = KW / 8;            // score n-tiles per warp
+  constexpr int KS = D / 16;            // k-steps of Q K^T
+  constexpr int RS = kMma ? 1 : R;      // SIMT per-row state (size 1 when unused)
+  static_assert(!kMma || (KW % 16 == 0), "MMA path needs 16-key steps per warp");
 
   extern __shared__ Vec16 smem_v16[];  // 16-byte aligned dynamic shared memory
   unsigned char* smem_raw = reinterpret_cast<unsigned char*>(smem_v16);
@@ -217,8 +227,8 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       int j = key0 + key;
       bool ok = j < pt.len_k;
       u64 off = base + (u64)(ok ? j : 0) * kv_row + col;
-      cp_async16(ks + key * D + col, p.k + off, ok);
-      cp_async16(vs + key * D + col, p.v + off, ok);
+      cp_async16(ks + swz<D>(key, col >> 3), p.k + off, ok);
+      cp_async16(vs + swz<D>(key, col >> 3), p.v + off, ok);
     }
   };
 #pragma unroll
@@ -231,9 +241,15 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   TileInfo ct;
   ct.end = 0;
   u32 seg_begin = 0;
-  float q[Smem<D, R>::kQInSmem ? 1 : R][8];
-  float o[R][8], m[R], l[R];
-  int vis[R];
+  float q[(S::kQInSmem || kMma) ? 1 : R][8];
+  float o[RS][8], m[RS], l[RS];
+  int vis[RS];
+  // MMA path: Q as A fragments, O accumulators (16 rows x D per warp); a thread owns rows g, g+8
+  u32 qa[kMma ? KS : 1][4];
+  float oa[kMma ? D / 8 : 1][4];
+  float m2[2], l2[2];
+  int vis2[2];
+  const int g = lane >> 2, t4 = lane & 3, mat = lane >> 3, r8 = lane & 7;
 
   for (u32 u = 0; u < units; ++u) {
     cp_async_wait<ST - 2>();
@@ -245,6 +261,33 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     if (u == 0 || it >= ct.end) {  // a new segment (Alg. 2 lines 11-16)
       ct = tile_of_iter(p, it);
       seg_begin = it;
+      if constexpr (kMma) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = g + 8 * h;
+          const int row = ct.qg * p.tile_m + r;
+          const int i = row / p.group, hh = ct.hk * p.group + row % p.group;
+          const bool valid = r < p.tile_m && row < p.group * p.max_sq && i < ct.len_q;
+          int v_end = ct.len_k;
+          if (p.causal) {
+            v_end = i + ct.len_k - ct.len_q + 1;
+            v_end = v_end < 0 ? 0 : (v_end > ct.len_k ? ct.len_k : v_end);
+          }
+          vis2[h] = valid ? v_end : 0;
+          m2[h] = neg_inf();
+          l2[h] = 0.f;
+          const u16* qrow = p.q + (((u64)ct.b * p.max_sq + (valid ? i : 0)) * p.heads_q + (valid ? hh : 0)) * D;
+#pragma unroll
+          for (int k2 = 0; k2 < KS; ++k2) {
+            qa[k2][h] = valid ? ld_global_u32(qrow + k2 * 16 + 2 * t4) : 0u;
+            qa[k2][2 + h] = valid ? ld_global_u32(qrow + k2 * 16 + 8 + 2 * t4) : 0u;
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < (kMma ? D / 8 : 1); ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) oa[n][e] = 0.f;
+      } else {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         int row = ct.qg * p.tile_m + r;
@@ -281,12 +324,91 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
         }
         __syncthreads();
       }
+      }  // SIMT init
     }
 
     // ---- LeanTile on this stage (Alg. 1 lines 20-25), keys grp*8 .. grp*8+7 of the stage ----
     const int key0 = (int)(it - ct.start) * p.tile_k + (int)(u % (u32)sub) * SK;
     const u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
     const u16* vs = ks + SK * D;
+    if constexpr (kMma) {
+      // S = Q K^T for this warp's KW keys (Alg. 1 line 20) on tensor cores
+      const int kb = warp * KW;
+      float sacc[NT][4];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sacc[n][e] = 0.f;
+#pragma unroll
+      for (int k2 = 0; k2 < KS; ++k2) {
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          u32 b[4];
+          ldmatrix_x4(b, ks + swz<D>(kb + np * 16 + ((mat >> 1) << 3) + r8, 2 * k2 + (mat & 1)));
+          mma16816(T{}, sacc[2 * np], qa[k2], b[0], b[1]);
+          mma16816(T{}, sacc[2 * np + 1], qa[k2], b[2], b[3]);
+        }
+      }
+      // online softmax in base 2 (lines 21-23); rows g and g+8, max over the quad
+      const int jb = key0 + kb + 2 * t4;
+      float alpha2[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = m2[h];
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float v = (jb + n * 8 + e) < vis2[h] ? sacc[n][2 * h + e] * p.scale_log2 : neg_inf();
+            sacc[n][2 * h + e] = v;
+            mx = fmax2(mx, v);
+          }
+        mx = fmax2(mx, shfl_xor(mx, 1));
+        mx = fmax2(mx, shfl_xor(mx, 2));
+        float sum = 0.f;
+        if (mx == neg_inf()) {
+          alpha2[h] = 1.f;
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            sacc[n][2 * h] = 0.f;
+            sacc[n][2 * h + 1] = 0.f;
+          }
+        } else {
+          alpha2[h] = exp2_approx(m2[h] - mx);
+#pragma unroll
+          for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float pv = exp2_approx(sacc[n][2 * h + e] - mx);
+              sacc[n][2 * h + e] = pv;
+              sum += pv;
+            }
+          m2[h] = mx;
+        }
+        l2[h] = l2[h] * alpha2[h] + sum;  // this thread's columns; the quad is summed at the end
+      }
+#pragma unroll
+      for (int n = 0; n < (kMma ? D / 8 : 1); ++n) {
+        oa[n][0] *= alpha2[0];
+        oa[n][1] *= alpha2[0];
+        oa[n][2] *= alpha2[1];
+        oa[n][3] *= alpha2[1];
+      }
+      // O += P V (line 24): the score accumulators are already P's A fragments
+#pragma unroll
+      for (int kt = 0; kt < KW / 16; ++kt) {
+        const u32 a[4] = {pack2(T{}, sacc[2 * kt][0], sacc[2 * kt][1]), pack2(T{}, sacc[2 * kt][2], sacc[2 * kt][3]),
+                          pack2(T{}, sacc[2 * kt + 1][0], sacc[2 * kt + 1][1]),
+                          pack2(T{}, sacc[2 * kt + 1][2], sacc[2 * kt + 1][3])};
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) {
+          u32 b[4];
+          ldmatrix_x4_trans(b, vs + swz<D>(kb + kt * 16 + ((mat & 1) << 3) + r8, 2 * np + (mat >> 1)));
+          mma16816(T{}, oa[2 * np], a, b[0], b[1]);
+          mma16816(T{}, oa[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    } else {
 #pragma unroll
     for (int c0 = 0; c0 < KPG; c0 += SC) {
       float s[R][SC];
@@ -294,7 +416,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       for (int kk = 0; kk < SC; ++kk) {
         const int key = grp * KPG + c0 + kk;
         float kf[8];
-        unpack8<T>(ld_shared16(ks + key * D + gl * 8), kf);
+        unpack8<T>(ld_shared16(ks + swz<D>(key, gl)), kf);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           float acc = 0.f;
@@ -345,7 +467,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       for (int kk = 0; kk < SC; ++kk) {
         const int key = grp * KPG + c0 + kk;
         float vf[8];
-        unpack8<T>(ld_shared16(vs + key * D + gl * 8), vf);
+        unpack8<T>(ld_shared16(vs + swz<D>(key, gl)), vf);
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -353,9 +475,73 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       }
     }
 
+    }  // SIMT stage
+
     // ---- end of a segment: reduce the key groups, then act by role ----
     const bool seg_end = (u + 1 == units) || (cs + (u + 1) / (u32)sub >= ct.end);
     if (!seg_end) continue;
+
+    if constexpr (kMma) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l2[h] += shfl_xor(l2[h], 1);
+        l2[h] += shfl_xor(l2[h], 2);
+      }
+      if (t4 == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = g + 8 * h;
+          if (r < R) {
+            wml[(warp * R + r) * 2] = m2[h];
+            wml[(warp * R + r) * 2 + 1] = l2[h];
+          }
+        }
+      }
+      __syncthreads();
+      float my_scale2[2] = {0.f, 0.f};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        if (r < R) {
+          float mm = neg_inf();
+#pragma unroll
+          for (int w = 0; w < cfg::kWarps; ++w) mm = fmax2(mm, wml[(w * R + r) * 2]);
+          const float mw = wml[(warp * R + r) * 2];
+          my_scale2[h] = mw == neg_inf() ? 0.f : exp2_approx(mw - mm);
+        }
+      }
+      if (tid < R) {
+        float mm = neg_inf(), lsum = 0.f;
+#pragma unroll
+        for (int w = 0; w < cfg::kWarps; ++w) mm = fmax2(mm, wml[(w * R + tid) * 2]);
+#pragma unroll
+        for (int w = 0; w < cfg::kWarps; ++w) {
+          const float mw = wml[(w * R + tid) * 2];
+          lsum += wml[(w * R + tid) * 2 + 1] * (mw == neg_inf() ? 0.f : exp2_approx(mw - mm));
+        }
+        fin[2 * tid] = mm;
+        fin[2 * tid + 1] = lsum;
+      }
+#pragma unroll
+      for (int w = 0; w < cfg::kWarps; ++w) {
+        if (warp == w) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = g + 8 * h;
+            if (r < R) {
+#pragma unroll
+              for (int n = 0; n < (kMma ? D / 8 : 1); ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  float* dst = obuf + r * D + n * 8 + 2 * t4 + e;
+                  *dst = (w == 0 ? 0.f : *dst) + oa[n][2 * h + e] * my_scale2[h];
+                }
+            }
+          }
+        }
+        __syncthreads();
+      }
+    } else {
 
     // key groups of a warp: butterfly over lane bits >= L (identical result in every lane)
 #pragma unroll
@@ -416,6 +602,8 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       }
       __syncthreads();
     }
+
+    }  // SIMT reduction
 
     const bool host = seg_begin == ct.start;     // Alg. 2 line 17
     const bool finishing = ce >= ct.end;         // line 18
