@@ -2,10 +2,11 @@
 // FlashDecoding baseline, from one kernel body.
 //
 // The host side (ferrattn_core::lean) flattens every output tile's KV iterations into one
-// iteration space and uploads two small tables: `seq_start` (where each sequence's tiles begin)
-// and `cta_bounds` (CTA g owns iterations [cta_bounds[g], cta_bounds[g+1])). A CTA walks its range
-// as a stream of K/V stages in a cp.async shared-memory pipeline that runs across tile
-// boundaries. Output tile = (sequence, KV head, query-tile group): up to 16 query rows (the query
+// iteration space and uploads three small tables: `seq_start` (where each sequence's tiles
+// begin), `cta_bounds` (CTA g owns iterations [cta_bounds[g], cta_bounds[g+1])) and `cta_tiles`
+// (each CTA's first tile and the last CTA its host tile waits for), so no CTA searches a table.
+// A CTA walks its range as a stream of K/V stages in a cp.async shared-memory pipeline that runs
+// across tile boundaries. Output tile = (sequence, KV head, query-tile group): up to 16 query rows (the query
 // heads of one KV head times the query tokens) share each K/V load (GQA).
 //
 // Inside a CTA: 4 warps; a key is handled by D/8 lanes (16 bytes each), so a warp covers
@@ -36,6 +37,7 @@ struct LeanParams {
   const int* seqlens_k;   // [batch]
   const u32* seq_start;   // [batch + 1] first flat iteration of each sequence's tiles
   const u32* cta_bounds;  // [num_ctas + 1]
+  const u32* cta_tiles;   // [num_ctas, 2]: first tile of the CTA; last CTA its last host tile waits for
   float* part_o;          // [num_ctas, R, D] unnormalised partial O (base-2 max m)
   float* part_ml;         // [num_ctas, R, 2] partial (m in log2 units, l)
   u32* flags;             // [num_ctas] = epoch once the CTA's partial is visible
@@ -56,33 +58,22 @@ struct TileInfo {
   int len_k, len_q;
 };
 
-__device__ __forceinline__ TileInfo tile_of_iter(const LeanParams& p, u32 it) {
-  int lo = 0, hi = p.batch;  // last b with seq_start[b] <= it
-  while (hi - lo > 1) {
-    int mid = (lo + hi) >> 1;
-    if (p.seq_start[mid] <= it) lo = mid; else hi = mid;
-  }
+// Tile `tile` without a search (the host uploads each CTA's first tile; later tiles follow in order).
+__device__ __forceinline__ TileInfo tile_by_index(const LeanParams& p, int tile) {
+  const int tps = p.heads_kv * p.query_groups;
   TileInfo t;
-  t.b = lo;
-  t.len_k = p.seqlens_k[lo];
-  t.len_q = p.seqlens_q[lo];
+  t.tile = tile;
+  t.b = tile / tps;
+  const int r = tile % tps;
+  t.len_k = p.seqlens_k[t.b];
+  t.len_q = p.seqlens_q[t.b];
   u32 n = (u32)((t.len_k + p.tile_k - 1) / p.tile_k);
   n = n < 1u ? 1u : n;
-  u32 r = (it - p.seq_start[lo]) / n;
-  t.start = p.seq_start[lo] + r * n;
+  t.start = p.seq_start[t.b] + (u32)r * n;
   t.end = t.start + n;
-  t.hk = (int)r / p.query_groups;
-  t.qg = (int)r % p.query_groups;
-  t.tile = lo * p.heads_kv * p.query_groups + (int)r;
+  t.hk = r / p.query_groups;
+  t.qg = r % p.query_groups;
   return t;
-}
-
-__device__ __forceinline__ TileInfo tile_by_index(const LeanParams& p, int tile) {
-  int tps = p.heads_kv * p.query_groups;
-  int b = tile / tps, r = tile % tps;
-  u32 n = (u32)((p.seqlens_k[b] + p.tile_k - 1) / p.tile_k);
-  n = n < 1u ? 1u : n;
-  return tile_of_iter(p, p.seq_start[b] + (u32)r * n);
 }
 
 // Last CTA whose range holds iteration `it`.
@@ -213,10 +204,11 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   const u64 kv_row = (u64)p.heads_kv * D;
 
   // ---- producer: stage loads of the whole CTA range, across tiles ----
-  TileInfo pt = tile_of_iter(p, cs);
+  const int first_tile = (int)p.cta_tiles[2 * cta];
+  TileInfo pt = tile_by_index(p, first_tile);
   auto load_unit = [&](u32 u) {
     u32 it = cs + u / (u32)sub;
-    if (it >= pt.end) pt = tile_of_iter(p, it);
+    if (it >= pt.end) pt = tile_by_index(p, pt.tile + 1);
     int key0 = (int)(it - pt.start) * p.tile_k + (int)(u % (u32)sub) * SK;
     u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
     u16* vs = ks + SK * D;
@@ -252,14 +244,10 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   const int g = lane >> 2, t4 = lane & 3, mat = lane >> 3, r8 = lane & 7;
 
   for (u32 u = 0; u < units; ++u) {
-    cp_async_wait<ST - 2>();
-    __syncthreads();
-    if (u + ST - 1 < units) load_unit(u + ST - 1);
-    cp_async_commit();
-
     const u32 it = cs + u / (u32)sub;
-    if (u == 0 || it >= ct.end) {  // a new segment (Alg. 2 lines 11-16)
-      ct = tile_of_iter(p, it);
+    // a new segment (Alg. 2 lines 11-16): its Q loads overlap the wait for the K/V stage
+    if (u == 0 || it >= ct.end) {
+      ct = tile_by_index(p, u == 0 ? first_tile : ct.tile + 1);
       seg_begin = it;
       if constexpr (kMma) {
 #pragma unroll
@@ -326,6 +314,10 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       }
       }  // SIMT init
     }
+    cp_async_wait<ST - 2>();
+    __syncthreads();
+    if (u + ST - 1 < units) load_unit(u + ST - 1);
+    cp_async_commit();
 
     // ---- LeanTile on this stage (Alg. 1 lines 20-25), keys grp*8 .. grp*8+7 of the stage ----
     const int key0 = (int)(it - ct.start) * p.tile_k + (int)(u % (u32)sub) * SK;
@@ -619,7 +611,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       }
     } else {
       if (!finishing) {  // lines 25-36: wait for and merge the CTAs that continue this tile
-        const int last = cta_of_iter(p, ct.end - 1);
+        const int last = (int)p.cta_tiles[2 * cta + 1];  // the CTA holding iteration ct.end - 1
         for (int c = cta + 1 + tid; c <= last; c += cfg::kThreads) {  // all flags in parallel
           while (load_acquire(p.flags + c) != p.epoch) nanosleep(32);
         }

@@ -23,8 +23,8 @@ def main():
             continue
         lines.append("")
         lines.append(f"### {table}")
-        lines.append("| B | Hq/Hk | d | ctx max | ctx mean | KV MB | lean us | GB/s | % peak | fixed us (splits) | SDPA cuDNN us | SDPA flash us | vs best SDPA | vs fixed |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        lines.append("| B | Hq/Hk | d | ctx max | ctx mean | KV MB | lean us (CTAs) | GB/s | % peak | full-grid us | fixed us (splits) | SDPA cuDNN us | SDPA flash us | vs best SDPA | vs fixed |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             s = sd.get(key(r), {})
             gbs = r["kv_bytes"] / (r["lean_ms"] * 1e-3) / 1e9
@@ -35,7 +35,7 @@ def main():
             f = lambda x: f"{x * 1000:.1f}" if x else "n/a"
             pad = " (padded)" if s.get("padded") else ""
             lines.append(
-                f"| {r['batch']} | {r['hq']}/{r['hk']} | {r['d']} | {r['max_ctx']} | {r['mean_ctx']:.0f} | {r['kv_bytes'] / 1e6:.1f} | {r['lean_ms'] * 1000:.1f} | {gbs:.0f} | {100 * gbs / peak:.0f}% | "
+                f"| {r['batch']} | {r['hq']}/{r['hk']} | {r['d']} | {r['max_ctx']} | {r['mean_ctx']:.0f} | {r['kv_bytes'] / 1e6:.1f} | {r['lean_ms'] * 1000:.1f} ({r['lean_ctas']}) | {gbs:.0f} | {100 * gbs / peak:.0f}% | {r.get('full_grid_ms', r['lean_ms']) * 1000:.1f} | "
                 f"{r['fixed_ms'] * 1000:.1f} ({r['fixed_splits']}) | {f(s.get('cudnn_ms'))}{pad} | {f(s.get('flash_ms'))}{pad} | "
                 f"{(f'{vs_sdpa:.2f}x' if vs_sdpa else 'n/a')} | {vs_fixed:.2f}x |"
             )

@@ -162,6 +162,11 @@ fn main() {
             _ => unreachable!(),
         };
         let fx = AttentionPlan { detail: PlanDetail::Lean(fx_lp), ..sk.clone() };
+        // the same schedule with one CTA per slot however little work there is (MIN_ITERS_PER_CTA = 1)
+        let full = AttentionPlan {
+            detail: PlanDetail::Lean(lean::plan_with_ctas(&p, &caps, caps.compute_units * caps.ctas_per_unit).unwrap()),
+            ..sk.clone()
+        };
         let padded_bytes = c.batch * max * c.hk * 2 * c.d * c.dtype.size_bytes();
         let sets = if padded_bytes >= 4 * caps.l2_bytes { 1 } else { (4 * caps.l2_bytes).div_ceil(padded_bytes).min(32) };
         let inputs: Vec<DeviceInputs> = (0..sets).map(|s| b.random_inputs(&p, 100 + s as u32, 2.0).unwrap()).collect();
@@ -169,12 +174,18 @@ fn main() {
         let mut out = b.alloc_outputs(&p).unwrap();
         let prep_sk = b.prepare(&sk).unwrap();
         let prep_fx = b.prepare(&fx).unwrap();
+        let prep_full = b.prepare(&full).unwrap();
         let lean_ms = time_ms(&gpu, |i| prep_sk.launch(&gpu, &inputs[i % sets], &mut out).unwrap());
         let fixed_ms = time_ms(&gpu, |i| prep_fx.launch(&gpu, &inputs[i % sets], &mut out).unwrap());
+        let full_ms = if prep_full.plan.num_ctas == lp.num_ctas {
+            lean_ms
+        } else {
+            time_ms(&gpu, |i| prep_full.launch(&gpu, &inputs[i % sets], &mut out).unwrap())
+        };
         gpu.synchronize().unwrap();
         let mean = c.lens.iter().sum::<usize>() as f64 / c.batch as f64;
         let rec = format!(
-            "{{\"table\":{:?},\"batch\":{},\"hq\":{},\"hk\":{},\"d\":{},\"dtype\":\"{}\",\"max_ctx\":{max},\"mean_ctx\":{mean:.1},\"kv_bytes\":{kv_bytes},\"sets\":{sets},\"lean_ms\":{lean_ms:.5},\"fixed_ms\":{fixed_ms:.5},\"lean_ctas\":{},\"fixed_ctas\":{},\"fixed_splits\":{splits},\"tile_k\":{},\"stages\":{},\"lens\":{:?}}}",
+            "{{\"table\":{:?},\"batch\":{},\"hq\":{},\"hk\":{},\"d\":{},\"dtype\":\"{}\",\"max_ctx\":{max},\"mean_ctx\":{mean:.1},\"kv_bytes\":{kv_bytes},\"sets\":{sets},\"lean_ms\":{lean_ms:.5},\"fixed_ms\":{fixed_ms:.5},\"full_grid_ms\":{full_ms:.5},\"lean_ctas\":{},\"fixed_ctas\":{},\"fixed_splits\":{splits},\"tile_k\":{},\"stages\":{},\"lens\":{:?}}}",
             c.table,
             c.batch,
             c.hq,
@@ -188,13 +199,14 @@ fn main() {
             c.lens
         );
         eprintln!(
-            "{:6} B={:3} ctx={:6} (mean {:8.0}) lean {:8.4} ms {:6.0} GB/s | fixed {:8.4} ms ({} splits)",
+            "{:6} B={:3} ctx={:6} (mean {:8.0}) lean {:8.4} ms {:6.0} GB/s | full grid {:8.4} ms | fixed {:8.4} ms ({} splits)",
             c.table,
             c.batch,
             max,
             mean,
             lean_ms,
             kv_bytes as f64 / (lean_ms as f64 * 1e-3) / 1e9,
+            full_ms,
             fixed_ms,
             splits
         );

@@ -24,6 +24,7 @@ pub(crate) struct LeanParams {
     seqlens_k: u64,
     seq_start: u64,
     cta_bounds: u64,
+    cta_tiles: u64,
     part_o: u64,
     part_ml: u64,
     flags: u64,
@@ -81,6 +82,7 @@ pub struct PreparedLean {
     num_tiles: usize,
     _seq_start: DeviceBuffer,
     _cta_bounds: DeviceBuffer,
+    _cta_tiles: DeviceBuffer,
     _part_o: DeviceBuffer,
     _part_ml: DeviceBuffer,
     _flags: DeviceBuffer,
@@ -288,8 +290,27 @@ impl PreparedLean {
         let bounds: Vec<u32> = lp.schedule.cta_bounds(&space).iter().map(|&b| b as u32).collect();
         let seq_start: Vec<u32> = space.seq_start.iter().map(|&b| b as u32).collect();
         let g = bounds.len() - 1;
+        // per CTA: its first tile, and for the tile it hosts last, the CTA holding that tile's
+        // final iteration (itself when the tile finishes inside its range)
+        let mut cta_tiles = vec![0u32; 2 * g];
+        let mut seen = vec![false; g];
+        for seg in lp.schedule.segments(&space) {
+            let c = seg.cta;
+            if !seen[c] {
+                seen[c] = true;
+                cta_tiles[2 * c] = seg.tile as u32;
+            }
+            // segments come in iteration order: a CTA's last one decides what its host waits for
+            let te = space.tile_range(seg.tile).1;
+            cta_tiles[2 * c + 1] = if seg.host && !seg.finishing {
+                (bounds.partition_point(|&b| (b as u64) < te) - 1) as u32
+            } else {
+                c as u32
+            };
+        }
         let seq_start_b = DeviceBuffer::from_slice(gpu, &seq_start)?;
         let cta_bounds_b = DeviceBuffer::from_slice(gpu, &bounds)?;
+        let cta_tiles_b = DeviceBuffer::from_slice(gpu, &cta_tiles)?;
         let part_o = DeviceBuffer::alloc(gpu, g * rows * d * 4)?;
         let part_ml = DeviceBuffer::alloc(gpu, g * rows * 2 * 4)?;
         let flags = DeviceBuffer::from_slice(gpu, &vec![0u32; g])?;
@@ -303,6 +324,7 @@ impl PreparedLean {
             seqlens_k: 0,
             seq_start: seq_start_b.ptr(),
             cta_bounds: cta_bounds_b.ptr(),
+            cta_tiles: cta_tiles_b.ptr(),
             part_o: part_o.ptr(),
             part_ml: part_ml.ptr(),
             flags: flags.ptr(),
@@ -333,6 +355,7 @@ impl PreparedLean {
             num_tiles: space.num_tiles(),
             _seq_start: seq_start_b,
             _cta_bounds: cta_bounds_b,
+            _cta_tiles: cta_tiles_b,
             _part_o: part_o,
             _part_ml: part_ml,
             _flags: flags,

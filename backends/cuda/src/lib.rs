@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn params_struct_matches_the_kernel_layout() {
-        // 12 pointers, epoch, num_ctas, 11 ints, one float (see struct LeanParams in lean_decode.cu)
-        assert_eq!(std::mem::size_of::<launch::LeanParams>(), 12 * 8 + 2 * 4 + 11 * 4 + 4);
+        // 13 pointers, epoch, num_ctas, 11 ints, one float (see struct LeanParams in lean_decode.cu)
+        assert_eq!(std::mem::size_of::<launch::LeanParams>(), 13 * 8 + 2 * 4 + 11 * 4 + 4);
     }
 }

@@ -31,6 +31,10 @@ pub const MAX_GROUP: usize = 16;
 pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
 /// Candidate keys per LeanTile iteration, largest first.
 pub const TILE_K_CHOICES: [usize; 3] = [128, 64, 32];
+/// Fewest LeanTile iterations a stream-K CTA is given when there is less work than CTA slots: a
+/// CTA holding fewer iterations than its K/V pipeline keeps in flight (two) spends more time
+/// storing and merging partials than loading.
+pub const MIN_ITERS_PER_CTA: u64 = 2;
 /// Splits FlashDecoding may use at most (as FlashAttention-2 does).
 pub const MAX_FIXED_SPLITS: usize = 128;
 
@@ -131,8 +135,22 @@ fn tile_rows(p: &AttentionProblem) -> (usize, usize) {
     (tile_m, rows.div_ceil(tile_m))
 }
 
-/// Plans a stream-K decode: grid of `compute_units * ctas_per_unit` persistent CTAs (Alg. 2 `G`).
+/// Plans a stream-K decode: a persistent grid of `compute_units * ctas_per_unit` CTAs (Alg. 2
+/// `G`), fewer when that would leave a CTA under [`MIN_ITERS_PER_CTA`] iterations.
 pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
+    let slots = caps.compute_units * caps.ctas_per_unit.max(1);
+    let mut pl = plan_with_ctas(p, caps, slots)?;
+    let total = pl.tile_space(p).total_iters();
+    let ctas = (slots as u64).min(total.div_ceil(MIN_ITERS_PER_CTA)).max(1) as usize;
+    if ctas < pl.num_ctas {
+        pl.schedule = Schedule::stream_k(&pl.tile_space(p), ctas);
+        pl.num_ctas = pl.schedule.num_ctas();
+    }
+    Ok(pl)
+}
+
+/// A stream-K plan over exactly `min(ctas, I)` CTAs (no minimum work per CTA).
+pub fn plan_with_ctas(p: &AttentionProblem, caps: &DeviceCaps, ctas: usize) -> Result<LeanPlan> {
     p.validate()?;
     check_supported(p, caps)?;
     let tile_k = choose_tile_k(p, caps)?;
@@ -144,7 +162,7 @@ pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
             supported: "fewer than 2^31 (32-bit iteration indices on the device)".into(),
         });
     }
-    let schedule = Schedule::stream_k(&space, caps.compute_units * caps.ctas_per_unit.max(1));
+    let schedule = Schedule::stream_k(&space, ctas);
     Ok(LeanPlan {
         tile_k,
         num_ctas: schedule.num_ctas(),
@@ -402,7 +420,7 @@ mod tests {
             let base = plan(&p, &cpu_caps(1)).unwrap();
             let total = base.tile_space(&p).total_iters() as usize;
             for ctas in 1..=total + 1 {
-                let pl = plan(&p, &cpu_caps(ctas)).unwrap();
+                let pl = plan_with_ctas(&p, &cpu_caps(1), ctas).unwrap();
                 prop_assert_eq!(pl.num_ctas, ctas.min(total));
                 check(&pl, &p, &x).map_err(|e| TestCaseError::fail(format!("{ctas} CTAs: {e}")))?;
             }
@@ -497,6 +515,10 @@ mod tests {
         let p = AttentionProblem::uniform(64, 1, 262_144, 32, 8, 128, 128, DType::F16);
         let pl = plan(&p, &DeviceCaps::hopper_reference()).unwrap();
         assert_eq!(pl.num_ctas, 264);
+        // little work: at least MIN_ITERS_PER_CTA iterations per CTA
+        let small = AttentionProblem::uniform(1, 1, 1024, 32, 8, 128, 128, DType::F16);
+        let ps = plan(&small, &DeviceCaps::hopper_reference()).unwrap();
+        assert_eq!((ps.tile_space(&small).total_iters(), ps.num_ctas), (128, 64));
         let json = serde_json::to_string(&pl).unwrap();
         assert!(json.len() < 8 << 10, "{} bytes", json.len());
         assert_eq!(serde_json::from_str::<LeanPlan>(&json).unwrap(), pl);
