@@ -15,7 +15,7 @@
 // then, in a fixed order, through shared memory: results are bitwise reproducible.
 //
 // Stream-K roles (Alg. 2 lines 17-39): the CTA whose segment starts a tile is its host. A
-// non-host CTA stores (O, m, l) into its partial slot and releases flags[g] = epoch; a host that
+// non-host CTA stores (O, m, l) into its partial slot and releases flags[g] = 1; a host that
 // does not finish the tile acquires the flags of CTAs g+1..last and merges their partials in that
 // order, then writes O / l and LSE = (m + log2 l) ln 2. The host only waits on CTAs after it whose
 // first segment is this tile's continuation, which they compute first: with a grid no larger than
@@ -40,8 +40,8 @@ struct LeanParams {
   const u32* cta_tiles;   // [num_ctas, 2]: first tile of the CTA; last CTA its last host tile waits for
   float* part_o;          // [num_ctas, R, D] unnormalised partial O (base-2 max m)
   float* part_ml;         // [num_ctas, R, 2] partial (m in log2 units, l)
-  u32* flags;             // [num_ctas] = epoch once the CTA's partial is visible
-  u32 epoch;              // this launch's flag value (never 0)
+  u32* flags;             // [num_ctas]: 1 once the CTA's partial is visible; its host resets it to 0
+  u32 reserved;           // (padding, keeps the host mirror's layout)
   int num_ctas;
   int batch, max_sq, max_sk, heads_q, heads_kv, group;
   int tile_m;             // query rows per tile (<= R)
@@ -607,13 +607,16 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       __syncthreads();
       if (p.merge_in_kernel && tid == 0) {
         fence_gpu();
-        store_release(p.flags + cta, p.epoch);
+        store_release(p.flags + cta, 1u);
       }
     } else {
       if (!finishing) {  // lines 25-36: wait for and merge the CTAs that continue this tile
         const int last = (int)p.cta_tiles[2 * cta + 1];  // the CTA holding iteration ct.end - 1
         for (int c = cta + 1 + tid; c <= last; c += cfg::kThreads) {  // all flags in parallel
-          while (load_acquire(p.flags + c) != p.epoch) nanosleep(32);
+          while (load_acquire(p.flags + c) != 1u) nanosleep(32);
+          // each flag has exactly one waiter: re-arm it for the next launch, so that launches need
+          // no host-side reset and can be replayed from a CUDA graph
+          p.flags[c] = 0u;
         }
         fence_gpu();
         __syncthreads();

@@ -4,13 +4,14 @@
 //! records that `scripts/gpu-report.py` joins with PyTorch SDPA timings taken in the same run.
 //!
 //! Method (see /work/.library/device/METHOD.md): inputs filled on the device, several input sets
-//! rotated when one set is smaller than 4x L2, warm-up launches, then batches of back-to-back
-//! launches between CUDA events; the median over batches of the time per launch. Also measures a device-to-device copy (bytes read + written) as the bandwidth ceiling.
+//! rotated when one set is smaller than 4x L2, warm-up launches, then batches of launches captured
+//! in a CUDA graph and replayed between CUDA events; the median over batches of the time per
+//! launch. Also measures a device-to-device copy (bytes read + written) as the bandwidth ceiling.
 //!
 //! Usage: `lean_decode [--quick] [--tables lean,llama,ragged] [--out FILE]`
 
 use ferrattn_core::{lean, plan, Algorithm, AttentionPlan, AttentionProblem, DType, Device, PlanDetail};
-use ferrattn_cuda::{CudaBackend, DeviceBuffer, DeviceInputs, Event};
+use ferrattn_cuda::{CudaBackend, DeviceBuffer, DeviceInputs, Event, Graph};
 use rand::{Rng, SeedableRng};
 use std::fmt::Write as _;
 
@@ -83,9 +84,9 @@ fn median(mut x: Vec<f32>) -> f32 {
     x[x.len() / 2]
 }
 
-/// Milliseconds per call of `f` (one launch per call, input set `i % sets`): calls are enqueued
-/// back to back between two events so that launch latency overlaps the previous kernel (the
-/// GPU-side cost, as a decode step inside a model sees it); median over batches.
+/// Milliseconds per call of `f` (one launch per call, input set `i % sets`): a batch of calls is
+/// captured in a CUDA graph and replayed between two events (as serving engines replay decode
+/// steps, and as the SDPA side is timed), so launch gaps are not counted; median over batches.
 fn time_ms(gpu: &std::sync::Arc<ferrattn_cuda::Gpu>, mut f: impl FnMut(usize)) -> f32 {
     for i in 0..3 {
         f(i);
@@ -96,14 +97,18 @@ fn time_ms(gpu: &std::sync::Arc<ferrattn_cuda::Gpu>, mut f: impl FnMut(usize)) -
     let est = s.elapsed_ms(&e).unwrap().max(0.002);
     let per_batch = ((2.0 / est) as usize).clamp(3, 200);
     let batches = ((200.0 / (est * per_batch as f32)) as usize).clamp(5, 25);
+    let graph = Graph::capture(gpu, || {
+        for k in 0..per_batch {
+            f(k);
+        }
+        Ok(())
+    })
+    .unwrap();
+    graph.launch().unwrap();
     let mut t = Vec::with_capacity(batches);
-    let mut k = 0;
     for _ in 0..batches {
         let s = Event::record(gpu).unwrap();
-        for _ in 0..per_batch {
-            f(k);
-            k += 1;
-        }
+        graph.launch().unwrap();
         let e = Event::record(gpu).unwrap();
         t.push(s.elapsed_ms(&e).unwrap() / per_batch as f32);
     }

@@ -281,3 +281,52 @@ impl Drop for Event {
         }
     }
 }
+
+/// A CUDA graph captured from the GPU's stream (decode steps are replayed this way in serving
+/// engines; the benchmark times both sides so, hiding launch gaps).
+#[derive(Debug)]
+pub struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    gpu: Arc<Gpu>,
+}
+
+impl Graph {
+    /// Captures what `record` enqueues on the stream (nothing runs during capture).
+    pub fn capture(gpu: &Arc<Gpu>, record: impl FnOnce() -> Result<()>) -> Result<Graph> {
+        gpu.bind()?;
+        // SAFETY: capture brackets on a valid stream; the graph handles are checked.
+        unsafe {
+            check(
+                "cuStreamBeginCapture_v2",
+                sys::cuStreamBeginCapture_v2(gpu.stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+            )?;
+            let recorded = record();
+            let mut graph = std::ptr::null_mut();
+            let end = check("cuStreamEndCapture", sys::cuStreamEndCapture(gpu.stream, &mut graph));
+            recorded?;
+            end?;
+            let mut exec = std::ptr::null_mut();
+            check("cuGraphInstantiateWithFlags", sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0))?;
+            Ok(Graph { graph, exec, gpu: gpu.clone() })
+        }
+    }
+
+    /// Enqueues one replay on the stream.
+    pub fn launch(&self) -> Result<()> {
+        self.gpu.bind()?;
+        // SAFETY: instantiated graph, valid stream.
+        check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.exec, self.gpu.stream) })
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: handles created in capture().
+        unsafe {
+            let _ = self.gpu.bind();
+            let _ = sys::cuGraphExecDestroy(self.exec);
+            let _ = sys::cuGraphDestroy(self.graph);
+        }
+    }
+}

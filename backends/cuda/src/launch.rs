@@ -8,7 +8,6 @@ use cudarc::driver::sys;
 use ferrattn_core::lean::{LeanPlan, Schedule};
 use ferrattn_core::{AttentionInputs, AttentionOutput, AttentionPlan, AttentionProblem, DType, PlanDetail, Provenance, Tensor};
 use half::{bf16, f16};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Kernel parameters, mirrored by `struct LeanParams` in `cuda-kernels/lean_decode.cu`.
@@ -28,7 +27,7 @@ pub(crate) struct LeanParams {
     part_o: u64,
     part_ml: u64,
     flags: u64,
-    epoch: u32,
+    reserved: u32,
     num_ctas: i32,
     batch: i32,
     max_sq: i32,
@@ -87,7 +86,6 @@ pub struct PreparedLean {
     _part_ml: DeviceBuffer,
     _flags: DeviceBuffer,
     params: LeanParams,
-    epoch: AtomicU32,
 }
 
 fn to_bits(dtype: DType, data: &[f32]) -> Result<Vec<u16>> {
@@ -328,7 +326,7 @@ impl PreparedLean {
             part_o: part_o.ptr(),
             part_ml: part_ml.ptr(),
             flags: flags.ptr(),
-            epoch: 0,
+            reserved: 0,
             num_ctas: g as i32,
             batch: p.batch as i32,
             max_sq: p.max_seqlen_q as i32,
@@ -360,7 +358,6 @@ impl PreparedLean {
             _part_ml: part_ml,
             _flags: flags,
             params,
-            epoch: AtomicU32::new(0),
         })
     }
 
@@ -374,11 +371,8 @@ impl PreparedLean {
         if x.problem != self.problem {
             return Err(CudaError::Plan("inputs describe another problem than the plan".into()));
         }
-        // a fresh, non-zero epoch per launch: flags never need clearing (0 only before the first)
-        let mut epoch = self.epoch.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        if epoch == 0 {
-            epoch = self.epoch.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        }
+        // flags start at 0 and every host re-arms the flags it consumed, so a launch needs no
+        // per-launch state and can be captured in a CUDA graph
         let mut prm = LeanParams {
             q: x.q.ptr(),
             k: x.k.ptr(),
@@ -387,7 +381,6 @@ impl PreparedLean {
             lse: out.lse.ptr(),
             seqlens_q: x.seqlens_q.ptr(),
             seqlens_k: x.seqlens_k.ptr(),
-            epoch,
             ..self.params
         };
         let mut args = [&mut prm as *mut LeanParams as *mut std::ffi::c_void];

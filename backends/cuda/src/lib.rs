@@ -22,7 +22,7 @@ pub mod error;
 pub mod kernels;
 pub mod launch;
 
-pub use device::{DeviceBuffer, Event, Gpu};
+pub use device::{DeviceBuffer, Event, Gpu, Graph};
 pub use error::{CudaError, Result};
 pub use kernels::{ModuleOrigin, BUILD_NOTE};
 pub use launch::{DeviceInputs, DeviceOutputs, PreparedLean};
@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn params_struct_matches_the_kernel_layout() {
-        // 13 pointers, epoch, num_ctas, 11 ints, one float (see struct LeanParams in lean_decode.cu)
+        // 13 pointers, reserved, num_ctas, 11 ints, one float (see struct LeanParams in lean_decode.cu)
         assert_eq!(std::mem::size_of::<launch::LeanParams>(), 13 * 8 + 2 * 4 + 11 * 4 + 4);
     }
 }

@@ -203,7 +203,8 @@ fn gpu_ragged_batches_10_to_100_percent() {
     run_cases("gpu_ragged_batches_10_to_100_percent", &cases, true);
 }
 
-/// The same inputs give bitwise identical O and LSE on repeated runs (the merge order is fixed).
+/// The same inputs give bitwise identical O and LSE on repeated runs (the merge order is fixed),
+/// also when the launches are replayed from a CUDA graph.
 #[test]
 fn gpu_repeated_runs_are_bitwise_identical() {
     let Some(b) = backend("gpu_repeated_runs_are_bitwise_identical", Options::default()) else { return };
@@ -230,6 +231,21 @@ fn gpu_repeated_runs_are_bitwise_identical() {
                     assert!(o0 == &o && l0 == &lse, "{}: a rerun changed the result", pl.detail_kind());
                 }
             }
+        }
+        // replayed from a CUDA graph (flags re-armed in-kernel): still the same bits
+        let gpu = b.gpu().unwrap();
+        let graph = ferrattn_cuda::Graph::capture(gpu, || {
+            for _ in 0..3 {
+                b.launch(&prep, &x, &mut out)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        for _ in 0..3 {
+            graph.launch().unwrap();
+            let (o0, l0) = first.as_ref().unwrap();
+            let lse: Vec<u32> = b.download(&out, &p).unwrap().lse.data.iter().map(|x| x.to_bits()).collect();
+            assert!(o0 == &out.o_bits().unwrap() && l0 == &lse, "{}: a graph replay changed the result", pl.detail_kind());
         }
     }
 }
