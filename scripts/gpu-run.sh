@@ -56,11 +56,23 @@ run_bench() {
   python3 "$B/gpu-report.py" "$OUT/lean.json" "$OUT/sdpa.json" >"$OUT/table.md" || status=1
 }
 
+run_profile() {
+  # Nsight Compute on the first stream-K launches of the smallest Llama decode (where the kernel is
+  # furthest from SDPA): duration, occupancy, and where warps stall. Clocks left alone.
+  echo "== ncu (llama B=1 ctx=1024, stream-K)"
+  timeout 240 ncu --clock-control none -k regex:lean_decode -c 2 --section SpeedOfLight --section WarpStateStats \
+    --section LaunchStats --section Occupancy --section SchedulerStats \
+    "$B/lean_decode" --quick --tables llama --out /tmp/ncu_bench.json >"$OUT/ncu.txt" 2>&1
+  grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Eligible Warps|Issued Warp|No Eligible|Warp Cycles Per Issued|Memory Throughput|DRAM Throughput|Block Limit|stall|Stall" "$OUT/ncu.txt" | head -40
+}
+
 case "$MODE" in
   smoke) run_tests; run_bench --quick ;;
   tests) run_tests ;;
   bench) run_bench "" ;;
   full) run_tests; run_bench "" ;;
+  profile) run_profile ;;
+  profile+bench) run_profile; run_bench "" ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
 esac
 
