@@ -59,11 +59,13 @@ run_bench() {
 run_profile() {
   # Nsight Compute on the first stream-K launches of the smallest Llama decode (where the kernel is
   # furthest from SDPA): duration, occupancy, and where warps stall. Clocks left alone.
-  echo "== ncu (llama B=1 ctx=1024, stream-K)"
-  timeout 240 ncu --clock-control none -k regex:lean_decode -c 2 --section SpeedOfLight --section WarpStateStats \
-    --section LaunchStats --section Occupancy --section SchedulerStats \
+  echo "== probe (graph-timed small decodes under several schedules)"
+  timeout 120 "$B/lean_decode" --probe 2>&1 | grep probe
+  echo "== ncu (llama B=1 ctx=1024, stream-K): stall reasons"
+  timeout 240 ncu --clock-control none -k regex:lean_decode -c 1 --section SpeedOfLight --section WarpStateStats \
+    --section SourceCounters --print-details all \
     "$B/lean_decode" --quick --tables llama --out /tmp/ncu_bench.json >"$OUT/ncu.txt" 2>&1
-  grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Eligible Warps|Issued Warp|No Eligible|Warp Cycles Per Issued|Memory Throughput|DRAM Throughput|Block Limit|stall|Stall" "$OUT/ncu.txt" | head -40
+  grep -E "lean_|Duration|Elapsed Cycles|SM Active Cycles|Stall|stall" "$OUT/ncu.txt" | head -60
 }
 
 case "$MODE" in

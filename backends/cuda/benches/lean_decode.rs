@@ -164,6 +164,10 @@ fn main() {
     drop((src, dst));
     eprintln!("device copy: {copy_gbs:.0} GB/s (read + write, 2 GiB, median {copy_ms:.3} ms)");
 
+    if args.iter().any(|a| a == "--probe") {
+        probe(&b, &gpu, &caps);
+        return;
+    }
     let mut json = String::from("{");
     let _ = write!(
         json,
@@ -245,5 +249,30 @@ fn main() {
     match out_path {
         Some(p) => std::fs::write(&p, &json).unwrap(),
         None => println!("{json}"),
+    }
+}
+
+/// Where the fixed cost of a small decode goes: the same small Llama problem under several
+/// schedules, and a one-key problem (the floor of one launch).
+fn probe(b: &CudaBackend, gpu: &std::sync::Arc<ferrattn_cuda::Gpu>, caps: &ferrattn_core::DeviceCaps) {
+    for (ctx, batch) in [(1usize, 1usize), (64, 1), (1024, 1), (1024, 8)] {
+        let p = AttentionProblem::uniform(batch, 1, ctx, 32, 8, 128, 128, DType::BF16);
+        let base = plan(Algorithm::Lean, &p, caps).unwrap();
+        let inputs: Vec<DeviceInputs> = (0..8).map(|s| b.random_inputs(&p, s, 2.0).unwrap()).collect();
+        let mut out = b.alloc_outputs(&p).unwrap();
+        let variants: Vec<(String, lean::LeanPlan)> = vec![
+            ("stream-K default".into(), match &base.detail { PlanDetail::Lean(l) => l.clone(), _ => unreachable!() }),
+            ("stream-K full grid".into(), lean::plan_with_ctas(&p, caps, caps.compute_units * caps.ctas_per_unit).unwrap()),
+            ("one CTA per tile (no merge)".into(), lean::plan_fixed_split(&p, caps, Some(1)).unwrap()),
+            ("fixed split 4 (+combine)".into(), lean::plan_fixed_split(&p, caps, Some(4)).unwrap()),
+            ("fixed split 16 (+combine)".into(), lean::plan_fixed_split(&p, caps, Some(16)).unwrap()),
+        ];
+        for (name, lp) in variants {
+            let ctas = lp.num_ctas;
+            let pl = AttentionPlan { detail: PlanDetail::Lean(lp), ..base.clone() };
+            let prep = b.prepare(&pl).unwrap();
+            let t = time_ms(gpu, |i| prep.launch(gpu, &inputs[i % 8], &mut out).unwrap());
+            println!("probe B={batch} ctx={ctx:5} {name:30} {ctas:4} CTAs {:8.2} us", t * 1000.0);
+        }
     }
 }
