@@ -193,6 +193,7 @@ __device__ __forceinline__ u32 load_acquire(const u32* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 __device__ __forceinline__ void nanosleep(u32 ns) { asm volatile("nanosleep.u32 %0;" ::"r"(ns)); }
 // L2-only load of data another CTA wrote in this launch
 __device__ __forceinline__ float ld_cg(const float* p) {

@@ -206,9 +206,22 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // ---- producer: stage loads of the whole CTA range, across tiles ----
   const int first_tile = (int)p.cta_tiles[2 * cta];
   TileInfo pt = tile_by_index(p, first_tile);
+  auto prefetch_q = [&](const LeanParams& pp, const TileInfo& t) {
+    // one 128-byte line per thread into L2: the tile's query rows are contiguous per token
+    const int rows = pp.group * pp.max_sq - t.qg * pp.tile_m < pp.tile_m ? pp.group * pp.max_sq - t.qg * pp.tile_m : pp.tile_m;
+    const int lines = rows * D * 2 / 128;
+    if (tid < lines) {
+      const int row = t.qg * pp.tile_m + (tid * 64) / D;
+      const int i = row / pp.group, h = t.hk * pp.group + row % pp.group;
+      prefetch_l2(pp.q + (((u64)t.b * pp.max_sq + i) * pp.heads_q + h) * D + (tid * 64) % D);
+    }
+  };
   auto load_unit = [&](u32 u) {
     u32 it = cs + u / (u32)sub;
-    if (it >= pt.end) pt = tile_by_index(p, pt.tile + 1);
+    if (it >= pt.end) {
+      pt = tile_by_index(p, pt.tile + 1);
+      prefetch_q(p, pt);  // the consumer reaches this tile a few stages later
+    }
     int key0 = (int)(it - pt.start) * p.tile_k + (int)(u % (u32)sub) * SK;
     u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
     u16* vs = ks + SK * D;
@@ -514,7 +527,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
         fin[2 * tid] = mm;
         fin[2 * tid + 1] = lsum;
       }
-#pragma unroll
+#pragma unroll 1
       for (int w = 0; w < cfg::kWarps; ++w) {
         if (warp == w) {
 #pragma unroll
@@ -581,7 +594,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       }
     }
     // warps add their O into obuf in a fixed order
-#pragma unroll
+#pragma unroll 1
     for (int w = 0; w < cfg::kWarps; ++w) {
       if (warp == w && lane < L) {
 #pragma unroll
@@ -618,8 +631,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
           // no host-side reset and can be replayed from a CUDA graph
           p.flags[c] = 0u;
         }
-        fence_gpu();
-        __syncthreads();
+        __syncthreads();  // the pollers' acquires order every thread's partial reads after it
         merge_partials<D, R>(p, cta + 1, last, obuf, fin, sc);
       }
       write_output<T, D, R>(p, ct, obuf, fin);  // lines 38-39

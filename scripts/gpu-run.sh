@@ -72,7 +72,7 @@ case "$MODE" in
   smoke) run_tests; run_bench --quick ;;
   tests) run_tests ;;
   bench) run_bench "" ;;
-  full) run_tests; run_bench "" ;;
+  full) run_tests; echo "== probe"; timeout 120 "$B/lean_decode" --probe 2>&1 | grep probe | tee "$OUT/probe.txt"; run_bench "" ;;
   profile) run_profile ;;
   profile+bench) run_profile; run_bench "" ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
