@@ -6,18 +6,22 @@
 // begin), `cta_bounds` (CTA g owns iterations [cta_bounds[g], cta_bounds[g+1])) and `cta_tiles`
 // (each CTA's first tile and the last CTA its host tile waits for), so no CTA searches a table.
 // A CTA walks its range as a stream of K/V stages in a cp.async shared-memory pipeline that runs
-// across tile boundaries. Output tile = (sequence, KV head, query-tile group): up to 16 query rows (the query
-// heads of one KV head times the query tokens) share each K/V load (GQA).
+// across tile boundaries. Output tile = (sequence, KV head, query-tile group): up to 16 query
+// rows (the query heads of one KV head times the query tokens) share each K/V load (GQA).
 //
-// Inside a CTA: 4 warps; a key is handled by D/8 lanes (16 bytes each), so a warp covers
-// 32*8/D keys at once and the CTA has `key_groups<D>()` independent online-softmax states
-// (LeanTile, Alg. 1, in base-2 logits), merged at the end of each segment by warp shuffles and
-// then, in a fixed order, through shared memory: results are bitwise reproducible.
+// Inside a CTA: 4 warps share each K/V stage. For head dims 64 and 128 each warp takes a quarter
+// of the stage's keys and computes S = Q K^T and O += P V on tensor cores (mma.sync m16n8k16,
+// f32 accumulate; the tile's <= 16 query rows fill the MMA's M = 16), with the online softmax
+// (LeanTile, Alg. 1, in base-2 logits) on the accumulator fragments. For head dim 256 (8 keys per
+// warp per stage, too few for a 16-key MMA step) a key is handled by D/8 lanes on CUDA cores. At
+// the end of each segment the warps' states are merged through shared memory in a fixed order,
+// so results are bitwise reproducible.
 //
 // Stream-K roles (Alg. 2 lines 17-39): the CTA whose segment starts a tile is its host. A
 // non-host CTA stores (O, m, l) into its partial slot and releases flags[g] = 1; a host that
 // does not finish the tile acquires the flags of CTAs g+1..last and merges their partials in that
-// order, then writes O / l and LSE = (m + log2 l) ln 2. The host only waits on CTAs after it whose
+// order (all loads of a batch of partials in flight at once), then writes O / l and
+// LSE = (m + log2 l) ln 2, and re-arms the flags it consumed. The host only waits on CTAs after it whose
 // first segment is this tile's continuation, which they compute first: with a grid no larger than
 // what is co-resident (checked by the launcher with the occupancy API) there is no deadlock.
 // Fixed split (merge_in_kernel = 0): every segment that is not a whole tile writes a partial and

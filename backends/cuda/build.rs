@@ -36,8 +36,12 @@ fn main() {
     )
     .unwrap_or_else(|e| panic!("ferrattn-cuda build: {e}"));
 
-    let common = std::fs::read_to_string(kernels.join("common.cuh")).expect("cuda-kernels/common.cuh");
-    println!("cargo:rerun-if-changed={}", kernels.join("common.cuh").display());
+    let common =
+        std::fs::read_to_string(kernels.join("common.cuh")).expect("cuda-kernels/common.cuh");
+    println!(
+        "cargo:rerun-if-changed={}",
+        kernels.join("common.cuh").display()
+    );
     let mut files: Vec<PathBuf> = std::fs::read_dir(&kernels)
         .expect("cuda-kernels/")
         .flatten()
@@ -63,8 +67,14 @@ fn main() {
                     .arg(&fb)
                     .arg(f)
                     .status()
-                    .unwrap_or_else(|e| panic!("ferrattn-cuda build: cannot run {}: {e}", nvcc.display()));
-                assert!(status.success(), "ferrattn-cuda build: nvcc failed on {} ({status})", f.display());
+                    .unwrap_or_else(|e| {
+                        panic!("ferrattn-cuda build: cannot run {}: {e}", nvcc.display())
+                    });
+                assert!(
+                    status.success(),
+                    "ferrattn-cuda build: nvcc failed on {} ({status})",
+                    f.display()
+                );
                 Some(fb)
             }
             NvccChoice::Absent(_) => None,
@@ -76,14 +86,26 @@ fn main() {
             let v = Command::new(p)
                 .arg("--version")
                 .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).lines().last().unwrap_or("").to_string())
+                .map(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .last()
+                        .unwrap_or("")
+                        .to_string()
+                })
                 .unwrap_or_default();
-            format!("fatbin from {} ({v}): {}", p.display(), NVCC_FLAGS[3..].join(" "))
+            format!(
+                "fatbin from {} ({v}): {}",
+                p.display(),
+                NVCC_FLAGS[3..].join(" ")
+            )
         }
         NvccChoice::Absent(why) => format!("sources only, compiled by NVRTC at first use: {why}"),
     };
     if let NvccChoice::Absent(why) = &choice {
-        println!("cargo:warning=ferrattn-cuda: {why}; kernels will be compiled by NVRTC at run time");
+        println!(
+            "cargo:warning=ferrattn-cuda: {why}; kernels will be compiled by NVRTC at run time"
+        );
     }
     std::fs::write(out.join("kernels.rs"), generated_rs(&images, &note)).unwrap();
 }

@@ -10,7 +10,9 @@
 //!
 //! Usage: `lean_decode [--quick] [--tables lean,llama,ragged] [--out FILE]`
 
-use ferrattn_core::{lean, plan, Algorithm, AttentionPlan, AttentionProblem, DType, Device, PlanDetail};
+use ferrattn_core::{
+    lean, plan, Algorithm, AttentionPlan, AttentionProblem, DType, Device, PlanDetail,
+};
 use ferrattn_cuda::{CudaBackend, DeviceBuffer, DeviceInputs, Event, Graph};
 use rand::{Rng, SeedableRng};
 use std::fmt::Write as _;
@@ -30,7 +32,15 @@ fn ragged_lens(b: usize, max: usize, pct: usize, seed: u64) -> Vec<usize> {
     // makes the batch mean pct% of the maximum
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let m = ((max * pct / 100) * b - max) / (b - 1).max(1);
-    (0..b).map(|i| if i == 0 { max } else { rng.gen_range(1..=(2 * m).clamp(2, max)) }).collect()
+    (0..b)
+        .map(|i| {
+            if i == 0 {
+                max
+            } else {
+                rng.gen_range(1..=(2 * m).clamp(2, max))
+            }
+        })
+        .collect()
 }
 
 fn configs(tables: &[String], quick: bool) -> Vec<Config> {
@@ -43,7 +53,15 @@ fn configs(tables: &[String], quick: bool) -> Vec<Config> {
                 if b * ctx > 1 << 20 || (quick && (b > 4 || ctx > 16384)) {
                     continue;
                 }
-                v.push(Config { table: "lean", batch: b, hq: 56, hk: 56, d: 64, dtype: DType::F16, lens: vec![ctx; b] });
+                v.push(Config {
+                    table: "lean",
+                    batch: b,
+                    hq: 56,
+                    hk: 56,
+                    d: 64,
+                    dtype: DType::F16,
+                    lens: vec![ctx; b],
+                });
             }
         }
     }
@@ -54,7 +72,15 @@ fn configs(tables: &[String], quick: bool) -> Vec<Config> {
                 if b * ctx > 1 << 22 || (quick && (b > 8 || ctx > 8192)) {
                     continue;
                 }
-                v.push(Config { table: "llama", batch: b, hq: 32, hk: 8, d: 128, dtype: DType::BF16, lens: vec![ctx; b] });
+                v.push(Config {
+                    table: "llama",
+                    batch: b,
+                    hq: 32,
+                    hk: 8,
+                    d: 128,
+                    dtype: DType::BF16,
+                    lens: vec![ctx; b],
+                });
             }
         }
     }
@@ -71,8 +97,20 @@ fn configs(tables: &[String], quick: bool) -> Vec<Config> {
                 if quick && (b > 16 || pct == 50) {
                     continue;
                 }
-                let lens = if pct == 100 { vec![max; b] } else { ragged_lens(b, max, pct, 17 + i as u64) };
-                v.push(Config { table: "ragged", batch: b, hq, hk, d, dtype, lens });
+                let lens = if pct == 100 {
+                    vec![max; b]
+                } else {
+                    ragged_lens(b, max, pct, 17 + i as u64)
+                };
+                v.push(Config {
+                    table: "ragged",
+                    batch: b,
+                    hq,
+                    hk,
+                    d,
+                    dtype,
+                    lens,
+                });
             }
         }
     }
@@ -94,7 +132,11 @@ fn time_ms(gpu: &std::sync::Arc<ferrattn_cuda::Gpu>, f: impl FnMut(usize)) -> f3
 /// As [`time_ms`]; `graph = false` enqueues the calls eagerly, back to back (used for the copy
 /// ceiling: a memcpy node in a graph runs on a copy engine at about 2.8 TB/s on an H200, while an
 /// eager device-to-device copy reaches about 4.3 TB/s).
-fn time_ms_mode(gpu: &std::sync::Arc<ferrattn_cuda::Gpu>, graph: bool, mut f: impl FnMut(usize)) -> f32 {
+fn time_ms_mode(
+    gpu: &std::sync::Arc<ferrattn_cuda::Gpu>,
+    graph: bool,
+    mut f: impl FnMut(usize),
+) -> f32 {
     for i in 0..3 {
         f(i);
     }
@@ -138,8 +180,17 @@ fn time_ms_mode(gpu: &std::sync::Arc<ferrattn_cuda::Gpu>, graph: bool, mut f: im
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
-    let tables: Vec<String> = get("--tables").unwrap_or_else(|| "all".into()).split(',').map(String::from).collect();
+    let get = |k: &str| {
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let tables: Vec<String> = get("--tables")
+        .unwrap_or_else(|| "all".into())
+        .split(',')
+        .map(String::from)
+        .collect();
     let out_path = get("--out");
     if args.iter().any(|a| a == "--bench") && args.len() == 2 {
         // `cargo bench` passes --bench; fall through with defaults
@@ -184,32 +235,51 @@ fn main() {
         let mut p = AttentionProblem::uniform(c.batch, 1, max, c.hq, c.hk, c.d, c.d, c.dtype);
         p.seqlens_k = c.lens.clone();
         let sk = plan(Algorithm::Lean, &p, &caps).unwrap();
-        let PlanDetail::Lean(lp) = &sk.detail else { unreachable!() };
+        let PlanDetail::Lean(lp) = &sk.detail else {
+            unreachable!()
+        };
         let fx_lp = lean::plan_fixed_split(&p, &caps, None).unwrap();
         let splits = match fx_lp.schedule {
             lean::Schedule::FixedSplit { splits, .. } => splits,
             _ => unreachable!(),
         };
-        let fx = AttentionPlan { detail: PlanDetail::Lean(fx_lp), ..sk.clone() };
+        let fx = AttentionPlan {
+            detail: PlanDetail::Lean(fx_lp),
+            ..sk.clone()
+        };
         // the same schedule with one CTA per slot however little work there is (MIN_ITERS_PER_CTA = 1)
         let full = AttentionPlan {
-            detail: PlanDetail::Lean(lean::plan_with_ctas(&p, &caps, caps.compute_units * caps.ctas_per_unit).unwrap()),
+            detail: PlanDetail::Lean(
+                lean::plan_with_ctas(&p, &caps, caps.compute_units * caps.ctas_per_unit).unwrap(),
+            ),
             ..sk.clone()
         };
         let padded_bytes = c.batch * max * c.hk * 2 * c.d * c.dtype.size_bytes();
-        let sets = if padded_bytes >= 4 * caps.l2_bytes { 1 } else { (4 * caps.l2_bytes).div_ceil(padded_bytes).min(32) };
-        let inputs: Vec<DeviceInputs> = (0..sets).map(|s| b.random_inputs(&p, 100 + s as u32, 2.0).unwrap()).collect();
+        let sets = if padded_bytes >= 4 * caps.l2_bytes {
+            1
+        } else {
+            (4 * caps.l2_bytes).div_ceil(padded_bytes).min(32)
+        };
+        let inputs: Vec<DeviceInputs> = (0..sets)
+            .map(|s| b.random_inputs(&p, 100 + s as u32, 2.0).unwrap())
+            .collect();
         let kv_bytes = inputs[0].kv_bytes_read();
         let mut out = b.alloc_outputs(&p).unwrap();
         let prep_sk = b.prepare(&sk).unwrap();
         let prep_fx = b.prepare(&fx).unwrap();
         let prep_full = b.prepare(&full).unwrap();
-        let lean_ms = time_ms(&gpu, |i| prep_sk.launch(&gpu, &inputs[i % sets], &mut out).unwrap());
-        let fixed_ms = time_ms(&gpu, |i| prep_fx.launch(&gpu, &inputs[i % sets], &mut out).unwrap());
+        let lean_ms = time_ms(&gpu, |i| {
+            prep_sk.launch(&gpu, &inputs[i % sets], &mut out).unwrap()
+        });
+        let fixed_ms = time_ms(&gpu, |i| {
+            prep_fx.launch(&gpu, &inputs[i % sets], &mut out).unwrap()
+        });
         let full_ms = if prep_full.plan.num_ctas == lp.num_ctas {
             lean_ms
         } else {
-            time_ms(&gpu, |i| prep_full.launch(&gpu, &inputs[i % sets], &mut out).unwrap())
+            time_ms(&gpu, |i| {
+                prep_full.launch(&gpu, &inputs[i % sets], &mut out).unwrap()
+            })
         };
         gpu.synchronize().unwrap();
         let mean = c.lens.iter().sum::<usize>() as f64 / c.batch as f64;
@@ -254,25 +324,55 @@ fn main() {
 
 /// Where the fixed cost of a small decode goes: the same small Llama problem under several
 /// schedules, and a one-key problem (the floor of one launch).
-fn probe(b: &CudaBackend, gpu: &std::sync::Arc<ferrattn_cuda::Gpu>, caps: &ferrattn_core::DeviceCaps) {
+fn probe(
+    b: &CudaBackend,
+    gpu: &std::sync::Arc<ferrattn_cuda::Gpu>,
+    caps: &ferrattn_core::DeviceCaps,
+) {
     for (ctx, batch) in [(1usize, 1usize), (64, 1), (1024, 1), (1024, 8)] {
         let p = AttentionProblem::uniform(batch, 1, ctx, 32, 8, 128, 128, DType::BF16);
         let base = plan(Algorithm::Lean, &p, caps).unwrap();
-        let inputs: Vec<DeviceInputs> = (0..8).map(|s| b.random_inputs(&p, s, 2.0).unwrap()).collect();
+        let inputs: Vec<DeviceInputs> = (0..8)
+            .map(|s| b.random_inputs(&p, s, 2.0).unwrap())
+            .collect();
         let mut out = b.alloc_outputs(&p).unwrap();
         let variants: Vec<(String, lean::LeanPlan)> = vec![
-            ("stream-K default".into(), match &base.detail { PlanDetail::Lean(l) => l.clone(), _ => unreachable!() }),
-            ("stream-K full grid".into(), lean::plan_with_ctas(&p, caps, caps.compute_units * caps.ctas_per_unit).unwrap()),
-            ("one CTA per tile (no merge)".into(), lean::plan_fixed_split(&p, caps, Some(1)).unwrap()),
-            ("fixed split 4 (+combine)".into(), lean::plan_fixed_split(&p, caps, Some(4)).unwrap()),
-            ("fixed split 16 (+combine)".into(), lean::plan_fixed_split(&p, caps, Some(16)).unwrap()),
+            (
+                "stream-K default".into(),
+                match &base.detail {
+                    PlanDetail::Lean(l) => l.clone(),
+                    _ => unreachable!(),
+                },
+            ),
+            (
+                "stream-K full grid".into(),
+                lean::plan_with_ctas(&p, caps, caps.compute_units * caps.ctas_per_unit).unwrap(),
+            ),
+            (
+                "one CTA per tile (no merge)".into(),
+                lean::plan_fixed_split(&p, caps, Some(1)).unwrap(),
+            ),
+            (
+                "fixed split 4 (+combine)".into(),
+                lean::plan_fixed_split(&p, caps, Some(4)).unwrap(),
+            ),
+            (
+                "fixed split 16 (+combine)".into(),
+                lean::plan_fixed_split(&p, caps, Some(16)).unwrap(),
+            ),
         ];
         for (name, lp) in variants {
             let ctas = lp.num_ctas;
-            let pl = AttentionPlan { detail: PlanDetail::Lean(lp), ..base.clone() };
+            let pl = AttentionPlan {
+                detail: PlanDetail::Lean(lp),
+                ..base.clone()
+            };
             let prep = b.prepare(&pl).unwrap();
             let t = time_ms(gpu, |i| prep.launch(gpu, &inputs[i % 8], &mut out).unwrap());
-            println!("probe B={batch} ctx={ctx:5} {name:30} {ctas:4} CTAs {:8.2} us", t * 1000.0);
+            println!(
+                "probe B={batch} ctx={ctx:5} {name:30} {ctas:4} CTAs {:8.2} us",
+                t * 1000.0
+            );
         }
     }
 }

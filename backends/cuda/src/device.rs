@@ -34,7 +34,9 @@ unsafe impl Sync for Gpu {}
 fn attr(dev: sys::CUdevice, a: sys::CUdevice_attribute) -> Result<i32> {
     let mut v = 0i32;
     // SAFETY: plain out-parameter query on a valid device handle.
-    check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) })?;
+    check("cuDeviceGetAttribute", unsafe {
+        sys::cuDeviceGetAttribute(&mut v, a, dev)
+    })?;
     Ok(v)
 }
 
@@ -44,7 +46,9 @@ impl Gpu {
         // SAFETY: only probes whether the shared library can be loaded.
         if !unsafe { sys::is_culib_present() } {
             return Err(CudaError::Unavailable {
-                reason: "libcuda.so (the NVIDIA driver library) was not found by the dynamic loader".into(),
+                reason:
+                    "libcuda.so (the NVIDIA driver library) was not found by the dynamic loader"
+                        .into(),
             });
         }
         let unavailable = |e: CudaError| match e {
@@ -57,7 +61,10 @@ impl Gpu {
         unsafe {
             check("cuInit", sys::cuInit(0)).map_err(unavailable)?;
             let mut driver_version = 0;
-            check("cuDriverGetVersion", sys::cuDriverGetVersion(&mut driver_version))?;
+            check(
+                "cuDriverGetVersion",
+                sys::cuDriverGetVersion(&mut driver_version),
+            )?;
             let mut count = 0;
             check("cuDeviceGetCount", sys::cuDeviceGetCount(&mut count)).map_err(unavailable)?;
             if ordinal >= count as usize {
@@ -68,8 +75,13 @@ impl Gpu {
             let mut dev = 0;
             check("cuDeviceGet", sys::cuDeviceGet(&mut dev, ordinal as i32))?;
             let mut name = [0 as std::ffi::c_char; 256];
-            check("cuDeviceGetName", sys::cuDeviceGetName(name.as_mut_ptr(), 256, dev))?;
-            let name = std::ffi::CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
+            check(
+                "cuDeviceGetName",
+                sys::cuDeviceGetName(name.as_mut_ptr(), 256, dev),
+            )?;
+            let name = std::ffi::CStr::from_ptr(name.as_ptr())
+                .to_string_lossy()
+                .into_owned();
             use sys::CUdevice_attribute as A;
             let cc = (
                 attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
@@ -90,20 +102,35 @@ impl Gpu {
                 // the occupancy the Lean kernel is built for (cfg::kMinCtasPerSm in common.cuh);
                 // every launch re-checks it with cuOccupancyMaxActiveBlocksPerMultiprocessor
                 ctas_per_unit: crate::kernels::LEAN_CTAS_PER_SM,
-                shared_mem_per_block: attr(dev, A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
-                    as usize,
+                shared_mem_per_block: attr(
+                    dev,
+                    A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                )? as usize,
                 l2_bytes: attr(dev, A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
                 compute_capability: Some(cc),
             };
             let mut ctx = std::ptr::null_mut();
-            check("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
+            check(
+                "cuDevicePrimaryCtxRetain",
+                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+            )?;
             check("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
             let mut stream = std::ptr::null_mut();
             check(
                 "cuStreamCreate",
-                sys::cuStreamCreate(&mut stream, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32),
+                sys::cuStreamCreate(
+                    &mut stream,
+                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                ),
             )?;
-            Ok(Gpu { ordinal, dev, ctx, stream, caps, driver_version })
+            Ok(Gpu {
+                ordinal,
+                dev,
+                ctx,
+                stream,
+                caps,
+                driver_version,
+            })
         }
     }
 
@@ -117,7 +144,9 @@ impl Gpu {
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: valid stream.
-        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.stream) })
+        check("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(self.stream)
+        })
     }
 
     /// Free and total device memory in bytes.
@@ -125,7 +154,9 @@ impl Gpu {
         self.bind()?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: out-parameters.
-        check("cuMemGetInfo_v2", unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) })?;
+        check("cuMemGetInfo_v2", unsafe {
+            sys::cuMemGetInfo_v2(&mut free, &mut total)
+        })?;
         Ok((free, total))
     }
 }
@@ -155,8 +186,14 @@ impl DeviceBuffer {
         gpu.bind()?;
         let mut ptr = 0;
         // SAFETY: out-parameter; size is positive.
-        check("cuMemAlloc_v2", unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) })?;
-        Ok(DeviceBuffer { ptr, bytes, gpu: gpu.clone() })
+        check("cuMemAlloc_v2", unsafe {
+            sys::cuMemAlloc_v2(&mut ptr, bytes.max(1))
+        })?;
+        Ok(DeviceBuffer {
+            ptr,
+            bytes,
+            gpu: gpu.clone(),
+        })
     }
 
     /// A copy of `data` (synchronous).
@@ -194,7 +231,11 @@ impl DeviceBuffer {
         if n > 0 {
             // SAFETY: v holds n * size_of::<T>() <= bytes bytes.
             check("cuMemcpyDtoH_v2", unsafe {
-                sys::cuMemcpyDtoH_v2(v.as_mut_ptr() as *mut std::ffi::c_void, self.ptr, n * std::mem::size_of::<T>())
+                sys::cuMemcpyDtoH_v2(
+                    v.as_mut_ptr() as *mut std::ffi::c_void,
+                    self.ptr,
+                    n * std::mem::size_of::<T>(),
+                )
             })?;
         }
         Ok(v)
@@ -253,10 +294,16 @@ impl Event {
         let mut ev = std::ptr::null_mut();
         // SAFETY: out-parameter, then record on a valid stream.
         unsafe {
-            check("cuEventCreate", sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DEFAULT as u32))?;
+            check(
+                "cuEventCreate",
+                sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DEFAULT as u32),
+            )?;
             check("cuEventRecord", sys::cuEventRecord(ev, gpu.stream))?;
         }
-        Ok(Event { ev, gpu: gpu.clone() })
+        Ok(Event {
+            ev,
+            gpu: gpu.clone(),
+        })
     }
 
     /// Milliseconds from `self` to `end` (waits for `end`).
@@ -266,7 +313,10 @@ impl Event {
         // SAFETY: both events were recorded on this context's stream.
         unsafe {
             check("cuEventSynchronize", sys::cuEventSynchronize(end.ev))?;
-            check("cuEventElapsedTime_v2", sys::cuEventElapsedTime_v2(&mut ms, self.ev, end.ev))?;
+            check(
+                "cuEventElapsedTime_v2",
+                sys::cuEventElapsedTime_v2(&mut ms, self.ev, end.ev),
+            )?;
         }
         Ok(ms)
     }
@@ -299,16 +349,29 @@ impl Graph {
         unsafe {
             check(
                 "cuStreamBeginCapture_v2",
-                sys::cuStreamBeginCapture_v2(gpu.stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                sys::cuStreamBeginCapture_v2(
+                    gpu.stream,
+                    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                ),
             )?;
             let recorded = record();
             let mut graph = std::ptr::null_mut();
-            let end = check("cuStreamEndCapture", sys::cuStreamEndCapture(gpu.stream, &mut graph));
+            let end = check(
+                "cuStreamEndCapture",
+                sys::cuStreamEndCapture(gpu.stream, &mut graph),
+            );
             recorded?;
             end?;
             let mut exec = std::ptr::null_mut();
-            check("cuGraphInstantiateWithFlags", sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0))?;
-            Ok(Graph { graph, exec, gpu: gpu.clone() })
+            check(
+                "cuGraphInstantiateWithFlags",
+                sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+            )?;
+            Ok(Graph {
+                graph,
+                exec,
+                gpu: gpu.clone(),
+            })
         }
     }
 
@@ -316,7 +379,9 @@ impl Graph {
     pub fn launch(&self) -> Result<()> {
         self.gpu.bind()?;
         // SAFETY: instantiated graph, valid stream.
-        check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.exec, self.gpu.stream) })
+        check("cuGraphLaunch", unsafe {
+            sys::cuGraphLaunch(self.exec, self.gpu.stream)
+        })
     }
 }
 

@@ -61,5 +61,9 @@ pub(crate) fn check(api: &'static str, r: cudarc::driver::sys::CUresult) -> Resu
         .error_name()
         .map(|c| c.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".into());
-    Err(CudaError::Driver { api, code: r as u32, name })
+    Err(CudaError::Driver {
+        api,
+        code: r as u32,
+        name,
+    })
 }

@@ -98,14 +98,23 @@ unsafe impl Sync for Function {}
 impl Module {
     /// Loads `img` on `gpu`: the fatbin, or NVRTC when `force_nvrtc`, when there is no fatbin, or
     /// when the fatbin has no code for this GPU.
-    pub fn load(gpu: &Arc<Gpu>, img: &'static EmbeddedImage, force_nvrtc: bool) -> Result<Arc<Module>> {
+    pub fn load(
+        gpu: &Arc<Gpu>,
+        img: &'static EmbeddedImage,
+        force_nvrtc: bool,
+    ) -> Result<Arc<Module>> {
         gpu.bind()?;
         if let (Some(fb), false) = (img.fatbin, force_nvrtc) {
             let mut m = std::ptr::null_mut();
             // SAFETY: fb is a complete fatbin image embedded at build time.
-            let r = unsafe { sys::cuModuleLoadData(&mut m, fb.as_ptr() as *const std::ffi::c_void) };
+            let r =
+                unsafe { sys::cuModuleLoadData(&mut m, fb.as_ptr() as *const std::ffi::c_void) };
             if r == sys::CUresult::CUDA_SUCCESS {
-                return Ok(Arc::new(Module { module: m, origin: ModuleOrigin::Fatbin, gpu: gpu.clone() }));
+                return Ok(Arc::new(Module {
+                    module: m,
+                    origin: ModuleOrigin::Fatbin,
+                    gpu: gpu.clone(),
+                }));
             }
             if r != sys::CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU
                 && r != sys::CUresult::CUDA_ERROR_INVALID_PTX
@@ -113,17 +122,26 @@ impl Module {
             {
                 check("cuModuleLoadData", r)?;
             }
-            tracing::info!(image = img.name, code = r as u32, "fatbin has no code for this GPU; using NVRTC");
+            tracing::info!(
+                image = img.name,
+                code = r as u32,
+                "fatbin has no code for this GPU; using NVRTC"
+            );
         }
         let arch = nvrtc_arch(gpu.caps.compute_capability.unwrap_or((8, 0)));
         let (ptx, from_disk_cache) = nvrtc_ptx(img, arch)?;
         let mut m = std::ptr::null_mut();
         let c = std::ffi::CString::new(ptx).expect("PTX has no NUL bytes");
         // SAFETY: NUL-terminated PTX text.
-        check("cuModuleLoadData", unsafe { sys::cuModuleLoadData(&mut m, c.as_ptr() as *const std::ffi::c_void) })?;
+        check("cuModuleLoadData", unsafe {
+            sys::cuModuleLoadData(&mut m, c.as_ptr() as *const std::ffi::c_void)
+        })?;
         Ok(Arc::new(Module {
             module: m,
-            origin: ModuleOrigin::Nvrtc { arch: arch.to_string(), from_disk_cache },
+            origin: ModuleOrigin::Nvrtc {
+                arch: arch.to_string(),
+                from_disk_cache,
+            },
             gpu: gpu.clone(),
         }))
     }
@@ -134,8 +152,14 @@ impl Module {
         let c = std::ffi::CString::new(name).expect("kernel names have no NUL bytes");
         let mut f = std::ptr::null_mut();
         // SAFETY: valid module, NUL-terminated name.
-        check("cuModuleGetFunction", unsafe { sys::cuModuleGetFunction(&mut f, self.module, c.as_ptr()) })?;
-        Ok(Function { f, name: name.to_string(), _module: self.clone() })
+        check("cuModuleGetFunction", unsafe {
+            sys::cuModuleGetFunction(&mut f, self.module, c.as_ptr())
+        })?;
+        Ok(Function {
+            f,
+            name: name.to_string(),
+            _module: self.clone(),
+        })
     }
 }
 
@@ -156,7 +180,9 @@ pub fn nvrtc_arch(cc: (u32, u32)) -> &'static str {
 }
 
 fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
 }
 
 /// Directory of the NVRTC PTX cache.
@@ -176,12 +202,26 @@ pub fn nvrtc_ptx(img: &'static EmbeddedImage, arch: &'static str) -> Result<(Str
     use std::sync::Mutex;
     static MEMO: Mutex<Option<HashMap<(&'static str, &'static str), String>>> = Mutex::new(None);
     let key = (img.name, arch);
-    if let Some(p) = MEMO.lock().unwrap().get_or_insert_with(HashMap::new).get(&key) {
+    if let Some(p) = MEMO
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .get(&key)
+    {
         return Ok((p.clone(), true));
     }
-    let file = cache_dir().map(|d| d.join(format!("{}-{arch}-{:016x}.ptx", img.name, fnv1a(img.source))));
+    let file = cache_dir().map(|d| {
+        d.join(format!(
+            "{}-{arch}-{:016x}.ptx",
+            img.name,
+            fnv1a(img.source)
+        ))
+    });
     if let Some(Ok(ptx)) = file.as_ref().map(std::fs::read_to_string) {
-        MEMO.lock().unwrap().get_or_insert_with(HashMap::new).insert(key, ptx.clone());
+        MEMO.lock()
+            .unwrap()
+            .get_or_insert_with(HashMap::new)
+            .insert(key, ptx.clone());
         return Ok((ptx, true));
     }
     let ptx = nvrtc_compile(img, arch)?;
@@ -195,7 +235,10 @@ pub fn nvrtc_ptx(img: &'static EmbeddedImage, arch: &'static str) -> Result<(Str
             let _ = std::fs::rename(&tmp, f);
         }
     }
-    MEMO.lock().unwrap().get_or_insert_with(HashMap::new).insert(key, ptx.clone());
+    MEMO.lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .insert(key, ptx.clone());
     Ok((ptx, false))
 }
 
@@ -217,15 +260,23 @@ pub fn nvrtc_compile(img: &'static EmbeddedImage, arch: &'static str) -> Result<
         ..Default::default()
     };
     let t = std::time::Instant::now();
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(img.source, opts).map_err(|e| CudaError::Nvrtc {
-        image: img.name,
-        arch: arch.into(),
-        log: match e {
-            cudarc::nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
-            other => format!("{other:?}"),
-        },
-    })?;
-    tracing::info!(image = img.name, arch, secs = t.elapsed().as_secs_f32(), "NVRTC compiled");
+    let ptx =
+        cudarc::nvrtc::compile_ptx_with_opts(img.source, opts).map_err(|e| CudaError::Nvrtc {
+            image: img.name,
+            arch: arch.into(),
+            log: match e {
+                cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                    log.to_string_lossy().into_owned()
+                }
+                other => format!("{other:?}"),
+            },
+        })?;
+    tracing::info!(
+        image = img.name,
+        arch,
+        secs = t.elapsed().as_secs_f32(),
+        "NVRTC compiled"
+    );
     Ok(ptx.to_src())
 }
 
@@ -251,7 +302,10 @@ pub fn lean_kernel_names(dtype: DType, head_dim: usize, tile_m: usize) -> Result
         DType::F16 => "f16",
         DType::BF16 => "bf16",
         other => {
-            return Err(CudaError::Unsupported { what: format!("lean kernel for {other}"), supported: "f16, bf16".into() })
+            return Err(CudaError::Unsupported {
+                what: format!("lean kernel for {other}"),
+                supported: "f16, bf16".into(),
+            })
         }
     };
     let d = match head_dim {
@@ -276,7 +330,10 @@ pub fn fill_kernel_name(dtype: DType) -> Result<&'static str> {
     match dtype {
         DType::F16 => Ok("fill_uniform_f16"),
         DType::BF16 => Ok("fill_uniform_bf16"),
-        other => Err(CudaError::Unsupported { what: format!("device fill of {other}"), supported: "f16, bf16".into() }),
+        other => Err(CudaError::Unsupported {
+            what: format!("device fill of {other}"),
+            supported: "f16, bf16".into(),
+        }),
     }
 }
 
@@ -287,16 +344,30 @@ mod tests {
     #[test]
     fn lean_source_is_embedded_with_common_inlined_and_every_instance() {
         let img = image("lean_decode").expect("lean_decode image");
-        assert!(!img.source.contains("#include \"common.cuh\""), "common.cuh must be inlined for NVRTC");
-        assert!(img.source.contains("namespace cfg"), "common.cuh text present");
+        assert!(
+            !img.source.contains("#include \"common.cuh\""),
+            "common.cuh must be inlined for NVRTC"
+        );
+        assert!(
+            img.source.contains("namespace cfg"),
+            "common.cuh text present"
+        );
         // every name the selector can return is instantiated by the macros of the source
         assert!(img.source.contains("FERRATTN_LEAN_DIMS(f16, F16)"));
         assert!(img.source.contains("FERRATTN_LEAN_DIMS(bf16, BF16)"));
         for r in ["1", "2", "4", "8", "16"] {
-            assert!(img.source.contains(&format!("FERRATTN_LEAN(TN, T, D, {r})")), "rows {r}");
+            assert!(
+                img.source
+                    .contains(&format!("FERRATTN_LEAN(TN, T, D, {r})")),
+                "rows {r}"
+            );
         }
         for d in ["64", "128", "256"] {
-            assert!(img.source.contains(&format!("FERRATTN_LEAN_ROWS(TN, T, {d})")), "dim {d}");
+            assert!(
+                img.source
+                    .contains(&format!("FERRATTN_LEAN_ROWS(TN, T, {d})")),
+                "dim {d}"
+            );
         }
     }
 
@@ -325,11 +396,15 @@ mod tests {
             eprintln!("SKIPPED nvrtc_compiles_the_embedded_source: libnvrtc.so not found (set LD_LIBRARY_PATH)");
             return;
         }
-        let ptx = nvrtc_compile(image("lean_decode").unwrap(), "compute_90a").expect("NVRTC compile");
+        let ptx =
+            nvrtc_compile(image("lean_decode").unwrap(), "compute_90a").expect("NVRTC compile");
         for dt in [DType::F16, DType::BF16] {
             for d in [64, 128, 256] {
                 for n in lean_kernel_names(dt, d, 16).unwrap() {
-                    assert!(ptx.contains(&format!(".entry {n}(")), "{n} missing from NVRTC PTX");
+                    assert!(
+                        ptx.contains(&format!(".entry {n}(")),
+                        "{n} missing from NVRTC PTX"
+                    );
                 }
             }
         }
@@ -338,11 +413,26 @@ mod tests {
 
     #[test]
     fn kernel_selection_is_a_closed_list() {
-        assert_eq!(lean_kernel_names(DType::F16, 64, 3).unwrap()[0], "lean_decode_f16_d64_r4");
-        assert_eq!(lean_kernel_names(DType::BF16, 256, 16).unwrap()[1], "lean_combine_bf16_d256_r16");
-        assert!(matches!(lean_kernel_names(DType::F32, 128, 1), Err(CudaError::Unsupported { .. })));
-        assert!(matches!(lean_kernel_names(DType::F16, 96, 1), Err(CudaError::Unsupported { .. })));
-        assert!(matches!(lean_kernel_names(DType::F16, 128, 17), Err(CudaError::Unsupported { .. })));
+        assert_eq!(
+            lean_kernel_names(DType::F16, 64, 3).unwrap()[0],
+            "lean_decode_f16_d64_r4"
+        );
+        assert_eq!(
+            lean_kernel_names(DType::BF16, 256, 16).unwrap()[1],
+            "lean_combine_bf16_d256_r16"
+        );
+        assert!(matches!(
+            lean_kernel_names(DType::F32, 128, 1),
+            Err(CudaError::Unsupported { .. })
+        ));
+        assert!(matches!(
+            lean_kernel_names(DType::F16, 96, 1),
+            Err(CudaError::Unsupported { .. })
+        ));
+        assert!(matches!(
+            lean_kernel_names(DType::F16, 128, 17),
+            Err(CudaError::Unsupported { .. })
+        ));
         assert_eq!(lean_stage_keys(128), 64);
         assert_eq!(nvrtc_arch((9, 0)), "compute_90a");
     }

@@ -6,7 +6,10 @@ use crate::error::{check, CudaError, Result};
 use crate::kernels::{self, Function, LEAN_THREADS};
 use cudarc::driver::sys;
 use ferrattn_core::lean::{LeanPlan, Schedule};
-use ferrattn_core::{AttentionInputs, AttentionOutput, AttentionPlan, AttentionProblem, DType, PlanDetail, Provenance, Tensor};
+use ferrattn_core::{
+    AttentionInputs, AttentionOutput, AttentionPlan, AttentionProblem, DType, PlanDetail,
+    Provenance, Tensor,
+};
 use half::{bf16, f16};
 use std::sync::Arc;
 
@@ -92,7 +95,10 @@ fn to_bits(dtype: DType, data: &[f32]) -> Result<Vec<u16>> {
     match dtype {
         DType::F16 => Ok(data.iter().map(|&x| f16::from_f32(x).to_bits()).collect()),
         DType::BF16 => Ok(data.iter().map(|&x| bf16::from_f32(x).to_bits()).collect()),
-        other => Err(CudaError::Unsupported { what: format!("{other} tensors on CUDA"), supported: "f16, bf16".into() }),
+        other => Err(CudaError::Unsupported {
+            what: format!("{other} tensors on CUDA"),
+            supported: "f16, bf16".into(),
+        }),
     }
 }
 
@@ -105,7 +111,11 @@ fn from_bits(dtype: DType, data: &[u16]) -> Vec<f32> {
 
 impl DeviceInputs {
     /// Uploads host inputs of a validated problem.
-    pub fn upload(gpu: &Arc<Gpu>, p: &AttentionProblem, x: &AttentionInputs) -> Result<DeviceInputs> {
+    pub fn upload(
+        gpu: &Arc<Gpu>,
+        p: &AttentionProblem,
+        x: &AttentionInputs,
+    ) -> Result<DeviceInputs> {
         let v = x.v.as_ref().ok_or_else(|| CudaError::Unsupported {
             what: "MLA latent inputs for lean decode".into(),
             supported: "separate K and V".into(),
@@ -123,7 +133,13 @@ impl DeviceInputs {
 
     /// Inputs filled on the device with uniform values in `[-scale, scale)` (no host copy; for
     /// inputs of many gigabytes).
-    pub fn random(gpu: &Arc<Gpu>, fill: &Function, p: &AttentionProblem, seed: u32, scale: f32) -> Result<DeviceInputs> {
+    pub fn random(
+        gpu: &Arc<Gpu>,
+        fill: &Function,
+        p: &AttentionProblem,
+        seed: u32,
+        scale: f32,
+    ) -> Result<DeviceInputs> {
         let e = p.dtype.size_bytes();
         let nq = p.batch * p.max_seqlen_q * p.heads_q * p.head_dim_qk;
         let nk = p.batch * p.max_seqlen_k * p.heads_kv * p.head_dim_qk;
@@ -157,10 +173,17 @@ impl DeviceInputs {
     pub fn download(&self) -> Result<AttentionInputs> {
         let p = &self.problem;
         let t = |b: &DeviceBuffer, shape: [usize; 4]| -> Result<Tensor> {
-            Ok(Tensor { shape: shape.to_vec(), dtype: p.dtype, data: from_bits(p.dtype, &b.to_vec::<u16>()?) })
+            Ok(Tensor {
+                shape: shape.to_vec(),
+                dtype: p.dtype,
+                data: from_bits(p.dtype, &b.to_vec::<u16>()?),
+            })
         };
         let q = t(&self.q, [p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_qk])?;
-        let k = t(&self.k, [p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_qk])?;
+        let k = t(
+            &self.k,
+            [p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_qk],
+        )?;
         let v = t(&self.v, [p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_v])?;
         Ok(AttentionInputs {
             seqlens_q: Some(p.seqlens_q.iter().map(|&x| x as i64).collect()),
@@ -181,7 +204,10 @@ impl DeviceOutputs {
     pub fn alloc(gpu: &Arc<Gpu>, p: &AttentionProblem) -> Result<DeviceOutputs> {
         let no = p.batch * p.max_seqlen_q * p.heads_q * p.head_dim_v;
         let nl = p.batch * p.heads_q * p.max_seqlen_q;
-        Ok(DeviceOutputs { o: DeviceBuffer::alloc(gpu, no * 2)?, lse: DeviceBuffer::alloc(gpu, nl * 4)? })
+        Ok(DeviceOutputs {
+            o: DeviceBuffer::alloc(gpu, no * 2)?,
+            lse: DeviceBuffer::alloc(gpu, nl * 4)?,
+        })
     }
 
     /// Fills O and LSE with NaN so that an element the kernel does not write shows up.
@@ -191,13 +217,21 @@ impl DeviceOutputs {
     }
 
     /// Copies the outputs to host tensors.
-    pub fn download(&self, p: &AttentionProblem, provenance: Provenance) -> Result<AttentionOutput> {
+    pub fn download(
+        &self,
+        p: &AttentionProblem,
+        provenance: Provenance,
+    ) -> Result<AttentionOutput> {
         let o = Tensor {
             shape: vec![p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_v],
             dtype: p.dtype,
             data: from_bits(p.dtype, &self.o.to_vec::<u16>()?),
         };
-        let lse = Tensor { shape: vec![p.batch, p.heads_q, p.max_seqlen_q], dtype: DType::F32, data: self.lse.to_vec::<f32>()? };
+        let lse = Tensor {
+            shape: vec![p.batch, p.heads_q, p.max_seqlen_q],
+            dtype: DType::F32,
+            data: self.lse.to_vec::<f32>()?,
+        };
         Ok(AttentionOutput { o, lse, provenance })
     }
 
@@ -217,15 +251,34 @@ pub(crate) fn launch_raw(
     gpu.bind()?;
     // SAFETY: args point at live values matching the kernel's parameter list.
     check("cuLaunchKernel", unsafe {
-        sys::cuLaunchKernel(f.f, grid, 1, 1, block, 1, 1, smem, gpu.stream, args.as_mut_ptr(), std::ptr::null_mut())
+        sys::cuLaunchKernel(
+            f.f,
+            grid,
+            1,
+            1,
+            block,
+            1,
+            1,
+            smem,
+            gpu.stream,
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
     })
 }
 
 impl PreparedLean {
     /// Chooses the kernels for `plan`, checks the grid is co-resident, uploads the schedule.
-    pub fn new(gpu: &Arc<Gpu>, module: &Arc<kernels::Module>, plan: &AttentionPlan) -> Result<PreparedLean> {
+    pub fn new(
+        gpu: &Arc<Gpu>,
+        module: &Arc<kernels::Module>,
+        plan: &AttentionPlan,
+    ) -> Result<PreparedLean> {
         let PlanDetail::Lean(lp) = &plan.detail else {
-            return Err(CudaError::Plan(format!("a {} plan was given to the lean kernel", plan.algorithm)));
+            return Err(CudaError::Plan(format!(
+                "a {} plan was given to the lean kernel",
+                plan.algorithm
+            )));
         };
         let p = &plan.problem;
         let d = p.head_dim_qk;
@@ -236,7 +289,7 @@ impl PreparedLean {
             });
         }
         let sk = kernels::lean_stage_keys(d);
-        if lp.tile_k % sk != 0 {
+        if !lp.tile_k.is_multiple_of(sk) {
             return Err(CudaError::Plan(format!(
                 "tile_k {} is not a multiple of the kernel's {sk}-key stage for head dim {d} (plan made for another device?)",
                 lp.tile_k
@@ -250,7 +303,13 @@ impl PreparedLean {
         let smem_q = module.function(&sn)?;
         let out = DeviceBuffer::alloc(gpu, 8)?;
         let mut ptr = out.ptr();
-        launch_raw(gpu, &smem_q, (1, 1), 0, &mut [&mut ptr as *mut u64 as *mut std::ffi::c_void])?;
+        launch_raw(
+            gpu,
+            &smem_q,
+            (1, 1),
+            0,
+            &mut [&mut ptr as *mut u64 as *mut std::ffi::c_void],
+        )?;
         let info: Vec<i32> = out.to_vec()?;
         let (smem_bytes, stages) = (info[0] as u32, info[1] as u32);
         gpu.bind()?;
@@ -268,7 +327,12 @@ impl PreparedLean {
         let mut occ = 0i32;
         // SAFETY: out-parameter query.
         check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
-            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut occ, decode.f, LEAN_THREADS as i32, smem_bytes as usize)
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut occ,
+                decode.f,
+                LEAN_THREADS as i32,
+                smem_bytes as usize,
+            )
         })?;
         let resident = occ as usize * gpu.caps.compute_units;
         if lp.schedule.merges_in_kernel() && lp.num_ctas > resident {
@@ -285,7 +349,12 @@ impl PreparedLean {
                 supported: "fewer than 2^32".into(),
             });
         }
-        let bounds: Vec<u32> = lp.schedule.cta_bounds(&space).iter().map(|&b| b as u32).collect();
+        let bounds: Vec<u32> = lp
+            .schedule
+            .cta_bounds(&space)
+            .iter()
+            .map(|&b| b as u32)
+            .collect();
         let seq_start: Vec<u32> = space.seq_start.iter().map(|&b| b as u32).collect();
         let g = bounds.len() - 1;
         // per CTA: its first tile, and for the tile it hosts last, the CTA holding that tile's
@@ -369,7 +438,9 @@ impl PreparedLean {
     /// Enqueues the decode (and, for fixed split, the combine pass) on the stream.
     pub fn launch(&self, gpu: &Arc<Gpu>, x: &DeviceInputs, out: &mut DeviceOutputs) -> Result<()> {
         if x.problem != self.problem {
-            return Err(CudaError::Plan("inputs describe another problem than the plan".into()));
+            return Err(CudaError::Plan(
+                "inputs describe another problem than the plan".into(),
+            ));
         }
         // flags start at 0 and every host re-arms the flags it consumed, so a launch needs no
         // per-launch state and can be captured in a CUDA graph
@@ -384,10 +455,24 @@ impl PreparedLean {
             ..self.params
         };
         let mut args = [&mut prm as *mut LeanParams as *mut std::ffi::c_void];
-        launch_raw(gpu, &self.decode, (self.params.num_ctas as u32, LEAN_THREADS), self.smem_bytes, &mut args)?;
+        launch_raw(
+            gpu,
+            &self.decode,
+            (self.params.num_ctas as u32, LEAN_THREADS),
+            self.smem_bytes,
+            &mut args,
+        )?;
         if !self.is_stream_k() {
-            let smem = (self.rows * (self.problem.head_dim_v + 2 + kernels::LEAN_MERGE_BATCH + 1) * 4) as u32;
-            launch_raw(gpu, &self.combine, (self.num_tiles as u32, LEAN_THREADS), smem, &mut args)?;
+            let smem = (self.rows
+                * (self.problem.head_dim_v + 2 + kernels::LEAN_MERGE_BATCH + 1)
+                * 4) as u32;
+            launch_raw(
+                gpu,
+                &self.combine,
+                (self.num_tiles as u32, LEAN_THREADS),
+                smem,
+                &mut args,
+            )?;
         }
         Ok(())
     }

@@ -28,7 +28,10 @@ pub use kernels::{ModuleOrigin, BUILD_NOTE};
 pub use launch::{DeviceInputs, DeviceOutputs, PreparedLean};
 
 use ferrattn_core::backend::{Availability, Device, ExactAttention, LeanDecode};
-use ferrattn_core::{lean, Algorithm, AttentionInputs, AttentionOutput, AttentionPlan, BackendKind, DeviceCaps, Provenance};
+use ferrattn_core::{
+    lean, Algorithm, AttentionInputs, AttentionOutput, AttentionPlan, BackendKind, DeviceCaps,
+    Provenance,
+};
 use std::sync::{Arc, OnceLock};
 
 /// How the backend obtains its kernels and treats outputs.
@@ -64,12 +67,18 @@ impl CudaBackend {
         if let Err(reason) = &gpu {
             tracing::debug!(%reason, "CUDA backend unavailable");
         }
-        CudaBackend { gpu, options, module: OnceLock::new() }
+        CudaBackend {
+            gpu,
+            options,
+            module: OnceLock::new(),
+        }
     }
 
     /// The opened GPU, or why there is none.
     pub fn gpu(&self) -> Result<&Arc<Gpu>> {
-        self.gpu.as_ref().map_err(|r| CudaError::Unavailable { reason: r.clone() })
+        self.gpu
+            .as_ref()
+            .map_err(|r| CudaError::Unavailable { reason: r.clone() })
     }
 
     /// The Lean module, loaded (or NVRTC-compiled) at first use.
@@ -77,11 +86,14 @@ impl CudaBackend {
         let gpu = self.gpu()?;
         self.module
             .get_or_init(|| {
-                let img = kernels::image("lean_decode").expect("lean_decode is embedded by build.rs");
+                let img =
+                    kernels::image("lean_decode").expect("lean_decode is embedded by build.rs");
                 kernels::Module::load(gpu, img, self.options.force_nvrtc).map_err(|e| e.to_string())
             })
             .as_ref()
-            .map_err(|e| CudaError::Unavailable { reason: format!("the lean kernels could not be loaded: {e}") })
+            .map_err(|e| CudaError::Unavailable {
+                reason: format!("the lean kernels could not be loaded: {e}"),
+            })
     }
 
     /// Where the loaded kernels came from (loads them if needed).
@@ -95,8 +107,15 @@ impl CudaBackend {
     }
 
     /// Inputs filled on the device with uniform values in `[-scale, scale)`.
-    pub fn random_inputs(&self, p: &ferrattn_core::AttentionProblem, seed: u32, scale: f32) -> Result<DeviceInputs> {
-        let f = self.lean_module()?.function(kernels::fill_kernel_name(p.dtype)?)?;
+    pub fn random_inputs(
+        &self,
+        p: &ferrattn_core::AttentionProblem,
+        seed: u32,
+        scale: f32,
+    ) -> Result<DeviceInputs> {
+        let f = self
+            .lean_module()?
+            .function(kernels::fill_kernel_name(p.dtype)?)?;
         DeviceInputs::random(self.gpu()?, &f, p, seed, scale)
     }
 
@@ -115,7 +134,12 @@ impl CudaBackend {
     }
 
     /// Enqueues one run (asynchronous; poisons the outputs first when asked to).
-    pub fn launch(&self, prep: &PreparedLean, x: &DeviceInputs, out: &mut DeviceOutputs) -> Result<()> {
+    pub fn launch(
+        &self,
+        prep: &PreparedLean,
+        x: &DeviceInputs,
+        out: &mut DeviceOutputs,
+    ) -> Result<()> {
         if self.options.poison_outputs {
             out.poison()?;
         }
@@ -123,16 +147,28 @@ impl CudaBackend {
     }
 
     /// Downloads outputs (waits for the stream).
-    pub fn download(&self, out: &DeviceOutputs, p: &ferrattn_core::AttentionProblem) -> Result<AttentionOutput> {
+    pub fn download(
+        &self,
+        out: &DeviceOutputs,
+        p: &ferrattn_core::AttentionProblem,
+    ) -> Result<AttentionOutput> {
         out.download(p, self.provenance()?)
     }
 
     fn provenance(&self) -> Result<Provenance> {
-        Ok(Provenance { backend: "cuda".into(), device: self.gpu()?.caps.name.clone(), simulated: None })
+        Ok(Provenance {
+            backend: "cuda".into(),
+            device: self.gpu()?.caps.name.clone(),
+            simulated: None,
+        })
     }
 
     /// Upload, prepare, launch, download.
-    fn run_prepared_plan(&self, plan: &AttentionPlan, x: &AttentionInputs) -> Result<AttentionOutput> {
+    fn run_prepared_plan(
+        &self,
+        plan: &AttentionPlan,
+        x: &AttentionInputs,
+    ) -> Result<AttentionOutput> {
         let prep = self.prepare(plan)?;
         let dx = self.upload(x, plan)?;
         let mut out = self.alloc_outputs(&plan.problem)?;
@@ -151,7 +187,9 @@ impl Device for CudaBackend {
     fn availability(&self) -> Availability {
         match &self.gpu {
             Ok(_) => Availability::Ready,
-            Err(reason) => Availability::Unavailable { reason: reason.clone() },
+            Err(reason) => Availability::Unavailable {
+                reason: reason.clone(),
+            },
         }
     }
 
@@ -163,7 +201,10 @@ impl Device for CudaBackend {
 impl LeanDecode for CudaBackend {
     fn run_lean(&self, plan: &AttentionPlan, x: &AttentionInputs) -> Result<AttentionOutput> {
         if plan.algorithm != Algorithm::Lean {
-            return Err(CudaError::Plan(format!("run_lean was given a {} plan", plan.algorithm)));
+            return Err(CudaError::Plan(format!(
+                "run_lean was given a {} plan",
+                plan.algorithm
+            )));
         }
         self.run_prepared_plan(plan, x)
     }
@@ -221,11 +262,23 @@ mod tests {
             eprintln!("skipped: a GPU is present; this test covers the no-GPU path");
             return;
         }
-        let Availability::Unavailable { reason } = b.availability() else { panic!("expected Unavailable") };
+        let Availability::Unavailable { reason } = b.availability() else {
+            panic!("expected Unavailable")
+        };
         assert!(!reason.is_empty());
         assert!(b.caps().is_none());
-        let p = ferrattn_core::AttentionProblem::uniform(1, 1, 8, 2, 2, 64, 64, ferrattn_core::DType::F16);
-        let plan = ferrattn_core::plan(Algorithm::Lean, &p, &DeviceCaps::hopper_reference()).unwrap();
+        let p = ferrattn_core::AttentionProblem::uniform(
+            1,
+            1,
+            8,
+            2,
+            2,
+            64,
+            64,
+            ferrattn_core::DType::F16,
+        );
+        let plan =
+            ferrattn_core::plan(Algorithm::Lean, &p, &DeviceCaps::hopper_reference()).unwrap();
         let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1);
         let mut t = |s: &[usize]| ferrattn_core::Tensor::randn(s, p.dtype, 1.0, &mut rng);
         let x = AttentionInputs::new(t(&[1, 1, 2, 64]), t(&[1, 8, 2, 64]), t(&[1, 8, 2, 64]));
@@ -233,12 +286,19 @@ mod tests {
             Err(CudaError::Unavailable { reason: r }) => assert_eq!(r, reason),
             other => panic!("expected Unavailable, got {other:?}"),
         }
-        assert!(describe(&b).starts_with("cuda unavailable because"), "{}", describe(&b));
+        assert!(
+            describe(&b).starts_with("cuda unavailable because"),
+            "{}",
+            describe(&b)
+        );
     }
 
     #[test]
     fn params_struct_matches_the_kernel_layout() {
         // 13 pointers, reserved, num_ctas, 11 ints, one float (see struct LeanParams in lean_decode.cu)
-        assert_eq!(std::mem::size_of::<launch::LeanParams>(), 13 * 8 + 2 * 4 + 11 * 4 + 4);
+        assert_eq!(
+            std::mem::size_of::<launch::LeanParams>(),
+            13 * 8 + 2 * 4 + 11 * 4 + 4
+        );
     }
 }

@@ -9,14 +9,21 @@
 //! Sizes: `FERRATTN_GPU_TEST_SCALE=small` keeps only the small cases (used under
 //! compute-sanitizer).
 
-use ferrattn_core::{
-    golden, lean, plan, Algorithm, AttentionPlan, AttentionProblem, Comparison, DType, PlanDetail, Tolerance,
-};
 use ferrattn_core::Device;
+use ferrattn_core::{
+    golden, lean, plan, Algorithm, AttentionPlan, AttentionProblem, Comparison, DType, PlanDetail,
+    Tolerance,
+};
 use ferrattn_cuda::{CudaBackend, ModuleOrigin, Options};
 
 fn backend(test: &str, options: Options) -> Option<CudaBackend> {
-    let b = CudaBackend::with_options(0, Options { poison_outputs: true, ..options });
+    let b = CudaBackend::with_options(
+        0,
+        Options {
+            poison_outputs: true,
+            ..options
+        },
+    );
     match b.gpu() {
         Ok(_) => Some(b),
         Err(e) => {
@@ -43,11 +50,28 @@ struct Case {
 
 impl Case {
     fn new(lens: Vec<usize>, hq: usize, hk: usize, d: usize, dtype: DType) -> Case {
-        Case { lens, hq, hk, d, sq: 1, dtype, causal: false }
+        Case {
+            lens,
+            hq,
+            hk,
+            d,
+            sq: 1,
+            dtype,
+            causal: false,
+        }
     }
     fn problem(&self) -> AttentionProblem {
         let max = *self.lens.iter().max().unwrap();
-        let mut p = AttentionProblem::uniform(self.lens.len(), self.sq, max.max(1), self.hq, self.hk, self.d, self.d, self.dtype);
+        let mut p = AttentionProblem::uniform(
+            self.lens.len(),
+            self.sq,
+            max.max(1),
+            self.hq,
+            self.hk,
+            self.d,
+            self.d,
+            self.dtype,
+        );
         p.seqlens_k = self.lens.clone();
         p.causal = self.causal;
         p
@@ -59,27 +83,43 @@ impl Case {
 
 /// Runs each plan (all for one problem) on the same device-random inputs and compares with the
 /// golden reference and, when `twin`, with the CPU emulation of that plan.
-fn check_plans(b: &CudaBackend, plans: &[AttentionPlan], seed: u32, twin: bool) -> Result<(), String> {
+fn check_plans(
+    b: &CudaBackend,
+    plans: &[AttentionPlan],
+    seed: u32,
+    twin: bool,
+) -> Result<(), String> {
     let p = &plans[0].problem;
     let x = b.random_inputs(p, seed, 2.0).map_err(|e| e.to_string())?;
     let hx = x.download().map_err(|e| e.to_string())?;
     let gold = golden::exact_attention(p, &hx);
     let mut errors = Vec::new();
     for pl in plans {
-        let what = format!("{} lens[..4]={:?}", pl.detail_kind(), &p.seqlens_k[..p.batch.min(4)]);
+        let what = format!(
+            "{} lens[..4]={:?}",
+            pl.detail_kind(),
+            &p.seqlens_k[..p.batch.min(4)]
+        );
         let run = || -> Result<(), String> {
             let prep = b.prepare(pl).map_err(|e| e.to_string())?;
             let mut out = b.alloc_outputs(p).map_err(|e| e.to_string())?;
             b.launch(&prep, &x, &mut out).map_err(|e| e.to_string())?;
             let got = b.download(&out, p).map_err(|e| e.to_string())?;
-            Comparison::f32(&gold.o.data, &got.o.data).check(&format!("O vs golden {what}"), &Tolerance::output(p.dtype))?;
-            Comparison::f32(&gold.lse.data, &got.lse.data).check(&format!("LSE vs golden {what}"), &Tolerance::lse())?;
+            Comparison::f32(&gold.o.data, &got.o.data)
+                .check(&format!("O vs golden {what}"), &Tolerance::output(p.dtype))?;
+            Comparison::f32(&gold.lse.data, &got.lse.data)
+                .check(&format!("LSE vs golden {what}"), &Tolerance::lse())?;
             if twin {
-                let PlanDetail::Lean(lp) = &pl.detail else { unreachable!() };
+                let PlanDetail::Lean(lp) = &pl.detail else {
+                    unreachable!()
+                };
                 let emu = lean::emulate(lp, p, &hx).map_err(|e| e.to_string())?;
-                Comparison::f32(&emu.o.data, &got.o.data)
-                    .check(&format!("O vs CPU emulation {what}"), &Tolerance::output(p.dtype))?;
-                Comparison::f32(&emu.lse.data, &got.lse.data).check(&format!("LSE vs CPU emulation {what}"), &Tolerance::lse())?;
+                Comparison::f32(&emu.o.data, &got.o.data).check(
+                    &format!("O vs CPU emulation {what}"),
+                    &Tolerance::output(p.dtype),
+                )?;
+                Comparison::f32(&emu.lse.data, &got.lse.data)
+                    .check(&format!("LSE vs CPU emulation {what}"), &Tolerance::lse())?;
             }
             Ok(())
         };
@@ -102,7 +142,11 @@ impl DetailKind for AttentionPlan {
         match &self.detail {
             PlanDetail::Lean(l) => format!(
                 "{} B={} Hq={} Hk={} d={} sq={} {} {} ctas",
-                if l.schedule.merges_in_kernel() { "stream-K" } else { "fixed-split" },
+                if l.schedule.merges_in_kernel() {
+                    "stream-K"
+                } else {
+                    "fixed-split"
+                },
                 self.problem.batch,
                 self.problem.heads_q,
                 self.problem.heads_kv,
@@ -117,7 +161,9 @@ impl DetailKind for AttentionPlan {
 }
 
 fn run_cases(test: &str, cases: &[Case], fixed_too: bool) {
-    let Some(b) = backend(test, Options::default()) else { return };
+    let Some(b) = backend(test, Options::default()) else {
+        return;
+    };
     let caps = b.caps().unwrap();
     let mut failures = Vec::new();
     for (i, c) in cases.iter().enumerate() {
@@ -130,13 +176,21 @@ fn run_cases(test: &str, cases: &[Case], fixed_too: bool) {
         let mut plans = vec![sk.clone()];
         if fixed_too {
             let lp = lean::plan_fixed_split(&p, &caps, None).expect("fixed-split plan");
-            plans.push(AttentionPlan { detail: PlanDetail::Lean(lp), ..sk });
+            plans.push(AttentionPlan {
+                detail: PlanDetail::Lean(lp),
+                ..sk
+            });
         }
         if let Err(e) = check_plans(&b, &plans, 1000 + i as u32, twin) {
             failures.push(e);
         }
     }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// Batch sizes {1, 3, 16, 128} and KV lengths {1, 37, 577, 4097, 32767, 262144}: the product is
@@ -152,12 +206,28 @@ fn gpu_grid_of_batches_and_lengths_matches_golden() {
     cases.push(Case::new(vec![1, 37, 577], 4, 4, 64, F16)); // B = 3, ragged
     cases.push(Case::new(vec![4097, 262144, 32767], 4, 1, 128, BF16)); // B = 3, ragged, MQA
     cases.push(Case::new(vec![4097; 16], 32, 8, 128, F16)); // B = 16 Llama-3-8B heads
-    cases.push(Case::new((0..16).map(|i| 32767 - 2000 * i).collect(), 8, 8, 64, BF16));
+    cases.push(Case::new(
+        (0..16).map(|i| 32767 - 2000 * i).collect(),
+        8,
+        8,
+        64,
+        BF16,
+    ));
     cases.push(Case::new(vec![37; 128], 32, 8, 128, BF16)); // B = 128
     cases.push(Case::new(vec![577; 128], 8, 2, 256, F16));
-    cases.push(Case::new((0..128).map(|i| 1 + (i * 97) % 4097).collect(), 8, 1, 128, F16));
+    cases.push(Case::new(
+        (0..128).map(|i| 1 + (i * 97) % 4097).collect(),
+        8,
+        1,
+        128,
+        F16,
+    ));
     cases.push(Case::new(vec![32767; 128], 1, 1, 64, BF16));
-    run_cases("gpu_grid_of_batches_and_lengths_matches_golden", &cases, true);
+    run_cases(
+        "gpu_grid_of_batches_and_lengths_matches_golden",
+        &cases,
+        true,
+    );
 }
 
 /// Every head dim x GQA ratio x dtype, query lengths 1..=8 (causal and not): 16 query heads per
@@ -195,7 +265,13 @@ fn gpu_ragged_batches_10_to_100_percent() {
         let target_mean = max * pct / 100;
         let rest_mean = (target_mean * b - max) / (b - 1);
         let lens: Vec<usize> = (0..b)
-            .map(|i| if i == 0 { max } else { (rest_mean * (2 * i) / b).clamp(1, max) })
+            .map(|i| {
+                if i == 0 {
+                    max
+                } else {
+                    (rest_mean * (2 * i) / b).clamp(1, max)
+                }
+            })
             .collect();
         let dt = if k % 2 == 0 { DType::F16 } else { DType::BF16 };
         cases.push(Case::new(lens, 32, 8, 128, dt));
@@ -207,9 +283,20 @@ fn gpu_ragged_batches_10_to_100_percent() {
 /// also when the launches are replayed from a CUDA graph.
 #[test]
 fn gpu_repeated_runs_are_bitwise_identical() {
-    let Some(b) = backend("gpu_repeated_runs_are_bitwise_identical", Options::default()) else { return };
+    let Some(b) = backend(
+        "gpu_repeated_runs_are_bitwise_identical",
+        Options::default(),
+    ) else {
+        return;
+    };
     let caps = b.caps().unwrap();
-    let c = Case::new((0..8).map(|i| 20000 - 1999 * i).collect(), 32, 8, 128, DType::BF16);
+    let c = Case::new(
+        (0..8).map(|i| 20000 - 1999 * i).collect(),
+        32,
+        8,
+        128,
+        DType::BF16,
+    );
     let p = c.problem();
     let sk = plan(Algorithm::Lean, &p, &caps).unwrap();
     let fx = AttentionPlan {
@@ -224,11 +311,22 @@ fn gpu_repeated_runs_are_bitwise_identical() {
         for _ in 0..5 {
             b.launch(&prep, &x, &mut out).unwrap(); // poisons first
             let o = out.o_bits().unwrap();
-            let lse: Vec<u32> = b.download(&out, &p).unwrap().lse.data.iter().map(|x| x.to_bits()).collect();
+            let lse: Vec<u32> = b
+                .download(&out, &p)
+                .unwrap()
+                .lse
+                .data
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
             match &first {
                 None => first = Some((o, lse)),
                 Some((o0, l0)) => {
-                    assert!(o0 == &o && l0 == &lse, "{}: a rerun changed the result", pl.detail_kind());
+                    assert!(
+                        o0 == &o && l0 == &lse,
+                        "{}: a rerun changed the result",
+                        pl.detail_kind()
+                    );
                 }
             }
         }
@@ -244,8 +342,19 @@ fn gpu_repeated_runs_are_bitwise_identical() {
         for _ in 0..3 {
             graph.launch().unwrap();
             let (o0, l0) = first.as_ref().unwrap();
-            let lse: Vec<u32> = b.download(&out, &p).unwrap().lse.data.iter().map(|x| x.to_bits()).collect();
-            assert!(o0 == &out.o_bits().unwrap() && l0 == &lse, "{}: a graph replay changed the result", pl.detail_kind());
+            let lse: Vec<u32> = b
+                .download(&out, &p)
+                .unwrap()
+                .lse
+                .data
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            assert!(
+                o0 == &out.o_bits().unwrap() && l0 == &lse,
+                "{}: a graph replay changed the result",
+                pl.detail_kind()
+            );
         }
     }
 }
@@ -254,12 +363,16 @@ fn gpu_repeated_runs_are_bitwise_identical() {
 #[test]
 fn gpu_exact_route_matches_golden() {
     use ferrattn_core::backend::ExactAttention;
-    let Some(b) = backend("gpu_exact_route_matches_golden", Options::default()) else { return };
+    let Some(b) = backend("gpu_exact_route_matches_golden", Options::default()) else {
+        return;
+    };
     let c = Case::new(vec![100, 3000], 16, 4, 128, DType::F16);
     let p = c.problem();
     let pl = plan(Algorithm::Exact, &p, &b.caps().unwrap()).unwrap();
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(3);
-    let t = |s: &[usize], rng: &mut rand::rngs::StdRng| ferrattn_core::Tensor::randn(s, p.dtype, 1.0, rng);
+    let t = |s: &[usize], rng: &mut rand::rngs::StdRng| {
+        ferrattn_core::Tensor::randn(s, p.dtype, 1.0, rng)
+    };
     let x = ferrattn_core::AttentionInputs {
         seqlens_k: Some(vec![100, 3000]),
         ..ferrattn_core::AttentionInputs::new(
@@ -269,11 +382,23 @@ fn gpu_exact_route_matches_golden() {
         )
     };
     let p = x.problem(Default::default(), None).unwrap();
-    let got = b.run_exact(&AttentionPlan { problem: p.clone(), ..pl }, &x).unwrap();
+    let got = b
+        .run_exact(
+            &AttentionPlan {
+                problem: p.clone(),
+                ..pl
+            },
+            &x,
+        )
+        .unwrap();
     assert_eq!(got.provenance.backend, "cuda");
     let gold = golden::exact_attention(&p, &x);
-    Comparison::f32(&gold.o.data, &got.o.data).check("O", &Tolerance::output(p.dtype)).unwrap();
-    Comparison::f32(&gold.lse.data, &got.lse.data).check("LSE", &Tolerance::lse()).unwrap();
+    Comparison::f32(&gold.o.data, &got.o.data)
+        .check("O", &Tolerance::output(p.dtype))
+        .unwrap();
+    Comparison::f32(&gold.lse.data, &got.lse.data)
+        .check("LSE", &Tolerance::lse())
+        .unwrap();
 }
 
 /// The NVRTC path (sources compiled at run time) runs and agrees with the golden reference.
@@ -283,7 +408,13 @@ fn gpu_nvrtc_path_matches_golden() {
         eprintln!("SKIPPED gpu_nvrtc_path_matches_golden: small scale (sanitizer run)");
         return;
     }
-    let Some(b) = backend("gpu_nvrtc_path_matches_golden", Options { force_nvrtc: true, ..Options::default() }) else {
+    let Some(b) = backend(
+        "gpu_nvrtc_path_matches_golden",
+        Options {
+            force_nvrtc: true,
+            ..Options::default()
+        },
+    ) else {
         return;
     };
     match b.module_origin() {
@@ -298,7 +429,9 @@ fn gpu_nvrtc_path_matches_golden() {
 /// A small grid for compute-sanitizer (memcheck, racecheck): few CTAs, every role present.
 #[test]
 fn gpu_sanitizer_small_grid() {
-    let Some(b) = backend("gpu_sanitizer_small_grid", Options::default()) else { return };
+    let Some(b) = backend("gpu_sanitizer_small_grid", Options::default()) else {
+        return;
+    };
     let mut caps = b.caps().unwrap();
     caps.compute_units = 3; // 6 CTAs over 2 x (several tiles): hosts, finishers, partials
     for (lens, hq, hk, d, dt) in [
@@ -308,7 +441,10 @@ fn gpu_sanitizer_small_grid() {
     ] {
         let p = Case::new(lens, hq, hk, d, dt).problem();
         let sk = plan(Algorithm::Lean, &p, &caps).unwrap();
-        let fx = AttentionPlan { detail: PlanDetail::Lean(lean::plan_fixed_split(&p, &caps, Some(3)).unwrap()), ..sk.clone() };
+        let fx = AttentionPlan {
+            detail: PlanDetail::Lean(lean::plan_fixed_split(&p, &caps, Some(3)).unwrap()),
+            ..sk.clone()
+        };
         check_plans(&b, &[sk, fx], 11, true).unwrap();
     }
 }

@@ -521,13 +521,21 @@ mod tests {
         // few uniform tiles: the grid is a multiple of the tile count, no CTA straddles two tiles
         let small = AttentionProblem::uniform(1, 1, 1024, 56, 56, 64, 64, DType::F16);
         let ps = plan(&small, &DeviceCaps::hopper_reference()).unwrap();
-        assert_eq!((ps.tile_space(&small).total_iters(), ps.num_ctas), (448, 224));
+        assert_eq!(
+            (ps.tile_space(&small).total_iters(), ps.num_ctas),
+            (448, 224)
+        );
         let segs = ps.schedule.segments(&ps.tile_space(&small));
         assert_eq!(segs.len(), 224, "one segment per CTA");
         assert!(segs.iter().all(|s| s.local_end - s.local_begin == 2));
         // fewer iterations than slots: one CTA per iteration
         let tiny = AttentionProblem::uniform(1, 1, 1024, 32, 8, 128, 128, DType::F16);
-        assert_eq!(plan(&tiny, &DeviceCaps::hopper_reference()).unwrap().num_ctas, 128);
+        assert_eq!(
+            plan(&tiny, &DeviceCaps::hopper_reference())
+                .unwrap()
+                .num_ctas,
+            128
+        );
         let json = serde_json::to_string(&pl).unwrap();
         assert!(json.len() < 8 << 10, "{} bytes", json.len());
         assert_eq!(serde_json::from_str::<LeanPlan>(&json).unwrap(), pl);
