@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Joins the Rust Lean bench (lean.json) and the SDPA timings (sdpa.json) of one run into
-markdown tables and a summary of the issue's targets. Usage: gpu-report.py lean.json sdpa.json"""
+markdown tables and a summary of the issue's targets. An optional third file is a second run of
+the Lean bench in the same command, shown beside the first as run-to-run spread.
+Usage: gpu-report.py lean.json sdpa.json [lean_rerun.json]"""
 import json
 import sys
 
@@ -8,9 +10,11 @@ import sys
 def main():
     lean = json.load(open(sys.argv[1]))
     sdpa = json.load(open(sys.argv[2])) if len(sys.argv) > 2 else {"records": []}
+    rerun = json.load(open(sys.argv[3]))["records"] if len(sys.argv) > 3 else []
     peak = lean["copy_gbs"]
     key = lambda r: (r["table"], r["batch"], r["hq"], r["hk"], r["d"], r["max_ctx"], round(r["mean_ctx"]))
     sd = {key(r): r for r in sdpa["records"]}
+    rr = {key(r): r for r in rerun}
     lines = [
         f"device: {lean['device']} ({lean['sms']} SMs, L2 {lean['l2_bytes'] >> 20} MiB); commit {lean.get('commit') or '?'}; "
         f"torch {sdpa.get('torch', '?')}; measured copy ceiling {peak:.0f} GB/s (read+write, 2 GiB; torch 1 GiB: {sdpa.get('copy_gbs_torch', 0):.0f})",
@@ -23,8 +27,8 @@ def main():
             continue
         lines.append("")
         lines.append(f"### {table}")
-        lines.append("| B | Hq/Hk | d | ctx max | ctx mean | KV MB | lean us (CTAs) | GB/s | % peak | full-grid us | fixed us (splits) | SDPA cuDNN us | SDPA flash us | vs best SDPA | vs fixed |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        lines.append("| B | Hq/Hk | d | ctx max | ctx mean | KV MB | lean us (CTAs) | rerun us | GB/s | % peak | full-grid us | fixed us (splits) | SDPA cuDNN us | SDPA flash us | vs best SDPA | vs fixed |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             s = sd.get(key(r), {})
             gbs = r["kv_bytes"] / (r["lean_ms"] * 1e-3) / 1e9
@@ -35,7 +39,7 @@ def main():
             f = lambda x: f"{x * 1000:.1f}" if x else "n/a"
             pad = " (padded)" if s.get("padded") else ""
             lines.append(
-                f"| {r['batch']} | {r['hq']}/{r['hk']} | {r['d']} | {r['max_ctx']} | {r['mean_ctx']:.0f} | {r['kv_bytes'] / 1e6:.1f} | {r['lean_ms'] * 1000:.1f} ({r['lean_ctas']}) | {gbs:.0f} | {100 * gbs / peak:.0f}% | {r.get('full_grid_ms', r['lean_ms']) * 1000:.1f} | "
+                f"| {r['batch']} | {r['hq']}/{r['hk']} | {r['d']} | {r['max_ctx']} | {r['mean_ctx']:.0f} | {r['kv_bytes'] / 1e6:.1f} | {r['lean_ms'] * 1000:.1f} ({r['lean_ctas']}) | {f(rr.get(key(r), {}).get('lean_ms'))} | {gbs:.0f} | {100 * gbs / peak:.0f}% | {r.get('full_grid_ms', r['lean_ms']) * 1000:.1f} | "
                 f"{r['fixed_ms'] * 1000:.1f} ({r['fixed_splits']}) | {f(s.get('cudnn_ms'))}{pad} | {f(s.get('flash_ms'))}{pad} | "
                 f"{(f'{vs_sdpa:.2f}x' if vs_sdpa else 'n/a')} | {vs_fixed:.2f}x |"
             )

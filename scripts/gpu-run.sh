@@ -3,7 +3,9 @@
 #   bash .gpu-bundle/run.sh [smoke|tests|bench|full]
 # smoke: unit + GPU tests, sanitizers, quick bench. tests: tests + sanitizers. bench: the
 # benchmark tables. full: everything. Logs and JSON go to $OUT (or ./out); a short table is
-# printed last. Exits non-zero if a test fails or any GPU test printed SKIPPED.
+# printed last. Exits non-zero if a test fails or any GPU test printed SKIPPED. At most 8 files
+# come back from the device tool: gpu_tests.txt, sanitizer.txt, bench_log.txt, lean.json,
+# lean_rerun.json, sdpa.json, table.md (+ whatever log the caller tees there).
 set -uo pipefail
 B="$(cd "$(dirname "$0")" && pwd)"
 MODE="${1:-full}"
@@ -14,7 +16,7 @@ export FERRATTN_CACHE_DIR=/tmp/ferrattn-cache
 status=0
 summary=()
 
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee "$OUT/nvidia-smi.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1
 # libnvrtc for the NVRTC-path test
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
   "$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)"; do
@@ -27,7 +29,7 @@ done
 
 run_tests() {
   echo "== unit tests"
-  "$B/unit_tests" 2>&1 | tee "$OUT/unit.txt" | tail -n 3
+  "$B/unit_tests" 2>&1 | tail -n 3
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; summary+=("unit tests FAILED"); }
   echo "== GPU tests"
   local t0=$SECONDS
@@ -39,10 +41,11 @@ run_tests() {
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer $tool (small grid)"
     FERRATTN_GPU_TEST_SCALE=small timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$B/gpu_lean" gpu_sanitizer_small_grid --exact --test-threads=1 >"$OUT/sanitizer_$tool.txt" 2>&1
+      "$B/gpu_lean" gpu_sanitizer_small_grid --exact --test-threads=1 >/tmp/sanitizer_$tool.txt 2>&1
     local s=$?
-    tail -n 4 "$OUT/sanitizer_$tool.txt"
-    if [ $s -ne 0 ]; then status=1; summary+=("compute-sanitizer $tool: exit $s"); else summary+=("compute-sanitizer $tool: clean ($(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer_$tool.txt"))"); fi
+    cat /tmp/sanitizer_$tool.txt >>"$OUT/sanitizer.txt"
+    tail -n 4 /tmp/sanitizer_$tool.txt
+    if [ $s -ne 0 ]; then status=1; summary+=("compute-sanitizer $tool: exit $s"); else summary+=("compute-sanitizer $tool: clean ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/sanitizer_$tool.txt))"); fi
   done
 }
 
@@ -53,7 +56,9 @@ run_bench() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; summary+=("bench FAILED"); return; }
   echo "== PyTorch SDPA (same command)"
   PYTHONUNBUFFERED=1 timeout 300 python3 "$B/sdpa_bench.py" "$OUT/lean.json" "$OUT/sdpa.json" 2>&1 | tail -n 60
-  python3 "$B/gpu-report.py" "$OUT/lean.json" "$OUT/sdpa.json" >"$OUT/table.md" || status=1
+  echo "== Lean benchmark again (run-to-run spread)"
+  timeout 420 "$B/lean_decode" $quick --out "$OUT/lean_rerun.json" >>"$OUT/bench_log.txt" 2>&1 || status=1
+  python3 "$B/gpu-report.py" "$OUT/lean.json" "$OUT/sdpa.json" "$OUT/lean_rerun.json" >"$OUT/table.md" || status=1
 }
 
 run_profile() {
@@ -72,7 +77,7 @@ case "$MODE" in
   smoke) run_tests; run_bench --quick ;;
   tests) run_tests ;;
   bench) run_bench "" ;;
-  full) run_tests; echo "== probe"; timeout 120 "$B/lean_decode" --probe 2>&1 | grep probe | tee "$OUT/probe.txt"; run_bench "" ;;
+  full) run_tests; echo "== probe"; timeout 120 "$B/lean_decode" --probe 2>&1 | grep probe; run_bench "" ;;
   profile) run_profile ;;
   profile+bench) run_profile; run_bench "" ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
