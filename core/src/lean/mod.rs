@@ -131,18 +131,24 @@ fn tile_rows(p: &AttentionProblem) -> (usize, usize) {
     (tile_m, rows.div_ceil(tile_m))
 }
 
+/// Iterations per CTA slot up to which [`plan`] may shrink the grid to align CTAs with tiles.
+pub const ALIGN_MAX_ITERS_PER_SLOT: u64 = 32;
+
 /// Plans a stream-K decode: a persistent grid of `compute_units * ctas_per_unit` CTAs (Alg. 2
-/// `G`). One refinement, measured on an H200: a CTA pays about as much for each tile it touches
-/// (loading Q, reducing, storing or merging) as for several KV iterations, so when every tile has
-/// the same length and there are fewer tiles than slots, the grid is cut to a multiple of the tile
-/// count (`tiles * floor(slots / tiles)`) and no CTA straddles two tiles.
+/// `G`). One refinement, measured on an H200 (docs/BENCHMARKS.md): a CTA pays about as much for
+/// each tile it touches (loading Q, reducing, storing or merging) as for several KV iterations, so
+/// when every tile has the same length, there are fewer tiles than slots and little work per slot
+/// (at most [`ALIGN_MAX_ITERS_PER_SLOT`] iterations), the grid is cut to a multiple of the tile
+/// count (`tiles * floor(slots / tiles)`) so that no CTA straddles two tiles. With more work per
+/// slot every co-resident CTA slot is worth more than the alignment.
 pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
     let slots = caps.compute_units * caps.ctas_per_unit.max(1);
     let mut pl = plan_with_ctas(p, caps, slots)?;
     let space = pl.tile_space(p);
     let tiles = space.num_tiles();
     let uniform = space.iters.windows(2).all(|w| w[0] == w[1]);
-    if uniform && tiles < slots {
+    let light = space.total_iters() <= ALIGN_MAX_ITERS_PER_SLOT * slots as u64;
+    if uniform && tiles < slots && light {
         let aligned = tiles * (slots / tiles);
         if aligned < pl.num_ctas {
             pl.schedule = Schedule::stream_k(&space, aligned);
@@ -535,6 +541,14 @@ mod tests {
                 .unwrap()
                 .num_ctas,
             128
+        );
+        // much work per slot: the whole grid
+        let long = AttentionProblem::uniform(1, 1, 65536, 56, 56, 64, 64, DType::F16);
+        assert_eq!(
+            plan(&long, &DeviceCaps::hopper_reference())
+                .unwrap()
+                .num_ctas,
+            264
         );
         let json = serde_json::to_string(&pl).unwrap();
         assert!(json.len() < 8 << 10, "{} bytes", json.len());
