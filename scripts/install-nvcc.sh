@@ -4,10 +4,10 @@
 #
 # Pins verified on 2026-11-22 to build an sm_90a fatbin on this (GPU-less) machine:
 #   nvidia-cuda-nvcc 13.0.88, nvidia-cuda-crt 13.0.88, nvidia-nvvm 13.0.88,
-#   nvidia-cuda-runtime 13.0.96, nvidia-cuda-cccl 13.0.85.
-# The wheels put everything under site-packages/nvidia/cu13/{bin,include,nvvm,lib}; nvcc finds
-# cicc through nvvm/ beside bin/ and its headers through -I (build.rs passes the include folder,
-# which it derives from nvcc's own path).
+#   nvidia-cuda-runtime 13.0.96, nvidia-cuda-cccl 13.0.85; plus nvidia-cuda-nvrtc 13.0.88 so that
+# the NVRTC path is tested too (export LD_LIBRARY_PATH="$(dirname "$NVCC")/../lib").
+# The wheels put everything under site-packages/nvidia/cu13/{bin,include,nvvm,lib}; the nvcc.profile
+# beside nvcc points at cicc (nvvm/bin) and the headers relative to itself, so no -I is needed.
 # Usage: bash scripts/install-nvcc.sh    (then NVCC=<printed path> cargo build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,7 @@ pins=(
   nvidia-nvvm==13.0.88
   nvidia-cuda-runtime==13.0.96
   nvidia-cuda-cccl==13.0.85
+  nvidia-cuda-nvrtc==13.0.88
 )
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV" >&2

@@ -11,6 +11,9 @@ pub enum FerrattnError {
     /// The CPU backend.
     #[error("cpu backend: {0}")]
     Cpu(#[from] ferrattn_cpu::CpuError),
+    /// The CUDA backend.
+    #[error("cuda backend: {0}")]
+    Cuda(#[from] ferrattn_cuda::CudaError),
     /// The Ascend backend (real or simulated).
     #[error("ascend backend: {0}")]
     Ascend(#[from] ferrattn_ascend::AscendError),

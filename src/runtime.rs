@@ -14,6 +14,7 @@ use ferrattn_core::{
     DeviceCaps,
 };
 use ferrattn_cpu::CpuBackend;
+use ferrattn_cuda::CudaBackend;
 
 /// Which backend a caller asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +42,7 @@ impl BackendChoice {
 pub fn supported_on(algorithm: Algorithm) -> &'static [BackendKind] {
     match algorithm {
         Algorithm::Exact => &[BackendKind::Cpu],
-        Algorithm::Lean => &[BackendKind::Cpu],
+        Algorithm::Lean => &[BackendKind::Cuda, BackendKind::Cpu],
         Algorithm::Amla => &[BackendKind::Ascend, BackendKind::Cpu],
         Algorithm::Turbo => &[BackendKind::Cpu],
         Algorithm::TurboQuant => &[BackendKind::Cpu],
@@ -52,6 +53,8 @@ pub fn supported_on(algorithm: Algorithm) -> &'static [BackendKind] {
 pub enum Runtime {
     /// The host CPU.
     Cpu(CpuBackend),
+    /// An NVIDIA GPU.
+    Cuda(Box<CudaBackend>),
     /// An Ascend NPU, or its simulated schedule on the CPU (every result says which).
     Ascend(Box<AscendBackend>),
 }
@@ -91,12 +94,13 @@ pub fn devices() -> Vec<DeviceReport> {
             availability: cpu.availability(),
             caps: cpu.caps(),
         },
-        DeviceReport {
-            backend: BackendKind::Cuda,
-            availability: Availability::Unavailable {
-                reason: "this build has no CUDA backend".into(),
-            },
-            caps: None,
+        {
+            let gpu = CudaBackend::new(0);
+            DeviceReport {
+                backend: BackendKind::Cuda,
+                availability: gpu.availability(),
+                caps: gpu.caps(),
+            }
         },
         {
             let ascend = AscendBackend::new();
@@ -115,12 +119,7 @@ fn open(kind: BackendKind, allow_simulated: bool) -> Result<Runtime> {
     let rt = match kind {
         BackendKind::Cpu => Runtime::Cpu(CpuBackend::new()),
         BackendKind::Ascend => Runtime::Ascend(Box::new(AscendBackend::new())),
-        BackendKind::Cuda => {
-            return Err(FerrattnError::Unavailable {
-                backend: kind.to_string(),
-                reason: "this build has no CUDA backend".into(),
-            })
-        }
+        BackendKind::Cuda => Runtime::Cuda(Box::new(CudaBackend::new(0))),
     };
     match rt.availability() {
         Availability::Ready => Ok(rt),
@@ -187,6 +186,7 @@ impl Runtime {
     pub fn kind(&self) -> BackendKind {
         match self {
             Runtime::Cpu(d) => d.kind(),
+            Runtime::Cuda(d) => d.kind(),
             Runtime::Ascend(d) => d.kind(),
         }
     }
@@ -195,6 +195,7 @@ impl Runtime {
     pub fn availability(&self) -> Availability {
         match self {
             Runtime::Cpu(d) => d.availability(),
+            Runtime::Cuda(d) => d.availability(),
             Runtime::Ascend(d) => d.availability(),
         }
     }
@@ -203,6 +204,7 @@ impl Runtime {
     pub fn caps(&self) -> DeviceCaps {
         let caps = match self {
             Runtime::Cpu(d) => d.caps(),
+            Runtime::Cuda(d) => d.caps(),
             Runtime::Ascend(d) => d.caps(),
         };
         caps.expect("an opened runtime is available and reports caps")
@@ -244,6 +246,18 @@ impl Runtime {
                 Algorithm::Turbo => d.run_turbo(plan, x)?,
                 Algorithm::TurboQuant => d.run_turboquant(plan, x)?,
             }),
+            Runtime::Cuda(d) => match plan.algorithm {
+                Algorithm::Lean => Ok(d.run_lean(plan, x)?),
+                other => Err(FerrattnError::NotSupported {
+                    algorithm: other.to_string(),
+                    backend: "cuda".into(),
+                    supported: supported_on(other)
+                        .iter()
+                        .map(|b| b.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }),
+            },
             Runtime::Ascend(d) => match plan.algorithm {
                 Algorithm::Amla => Ok(d.run_amla(plan, x)?),
                 other => Err(FerrattnError::NotSupported {

@@ -131,8 +131,35 @@ fn tile_rows(p: &AttentionProblem) -> (usize, usize) {
     (tile_m, rows.div_ceil(tile_m))
 }
 
-/// Plans a stream-K decode: grid of `compute_units * ctas_per_unit` persistent CTAs (Alg. 2 `G`).
+/// Iterations per CTA slot up to which [`plan`] may shrink the grid to align CTAs with tiles.
+pub const ALIGN_MAX_ITERS_PER_SLOT: u64 = 32;
+
+/// Plans a stream-K decode: a persistent grid of `compute_units * ctas_per_unit` CTAs (Alg. 2
+/// `G`). One refinement, measured on an H200 (docs/BENCHMARKS.md): a CTA pays about as much for
+/// each tile it touches (loading Q, reducing, storing or merging) as for several KV iterations, so
+/// when every tile has the same length, there are fewer tiles than slots and little work per slot
+/// (at most [`ALIGN_MAX_ITERS_PER_SLOT`] iterations), the grid is cut to a multiple of the tile
+/// count (`tiles * floor(slots / tiles)`) so that no CTA straddles two tiles. With more work per
+/// slot every co-resident CTA slot is worth more than the alignment.
 pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
+    let slots = caps.compute_units * caps.ctas_per_unit.max(1);
+    let mut pl = plan_with_ctas(p, caps, slots)?;
+    let space = pl.tile_space(p);
+    let tiles = space.num_tiles();
+    let uniform = space.iters.windows(2).all(|w| w[0] == w[1]);
+    let light = space.total_iters() <= ALIGN_MAX_ITERS_PER_SLOT * slots as u64;
+    if uniform && tiles < slots && light {
+        let aligned = tiles * (slots / tiles);
+        if aligned < pl.num_ctas {
+            pl.schedule = Schedule::stream_k(&space, aligned);
+            pl.num_ctas = pl.schedule.num_ctas();
+        }
+    }
+    Ok(pl)
+}
+
+/// A stream-K plan over exactly `min(ctas, I)` CTAs (no minimum work per CTA).
+pub fn plan_with_ctas(p: &AttentionProblem, caps: &DeviceCaps, ctas: usize) -> Result<LeanPlan> {
     p.validate()?;
     check_supported(p, caps)?;
     let tile_k = choose_tile_k(p, caps)?;
@@ -144,7 +171,7 @@ pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
             supported: "fewer than 2^31 (32-bit iteration indices on the device)".into(),
         });
     }
-    let schedule = Schedule::stream_k(&space, caps.compute_units * caps.ctas_per_unit.max(1));
+    let schedule = Schedule::stream_k(&space, ctas);
     Ok(LeanPlan {
         tile_k,
         num_ctas: schedule.num_ctas(),
@@ -402,7 +429,7 @@ mod tests {
             let base = plan(&p, &cpu_caps(1)).unwrap();
             let total = base.tile_space(&p).total_iters() as usize;
             for ctas in 1..=total + 1 {
-                let pl = plan(&p, &cpu_caps(ctas)).unwrap();
+                let pl = plan_with_ctas(&p, &cpu_caps(1), ctas).unwrap();
                 prop_assert_eq!(pl.num_ctas, ctas.min(total));
                 check(&pl, &p, &x).map_err(|e| TestCaseError::fail(format!("{ctas} CTAs: {e}")))?;
             }
@@ -497,6 +524,32 @@ mod tests {
         let p = AttentionProblem::uniform(64, 1, 262_144, 32, 8, 128, 128, DType::F16);
         let pl = plan(&p, &DeviceCaps::hopper_reference()).unwrap();
         assert_eq!(pl.num_ctas, 264);
+        // few uniform tiles: the grid is a multiple of the tile count, no CTA straddles two tiles
+        let small = AttentionProblem::uniform(1, 1, 1024, 56, 56, 64, 64, DType::F16);
+        let ps = plan(&small, &DeviceCaps::hopper_reference()).unwrap();
+        assert_eq!(
+            (ps.tile_space(&small).total_iters(), ps.num_ctas),
+            (448, 224)
+        );
+        let segs = ps.schedule.segments(&ps.tile_space(&small));
+        assert_eq!(segs.len(), 224, "one segment per CTA");
+        assert!(segs.iter().all(|s| s.local_end - s.local_begin == 2));
+        // fewer iterations than slots: one CTA per iteration
+        let tiny = AttentionProblem::uniform(1, 1, 1024, 32, 8, 128, 128, DType::F16);
+        assert_eq!(
+            plan(&tiny, &DeviceCaps::hopper_reference())
+                .unwrap()
+                .num_ctas,
+            128
+        );
+        // much work per slot: the whole grid
+        let long = AttentionProblem::uniform(1, 1, 65536, 56, 56, 64, 64, DType::F16);
+        assert_eq!(
+            plan(&long, &DeviceCaps::hopper_reference())
+                .unwrap()
+                .num_ctas,
+            264
+        );
         let json = serde_json::to_string(&pl).unwrap();
         assert!(json.len() < 8 << 10, "{} bytes", json.len());
         assert_eq!(serde_json::from_str::<LeanPlan>(&json).unwrap(), pl);

@@ -1,0 +1,439 @@
+//! Embedded kernel images, module loading, and the closed list of kernels.
+//!
+//! `build.rs` embeds each `cuda-kernels/*.cu` as an [`EmbeddedImage`]: always its source (with
+//! `common.cuh` inlined), plus a fatbin when nvcc was found at build time. Loading tries the
+//! fatbin first; when there is none, or it has no code for the GPU, the source is compiled with
+//! NVRTC for the GPU's architecture and the PTX is cached in memory and on disk
+//! (`$FERRATTN_CACHE_DIR`, else `$XDG_CACHE_HOME/ferrattn`, else `~/.cache/ferrattn`).
+
+use crate::device::Gpu;
+use crate::error::{check, CudaError, Result};
+use cudarc::driver::sys;
+use ferrattn_core::DType;
+use std::sync::Arc;
+
+/// One kernel file as built into this crate.
+#[derive(Debug)]
+pub struct EmbeddedImage {
+    /// File stem, e.g. `lean_decode`.
+    pub name: &'static str,
+    /// nvcc fatbin (sm_90a SASS + compute_80 PTX), when nvcc was found at build time.
+    pub fatbin: Option<&'static [u8]>,
+    /// The CUDA source with `common.cuh` inlined, for NVRTC.
+    pub source: &'static str,
+}
+
+include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
+
+/// CTAs per SM the Lean kernel is built for (`cfg::kMinCtasPerSm` in `cuda-kernels/common.cuh`).
+pub const LEAN_CTAS_PER_SM: usize = 2;
+/// Partials merged per pass (`cfg::kMergeBatch`).
+pub const LEAN_MERGE_BATCH: usize = 32;
+/// Threads per CTA (`cfg::kThreads`).
+pub const LEAN_THREADS: u32 = 128;
+
+/// Keys per shared-memory pipeline stage for head dim `d` (`cfg::stage_keys<D>()`: 8 keys for
+/// each of `4 warps * 256 / d` key groups). A plan's `tile_k` must be a multiple of it.
+pub fn lean_stage_keys(d: usize) -> usize {
+    8 * 4 * 256 / d
+}
+
+/// The embedded image called `name`.
+pub fn image(name: &str) -> Option<&'static EmbeddedImage> {
+    IMAGES.iter().find(|i| i.name == name)
+}
+
+/// How a module was obtained.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModuleOrigin {
+    /// The build-time fatbin.
+    Fatbin,
+    /// NVRTC at run time for `arch`; `from_disk_cache` when the PTX was read back from the cache.
+    Nvrtc {
+        /// Target, e.g. `compute_90a`.
+        arch: String,
+        /// Read from the on-disk cache rather than compiled now.
+        from_disk_cache: bool,
+    },
+}
+
+/// A loaded module.
+#[derive(Debug)]
+pub struct Module {
+    module: sys::CUmodule,
+    /// Where the code came from.
+    pub origin: ModuleOrigin,
+    gpu: Arc<Gpu>,
+}
+
+// SAFETY: module handles are context-wide; calls bind the context first.
+unsafe impl Send for Module {}
+// SAFETY: as above.
+unsafe impl Sync for Module {}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // SAFETY: module loaded in this GPU's context.
+        unsafe {
+            let _ = self.gpu.bind();
+            let _ = sys::cuModuleUnload(self.module);
+        }
+    }
+}
+
+/// A kernel entry point of a loaded module (keeps the module alive).
+#[derive(Clone, Debug)]
+pub struct Function {
+    pub(crate) f: sys::CUfunction,
+    /// The `extern "C"` name.
+    pub name: String,
+    _module: Arc<Module>,
+}
+
+// SAFETY: function handles are context-wide.
+unsafe impl Send for Function {}
+// SAFETY: as above.
+unsafe impl Sync for Function {}
+
+impl Module {
+    /// Loads `img` on `gpu`: the fatbin, or NVRTC when `force_nvrtc`, when there is no fatbin, or
+    /// when the fatbin has no code for this GPU.
+    pub fn load(
+        gpu: &Arc<Gpu>,
+        img: &'static EmbeddedImage,
+        force_nvrtc: bool,
+    ) -> Result<Arc<Module>> {
+        gpu.bind()?;
+        if let (Some(fb), false) = (img.fatbin, force_nvrtc) {
+            let mut m = std::ptr::null_mut();
+            // SAFETY: fb is a complete fatbin image embedded at build time.
+            let r =
+                unsafe { sys::cuModuleLoadData(&mut m, fb.as_ptr() as *const std::ffi::c_void) };
+            if r == sys::CUresult::CUDA_SUCCESS {
+                return Ok(Arc::new(Module {
+                    module: m,
+                    origin: ModuleOrigin::Fatbin,
+                    gpu: gpu.clone(),
+                }));
+            }
+            if r != sys::CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU
+                && r != sys::CUresult::CUDA_ERROR_INVALID_PTX
+                && r != sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+            {
+                check("cuModuleLoadData", r)?;
+            }
+            tracing::info!(
+                image = img.name,
+                code = r as u32,
+                "fatbin has no code for this GPU; using NVRTC"
+            );
+        }
+        let arch = nvrtc_arch(gpu.caps.compute_capability.unwrap_or((8, 0)));
+        let (ptx, from_disk_cache) = nvrtc_ptx(img, arch)?;
+        let mut m = std::ptr::null_mut();
+        let c = std::ffi::CString::new(ptx).expect("PTX has no NUL bytes");
+        // SAFETY: NUL-terminated PTX text.
+        check("cuModuleLoadData", unsafe {
+            sys::cuModuleLoadData(&mut m, c.as_ptr() as *const std::ffi::c_void)
+        })?;
+        Ok(Arc::new(Module {
+            module: m,
+            origin: ModuleOrigin::Nvrtc {
+                arch: arch.to_string(),
+                from_disk_cache,
+            },
+            gpu: gpu.clone(),
+        }))
+    }
+
+    /// The entry point `name`.
+    pub fn function(self: &Arc<Self>, name: &str) -> Result<Function> {
+        self.gpu.bind()?;
+        let c = std::ffi::CString::new(name).expect("kernel names have no NUL bytes");
+        let mut f = std::ptr::null_mut();
+        // SAFETY: valid module, NUL-terminated name.
+        check("cuModuleGetFunction", unsafe {
+            sys::cuModuleGetFunction(&mut f, self.module, c.as_ptr())
+        })?;
+        Ok(Function {
+            f,
+            name: name.to_string(),
+            _module: self.clone(),
+        })
+    }
+}
+
+/// NVRTC target for a compute capability (the `a` variant on Hopper).
+pub fn nvrtc_arch(cc: (u32, u32)) -> &'static str {
+    match cc {
+        (9, 0) => "compute_90a",
+        (8, 0) => "compute_80",
+        (8, 6) => "compute_86",
+        (8, 7) => "compute_87",
+        (8, 9) => "compute_89",
+        (10, 0) => "compute_100",
+        (12, 0) => "compute_120",
+        // a newer GPU JITs the newest PTX we know to name
+        (m, _) if m > 12 => "compute_120",
+        _ => "compute_80",
+    }
+}
+
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// Directory of the NVRTC PTX cache.
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    if let Some(d) = std::env::var_os("FERRATTN_CACHE_DIR") {
+        return Some(d.into());
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(std::path::PathBuf::from(d).join("ferrattn"));
+    }
+    std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/ferrattn"))
+}
+
+/// PTX of `img` for `arch`: from the in-process cache, the disk cache, or NVRTC.
+pub fn nvrtc_ptx(img: &'static EmbeddedImage, arch: &'static str) -> Result<(String, bool)> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static MEMO: Mutex<Option<HashMap<(&'static str, &'static str), String>>> = Mutex::new(None);
+    let key = (img.name, arch);
+    if let Some(p) = MEMO
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .get(&key)
+    {
+        return Ok((p.clone(), true));
+    }
+    let file = cache_dir().map(|d| {
+        d.join(format!(
+            "{}-{arch}-{:016x}.ptx",
+            img.name,
+            fnv1a(img.source)
+        ))
+    });
+    if let Some(Ok(ptx)) = file.as_ref().map(std::fs::read_to_string) {
+        MEMO.lock()
+            .unwrap()
+            .get_or_insert_with(HashMap::new)
+            .insert(key, ptx.clone());
+        return Ok((ptx, true));
+    }
+    let ptx = nvrtc_compile(img, arch)?;
+    if let Some(f) = &file {
+        // the cache is an optimisation: a read-only home directory must not fail the run
+        if let Some(d) = f.parent() {
+            let _ = std::fs::create_dir_all(d);
+        }
+        let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, &ptx).is_ok() {
+            let _ = std::fs::rename(&tmp, f);
+        }
+    }
+    MEMO.lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .insert(key, ptx.clone());
+    Ok((ptx, false))
+}
+
+/// Compiles an embedded source with NVRTC (needs libnvrtc, not a GPU).
+pub fn nvrtc_compile(img: &'static EmbeddedImage, arch: &'static str) -> Result<String> {
+    // SAFETY: only probes whether the shared library can be loaded.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(CudaError::Unavailable {
+            reason: format!(
+                "the kernels were built without nvcc and libnvrtc.so was not found to compile {} at run time ({})",
+                img.name, BUILD_NOTE
+            ),
+        });
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch),
+        options: vec!["-std=c++17".into(), "-default-device".into()],
+        name: Some(format!("{}.cu", img.name)),
+        ..Default::default()
+    };
+    let t = std::time::Instant::now();
+    let ptx =
+        cudarc::nvrtc::compile_ptx_with_opts(img.source, opts).map_err(|e| CudaError::Nvrtc {
+            image: img.name,
+            arch: arch.into(),
+            log: match e {
+                cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                    log.to_string_lossy().into_owned()
+                }
+                other => format!("{other:?}"),
+            },
+        })?;
+    tracing::info!(
+        image = img.name,
+        arch,
+        secs = t.elapsed().as_secs_f32(),
+        "NVRTC compiled"
+    );
+    Ok(ptx.to_src())
+}
+
+/// Rows per tile a Lean kernel instance holds (next power of two of the plan's `tile_m`).
+pub fn lean_rows(tile_m: usize) -> Result<usize> {
+    match tile_m {
+        1 => Ok(1),
+        2 => Ok(2),
+        3..=4 => Ok(4),
+        5..=8 => Ok(8),
+        9..=16 => Ok(16),
+        _ => Err(CudaError::Unsupported {
+            what: format!("lean tile of {tile_m} query rows"),
+            supported: "1..=16".into(),
+        }),
+    }
+}
+
+/// Names of the Lean decode, combine and shared-memory-query kernels for a configuration: the
+/// closed list of instances in `lean_decode.cu`.
+pub fn lean_kernel_names(dtype: DType, head_dim: usize, tile_m: usize) -> Result<[String; 3]> {
+    let dt = match dtype {
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        other => {
+            return Err(CudaError::Unsupported {
+                what: format!("lean kernel for {other}"),
+                supported: "f16, bf16".into(),
+            })
+        }
+    };
+    let d = match head_dim {
+        64 | 128 | 256 => head_dim,
+        _ => {
+            return Err(CudaError::Unsupported {
+                what: format!("lean kernel for head dim {head_dim}"),
+                supported: "64, 128, 256".into(),
+            })
+        }
+    };
+    let r = lean_rows(tile_m)?;
+    Ok([
+        format!("lean_decode_{dt}_d{d}_r{r}"),
+        format!("lean_combine_{dt}_d{d}_r{r}"),
+        format!("lean_smem_{dt}_d{d}_r{r}"),
+    ])
+}
+
+/// Name of the device-side random fill for `dtype`.
+pub fn fill_kernel_name(dtype: DType) -> Result<&'static str> {
+    match dtype {
+        DType::F16 => Ok("fill_uniform_f16"),
+        DType::BF16 => Ok("fill_uniform_bf16"),
+        other => Err(CudaError::Unsupported {
+            what: format!("device fill of {other}"),
+            supported: "f16, bf16".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lean_source_is_embedded_with_common_inlined_and_every_instance() {
+        let img = image("lean_decode").expect("lean_decode image");
+        assert!(
+            !img.source.contains("#include \"common.cuh\""),
+            "common.cuh must be inlined for NVRTC"
+        );
+        assert!(
+            img.source.contains("namespace cfg"),
+            "common.cuh text present"
+        );
+        // every name the selector can return is instantiated by the macros of the source
+        assert!(img.source.contains("FERRATTN_LEAN_DIMS(f16, F16)"));
+        assert!(img.source.contains("FERRATTN_LEAN_DIMS(bf16, BF16)"));
+        for r in ["1", "2", "4", "8", "16"] {
+            assert!(
+                img.source
+                    .contains(&format!("FERRATTN_LEAN(TN, T, D, {r})")),
+                "rows {r}"
+            );
+        }
+        for d in ["64", "128", "256"] {
+            assert!(
+                img.source
+                    .contains(&format!("FERRATTN_LEAN_ROWS(TN, T, {d})")),
+                "dim {d}"
+            );
+        }
+    }
+
+    #[test]
+    fn fatbin_when_built_with_nvcc_holds_the_kernels() {
+        let img = image("lean_decode").unwrap();
+        match img.fatbin {
+            Some(fb) => {
+                // ELF string tables inside the fatbin carry the entry names
+                let hay = String::from_utf8_lossy(fb);
+                for n in lean_kernel_names(DType::BF16, 128, 4).unwrap() {
+                    assert!(hay.contains(&n), "{n} missing from the fatbin");
+                }
+                assert!(BUILD_NOTE.starts_with("fatbin from"), "{BUILD_NOTE}");
+            }
+            None => assert!(BUILD_NOTE.starts_with("sources only"), "{BUILD_NOTE}"),
+        }
+    }
+
+    /// The NVRTC path compiles here whenever libnvrtc can be loaded (no GPU needed); CI gets it
+    /// from the nvidia-cuda-nvrtc wheel that scripts/install-nvcc.sh installs.
+    #[test]
+    fn nvrtc_compiles_the_embedded_source() {
+        // SAFETY: only probes whether the library loads.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            eprintln!("SKIPPED nvrtc_compiles_the_embedded_source: libnvrtc.so not found (set LD_LIBRARY_PATH)");
+            return;
+        }
+        let ptx =
+            nvrtc_compile(image("lean_decode").unwrap(), "compute_90a").expect("NVRTC compile");
+        for dt in [DType::F16, DType::BF16] {
+            for d in [64, 128, 256] {
+                for n in lean_kernel_names(dt, d, 16).unwrap() {
+                    assert!(
+                        ptx.contains(&format!(".entry {n}(")),
+                        "{n} missing from NVRTC PTX"
+                    );
+                }
+            }
+        }
+        assert!(ptx.contains(".target sm_90a"));
+    }
+
+    #[test]
+    fn kernel_selection_is_a_closed_list() {
+        assert_eq!(
+            lean_kernel_names(DType::F16, 64, 3).unwrap()[0],
+            "lean_decode_f16_d64_r4"
+        );
+        assert_eq!(
+            lean_kernel_names(DType::BF16, 256, 16).unwrap()[1],
+            "lean_combine_bf16_d256_r16"
+        );
+        assert!(matches!(
+            lean_kernel_names(DType::F32, 128, 1),
+            Err(CudaError::Unsupported { .. })
+        ));
+        assert!(matches!(
+            lean_kernel_names(DType::F16, 96, 1),
+            Err(CudaError::Unsupported { .. })
+        ));
+        assert!(matches!(
+            lean_kernel_names(DType::F16, 128, 17),
+            Err(CudaError::Unsupported { .. })
+        ));
+        assert_eq!(lean_stage_keys(128), 64);
+        assert_eq!(nvrtc_arch((9, 0)), "compute_90a");
+    }
+}

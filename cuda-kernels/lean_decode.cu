@@ -1,0 +1,715 @@
+// LeanAttention stream-K decode (Sanovar et al., appendix E, Algorithm 2) and the fixed-split
+// FlashDecoding baseline, from one kernel body.
+//
+// The host side (ferrattn_core::lean) flattens every output tile's KV iterations into one
+// iteration space and uploads three small tables: `seq_start` (where each sequence's tiles
+// begin), `cta_bounds` (CTA g owns iterations [cta_bounds[g], cta_bounds[g+1])) and `cta_tiles`
+// (each CTA's first tile and the last CTA its host tile waits for), so no CTA searches a table.
+// A CTA walks its range as a stream of K/V stages in a cp.async shared-memory pipeline that runs
+// across tile boundaries. Output tile = (sequence, KV head, query-tile group): up to 16 query
+// rows (the query heads of one KV head times the query tokens) share each K/V load (GQA).
+//
+// Inside a CTA: 4 warps share each K/V stage. For head dims 64 and 128 each warp takes a quarter
+// of the stage's keys and computes S = Q K^T and O += P V on tensor cores (mma.sync m16n8k16,
+// f32 accumulate; the tile's <= 16 query rows fill the MMA's M = 16), with the online softmax
+// (LeanTile, Alg. 1, in base-2 logits) on the accumulator fragments. For head dim 256 (8 keys per
+// warp per stage, too few for a 16-key MMA step) a key is handled by D/8 lanes on CUDA cores. At
+// the end of each segment the warps' states are merged through shared memory in a fixed order,
+// so results are bitwise reproducible.
+//
+// Stream-K roles (Alg. 2 lines 17-39): the CTA whose segment starts a tile is its host. A
+// non-host CTA stores (O, m, l) into its partial slot and releases flags[g] = 1; a host that
+// does not finish the tile acquires the flags of CTAs g+1..last and merges their partials in that
+// order (all loads of a batch of partials in flight at once), then writes O / l and
+// LSE = (m + log2 l) ln 2, and re-arms the flags it consumed. The host only waits on CTAs after it whose
+// first segment is this tile's continuation, which they compute first: with a grid no larger than
+// what is co-resident (checked by the launcher with the occupancy API) there is no deadlock.
+// Fixed split (merge_in_kernel = 0): every segment that is not a whole tile writes a partial and
+// lean_combine_* merges them in a second launch, as FlashDecoding does.
+#include "common.cuh"
+
+namespace ferrattn {
+
+// Mirrors ferrattn_cuda::launch::LeanParams (#[repr(C)]); all tensors contiguous, 16-bit.
+struct LeanParams {
+  const u16* q;           // [batch, max_sq, heads_q, D]
+  const u16* k;           // [batch, max_sk, heads_kv, D]
+  const u16* v;           // [batch, max_sk, heads_kv, D]
+  u16* o;                 // [batch, max_sq, heads_q, D]
+  float* lse;             // [batch, heads_q, max_sq], natural log
+  const int* seqlens_q;   // [batch]
+  const int* seqlens_k;   // [batch]
+  const u32* seq_start;   // [batch + 1] first flat iteration of each sequence's tiles
+  const u32* cta_bounds;  // [num_ctas + 1]
+  const u32* cta_tiles;   // [num_ctas, 2]: first tile of the CTA; last CTA its last host tile waits for
+  float* part_o;          // [num_ctas, R, D] unnormalised partial O (base-2 max m)
+  float* part_ml;         // [num_ctas, R, 2] partial (m in log2 units, l)
+  u32* flags;             // [num_ctas]: 1 once the CTA's partial is visible; its host resets it to 0
+  u32 reserved;           // (padding, keeps the host mirror's layout)
+  int num_ctas;
+  int batch, max_sq, max_sk, heads_q, heads_kv, group;
+  int tile_m;             // query rows per tile (<= R)
+  int query_groups;       // tiles per (sequence, KV head)
+  int tile_k;             // keys per LeanTile iteration (multiple of stage_keys<D>)
+  int causal;             // bottom-right causal mask
+  int merge_in_kernel;    // 1: stream-K host merge via flags; 0: partials for lean_combine
+  float scale_log2;       // softmax_scale * log2(e)
+};
+
+struct TileInfo {
+  int tile, b, hk, qg;
+  u32 start, end;  // flat iteration range of the tile
+  int len_k, len_q;
+};
+
+// Tile `tile` without a search (the host uploads each CTA's first tile; later tiles follow in order).
+__device__ __forceinline__ TileInfo tile_by_index(const LeanParams& p, int tile) {
+  const int tps = p.heads_kv * p.query_groups;
+  TileInfo t;
+  t.tile = tile;
+  t.b = tile / tps;
+  const int r = tile % tps;
+  t.len_k = p.seqlens_k[t.b];
+  t.len_q = p.seqlens_q[t.b];
+  u32 n = (u32)((t.len_k + p.tile_k - 1) / p.tile_k);
+  n = n < 1u ? 1u : n;
+  t.start = p.seq_start[t.b] + (u32)r * n;
+  t.end = t.start + n;
+  t.hk = r / p.query_groups;
+  t.qg = r % p.query_groups;
+  return t;
+}
+
+// Last CTA whose range holds iteration `it`.
+__device__ __forceinline__ int cta_of_iter(const LeanParams& p, u32 it) {
+  int lo = 0, hi = p.num_ctas;
+  while (hi - lo > 1) {
+    int mid = (lo + hi) >> 1;
+    if (p.cta_bounds[mid] <= it) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+template <int D, int R>
+struct Smem {
+  static constexpr int kSk = cfg::stage_keys<D>();
+  // Tensor cores (mma.sync m16n8k16) for Q K^T and P V when D <= 128; CUDA cores for D = 256,
+  // whose stage holds only 8 keys per warp.
+  static constexpr bool kMma = D <= 128;
+  // SIMT with 16 rows: q would not fit in registers beside O
+  static constexpr bool kQInSmem = R >= 16 && !kMma;
+  static constexpr int kMergeBytes = (cfg::kMergeBatch + 1) * R * 4;
+  static constexpr int bytes_for(int stages) {
+    return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0) + kMergeBytes;
+  }
+  static constexpr int kStages = bytes_for(3) <= cfg::kSmemBudget ? 3 : 2;
+  static constexpr int kBytes = bytes_for(kStages);
+  static constexpr int kKvBytes = kStages * 2 * kSk * D * 2;
+};
+
+// Merges the partials in slots first..=last into (obuf, fin) in place (Alg. 2 lines 29-35), in
+// batches of cfg::kMergeBatch whose loads are all in flight at once: one pass computes each
+// row's new max and the scale of every partial, the next rescales and sums the O elements. The
+// order of the sum is fixed, so results are reproducible. `sc` holds (kMergeBatch + 1) * R floats.
+template <int D, int R>
+__device__ __forceinline__ void merge_partials(const LeanParams& p, int first, int last, float* obuf, float* fin, float* sc) {
+  for (int c0 = first; c0 <= last; c0 += cfg::kMergeBatch) {
+    const int n = (last - c0 + 1) < cfg::kMergeBatch ? (last - c0 + 1) : cfg::kMergeBatch;
+    if (threadIdx.x < R) {  // row pass; only thread r touches fin[2r..2r+1] while merging
+      const int r = threadIdx.x;
+      const float m0 = fin[2 * r], l0 = fin[2 * r + 1];
+      float mm = m0;
+#pragma unroll 8
+      for (int i = 0; i < n; ++i) mm = fmax2(mm, ld_cg(p.part_ml + ((u64)(c0 + i) * R + r) * 2));
+      const float a0 = m0 == neg_inf() ? 0.f : exp2_approx(m0 - mm);
+      float ll = l0 * a0;
+#pragma unroll 8
+      for (int i = 0; i < n; ++i) {
+        const float mi = ld_cg(p.part_ml + ((u64)(c0 + i) * R + r) * 2);
+        const float li = ld_cg(p.part_ml + ((u64)(c0 + i) * R + r) * 2 + 1);
+        const float si = mi == neg_inf() ? 0.f : exp2_approx(mi - mm);
+        sc[(i + 1) * R + r] = si;
+        ll += li * si;
+      }
+      sc[r] = a0;
+      fin[2 * r] = mm;
+      fin[2 * r + 1] = ll;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < R * D; idx += cfg::kThreads) {
+      const int r = idx / D;
+      float acc = obuf[idx] * sc[r];
+#pragma unroll 8
+      for (int i = 0; i < n; ++i) acc += ld_cg(p.part_o + (u64)(c0 + i) * R * D + idx) * sc[(i + 1) * R + r];
+      obuf[idx] = acc;
+    }
+    __syncthreads();
+  }
+}
+
+// Writes O = obuf / l and LSE for every row of the tile, padding rows included (zeros, -inf).
+template <class T, int D, int R>
+__device__ __forceinline__ void write_output(const LeanParams& p, const TileInfo& t, const float* obuf, const float* fin) {
+  const int rows_total = p.group * p.max_sq;
+  for (int idx = threadIdx.x; idx < R * D; idx += cfg::kThreads) {
+    int r = idx / D, c = idx % D;
+    int row = t.qg * p.tile_m + r;
+    if (r >= p.tile_m || row >= rows_total) continue;
+    int i = row / p.group, h = t.hk * p.group + row % p.group;
+    float l = fin[2 * r + 1];
+    float val = l > 0.f ? obuf[idx] / l : 0.f;
+    p.o[(((u64)t.b * p.max_sq + i) * p.heads_q + h) * D + c] = T::from_f32(val);
+  }
+  if (threadIdx.x < R) {
+    int r = threadIdx.x;
+    int row = t.qg * p.tile_m + r;
+    if (r < p.tile_m && row < rows_total) {
+      int i = row / p.group, h = t.hk * p.group + row % p.group;
+      float m = fin[2 * r], l = fin[2 * r + 1];
+      float lse = (l > 0.f && m != neg_inf()) ? (m + log2_approx(l)) * 0.69314718055994531f : neg_inf();
+      p.lse[((u64)t.b * p.heads_q + h) * p.max_sq + i] = lse;
+    }
+  }
+}
+
+template <class T, int D, int R>
+__device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
+  using S = Smem<D, R>;
+  constexpr int L = cfg::lanes_per_key<D>();
+  constexpr int G = cfg::groups_per_warp<D>();
+  constexpr int SK = cfg::stage_keys<D>();
+  constexpr int ST = S::kStages;
+  constexpr int KPG = cfg::kKeysPerGroupStage;
+  constexpr int SC = R >= 16 ? 1 : (R >= 8 ? 4 : 8);  // keys per online-softmax update (bounded by registers)
+  static_assert(KPG % SC == 0, "chunk must divide the keys of a group");
+  constexpr bool kMma = S::kMma;
+  constexpr int KW = SK / cfg::kWarps;  // MMA path: keys per warp per stage (16 or 32)
+  constexpr int NT = KW / 8;            // score n-tiles per warp
+  constexpr int KS = D / 16;            // k-steps of Q K^T
+  constexpr int RS = kMma ? 1 : R;      // SIMT per-row state (size 1 when unused)
+  static_assert(!kMma || (KW % 16 == 0), "MMA path needs 16-key steps per warp");
+
+  extern __shared__ Vec16 smem_v16[];  // 16-byte aligned dynamic shared memory
+  unsigned char* smem_raw = reinterpret_cast<unsigned char*>(smem_v16);
+  u16* kv_s = reinterpret_cast<u16*>(smem_raw);                       // [ST][2][SK][D]
+  float* obuf = reinterpret_cast<float*>(smem_raw + S::kKvBytes);     // [R][D]
+  float* wml = obuf + R * D;                                          // [kWarps][R][2]
+  float* fin = wml + cfg::kWarps * R * 2;                             // [R][2]
+  float* sc = fin + R * 2;                                            // [kMergeBatch + 1][R]
+  float* q_s = sc + (cfg::kMergeBatch + 1) * R;                       // [R][D] when kQInSmem
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int grp = warp * G + lane / L;  // key group
+  const int gl = lane % L;              // columns gl*8 .. gl*8+7
+  const int cta = blockIdx.x;
+  const u32 cs = p.cta_bounds[cta], ce = p.cta_bounds[cta + 1];
+  const int sub = p.tile_k / SK;
+  const u32 units = (ce - cs) * (u32)sub;
+  const u64 kv_row = (u64)p.heads_kv * D;
+
+  // ---- producer: stage loads of the whole CTA range, across tiles ----
+  const int first_tile = (int)p.cta_tiles[2 * cta];
+  TileInfo pt = tile_by_index(p, first_tile);
+  auto prefetch_q = [&](const LeanParams& pp, const TileInfo& t) {
+    // one 128-byte line per thread into L2: the tile's query rows are contiguous per token
+    const int rows = pp.group * pp.max_sq - t.qg * pp.tile_m < pp.tile_m ? pp.group * pp.max_sq - t.qg * pp.tile_m : pp.tile_m;
+    const int lines = rows * D * 2 / 128;
+    if (tid < lines) {
+      const int row = t.qg * pp.tile_m + (tid * 64) / D;
+      const int i = row / pp.group, h = t.hk * pp.group + row % pp.group;
+      prefetch_l2(pp.q + (((u64)t.b * pp.max_sq + i) * pp.heads_q + h) * D + (tid * 64) % D);
+    }
+  };
+  auto load_unit = [&](u32 u) {
+    u32 it = cs + u / (u32)sub;
+    if (it >= pt.end) {
+      pt = tile_by_index(p, pt.tile + 1);
+      prefetch_q(p, pt);  // the consumer reaches this tile a few stages later
+    }
+    int key0 = (int)(it - pt.start) * p.tile_k + (int)(u % (u32)sub) * SK;
+    u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
+    u16* vs = ks + SK * D;
+    const u64 base = ((u64)pt.b * p.max_sk * p.heads_kv + pt.hk) * D;
+#pragma unroll 4
+    for (int c = tid; c < SK * D / 8; c += cfg::kThreads) {
+      int key = c / (D / 8), col = (c % (D / 8)) * 8;
+      int j = key0 + key;
+      bool ok = j < pt.len_k;
+      u64 off = base + (u64)(ok ? j : 0) * kv_row + col;
+      cp_async16(ks + swz<D>(key, col >> 3), p.k + off, ok);
+      cp_async16(vs + swz<D>(key, col >> 3), p.v + off, ok);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < ST - 1; ++s) {
+    if ((u32)s < units) load_unit((u32)s);
+    cp_async_commit();
+  }
+
+  // ---- consumer state ----
+  TileInfo ct;
+  ct.end = 0;
+  u32 seg_begin = 0;
+  float q[(S::kQInSmem || kMma) ? 1 : R][8];
+  float o[RS][8], m[RS], l[RS];
+  int vis[RS];
+  // MMA path: Q as A fragments, O accumulators (16 rows x D per warp); a thread owns rows g, g+8
+  u32 qa[kMma ? KS : 1][4];
+  float oa[kMma ? D / 8 : 1][4];
+  float m2[2], l2[2];
+  int vis2[2];
+  const int g = lane >> 2, t4 = lane & 3, mat = lane >> 3, r8 = lane & 7;
+
+  for (u32 u = 0; u < units; ++u) {
+    const u32 it = cs + u / (u32)sub;
+    // a new segment (Alg. 2 lines 11-16): its Q loads overlap the wait for the K/V stage
+    if (u == 0 || it >= ct.end) {
+      ct = tile_by_index(p, u == 0 ? first_tile : ct.tile + 1);
+      seg_begin = it;
+      if constexpr (kMma) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = g + 8 * h;
+          const int row = ct.qg * p.tile_m + r;
+          const int i = row / p.group, hh = ct.hk * p.group + row % p.group;
+          const bool valid = r < p.tile_m && row < p.group * p.max_sq && i < ct.len_q;
+          int v_end = ct.len_k;
+          if (p.causal) {
+            v_end = i + ct.len_k - ct.len_q + 1;
+            v_end = v_end < 0 ? 0 : (v_end > ct.len_k ? ct.len_k : v_end);
+          }
+          vis2[h] = valid ? v_end : 0;
+          m2[h] = neg_inf();
+          l2[h] = 0.f;
+          const u16* qrow = p.q + (((u64)ct.b * p.max_sq + (valid ? i : 0)) * p.heads_q + (valid ? hh : 0)) * D;
+#pragma unroll
+          for (int k2 = 0; k2 < KS; ++k2) {
+            qa[k2][h] = valid ? ld_global_u32(qrow + k2 * 16 + 2 * t4) : 0u;
+            qa[k2][2 + h] = valid ? ld_global_u32(qrow + k2 * 16 + 8 + 2 * t4) : 0u;
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < (kMma ? D / 8 : 1); ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) oa[n][e] = 0.f;
+      } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        int row = ct.qg * p.tile_m + r;
+        int i = row / p.group, h = ct.hk * p.group + row % p.group;
+        bool valid = r < p.tile_m && row < p.group * p.max_sq && i < ct.len_q;
+        int v_end = ct.len_k;
+        if (p.causal) {
+          v_end = i + ct.len_k - ct.len_q + 1;
+          v_end = v_end < 0 ? 0 : (v_end > ct.len_k ? ct.len_k : v_end);
+        }
+        vis[r] = valid ? v_end : 0;
+        m[r] = neg_inf();
+        l[r] = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[r][e] = 0.f;
+        if constexpr (!S::kQInSmem) {
+          const u16* qrow = p.q + (((u64)ct.b * p.max_sq + (valid ? i : 0)) * p.heads_q + (valid ? h : 0)) * D;
+          float f[8];
+          unpack8<T>(ld_global_nc16(qrow + gl * 8), f);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) q[r][e] = valid ? f[e] : 0.f;
+        }
+      }
+      if constexpr (S::kQInSmem) {  // one 16-byte vector per thread and pass
+        for (int c = tid; c < R * D / 8; c += cfg::kThreads) {
+          const int r = c / (D / 8), col = (c % (D / 8)) * 8;
+          const int row = ct.qg * p.tile_m + r;
+          const int i = row / p.group, h = ct.hk * p.group + row % p.group;
+          const bool valid = r < p.tile_m && row < p.group * p.max_sq && i < ct.len_q;
+          float f[8];
+          unpack8<T>(ld_global_nc16(p.q + (((u64)ct.b * p.max_sq + (valid ? i : 0)) * p.heads_q + (valid ? h : 0)) * D + col), f);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) q_s[r * D + col + e] = valid ? f[e] : 0.f;
+        }
+        __syncthreads();
+      }
+      }  // SIMT init
+    }
+    cp_async_wait<ST - 2>();
+    __syncthreads();
+    if (u + ST - 1 < units) load_unit(u + ST - 1);
+    cp_async_commit();
+
+    // ---- LeanTile on this stage (Alg. 1 lines 20-25), keys grp*8 .. grp*8+7 of the stage ----
+    const int key0 = (int)(it - ct.start) * p.tile_k + (int)(u % (u32)sub) * SK;
+    const u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
+    const u16* vs = ks + SK * D;
+    if constexpr (kMma) {
+      // S = Q K^T for this warp's KW keys (Alg. 1 line 20) on tensor cores
+      const int kb = warp * KW;
+      float sacc[NT][4];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sacc[n][e] = 0.f;
+#pragma unroll
+      for (int k2 = 0; k2 < KS; ++k2) {
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          u32 b[4];
+          ldmatrix_x4(b, ks + swz<D>(kb + np * 16 + ((mat >> 1) << 3) + r8, 2 * k2 + (mat & 1)));
+          mma16816(T{}, sacc[2 * np], qa[k2], b[0], b[1]);
+          mma16816(T{}, sacc[2 * np + 1], qa[k2], b[2], b[3]);
+        }
+      }
+      // online softmax in base 2 (lines 21-23); rows g and g+8, max over the quad
+      const int jb = key0 + kb + 2 * t4;
+      float alpha2[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = m2[h];
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float v = (jb + n * 8 + e) < vis2[h] ? sacc[n][2 * h + e] * p.scale_log2 : neg_inf();
+            sacc[n][2 * h + e] = v;
+            mx = fmax2(mx, v);
+          }
+        mx = fmax2(mx, shfl_xor(mx, 1));
+        mx = fmax2(mx, shfl_xor(mx, 2));
+        float sum = 0.f;
+        if (mx == neg_inf()) {
+          alpha2[h] = 1.f;
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            sacc[n][2 * h] = 0.f;
+            sacc[n][2 * h + 1] = 0.f;
+          }
+        } else {
+          alpha2[h] = exp2_approx(m2[h] - mx);
+#pragma unroll
+          for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float pv = exp2_approx(sacc[n][2 * h + e] - mx);
+              sacc[n][2 * h + e] = pv;
+              sum += pv;
+            }
+          m2[h] = mx;
+        }
+        l2[h] = l2[h] * alpha2[h] + sum;  // this thread's columns; the quad is summed at the end
+      }
+#pragma unroll
+      for (int n = 0; n < (kMma ? D / 8 : 1); ++n) {
+        oa[n][0] *= alpha2[0];
+        oa[n][1] *= alpha2[0];
+        oa[n][2] *= alpha2[1];
+        oa[n][3] *= alpha2[1];
+      }
+      // O += P V (line 24): the score accumulators are already P's A fragments
+#pragma unroll
+      for (int kt = 0; kt < KW / 16; ++kt) {
+        const u32 a[4] = {pack2(T{}, sacc[2 * kt][0], sacc[2 * kt][1]), pack2(T{}, sacc[2 * kt][2], sacc[2 * kt][3]),
+                          pack2(T{}, sacc[2 * kt + 1][0], sacc[2 * kt + 1][1]),
+                          pack2(T{}, sacc[2 * kt + 1][2], sacc[2 * kt + 1][3])};
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) {
+          u32 b[4];
+          ldmatrix_x4_trans(b, vs + swz<D>(kb + kt * 16 + ((mat & 1) << 3) + r8, 2 * np + (mat >> 1)));
+          mma16816(T{}, oa[2 * np], a, b[0], b[1]);
+          mma16816(T{}, oa[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    } else {
+#pragma unroll
+    for (int c0 = 0; c0 < KPG; c0 += SC) {
+      float s[R][SC];
+#pragma unroll
+      for (int kk = 0; kk < SC; ++kk) {
+        const int key = grp * KPG + c0 + kk;
+        float kf[8];
+        unpack8<T>(ld_shared16(ks + swz<D>(key, gl)), kf);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float acc = 0.f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            float qv;
+            if constexpr (S::kQInSmem) qv = q_s[r * D + gl * 8 + e]; else qv = q[r][e];
+            acc = qv * kf[e] + acc;
+          }
+          s[r][kk] = acc;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int kk = 0; kk < SC; ++kk)
+#pragma unroll
+          for (int off = 1; off < L; off <<= 1) s[r][kk] += shfl_xor(s[r][kk], off);
+      float alpha[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float mx = m[r];
+#pragma unroll
+        for (int kk = 0; kk < SC; ++kk) {
+          const int j = key0 + grp * KPG + c0 + kk;
+          s[r][kk] = j < vis[r] ? s[r][kk] * p.scale_log2 : neg_inf();
+          mx = fmax2(mx, s[r][kk]);
+        }
+        if (mx == neg_inf()) {
+          alpha[r] = 1.f;
+#pragma unroll
+          for (int kk = 0; kk < SC; ++kk) s[r][kk] = 0.f;
+        } else {
+          alpha[r] = exp2_approx(m[r] - mx);  // 0 when m was -inf
+          float sum = 0.f;
+#pragma unroll
+          for (int kk = 0; kk < SC; ++kk) {
+            s[r][kk] = exp2_approx(s[r][kk] - mx);
+            sum += s[r][kk];
+          }
+          l[r] = l[r] * alpha[r] + sum;
+          m[r] = mx;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[r][e] *= alpha[r];
+      }
+#pragma unroll
+      for (int kk = 0; kk < SC; ++kk) {
+        const int key = grp * KPG + c0 + kk;
+        float vf[8];
+        unpack8<T>(ld_shared16(vs + swz<D>(key, gl)), vf);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) o[r][e] = s[r][kk] * vf[e] + o[r][e];
+      }
+    }
+
+    }  // SIMT stage
+
+    // ---- end of a segment: reduce the key groups, then act by role ----
+    const bool seg_end = (u + 1 == units) || (cs + (u + 1) / (u32)sub >= ct.end);
+    if (!seg_end) continue;
+
+    if constexpr (kMma) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l2[h] += shfl_xor(l2[h], 1);
+        l2[h] += shfl_xor(l2[h], 2);
+      }
+      if (t4 == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = g + 8 * h;
+          if (r < R) {
+            wml[(warp * R + r) * 2] = m2[h];
+            wml[(warp * R + r) * 2 + 1] = l2[h];
+          }
+        }
+      }
+      __syncthreads();
+      float my_scale2[2] = {0.f, 0.f};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        if (r < R) {
+          float mm = neg_inf();
+#pragma unroll
+          for (int w = 0; w < cfg::kWarps; ++w) mm = fmax2(mm, wml[(w * R + r) * 2]);
+          const float mw = wml[(warp * R + r) * 2];
+          my_scale2[h] = mw == neg_inf() ? 0.f : exp2_approx(mw - mm);
+        }
+      }
+      if (tid < R) {
+        float mm = neg_inf(), lsum = 0.f;
+#pragma unroll
+        for (int w = 0; w < cfg::kWarps; ++w) mm = fmax2(mm, wml[(w * R + tid) * 2]);
+#pragma unroll
+        for (int w = 0; w < cfg::kWarps; ++w) {
+          const float mw = wml[(w * R + tid) * 2];
+          lsum += wml[(w * R + tid) * 2 + 1] * (mw == neg_inf() ? 0.f : exp2_approx(mw - mm));
+        }
+        fin[2 * tid] = mm;
+        fin[2 * tid + 1] = lsum;
+      }
+#pragma unroll 1
+      for (int w = 0; w < cfg::kWarps; ++w) {
+        if (warp == w) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = g + 8 * h;
+            if (r < R) {
+#pragma unroll
+              for (int n = 0; n < (kMma ? D / 8 : 1); ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  float* dst = obuf + r * D + n * 8 + 2 * t4 + e;
+                  *dst = (w == 0 ? 0.f : *dst) + oa[n][2 * h + e] * my_scale2[h];
+                }
+            }
+          }
+        }
+        __syncthreads();
+      }
+    } else {
+
+    // key groups of a warp: butterfly over lane bits >= L (identical result in every lane)
+#pragma unroll
+    for (int off = L; off < 32; off <<= 1) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float m1 = shfl_xor(m[r], off), l1 = shfl_xor(l[r], off);
+        float mm = fmax2(m[r], m1);
+        float a = m[r] == neg_inf() ? 0.f : exp2_approx(m[r] - mm);
+        float b = m1 == neg_inf() ? 0.f : exp2_approx(m1 - mm);
+        l[r] = l[r] * a + l1 * b;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          float o1 = shfl_xor(o[r][e], off);
+          o[r][e] = o[r][e] * a + o1 * b;
+        }
+        m[r] = mm;
+      }
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        wml[(warp * R + r) * 2] = m[r];
+        wml[(warp * R + r) * 2 + 1] = l[r];
+      }
+    }
+    __syncthreads();
+    float my_scale[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float mm = neg_inf();
+#pragma unroll
+      for (int w = 0; w < cfg::kWarps; ++w) mm = fmax2(mm, wml[(w * R + r) * 2]);
+      float lsum = 0.f;
+#pragma unroll
+      for (int w = 0; w < cfg::kWarps; ++w) {
+        float mw = wml[(w * R + r) * 2];
+        float sw = mw == neg_inf() ? 0.f : exp2_approx(mw - mm);
+        lsum += wml[(w * R + r) * 2 + 1] * sw;
+        if (w == warp) my_scale[r] = sw;
+      }
+      if (tid == 0) {
+        fin[2 * r] = mm;
+        fin[2 * r + 1] = lsum;
+      }
+    }
+    // warps add their O into obuf in a fixed order
+#pragma unroll 1
+    for (int w = 0; w < cfg::kWarps; ++w) {
+      if (warp == w && lane < L) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            float* dst = obuf + r * D + gl * 8 + e;
+            *dst = (w == 0 ? 0.f : *dst) + o[r][e] * my_scale[r];
+          }
+      }
+      __syncthreads();
+    }
+
+    }  // SIMT reduction
+
+    const bool host = seg_begin == ct.start;     // Alg. 2 line 17
+    const bool finishing = ce >= ct.end;         // line 18
+    if (!host || (!p.merge_in_kernel && !finishing)) {
+      // lines 19-23: StorePartials + Signal
+      float* po = p.part_o + (u64)cta * R * D;
+      for (int idx = tid; idx < R * D; idx += cfg::kThreads) po[idx] = obuf[idx];
+      if (tid < 2 * R) p.part_ml[(u64)cta * R * 2 + tid] = fin[tid];
+      __syncthreads();
+      if (p.merge_in_kernel && tid == 0) {
+        fence_gpu();
+        store_release(p.flags + cta, 1u);
+      }
+    } else {
+      if (!finishing) {  // lines 25-36: wait for and merge the CTAs that continue this tile
+        const int last = (int)p.cta_tiles[2 * cta + 1];  // the CTA holding iteration ct.end - 1
+        for (int c = cta + 1 + tid; c <= last; c += cfg::kThreads) {  // all flags in parallel
+          while (load_acquire(p.flags + c) != 1u) nanosleep(32);
+          // each flag has exactly one waiter: re-arm it for the next launch, so that launches need
+          // no host-side reset and can be replayed from a CUDA graph
+          p.flags[c] = 0u;
+        }
+        __syncthreads();  // the pollers' acquires order every thread's partial reads after it
+        merge_partials<D, R>(p, cta + 1, last, obuf, fin, sc);
+      }
+      write_output<T, D, R>(p, ct, obuf, fin);  // lines 38-39
+      __syncthreads();
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// Second pass of the fixed-split variant: one CTA per tile merges its chunks in CTA order.
+template <class T, int D, int R>
+__device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
+  extern __shared__ Vec16 smem_v16[];  // 16-byte aligned dynamic shared memory
+  unsigned char* smem_raw = reinterpret_cast<unsigned char*>(smem_v16);
+  float* obuf = reinterpret_cast<float*>(smem_raw);  // [R][D]
+  float* fin = obuf + R * D;                         // [R][2]
+  float* sc = fin + 2 * R;                           // [kMergeBatch + 1][R]
+  const TileInfo t = tile_by_index(p, blockIdx.x);
+  const int first = cta_of_iter(p, t.start), last = cta_of_iter(p, t.end - 1);
+  if (first == last) return;  // one chunk: the main kernel wrote the tile
+  for (int idx = threadIdx.x; idx < R * D; idx += cfg::kThreads) obuf[idx] = p.part_o[(u64)first * R * D + idx];
+  if (threadIdx.x < 2 * R) fin[threadIdx.x] = p.part_ml[(u64)first * R * 2 + threadIdx.x];
+  __syncthreads();
+  merge_partials<D, R>(p, first + 1, last, obuf, fin, sc);
+  write_output<T, D, R>(p, t, obuf, fin);
+}
+
+}  // namespace ferrattn
+
+// ---- Instances: the closed list of (dtype, head dim, rows) -> kernel ---------------------------
+#define FERRATTN_LEAN(TN, T, D, R)                                                                   \
+  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, ferrattn::cfg::kMinCtasPerSm) \
+      lean_decode_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                                 \
+    ferrattn::lean_decode_body<ferrattn::T, D, R>(p);                                                \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads)                              \
+      lean_combine_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                                \
+    ferrattn::lean_combine_body<ferrattn::T, D, R>(p);                                               \
+  }                                                                                                  \
+  extern "C" __global__ void lean_smem_##TN##_d##D##_r##R(int* out) {                                \
+    out[0] = ferrattn::Smem<D, R>::kBytes;                                                           \
+    out[1] = ferrattn::Smem<D, R>::kStages;                                                          \
+  }
+#define FERRATTN_LEAN_ROWS(TN, T, D) \
+  FERRATTN_LEAN(TN, T, D, 1)         \
+  FERRATTN_LEAN(TN, T, D, 2)         \
+  FERRATTN_LEAN(TN, T, D, 4)         \
+  FERRATTN_LEAN(TN, T, D, 8)         \
+  FERRATTN_LEAN(TN, T, D, 16)
+#define FERRATTN_LEAN_DIMS(TN, T) \
+  FERRATTN_LEAN_ROWS(TN, T, 64)   \
+  FERRATTN_LEAN_ROWS(TN, T, 128)  \
+  FERRATTN_LEAN_ROWS(TN, T, 256)
+
+FERRATTN_LEAN_DIMS(f16, F16)
+FERRATTN_LEAN_DIMS(bf16, BF16)
+
+// Device-side fill for tests and benchmarks: uniform values in [-scale, scale) from a hash of
+// (seed, index), so multi-gigabyte inputs need no host upload.
+extern "C" __global__ void fill_uniform_f16(ferrattn::u16* x, unsigned long long n, unsigned int seed, float scale) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    unsigned int h = (unsigned int)i * 0x9E3779B1u ^ seed ^ (unsigned int)(i >> 32) * 0x85EBCA77u;
+    h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12; h *= 0x297A2D39u; h ^= h >> 15;
+    float u = (float)(h >> 8) * (1.0f / 16777216.0f);
+    x[i] = ferrattn::F16::from_f32((2.f * u - 1.f) * scale);
+  }
+}
+extern "C" __global__ void fill_uniform_bf16(ferrattn::u16* x, unsigned long long n, unsigned int seed, float scale) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    unsigned int h = (unsigned int)i * 0x9E3779B1u ^ seed ^ (unsigned int)(i >> 32) * 0x85EBCA77u;
+    h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12; h *= 0x297A2D39u; h ^= h >> 15;
+    float u = (float)(h >> 8) * (1.0f / 16777216.0f);
+    x[i] = ferrattn::BF16::from_f32((2.f * u - 1.f) * scale);
+  }
+}
