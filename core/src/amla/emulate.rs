@@ -86,7 +86,7 @@ pub fn mul_pow2_by_int_add(x: f32, k: i32) -> f32 {
 /// cancellation), so the emulation handles them as an exact multiplication would:
 ///
 /// * `x = ±0` or subnormal (`E = 0`): returns `±0` (zero stays zero; subnormals, below
-///   `1.2e-38`, are flushed, as the Ascend vector units do);
+///   `1.2e-38` and neglected by the paper's Eq. 5, are flushed);
 /// * the new exponent field would be `<= 0`: underflow, returns `±0`;
 /// * the new exponent field would be `>= 255`: overflow, returns `±inf` (never reached by
 ///   AMLA: `n_i` is non-increasing, so `delta <= 1.5 * 2^23 * |c_i/c_{i-1} - 1| < 2^23`);
@@ -202,14 +202,23 @@ impl RowState {
     /// 7-9) after `[C1]`: `s` holds the block's scaled FP32 scores `S_i / sqrt(D_k)` of keys
     /// `start..start + s.len()` (it is overwritten with P); `kv` holds the latent rows `[Sk, dqk]`
     /// whose first `dv` columns are V, already BF16; `t` is scratch of `dv` floats.
-    fn step(&mut self, s: &mut [f32], kv: &[f32], dqk: usize, start: usize, rescaling: Rescaling, t: &mut [f32]) {
+    fn step(
+        &mut self,
+        s: &mut [f32],
+        kv: &[f32],
+        dqk: usize,
+        start: usize,
+        rescaling: Rescaling,
+        t: &mut [f32],
+    ) {
         let dv = self.o.len();
         let stop = start + s.len();
         let v_row = |j: usize| &kv[j * dqk..j * dqk + dv];
         let o = &mut self.o;
         // line 7: m_i = max(m_{i-1}, rowmax(S_i)), M_up = exp(m_{i-1} - m_i)
         let m_new = s.iter().copied().fold(self.m, f32::max);
-        let m_up = (self.m - m_new).exp(); // exp(-inf) = 0 on the first block
+        // (M_up = exp(-inf) = 0 on the first block)
+        let m_up = (self.m - m_new).exp();
         // line 8: P_i = exp(S_i - m_i) (FP32), rowsum(P_i)
         let mut rowsum = 0.0f32;
         for sj in s.iter_mut() {
@@ -421,8 +430,9 @@ pub(crate) fn run_f32_multi(
                 .collect()
         })
         .collect();
-    let mut res: Vec<(Vec<f32>, Vec<f32>)> =
-        (0..nv).map(|_| (vec![0.0f32; p.batch * sq * hq * dv], vec![f32::NEG_INFINITY; p.batch * hq * sq])).collect();
+    let mut res: Vec<(Vec<f32>, Vec<f32>)> = (0..nv)
+        .map(|_| (vec![0.0f32; p.batch * sq * hq * dv], vec![f32::NEG_INFINITY; p.batch * hq * sq]))
+        .collect();
     for (b, h, i, outs) in per_task.into_iter().flatten() {
         let dst = ((b * sq + i) * hq + h) * dv;
         for ((o, lse), (orow, l)) in res.iter_mut().zip(outs) {

@@ -3,7 +3,7 @@
 //! global memory (Algorithm 2, Lemma 3.1), with the error compensation of Appendix A.
 //!
 //! * [`plan`] accepts MLA decode problems and fills an [`AmlaPlan`];
-//! * [`emulate`] runs Algorithm 2 on the CPU exactly as the kernel computes it (BF16 Cube
+//! * [`emulate()`] runs Algorithm 2 on the CPU exactly as the kernel computes it (BF16 Cube
 //!   inputs, FP32 accumulation, INT32 rescale); [`emulate_base`] runs the paper's "Base"
 //!   (section 5.1) and [`emulate_naive_eq3`] the overflowing Eq. 3; [`emulate::emulate_with`]
 //!   picks any [`Rescaling`];
@@ -19,8 +19,8 @@ pub use emulate::{
 };
 
 use crate::{
-    AttentionInputs, AttentionOutput, AttentionProblem, BlockSizes, CoreError, DType, DeviceCaps,
-    KvLayout, Result,
+    AttentionInputs, AttentionOutput, AttentionProblem, BlockSizes, CoreError, DType, DeviceCaps, KvLayout,
+    Result,
 };
 use serde::{Deserialize, Serialize};
 
@@ -56,7 +56,7 @@ impl BlockSizes for AmlaPlan {
 }
 
 impl AmlaPlan {
-    /// The rescaling [`emulate`] runs for this plan.
+    /// The rescaling [`emulate()`] runs for this plan.
     pub fn rescaling(&self) -> Rescaling {
         Rescaling::Amla(if self.compensation { Compensation::AppendixA } else { Compensation::Off })
     }

@@ -1,6 +1,6 @@
 //! Tests of the AMLA plan, emulation and accuracy reproduction.
 
-use super::accuracy::{self, AccuracySetup, AccuracyTable, InputDistribution};
+use super::accuracy::{self, AccuracySetup, AccuracyTable};
 use super::*;
 use crate::golden::{exact_attention, exact_attention_f64};
 use crate::{AttentionOptions, Tensor};
@@ -12,7 +12,14 @@ fn caps() -> DeviceCaps {
 }
 
 /// An MLA problem with per-sequence KV lengths.
-fn mla_problem(heads: usize, sq: usize, lens_k: &[usize], dqk: usize, dv: usize, causal: bool) -> AttentionProblem {
+fn mla_problem(
+    heads: usize,
+    sq: usize,
+    lens_k: &[usize],
+    dqk: usize,
+    dv: usize,
+    causal: bool,
+) -> AttentionProblem {
     let sk = lens_k.iter().copied().max().unwrap_or(1).max(1);
     let mut p = AttentionProblem::uniform(lens_k.len(), sq, sk, heads, 1, dqk, dv, DType::BF16);
     p.kv_layout = KvLayout::MlaLatent;
@@ -113,7 +120,10 @@ fn plan_rejects_what_amla_does_not_cover() {
     p.max_seqlen_q = 3;
     p.seqlens_q = vec![3];
     let e = plan(&p, &caps()).unwrap_err();
-    assert!(matches!(e, CoreError::BadLength { value: 3, .. }) && e.to_string().contains("max_seqlen_q"), "{e}");
+    assert!(
+        matches!(e, CoreError::BadLength { value: 3, .. }) && e.to_string().contains("max_seqlen_q"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -142,10 +152,9 @@ fn emulate_matches_golden_on_small_mla_shapes() {
             let x = mla_inputs(&p, 1.0, 7 + block_k as u64);
             let mut pl = plan(&p, &caps()).unwrap();
             pl.block_k = block_k;
-            for (name, out) in [
-                ("amla", emulate(&pl, &p, &x).unwrap()),
-                ("base", emulate_base(&pl, &p, &x).unwrap()),
-            ] {
+            for (name, out) in
+                [("amla", emulate(&pl, &p, &x).unwrap()), ("base", emulate_base(&pl, &p, &x).unwrap())]
+            {
                 assert_eq!(out.o.shape, vec![6, sq, 6, 48]);
                 assert_eq!(out.lse.shape, vec![6, 6, sq]);
                 assert_eq!(out.o.dtype, DType::BF16);
@@ -308,11 +317,17 @@ fn compensation_helps() {
     assert!(printed > off, "line 11 as printed {printed:.3e} vs off {off:.3e}");
 }
 
-/// Exploration of metric definitions (not a check): `AMLA_EXPLORE_SAMPLES`, `_HEADS`, `_SK`,
-/// `_BATCH`, `_TABLE` (3 or 4) select the run.
+/// How the paper's metric was pinned down (a report, not a check): for each column, the error
+/// of AMLA, Base and uncompensated AMLA against Golden under five readings of section 5.1 —
+/// the method's output in BF16, FP16 or FP32, against an unrounded golden (`raw`) or a golden
+/// rounded to BF16 (`bf16g`). `bf16/raw` matches Tables 3 and 4 within 1% on the eight columns
+/// whose error does not hinge on a few near-tie rows; `f16/bf16g` within 0-3% (the golden's
+/// rounding standing in for the output's); the other three miss by 7-64%. See the module
+/// documentation of `accuracy` for the reading adopted.
+/// `AMLA_EXPLORE_SAMPLES`, `_HEADS`, `_SK`, `_BATCH`, `_TABLE` (3 or 4) select the run.
 #[test]
 #[ignore]
-fn explore_accuracy_metric() {
+fn explore_metric_definitions() {
     let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     let samples = env("AMLA_EXPLORE_SAMPLES", 2);
     let setup = AccuracySetup {
@@ -330,21 +345,22 @@ fn explore_accuracy_metric() {
     let rnd = |o: &[f32], d: DType| -> Vec<f32> { o.iter().map(|&v| d.round(v)).collect() };
     for table in tables {
         for (col, pubv) in table.published().iter().enumerate() {
-            // [variant][method]: methods amla, base ; variants below
+            // acc[reading][method], methods: AMLA, Base, uncompensated AMLA
             let names = ["bf16/raw", "f16/raw", "f32/raw", "bf16/bf16g", "f16/bf16g"];
             let mut acc = vec![[0.0f64; 3]; names.len()];
             let t0 = std::time::Instant::now();
             for s in 0..samples {
                 let mut rng = StdRng::seed_from_u64(1000 * col as u64 + s as u64 + 77 * table as u64);
                 let x = accuracy::sample_inputs(&pubv.distribution, &setup, &mut rng);
-                let (g, _) = exact_attention_f64(&p, &x);
+                let g = accuracy::golden_f64(&p, &x);
                 let gb: Vec<f64> = g.iter().map(|&v| DType::BF16.round(v as f32) as f64).collect();
-                let outs = [
-                    emulate::run_f32(&p, &x, 512, Rescaling::Amla(Compensation::AppendixA)).unwrap().0,
-                    emulate::run_f32(&p, &x, 512, Rescaling::Base).unwrap().0,
-                    emulate::run_f32(&p, &x, 512, Rescaling::Amla(Compensation::Off)).unwrap().0,
+                let variants = [
+                    Rescaling::Amla(Compensation::AppendixA),
+                    Rescaling::Base,
+                    Rescaling::Amla(Compensation::Off),
                 ];
-                for (m, o) in outs.iter().enumerate() {
+                let outs = emulate::run_f32_multi(&p, &x, setup.block_k, &variants).unwrap();
+                for (m, (o, _)) in outs.iter().enumerate() {
                     acc[0][m] += accuracy::relative_frobenius(&rnd(o, DType::BF16), &g);
                     acc[1][m] += accuracy::relative_frobenius(&rnd(o, DType::F16), &g);
                     acc[2][m] += accuracy::relative_frobenius(o, &g);
@@ -370,107 +386,6 @@ fn explore_accuracy_metric() {
                 );
             }
         }
-    }
-    let _ = InputDistribution::Gaussian { variance: 1.0 };
-}
-
-#[test]
-#[ignore]
-fn time_accuracy_pieces() {
-    let setup = AccuracySetup::paper();
-    let p = setup.problem();
-    let mut rng = StdRng::seed_from_u64(1);
-    let x = accuracy::sample_inputs(&InputDistribution::Gaussian { variance: 1.0 }, &setup, &mut rng);
-    let t = std::time::Instant::now();
-    let _ = exact_attention_f64(&p, &x);
-    println!("golden {:.2}s", t.elapsed().as_secs_f64());
-    let t = std::time::Instant::now();
-    let _ = accuracy::golden_f64(&p, &x);
-    println!("golden_f64 {:.2}s", t.elapsed().as_secs_f64());
-    for d in [InputDistribution::Gaussian { variance: 1.0 }, InputDistribution::Uniform { lo: -60.0, hi: 60.0 }] {
-        for _ in 0..3 {
-            let t = std::time::Instant::now();
-            let _ = accuracy::sample_errors(&d, &setup, &mut rng).unwrap();
-            println!("sample_errors {d:?} {:.2}s", t.elapsed().as_secs_f64());
-        }
-        let x = accuracy::sample_inputs(&d, &setup, &mut rng);
-        let t = std::time::Instant::now();
-        let _ = accuracy::golden_f64(&p, &x);
-        println!("  golden {:.2}s", t.elapsed().as_secs_f64());
-        let t = std::time::Instant::now();
-        let _ = emulate::run_f32(&p, &x, 512, Rescaling::Base).unwrap();
-        println!("  base {:.2}s", t.elapsed().as_secs_f64());
-    }
-    for r in [Rescaling::Base, Rescaling::Amla(Compensation::AppendixA), Rescaling::Base] {
-        let t = std::time::Instant::now();
-        let _ = emulate::run_f32(&p, &x, 512, r).unwrap();
-        println!("{r:?} {:.2}s", t.elapsed().as_secs_f64());
-    }
-}
-
-/// Dumps per-row squared errors (AMLA, Base, BF16 output) and squared golden norms of
-/// `AMLA_DUMP_SAMPLES` paper-shaped samples per column to `/tmp/amla_rows/<table>_<col>.csv`.
-#[test]
-#[ignore]
-fn dump_accuracy_rows() {
-    let samples: usize = std::env::var("AMLA_DUMP_SAMPLES").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
-    let cols: String = std::env::var("AMLA_DUMP_COLS").unwrap_or_else(|_| "3:0,3:1,3:2,3:3,3:4,3:5,4:0,4:1,4:2,4:3,4:4,4:5".into());
-    let separate_v = std::env::var("AMLA_DUMP_SEPARATE_V").is_ok();
-    let tag = if separate_v { "sepv" } else { "mla" };
-    let seed0: u64 = std::env::var("AMLA_DUMP_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0xabc0_0000);
-    let setup = AccuracySetup::paper();
-    let p = setup.problem();
-    let dv = p.head_dim_v;
-    std::fs::create_dir_all("/tmp/amla_rows").unwrap();
-    for c in cols.split(',') {
-        let (t, col) = c.split_once(':').unwrap();
-        let table = if t == "3" { AccuracyTable::Table3 } else { AccuracyTable::Table4 };
-        let col: usize = col.parse().unwrap();
-        let dist = table.published()[col].distribution;
-        let mut out = String::from("sample,row,amla_e2,base_e2,g2\n");
-        for s in 0..samples {
-            let mut rng = StdRng::seed_from_u64(seed0 + 1000 * col as u64 + s as u64 + 77 * table as u64);
-            let mut x = accuracy::sample_inputs(&dist, &setup, &mut rng);
-            let mut p = p.clone();
-            if separate_v {
-                // kv' = [V | K] (1088 columns), q' = [0 | q]: the same scores, an independent V
-                let v = dist.sample(&[setup.batch, setup.seq_k, 1, dv], &mut rng);
-                let (dk, sk) = (setup.head_dim_qk, setup.seq_k);
-                let mut kv = Vec::with_capacity(setup.batch * sk * (dk + dv));
-                for r in 0..setup.batch * sk {
-                    kv.extend_from_slice(&v.data[r * dv..(r + 1) * dv]);
-                    kv.extend_from_slice(&x.k.data[r * dk..(r + 1) * dk]);
-                }
-                let mut q = Vec::new();
-                for r in 0..x.q.data.len() / dk {
-                    q.extend(std::iter::repeat(0.0).take(dv));
-                    q.extend_from_slice(&x.q.data[r * dk..(r + 1) * dk]);
-                }
-                let mut qs = x.q.shape.clone();
-                qs[3] = dk + dv;
-                let mut ks = x.k.shape.clone();
-                ks[3] = dk + dv;
-                x = AttentionInputs::mla(
-                    Tensor { shape: qs, dtype: DType::BF16, data: q },
-                    Tensor { shape: ks, dtype: DType::BF16, data: kv },
-                );
-                p.head_dim_qk = dk + dv;
-            }
-            let g = accuracy::golden_f64(&p, &x);
-            let a = emulate::run_f32(&p, &x, 512, Rescaling::Amla(Compensation::AppendixA)).unwrap().0;
-            let b = emulate::run_f32(&p, &x, 512, Rescaling::Base).unwrap().0;
-            for r in 0..g.len() / dv {
-                let (mut ea, mut eb, mut g2) = (0.0f64, 0.0f64, 0.0f64);
-                for d in r * dv..(r + 1) * dv {
-                    ea += (DType::BF16.round(a[d]) as f64 - g[d]).powi(2);
-                    eb += (DType::BF16.round(b[d]) as f64 - g[d]).powi(2);
-                    g2 += g[d] * g[d];
-                }
-                out += &format!("{s},{r},{ea:e},{eb:e},{g2:e}\n");
-            }
-        }
-        std::fs::write(format!("/tmp/amla_rows/{tag}_{t}_{col}_{seed0}.csv"), out).unwrap();
-        println!("{} {} done", table.name(), dist.label());
     }
 }
 
