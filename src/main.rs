@@ -158,7 +158,34 @@ enum Repro {
     },
 }
 
-fn amla_accuracy(_samples: usize, _seed: u64) {}
+fn amla_accuracy(samples: usize, seed: u64) {
+    use ferrattn::amla::accuracy::{reproduce, AccuracyTable};
+    println!(
+        "AMLA accuracy (section 5.1): relative Frobenius error of the BF16 output against an f64 golden, \
+         batch 1, 128 heads, Sq 1, Sk 8192, 576/512, mean over {samples} samples, seed {seed}"
+    );
+    for table in AccuracyTable::ALL {
+        let pb = progress_bar(6 * samples as u64, table.name());
+        let rows = reproduce(table, samples, seed, &|done| pb.set_position(done as u64));
+        pb.finish_and_clear();
+        println!("\n{}", table.name());
+        println!("| input | paper AMLA | paper Base | AMLA | Base | AMLA/paper | AMLA/Base | AMLA, no compensation |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for r in rows {
+            println!(
+                "| {} | {:.3e} | {:.3e} | {:.3e} | {:.3e} | {:.3} | {:.3} | {:.3e} |",
+                r.label,
+                r.paper_amla,
+                r.paper_base,
+                r.amla,
+                r.base,
+                r.amla_over_paper,
+                r.amla_over_base,
+                r.amla_uncompensated
+            );
+        }
+    }
+}
 
 fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(total);
