@@ -44,7 +44,7 @@ pub fn supported_on(algorithm: Algorithm) -> &'static [BackendKind] {
         Algorithm::Exact => &[BackendKind::Cpu],
         Algorithm::Lean => &[BackendKind::Cuda, BackendKind::Cpu],
         Algorithm::Amla => &[BackendKind::Ascend, BackendKind::Cpu],
-        Algorithm::Turbo => &[BackendKind::Cpu],
+        Algorithm::Turbo => &[BackendKind::Cuda, BackendKind::Cpu],
         Algorithm::TurboQuant => &[BackendKind::Cpu],
     }
 }
@@ -248,6 +248,7 @@ impl Runtime {
             }),
             Runtime::Cuda(d) => match plan.algorithm {
                 Algorithm::Lean => Ok(d.run_lean(plan, x)?),
+                Algorithm::Turbo => Ok(d.run_turbo(plan, x)?),
                 other => Err(FerrattnError::NotSupported {
                     algorithm: other.to_string(),
                     backend: "cuda".into(),

@@ -42,6 +42,23 @@ fn main() {
         "cargo:rerun-if-changed={}",
         kernels.join("common.cuh").display()
     );
+    // headers of one kernel family (every *.cuh but common.cuh), inlined after common.cuh
+    let mut headers: Vec<(String, String)> = std::fs::read_dir(&kernels)
+        .expect("cuda-kernels/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "cuh")
+                && p.file_name().is_some_and(|n| n != "common.cuh")
+        })
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().to_string(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
+        .collect();
+    headers.sort();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&kernels)
         .expect("cuda-kernels/")
         .flatten()
@@ -54,7 +71,10 @@ fn main() {
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
         let name = f.file_stem().unwrap().to_string_lossy().to_string();
-        let src = inline_common(&std::fs::read_to_string(f).unwrap(), &common);
+        let mut src = inline_common(&std::fs::read_to_string(f).unwrap(), &common);
+        for (h, text) in &headers {
+            src = inline_header(&src, h, text);
+        }
         let src_path = out.join(format!("{name}.nvrtc.cu"));
         std::fs::write(&src_path, src).unwrap();
         let fatbin = match &choice {

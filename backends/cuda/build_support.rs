@@ -101,6 +101,22 @@ pub mod build_support {
         out
     }
 
+    /// The source with the line `#include "<name>"` replaced by `text` (a kernel family's own
+    /// header, e.g. `turbo_common.cuh`, after `common.cuh` was inlined).
+    pub fn inline_header(source: &str, name: &str, text: &str) -> String {
+        let include = format!("#include \"{name}\"");
+        let mut out = String::with_capacity(source.len() + text.len());
+        for line in source.lines() {
+            if line.trim() == include {
+                out.push_str(text);
+            } else {
+                out.push_str(line);
+            }
+            out.push('\n');
+        }
+        out
+    }
+
     /// A Rust string literal for `s` (paths with backslashes or quotes included).
     pub fn rust_string_literal(s: &str) -> String {
         format!("{s:?}")

@@ -337,6 +337,58 @@ pub fn fill_kernel_name(dtype: DType) -> Result<&'static str> {
     }
 }
 
+/// Entry points of one TurboAttention configuration: the closed list of instances in
+/// `turbo_prefill.cu` and `turbo_decode.cu` (see `crate::turbo`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurboKernelNames {
+    /// BPQ stage 1 of K and V per block (and stage 2 into the cache).
+    pub quant_kv: String,
+    /// Universal scale and INT8 buffer of the tokens after the last full block.
+    pub buffer_tail: String,
+    /// Alg. 1 attention.
+    pub prefill: String,
+    /// Alg. 2 over the compressed cache, one partial per segment.
+    pub decode: String,
+    /// Merge of a decode tile's partials.
+    pub combine: String,
+    /// One token into the INT8 buffer.
+    pub append: String,
+    /// A full buffer into a compressed block.
+    pub flush: String,
+}
+
+/// Kernel names of TurboAttention for a dtype and head dim; anything else is `Unsupported`.
+pub fn turbo_kernel_names(dtype: DType, head_dim: usize) -> Result<TurboKernelNames> {
+    let dt = match dtype {
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        other => {
+            return Err(CudaError::Unsupported {
+                what: format!("turbo kernels for {other}"),
+                supported: "f16, bf16".into(),
+            })
+        }
+    };
+    let d = match head_dim {
+        64 | 128 => head_dim,
+        _ => {
+            return Err(CudaError::Unsupported {
+                what: format!("turbo kernels for head dim {head_dim}"),
+                supported: "64, 128".into(),
+            })
+        }
+    };
+    Ok(TurboKernelNames {
+        quant_kv: format!("turbo_quant_kv_{dt}_d{d}"),
+        buffer_tail: format!("turbo_buffer_tail_{dt}_d{d}"),
+        prefill: format!("turbo_prefill_{dt}_d{d}"),
+        decode: format!("turbo_decode_{dt}_d{d}"),
+        combine: format!("turbo_combine_{dt}_d{d}"),
+        append: format!("turbo_append_{dt}_d{d}"),
+        flush: format!("turbo_flush_d{d}"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

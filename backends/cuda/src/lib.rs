@@ -6,6 +6,10 @@
 //! tile. The schedule is planned on the host by `ferrattn_core::lean` and uploaded as two small
 //! tables; see that module for the math and the CPU twin every GPU result is tested against.
 //!
+//! TurboAttention (INT8 tensor-core prefill and decode over a compressed KV cache, with SAS;
+//! kernels in `cuda-kernels/turbo_*.cu`) is in [`turbo`]: bit-identical to the CPU emulation
+//! `ferrattn_core::turbo`, measured in `docs/TURBO_CUDA.md`.
+//!
 //! The driver and NVRTC are loaded at run time: the crate builds and its host tests run on
 //! machines without CUDA, where [`CudaBackend::availability`] says why nothing can run.
 //! Kernels are embedded at build time (see `build.rs`): a fatbin when nvcc was found, else the
@@ -21,13 +25,15 @@ pub mod device;
 pub mod error;
 pub mod kernels;
 pub mod launch;
+pub mod turbo;
 
 pub use device::{DeviceBuffer, Event, Gpu, Graph};
 pub use error::{CudaError, Result};
 pub use kernels::{ModuleOrigin, BUILD_NOTE};
 pub use launch::{DeviceInputs, DeviceOutputs, PreparedLean};
+pub use turbo::{DecodeSchedule, DeviceTurboCache};
 
-use ferrattn_core::backend::{Availability, Device, ExactAttention, LeanDecode};
+use ferrattn_core::backend::{Availability, Device, ExactAttention, LeanDecode, TurboAttention};
 use ferrattn_core::{
     lean, Algorithm, AttentionInputs, AttentionOutput, AttentionPlan, BackendKind, DeviceCaps,
     Provenance,
@@ -50,6 +56,7 @@ pub struct CudaBackend {
     gpu: std::result::Result<Arc<Gpu>, String>,
     options: Options,
     module: OnceLock<std::result::Result<Arc<kernels::Module>, String>>,
+    turbo: OnceLock<std::result::Result<Arc<turbo::TurboModules>, String>>,
 }
 
 impl CudaBackend {
@@ -71,6 +78,7 @@ impl CudaBackend {
             gpu,
             options,
             module: OnceLock::new(),
+            turbo: OnceLock::new(),
         }
     }
 
@@ -227,6 +235,22 @@ impl ExactAttention for CudaBackend {
             ..plan.clone()
         };
         self.run_prepared_plan(&routed, x)
+    }
+}
+
+impl TurboAttention for CudaBackend {
+    /// [`ferrattn_core::turbo::emulate`]'s semantics on INT8 tensor cores (see [`turbo`]):
+    /// prefill where `Sq >= Sk`, context compression then token-by-token decode where `Sq < Sk`,
+    /// decoded with one CTA per tile so that O equals the emulation's bit for bit (stream-K
+    /// decode is [`CudaBackend::turbo_decode`]'s).
+    fn run_turbo(&self, plan: &AttentionPlan, x: &AttentionInputs) -> Result<AttentionOutput> {
+        let ferrattn_core::PlanDetail::Turbo(cfg) = &plan.detail else {
+            return Err(CudaError::Plan(format!(
+                "run_turbo was given a {} plan",
+                plan.algorithm
+            )));
+        };
+        self.turbo_run(cfg, &plan.problem, x, Some(DecodeSchedule::PerTile))
     }
 }
 

@@ -1,0 +1,1592 @@
+//! TurboAttention on CUDA (Kang et al., MLSys 2025): INT8 tensor-core prefill (Alg. 1) and
+//! decode (Alg. 2) over a compressed KV cache, with SAS (section 4).
+//!
+//! The numeric contract is `ferrattn_core::turbo` (its module docs): the kernels in
+//! `cuda-kernels/turbo_prefill.cu` and `cuda-kernels/turbo_decode.cu` perform the emulation's
+//! integer and `f32` steps in its order, so
+//! - the cache they write (packed codes, channel scales and zero points, block scales, INT8
+//!   buffer, universal scales) equals [`ferrattn_core::turbo::TurboKvCache`] bit for bit
+//!   ([`DeviceTurboCache::download`]);
+//! - prefill O equals [`ferrattn_core::turbo::prefill`]'s bit for bit with SAS on (LSE up to
+//!   `logf`'s last bit; with SAS off P goes through `expf`, whose last bit differs from the host's);
+//! - decode under [`DecodeSchedule::PerTile`] replays the emulation's tile order
+//!   (bit-identical O); under [`DecodeSchedule::StreamK`] the KV length is split over CTAs as in
+//!   LeanAttention (appendix E) and the partials are merged with the configuration's exponential,
+//!   which [`decode_twin`] reproduces on the CPU bit for bit.
+//!
+//! What runs where:
+//! - [`CudaBackend::turbo_prefill`]: Q, K, V (f16/bf16) in; O, LSE and a [`DeviceTurboCache`] out.
+//! - [`CudaBackend::turbo_decode`] / [`CudaBackend::turbo_decode_step`]: one query token per
+//!   sequence over a device cache (ragged lengths, INT8 buffer included); `turbo_append` quantizes
+//!   new tokens into the buffer and flushes full buffers into compressed blocks on the device.
+//! - [`ferrattn_core::backend::TurboAttention::run_turbo`]: the semantics of
+//!   [`ferrattn_core::turbo::emulate`] (prefill where `Sq >= Sk`, context compression then
+//!   token-by-token decode where `Sq < Sk`).
+//!
+//! Supported (a closed list; everything else is [`CudaError::Unsupported`]): f16/bf16, head dim
+//! 64 or 128 (`head_dim_qk == head_dim_v`), `B_r = B_c = n_b = 64`, any SAS threshold the core
+//! accepts and SAS off, KV bits 4, 2, mixed or per head, any GQA ratio, causal (bottom-right) or
+//! not, ragged lengths. Per-head bit widths are resolved on the host from the host tensors (the
+//! head priorities of section 3.2 are `f64` statistics of the context).
+
+use crate::device::{DeviceBuffer, Gpu};
+use crate::error::{check, CudaError, Result};
+use crate::kernels::{self, Function, Module};
+use crate::launch::{DeviceInputs, DeviceOutputs};
+use crate::CudaBackend;
+use cudarc::driver::sys;
+use ferrattn_core::lean::{Schedule, Segment, TileSpace};
+use ferrattn_core::turbo::attention::{attend_tile, RowState};
+use ferrattn_core::turbo::cache::{resolve_bits, Int8Buffer, SeqCache, TensorCache};
+use ferrattn_core::turbo::quant::{packed_block_bytes, ChannelParams, Int8Block, PackedBlock};
+use ferrattn_core::turbo::{self, CacheMemory, TurboConfig, TurboKvCache};
+use ferrattn_core::{
+    AttentionInputs, AttentionOutput, AttentionProblem, DType, Provenance, Tensor,
+};
+use half::{bf16, f16};
+use std::sync::Arc;
+
+/// Query rows and keys per tile, tokens per cache block and buffer capacity (`kBlock`).
+pub const TURBO_BLOCK: usize = 64;
+/// Threads per CTA of every TurboAttention kernel (`kThreads`).
+pub const TURBO_THREADS: u32 = 128;
+/// Query heads of one KV head that one decode CTA holds as MMA rows (`kDecodeRows`).
+pub const DECODE_ROWS: usize = 16;
+
+// ---- kernel parameter blocks, mirrored by the structs of turbo_common.cuh and the .cu files ----
+
+/// `struct CacheView`: one tensor (K or V) of the cache.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CacheView {
+    codes: u64,
+    par: u64,
+    bscale: u64,
+    buf: u64,
+    buf_scale: u64,
+}
+
+/// `struct CacheParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CacheParams {
+    k: CacheView,
+    v: CacheView,
+    head_bits: u64,
+    head_off: u64,
+    seq_code_bytes: u64,
+    cap_blocks: i32,
+    heads_kv: i32,
+}
+
+/// `struct QuantParams` (turbo_prefill.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QuantParams {
+    k: u64,
+    v: u64,
+    lens: u64,
+    kq: u64,
+    vt: u64,
+    ks: u64,
+    vs: u64,
+    cache: CacheParams,
+    batch: i32,
+    max_s: i32,
+    heads_kv: i32,
+    nblk: i32,
+}
+
+/// `struct PrefillParams` (turbo_prefill.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PrefillParams {
+    q: u64,
+    o: u64,
+    lse: u64,
+    seqlens_q: u64,
+    seqlens_k: u64,
+    kq: u64,
+    vt: u64,
+    ks: u64,
+    vs: u64,
+    batch: i32,
+    max_sq: i32,
+    heads_q: i32,
+    heads_kv: i32,
+    group: i32,
+    nblk: i32,
+    causal: i32,
+    sas: i32,
+    sas_nr: i32,
+    softmax_scale: f32,
+}
+
+/// `struct DecodeParams` (turbo_decode.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DecodeParams {
+    q: u64,
+    o: u64,
+    lse: u64,
+    lens: u64,
+    q_tok: u64,
+    seq_start: u64,
+    cta_bounds: u64,
+    cta_slot: u64,
+    tile_slot: u64,
+    part_o: u64,
+    part_ml: u64,
+    cache: CacheParams,
+    batch: i32,
+    max_sq: i32,
+    heads_q: i32,
+    heads_kv: i32,
+    group: i32,
+    qgroups: i32,
+    num_ctas: i32,
+    num_tiles: i32,
+    sas: i32,
+    sas_nr: i32,
+    softmax_scale: f32,
+}
+
+/// `struct AppendParams` (turbo_decode.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AppendParams {
+    k: u64,
+    v: u64,
+    src_tok: u64,
+    lens: u64,
+    cache: CacheParams,
+    batch: i32,
+    src_len: i32,
+    heads_kv: i32,
+}
+
+/// `struct FlushParams` (turbo_decode.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FlushParams {
+    seqs: u64,
+    blocks: u64,
+    cache: CacheParams,
+    count: i32,
+    heads_kv: i32,
+}
+
+// ---- configuration -----------------------------------------------------------------------------
+
+/// Checks that a configuration, dtype and head dim have kernels (the closed list in the module
+/// docs); `Unsupported` names what is and what would be.
+pub fn check_supported(cfg: &TurboConfig, dtype: DType, head_dim: usize) -> Result<()> {
+    cfg.validate()?;
+    if cfg.block_q != TURBO_BLOCK || cfg.block_k != TURBO_BLOCK || cfg.buffer_tokens != TURBO_BLOCK
+    {
+        return Err(CudaError::Unsupported {
+            what: format!(
+                "turbo blocks B_r = {}, B_c = {}, n_b = {} on CUDA",
+                cfg.block_q, cfg.block_k, cfg.buffer_tokens
+            ),
+            supported: "B_r = B_c = n_b = 64 (the kernels' tile)".into(),
+        });
+    }
+    kernels::turbo_kernel_names(dtype, head_dim)?;
+    Ok(())
+}
+
+fn check_problem(cfg: &TurboConfig, p: &AttentionProblem) -> Result<()> {
+    if p.head_dim_qk != p.head_dim_v {
+        return Err(CudaError::Unsupported {
+            what: format!(
+                "turbo with head dims qk = {} and v = {}",
+                p.head_dim_qk, p.head_dim_v
+            ),
+            supported: "equal Q/K and V head dims".into(),
+        });
+    }
+    check_supported(cfg, p.dtype, p.head_dim_qk)
+}
+
+/// The two TurboAttention modules, loaded once per backend.
+#[derive(Debug)]
+pub struct TurboModules {
+    prefill: Arc<Module>,
+    decode: Arc<Module>,
+}
+
+/// The entry points of one (dtype, head dim) configuration.
+#[derive(Clone, Debug)]
+pub struct TurboKernels {
+    quant_kv: Function,
+    buffer_tail: Function,
+    prefill: Function,
+    decode: Function,
+    combine: Function,
+    append: Function,
+    flush: Function,
+}
+
+// ---- the device cache --------------------------------------------------------------------------
+
+/// Byte offset of each KV head's packed codes inside one sequence, and the bytes of codes per
+/// sequence, for blocks of [`TURBO_BLOCK`] tokens (heads may differ in bits: section 3.2).
+pub fn code_layout(head_dim: usize, bits: &[u8], capacity_blocks: usize) -> (Vec<u64>, u64) {
+    let mut off = Vec::with_capacity(bits.len());
+    let mut at = 0u64;
+    for &b in bits {
+        off.push(at);
+        at += (capacity_blocks * TURBO_BLOCK * head_dim * b as usize / 8) as u64;
+    }
+    (off, at)
+}
+
+/// A tensor's arrays copied to the host: codes, channel parameters, block scales, buffer codes,
+/// universal scales.
+type HostArrays = (Vec<u8>, Vec<u8>, Vec<f32>, Vec<u8>, Vec<f32>);
+
+#[derive(Debug)]
+struct TensorArrays {
+    codes: DeviceBuffer,
+    par: DeviceBuffer,
+    bscale: DeviceBuffer,
+    buf: DeviceBuffer,
+    buf_scale: DeviceBuffer,
+}
+
+impl TensorArrays {
+    fn alloc(
+        gpu: &Arc<Gpu>,
+        batch: usize,
+        hk: usize,
+        d: usize,
+        cap: usize,
+        seq_code_bytes: u64,
+    ) -> Result<TensorArrays> {
+        Ok(TensorArrays {
+            codes: DeviceBuffer::alloc(gpu, batch * seq_code_bytes as usize)?,
+            par: DeviceBuffer::alloc(gpu, batch * hk * cap * 2 * d)?,
+            bscale: DeviceBuffer::alloc(gpu, batch * hk * cap * 4)?,
+            buf: DeviceBuffer::alloc(gpu, batch * hk * TURBO_BLOCK * d)?,
+            // 0 = no universal scale yet (section 3.3): must start zeroed
+            buf_scale: DeviceBuffer::from_slice(gpu, &vec![0f32; batch * hk])?,
+        })
+    }
+
+    fn view(&self) -> CacheView {
+        CacheView {
+            codes: self.codes.ptr(),
+            par: self.par.ptr(),
+            bscale: self.bscale.ptr(),
+            buf: self.buf.ptr(),
+            buf_scale: self.buf_scale.ptr(),
+        }
+    }
+}
+
+/// The TurboAttention KV cache of a batch in device memory (layout: `turbo_common.cuh`):
+/// per (sequence, KV head) and for K and V, compressed blocks of 64 tokens at the head's bit
+/// width and the INT8 buffer of the tokens after the last block.
+#[derive(Debug)]
+pub struct DeviceTurboCache {
+    /// Channels per K/V row.
+    pub head_dim: usize,
+    /// KV heads.
+    pub heads_kv: usize,
+    /// Bits of each KV head's blocks (2 or 4).
+    pub bits: Vec<u8>,
+    /// Compressed blocks each (sequence, head) can hold.
+    pub capacity_blocks: usize,
+    lens: Vec<usize>,
+    seq_code_bytes: u64,
+    k: TensorArrays,
+    v: TensorArrays,
+    head_bits: DeviceBuffer,
+    head_off: DeviceBuffer,
+}
+
+impl DeviceTurboCache {
+    /// An empty cache for `batch` sequences of up to `capacity_tokens` tokens each.
+    pub fn alloc(
+        gpu: &Arc<Gpu>,
+        batch: usize,
+        heads_kv: usize,
+        head_dim: usize,
+        bits: Vec<u8>,
+        capacity_tokens: usize,
+    ) -> Result<DeviceTurboCache> {
+        if bits.len() != heads_kv || bits.iter().any(|&b| b != 2 && b != 4) {
+            return Err(CudaError::Unsupported {
+                what: format!("turbo cache bits {bits:?} for {heads_kv} KV heads"),
+                supported: "one width per KV head, each 2 or 4".into(),
+            });
+        }
+        let cap = capacity_tokens / TURBO_BLOCK;
+        let (off, seq_code_bytes) = code_layout(head_dim, &bits, cap);
+        let head_bits: Vec<i32> = bits.iter().map(|&b| b as i32).collect();
+        Ok(DeviceTurboCache {
+            head_dim,
+            heads_kv,
+            capacity_blocks: cap,
+            lens: vec![0; batch],
+            seq_code_bytes,
+            k: TensorArrays::alloc(gpu, batch, heads_kv, head_dim, cap, seq_code_bytes)?,
+            v: TensorArrays::alloc(gpu, batch, heads_kv, head_dim, cap, seq_code_bytes)?,
+            head_bits: DeviceBuffer::from_slice(gpu, &head_bits)?,
+            head_off: DeviceBuffer::from_slice(gpu, &off)?,
+            bits,
+        })
+    }
+
+    /// Sequences in the batch.
+    pub fn batch(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Tokens held per sequence.
+    pub fn lens(&self) -> &[usize] {
+        &self.lens
+    }
+
+    /// Tokens one sequence can hold: the blocks plus a buffer one short of a block.
+    pub fn capacity_tokens(&self) -> usize {
+        self.capacity_blocks * TURBO_BLOCK + TURBO_BLOCK - 1
+    }
+
+    /// Empties the cache (every sequence back to 0 tokens, no universal scale), asynchronously
+    /// on the stream.
+    pub fn reset(&mut self) -> Result<()> {
+        self.k.buf_scale.fill_u32(0)?;
+        self.v.buf_scale.fill_u32(0)?;
+        self.lens.iter_mut().for_each(|l| *l = 0);
+        Ok(())
+    }
+
+    pub(crate) fn params(&self) -> CacheParams {
+        CacheParams {
+            k: self.k.view(),
+            v: self.v.view(),
+            head_bits: self.head_bits.ptr(),
+            head_off: self.head_off.ptr(),
+            seq_code_bytes: self.seq_code_bytes,
+            cap_blocks: self.capacity_blocks as i32,
+            heads_kv: self.heads_kv as i32,
+        }
+    }
+
+    /// Memory held, counted as [`TurboKvCache::memory`] counts it (packed codes, channel
+    /// parameters, block scales, buffered INT8 codes and universal scales).
+    pub fn memory(&self) -> CacheMemory {
+        let d = self.head_dim;
+        let (mut compressed, mut buffer, mut tokens) = (0usize, 0usize, 0usize);
+        for &len in &self.lens {
+            tokens += len;
+            for &b in &self.bits {
+                compressed += 2 * (len / TURBO_BLOCK) * packed_block_bytes(TURBO_BLOCK, d, b);
+                buffer += 2 * ((len % TURBO_BLOCK) * d + 4);
+            }
+        }
+        let fp16 = tokens * self.heads_kv * d * 2 * DType::F16.size_bytes();
+        let held = compressed + buffer;
+        CacheMemory {
+            tokens,
+            compressed_bytes: compressed,
+            buffer_bytes: buffer,
+            fp16_bytes: fp16,
+            bytes_per_token: if tokens == 0 {
+                0.0
+            } else {
+                held as f64 / tokens as f64
+            },
+            compression_ratio: if held == 0 {
+                0.0
+            } else {
+                fp16 as f64 / held as f64
+            },
+        }
+    }
+
+    /// Device memory allocated for the cache (its capacity, not its contents).
+    pub fn allocated_bytes(&self) -> usize {
+        [&self.k, &self.v]
+            .iter()
+            .map(|t| {
+                t.codes.bytes()
+                    + t.par.bytes()
+                    + t.bscale.bytes()
+                    + t.buf.bytes()
+                    + t.buf_scale.bytes()
+            })
+            .sum()
+    }
+
+    /// Copies the cache to the host as the core's type, for bitwise comparison with the
+    /// emulation (waits for the stream).
+    pub fn download(&self) -> Result<TurboKvCache> {
+        let (d, hk, cap) = (self.head_dim, self.heads_kv, self.capacity_blocks);
+        let (off, _) = code_layout(d, &self.bits, cap);
+        let get = |t: &TensorArrays| -> Result<HostArrays> {
+            Ok((
+                t.codes.to_vec()?,
+                t.par.to_vec()?,
+                t.bscale.to_vec()?,
+                t.buf.to_vec()?,
+                t.buf_scale.to_vec()?,
+            ))
+        };
+        let arrays = [get(&self.k)?, get(&self.v)?];
+        let tensor = |which: usize, b: usize, h: usize| -> TensorCache {
+            let (codes, par, bscale, buf, buf_scale) = &arrays[which];
+            let len = self.lens[b];
+            let bits = self.bits[h];
+            let cb = TURBO_BLOCK * d * bits as usize / 8;
+            let bh = b * hk + h;
+            let blocks = (0..len / TURBO_BLOCK)
+                .map(|j| {
+                    let pb = (bh * cap + j) * 2 * d;
+                    let start = b * self.seq_code_bytes as usize + off[h] as usize + j * cb;
+                    PackedBlock {
+                        tokens: TURBO_BLOCK,
+                        bits,
+                        int8_scale: bscale[bh * cap + j],
+                        channels: (0..d)
+                            .map(|c| ChannelParams {
+                                scale: par[pb + c],
+                                zero: par[pb + d + c] as i8,
+                            })
+                            .collect(),
+                        packed: codes[start..start + cb].to_vec(),
+                    }
+                })
+                .collect();
+            let tokens = len % TURBO_BLOCK;
+            let s = buf_scale[bh];
+            let start = bh * TURBO_BLOCK * d;
+            TensorCache {
+                blocks,
+                buffer: Int8Buffer {
+                    scale: (s > 0.0).then_some(s),
+                    tokens,
+                    codes: buf[start..start + tokens * d]
+                        .iter()
+                        .map(|&x| x as i8)
+                        .collect(),
+                },
+            }
+        };
+        Ok(TurboKvCache {
+            head_dim: d,
+            heads_kv: hk,
+            block_tokens: TURBO_BLOCK,
+            bits: self.bits.clone(),
+            seqs: (0..self.batch())
+                .map(|b| SeqCache {
+                    k: (0..hk).map(|h| tensor(0, b, h)).collect(),
+                    v: (0..hk).map(|h| tensor(1, b, h)).collect(),
+                })
+                .collect(),
+        })
+    }
+}
+
+// ---- decode schedule (pure, host side) ---------------------------------------------------------
+
+/// How the decode iterations (cache tiles of every output tile) are cut into CTA work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeSchedule {
+    /// One CTA per output tile: the emulation's tile order, O bit for bit.
+    PerTile,
+    /// Stream-K (Lean appendix E, Alg. 2 line 9) over this many CTAs: equal contiguous ranges
+    /// of the iteration space, partials merged in key order; equals [`decode_twin`] bit for bit.
+    StreamK(usize),
+}
+
+/// A decode launch planned on the host: the iteration space over the cache tiles
+/// (`ferrattn_core::lean::TileSpace` with 64-token tiles), the CTA ranges and the partial slots.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodePlan {
+    /// Query heads.
+    pub heads_q: usize,
+    /// KV heads.
+    pub heads_kv: usize,
+    /// Cache tokens per sequence; 0 for a sequence this launch does not decode.
+    pub lens: Vec<usize>,
+    /// Query token each sequence decodes, -1 for none.
+    pub q_tok: Vec<i32>,
+    /// Output tiles per KV head: `ceil(group / 16)`.
+    pub qgroups: usize,
+    /// The iteration space.
+    pub space: TileSpace,
+    /// The CTA ranges.
+    pub schedule: Schedule,
+    /// `num_ctas + 1` bounds of the CTA ranges.
+    pub cta_bounds: Vec<u64>,
+    /// Every segment in slot order (CTA order, then iteration order).
+    pub segments: Vec<Segment>,
+    /// Slot of each CTA's first segment.
+    pub cta_slot: Vec<u32>,
+    /// `num_tiles + 1`: the slots of tile `t` are `tile_slot[t] .. tile_slot[t + 1]`.
+    pub tile_slot: Vec<u32>,
+}
+
+impl DecodePlan {
+    /// CTAs of the decode launch.
+    pub fn num_ctas(&self) -> usize {
+        self.cta_bounds.len() - 1
+    }
+    /// Output tiles (and CTAs of the combine launch).
+    pub fn num_tiles(&self) -> usize {
+        self.space.num_tiles()
+    }
+    /// Partial slots.
+    pub fn slots(&self) -> usize {
+        self.segments.len()
+    }
+}
+
+/// Plans a decode launch. `lens[b]`: tokens the cache holds for sequence `b`; `q_tok[b]`: the
+/// query token it decodes, or -1 (its length is then treated as 0).
+pub fn plan_decode(
+    lens: &[usize],
+    q_tok: &[i32],
+    heads_q: usize,
+    heads_kv: usize,
+    schedule: DecodeSchedule,
+) -> Result<DecodePlan> {
+    assert_eq!(lens.len(), q_tok.len(), "one query token per sequence");
+    let batch = lens.len();
+    let lens: Vec<usize> = lens
+        .iter()
+        .zip(q_tok)
+        .map(|(&l, &t)| if t < 0 { 0 } else { l })
+        .collect();
+    let group = heads_q / heads_kv;
+    let qgroups = group.div_ceil(DECODE_ROWS);
+    let max = lens.iter().copied().max().unwrap_or(0).max(1);
+    // the core's iteration space needs only lengths and head counts from a problem
+    let mut p = AttentionProblem::uniform(batch, 1, max, heads_q, heads_kv, 64, 64, DType::F16);
+    p.seqlens_k = lens.clone();
+    let space = TileSpace::new(&p, TURBO_BLOCK, qgroups);
+    if space.total_iters() >= u32::MAX as u64 {
+        return Err(CudaError::Unsupported {
+            what: format!("{} decode iterations", space.total_iters()),
+            supported: "fewer than 2^32".into(),
+        });
+    }
+    let schedule = match schedule {
+        DecodeSchedule::PerTile => Schedule::fixed_split(&space, 1),
+        DecodeSchedule::StreamK(ctas) => Schedule::stream_k(&space, ctas.max(1)),
+    };
+    let cta_bounds = schedule.cta_bounds(&space);
+    let segments = schedule.segments(&space);
+    let mut cta_slot = vec![u32::MAX; cta_bounds.len() - 1];
+    let mut tile_slot = vec![u32::MAX; space.num_tiles() + 1];
+    for (i, s) in segments.iter().enumerate() {
+        if cta_slot[s.cta] == u32::MAX {
+            cta_slot[s.cta] = i as u32;
+        }
+        if tile_slot[s.tile] == u32::MAX {
+            tile_slot[s.tile] = i as u32;
+        }
+    }
+    tile_slot[space.num_tiles()] = segments.len() as u32;
+    debug_assert!(
+        cta_slot.iter().chain(&tile_slot).all(|&s| s != u32::MAX),
+        "every CTA and tile has a segment"
+    );
+    Ok(DecodePlan {
+        heads_q,
+        heads_kv,
+        lens,
+        q_tok: q_tok.to_vec(),
+        qgroups,
+        space,
+        schedule,
+        cta_bounds,
+        segments,
+        cta_slot,
+        tile_slot,
+    })
+}
+
+/// CPU twin of the decode kernel and its combine under `plan`: for each segment the core's
+/// [`attend_tile`] over its cache tiles, then the partials of a tile merged in slot order with
+/// the configuration's exponential exactly as `turbo_combine_*` merges them. `q` is
+/// `[B, Sq, Hq, D]`; the rows `(b, plan.q_tok[b], h)` of `o` (`[B, Sq, Hq, D]`) and `lse`
+/// (`[B, Hq, Sq]`) are written, O rounded to `o`'s dtype.
+pub fn decode_twin(
+    cfg: &TurboConfig,
+    cache: &TurboKvCache,
+    plan: &DecodePlan,
+    q: &Tensor,
+    softmax_scale: f32,
+    o: &mut Tensor,
+    lse: &mut Tensor,
+) {
+    let exp = cfg.exp_kind();
+    let rescale = |m_old: f32, m_new: f32| {
+        if m_old == m_new {
+            1.0
+        } else {
+            exp.exp(m_old - m_new)
+        }
+    };
+    let (hq, hk, d, sq) = (plan.heads_q, plan.heads_kv, cache.head_dim, q.shape[1]);
+    let group = hq / hk;
+    for t in 0..plan.num_tiles() {
+        let (b, h_kv, qg) = plan.space.tile_coords(t);
+        if plan.q_tok[b] < 0 {
+            continue;
+        }
+        let qt = plan.q_tok[b] as usize;
+        let (kt, vt) = cache.int8_tiles(b, h_kv);
+        let rows = DECODE_ROWS.min(group - qg * DECODE_ROWS);
+        for r in 0..rows {
+            let h = h_kv * group + qg * DECODE_ROWS + r;
+            let qb = Int8Block::quantize(&[q.row4(b, qt, h)]);
+            let (mut m, mut l, mut a) = (f32::NEG_INFINITY, 0.0f32, vec![0.0f32; d]);
+            for s in &plan.segments[plan.tile_slot[t] as usize..plan.tile_slot[t + 1] as usize] {
+                let mut st = [RowState::new(d)];
+                for ti in s.local_begin as usize..(s.local_end as usize).min(kt.len()) {
+                    attend_tile(
+                        &qb,
+                        softmax_scale,
+                        &[usize::MAX],
+                        &kt[ti],
+                        &vt[ti],
+                        0,
+                        exp,
+                        &mut st,
+                    );
+                }
+                let [st] = st;
+                if st.m == f32::NEG_INFINITY {
+                    continue;
+                }
+                if m == f32::NEG_INFINITY {
+                    (m, l, a) = (st.m, st.l, st.acc);
+                    continue;
+                }
+                let mn = m.max(st.m);
+                let (r1, r2) = (rescale(m, mn), rescale(st.m, mn));
+                l = st.l.mul_add(r2, l * r1);
+                for (x, y) in a.iter_mut().zip(&st.acc) {
+                    *x = y.mul_add(r2, *x * r1);
+                }
+                m = mn;
+            }
+            let empty = m == f32::NEG_INFINITY || l == 0.0;
+            let dtype = o.dtype;
+            for (c, dst) in o.row4_mut(b, qt, h).iter_mut().enumerate() {
+                *dst = if empty { 0.0 } else { dtype.round(a[c] / l) };
+            }
+            lse.data[(b * hq + h) * sq + qt] = if empty { f32::NEG_INFINITY } else { m + l.ln() };
+        }
+    }
+}
+
+// ---- launches ----------------------------------------------------------------------------------
+
+fn launch<P>(
+    gpu: &Arc<Gpu>,
+    f: &Function,
+    grid: (usize, usize, usize),
+    params: &mut P,
+) -> Result<()> {
+    if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+        return Ok(());
+    }
+    if grid.1 > 65535 || grid.2 > 65535 || grid.0 > i32::MAX as usize {
+        return Err(CudaError::Unsupported {
+            what: format!("grid {grid:?} for {}", f.name),
+            supported: "x < 2^31, y and z <= 65535".into(),
+        });
+    }
+    gpu.bind()?;
+    let mut args = [params as *mut P as *mut std::ffi::c_void];
+    // SAFETY: `params` is the #[repr(C)] mirror of the kernel's single by-value parameter.
+    check("cuLaunchKernel", unsafe {
+        sys::cuLaunchKernel(
+            f.f,
+            grid.0 as u32,
+            grid.1 as u32,
+            grid.2 as u32,
+            TURBO_THREADS,
+            1,
+            1,
+            0,
+            gpu.stream,
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
+}
+
+fn to_bits16(dtype: DType, data: &[f32]) -> Vec<u16> {
+    match dtype {
+        DType::F16 => data.iter().map(|&x| f16::from_f32(x).to_bits()).collect(),
+        _ => data.iter().map(|&x| bf16::from_f32(x).to_bits()).collect(),
+    }
+}
+
+fn lens_i32(l: &[usize]) -> Vec<i32> {
+    l.iter().map(|&x| x as i32).collect()
+}
+
+/// A prefill made ready for repeated launches: kernels chosen, INT8 K/V workspace allocated.
+#[derive(Debug)]
+pub struct PreparedTurboPrefill {
+    /// The problem.
+    pub problem: AttentionProblem,
+    /// The configuration.
+    pub cfg: TurboConfig,
+    kernels: TurboKernels,
+    nblk: usize,
+    kq: DeviceBuffer,
+    vt: DeviceBuffer,
+    ks: DeviceBuffer,
+    vs: DeviceBuffer,
+}
+
+/// A decode launch made ready: the plan's tables and the partial buffers on the device.
+#[derive(Debug)]
+pub struct PreparedTurboDecode {
+    /// The host plan.
+    pub plan: DecodePlan,
+    kernels: TurboKernels,
+    table: DeviceBuffer,
+    offsets: [u64; 6],
+    part_o: DeviceBuffer,
+    part_ml: DeviceBuffer,
+}
+
+impl CudaBackend {
+    /// The TurboAttention modules, loaded (or NVRTC-compiled) at first use.
+    pub fn turbo_modules(&self) -> Result<&Arc<TurboModules>> {
+        let gpu = self.gpu()?;
+        self.turbo
+            .get_or_init(|| {
+                let load = |name: &str| {
+                    let img = kernels::image(name).expect("turbo images are embedded by build.rs");
+                    Module::load(gpu, img, self.options.force_nvrtc).map_err(|e| e.to_string())
+                };
+                Ok(Arc::new(TurboModules {
+                    prefill: load("turbo_prefill")?,
+                    decode: load("turbo_decode")?,
+                }))
+            })
+            .as_ref()
+            .map_err(|e| CudaError::Unavailable {
+                reason: format!("the turbo kernels could not be loaded: {e}"),
+            })
+    }
+
+    /// The kernels of a (dtype, head dim) configuration.
+    pub fn turbo_kernels(&self, dtype: DType, head_dim: usize) -> Result<TurboKernels> {
+        let n = kernels::turbo_kernel_names(dtype, head_dim)?;
+        let m = self.turbo_modules()?;
+        Ok(TurboKernels {
+            quant_kv: m.prefill.function(&n.quant_kv)?,
+            buffer_tail: m.prefill.function(&n.buffer_tail)?,
+            prefill: m.prefill.function(&n.prefill)?,
+            decode: m.decode.function(&n.decode)?,
+            combine: m.decode.function(&n.combine)?,
+            append: m.decode.function(&n.append)?,
+            flush: m.decode.function(&n.flush)?,
+        })
+    }
+
+    fn turbo_provenance(&self) -> Result<Provenance> {
+        Ok(Provenance {
+            backend: "cuda".into(),
+            device: format!("{} (TurboAttention INT8 + SAS)", self.gpu()?.caps.name),
+            simulated: None,
+        })
+    }
+
+    /// Prepares a prefill of `p` (validated problem) for repeated launches.
+    pub fn turbo_prepare_prefill(
+        &self,
+        cfg: &TurboConfig,
+        p: &AttentionProblem,
+    ) -> Result<PreparedTurboPrefill> {
+        p.validate()?;
+        check_problem(cfg, p)?;
+        let gpu = self.gpu()?;
+        let d = p.head_dim_qk;
+        let nblk = p.max_seqlen_k.div_ceil(TURBO_BLOCK).max(1);
+        let tiles = p.batch * p.heads_kv * nblk;
+        Ok(PreparedTurboPrefill {
+            problem: p.clone(),
+            cfg: cfg.clone(),
+            kernels: self.turbo_kernels(p.dtype, d)?,
+            nblk,
+            kq: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
+            vt: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
+            ks: DeviceBuffer::alloc(gpu, tiles * 4)?,
+            vs: DeviceBuffer::alloc(gpu, tiles * 4)?,
+        })
+    }
+
+    /// An empty device cache for `batch` sequences.
+    pub fn turbo_alloc_cache(
+        &self,
+        batch: usize,
+        heads_kv: usize,
+        head_dim: usize,
+        bits: Vec<u8>,
+        capacity_tokens: usize,
+    ) -> Result<DeviceTurboCache> {
+        DeviceTurboCache::alloc(
+            self.gpu()?,
+            batch,
+            heads_kv,
+            head_dim,
+            bits,
+            capacity_tokens,
+        )
+    }
+
+    /// Enqueues BPQ stage 1 of `k`, `v` over `lens` tokens per sequence into the prepared
+    /// workspace and, with a cache, stage 2 of the full blocks and the INT8 buffer of the tails.
+    #[allow(clippy::too_many_arguments)] // the device pointers of one launch
+    fn turbo_launch_quant(
+        &self,
+        prep: &PreparedTurboPrefill,
+        k: u64,
+        v: u64,
+        max_s: usize,
+        lens: u64,
+        cache: Option<&DeviceTurboCache>,
+        tiles: bool,
+    ) -> Result<()> {
+        let gpu = self.gpu()?;
+        let p = &prep.problem;
+        let mut qp = QuantParams {
+            k,
+            v,
+            lens,
+            kq: if tiles { prep.kq.ptr() } else { 0 },
+            vt: if tiles { prep.vt.ptr() } else { 0 },
+            ks: prep.ks.ptr(),
+            vs: prep.vs.ptr(),
+            cache: cache.map(DeviceTurboCache::params).unwrap_or_default(),
+            batch: p.batch as i32,
+            max_s: max_s as i32,
+            heads_kv: p.heads_kv as i32,
+            nblk: prep.nblk as i32,
+        };
+        launch(
+            gpu,
+            &prep.kernels.quant_kv,
+            (prep.nblk, p.heads_kv, p.batch),
+            &mut qp,
+        )?;
+        if cache.is_some() {
+            launch(
+                gpu,
+                &prep.kernels.buffer_tail,
+                (p.heads_kv, p.batch, 1),
+                &mut qp,
+            )?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)] // the device pointers of one launch
+    fn turbo_launch_attention(
+        &self,
+        prep: &PreparedTurboPrefill,
+        q: u64,
+        seqlens_q: u64,
+        seqlens_k: u64,
+        out: &mut DeviceOutputs,
+    ) -> Result<()> {
+        let p = &prep.problem;
+        let mut pp = PrefillParams {
+            q,
+            o: out.o.ptr(),
+            lse: out.lse.ptr(),
+            seqlens_q,
+            seqlens_k,
+            kq: prep.kq.ptr(),
+            vt: prep.vt.ptr(),
+            ks: prep.ks.ptr(),
+            vs: prep.vs.ptr(),
+            batch: p.batch as i32,
+            max_sq: p.max_seqlen_q as i32,
+            heads_q: p.heads_q as i32,
+            heads_kv: p.heads_kv as i32,
+            group: p.group_size() as i32,
+            nblk: prep.nblk as i32,
+            causal: p.causal as i32,
+            sas: prep.cfg.sas as i32,
+            sas_nr: prep.cfg.sas_threshold,
+            softmax_scale: p.softmax_scale,
+        };
+        launch(
+            self.gpu()?,
+            &prep.kernels.prefill,
+            (p.max_seqlen_q.div_ceil(TURBO_BLOCK), p.heads_q, p.batch),
+            &mut pp,
+        )
+    }
+
+    /// Enqueues a whole prefill of device inputs: quantization (and the cache of every token
+    /// when `cache` is given; it must be empty and hold `seqlens_k`), then attention into `out`.
+    pub fn turbo_launch_prefill(
+        &self,
+        prep: &PreparedTurboPrefill,
+        x: &DeviceInputs,
+        out: &mut DeviceOutputs,
+        cache: Option<&mut DeviceTurboCache>,
+    ) -> Result<()> {
+        let p = &prep.problem;
+        if x.problem != *p {
+            return Err(CudaError::Plan(
+                "inputs describe another problem than the prepared prefill".into(),
+            ));
+        }
+        if let Some(c) = &cache {
+            check_cache_fits(c, p.batch, p.heads_kv, p.head_dim_qk)?;
+            if c.lens.iter().any(|&l| l != 0) {
+                return Err(CudaError::Plan("prefill needs an empty cache".into()));
+            }
+            if let Some(&l) = p.seqlens_k.iter().find(|&&l| l > c.capacity_tokens()) {
+                return Err(CudaError::Plan(format!(
+                    "a sequence of {l} tokens exceeds the cache's {} per sequence",
+                    c.capacity_tokens()
+                )));
+            }
+        }
+        if self.options.poison_outputs {
+            out.poison()?;
+        }
+        self.turbo_launch_quant(
+            prep,
+            x.k.ptr(),
+            x.v.ptr(),
+            p.max_seqlen_k,
+            x.seqlens_k.ptr(),
+            cache.as_deref(),
+            true,
+        )?;
+        self.turbo_launch_attention(prep, x.q.ptr(), x.seqlens_q.ptr(), x.seqlens_k.ptr(), out)?;
+        if let Some(c) = cache {
+            c.lens = p.seqlens_k.clone();
+        }
+        Ok(())
+    }
+
+    /// Enqueues the attention launch of a prefill alone, over the INT8 K/V tiles a previous
+    /// [`CudaBackend::turbo_launch_prefill`] of the same inputs left in `prep`'s workspace
+    /// (benchmarks: the quantization pre-pass measured apart).
+    pub fn turbo_prefill_attention_only(
+        &self,
+        prep: &PreparedTurboPrefill,
+        x: &DeviceInputs,
+        out: &mut DeviceOutputs,
+    ) -> Result<()> {
+        if x.problem != prep.problem {
+            return Err(CudaError::Plan(
+                "inputs describe another problem than the prepared prefill".into(),
+            ));
+        }
+        self.turbo_launch_attention(prep, x.q.ptr(), x.seqlens_q.ptr(), x.seqlens_k.ptr(), out)
+    }
+
+    /// Compresses the first `lens[b]` tokens of `x`'s K and V into the empty `cache` (BPQ
+    /// stages 1 and 2, the tails into the INT8 buffer): the cache a prefill leaves, without its
+    /// attention. Waits for the stream.
+    pub fn turbo_compress(
+        &self,
+        prep: &PreparedTurboPrefill,
+        x: &DeviceInputs,
+        lens: &[usize],
+        cache: &mut DeviceTurboCache,
+    ) -> Result<()> {
+        let p = &prep.problem;
+        if x.problem != *p || lens.len() != p.batch || lens.iter().any(|&l| l > p.max_seqlen_k) {
+            return Err(CudaError::Plan(format!(
+                "lengths {lens:?} do not fit the prepared problem's K/V"
+            )));
+        }
+        check_cache_fits(cache, p.batch, p.heads_kv, p.head_dim_qk)?;
+        if cache.lens.iter().any(|&l| l != 0) || lens.iter().any(|&l| l > cache.capacity_tokens()) {
+            return Err(CudaError::Plan(
+                "compression needs an empty cache with room for every token".into(),
+            ));
+        }
+        let lb = DeviceBuffer::from_slice(self.gpu()?, &lens_i32(lens))?;
+        self.turbo_launch_quant(
+            prep,
+            x.k.ptr(),
+            x.v.ptr(),
+            p.max_seqlen_k,
+            lb.ptr(),
+            Some(cache),
+            false,
+        )?;
+        self.gpu()?.synchronize()?;
+        cache.lens = lens.to_vec();
+        Ok(())
+    }
+
+    /// TurboAttention prefill (Alg. 1) of host inputs: O and LSE, and the device cache of all
+    /// keys and values (per-head bits from `cfg.kv_bits` measured on this context; room for
+    /// `reserve_tokens` more tokens per sequence). The counterpart of
+    /// [`ferrattn_core::turbo::prefill`].
+    pub fn turbo_prefill(
+        &self,
+        cfg: &TurboConfig,
+        p: &AttentionProblem,
+        x: &AttentionInputs,
+        reserve_tokens: usize,
+    ) -> Result<(AttentionOutput, DeviceTurboCache)> {
+        turbo::check_inputs(cfg, p, x)?;
+        let prep = self.turbo_prepare_prefill(cfg, p)?;
+        let v = x.v.as_ref().expect("checked: separate K and V");
+        let bits = resolve_bits(&cfg.kv_bits, &x.k, v, &p.seqlens_k)?;
+        let mut cache = self.turbo_alloc_cache(
+            p.batch,
+            p.heads_kv,
+            p.head_dim_qk,
+            bits,
+            p.max_seqlen_k + reserve_tokens,
+        )?;
+        let dx = DeviceInputs::upload(self.gpu()?, p, x)?;
+        let mut out = DeviceOutputs::alloc(self.gpu()?, p)?;
+        self.turbo_launch_prefill(&prep, &dx, &mut out, Some(&mut cache))?;
+        let o = out.download(p, self.turbo_provenance()?)?;
+        Ok((o, cache))
+    }
+
+    /// The schedule [`CudaBackend::turbo_decode`] uses: one CTA per output tile when the tiles
+    /// fill the GPU (the emulation's order), else stream-K over every resident CTA slot.
+    pub fn turbo_auto_schedule(
+        &self,
+        plan_tiles: usize,
+        dtype: DType,
+        head_dim: usize,
+    ) -> Result<DecodeSchedule> {
+        let gpu = self.gpu()?;
+        let sms = gpu.caps.compute_units;
+        if plan_tiles >= sms {
+            return Ok(DecodeSchedule::PerTile);
+        }
+        let k = self.turbo_kernels(dtype, head_dim)?;
+        let mut occ = 0i32;
+        gpu.bind()?;
+        // SAFETY: out-parameter query on a loaded function.
+        check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut occ,
+                k.decode.f,
+                TURBO_THREADS as i32,
+                0,
+            )
+        })?;
+        Ok(DecodeSchedule::StreamK(sms * occ.max(1) as usize))
+    }
+
+    /// Uploads a decode plan for `cache` and allocates its partial buffers.
+    pub fn turbo_prepare_decode(
+        &self,
+        plan: DecodePlan,
+        dtype: DType,
+        cache: &DeviceTurboCache,
+    ) -> Result<PreparedTurboDecode> {
+        let gpu = self.gpu()?;
+        let d = cache.head_dim;
+        let mut table: Vec<u32> = Vec::new();
+        let mut offsets = [0u64; 6];
+        let parts: [Vec<u32>; 6] = [
+            plan.lens.iter().map(|&l| l as u32).collect(),
+            plan.q_tok.iter().map(|&t| t as u32).collect(),
+            plan.space.seq_start.iter().map(|&s| s as u32).collect(),
+            plan.cta_bounds.iter().map(|&s| s as u32).collect(),
+            plan.cta_slot.clone(),
+            plan.tile_slot.clone(),
+        ];
+        for (i, part) in parts.iter().enumerate() {
+            offsets[i] = (table.len() * 4) as u64;
+            table.extend_from_slice(part);
+        }
+        let slots = plan.slots().max(1);
+        Ok(PreparedTurboDecode {
+            kernels: self.turbo_kernels(dtype, d)?,
+            table: DeviceBuffer::from_slice(gpu, &table)?,
+            offsets,
+            part_o: DeviceBuffer::alloc(gpu, slots * DECODE_ROWS * d * 4)?,
+            part_ml: DeviceBuffer::alloc(gpu, slots * DECODE_ROWS * 2 * 4)?,
+            plan,
+        })
+    }
+
+    /// Enqueues a prepared decode of the queries of `q` (`[B, max_sq, Hq, D]`; sequence `b`
+    /// decodes token `plan.q_tok[b]`) into `out` (same `max_sq`).
+    pub fn turbo_launch_decode(
+        &self,
+        prep: &PreparedTurboDecode,
+        cfg: &TurboConfig,
+        cache: &DeviceTurboCache,
+        q: &DeviceInputs,
+        out: &mut DeviceOutputs,
+        softmax_scale: f32,
+    ) -> Result<()> {
+        let qp = &q.problem;
+        if qp.batch != cache.batch()
+            || qp.heads_q != prep.plan.heads_q
+            || qp.head_dim_qk != cache.head_dim
+        {
+            return Err(CudaError::Plan(
+                "queries of another shape than the decode plan and cache".into(),
+            ));
+        }
+        if self.options.poison_outputs {
+            out.poison()?;
+        }
+        self.turbo_launch_decode_raw(
+            prep,
+            cfg,
+            cache,
+            q.q.ptr(),
+            out,
+            qp.max_seqlen_q,
+            softmax_scale,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)] // the device pointers of one launch
+    fn turbo_launch_decode_raw(
+        &self,
+        prep: &PreparedTurboDecode,
+        cfg: &TurboConfig,
+        cache: &DeviceTurboCache,
+        q: u64,
+        out: &mut DeviceOutputs,
+        max_sq: usize,
+        softmax_scale: f32,
+    ) -> Result<()> {
+        let gpu = self.gpu()?;
+        let pl = &prep.plan;
+        let stale = pl.lens.len() != cache.batch()
+            || (0..pl.lens.len()).any(|b| pl.q_tok[b] >= 0 && pl.lens[b] != cache.lens[b]);
+        if stale {
+            return Err(CudaError::Plan(format!(
+                "decode plan made for cache lengths {:?}, the cache holds {:?}",
+                pl.lens, cache.lens
+            )));
+        }
+        let t = prep.table.ptr();
+        let mut dp = DecodeParams {
+            q,
+            o: out.o.ptr(),
+            lse: out.lse.ptr(),
+            lens: t + prep.offsets[0],
+            q_tok: t + prep.offsets[1],
+            seq_start: t + prep.offsets[2],
+            cta_bounds: t + prep.offsets[3],
+            cta_slot: t + prep.offsets[4],
+            tile_slot: t + prep.offsets[5],
+            part_o: prep.part_o.ptr(),
+            part_ml: prep.part_ml.ptr(),
+            cache: cache.params(),
+            batch: pl.lens.len() as i32,
+            max_sq: max_sq as i32,
+            heads_q: pl.heads_q as i32,
+            heads_kv: pl.heads_kv as i32,
+            group: (pl.heads_q / pl.heads_kv) as i32,
+            qgroups: pl.qgroups as i32,
+            num_ctas: pl.num_ctas() as i32,
+            num_tiles: pl.num_tiles() as i32,
+            sas: cfg.sas as i32,
+            sas_nr: cfg.sas_threshold,
+            softmax_scale,
+        };
+        launch(gpu, &prep.kernels.decode, (pl.num_ctas(), 1, 1), &mut dp)?;
+        launch(gpu, &prep.kernels.combine, (pl.num_tiles(), 1, 1), &mut dp)
+    }
+
+    /// Enqueues the append of token `src_tok[b]` of `k`, `v` (`[B, src_len, Hk, D]`, 16-bit) to
+    /// every sequence with `src_tok[b] >= 0`, then flushes the buffers that became full. The
+    /// returned buffers hold the launch tables and must live until the stream is synchronized.
+    pub(crate) fn turbo_launch_append(
+        &self,
+        cache: &mut DeviceTurboCache,
+        dtype: DType,
+        k: u64,
+        v: u64,
+        src_len: usize,
+        src_tok: &[i32],
+    ) -> Result<Vec<DeviceBuffer>> {
+        let gpu = self.gpu()?;
+        let kern = self.turbo_kernels(dtype, cache.head_dim)?;
+        assert_eq!(
+            src_tok.len(),
+            cache.batch(),
+            "one source token per sequence"
+        );
+        for (b, &t) in src_tok.iter().enumerate() {
+            if t >= 0 && cache.lens[b] + 1 > cache.capacity_tokens() {
+                return Err(CudaError::Plan(format!(
+                    "sequence {b} is full ({} tokens)",
+                    cache.lens[b]
+                )));
+            }
+        }
+        let mut table: Vec<i32> = src_tok.to_vec();
+        table.extend(lens_i32(&cache.lens));
+        let tb = DeviceBuffer::from_slice(gpu, &table)?;
+        let batch = cache.batch();
+        let mut ap = AppendParams {
+            k,
+            v,
+            src_tok: tb.ptr(),
+            lens: tb.ptr() + 4 * batch as u64,
+            cache: cache.params(),
+            batch: batch as i32,
+            src_len: src_len as i32,
+            heads_kv: cache.heads_kv as i32,
+        };
+        launch(gpu, &kern.append, (cache.heads_kv, batch, 1), &mut ap)?;
+        let (mut seqs, mut blocks) = (Vec::new(), Vec::new());
+        for (b, &t) in src_tok.iter().enumerate() {
+            if t >= 0 {
+                cache.lens[b] += 1;
+                if cache.lens[b].is_multiple_of(TURBO_BLOCK) {
+                    seqs.push(b as i32);
+                    blocks.push((cache.lens[b] / TURBO_BLOCK - 1) as i32);
+                }
+            }
+        }
+        let mut keep = vec![tb];
+        if !seqs.is_empty() {
+            let n = seqs.len();
+            seqs.extend(blocks);
+            let fb = DeviceBuffer::from_slice(gpu, &seqs)?;
+            let mut fp = FlushParams {
+                seqs: fb.ptr(),
+                blocks: fb.ptr() + 4 * n as u64,
+                cache: cache.params(),
+                count: n as i32,
+                heads_kv: cache.heads_kv as i32,
+            };
+            launch(gpu, &kern.flush, (cache.heads_kv, n, 1), &mut fp)?;
+            keep.push(fb);
+        }
+        Ok(keep)
+    }
+
+    /// Appends one token per sequence (`k_new`, `v_new`: `[B, 1, Hk, D]` host tensors in the
+    /// query's dtype) and flushes full buffers: [`TurboKvCache::append`] on the device.
+    pub fn turbo_append(
+        &self,
+        cache: &mut DeviceTurboCache,
+        k_new: &Tensor,
+        v_new: &Tensor,
+    ) -> Result<()> {
+        let want = [cache.batch(), 1, cache.heads_kv, cache.head_dim];
+        for (name, x) in [("k_new", k_new), ("v_new", v_new)] {
+            if x.shape != want {
+                return Err(CudaError::Core(ferrattn_core::CoreError::Shape {
+                    tensor: name,
+                    actual: x.shape.clone(),
+                    expected: format!(
+                        "{want:?} (batch, one token, heads_kv, head_dim of the cache)"
+                    ),
+                }));
+            }
+            if let Some((index, value)) = x.first_non_finite() {
+                return Err(CudaError::Core(ferrattn_core::CoreError::NonFinite {
+                    tensor: name,
+                    index,
+                    value,
+                }));
+            }
+        }
+        let gpu = self.gpu()?;
+        let dtype = k_new.dtype;
+        let kb = DeviceBuffer::from_slice(gpu, &to_bits16(dtype, &k_new.data))?;
+        let vb = DeviceBuffer::from_slice(gpu, &to_bits16(dtype, &v_new.data))?;
+        let keep =
+            self.turbo_launch_append(cache, dtype, kb.ptr(), vb.ptr(), 1, &vec![0; cache.batch()])?;
+        gpu.synchronize()?;
+        drop((keep, kb, vb));
+        Ok(())
+    }
+
+    /// TurboAttention decode (Alg. 2) of one query token per sequence (`q`: `[B, 1, Hq, D]`)
+    /// over everything `cache` holds, under `schedule` (`None`: [`CudaBackend::turbo_auto_schedule`]).
+    /// The counterpart of [`ferrattn_core::turbo::decode`].
+    pub fn turbo_decode(
+        &self,
+        cfg: &TurboConfig,
+        cache: &DeviceTurboCache,
+        q: &Tensor,
+        softmax_scale: f32,
+        schedule: Option<DecodeSchedule>,
+    ) -> Result<AttentionOutput> {
+        let (batch, hq, d) = check_decode_query(cache, q, softmax_scale)?;
+        check_supported(cfg, q.dtype, d)?;
+        let gpu = self.gpu()?;
+        let p = AttentionProblem::uniform(batch, 1, 1, hq, cache.heads_kv, d, d, q.dtype);
+        let q_tok = vec![0i32; batch];
+        let schedule = match schedule {
+            Some(s) => s,
+            None => self.turbo_auto_schedule(
+                batch * cache.heads_kv * (hq / cache.heads_kv).div_ceil(DECODE_ROWS),
+                q.dtype,
+                d,
+            )?,
+        };
+        let plan = plan_decode(&cache.lens, &q_tok, hq, cache.heads_kv, schedule)?;
+        let prep = self.turbo_prepare_decode(plan, q.dtype, cache)?;
+        let qb = DeviceBuffer::from_slice(gpu, &to_bits16(q.dtype, &q.data))?;
+        let mut out = DeviceOutputs::alloc(gpu, &p)?;
+        if self.options.poison_outputs {
+            out.poison()?;
+        }
+        self.turbo_launch_decode_raw(&prep, cfg, cache, qb.ptr(), &mut out, 1, softmax_scale)?;
+        out.download(&p, self.turbo_provenance()?)
+    }
+
+    /// One decode step: append `k_new`, `v_new` (`[B, 1, Hk, D]`), flushing full buffers, then
+    /// decode `q`, which sees its own token ([`ferrattn_core::turbo::decode_step`]).
+    #[allow(clippy::too_many_arguments)] // the step's tensors and its settings
+    pub fn turbo_decode_step(
+        &self,
+        cfg: &TurboConfig,
+        cache: &mut DeviceTurboCache,
+        q: &Tensor,
+        k_new: &Tensor,
+        v_new: &Tensor,
+        softmax_scale: f32,
+        schedule: Option<DecodeSchedule>,
+    ) -> Result<AttentionOutput> {
+        check_decode_query(cache, q, softmax_scale)?;
+        check_supported(cfg, q.dtype, cache.head_dim)?;
+        self.turbo_append(cache, k_new, v_new)?;
+        self.turbo_decode(cfg, cache, q, softmax_scale, schedule)
+    }
+
+    /// [`ferrattn_core::turbo::emulate`]'s semantics on the GPU (see the module docs).
+    pub fn turbo_run(
+        &self,
+        cfg: &TurboConfig,
+        p: &AttentionProblem,
+        x: &AttentionInputs,
+        schedule: Option<DecodeSchedule>,
+    ) -> Result<AttentionOutput> {
+        turbo::check_inputs(cfg, p, x)?;
+        check_problem(cfg, p)?;
+        let gpu = self.gpu()?;
+        let v = x.v.as_ref().expect("checked: separate K and V");
+        let decode_seq: Vec<bool> = (0..p.batch)
+            .map(|b| p.seqlens_q[b] < p.seqlens_k[b])
+            .collect();
+        let dx = DeviceInputs {
+            problem: p.clone(),
+            q: DeviceBuffer::from_slice(gpu, &to_bits16(p.dtype, &x.q.data))?,
+            k: DeviceBuffer::from_slice(gpu, &to_bits16(p.dtype, &x.k.data))?,
+            v: DeviceBuffer::from_slice(gpu, &to_bits16(p.dtype, &v.data))?,
+            seqlens_q: DeviceBuffer::from_slice(gpu, &lens_i32(&p.seqlens_q))?,
+            seqlens_k: DeviceBuffer::from_slice(gpu, &lens_i32(&p.seqlens_k))?,
+        };
+        let mut out = DeviceOutputs::alloc(gpu, p)?;
+        if self.options.poison_outputs {
+            out.poison()?;
+        }
+        // Alg. 1 for the prefill sequences; the decode sequences get no query rows here (O = 0,
+        // LSE = -inf everywhere, their decoded rows are overwritten below)
+        let prep = self.turbo_prepare_prefill(cfg, p)?;
+        let masked = |l: &[usize]| -> Vec<i32> {
+            l.iter()
+                .zip(&decode_seq)
+                .map(|(&x, &dec)| if dec { 0 } else { x as i32 })
+                .collect()
+        };
+        let sq = DeviceBuffer::from_slice(gpu, &masked(&p.seqlens_q))?;
+        let sk = DeviceBuffer::from_slice(gpu, &masked(&p.seqlens_k))?;
+        self.turbo_launch_quant(
+            &prep,
+            dx.k.ptr(),
+            dx.v.ptr(),
+            p.max_seqlen_k,
+            sk.ptr(),
+            None,
+            true,
+        )?;
+        self.turbo_launch_attention(&prep, dx.q.ptr(), sq.ptr(), sk.ptr(), &mut out)?;
+        let mut keep = vec![sq, sk];
+        if decode_seq.iter().any(|&d| d) {
+            // the context of each decode sequence compressed as a prefill leaves it
+            let ctx: Vec<usize> = (0..p.batch)
+                .map(|b| {
+                    if decode_seq[b] {
+                        p.seqlens_k[b] - p.seqlens_q[b]
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            let bits = resolve_bits(&cfg.kv_bits, &x.k, v, &ctx)?;
+            let mut cache =
+                self.turbo_alloc_cache(p.batch, p.heads_kv, p.head_dim_qk, bits, p.max_seqlen_k)?;
+            let ctx_dev = DeviceBuffer::from_slice(gpu, &lens_i32(&ctx))?;
+            self.turbo_launch_quant(
+                &prep,
+                dx.k.ptr(),
+                dx.v.ptr(),
+                p.max_seqlen_k,
+                ctx_dev.ptr(),
+                Some(&cache),
+                false,
+            )?;
+            keep.push(ctx_dev);
+            cache.lens = ctx.clone();
+            let steps = (0..p.batch)
+                .filter(|&b| decode_seq[b])
+                .map(|b| p.seqlens_q[b])
+                .max()
+                .unwrap_or(0);
+            let tok = |i: usize, b: usize, offset: bool| -> i32 {
+                if decode_seq[b] && i < p.seqlens_q[b] {
+                    (i + if offset { ctx[b] } else { 0 }) as i32
+                } else {
+                    -1
+                }
+            };
+            let (d, group) = (p.head_dim_qk, p.group_size());
+            let tiles = p.batch * p.heads_kv * group.div_ceil(DECODE_ROWS);
+            let schedule = match schedule {
+                Some(s) => s,
+                None => self.turbo_auto_schedule(tiles, p.dtype, d)?,
+            };
+            if !p.causal {
+                for i in 0..steps {
+                    let src: Vec<i32> = (0..p.batch).map(|b| tok(i, b, true)).collect();
+                    keep.extend(self.turbo_launch_append(
+                        &mut cache,
+                        p.dtype,
+                        dx.k.ptr(),
+                        dx.v.ptr(),
+                        p.max_seqlen_k,
+                        &src,
+                    )?);
+                }
+            }
+            for i in 0..steps {
+                if p.causal {
+                    let src: Vec<i32> = (0..p.batch).map(|b| tok(i, b, true)).collect();
+                    keep.extend(self.turbo_launch_append(
+                        &mut cache,
+                        p.dtype,
+                        dx.k.ptr(),
+                        dx.v.ptr(),
+                        p.max_seqlen_k,
+                        &src,
+                    )?);
+                }
+                let q_tok: Vec<i32> = (0..p.batch).map(|b| tok(i, b, false)).collect();
+                let plan = plan_decode(&cache.lens, &q_tok, p.heads_q, p.heads_kv, schedule)?;
+                let prep_d = self.turbo_prepare_decode(plan, p.dtype, &cache)?;
+                self.turbo_launch_decode_raw(
+                    &prep_d,
+                    cfg,
+                    &cache,
+                    dx.q.ptr(),
+                    &mut out,
+                    p.max_seqlen_q,
+                    p.softmax_scale,
+                )?;
+                gpu.synchronize()?; // prep_d's tables and partials are freed at the end of the step
+            }
+        }
+        let o = out.download(p, self.turbo_provenance()?)?;
+        drop(keep);
+        Ok(o)
+    }
+}
+
+fn check_cache_fits(
+    c: &DeviceTurboCache,
+    batch: usize,
+    heads_kv: usize,
+    head_dim: usize,
+) -> Result<()> {
+    if c.batch() != batch || c.heads_kv != heads_kv || c.head_dim != head_dim {
+        return Err(CudaError::Plan(format!(
+            "cache of {} sequences x {} KV heads x dim {} given for {batch} x {heads_kv} x {head_dim}",
+            c.batch(),
+            c.heads_kv,
+            c.head_dim
+        )));
+    }
+    Ok(())
+}
+
+/// `[B, 1, Hq, D]` with `Hq` a positive multiple of the cache's KV heads, finite values, a finite
+/// positive scale (the checks of [`ferrattn_core::turbo::decode`]).
+fn check_decode_query(
+    cache: &DeviceTurboCache,
+    q: &Tensor,
+    softmax_scale: f32,
+) -> Result<(usize, usize, usize)> {
+    let ok = q.shape.len() == 4
+        && q.shape[0] == cache.batch()
+        && q.shape[1] == 1
+        && q.shape[2] > 0
+        && q.shape[2].is_multiple_of(cache.heads_kv)
+        && q.shape[3] == cache.head_dim;
+    if !ok {
+        return Err(CudaError::Core(ferrattn_core::CoreError::Shape {
+            tensor: "q",
+            actual: q.shape.clone(),
+            expected: format!(
+                "[{}, 1, heads_q, {}] with heads_q a positive multiple of the cache's {} KV heads",
+                cache.batch(),
+                cache.head_dim,
+                cache.heads_kv
+            ),
+        }));
+    }
+    if !softmax_scale.is_finite() || softmax_scale <= 0.0 {
+        return Err(CudaError::Core(ferrattn_core::CoreError::BadLength {
+            what: "softmax_scale".into(),
+            value: softmax_scale as i64,
+            requirement: format!("finite and positive (got {softmax_scale})"),
+        }));
+    }
+    if let Some((index, value)) = q.first_non_finite() {
+        return Err(CudaError::Core(ferrattn_core::CoreError::NonFinite {
+            tensor: "q",
+            index,
+            value,
+        }));
+    }
+    Ok((q.shape[0], q.shape[2], q.shape[3]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn param_blocks_match_the_kernel_structs() {
+        // CacheView: 5 pointers; CacheParams: 2 views, 3 x 8 bytes, 2 ints
+        assert_eq!(std::mem::size_of::<CacheView>(), 40);
+        assert_eq!(std::mem::size_of::<CacheParams>(), 112);
+        // QuantParams: 7 pointers, cache, 4 ints
+        assert_eq!(std::mem::size_of::<QuantParams>(), 7 * 8 + 112 + 16);
+        // PrefillParams: 9 pointers, 9 ints, 1 float
+        assert_eq!(std::mem::size_of::<PrefillParams>(), 9 * 8 + 10 * 4);
+        // DecodeParams: 11 pointers, cache, 10 ints, 1 float, padded to 8
+        assert_eq!(std::mem::size_of::<DecodeParams>(), 11 * 8 + 112 + 44 + 4);
+        // AppendParams: 4 pointers, cache, 3 ints, padded
+        assert_eq!(std::mem::size_of::<AppendParams>(), 4 * 8 + 112 + 12 + 4);
+        // FlushParams: 2 pointers, cache, 2 ints
+        assert_eq!(std::mem::size_of::<FlushParams>(), 2 * 8 + 112 + 8);
+    }
+}

@@ -1,0 +1,389 @@
+// TurboAttention prefill (Kang et al., MLSys 2025, Algorithm 1) on INT8 tensor cores, and the
+// compressed KV cache it leaves behind (section 3.1 BPQ, section 3.3 buffer).
+//
+// Three launches, in stream order (ferrattn_cuda::turbo::CudaTurbo::prefill):
+// 1. turbo_quant_kv_*: one CTA per (64-token block, KV head, sequence). BPQ stage 1 of Alg. 1
+//    ("s_K_j = max(abs(K_j))/119, K_j^q1 = round(K_j / s_K_j)", same for V) on chip; writes the
+//    INT8 tiles the attention streams (K row-major [64][D], V transposed [D][64] with the keys of
+//    each 16-key group in `slot_key` order) and the block scales, and, when a cache is attached,
+//    BPQ stage 2 of every full block straight from shared memory (Alg. 1 "write K_j^q2 ... to
+//    HBM"). Doing this once per KV block instead of once per (query block, query head) keeps
+//    the quantization off the attention's critical path and halves the bytes it streams.
+// 2. turbo_buffer_tail_*: per (KV head, sequence): the universal scale (max of the block scales:
+//    division by 119 is monotone, so it equals max|x| / 119 over all tokens) and the INT8 buffer
+//    of the tokens after the last full block (ferrattn_core::turbo::cache module docs).
+// 3. turbo_prefill_*: one CTA per (64-row query block, query head, sequence), 4 warps of 16 rows.
+//    Q block quantized on chip ("s_Q_i = max(abs(Q_i))/119"), then for each visible K/V tile in
+//    ascending order (double-buffered cp.async): S = Q^q1 K^q1 on mma.m16n8k32 s8 (exact s32),
+//    S x (s_Q s_K softmax_scale), online softmax with SAS, P~ quantized with s_P = max(P~)/119
+//    over the whole 64x64 tile (one cross-warp reduction), l += s_P rowsum(P^q) and
+//    O = O r + s_P s_V (P^q V^q1) with P^q V^q1 on the same INT8 MMA, then O / l and LSE.
+// Every f32 step is the one ferrattn_core::turbo::attention::attend_tile performs, in its order:
+// O is bit-identical to the CPU emulation; LSE differs only by logf's last bit.
+#include "common.cuh"
+#include "turbo_common.cuh"
+
+namespace ferrattn {
+namespace turbo {
+
+// Mirrors ferrattn_cuda::turbo::QuantParams (#[repr(C)]).
+struct QuantParams {
+  const u16* k;     // [batch, max_s, heads_kv, D]
+  const u16* v;     // [batch, max_s, heads_kv, D]
+  const int* lens;  // [batch] tokens of each sequence to quantize
+  i8* kq;           // [batch, heads_kv, nblk, 64, D] INT8 K tiles, or null
+  i8* vt;           // [batch, heads_kv, nblk, D, 64] INT8 V^T tiles in slot order, or null
+  float* ks;        // [batch, heads_kv, nblk] block scales of K
+  float* vs;        // [batch, heads_kv, nblk] block scales of V
+  CacheParams cache;  // cache.k.codes == null: no cache is written
+  int batch, max_s, heads_kv, nblk;
+};
+
+// Mirrors ferrattn_cuda::turbo::PrefillParams (#[repr(C)]).
+struct PrefillParams {
+  const u16* q;            // [batch, max_sq, heads_q, D]
+  u16* o;                  // [batch, max_sq, heads_q, D]
+  float* lse;              // [batch, heads_q, max_sq], natural log
+  const int* seqlens_q;    // [batch]
+  const int* seqlens_k;    // [batch]
+  const i8* kq;            // as QuantParams
+  const i8* vt;
+  const float* ks;
+  const float* vs;
+  int batch, max_sq, heads_q, heads_kv, group, nblk;
+  int causal;              // bottom-right causal mask
+  int sas;                 // 1: SAS exponentials, 0: expf
+  int sas_nr;              // SAS threshold n_r
+  float softmax_scale;
+};
+
+template <class T, int D>
+__device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
+  constexpr int V8 = D / 8;  // 16-byte vectors per row
+  __shared__ alignas(16) i8 sx[kBlock * D];
+  __shared__ alignas(16) u8 spar[2 * D];
+  __shared__ float red[kThreads / 32];
+  const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int n = clampi(p.lens[b] - j * kBlock, 0, kBlock);
+  if (n == 0) return;
+  const u64 blk = ((u64)b * p.heads_kv + hk) * p.nblk + j;
+  for (int which = 0; which < 2; ++which) {
+    const u16* src = which ? p.v : p.k;
+    auto row_ptr = [&](int t) { return src + ((u64)(b * p.max_s + j * kBlock + t) * p.heads_kv + hk) * D; };
+    float amax = 0.0f;
+    for (int i = threadIdx.x; i < n * V8; i += kThreads) {
+      float f[8];
+      unpack8<T>(ld_global_nc16(row_ptr(i / V8) + (i % V8) * 8), f);
+      for (int e = 0; e < 8; ++e) amax = fmax2(amax, fabsf(f[e]));
+    }
+    const float s = int8_scale(block_max(amax, red));
+    for (int i = threadIdx.x; i < kBlock * V8; i += kThreads) {
+      const int t = i / V8, c8 = i % V8;
+      u32 lo = 0, hi = 0;
+      if (t < n) {
+        float f[8];
+        unpack8<T>(ld_global_nc16(row_ptr(t) + c8 * 8), f);
+        lo = pack4_u8(quantize_int8(f[0], s), quantize_int8(f[1], s), quantize_int8(f[2], s), quantize_int8(f[3], s));
+        hi = pack4_u8(quantize_int8(f[4], s), quantize_int8(f[5], s), quantize_int8(f[6], s), quantize_int8(f[7], s));
+      }
+      reinterpret_cast<u32*>(sx + t * D + c8 * 8)[0] = lo;
+      reinterpret_cast<u32*>(sx + t * D + c8 * 8)[1] = hi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) (which ? p.vs : p.ks)[blk] = s;
+    if (which == 0 && p.kq != nullptr) {
+      Vec16* dst = reinterpret_cast<Vec16*>(p.kq + blk * (kBlock * D));
+      for (int i = threadIdx.x; i < kBlock * D / 16; i += kThreads) dst[i] = reinterpret_cast<const Vec16*>(sx)[i];
+    }
+    if (which == 1 && p.vt != nullptr) {
+      // V^T: row c holds channel c of the 64 keys in slot order, 16 slots per 16-byte chunk
+      u8* dst = reinterpret_cast<u8*>(p.vt + blk * (D * kBlock));
+      for (int i = threadIdx.x; i < D * 4; i += kThreads) {
+        const int c = i >> 2, q = i & 3;
+        u32 w[4];
+        for (int k = 0; k < 4; ++k) {
+          const int s0 = 16 * q + 4 * k;
+          w[k] = pack4_u8(sx[slot_key(s0) * D + c], sx[slot_key(s0 + 1) * D + c], sx[slot_key(s0 + 2) * D + c],
+                          sx[slot_key(s0 + 3) * D + c]);
+        }
+        reinterpret_cast<Vec16*>(dst + c * kBlock + q * 16)[0] = Vec16{w[0], w[1], w[2], w[3]};
+      }
+    }
+    if (p.cache.k.codes != nullptr && n == kBlock) {
+      const CacheView& cv = which ? p.cache.v : p.cache.k;
+      const int bits = p.cache.head_bits[hk];
+      u8* codes = cv.codes + (u64)b * p.cache.seq_code_bytes + p.cache.head_off[hk] + (u64)j * (kBlock * D * bits / 8);
+      const u64 pb = ((u64)b * p.heads_kv + hk) * p.cache.cap_blocks + j;
+      compress_block<D>(sx, spar, bits, codes, cv.par + pb * 2 * D);
+      if (threadIdx.x == 0) cv.bscale[pb] = s;
+    }
+    __syncthreads();  // sx and spar are rewritten for V
+  }
+}
+
+template <class T, int D>
+__device__ __forceinline__ void buffer_tail_body(const QuantParams& p) {
+  __shared__ float red[kThreads / 32];
+  const int hk = blockIdx.x, b = blockIdx.y;
+  const int len = p.lens[b];
+  const int full = len / kBlock, ntail = len % kBlock, nb = (len + kBlock - 1) / kBlock;
+  for (int which = 0; which < 2; ++which) {
+    const float* scales = (which ? p.vs : p.ks) + ((u64)b * p.heads_kv + hk) * p.nblk;
+    float u = 0.0f;
+    for (int j = threadIdx.x; j < nb; j += kThreads) u = fmax2(u, scales[j]);
+    u = block_max(u, red);
+    const CacheView& cv = which ? p.cache.v : p.cache.k;
+    if (threadIdx.x == 0) cv.buf_scale[(u64)b * p.heads_kv + hk] = u;
+    const u16* src = which ? p.v : p.k;
+    for (int i = threadIdx.x; i < ntail * D; i += kThreads) {
+      const int t = i / D, c = i % D;
+      const float x = T::to_f32(src[((u64)(b * p.max_s + full * kBlock + t) * p.heads_kv + hk) * D + c]);
+      cv.buf[(((u64)b * p.heads_kv + hk) * kBlock + t) * D + c] = (i8)quantize_int8(x, u);
+    }
+  }
+}
+
+template <class T, int D>
+__device__ __forceinline__ void prefill_body(const PrefillParams& p) {
+  constexpr int KC = D / 16;  // 16-byte chunks per Q / K row
+  constexpr int KS = D / 32;  // k32 slices of Q K^T
+  constexpr int NTO = D / 8;  // n8 tiles of O
+  constexpr int NQV = kBlock * D / 8 / kThreads;  // Q vectors per thread
+  __shared__ alignas(128) i8 sK[2][kBlock * D];
+  __shared__ alignas(128) i8 sV[2][D * kBlock];
+  __shared__ alignas(128) i8 sQ[kBlock * D];
+  __shared__ float sLut[17];
+  __shared__ float sRed[2][kThreads / 32];
+  __shared__ float sAmax[kThreads / 32];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int qb = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+  const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
+  const int r0 = qb * kBlock;
+  const int nq = clampi(sq - r0, 0, kBlock);
+  sas_lut_init(sLut);
+
+  // ---- Q block to INT8 with one scale ----------------------------------------------------------
+  Vec16 qv[NQV];
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NQV; ++k) {
+    const int i = tid + k * kThreads, row = i / (D / 8), c8 = i % (D / 8);
+    qv[k] = Vec16{0, 0, 0, 0};
+    if (row < nq) {
+      qv[k] = ld_global_nc16(p.q + ((u64)(b * p.max_sq + r0 + row) * p.heads_q + h) * D + c8 * 8);
+      float f[8];
+      unpack8<T>(qv[k], f);
+      for (int e = 0; e < 8; ++e) amax = fmax2(amax, fabsf(f[e]));
+    }
+  }
+  const float s_q = int8_scale(block_max(amax, sAmax));
+#pragma unroll
+  for (int k = 0; k < NQV; ++k) {
+    const int i = tid + k * kThreads, row = i / (D / 8), c8 = i % (D / 8);
+    float f[8];
+    unpack8<T>(qv[k], f);
+    u32* dst = reinterpret_cast<u32*>(sQ + swz<KC>(row, c8 >> 1) + (c8 & 1) * 8);
+    dst[0] = pack4_u8(quantize_int8(f[0], s_q), quantize_int8(f[1], s_q), quantize_int8(f[2], s_q), quantize_int8(f[3], s_q));
+    dst[1] = pack4_u8(quantize_int8(f[4], s_q), quantize_int8(f[5], s_q), quantize_int8(f[6], s_q), quantize_int8(f[7], s_q));
+  }
+
+  // ---- visibility (bottom-right causal) -------------------------------------------------------
+  auto visible = [&](int row) -> int {
+    if (row >= sq) return 0;
+    if (!p.causal) return sk;
+    return clampi(row + sk - sq + 1, 0, sk);
+  };
+  const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
+  const int vis_a = visible(row_a), vis_b = visible(row_b);
+  const int reach = nq == 0 ? 0 : visible(r0 + nq - 1);  // the last valid row sees the most keys
+  const int ntiles = (reach + kBlock - 1) / kBlock;
+  const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
+
+  auto load_tile = [&](int j, int st) {
+    const i8* gk = p.kq + (kv_base + j) * (kBlock * D);
+    const i8* gv = p.vt + (kv_base + j) * (D * kBlock);
+    for (int i = tid; i < kBlock * KC; i += kThreads) {
+      const int row = i / KC, ch = i % KC;
+      cp_async16(&sK[st][swz<KC>(row, ch)], gk + row * D + ch * 16, true);
+    }
+    for (int i = tid; i < D * 4; i += kThreads) {
+      const int row = i >> 2, ch = i & 3;
+      cp_async16(&sV[st][swz<4>(row, ch)], gv + row * kBlock + ch * 16, true);
+    }
+  };
+  if (ntiles > 0) {
+    load_tile(0, 0);
+    cp_async_commit();
+  }
+  __syncthreads();  // sQ and the LUT are visible
+
+  u32 qa[KS][4];
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    const int mi = lane >> 3;
+    ldmatrix_x4(qa[ks], &sQ[swz<KC>(warp * 16 + (lane & 7) + 8 * (mi & 1), 2 * ks + (mi >> 1))]);
+  }
+
+  float o[NTO][4];
+#pragma unroll
+  for (int nt = 0; nt < NTO; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+  float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
+  const Exp ex{sLut, (float)p.sas_nr, p.sas};
+
+  for (int j = 0; j < ntiles; ++j) {
+    const int st = j & 1;
+    cp_async_wait<0>();
+    __syncthreads();  // tile j landed; every warp is done with tile j - 1
+    if (j + 1 < ntiles) {
+      load_tile(j + 1, st ^ 1);
+      cp_async_commit();
+    }
+
+    // S = Q^q1 K^q1 (exact s32)
+    int s[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+#pragma unroll
+      for (int kk = 0; kk < KS / 2; ++kk) {
+        u32 kb[4];
+        ldmatrix_x4(kb, &sK[st][swz<KC>(nt * 8 + (lane & 7), 4 * kk + (lane >> 3))]);
+        mma_s8(s[nt], qa[2 * kk], kb[0], kb[1]);
+        mma_s8(s[nt], qa[2 * kk + 1], kb[2], kb[3]);
+      }
+    }
+
+    // scaled logits, masked, and the row maxima of this tile
+    const float alpha = mul_rn(mul_rn(s_q, p.ks[kv_base + j]), p.softmax_scale);
+    const int key0 = j * kBlock;
+    float pf[8][4];
+    float tmax_a = neg_inf(), tmax_b = neg_inf();
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + nt * 8 + 2 * t4 + (e & 1);
+        const bool v = key < (e < 2 ? vis_a : vis_b);
+        pf[nt][e] = v ? mul_rn(i2f(s[nt][e]), alpha) : neg_inf();
+      }
+      tmax_a = fmax2(tmax_a, fmax2(pf[nt][0], pf[nt][1]));
+      tmax_b = fmax2(tmax_b, fmax2(pf[nt][2], pf[nt][3]));
+    }
+    tmax_a = fmax2(tmax_a, shfl_xor(tmax_a, 1));
+    tmax_a = fmax2(tmax_a, shfl_xor(tmax_a, 2));
+    tmax_b = fmax2(tmax_b, shfl_xor(tmax_b, 1));
+    tmax_b = fmax2(tmax_b, shfl_xor(tmax_b, 2));
+    // a row with no visible key in this tile keeps its state (m_new = m, r = 1, no update)
+    const bool any_a = key0 < vis_a, any_b = key0 < vis_b;
+    const float mn_a = fmax2(m_a, tmax_a), mn_b = fmax2(m_b, tmax_b);
+    const float r_a = ex.rescale(m_a, mn_a), r_b = ex.rescale(m_b, mn_b);
+    float pm = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float x = pf[nt][e];
+        pf[nt][e] = x == neg_inf() ? 0.0f : ex(sub_rn(x, e < 2 ? mn_a : mn_b));
+        pm = fmax2(pm, pf[nt][e]);
+      }
+    }
+    // s_P = max(P~) / 119 over the whole 64 x 64 tile (every row of the query block)
+    pm = warp_max(pm);
+    if (lane == 0) sRed[st][warp] = pm;
+    __syncthreads();
+    float pmax = sRed[st][0];
+#pragma unroll
+    for (int w = 1; w < kThreads / 32; ++w) pmax = fmax2(pmax, sRed[st][w]);
+    const float s_p = int8_scale(pmax);
+
+    int code[8][4];
+    int rs_a = 0, rs_b = 0;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = s_p == 0.0f ? 0 : clampi(rne_int(div_rn(pf[nt][e], s_p)), 0, 127);
+        code[nt][e] = c;
+        if (e < 2) rs_a += c; else rs_b += c;
+      }
+    }
+    rs_a += shfl_xor_i(rs_a, 1);
+    rs_a += shfl_xor_i(rs_a, 2);
+    rs_b += shfl_xor_i(rs_b, 1);
+    rs_b += shfl_xor_i(rs_b, 2);
+    if (any_a) l_a = fma_rn(i2f(rs_a), s_p, mul_rn(l_a, r_a));
+    if (any_b) l_b = fma_rn(i2f(rs_b), s_p, mul_rn(l_b, r_b));
+    m_a = mn_a;
+    m_b = mn_b;
+
+    // P^q straight from the accumulator layout into A registers (keys in slot order)
+    u32 pa[2][4];
+#pragma unroll
+    for (int k2 = 0; k2 < 2; ++k2) {
+      const int n0 = 4 * k2;
+      pa[k2][0] = pack4_u8(code[n0][0], code[n0][1], code[n0 + 1][0], code[n0 + 1][1]);
+      pa[k2][1] = pack4_u8(code[n0][2], code[n0][3], code[n0 + 1][2], code[n0 + 1][3]);
+      pa[k2][2] = pack4_u8(code[n0 + 2][0], code[n0 + 2][1], code[n0 + 3][0], code[n0 + 3][1]);
+      pa[k2][3] = pack4_u8(code[n0 + 2][2], code[n0 + 2][3], code[n0 + 3][2], code[n0 + 3][3]);
+    }
+    const float c_pv = mul_rn(s_p, p.vs[kv_base + j]);
+#pragma unroll
+    for (int nt = 0; nt < NTO; ++nt) {
+      u32 vb[4];
+      ldmatrix_x4(vb, &sV[st][swz<4>(nt * 8 + (lane & 7), lane >> 3)]);
+      int acc[4] = {0, 0, 0, 0};
+      mma_s8(acc, pa[0], vb[0], vb[1]);
+      mma_s8(acc, pa[1], vb[2], vb[3]);
+      if (any_a) {
+        o[nt][0] = fma_rn(i2f(acc[0]), c_pv, mul_rn(o[nt][0], r_a));
+        o[nt][1] = fma_rn(i2f(acc[1]), c_pv, mul_rn(o[nt][1], r_a));
+      }
+      if (any_b) {
+        o[nt][2] = fma_rn(i2f(acc[2]), c_pv, mul_rn(o[nt][2], r_b));
+        o[nt][3] = fma_rn(i2f(acc[3]), c_pv, mul_rn(o[nt][3], r_b));
+      }
+    }
+  }
+
+  // ---- O = acc / l, LSE = m + ln l (a row that saw no key: 0 and -inf) -------------------------
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = half ? row_b : row_a;
+    if (row >= p.max_sq) continue;
+    const float m = half ? m_b : m_a, l = half ? l_b : l_a;
+    const bool empty = m == neg_inf() || l == 0.0f;
+    u16* dst = p.o + ((u64)(b * p.max_sq + row) * p.heads_q + h) * D + 2 * t4;
+#pragma unroll
+    for (int nt = 0; nt < NTO; ++nt) {
+      const float x0 = empty ? 0.0f : div_rn(o[nt][2 * half], l);
+      const float x1 = empty ? 0.0f : div_rn(o[nt][2 * half + 1], l);
+      *reinterpret_cast<u32*>(dst + nt * 8) = pack2(T(), x0, x1);
+    }
+    if (t4 == 0) p.lse[((u64)b * p.heads_q + h) * p.max_sq + row] = empty ? neg_inf() : add_rn(m, logf(l));
+  }
+}
+
+}  // namespace turbo
+}  // namespace ferrattn
+
+// ---- Instances: the closed list of (dtype, head dim) -> kernel (ferrattn_cuda::kernels) --------
+#define FERRATTN_TURBO_PREFILL(TN, T, D)                                                        \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                      \
+      turbo_quant_kv_##TN##_d##D(const ferrattn::turbo::QuantParams p) {                       \
+    ferrattn::turbo::quant_kv_body<ferrattn::T, D>(p);                                         \
+  }                                                                                            \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                      \
+      turbo_buffer_tail_##TN##_d##D(const ferrattn::turbo::QuantParams p) {                    \
+    ferrattn::turbo::buffer_tail_body<ferrattn::T, D>(p);                                      \
+  }                                                                                            \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                      \
+      turbo_prefill_##TN##_d##D(const ferrattn::turbo::PrefillParams p) {                      \
+    ferrattn::turbo::prefill_body<ferrattn::T, D>(p);                                          \
+  }
+
+FERRATTN_TURBO_PREFILL(f16, F16, 64)
+FERRATTN_TURBO_PREFILL(f16, F16, 128)
+FERRATTN_TURBO_PREFILL(bf16, BF16, 64)
+FERRATTN_TURBO_PREFILL(bf16, BF16, 128)
