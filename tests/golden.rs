@@ -7,7 +7,7 @@
 use ferrattn::golden_files::{generate, load_dir, GoldenCase};
 use ferrattn::io::read_file;
 use ferrattn::runtime::supported_on;
-use ferrattn::{Algorithm, BackendChoice, Comparison, DType, Runtime, Tolerance};
+use ferrattn::{Algorithm, BackendChoice, BackendKind, Comparison, DType, Runtime, Tolerance};
 use std::path::Path;
 
 fn golden_dir() -> &'static Path {
@@ -42,6 +42,15 @@ fn tolerance(algo: Algorithm, dtype: DType) -> Tolerance {
         },
     }
 }
+
+/// (backend, algorithm, case, reason): pairs in the support matrix that do not cover a golden
+/// case. A listed pair must fail to plan; one that starts to pass is reported as stale.
+const KNOWN_GAPS: &[(BackendKind, Algorithm, &str, &str)] = &[(
+    BackendKind::Cuda,
+    Algorithm::Turbo,
+    "mha_f32_prefill_causal",
+    "the INT8 tensor-core kernels read f16/bf16 tiles; f32 runs on the cpu",
+)];
 
 fn as_f64(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
@@ -100,6 +109,22 @@ fn every_backend_passes_the_golden_files() {
                         continue;
                     }
                 };
+                let known = KNOWN_GAPS
+                    .iter()
+                    .find(|g| g.0 == backend && g.1 == algo && g.2 == case.name);
+                if let Some((_, _, _, reason)) = known {
+                    match rt.plan(algo, &case.problem) {
+                        Err(_) => gaps.push(format!(
+                            "{backend} / {algo} / {}: known gap: {reason}",
+                            case.name
+                        )),
+                        Ok(_) => failures.push(format!(
+                            "{backend} / {algo} / {}: listed as a gap but plans; update KNOWN_GAPS",
+                            case.name
+                        )),
+                    }
+                    continue;
+                }
                 match check_case(case, algo, &rt) {
                     Ok(summary) => {
                         ran += 1;

@@ -294,6 +294,13 @@ fn check_problem_support(p: &AttentionProblem, backend: BackendKind) -> Result<(
             supported: "separate K and V".into(),
         });
     }
+    if backend == BackendKind::Cuda && p.dtype == crate::DType::F32 {
+        // the INT8 kernels read fp16/bf16 tiles; the CPU emulation takes any dtype
+        return Err(CoreError::Unsupported {
+            what: "turbo on cuda with f32 inputs".into(),
+            supported: "f16, bf16 on cuda; f32 on cpu".into(),
+        });
+    }
     check_head_dim(p.head_dim_qk, p.head_dim_v, backend)
 }
 
