@@ -33,7 +33,7 @@ run_tests() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; summary+=("unit tests FAILED"); }
   echo "== GPU tests"
   local t0=$SECONDS
-  timeout 400 "$B/gpu_lean" --test-threads=1 2>&1 | tee "$OUT/gpu_tests.txt" | grep -E "^test |test result|SKIPPED|panicked|failures" 
+  timeout 400 "$B/gpu_lean" --include-ignored --test-threads=1 2>&1 | tee "$OUT/gpu_tests.txt" | grep -E "^test |test result|SKIPPED|panicked|failures" 
   local rc=${PIPESTATUS[0]}
   if [ "$rc" -ne 0 ]; then status=1; summary+=("GPU tests FAILED (see gpu_tests.txt)"); fi
   if grep -q "^SKIPPED" "$OUT/gpu_tests.txt"; then status=1; summary+=("a GPU test SKIPPED on the GPU machine"); fi
@@ -41,7 +41,7 @@ run_tests() {
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer $tool (small grid)"
     FERRATTN_GPU_TEST_SCALE=small timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$B/gpu_lean" gpu_sanitizer_small_grid --exact --test-threads=1 >/tmp/sanitizer_$tool.txt 2>&1
+      "$B/gpu_lean" gpu_sanitizer_small_grid --exact --include-ignored --test-threads=1 >/tmp/sanitizer_$tool.txt 2>&1
     local s=$?
     cat /tmp/sanitizer_$tool.txt >>"$OUT/sanitizer.txt"
     tail -n 4 /tmp/sanitizer_$tool.txt

@@ -29,7 +29,7 @@ run_tests() {
   # (the unit tests are host tests: they run on every machine, not here)
   echo "== GPU tests"
   local t0=$SECONDS
-  timeout 270 "$B/gpu_turbo" --test-threads=1 --nocapture >"$OUT/gpu_tests.txt" 2>&1
+  timeout 270 "$B/gpu_turbo" --include-ignored --test-threads=1 --nocapture >"$OUT/gpu_tests.txt" 2>&1
   local rc=$?
   grep -E "^test |test result|SKIPPED|panicked|differ in bits|vs golden" "$OUT/gpu_tests.txt" | tail -n 60
   [ $rc -eq 0 ] || { status=1; summary+=("GPU tests FAILED ($rc; see gpu_tests.txt)"); }
@@ -40,7 +40,7 @@ run_tests() {
     local lim=90
     [ "$tool" = racecheck ] && lim=70
     FERRATTN_GPU_TEST_SCALE=small timeout $lim compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$B/gpu_turbo" gpu_turbo_sanitizer_small --exact --test-threads=1 >"$OUT/sanitizer_$tool.txt" 2>&1
+      "$B/gpu_turbo" gpu_turbo_sanitizer_small --exact --include-ignored --test-threads=1 >"$OUT/sanitizer_$tool.txt" 2>&1
     local s=$?
     tail -n 4 "$OUT/sanitizer_$tool.txt"
     if [ $s -ne 0 ]; then status=1; summary+=("compute-sanitizer $tool: exit $s"); else summary+=("compute-sanitizer $tool: $(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer_$tool.txt")"); fi
@@ -49,14 +49,14 @@ run_tests() {
 
 run_bench() {
   echo "== correctness gate (bit-exact prefill and per-tile decode vs the emulation)"
-  timeout 45 "$B/gpu_turbo" gpu_turbo_prefill_is_bit_exact_with_sas gpu_turbo_decode_steps_per_tile_match_the_emulation \
+  timeout 45 "$B/gpu_turbo" --include-ignored gpu_turbo_prefill_is_bit_exact_with_sas gpu_turbo_decode_steps_per_tile_match_the_emulation \
     --test-threads=2 >"$OUT/gate.txt" 2>&1
   local g=$?
   grep -E "test result|panicked" "$OUT/gate.txt"
   if [ $g -ne 0 ] || grep -q "^SKIPPED" "$OUT/gate.txt"; then status=1; summary+=("correctness gate FAILED: no timing"); return; fi
   summary+=("correctness gate: $(grep 'test result' "$OUT/gate.txt")")
   echo "== all GPU tests"
-  timeout 100 "$B/gpu_turbo" --test-threads=1 --nocapture >"$OUT/gpu_tests.txt" 2>&1
+  timeout 100 "$B/gpu_turbo" --include-ignored --test-threads=1 --nocapture >"$OUT/gpu_tests.txt" 2>&1
   local rc=$?
   grep -E "^test .*(ok|FAILED)$|test result|panicked|over all steps" "$OUT/gpu_tests.txt" | tail -n 30
   [ $rc -eq 0 ] || { status=1; summary+=("GPU tests FAILED ($rc; see gpu_tests.txt)"); }

@@ -196,6 +196,10 @@ fn run_cases(test: &str, cases: &[Case], fixed_too: bool) {
 /// Batch sizes {1, 3, 16, 128} and KV lengths {1, 37, 577, 4097, 32767, 262144}: the product is
 /// pruned to what the f64 reference can check in seconds, keeping every value.
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_grid_of_batches_and_lengths_matches_golden() {
     use DType::*;
     let mut cases = Vec::new();
@@ -233,6 +237,10 @@ fn gpu_grid_of_batches_and_lengths_matches_golden() {
 /// Every head dim x GQA ratio x dtype, query lengths 1..=8 (causal and not): 16 query heads per
 /// KV head times 8 tokens is 128 rows, eight query-tile groups.
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_every_head_dim_group_and_query_length() {
     let mut cases = Vec::new();
     for (i, &d) in [64usize, 128, 256].iter().enumerate() {
@@ -256,6 +264,10 @@ fn gpu_every_head_dim_group_and_query_length() {
 
 /// Ragged batches with average/maximum length from 10% to 100%.
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_ragged_batches_10_to_100_percent() {
     let mut cases = Vec::new();
     let max = 4097usize;
@@ -282,6 +294,10 @@ fn gpu_ragged_batches_10_to_100_percent() {
 /// The same inputs give bitwise identical O and LSE on repeated runs (the merge order is fixed),
 /// also when the launches are replayed from a CUDA graph.
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_repeated_runs_are_bitwise_identical() {
     let Some(b) = backend(
         "gpu_repeated_runs_are_bitwise_identical",
@@ -361,6 +377,10 @@ fn gpu_repeated_runs_are_bitwise_identical() {
 
 /// Exact attention on CUDA is the Lean kernel with one split per tile.
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_exact_route_matches_golden() {
     use ferrattn_core::backend::ExactAttention;
     let Some(b) = backend("gpu_exact_route_matches_golden", Options::default()) else {
@@ -403,6 +423,10 @@ fn gpu_exact_route_matches_golden() {
 
 /// The NVRTC path (sources compiled at run time) runs and agrees with the golden reference.
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_nvrtc_path_matches_golden() {
     if small_only() {
         eprintln!("SKIPPED gpu_nvrtc_path_matches_golden: small scale (sanitizer run)");
@@ -428,6 +452,10 @@ fn gpu_nvrtc_path_matches_golden() {
 
 /// A small grid for compute-sanitizer (memcheck, racecheck): few CTAs, every role present.
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_sanitizer_small_grid() {
     let Some(b) = backend("gpu_sanitizer_small_grid", Options::default()) else {
         return;

@@ -707,6 +707,10 @@ fn prefill_cases() -> Vec<PrefillCase> {
 }
 
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_turbo_prefill_matches_the_emulation() {
     let Some(b) = backend(
         "gpu_turbo_prefill_matches_the_emulation",
@@ -739,6 +743,10 @@ fn gpu_turbo_prefill_matches_the_emulation() {
 
 /// With SAS on, every f32 step of the kernel is the emulation's: O bit for bit.
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_turbo_prefill_is_bit_exact_with_sas() {
     let Some(b) = backend(
         "gpu_turbo_prefill_is_bit_exact_with_sas",
@@ -765,6 +773,10 @@ fn gpu_turbo_prefill_is_bit_exact_with_sas() {
 }
 
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_turbo_prefill_sas_off_and_thresholds() {
     let Some(b) = backend(
         "gpu_turbo_prefill_sas_off_and_thresholds",
@@ -968,6 +980,10 @@ fn decode_steps(
 }
 
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_turbo_decode_steps_per_tile_match_the_emulation() {
     let (ctx, steps) = if small_only() {
         (vec![60usize, 3], 8)
@@ -990,6 +1006,10 @@ fn gpu_turbo_decode_steps_per_tile_match_the_emulation() {
 }
 
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_turbo_decode_steps_stream_k_match_the_twin() {
     let (ctx, steps) = if small_only() {
         (vec![200usize], 4)
@@ -1010,6 +1030,10 @@ fn gpu_turbo_decode_steps_stream_k_match_the_twin() {
 }
 
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_turbo_decode_2bit_large_group() {
     if small_only() {
         return;
@@ -1029,6 +1053,10 @@ fn gpu_turbo_decode_2bit_large_group() {
 
 /// The TurboAttention trait: emulate's semantics (mixed batch of prefill and decode sequences).
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_turbo_run_turbo_matches_emulate() {
     let Some(b) = backend("gpu_turbo_run_turbo_matches_emulate", Options::default()) else {
         return;
@@ -1065,6 +1093,10 @@ fn gpu_turbo_run_turbo_matches_emulate() {
 
 /// The NVRTC path computes the same bits as the fatbin.
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_turbo_nvrtc_equals_fatbin() {
     let Some(b) = backend("gpu_turbo_nvrtc_equals_fatbin", Options::default()) else {
         return;
@@ -1096,6 +1128,10 @@ fn gpu_turbo_nvrtc_equals_fatbin() {
 
 /// A small prefill and decode for compute-sanitizer (memcheck, racecheck).
 #[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
 fn gpu_turbo_sanitizer_small() {
     let Some(b) = backend("gpu_turbo_sanitizer_small", Options::default()) else {
         return;
