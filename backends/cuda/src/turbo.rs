@@ -387,24 +387,7 @@ impl DeviceTurboCache {
                 buffer += 2 * ((len % TURBO_BLOCK) * d + 4);
             }
         }
-        let fp16 = tokens * self.heads_kv * d * 2 * DType::F16.size_bytes();
-        let held = compressed + buffer;
-        CacheMemory {
-            tokens,
-            compressed_bytes: compressed,
-            buffer_bytes: buffer,
-            fp16_bytes: fp16,
-            bytes_per_token: if tokens == 0 {
-                0.0
-            } else {
-                held as f64 / tokens as f64
-            },
-            compression_ratio: if held == 0 {
-                0.0
-            } else {
-                fp16 as f64 / held as f64
-            },
-        }
+        CacheMemory::new(tokens, self.heads_kv, d, compressed, buffer)
     }
 
     /// Device memory allocated for the cache (its capacity, not its contents).

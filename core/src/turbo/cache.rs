@@ -152,6 +152,37 @@ pub struct CacheMemory {
     pub compression_ratio: f64,
 }
 
+impl CacheMemory {
+    /// Accounting for `tokens` tokens of `heads_kv` heads of width `head_dim` held in
+    /// `compressed_bytes` of blocks and `buffer_bytes` of INT8 buffers.
+    pub fn new(
+        tokens: usize,
+        heads_kv: usize,
+        head_dim: usize,
+        compressed_bytes: usize,
+        buffer_bytes: usize,
+    ) -> CacheMemory {
+        let fp16_bytes = tokens * heads_kv * head_dim * 2 * DType::F16.size_bytes();
+        let held = compressed_bytes + buffer_bytes;
+        CacheMemory {
+            tokens,
+            compressed_bytes,
+            buffer_bytes,
+            fp16_bytes,
+            bytes_per_token: if tokens == 0 {
+                0.0
+            } else {
+                held as f64 / tokens as f64
+            },
+            compression_ratio: if held == 0 {
+                0.0
+            } else {
+                fp16_bytes as f64 / held as f64
+            },
+        }
+    }
+}
+
 /// The TurboAttention KV cache of a batch: per-head bit widths, compressed blocks, INT8 buffers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TurboKvCache {
@@ -354,24 +385,7 @@ impl TurboKvCache {
                 buffer += b;
             }
         }
-        let fp16 = tokens * self.heads_kv * self.head_dim * 2 * DType::F16.size_bytes();
-        let held = compressed + buffer;
-        CacheMemory {
-            tokens,
-            compressed_bytes: compressed,
-            buffer_bytes: buffer,
-            fp16_bytes: fp16,
-            bytes_per_token: if tokens == 0 {
-                0.0
-            } else {
-                held as f64 / tokens as f64
-            },
-            compression_ratio: if held == 0 {
-                0.0
-            } else {
-                fp16 as f64 / held as f64
-            },
-        }
+        CacheMemory::new(tokens, self.heads_kv, self.head_dim, compressed, buffer)
     }
 }
 
