@@ -37,6 +37,11 @@ enum Cmd {
     /// Run the simulated Ascend 910 schedule (a timing model, never a hardware measurement).
     #[command(subcommand)]
     Sim(Sim),
+    /// TurboAttention serving loop: prefill a context into the compressed KV cache, then decode N
+    /// tokens one at a time (each appended to the INT8 buffer, flushed into the cache every 64),
+    /// reporting cache size, compression against fp16, and each step's error against exact
+    /// attention over everything cached so far.
+    TurboSession(TurboSessionArgs),
     /// Regenerate the checked-in golden files (deterministic).
     Golden {
         /// Output directory.
@@ -89,6 +94,177 @@ struct RunArgs {
     /// Skip the comparison with the exact f64 golden (slow for big problems).
     #[arg(long)]
     no_check: bool,
+}
+
+#[derive(Args)]
+struct TurboSessionArgs {
+    /// Backend: cpu (the emulation) or cuda (the INT8 kernels).
+    #[arg(long, default_value = "cpu", value_parser = parse_backend)]
+    backend: BackendChoice,
+    /// Context and heads: B,S,Hq,Hk,D (S tokens of causal prefill per sequence).
+    #[arg(long, value_parser = parse_session_dims)]
+    random: Dims,
+    /// Decode steps after the prefill.
+    #[arg(long, default_value_t = 128)]
+    steps: usize,
+    /// Element type: f16 or bf16 (f32 runs on cpu only).
+    #[arg(long, default_value = "f16", value_parser = parse_dtype)]
+    dtype: DType,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Skip the per-step comparison with exact attention.
+    #[arg(long)]
+    no_check: bool,
+}
+
+fn parse_session_dims(s: &str) -> Result<Dims, String> {
+    let v: Vec<usize> = s
+        .split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<usize>()
+                .map_err(|e| format!("{x:?} in --random: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    if v.len() != 5 {
+        return Err(format!(
+            "--random takes B,S,Hq,Hk,D: got {} numbers",
+            v.len()
+        ));
+    }
+    Ok(Dims(v))
+}
+
+/// The per-step decoder of a turbo session, on the cpu emulation or the cuda kernels.
+enum TurboDecoder {
+    Cpu(ferrattn::turbo::TurboKvCache),
+    Cuda(
+        Box<ferrattn_cuda::CudaBackend>,
+        ferrattn_cuda::DeviceTurboCache,
+    ),
+}
+
+impl TurboDecoder {
+    fn memory(&self) -> ferrattn::turbo::CacheMemory {
+        match self {
+            TurboDecoder::Cpu(c) => c.memory(),
+            TurboDecoder::Cuda(_, c) => c.memory(),
+        }
+    }
+}
+
+fn print_memory(when: &str, m: &ferrattn::turbo::CacheMemory) {
+    println!(
+        "cache {when}: {} tokens, {} B compressed + {} B INT8 buffer, {:.1} B/token, {:.2}x smaller than fp16 ({} B)",
+        m.tokens, m.compressed_bytes, m.buffer_bytes, m.bytes_per_token, m.compression_ratio, m.fp16_bytes
+    );
+}
+
+fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn::Result<()> {
+    use ferrattn::turbo;
+    let Dims(d) = &a.random;
+    let (b, s, hq, hk, hd) = (d[0], d[1], d[2], d[3], d[4]);
+    let total = s + a.steps;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
+    // the whole sequence, so each step can be checked against exact attention over its prefix
+    let q_all = Tensor::randn(&[b, total, hq, hd], a.dtype, 1.0, &mut rng);
+    let k_all = Tensor::randn(&[b, total, hk, hd], a.dtype, 1.0, &mut rng);
+    let v_all = Tensor::randn(&[b, total, hk, hd], a.dtype, 1.0, &mut rng);
+    let slice = |t: &Tensor, from: usize, len: usize| -> Tensor {
+        let (h, dd) = (t.shape[2], t.shape[3]);
+        let mut data = Vec::with_capacity(b * len * h * dd);
+        for bi in 0..b {
+            let row = (bi * total + from) * h * dd;
+            data.extend_from_slice(&t.data[row..row + len * h * dd]);
+        }
+        Tensor {
+            shape: vec![b, len, h, dd],
+            dtype: t.dtype,
+            data,
+        }
+    };
+    let ctx = AttentionInputs::new(
+        slice(&q_all, 0, s),
+        slice(&k_all, 0, s),
+        slice(&v_all, 0, s),
+    );
+    let p = ctx.problem(
+        AttentionOptions {
+            causal: true,
+            softmax_scale: None,
+        },
+        None,
+    )?;
+    let rt = Runtime::select(a.backend, Algorithm::Turbo)?.runtime;
+    let cfg = turbo::plan(&p, &rt.caps())?;
+    let kind = rt.kind();
+    let t0 = Instant::now();
+    let mut dec = match rt {
+        Runtime::Cuda(gpu) => {
+            let (_, cache) = gpu.turbo_prefill(&cfg, &p, &ctx, a.steps)?;
+            TurboDecoder::Cuda(gpu, cache)
+        }
+        _ => TurboDecoder::Cpu(turbo::prefill(&cfg, &p, &ctx)?.1),
+    };
+    println!(
+        "turbo session on {}: B={b} context {s} Hq={hq} Hk={hk} D={hd} {}, {} decode steps",
+        kind, a.dtype, a.steps
+    );
+    println!(
+        "prefill: {:.3} ms (host wall clock)",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    print_memory("after prefill", &dec.memory());
+    let pb = progress_bar(a.steps as u64, "decode");
+    let (mut worst, mut decode_secs) = (0.0f64, 0.0f64);
+    for t in 0..a.steps {
+        let (q, k, v) = (
+            slice(&q_all, s + t, 1),
+            slice(&k_all, s + t, 1),
+            slice(&v_all, s + t, 1),
+        );
+        let t1 = Instant::now();
+        let out = match &mut dec {
+            TurboDecoder::Cpu(cache) => {
+                turbo::decode_step(&cfg, cache, &q, &k, &v, p.softmax_scale)?
+            }
+            TurboDecoder::Cuda(gpu, cache) => {
+                gpu.turbo_decode_step(&cfg, cache, &q, &k, &v, p.softmax_scale, None)?
+            }
+        };
+        decode_secs += t1.elapsed().as_secs_f64();
+        if !a.no_check {
+            let seen = s + t + 1;
+            let x = AttentionInputs::new(q, slice(&k_all, 0, seen), slice(&v_all, 0, seen));
+            let px = x.problem(
+                AttentionOptions {
+                    causal: false,
+                    softmax_scale: Some(p.softmax_scale),
+                },
+                None,
+            )?;
+            let (o, _) = ferrattn::golden::exact_attention_f64(&px, &x);
+            let c = Comparison::new(
+                &o,
+                &out.o.data.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+            );
+            worst = worst.max(c.rel_fro);
+        }
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    if a.steps > 0 {
+        println!(
+            "decode: {:.3} ms per step (host wall clock, includes transfers)",
+            decode_secs * 1e3 / a.steps as f64
+        );
+    }
+    if !a.no_check && a.steps > 0 {
+        println!("worst step O vs exact attention: rel_fro {worst:.3e}");
+    }
+    print_memory("after decode", &dec.memory());
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -506,6 +682,12 @@ fn cmd_run(r: &RunArgs) -> ferrattn::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`ferrattn ... | head`) as command-line tools do, instead of
+    // println! panicking on EPIPE. SAFETY: resetting a signal disposition before any thread starts.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
@@ -522,6 +704,7 @@ fn main() -> ExitCode {
         Cmd::Run(r) => cmd_run(r),
         Cmd::Repro(r) => cmd_repro(r),
         Cmd::Sim(s) => cmd_sim(s),
+        Cmd::TurboSession(a) => cmd_turbo_session(a),
         Cmd::Golden { out } => golden_files::generate(out).map(|paths| {
             for p in paths {
                 println!("wrote {}", p.display());
