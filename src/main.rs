@@ -141,7 +141,7 @@ enum TurboDecoder {
     Cpu(ferrattn::turbo::TurboKvCache),
     Cuda(
         Box<ferrattn_cuda::CudaBackend>,
-        ferrattn_cuda::DeviceTurboCache,
+        Box<ferrattn_cuda::DeviceTurboCache>,
     ),
 }
 
@@ -203,7 +203,7 @@ fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn::Result<()> {
     let mut dec = match rt {
         Runtime::Cuda(gpu) => {
             let (_, cache) = gpu.turbo_prefill(&cfg, &p, &ctx, a.steps)?;
-            TurboDecoder::Cuda(gpu, cache)
+            TurboDecoder::Cuda(gpu, Box::new(cache))
         }
         _ => TurboDecoder::Cpu(turbo::prefill(&cfg, &p, &ctx)?.1),
     };
