@@ -16,26 +16,8 @@ use ferrattn_core::{
 };
 use ferrattn_cuda::{CudaBackend, ModuleOrigin, Options};
 
-fn backend(test: &str, options: Options) -> Option<CudaBackend> {
-    let b = CudaBackend::with_options(
-        0,
-        Options {
-            poison_outputs: true,
-            ..options
-        },
-    );
-    match b.gpu() {
-        Ok(_) => Some(b),
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            None
-        }
-    }
-}
-
-fn small_only() -> bool {
-    std::env::var("FERRATTN_GPU_TEST_SCALE").is_ok_and(|s| s == "small")
-}
+mod common;
+use common::{backend, small_only};
 
 #[derive(Clone, Debug)]
 struct Case {

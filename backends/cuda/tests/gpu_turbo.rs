@@ -26,31 +26,13 @@ use ferrattn_core::{
 use ferrattn_cuda::turbo::{
     check_supported, code_layout, decode_twin, plan_decode, DecodeSchedule, TURBO_BLOCK,
 };
-use ferrattn_cuda::{kernels, CudaBackend, CudaError, Options};
+use ferrattn_cuda::{kernels, CudaError, Options};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 // ---- helpers -----------------------------------------------------------------------------------
 
-fn backend(test: &str, options: Options) -> Option<CudaBackend> {
-    let b = CudaBackend::with_options(
-        0,
-        Options {
-            poison_outputs: true,
-            ..options
-        },
-    );
-    match b.gpu() {
-        Ok(_) => Some(b),
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            None
-        }
-    }
-}
-
-fn small_only() -> bool {
-    std::env::var("FERRATTN_GPU_TEST_SCALE").is_ok_and(|s| s == "small")
-}
+mod common;
+use common::{backend, small_only};
 
 /// Q, K, V of LLM-like statistics (the core's `llm_like_inputs`: outlier key channels in every
 /// other head) rounded to `dtype`, with the padding past each sequence's length set to large
