@@ -5,7 +5,8 @@
 // 1. turbo_quant_kv_*: one CTA per (64-token block, KV head, sequence). BPQ stage 1 of Alg. 1
 //    ("s_K_j = max(abs(K_j))/119, K_j^q1 = round(K_j / s_K_j)", same for V) on chip; writes the
 //    INT8 tiles the attention streams (K row-major [64][D], V transposed [D][64] with the keys of
-//    each 16-key group in `slot_key` order) and the block scales, and, when a cache is attached,
+//    each 16-key group in `slot_key` order; with `image`, each 16-byte chunk at its swizzled
+//    place for turbo_prefill_wg_*) and the block scales, and, when a cache is attached,
 //    BPQ stage 2 of every full block straight from shared memory (Alg. 1 "write K_j^q2 ... to
 //    HBM"). Doing this once per KV block instead of once per (query block, query head) keeps
 //    the quantization off the attention's critical path and halves the bytes it streams.
@@ -22,6 +23,7 @@
 // O is bit-identical to the CPU emulation; LSE differs only by logf's last bit.
 #include "common.cuh"
 #include "turbo_common.cuh"
+#include "sm90.cuh"
 
 namespace ferrattn {
 namespace turbo {
@@ -37,6 +39,7 @@ struct QuantParams {
   float* vs;        // [batch, heads_kv, nblk] block scales of V
   CacheParams cache;  // cache.k.codes == null: no cache is written
   int batch, max_s, heads_kv, nblk;
+  int image;  // 1: kq / vt tiles in the swizzled wgmma image layout (turbo_prefill_wg_*)
 };
 
 // Mirrors ferrattn_cuda::turbo::PrefillParams (#[repr(C)]).
@@ -92,8 +95,12 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
     __syncthreads();
     if (threadIdx.x == 0) (which ? p.vs : p.ks)[blk] = s;
     if (which == 0 && p.kq != nullptr) {
-      Vec16* dst = reinterpret_cast<Vec16*>(p.kq + blk * (kBlock * D));
-      for (int i = threadIdx.x; i < kBlock * D / 16; i += kThreads) dst[i] = reinterpret_cast<const Vec16*>(sx)[i];
+      i8* dst = p.kq + blk * (kBlock * D);
+      for (int i = threadIdx.x; i < kBlock * D / 16; i += kThreads) {
+        const int row = i / (D / 16), ch = i % (D / 16);
+        const int at = p.image ? swz<D / 16>(row, ch) : 16 * i;
+        *reinterpret_cast<Vec16*>(dst + at) = reinterpret_cast<const Vec16*>(sx)[i];
+      }
     }
     if (which == 1 && p.vt != nullptr) {
       // V^T: row c holds channel c of the 64 keys in slot order, 16 slots per 16-byte chunk
@@ -106,7 +113,8 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
           w[k] = pack4_u8(sx[slot_key(s0) * D + c], sx[slot_key(s0 + 1) * D + c], sx[slot_key(s0 + 2) * D + c],
                           sx[slot_key(s0 + 3) * D + c]);
         }
-        reinterpret_cast<Vec16*>(dst + c * kBlock + q * 16)[0] = Vec16{w[0], w[1], w[2], w[3]};
+        const int at = p.image ? swz<4>(c, q) : c * kBlock + q * 16;
+        reinterpret_cast<Vec16*>(dst + at)[0] = Vec16{w[0], w[1], w[2], w[3]};
       }
     }
     if (p.cache.k.codes != nullptr && n == kBlock) {
@@ -365,6 +373,296 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
   }
 }
 
+
+// ---- turbo_prefill_wg_*: the same Alg. 1 on Hopper warpgroup MMA (sm_90a) --------------------
+// One CTA = two consumer warpgroups (one 64-row Q block each, same head) and one producer warp.
+// The producer streams the INT8 K and V^T tiles turbo_quant_kv_* wrote in the "image" layout
+// (the exact bytes the wgmma shared-memory descriptors read: K rows of D bytes with the 128- or
+// 64-byte swizzle, V^T rows of 64 keys with the 64-byte swizzle) into a kWgStages-deep ring, one
+// bulk copy per tile, completion counted on transaction mbarriers. Per 64-key tile a warpgroup
+// issues S = Q^q1 K^q1 as D / 32 wgmma.m64n64k32.s8 (Q in registers), runs the SAS online
+// softmax on the accumulator registers, packs P^q into A registers (keys in slot order, which
+// the V^T image shares) and issues P^q V^q1 as two wgmma.m64n{D}k32.s8.
+//
+// Numerics: the steps of attend_tile (see prefill_body), with exact rewrites (integer -> f32,
+// floor and round-half-even through the 1.5 x 2^23 bias: identical bits, but on the FMA pipe)
+// and one approximation: Q(P~) = rne(P~ x (1 / s_P)) instead of rne(P~ / s_P), which moves a
+// code by one where P~ / s_P lies within an ulp or two of a half-integer. O matches the
+// emulation to well under 1e-3 relative, no longer bit for bit (backends/cuda/tests/gpu_turbo.rs
+// measures both); the mma.sync kernel above stays the bit-exact path.
+constexpr int kWgStages = 4;           // K/V tiles in flight per CTA
+constexpr int kWgConsumers = 2;        // consumer warpgroups (Q blocks) per CTA
+constexpr int kWgThreads = kWgConsumers * 128 + 32;
+constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
+constexpr int kBiasBits = 0x4b400000;  // bits of kBias
+
+// f32 of an integer with |x| < 2^22 (exact)
+__device__ __forceinline__ float i2f_bias(int x) { return __fsub_rn(__int_as_float(x + kBiasBits), kBias); }
+
+// byte 0 of a, b, c, d -> one register, a in the low byte
+__device__ __forceinline__ u32 pack_low_bytes(u32 a, u32 b, u32 c, u32 d) {
+  u32 lo, hi, r;
+  asm("prmt.b32 %0, %1, %2, 0x0040;" : "=r"(lo) : "r"(a), "r"(b));
+  asm("prmt.b32 %0, %1, %2, 0x0040;" : "=r"(hi) : "r"(c), "r"(d));
+  asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(r) : "r"(lo), "r"(hi));
+  return r;
+}
+__device__ __forceinline__ int byte_sum(u32 w, int acc) {
+  int r;
+  asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(w), "r"(0x01010101u), "r"(acc));
+  return r;
+}
+
+#ifdef FERRATTN_SM90A
+__device__ __forceinline__ void wgmma_s8(int (&d)[32], const u32 (&a)[4], u64 desc, int acc) {
+  sm90::wgmma_m64n64k32_s8(d, a, desc, acc);
+}
+__device__ __forceinline__ void wgmma_s8(int (&d)[64], const u32 (&a)[4], u64 desc, int acc) {
+  sm90::wgmma_m64n128k32_s8(d, a, desc, acc);
+}
+#endif
+
+template <class T, int D>
+__device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
+#ifdef FERRATTN_SM90A
+  using namespace sm90;
+  constexpr int KS = D / 32;        // k32 slices of Q K^T
+  constexpr int TILE = kBlock * D;  // bytes of one INT8 K (or V^T) tile
+  constexpr int NTO = D / 8;        // n8 column groups of O
+  constexpr Swizzle kSwK = D == 128 ? kSw128 : kSw64;
+  extern __shared__ u8 dyn_smem[];
+  __shared__ alignas(8) u64 bar_full[kWgStages];
+  __shared__ alignas(8) u64 bar_empty[kWgStages];
+  __shared__ float sLut[17];
+  __shared__ float sRed[kWgConsumers][2][4];
+
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int pair = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+  const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
+  const u32 ring = (smem_addr(dyn_smem) + 1023) & ~1023u;  // swizzle patterns repeat every 1 KiB
+  auto visible = [&](int row) -> int {
+    if (row >= sq) return 0;
+    if (!p.causal) return sk;
+    return clampi(row + sk - sq + 1, 0, sk);
+  };
+  auto tiles_of = [&](int qb) {
+    const int nq = clampi(sq - qb * kBlock, 0, kBlock);
+    return nq == 0 ? 0 : (visible(qb * kBlock + nq - 1) + kBlock - 1) / kBlock;
+  };
+  const int nt_cta = max(tiles_of(2 * pair), tiles_of(2 * pair + 1));
+  const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
+
+  if (tid == 0) {
+    for (int s = 0; s < kWgStages; ++s) {
+      mbar_init(smem_addr(&bar_full[s]), 1);
+      mbar_init(smem_addr(&bar_empty[s]), kWgConsumers * 128);
+    }
+    fence_mbar_init();
+  }
+  sas_lut_init(sLut);
+  __syncthreads();  // the last CTA-wide barrier: from here the warpgroups use named barriers
+
+  if (wg == kWgConsumers) {  // ---- producer warp: one lane streams the tiles --------------------
+    if (lane == 0) {
+      for (int j = 0; j < nt_cta; ++j) {
+        const int s = j % kWgStages;
+        if (j >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((j / kWgStages) + 1) & 1);
+        const u32 full = smem_addr(&bar_full[s]);
+        mbar_arrive_expect_tx(full, 2 * TILE);
+        bulk_g2s(ring + s * 2 * TILE, p.kq + (kv_base + j) * TILE, TILE, full);
+        bulk_g2s(ring + s * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
+      }
+    }
+    return;
+  }
+
+  // ---- consumer warpgroup: Q block qb -----------------------------------------------------------
+  const int qb = 2 * pair + wg, r0 = qb * kBlock;
+  const int nt = tiles_of(qb);
+  const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
+  const int vis_a = visible(row_a), vis_b = visible(row_b);
+  const int vis_min = visible(r0);  // rows see prefixes; the block's first row the shortest
+
+  // Q block to INT8 with one scale (max over the whole block), straight into A registers
+  u32 qa[KS][4];
+  float s_q;
+  {
+    u32 raw[KS][4][2];  // the 4 16-bit values of each A register
+    float amax = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = (r & 1) ? row_b : row_a, col = 32 * ks + 16 * (r >> 1) + 4 * t4;
+        raw[ks][r][0] = raw[ks][r][1] = 0;
+        if (row < sq) {
+          const u32* src = reinterpret_cast<const u32*>(p.q + ((u64)(b * p.max_sq + row) * p.heads_q + h) * D + col);
+          raw[ks][r][0] = src[0];
+          raw[ks][r][1] = src[1];
+          float f0, f1, f2, f3;
+          T::unpack2(raw[ks][r][0], f0, f1);
+          T::unpack2(raw[ks][r][1], f2, f3);
+          amax = fmax2(amax, fmax2(fmax2(fabsf(f0), fabsf(f1)), fmax2(fabsf(f2), fabsf(f3))));
+        }
+      }
+    amax = warp_max(amax);
+    if (lane == 0) sRed[wg][1][warp] = amax;
+    named_sync(1 + wg, 128);
+    amax = fmax2(fmax2(sRed[wg][1][0], sRed[wg][1][1]), fmax2(sRed[wg][1][2], sRed[wg][1][3]));
+    s_q = int8_scale(amax);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        float f0, f1, f2, f3;
+        T::unpack2(raw[ks][r][0], f0, f1);
+        T::unpack2(raw[ks][r][1], f2, f3);
+        qa[ks][r] = pack4_u8(quantize_int8(f0, s_q), quantize_int8(f1, s_q), quantize_int8(f2, s_q),
+                             quantize_int8(f3, s_q));
+      }
+  }
+
+  // e^x of the configuration for x = s - m_new <= 0 (Exp::operator() with the bias tricks)
+  const float n_r = (float)p.sas_nr;
+  const int sas_on = p.sas;
+  auto ex = [&](float x) -> float {
+    if (!sas_on) return x > neg_inf() ? exp2_approx(__fmul_rn(x, 1.4426950408889634f)) : 0.0f;
+    if (!(x >= n_r)) return 0.0f;
+    const float t = -x;
+    const float nb = __fadd_rd(t, kBias);  // floor(t) in the low bits
+    const float f = __fsub_rn(t, __fsub_rn(nb, kBias));
+    float q = __fmaf_rn(bits_to_f32(0xbdd1eb85u), f, bits_to_f32(0x3eecd9e8u));
+    q = __fmaf_rn(q, f, bits_to_f32(0xbf7e00d2u));
+    q = __fmaf_rn(q, f, bits_to_f32(0x3f7fe5c9u));
+    return __fmul_rn(sLut[__float_as_int(nb) - kBiasBits], q);
+  };
+
+  float o[NTO][4];
+#pragma unroll
+  for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
+  int sacc[32];
+  int oacc[D / 2];
+
+  for (int j = 0; j < nt_cta; ++j) {
+    const int s = j % kWgStages;
+    mbar_wait(smem_addr(&bar_full[s]), (j / kWgStages) & 1);
+    if (j < nt) {  // warpgroup-uniform
+      const u32 k_tile = ring + s * 2 * TILE, v_tile = k_tile + TILE;
+      const float ks_j = p.ks[kv_base + j], vs_j = p.vs[kv_base + j];
+      // S = Q^q1 K^q1 (exact s32)
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) wgmma_s8(sacc, qa[ks], smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(sacc);
+
+      const float alpha = mul_rn(mul_rn(s_q, ks_j), p.softmax_scale);
+      const int key0 = j * kBlock;
+      const bool masked = key0 + kBlock > vis_min;  // some row of the block cannot see the whole tile
+      float pf[32];
+      float tmax_a = neg_inf(), tmax_b = neg_inf();
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        float x = __fmul_rn(i2f_bias(sacc[i]), alpha);
+        if (masked) {
+          const int key = key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
+          if (key >= ((i & 2) ? vis_b : vis_a)) x = neg_inf();
+        }
+        pf[i] = x;
+        if (i & 2) tmax_b = fmax2(tmax_b, x); else tmax_a = fmax2(tmax_a, x);
+      }
+      tmax_a = fmax2(tmax_a, shfl_xor(tmax_a, 1));
+      tmax_a = fmax2(tmax_a, shfl_xor(tmax_a, 2));
+      tmax_b = fmax2(tmax_b, shfl_xor(tmax_b, 1));
+      tmax_b = fmax2(tmax_b, shfl_xor(tmax_b, 2));
+      // a row with no visible key in this tile keeps its state (m_new = m, r = 1, no update)
+      const bool any_a = key0 < vis_a, any_b = key0 < vis_b;
+      const float mn_a = fmax2(m_a, tmax_a), mn_b = fmax2(m_b, tmax_b);
+      const float r_a = m_a == mn_a ? 1.0f : ex(__fsub_rn(m_a, mn_a));
+      const float r_b = m_b == mn_b ? 1.0f : ex(__fsub_rn(m_b, mn_b));
+      float pm = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        pf[i] = ex(__fsub_rn(pf[i], (i & 2) ? mn_b : mn_a));
+        pm = fmax2(pm, pf[i]);
+      }
+      // s_P = max(P~) / 119 over the whole 64 x 64 tile: the four warps of the warpgroup
+      pm = warp_max(pm);
+      if (lane == 0) sRed[wg][j & 1][warp] = pm;
+      named_sync(1 + wg, 128);
+      const float pmax = fmax2(fmax2(sRed[wg][j & 1][0], sRed[wg][j & 1][1]),
+                               fmax2(sRed[wg][j & 1][2], sRed[wg][j & 1][3]));
+      const float s_p = int8_scale(pmax);
+      const float inv_p = s_p == 0.0f ? 0.0f : div_rn(1.0f, s_p);
+
+      // P^q straight from the accumulator layout into A registers (keys in slot order)
+      u32 pa[2][4];
+      int rs_a = 0, rs_b = 0;
+      auto code = [&](int i) { return (u32)__float_as_int(__fadd_rn(__fmul_rn(pf[i], inv_p), kBias)); };
+#pragma unroll
+      for (int k2 = 0; k2 < 2; ++k2)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int n0 = 4 * k2 + 2 * (r >> 1), e = 2 * (r & 1);
+          pa[k2][r] = pack_low_bytes(code(4 * n0 + e), code(4 * n0 + e + 1), code(4 * n0 + 4 + e), code(4 * n0 + 5 + e));
+          if (r & 1) rs_b = byte_sum(pa[k2][r], rs_b); else rs_a = byte_sum(pa[k2][r], rs_a);
+        }
+      rs_a += shfl_xor_i(rs_a, 1);
+      rs_a += shfl_xor_i(rs_a, 2);
+      rs_b += shfl_xor_i(rs_b, 1);
+      rs_b += shfl_xor_i(rs_b, 2);
+
+      // P^q V^q1 (exact s32)
+      wgmma_fence();
+      wgmma_s8(oacc, pa[0], smem_desc(v_tile, 512, kSw64), 0);
+      wgmma_s8(oacc, pa[1], smem_desc(v_tile + 32, 512, kSw64), 1);
+      wgmma_commit();
+
+      if (any_a) l_a = fma_rn(i2f(rs_a), s_p, mul_rn(l_a, r_a));
+      if (any_b) l_b = fma_rn(i2f(rs_b), s_p, mul_rn(l_b, r_b));
+      m_a = mn_a;
+      m_b = mn_b;
+      const float c_pv = mul_rn(s_p, vs_j);
+      wgmma_wait<0>();
+      fence_regs(oacc);
+#pragma unroll
+      for (int i = 0; i < NTO; ++i) {
+        if (any_a) {
+          o[i][0] = __fmaf_rn(i2f_bias(oacc[4 * i]), c_pv, __fmul_rn(o[i][0], r_a));
+          o[i][1] = __fmaf_rn(i2f_bias(oacc[4 * i + 1]), c_pv, __fmul_rn(o[i][1], r_a));
+        }
+        if (any_b) {
+          o[i][2] = __fmaf_rn(i2f_bias(oacc[4 * i + 2]), c_pv, __fmul_rn(o[i][2], r_b));
+          o[i][3] = __fmaf_rn(i2f_bias(oacc[4 * i + 3]), c_pv, __fmul_rn(o[i][3], r_b));
+        }
+      }
+    }
+    mbar_arrive(smem_addr(&bar_empty[s]));  // this thread's reads of stage s are complete
+  }
+
+  // ---- O = acc / l, LSE = m + ln l (a row that saw no key: 0 and -inf) -------------------------
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = half ? row_b : row_a;
+    if (row >= p.max_sq) continue;
+    const float m = half ? m_b : m_a, l = half ? l_b : l_a;
+    const bool empty = m == neg_inf() || l == 0.0f;
+    const float inv_l = empty ? 0.0f : div_rn(1.0f, l);
+    u16* dst = p.o + ((u64)(b * p.max_sq + row) * p.heads_q + h) * D + 2 * t4;
+#pragma unroll
+    for (int i = 0; i < NTO; ++i)
+      *reinterpret_cast<u32*>(dst + i * 8) = pack2(T(), __fmul_rn(o[i][2 * half], inv_l), __fmul_rn(o[i][2 * half + 1], inv_l));
+    if (t4 == 0) p.lse[((u64)b * p.heads_q + h) * p.max_sq + row] = empty ? neg_inf() : add_rn(m, logf(l));
+  }
+#else
+  asm volatile("trap;");  // built for another architecture: the host only launches this on sm_90
+#endif
+}
+
 }  // namespace turbo
 }  // namespace ferrattn
 
@@ -381,6 +679,10 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                      \
       turbo_prefill_##TN##_d##D(const ferrattn::turbo::PrefillParams p) {                      \
     ferrattn::turbo::prefill_body<ferrattn::T, D>(p);                                          \
+  }                                                                                            \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kWgThreads, 1)                 \
+      turbo_prefill_wg_##TN##_d##D(const ferrattn::turbo::PrefillParams p) {                   \
+    ferrattn::turbo::prefill_wg_body<ferrattn::T, D>(p);                                       \
   }
 
 FERRATTN_TURBO_PREFILL(f16, F16, 64)

@@ -1,5 +1,5 @@
 //! GPU benchmark of TurboAttention on CUDA: prefill (Alg. 1, INT8 tensor cores + SAS) at head
-//! dim 128, causal and not, batch x length 4x1k, 4x4k, 1x16k; decode (Alg. 2) over 4-bit and
+//! dim 128, causal and not, batch x length 4x1k, 4x4k, 1x16k, 1x32k; decode (Alg. 2) over 4-bit and
 //! mixed 2/4-bit caches. Not a test: prints a table and writes JSON that
 //! `benches/turbo_sdpa.py` reads to time PyTorch SDPA (cuDNN and flash backends) on the same
 //! shapes in the same command.
@@ -11,7 +11,7 @@
 //! decode + combine launches over a prepared plan (the step's append is not included).
 //! Also measured: a device-to-device copy (bytes read + written), the bandwidth ceiling.
 //!
-//! Usage: `turbo [--quick] [--out FILE]`
+//! Usage: `turbo [--quick] [--prefill-only] [--out FILE]`
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
 use ferrattn_core::{AttentionProblem, DType, Device};
@@ -90,7 +90,7 @@ fn main() {
     let shapes: &[(usize, usize)] = if quick {
         &[(4, 1024)]
     } else {
-        &[(4, 1024), (4, 4096), (1, 16384)]
+        &[(4, 1024), (4, 4096), (1, 16384), (1, 32768)]
     };
     let cfg = TurboConfig {
         kv_bits: KvBits::Int4,
@@ -138,8 +138,11 @@ fn main() {
         }
     }
     json.push_str("],\"decode\":[");
+    let prefill_only = args.iter().any(|a| a == "--prefill-only");
     // ---- decode: one query token per sequence over a compressed cache ----
-    let decode_shapes: &[(usize, usize)] = if quick {
+    let decode_shapes: &[(usize, usize)] = if prefill_only {
+        &[]
+    } else if quick {
         &[(4, 4096)]
     } else {
         &[(1, 16384), (4, 4096), (4, 16384), (16, 8192), (32, 32768)]

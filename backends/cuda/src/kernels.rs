@@ -345,8 +345,10 @@ pub struct TurboKernelNames {
     pub quant_kv: String,
     /// Universal scale and INT8 buffer of the tokens after the last full block.
     pub buffer_tail: String,
-    /// Alg. 1 attention.
+    /// Alg. 1 attention (mma.sync; bit-exact with the emulation).
     pub prefill: String,
+    /// Alg. 1 attention on warpgroup MMA (sm_90a only).
+    pub prefill_wg: String,
     /// Alg. 2 over the compressed cache, one partial per segment.
     pub decode: String,
     /// Merge of a decode tile's partials.
@@ -382,6 +384,7 @@ pub fn turbo_kernel_names(dtype: DType, head_dim: usize) -> Result<TurboKernelNa
         quant_kv: format!("turbo_quant_kv_{dt}_d{d}"),
         buffer_tail: format!("turbo_buffer_tail_{dt}_d{d}"),
         prefill: format!("turbo_prefill_{dt}_d{d}"),
+        prefill_wg: format!("turbo_prefill_wg_{dt}_d{d}"),
         decode: format!("turbo_decode_{dt}_d{d}"),
         combine: format!("turbo_combine_{dt}_d{d}"),
         append: format!("turbo_append_{dt}_d{d}"),

@@ -47,6 +47,9 @@ pub struct Options {
     pub force_nvrtc: bool,
     /// Fill outputs with NaN before each run (tests: unwritten elements show).
     pub poison_outputs: bool,
+    /// TurboAttention prefill on the mma.sync kernel, whose O equals the CPU emulation bit for
+    /// bit, even on sm_90 where the faster warpgroup-MMA kernel (O within 1e-3) is the default.
+    pub exact_turbo_prefill: bool,
 }
 
 /// The CUDA backend for one GPU. Construction never fails: an unusable GPU is reported by

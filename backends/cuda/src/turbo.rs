@@ -52,6 +52,18 @@ pub const TURBO_BLOCK: usize = 64;
 pub const TURBO_THREADS: u32 = 128;
 /// Query heads of one KV head that one decode CTA holds as MMA rows (`kDecodeRows`).
 pub const DECODE_ROWS: usize = 16;
+/// Q blocks (consumer warpgroups) per CTA of `turbo_prefill_wg_*` (`kWgConsumers`).
+pub const WG_Q_BLOCKS: usize = 2;
+/// Threads per CTA of `turbo_prefill_wg_*`: two consumer warpgroups and a producer warp.
+pub const WG_THREADS: u32 = 288;
+/// K/V tiles in flight in `turbo_prefill_wg_*` (`kWgStages`).
+pub const WG_STAGES: usize = 4;
+
+/// Dynamic shared memory of `turbo_prefill_wg_*`: the ring of INT8 K and V^T tiles, plus the
+/// slack that aligns it to 1 KiB (`wg_smem_bytes`).
+pub fn wg_smem_bytes(head_dim: usize) -> u32 {
+    (WG_STAGES * 2 * TURBO_BLOCK * head_dim + 1024) as u32
+}
 
 // ---- kernel parameter blocks, mirrored by the structs of turbo_common.cuh and the .cu files ----
 
@@ -95,6 +107,7 @@ pub(crate) struct QuantParams {
     max_s: i32,
     heads_kv: i32,
     nblk: i32,
+    image: i32,
 }
 
 /// `struct PrefillParams` (turbo_prefill.cu).
@@ -222,6 +235,8 @@ pub struct TurboKernels {
     quant_kv: Function,
     buffer_tail: Function,
     prefill: Function,
+    /// `turbo_prefill_wg_*`, present on sm_90 (compute capability 9.0) only.
+    prefill_wg: Option<Function>,
     decode: Function,
     combine: Function,
     append: Function,
@@ -677,6 +692,17 @@ fn launch<P>(
     grid: (usize, usize, usize),
     params: &mut P,
 ) -> Result<()> {
+    launch_with(gpu, f, grid, TURBO_THREADS, 0, params)
+}
+
+fn launch_with<P>(
+    gpu: &Arc<Gpu>,
+    f: &Function,
+    grid: (usize, usize, usize),
+    threads: u32,
+    smem_bytes: u32,
+    params: &mut P,
+) -> Result<()> {
     if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
         return Ok(());
     }
@@ -695,10 +721,10 @@ fn launch<P>(
             grid.0 as u32,
             grid.1 as u32,
             grid.2 as u32,
-            TURBO_THREADS,
+            threads,
             1,
             1,
-            0,
+            smem_bytes,
             gpu.stream,
             args.as_mut_ptr(),
             std::ptr::null_mut(),
@@ -725,6 +751,8 @@ pub struct PreparedTurboPrefill {
     /// The configuration.
     pub cfg: TurboConfig,
     kernels: TurboKernels,
+    /// Attention on `turbo_prefill_wg_*` (warpgroup MMA) rather than `turbo_prefill_*`.
+    wgmma: bool,
     nblk: usize,
     kq: DeviceBuffer,
     vt: DeviceBuffer,
@@ -773,6 +801,11 @@ impl CudaBackend {
             quant_kv: m.prefill.function(&n.quant_kv)?,
             buffer_tail: m.prefill.function(&n.buffer_tail)?,
             prefill: m.prefill.function(&n.prefill)?,
+            prefill_wg: if self.gpu()?.caps.compute_capability == Some((9, 0)) {
+                Some(m.prefill.function(&n.prefill_wg)?)
+            } else {
+                None
+            },
             decode: m.decode.function(&n.decode)?,
             combine: m.decode.function(&n.combine)?,
             append: m.decode.function(&n.append)?,
@@ -800,10 +833,27 @@ impl CudaBackend {
         let d = p.head_dim_qk;
         let nblk = p.max_seqlen_k.div_ceil(TURBO_BLOCK).max(1);
         let tiles = p.batch * p.heads_kv * nblk;
+        let kernels = self.turbo_kernels(p.dtype, d)?;
+        let wgmma = match (&kernels.prefill_wg, self.options.exact_turbo_prefill) {
+            (Some(f), false) => {
+                gpu.bind()?;
+                // SAFETY: a valid function handle; the size is the kernel's ring (<= 129 KiB).
+                check("cuFuncSetAttribute", unsafe {
+                    sys::cuFuncSetAttribute(
+                        f.f,
+                        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        wg_smem_bytes(d) as i32,
+                    )
+                })?;
+                true
+            }
+            _ => false,
+        };
         Ok(PreparedTurboPrefill {
             problem: p.clone(),
             cfg: cfg.clone(),
-            kernels: self.turbo_kernels(p.dtype, d)?,
+            kernels,
+            wgmma,
             nblk,
             kq: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
             vt: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
@@ -859,6 +909,7 @@ impl CudaBackend {
             max_s: max_s as i32,
             heads_kv: p.heads_kv as i32,
             nblk: prep.nblk as i32,
+            image: prep.wgmma as i32,
         };
         launch(
             gpu,
@@ -908,12 +959,29 @@ impl CudaBackend {
             sas_nr: prep.cfg.sas_threshold,
             softmax_scale: p.softmax_scale,
         };
-        launch(
-            self.gpu()?,
-            &prep.kernels.prefill,
-            (p.max_seqlen_q.div_ceil(TURBO_BLOCK), p.heads_q, p.batch),
-            &mut pp,
-        )
+        let q_blocks = p.max_seqlen_q.div_ceil(TURBO_BLOCK);
+        match (&prep.kernels.prefill_wg, prep.wgmma) {
+            (Some(f), true) => launch_with(
+                self.gpu()?,
+                f,
+                (q_blocks.div_ceil(WG_Q_BLOCKS), p.heads_q, p.batch),
+                WG_THREADS,
+                wg_smem_bytes(p.head_dim_qk),
+                &mut pp,
+            ),
+            _ => launch(
+                self.gpu()?,
+                &prep.kernels.prefill,
+                (q_blocks, p.heads_q, p.batch),
+                &mut pp,
+            ),
+        }
+    }
+
+    /// Whether a prepared prefill runs the warpgroup-MMA kernel (sm_90, not
+    /// [`crate::Options::exact_turbo_prefill`]); else the bit-exact mma.sync kernel.
+    pub fn turbo_prefill_uses_wgmma(&self, prep: &PreparedTurboPrefill) -> bool {
+        prep.wgmma
     }
 
     /// Enqueues a whole prefill of device inputs: quantization (and the cache of every token
@@ -1561,8 +1629,8 @@ mod tests {
         // CacheView: 5 pointers; CacheParams: 2 views, 3 x 8 bytes, 2 ints
         assert_eq!(std::mem::size_of::<CacheView>(), 40);
         assert_eq!(std::mem::size_of::<CacheParams>(), 112);
-        // QuantParams: 7 pointers, cache, 4 ints
-        assert_eq!(std::mem::size_of::<QuantParams>(), 7 * 8 + 112 + 16);
+        // QuantParams: 7 pointers, cache, 5 ints, padded to 8
+        assert_eq!(std::mem::size_of::<QuantParams>(), 7 * 8 + 112 + 20 + 4);
         // PrefillParams: 9 pointers, 9 ints, 1 float
         assert_eq!(std::mem::size_of::<PrefillParams>(), 9 * 8 + 10 * 4);
         // DecodeParams: 11 pointers, cache, 10 ints, 1 float, padded to 8

@@ -694,36 +694,81 @@ fn prefill_cases() -> Vec<PrefillCase> {
     ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
 )]
 fn gpu_turbo_prefill_matches_the_emulation() {
-    let Some(b) = backend(
-        "gpu_turbo_prefill_matches_the_emulation",
-        Options::default(),
+    let name = "gpu_turbo_prefill_matches_the_emulation";
+    let (Some(fast), Some(exact)) = (
+        backend(name, Options::default()),
+        backend(
+            name,
+            Options {
+                exact_turbo_prefill: true,
+                ..Options::default()
+            },
+        ),
     ) else {
         return;
     };
-    let mut total_diff = 0;
-    for (i, c) in prefill_cases().into_iter().enumerate() {
-        let p = problem(&c.lq, &c.lk, c.hq, c.hk, c.d, c.dtype, c.causal);
-        let x = inputs(&p, 100 + i as u64);
-        let cfg = cfg_with(c.bits.clone(), true);
-        let what = format!(
-            "prefill #{i} lq {:?} lk {:?} hq {} hk {} d {} {} causal {} {:?}",
-            c.lq, c.lk, c.hq, c.hk, c.d, c.dtype, c.causal, c.bits
+    // the default kernel (warpgroup MMA on sm_90), then the bit-exact mma.sync one
+    for (kernel, b) in [("default", &fast), ("exact", &exact)] {
+        let mut total_diff = 0;
+        let mut total = 0;
+        for (i, c) in prefill_cases().into_iter().enumerate() {
+            let p = problem(&c.lq, &c.lk, c.hq, c.hk, c.d, c.dtype, c.causal);
+            let x = inputs(&p, 100 + i as u64);
+            let cfg = cfg_with(c.bits.clone(), true);
+            let what = format!(
+                "{kernel} prefill #{i} lq {:?} lk {:?} hq {} hk {} d {} {} causal {} {:?}",
+                c.lq, c.lk, c.hq, c.hk, c.d, c.dtype, c.causal, c.bits
+            );
+            let (emu, emu_cache) = turbo::prefill(&cfg, &p, &x).unwrap();
+            let (gpu, gpu_cache) = b.turbo_prefill(&cfg, &p, &x, 70).unwrap();
+            assert_cache_eq(&what, &emu_cache, &gpu_cache.download().unwrap());
+            assert_eq!(
+                gpu_cache.memory(),
+                emu_cache.memory(),
+                "{what}: memory accounting"
+            );
+            total_diff += check_vs_emulation(&what, &emu, &gpu, kernel == "exact");
+            total += emu.o.data.len();
+            check_vs_golden(&what, &p, &x, &emu, &gpu);
+        }
+        eprintln!(
+            "{kernel} prefill: {total_diff} of {total} O elements differ in bits from the emulation over all cases"
         );
-        let (emu, emu_cache) = turbo::prefill(&cfg, &p, &x).unwrap();
-        let (gpu, gpu_cache) = b.turbo_prefill(&cfg, &p, &x, 70).unwrap();
-        assert_cache_eq(&what, &emu_cache, &gpu_cache.download().unwrap());
-        assert_eq!(
-            gpu_cache.memory(),
-            emu_cache.memory(),
-            "{what}: memory accounting"
-        );
-        total_diff += check_vs_emulation(&what, &emu, &gpu, false);
-        check_vs_golden(&what, &p, &x, &emu, &gpu);
     }
-    eprintln!("prefill: {total_diff} O elements differ in bits from the emulation over all cases");
 }
 
-/// With SAS on, every f32 step of the kernel is the emulation's: O bit for bit.
+/// On sm_90 the default prefill is the warpgroup-MMA kernel (so the tests above exercise it);
+/// elsewhere, and with `exact_turbo_prefill`, the mma.sync kernel.
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+fn gpu_turbo_prefill_kernel_choice() {
+    let name = "gpu_turbo_prefill_kernel_choice";
+    let (Some(fast), Some(exact)) = (
+        backend(name, Options::default()),
+        backend(
+            name,
+            Options {
+                exact_turbo_prefill: true,
+                ..Options::default()
+            },
+        ),
+    ) else {
+        return;
+    };
+    let p = problem(&[64], &[64], 2, 1, 128, DType::BF16, false);
+    let cfg = TurboConfig::default();
+    let sm90 = fast.gpu().unwrap().caps.compute_capability == Some((9, 0));
+    let prep = fast.turbo_prepare_prefill(&cfg, &p).unwrap();
+    assert_eq!(fast.turbo_prefill_uses_wgmma(&prep), sm90);
+    let prep = exact.turbo_prepare_prefill(&cfg, &p).unwrap();
+    assert!(!exact.turbo_prefill_uses_wgmma(&prep));
+    eprintln!("sm_90: {sm90}; default prefill kernel is warpgroup MMA: {sm90}");
+}
+
+/// With SAS on, every f32 step of the mma.sync kernel is the emulation's: O bit for bit.
 #[test]
 #[cfg_attr(
     ferrattn_no_gpu,
@@ -732,7 +777,10 @@ fn gpu_turbo_prefill_matches_the_emulation() {
 fn gpu_turbo_prefill_is_bit_exact_with_sas() {
     let Some(b) = backend(
         "gpu_turbo_prefill_is_bit_exact_with_sas",
-        Options::default(),
+        Options {
+            exact_turbo_prefill: true,
+            ..Options::default()
+        },
     ) else {
         return;
     };
