@@ -978,6 +978,15 @@ impl CudaBackend {
         }
     }
 
+    /// Whether prefills on this backend run the mma.sync kernel whose O equals the emulation
+    /// bit for bit (not sm_90, or [`crate::Options::exact_turbo_prefill`]).
+    pub fn turbo_prefill_is_exact(&self) -> bool {
+        self.options.exact_turbo_prefill
+            || self
+                .gpu()
+                .map_or(true, |g| g.caps.compute_capability != Some((9, 0)))
+    }
+
     /// Whether a prepared prefill runs the warpgroup-MMA kernel (sm_90, not
     /// [`crate::Options::exact_turbo_prefill`]); else the bit-exact mma.sync kernel.
     pub fn turbo_prefill_uses_wgmma(&self, prep: &PreparedTurboPrefill) -> bool {

@@ -112,13 +112,41 @@ fn differing_bits(a: &[f32], b: &[f32]) -> usize {
         .count()
 }
 
-/// GPU output against the emulation's: no NaN, O within 1e-3 relative (and bit for bit when
-/// `exact`), LSE within 1e-4; returns the number of O elements whose bits differ.
+/// How closely a kernel follows the emulation.
+#[derive(Clone, Copy, PartialEq)]
+enum Follows {
+    /// Every step: O bit for bit, LSE up to `logf`'s last bit.
+    Bits,
+    /// Every integer step, f32 steps possibly reordered: O within 1e-3, LSE within 1e-4.
+    Steps,
+    /// As `Steps`, but a P code may land one step apart where P / s_P is within an ulp or two
+    /// of a half-integer (the warpgroup-MMA prefill multiplies by 1 / s_P). One such flip moves
+    /// that row's `ln l` by at most about 1/119 (the row's largest code in the tile holding its
+    /// maximum is >= 119), so LSE is held to 1e-3 relative (the bound) and 1e-2 absolute.
+    Codes,
+}
+
+/// GPU output against the emulation's: no NaN, O within 1e-3 relative (and bit for bit under
+/// `Follows::Bits`), LSE as `follows` says; returns the number of O elements whose bits differ.
 fn check_vs_emulation(
     what: &str,
     emu: &AttentionOutput,
     gpu: &AttentionOutput,
     exact: bool,
+) -> usize {
+    check_following(
+        what,
+        emu,
+        gpu,
+        if exact { Follows::Bits } else { Follows::Steps },
+    )
+}
+
+fn check_following(
+    what: &str,
+    emu: &AttentionOutput,
+    gpu: &AttentionOutput,
+    follows: Follows,
 ) -> usize {
     assert!(
         gpu.o.data.iter().all(|v| !v.is_nan()),
@@ -144,8 +172,15 @@ fn check_vs_emulation(
         "{what}: LSE -inf placement (rows without keys) differs"
     );
     assert!(c.rel_fro <= 1e-3, "{what}: O vs emulation {c}");
-    assert!(l.max_abs <= 1e-4, "{what}: LSE vs emulation {l}");
-    if exact {
+    if follows == Follows::Codes {
+        assert!(
+            l.rel_fro <= 1e-3 && l.max_abs <= 1e-2,
+            "{what}: LSE vs emulation {l}"
+        );
+    } else {
+        assert!(l.max_abs <= 1e-4, "{what}: LSE vs emulation {l}");
+    }
+    if follows == Follows::Bits {
         assert_eq!(diff, 0, "{what}: O should equal the emulation bit for bit");
     }
     diff
@@ -727,7 +762,12 @@ fn gpu_turbo_prefill_matches_the_emulation() {
                 emu_cache.memory(),
                 "{what}: memory accounting"
             );
-            total_diff += check_vs_emulation(&what, &emu, &gpu, kernel == "exact");
+            let follows = match (kernel, b.turbo_prefill_is_exact()) {
+                ("exact", _) => Follows::Bits,
+                (_, true) => Follows::Steps,
+                _ => Follows::Codes,
+            };
+            total_diff += check_following(&what, &emu, &gpu, follows);
             total += emu.o.data.len();
             check_vs_golden(&what, &p, &x, &emu, &gpu);
         }
@@ -830,7 +870,12 @@ fn gpu_turbo_prefill_sas_off_and_thresholds() {
         let what = format!("prefill sas {} n_r {}", cfg.sas, cfg.sas_threshold);
         let (emu, _) = turbo::prefill(&cfg, &p, &x).unwrap();
         let (gpu, _) = b.turbo_prefill(&cfg, &p, &x, 0).unwrap();
-        check_vs_emulation(&what, &emu, &gpu, false);
+        let follows = if b.turbo_prefill_is_exact() {
+            Follows::Steps
+        } else {
+            Follows::Codes
+        };
+        check_following(&what, &emu, &gpu, follows);
         check_vs_golden(&what, &p, &x, &emu, &gpu);
     }
 }
@@ -1088,7 +1133,17 @@ fn gpu_turbo_decode_2bit_large_group() {
     ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
 )]
 fn gpu_turbo_run_turbo_matches_emulate() {
-    let Some(b) = backend("gpu_turbo_run_turbo_matches_emulate", Options::default()) else {
+    let name = "gpu_turbo_run_turbo_matches_emulate";
+    let (Some(b), Some(exact)) = (
+        backend(name, Options::default()),
+        backend(
+            name,
+            Options {
+                exact_turbo_prefill: true,
+                ..Options::default()
+            },
+        ),
+    ) else {
         return;
     };
     let caps = b.caps().unwrap();
@@ -1104,8 +1159,16 @@ fn gpu_turbo_run_turbo_matches_emulate() {
         let gpu = b.run_turbo(&pl, &x).unwrap();
         assert_eq!(gpu.provenance.backend, "cuda");
         let what = format!("run_turbo causal {causal}");
-        // run_turbo decodes with one CTA per tile: emulate's order, bit for bit
-        check_vs_emulation(&what, &emu, &gpu, true);
+        // run_turbo decodes with one CTA per tile (emulate's order); with the bit-exact prefill
+        // kernel the whole output equals the emulation bit for bit
+        let gpu_exact = exact.run_turbo(&pl, &x).unwrap();
+        check_vs_emulation(&format!("{what} (exact prefill)"), &emu, &gpu_exact, true);
+        let follows = if b.turbo_prefill_is_exact() {
+            Follows::Bits
+        } else {
+            Follows::Codes
+        };
+        check_following(&what, &emu, &gpu, follows);
         check_vs_golden(&what, &p, &x, &emu, &gpu);
     }
     // a plan for an unsupported head dim is refused by the planner for CUDA
@@ -1171,7 +1234,12 @@ fn gpu_turbo_sanitizer_small() {
     let cfg = TurboConfig::default();
     let (emu, emu_cache) = turbo::prefill(&cfg, &p, &x).unwrap();
     let (gpu, mut cache) = b.turbo_prefill(&cfg, &p, &x, 64).unwrap();
-    check_vs_emulation("sanitizer prefill", &emu, &gpu, false);
+    let follows = if b.turbo_prefill_is_exact() {
+        Follows::Steps
+    } else {
+        Follows::Codes
+    };
+    check_following("sanitizer prefill", &emu, &gpu, follows);
     assert_cache_eq("sanitizer prefill", &emu_cache, &cache.download().unwrap());
     let q = token(&x.q, 0);
     let kn = token(&x.k, 0);
