@@ -422,6 +422,13 @@ __device__ __forceinline__ void wgmma_s8(int (&d)[64], const u32 (&a)[4], u64 de
 }
 #endif
 
+struct True {
+  static constexpr bool value = true;
+};
+struct False {
+  static constexpr bool value = false;
+};
+
 template <class T, int D>
 __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #ifdef FERRATTN_SM90A
@@ -483,7 +490,9 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   const int nt = tiles_of(qb);
   const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
   const int vis_a = visible(row_a), vis_b = visible(row_b);
-  const int vis_min = visible(r0);  // rows see prefixes; the block's first row the shortest
+  // the fewest keys a row of the block sees: valid rows see growing prefixes, rows past the
+  // sequence none
+  const int vis_min = min(visible(r0), visible(r0 + kBlock - 1));
 
   // Q block to INT8 with one scale (max over the whole block), straight into A registers
   u32 qa[KS][4];
@@ -524,21 +533,33 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       }
   }
 
-  // e^x of the configuration for x = s - m_new <= 0 (Exp::operator() with the bias tricks)
+  // e^x of the configuration for x = s - m_new <= 0: Exp::operator() without branches (every
+  // element runs the same instructions, so the 32 per thread pipeline), floor through the bias
   const float n_r = (float)p.sas_nr;
-  const int sas_on = p.sas;
-  auto ex = [&](float x) -> float {
-    if (!sas_on) return x > neg_inf() ? exp2_approx(__fmul_rn(x, 1.4426950408889634f)) : 0.0f;
-    if (!(x >= n_r)) return 0.0f;
-    const float t = -x;
+  const bool sas_on = p.sas != 0;
+  // shared address of LUT[n] = lut_at + 4 x bits(floor(t) + kBias) (mod 2^32)
+  const u32 lut_at = smem_addr(sLut) - 4u * (u32)kBiasBits;
+  auto ex_sas = [&](float x) -> float {
+    const float t = fminf(-x, 16.0f);      // keeps the LUT index in range (x < n_r is 0 below)
     const float nb = __fadd_rd(t, kBias);  // floor(t) in the low bits
     const float f = __fsub_rn(t, __fsub_rn(nb, kBias));
     float q = __fmaf_rn(bits_to_f32(0xbdd1eb85u), f, bits_to_f32(0x3eecd9e8u));
     q = __fmaf_rn(q, f, bits_to_f32(0xbf7e00d2u));
     q = __fmaf_rn(q, f, bits_to_f32(0x3f7fe5c9u));
-    return __fmul_rn(sLut[__float_as_int(nb) - kBiasBits], q);
+    float lut, e;
+    asm("ld.shared.f32 %0, [%1];" : "=f"(lut) : "r"(lut_at + 4u * (u32)__float_as_int(nb)));
+    // Eq. 14 (also -inf and NaN: a row that saw no key) as a select the compiler cannot turn
+    // into a branch around the load
+    asm("{\n.reg .pred keep;\nsetp.ge.f32 keep, %1, %2;\nselp.f32 %0, %3, 0f00000000, keep;\n}"
+        : "=f"(e)
+        : "f"(x), "f"(n_r), "f"(__fmul_rn(lut, q)));
+    return e;
+  };
+  auto ex_exp = [&](float x) -> float {
+    return x > neg_inf() ? exp2_approx(__fmul_rn(x, 1.4426950408889634f)) : 0.0f;
   };
 
+  // (fmaxf: one instruction; no operand is NaN, so it is the emulation's f32::max)
   float o[NTO][4];
 #pragma unroll
   for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -562,40 +583,47 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 
       const float alpha = mul_rn(mul_rn(s_q, ks_j), p.softmax_scale);
       const int key0 = j * kBlock;
-      const bool masked = key0 + kBlock > vis_min;  // some row of the block cannot see the whole tile
       float pf[32];
       float tmax_a = neg_inf(), tmax_b = neg_inf();
+      // scaled logits and row maxima; keys a row cannot see are -inf (only on tiles where some
+      // row of the block cannot see every key: the code is instantiated with and without)
+      auto logits = [&](auto mask) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        float x = __fmul_rn(i2f_bias(sacc[i]), alpha);
-        if (masked) {
-          const int key = key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
-          if (key >= ((i & 2) ? vis_b : vis_a)) x = neg_inf();
+        for (int i = 0; i < 32; ++i) {
+          float x = __fmul_rn(i2f_bias(sacc[i]), alpha);
+          if (decltype(mask)::value) {
+            const int key = key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
+            if (key >= ((i & 2) ? vis_b : vis_a)) x = neg_inf();
+          }
+          pf[i] = x;
+          if (i & 2) tmax_b = fmaxf(tmax_b, x); else tmax_a = fmaxf(tmax_a, x);
         }
-        pf[i] = x;
-        if (i & 2) tmax_b = fmax2(tmax_b, x); else tmax_a = fmax2(tmax_a, x);
-      }
-      tmax_a = fmax2(tmax_a, shfl_xor(tmax_a, 1));
-      tmax_a = fmax2(tmax_a, shfl_xor(tmax_a, 2));
-      tmax_b = fmax2(tmax_b, shfl_xor(tmax_b, 1));
-      tmax_b = fmax2(tmax_b, shfl_xor(tmax_b, 2));
+      };
+      if (key0 + kBlock > vis_min) logits(True{}); else logits(False{});
+      tmax_a = fmaxf(tmax_a, shfl_xor(tmax_a, 1));
+      tmax_a = fmaxf(tmax_a, shfl_xor(tmax_a, 2));
+      tmax_b = fmaxf(tmax_b, shfl_xor(tmax_b, 1));
+      tmax_b = fmaxf(tmax_b, shfl_xor(tmax_b, 2));
       // a row with no visible key in this tile keeps its state (m_new = m, r = 1, no update)
       const bool any_a = key0 < vis_a, any_b = key0 < vis_b;
-      const float mn_a = fmax2(m_a, tmax_a), mn_b = fmax2(m_b, tmax_b);
-      const float r_a = m_a == mn_a ? 1.0f : ex(__fsub_rn(m_a, mn_a));
-      const float r_b = m_b == mn_b ? 1.0f : ex(__fsub_rn(m_b, mn_b));
-      float pm = 0.0f;
+      const float mn_a = fmaxf(m_a, tmax_a), mn_b = fmaxf(m_b, tmax_b);
+      float r_a, r_b, pm = 0.0f;
+      auto probs = [&](auto ex) {
+        r_a = m_a == mn_a ? 1.0f : ex(__fsub_rn(m_a, mn_a));
+        r_b = m_b == mn_b ? 1.0f : ex(__fsub_rn(m_b, mn_b));
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        pf[i] = ex(__fsub_rn(pf[i], (i & 2) ? mn_b : mn_a));
-        pm = fmax2(pm, pf[i]);
-      }
+        for (int i = 0; i < 32; ++i) {
+          pf[i] = ex(__fsub_rn(pf[i], (i & 2) ? mn_b : mn_a));
+          pm = fmaxf(pm, pf[i]);
+        }
+      };
+      if (sas_on) probs(ex_sas); else probs(ex_exp);
       // s_P = max(P~) / 119 over the whole 64 x 64 tile: the four warps of the warpgroup
       pm = warp_max(pm);
       if (lane == 0) sRed[wg][j & 1][warp] = pm;
       named_sync(1 + wg, 128);
-      const float pmax = fmax2(fmax2(sRed[wg][j & 1][0], sRed[wg][j & 1][1]),
-                               fmax2(sRed[wg][j & 1][2], sRed[wg][j & 1][3]));
+      const float pmax = fmaxf(fmaxf(sRed[wg][j & 1][0], sRed[wg][j & 1][1]),
+                               fmaxf(sRed[wg][j & 1][2], sRed[wg][j & 1][3]));
       const float s_p = int8_scale(pmax);
       const float inv_p = s_p == 0.0f ? 0.0f : div_rn(1.0f, s_p);
 
