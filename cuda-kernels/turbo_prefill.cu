@@ -375,14 +375,16 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 
 
 // ---- turbo_prefill_wg_*: the same Alg. 1 on Hopper warpgroup MMA (sm_90a) --------------------
-// One CTA = two consumer warpgroups (one 64-row Q block each, same head) and one producer warp.
+// One CTA = two consumer warpgroups (one 64-row Q block each, same head) and a producer
+// warpgroup (one thread issues the copies; setmaxnreg hands its registers to the consumers).
 // The producer streams the INT8 K and V^T tiles turbo_quant_kv_* wrote in the "image" layout
 // (the exact bytes the wgmma shared-memory descriptors read: K rows of D bytes with the 128- or
 // 64-byte swizzle, V^T rows of 64 keys with the 64-byte swizzle) into a kWgStages-deep ring, one
 // bulk copy per tile, completion counted on transaction mbarriers. Per 64-key tile a warpgroup
 // issues S = Q^q1 K^q1 as D / 32 wgmma.m64n64k32.s8 (Q in registers), runs the SAS online
 // softmax on the accumulator registers, packs P^q into A registers (keys in slot order, which
-// the V^T image shares) and issues P^q V^q1 as two wgmma.m64n{D}k32.s8.
+// the V^T image shares) and issues P^q V^q1 as two wgmma.m64n{D}k32.s8. S of the next tile is
+// issued before this tile's softmax, so the tensor cores work while the warpgroup computes.
 //
 // Numerics: the steps of attend_tile (see prefill_body), with exact rewrites (integer -> f32,
 // floor and round-half-even through the 1.5 x 2^23 bias: identical bits, but on the FMA pipe)
@@ -392,7 +394,10 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 // measures both); the mma.sync kernel above stays the bit-exact path.
 constexpr int kWgStages = 4;           // K/V tiles in flight per CTA
 constexpr int kWgConsumers = 2;        // consumer warpgroups (Q blocks) per CTA
-constexpr int kWgThreads = kWgConsumers * 128 + 32;
+constexpr int kWgThreads = kWgConsumers * 128 + 128;  // + the producer warpgroup
+// registers per thread after setmaxnreg: 128 x (24 + 2 x 240) <= 64 Ki
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;
 constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
 constexpr int kBiasBits = 0x4b400000;  // bits of kBias
 
@@ -471,8 +476,9 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   sas_lut_init(sLut);
   __syncthreads();  // the last CTA-wide barrier: from here the warpgroups use named barriers
 
-  if (wg == kWgConsumers) {  // ---- producer warp: one lane streams the tiles --------------------
-    if (lane == 0) {
+  if (wg == kWgConsumers) {  // ---- producer warpgroup: one thread streams the tiles --------------
+    setmaxnreg_dec<kProducerRegs>();
+    if (tid == kWgConsumers * 128) {
       for (int j = 0; j < nt_cta; ++j) {
         const int s = j % kWgStages;
         if (j >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((j / kWgStages) + 1) & 1);
@@ -486,6 +492,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   }
 
   // ---- consumer warpgroup: Q block qb -----------------------------------------------------------
+  setmaxnreg_inc<kConsumerRegs>();
   const int qb = 2 * pair + wg, r0 = qb * kBlock;
   const int nt = tiles_of(qb);
   const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
@@ -564,112 +571,135 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
   for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
-  int sacc[32];
+  int s_even[32], s_odd[32];  // S of tiles j and j + 1 (two register sets: Q K^T of the next
+                              // tile runs on the tensor cores during this tile's softmax)
   int oacc[D / 2];
 
-  for (int j = 0; j < nt_cta; ++j) {
-    const int s = j % kWgStages;
-    mbar_wait(smem_addr(&bar_full[s]), (j / kWgStages) & 1);
-    if (j < nt) {  // warpgroup-uniform
-      const u32 k_tile = ring + s * 2 * TILE, v_tile = k_tile + TILE;
-      const float ks_j = p.ks[kv_base + j], vs_j = p.vs[kv_base + j];
-      // S = Q^q1 K^q1 (exact s32)
-      wgmma_fence();
+  auto issue_qk = [&](int j, int (&sacc)[32]) {
+    const int st = j % kWgStages;
+    mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
+    const u32 k_tile = ring + st * 2 * TILE;
+    wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wgmma_s8(sacc, qa[ks], smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(sacc);
+    for (int ks = 0; ks < KS; ++ks) wgmma_s8(sacc, qa[ks], smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
+    wgmma_commit();
+  };
 
-      const float alpha = mul_rn(mul_rn(s_q, ks_j), p.softmax_scale);
-      const int key0 = j * kBlock;
-      float pf[32];
-      float tmax_a = neg_inf(), tmax_b = neg_inf();
-      // scaled logits and row maxima; keys a row cannot see are -inf (only on tiles where some
-      // row of the block cannot see every key: the code is instantiated with and without)
-      auto logits = [&](auto mask) {
+  // one tile: S(j) is in flight in `cur`; S(j + 1) goes into `next`
+  auto step = [&](int j, int (&cur)[32], int (&next)[32]) {
+    const int st = j % kWgStages;
+    const u32 v_tile = ring + st * 2 * TILE + TILE;
+    const float ks_j = p.ks[kv_base + j], vs_j = p.vs[kv_base + j];
+    wgmma_wait<0>();
+    fence_regs(cur);
+    if (j + 1 < nt) issue_qk(j + 1, next);
+
+    const float alpha = mul_rn(mul_rn(s_q, ks_j), p.softmax_scale);
+    const int key0 = j * kBlock;
+    float pf[32];
+    float tmax_a = neg_inf(), tmax_b = neg_inf();
+    // scaled logits and row maxima; keys a row cannot see are -inf (only on tiles where some
+    // row of the block cannot see every key: the code is instantiated with and without)
+    auto logits = [&](auto mask) {
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          float x = __fmul_rn(i2f_bias(sacc[i]), alpha);
-          if (decltype(mask)::value) {
-            const int key = key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
-            if (key >= ((i & 2) ? vis_b : vis_a)) x = neg_inf();
-          }
-          pf[i] = x;
-          if (i & 2) tmax_b = fmaxf(tmax_b, x); else tmax_a = fmaxf(tmax_a, x);
+      for (int i = 0; i < 32; ++i) {
+        float x = __fmul_rn(i2f_bias(cur[i]), alpha);
+        if (decltype(mask)::value) {
+          const int key = key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
+          if (key >= ((i & 2) ? vis_b : vis_a)) x = neg_inf();
         }
-      };
-      if (key0 + kBlock > vis_min) logits(True{}); else logits(False{});
-      tmax_a = fmaxf(tmax_a, shfl_xor(tmax_a, 1));
-      tmax_a = fmaxf(tmax_a, shfl_xor(tmax_a, 2));
-      tmax_b = fmaxf(tmax_b, shfl_xor(tmax_b, 1));
-      tmax_b = fmaxf(tmax_b, shfl_xor(tmax_b, 2));
-      // a row with no visible key in this tile keeps its state (m_new = m, r = 1, no update)
-      const bool any_a = key0 < vis_a, any_b = key0 < vis_b;
-      const float mn_a = fmaxf(m_a, tmax_a), mn_b = fmaxf(m_b, tmax_b);
-      float r_a, r_b, pm = 0.0f;
-      auto probs = [&](auto ex) {
-        r_a = m_a == mn_a ? 1.0f : ex(__fsub_rn(m_a, mn_a));
-        r_b = m_b == mn_b ? 1.0f : ex(__fsub_rn(m_b, mn_b));
+        pf[i] = x;
+        if (i & 2) tmax_b = fmaxf(tmax_b, x); else tmax_a = fmaxf(tmax_a, x);
+      }
+    };
+    if (key0 + kBlock > vis_min) logits(True{}); else logits(False{});
+    tmax_a = fmaxf(tmax_a, shfl_xor(tmax_a, 1));
+    tmax_a = fmaxf(tmax_a, shfl_xor(tmax_a, 2));
+    tmax_b = fmaxf(tmax_b, shfl_xor(tmax_b, 1));
+    tmax_b = fmaxf(tmax_b, shfl_xor(tmax_b, 2));
+    // A row with no visible key in this tile keeps its state without a test: m_new = m,
+    // r = 1, its codes are 0, so l = fma(0, s_P, l x 1) = l and O = fma(0, c, O x 1) = O.
+    const float mn_a = fmaxf(m_a, tmax_a), mn_b = fmaxf(m_b, tmax_b);
+    float r_a, r_b, pm = 0.0f;
+    auto probs = [&](auto ex) {
+      r_a = m_a == mn_a ? 1.0f : ex(__fsub_rn(m_a, mn_a));
+      r_b = m_b == mn_b ? 1.0f : ex(__fsub_rn(m_b, mn_b));
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          pf[i] = ex(__fsub_rn(pf[i], (i & 2) ? mn_b : mn_a));
-          pm = fmaxf(pm, pf[i]);
-        }
-      };
-      if (sas_on) probs(ex_sas); else probs(ex_exp);
-      // s_P = max(P~) / 119 over the whole 64 x 64 tile: the four warps of the warpgroup
-      pm = warp_max(pm);
-      if (lane == 0) sRed[wg][j & 1][warp] = pm;
-      named_sync(1 + wg, 128);
-      const float pmax = fmaxf(fmaxf(sRed[wg][j & 1][0], sRed[wg][j & 1][1]),
-                               fmaxf(sRed[wg][j & 1][2], sRed[wg][j & 1][3]));
-      const float s_p = int8_scale(pmax);
-      const float inv_p = s_p == 0.0f ? 0.0f : div_rn(1.0f, s_p);
+      for (int i = 0; i < 32; ++i) {
+        pf[i] = ex(__fsub_rn(pf[i], (i & 2) ? mn_b : mn_a));
+        pm = fmaxf(pm, pf[i]);
+      }
+    };
+    if (sas_on) probs(ex_sas); else probs(ex_exp);
+    // s_P = max(P~) / 119 over the whole 64 x 64 tile: the four warps of the warpgroup
+    pm = warp_max(pm);
+    if (lane == 0) sRed[wg][j & 1][warp] = pm;
+    named_sync(1 + wg, 128);
+    const float pmax = fmaxf(fmaxf(sRed[wg][j & 1][0], sRed[wg][j & 1][1]),
+                             fmaxf(sRed[wg][j & 1][2], sRed[wg][j & 1][3]));
+    const float s_p = int8_scale(pmax);
+    const float inv_p = s_p == 0.0f ? 0.0f : div_rn(1.0f, s_p);
 
-      // P^q straight from the accumulator layout into A registers (keys in slot order)
-      u32 pa[2][4];
-      int rs_a = 0, rs_b = 0;
-      auto code = [&](int i) { return (u32)__float_as_int(__fadd_rn(__fmul_rn(pf[i], inv_p), kBias)); };
+    // P^q straight from the accumulator layout into A registers (keys in slot order)
+    u32 pa[2][4];
+    int rs_a = 0, rs_b = 0;
+    auto code = [&](int i) { return (u32)__float_as_int(__fadd_rn(__fmul_rn(pf[i], inv_p), kBias)); };
 #pragma unroll
-      for (int k2 = 0; k2 < 2; ++k2)
+    for (int k2 = 0; k2 < 2; ++k2)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int n0 = 4 * k2 + 2 * (r >> 1), e = 2 * (r & 1);
-          pa[k2][r] = pack_low_bytes(code(4 * n0 + e), code(4 * n0 + e + 1), code(4 * n0 + 4 + e), code(4 * n0 + 5 + e));
-          if (r & 1) rs_b = byte_sum(pa[k2][r], rs_b); else rs_a = byte_sum(pa[k2][r], rs_a);
-        }
-      rs_a += shfl_xor_i(rs_a, 1);
-      rs_a += shfl_xor_i(rs_a, 2);
-      rs_b += shfl_xor_i(rs_b, 1);
-      rs_b += shfl_xor_i(rs_b, 2);
+      for (int r = 0; r < 4; ++r) {
+        const int n0 = 4 * k2 + 2 * (r >> 1), e = 2 * (r & 1);
+        pa[k2][r] = pack_low_bytes(code(4 * n0 + e), code(4 * n0 + e + 1), code(4 * n0 + 4 + e), code(4 * n0 + 5 + e));
+        if (r & 1) rs_b = byte_sum(pa[k2][r], rs_b); else rs_a = byte_sum(pa[k2][r], rs_a);
+      }
+    rs_a += shfl_xor_i(rs_a, 1);
+    rs_a += shfl_xor_i(rs_a, 2);
+    rs_b += shfl_xor_i(rs_b, 1);
+    rs_b += shfl_xor_i(rs_b, 2);
 
-      // P^q V^q1 (exact s32)
-      wgmma_fence();
-      wgmma_s8(oacc, pa[0], smem_desc(v_tile, 512, kSw64), 0);
-      wgmma_s8(oacc, pa[1], smem_desc(v_tile + 32, 512, kSw64), 1);
-      wgmma_commit();
+    // P^q V^q1 (exact s32)
+    wgmma_fence();
+    wgmma_s8(oacc, pa[0], smem_desc(v_tile, 512, kSw64), 0);
+    wgmma_s8(oacc, pa[1], smem_desc(v_tile + 32, 512, kSw64), 1);
+    wgmma_commit();
 
-      if (any_a) l_a = fma_rn(i2f(rs_a), s_p, mul_rn(l_a, r_a));
-      if (any_b) l_b = fma_rn(i2f(rs_b), s_p, mul_rn(l_b, r_b));
-      m_a = mn_a;
-      m_b = mn_b;
-      const float c_pv = mul_rn(s_p, vs_j);
-      wgmma_wait<0>();
-      fence_regs(oacc);
+    l_a = fma_rn(i2f(rs_a), s_p, mul_rn(l_a, r_a));
+    l_b = fma_rn(i2f(rs_b), s_p, mul_rn(l_b, r_b));
+    m_a = mn_a;
+    m_b = mn_b;
+    const float c_pv = mul_rn(s_p, vs_j);
+    // most tiles move no row maximum of the warp: then O x r is O
+    const bool rescale = __any_sync(0xffffffffu, r_a != 1.0f || r_b != 1.0f);
+    // P V done (waits for Q K^T of j + 1 too: it was issued first, before the softmax)
+    wgmma_wait<0>();
+    fence_regs(oacc);
+    mbar_arrive(smem_addr(&bar_empty[st]));  // this thread's reads of stage st are complete
+    if (rescale) {
 #pragma unroll
       for (int i = 0; i < NTO; ++i) {
-        if (any_a) {
-          o[i][0] = __fmaf_rn(i2f_bias(oacc[4 * i]), c_pv, __fmul_rn(o[i][0], r_a));
-          o[i][1] = __fmaf_rn(i2f_bias(oacc[4 * i + 1]), c_pv, __fmul_rn(o[i][1], r_a));
-        }
-        if (any_b) {
-          o[i][2] = __fmaf_rn(i2f_bias(oacc[4 * i + 2]), c_pv, __fmul_rn(o[i][2], r_b));
-          o[i][3] = __fmaf_rn(i2f_bias(oacc[4 * i + 3]), c_pv, __fmul_rn(o[i][3], r_b));
-        }
+        o[i][0] = __fmaf_rn(i2f_bias(oacc[4 * i]), c_pv, __fmul_rn(o[i][0], r_a));
+        o[i][1] = __fmaf_rn(i2f_bias(oacc[4 * i + 1]), c_pv, __fmul_rn(o[i][1], r_a));
+        o[i][2] = __fmaf_rn(i2f_bias(oacc[4 * i + 2]), c_pv, __fmul_rn(o[i][2], r_b));
+        o[i][3] = __fmaf_rn(i2f_bias(oacc[4 * i + 3]), c_pv, __fmul_rn(o[i][3], r_b));
       }
+    } else {
+#pragma unroll
+      for (int i = 0; i < NTO; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[i][e] = __fmaf_rn(i2f_bias(oacc[4 * i + e]), c_pv, o[i][e]);
     }
-    mbar_arrive(smem_addr(&bar_empty[s]));  // this thread's reads of stage s are complete
+  };
+
+  if (nt > 0) issue_qk(0, s_even);
+  for (int j = 0; j < nt; j += 2) {
+    step(j, s_even, s_odd);
+    if (j + 1 < nt) step(j + 1, s_odd, s_even);
+  }
+  // tiles only the other warpgroup needs: release them as they land
+  for (int j = nt; j < nt_cta; ++j) {
+    const int st = j % kWgStages;
+    mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
+    mbar_arrive(smem_addr(&bar_empty[st]));
   }
 
   // ---- O = acc / l, LSE = m + ln l (a row that saw no key: 0 and -inf) -------------------------

@@ -54,8 +54,8 @@ pub const TURBO_THREADS: u32 = 128;
 pub const DECODE_ROWS: usize = 16;
 /// Q blocks (consumer warpgroups) per CTA of `turbo_prefill_wg_*` (`kWgConsumers`).
 pub const WG_Q_BLOCKS: usize = 2;
-/// Threads per CTA of `turbo_prefill_wg_*`: two consumer warpgroups and a producer warp.
-pub const WG_THREADS: u32 = 288;
+/// Threads per CTA of `turbo_prefill_wg_*`: two consumer warpgroups and a producer warpgroup.
+pub const WG_THREADS: u32 = 384;
 /// K/V tiles in flight in `turbo_prefill_wg_*` (`kWgStages`).
 pub const WG_STAGES: usize = 4;
 
