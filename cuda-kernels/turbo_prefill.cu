@@ -448,7 +448,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   __shared__ float sLut[17];
   __shared__ float sRed[kWgConsumers][2][4];
 
-  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  // The warpgroup index through a lane-0 broadcast: the compiler then treats it, and every
+  // loop bound derived from it, as warp-uniform. Without this, ptxas sees the wgmma calls in
+  // possibly divergent code and serializes them (C7518).
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int pair = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
   const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
