@@ -476,7 +476,9 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     }
     fence_mbar_init();
   }
-  sas_lut_init(sLut);
+  // LUT[n] = e^-n for n < -n_r and 0 from n = -n_r on: with t clamped to 16 this is Eq. 14's
+  // threshold without a compare and select per element (see ex_sas)
+  if (tid < 17) sLut[tid] = tid < -p.sas_nr ? bits_to_f32(sas_lut_bits(tid)) : 0.0f;
   __syncthreads();  // the last CTA-wide barrier: from here the warpgroups use named barriers
 
   if (wg == kWgConsumers) {  // ---- producer warpgroup: one thread streams the tiles --------------
@@ -544,26 +546,23 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   }
 
   // e^x of the configuration for x = s - m_new <= 0: Exp::operator() without branches (every
-  // element runs the same instructions, so the 32 per thread pipeline), floor through the bias
-  const float n_r = (float)p.sas_nr;
+  // element runs the same instructions, so the 32 per thread pipeline), floor through the bias.
+  // The threshold of Eq. 14 sits in the LUT: x < n_r means t > -n_r, so floor(t) >= -n_r (or
+  // t was clamped to 16 >= -n_r: also -inf and NaN, rows that saw no key), whose entries are 0.
+  // One departure from the emulation, at a single point: x == n_r exactly gives 0 here and
+  // e^n_r POLY(0) there.
   const bool sas_on = p.sas != 0;
-  // shared address of LUT[n] = lut_at + 4 x bits(floor(t) + kBias) (mod 2^32)
-  const u32 lut_at = smem_addr(sLut) - 4u * (u32)kBiasBits;
+  const u32 lut_at = smem_addr(sLut) - 4u * (u32)kBiasBits;  // LUT[n] at lut_at + 4 bits(n + kBias)
   auto ex_sas = [&](float x) -> float {
-    const float t = fminf(-x, 16.0f);      // keeps the LUT index in range (x < n_r is 0 below)
+    const float t = fminf(-x, 16.0f);
     const float nb = __fadd_rd(t, kBias);  // floor(t) in the low bits
     const float f = __fsub_rn(t, __fsub_rn(nb, kBias));
     float q = __fmaf_rn(bits_to_f32(0xbdd1eb85u), f, bits_to_f32(0x3eecd9e8u));
     q = __fmaf_rn(q, f, bits_to_f32(0xbf7e00d2u));
     q = __fmaf_rn(q, f, bits_to_f32(0x3f7fe5c9u));
-    float lut, e;
+    float lut;
     asm("ld.shared.f32 %0, [%1];" : "=f"(lut) : "r"(lut_at + 4u * (u32)__float_as_int(nb)));
-    // Eq. 14 (also -inf and NaN: a row that saw no key) as a select the compiler cannot turn
-    // into a branch around the load
-    asm("{\n.reg .pred keep;\nsetp.ge.f32 keep, %1, %2;\nselp.f32 %0, %3, 0f00000000, keep;\n}"
-        : "=f"(e)
-        : "f"(x), "f"(n_r), "f"(__fmul_rn(lut, q)));
-    return e;
+    return __fmul_rn(lut, q);
   };
   auto ex_exp = [&](float x) -> float {
     return x > neg_inf() ? exp2_approx(__fmul_rn(x, 1.4426950408889634f)) : 0.0f;
