@@ -386,8 +386,9 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 // the V^T image shares) and issues P^q V^q1 as two wgmma.m64n{D}k32.s8. S of the next tile is
 // issued before this tile's softmax, so the tensor cores work while the warpgroup computes.
 //
-// Numerics: the steps of attend_tile (see prefill_body), with exact rewrites (integer -> f32,
-// floor and round-half-even through the 1.5 x 2^23 bias: identical bits, but on the FMA pipe)
+// Numerics: the steps of attend_tile (see prefill_body), with exact rewrites (floor and
+// round-half-even through the 1.5 x 2^23 bias: identical bits, but on the FMA pipe; integer ->
+// f32 stays cvt.rn, which sm_90 runs as I2FP at full rate)
 // and one approximation: Q(P~) = rne(P~ x (1 / s_P)) instead of rne(P~ / s_P), which moves a
 // code by one where P~ / s_P lies within an ulp or two of a half-integer. O matches the
 // emulation to well under 1e-3 relative, no longer bit for bit (backends/cuda/tests/gpu_turbo.rs
@@ -401,8 +402,6 @@ constexpr int kConsumerRegs = 240;
 constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
 constexpr int kBiasBits = 0x4b400000;  // bits of kBias
 
-// f32 of an integer with |x| < 2^22 (exact)
-__device__ __forceinline__ float i2f_bias(int x) { return __fsub_rn(__int_as_float(x + kBiasBits), kBias); }
 
 // byte 0 of a, b, c, d -> one register, a in the low byte
 __device__ __forceinline__ u32 pack_low_bytes(u32 a, u32 b, u32 c, u32 d) {
@@ -605,7 +604,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     auto logits = [&](auto mask) {
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
-        float x = __fmul_rn(i2f_bias(cur[i]), alpha);
+        float x = __fmul_rn(i2f(cur[i]), alpha);
         if (decltype(mask)::value) {
           const int key = key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
           if (key >= ((i & 2) ? vis_b : vis_a)) x = neg_inf();
@@ -679,16 +678,16 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     if (rescale) {
 #pragma unroll
       for (int i = 0; i < NTO; ++i) {
-        o[i][0] = __fmaf_rn(i2f_bias(oacc[4 * i]), c_pv, __fmul_rn(o[i][0], r_a));
-        o[i][1] = __fmaf_rn(i2f_bias(oacc[4 * i + 1]), c_pv, __fmul_rn(o[i][1], r_a));
-        o[i][2] = __fmaf_rn(i2f_bias(oacc[4 * i + 2]), c_pv, __fmul_rn(o[i][2], r_b));
-        o[i][3] = __fmaf_rn(i2f_bias(oacc[4 * i + 3]), c_pv, __fmul_rn(o[i][3], r_b));
+        o[i][0] = __fmaf_rn(i2f(oacc[4 * i]), c_pv, __fmul_rn(o[i][0], r_a));
+        o[i][1] = __fmaf_rn(i2f(oacc[4 * i + 1]), c_pv, __fmul_rn(o[i][1], r_a));
+        o[i][2] = __fmaf_rn(i2f(oacc[4 * i + 2]), c_pv, __fmul_rn(o[i][2], r_b));
+        o[i][3] = __fmaf_rn(i2f(oacc[4 * i + 3]), c_pv, __fmul_rn(o[i][3], r_b));
       }
     } else {
 #pragma unroll
       for (int i = 0; i < NTO; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[i][e] = __fmaf_rn(i2f_bias(oacc[4 * i + e]), c_pv, o[i][e]);
+        for (int e = 0; e < 4; ++e) o[i][e] = __fmaf_rn(i2f(oacc[4 * i + e]), c_pv, o[i][e]);
     }
   };
 
