@@ -572,8 +572,9 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
   for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
-  int s_even[32], s_odd[32];  // S of tiles j and j + 1 (two register sets: Q K^T of the next
+  int s_cur[32], s_next[32];  // S of tiles j and j + 1 (two register sets: Q K^T of the next
                               // tile runs on the tensor cores during this tile's softmax)
+  float ks_next = 0.0f, vs_next = 0.0f;
   int oacc[D / 2];
 
   auto issue_qk = [&](int j, int (&sacc)[32]) {
@@ -590,7 +591,12 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   auto step = [&](int j, int (&cur)[32], int (&next)[32]) {
     const int st = j % kWgStages;
     const u32 v_tile = ring + st * 2 * TILE + TILE;
-    const float ks_j = p.ks[kv_base + j], vs_j = p.vs[kv_base + j];
+    // the block scales of tile j were loaded during tile j - 1; load those of j + 1 now
+    const float ks_j = ks_next, vs_j = vs_next;
+    if (j + 1 < nt) {
+      ks_next = p.ks[kv_base + j + 1];
+      vs_next = p.vs[kv_base + j + 1];
+    }
     wgmma_wait<0>();
     fence_regs(cur);
     if (j + 1 < nt) issue_qk(j + 1, next);
@@ -691,10 +697,18 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     }
   };
 
-  if (nt > 0) issue_qk(0, s_even);
-  for (int j = 0; j < nt; j += 2) {
-    step(j, s_even, s_odd);
-    if (j + 1 < nt) step(j + 1, s_odd, s_even);
+  if (nt > 0) {
+    ks_next = p.ks[kv_base];
+    vs_next = p.vs[kv_base];
+    issue_qk(0, s_cur);
+  }
+  // One copy of the step in the loop (the instruction cache holds it; a two-step unroll that
+  // swaps the register sets did not fit): S(j + 1) lands in s_next and moves to s_cur after
+  // the step's final wgmma wait.
+  for (int j = 0; j < nt; ++j) {
+    step(j, s_cur, s_next);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s_cur[i] = s_next[i];
   }
   // tiles only the other warpgroup needs: release them as they land
   for (int j = nt; j < nt_cta; ++j) {
