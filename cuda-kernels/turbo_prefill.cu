@@ -394,11 +394,11 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 // emulation to well under 1e-3 relative, no longer bit for bit (backends/cuda/tests/gpu_turbo.rs
 // measures both); the mma.sync kernel above stays the bit-exact path.
 constexpr int kWgStages = 4;           // K/V tiles in flight per CTA
-constexpr int kWgConsumers = 2;        // consumer warpgroups (Q blocks) per CTA
+constexpr int kWgConsumers = 3;        // consumer warpgroups (Q blocks) per CTA
 constexpr int kWgThreads = kWgConsumers * 128 + 128;  // + the producer warpgroup
-// registers per thread after setmaxnreg: 128 x (24 + 2 x 240) <= 64 Ki
+// registers per thread after setmaxnreg: 128 x (24 + 3 x 160) <= 64 Ki
 constexpr int kProducerRegs = 24;
-constexpr int kConsumerRegs = 240;
+constexpr int kConsumerRegs = 160;
 constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
 constexpr int kBiasBits = 0x4b400000;  // bits of kBias
 
@@ -452,10 +452,12 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // possibly divergent code and serializes them (C7518).
   const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int pair = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
+  const int trip = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
   const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
   const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
-  const u32 ring = (smem_addr(dyn_smem) + 1023) & ~1023u;  // swizzle patterns repeat every 1 KiB
+  // the K/V ring, then one INT8 Q block per consumer (swizzle patterns repeat every 1 KiB)
+  const u32 ring = (smem_addr(dyn_smem) + 1023) & ~1023u;
+  const u32 q_tile = ring + kWgStages * 2 * TILE + wg * TILE;
   auto visible = [&](int row) -> int {
     if (row >= sq) return 0;
     if (!p.causal) return sk;
@@ -465,7 +467,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     const int nq = clampi(sq - qb * kBlock, 0, kBlock);
     return nq == 0 ? 0 : (visible(qb * kBlock + nq - 1) + kBlock - 1) / kBlock;
   };
-  const int nt_cta = max(tiles_of(2 * pair), tiles_of(2 * pair + 1));
+  int nt_cta = 0;
+  for (int w = 0; w < kWgConsumers; ++w) nt_cta = max(nt_cta, tiles_of(kWgConsumers * trip + w));
   const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
 
   if (tid == 0) {
@@ -497,7 +500,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 
   // ---- consumer warpgroup: Q block qb -----------------------------------------------------------
   setmaxnreg_inc<kConsumerRegs>();
-  const int qb = 2 * pair + wg, r0 = qb * kBlock;
+  const int qb = kWgConsumers * trip + wg, r0 = qb * kBlock;
   const int nt = tiles_of(qb);
   const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
   const int vis_a = visible(row_a), vis_b = visible(row_b);
@@ -505,8 +508,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // sequence none
   const int vis_min = min(visible(r0), visible(r0 + kBlock - 1));
 
-  // Q block to INT8 with one scale (max over the whole block), straight into A registers
-  u32 qa[KS][4];
+  // Q block to INT8 with one scale (max over the whole block), into the warpgroup's shared
+  // tile in the layout of a K tile (the wgmma A operand)
   float s_q;
   {
     u32 raw[KS][4][2];  // the 4 16-bit values of each A register
@@ -539,9 +542,14 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         float f0, f1, f2, f3;
         T::unpack2(raw[ks][r][0], f0, f1);
         T::unpack2(raw[ks][r][1], f2, f3);
-        qa[ks][r] = pack4_u8(quantize_int8(f0, s_q), quantize_int8(f1, s_q), quantize_int8(f2, s_q),
-                             quantize_int8(f3, s_q));
+        const int row = warp * 16 + g + 8 * (r & 1), col = 32 * ks + 16 * (r >> 1) + 4 * t4;
+        const u32 at = q_tile + swz<D / 16>(row, col >> 4) + (col & 15);
+        const u32 w = pack4_u8(quantize_int8(f0, s_q), quantize_int8(f1, s_q), quantize_int8(f2, s_q),
+                               quantize_int8(f3, s_q));
+        asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(w) : "memory");
       }
+    fence_proxy_async();  // the generic-proxy stores are visible to wgmma (async proxy)
+    named_sync(1 + wg, 128);
   }
 
   // e^x of the configuration for x = s - m_new <= 0: Exp::operator() without branches (every
@@ -572,35 +580,29 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
   for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
-  int s_cur[32], s_next[32];  // S of tiles j and j + 1 (two register sets: Q K^T of the next
-                              // tile runs on the tensor cores during this tile's softmax)
-  float ks_next = 0.0f, vs_next = 0.0f;
-  int oacc[D / 2];
+  int sacc[32];
+  int oacc[32];  // P V of 64 channels: D / 64 passes per tile (160 registers per thread)
+  float ks_next = nt > 0 ? p.ks[kv_base] : 0.0f, vs_next = nt > 0 ? p.vs[kv_base] : 0.0f;
 
-  auto issue_qk = [&](int j, int (&sacc)[32]) {
+  for (int j = 0; j < nt; ++j) {
     const int st = j % kWgStages;
-    mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
-    const u32 k_tile = ring + st * 2 * TILE;
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) wgmma_s8(sacc, qa[ks], smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
-    wgmma_commit();
-  };
-
-  // one tile: S(j) is in flight in `cur`; S(j + 1) goes into `next`
-  auto step = [&](int j, int (&cur)[32], int (&next)[32]) {
-    const int st = j % kWgStages;
-    const u32 v_tile = ring + st * 2 * TILE + TILE;
+    const u32 k_tile = ring + st * 2 * TILE, v_tile = k_tile + TILE;
     // the block scales of tile j were loaded during tile j - 1; load those of j + 1 now
     const float ks_j = ks_next, vs_j = vs_next;
     if (j + 1 < nt) {
       ks_next = p.ks[kv_base + j + 1];
       vs_next = p.vs[kv_base + j + 1];
     }
+    mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
+    // S = Q^q1 K^q1 (exact s32)
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+      wgmma_m64n64k32_s8_ss(sacc, smem_desc(q_tile + 32 * ks, 8 * D, kSwK), smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
+    wgmma_commit();
     wgmma_wait<0>();
-    fence_regs(cur);
-    if (j + 1 < nt) issue_qk(j + 1, next);
-
+    fence_regs(sacc);
+    int (&cur)[32] = sacc;
     const float alpha = mul_rn(mul_rn(s_q, ks_j), p.softmax_scale);
     const int key0 = j * kBlock;
     float pf[32];
@@ -664,12 +666,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     rs_b += shfl_xor_i(rs_b, 1);
     rs_b += shfl_xor_i(rs_b, 2);
 
-    // P^q V^q1 (exact s32)
-    wgmma_fence();
-    wgmma_s8(oacc, pa[0], smem_desc(v_tile, 512, kSw64), 0);
-    wgmma_s8(oacc, pa[1], smem_desc(v_tile + 32, 512, kSw64), 1);
-    wgmma_commit();
-
     l_a = fma_rn(i2f(rs_a), s_p, mul_rn(l_a, r_a));
     l_b = fma_rn(i2f(rs_b), s_p, mul_rn(l_b, r_b));
     m_a = mn_a;
@@ -677,38 +673,30 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     const float c_pv = mul_rn(s_p, vs_j);
     // most tiles move no row maximum of the warp: then O x r is O
     const bool rescale = __any_sync(0xffffffffu, r_a != 1.0f || r_b != 1.0f);
-    // P V done (waits for Q K^T of j + 1 too: it was issued first, before the softmax)
-    wgmma_wait<0>();
-    fence_regs(oacc);
-    mbar_arrive(smem_addr(&bar_empty[st]));  // this thread's reads of stage st are complete
-    if (rescale) {
+    // P^q V^q1 (exact s32), 64 channels (64 rows of V^T, 4 KiB) per pass
 #pragma unroll
-      for (int i = 0; i < NTO; ++i) {
-        o[i][0] = __fmaf_rn(i2f(oacc[4 * i]), c_pv, __fmul_rn(o[i][0], r_a));
-        o[i][1] = __fmaf_rn(i2f(oacc[4 * i + 1]), c_pv, __fmul_rn(o[i][1], r_a));
-        o[i][2] = __fmaf_rn(i2f(oacc[4 * i + 2]), c_pv, __fmul_rn(o[i][2], r_b));
-        o[i][3] = __fmaf_rn(i2f(oacc[4 * i + 3]), c_pv, __fmul_rn(o[i][3], r_b));
+    for (int half = 0; half < D / 64; ++half) {
+      wgmma_fence();
+      wgmma_s8(oacc, pa[0], smem_desc(v_tile + 4096 * half, 512, kSw64), 0);
+      wgmma_s8(oacc, pa[1], smem_desc(v_tile + 4096 * half + 32, 512, kSw64), 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(oacc);
+      if (half == D / 64 - 1) mbar_arrive(smem_addr(&bar_empty[st]));  // stage st fully read
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        float (&oi)[4] = o[8 * half + i];
+        if (rescale) {
+          oi[0] = __fmaf_rn(i2f(oacc[4 * i]), c_pv, __fmul_rn(oi[0], r_a));
+          oi[1] = __fmaf_rn(i2f(oacc[4 * i + 1]), c_pv, __fmul_rn(oi[1], r_a));
+          oi[2] = __fmaf_rn(i2f(oacc[4 * i + 2]), c_pv, __fmul_rn(oi[2], r_b));
+          oi[3] = __fmaf_rn(i2f(oacc[4 * i + 3]), c_pv, __fmul_rn(oi[3], r_b));
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) oi[e] = __fmaf_rn(i2f(oacc[4 * i + e]), c_pv, oi[e]);
+        }
       }
-    } else {
-#pragma unroll
-      for (int i = 0; i < NTO; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[i][e] = __fmaf_rn(i2f(oacc[4 * i + e]), c_pv, o[i][e]);
     }
-  };
-
-  if (nt > 0) {
-    ks_next = p.ks[kv_base];
-    vs_next = p.vs[kv_base];
-    issue_qk(0, s_cur);
-  }
-  // One copy of the step in the loop (the instruction cache holds it; a two-step unroll that
-  // swaps the register sets did not fit): S(j + 1) lands in s_next and moves to s_cur after
-  // the step's final wgmma wait.
-  for (int j = 0; j < nt; ++j) {
-    step(j, s_cur, s_next);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) s_cur[i] = s_next[i];
   }
   // tiles only the other warpgroup needs: release them as they land
   for (int j = nt; j < nt_cta; ++j) {

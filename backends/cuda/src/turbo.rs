@@ -53,16 +53,16 @@ pub const TURBO_THREADS: u32 = 128;
 /// Query heads of one KV head that one decode CTA holds as MMA rows (`kDecodeRows`).
 pub const DECODE_ROWS: usize = 16;
 /// Q blocks (consumer warpgroups) per CTA of `turbo_prefill_wg_*` (`kWgConsumers`).
-pub const WG_Q_BLOCKS: usize = 2;
-/// Threads per CTA of `turbo_prefill_wg_*`: two consumer warpgroups and a producer warpgroup.
-pub const WG_THREADS: u32 = 384;
+pub const WG_Q_BLOCKS: usize = 3;
+/// Threads per CTA of `turbo_prefill_wg_*`: three consumer warpgroups and a producer warpgroup.
+pub const WG_THREADS: u32 = 512;
 /// K/V tiles in flight in `turbo_prefill_wg_*` (`kWgStages`).
 pub const WG_STAGES: usize = 4;
 
-/// Dynamic shared memory of `turbo_prefill_wg_*`: the ring of INT8 K and V^T tiles, plus the
-/// slack that aligns it to 1 KiB (`wg_smem_bytes`).
+/// Dynamic shared memory of `turbo_prefill_wg_*`: the ring of INT8 K and V^T tiles, one INT8
+/// Q block per consumer warpgroup, and the slack that aligns them to 1 KiB.
 pub fn wg_smem_bytes(head_dim: usize) -> u32 {
-    (WG_STAGES * 2 * TURBO_BLOCK * head_dim + 1024) as u32
+    ((WG_STAGES * 2 + WG_Q_BLOCKS) * TURBO_BLOCK * head_dim + 1024) as u32
 }
 
 // ---- kernel parameter blocks, mirrored by the structs of turbo_common.cuh and the .cu files ----
