@@ -11,7 +11,11 @@
 //! decode + combine launches over a prepared plan (the step's append is not included).
 //! Also measured: a device-to-device copy (bytes read + written), the bandwidth ceiling.
 //!
-//! Usage: `turbo [--quick] [--out FILE]`
+//! Decode shapes: 1 GB of fp16-equivalent KV and beyond (batch 1-64, context 4k-128k) plus two
+//! small ones; each with a 4-bit and a mixed 2/4-bit cache, under the automatic schedule
+//! (stream-K over every resident decode unit).
+//!
+//! Usage: `turbo [--quick] [--decode-only] [--out FILE]`
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
 use ferrattn_core::{AttentionProblem, DType, Device};
@@ -53,6 +57,7 @@ fn time_ms(gpu: &std::sync::Arc<ferrattn_cuda::Gpu>, mut f: impl FnMut(usize)) -
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
+    let decode_only = args.iter().any(|a| a == "--decode-only");
     let out_path = args
         .iter()
         .position(|a| a == "--out")
@@ -87,7 +92,9 @@ fn main() {
     );
     // ---- prefill: Llama-3-8B heads (32 query, 8 KV), head dim 128, bf16 ----
     let (hq, hk, d, dtype) = (32usize, 8usize, 128usize, DType::BF16);
-    let shapes: &[(usize, usize)] = if quick {
+    let shapes: &[(usize, usize)] = if decode_only {
+        &[]
+    } else if quick {
         &[(4, 1024)]
     } else {
         &[(4, 1024), (4, 4096), (1, 16384)]
@@ -142,11 +149,20 @@ fn main() {
     let decode_shapes: &[(usize, usize)] = if quick {
         &[(4, 4096)]
     } else {
-        &[(1, 16384), (4, 4096), (4, 16384), (16, 8192), (32, 32768)]
+        &[
+            (1, 16384),
+            (4, 16384),
+            (64, 4096),
+            (16, 16384),
+            (8, 32768),
+            (2, 131072),
+            (32, 32768),
+            (8, 131072),
+        ]
     };
     first = true;
     eprintln!(
-        "decode (hq {hq}, hk {hk}, d {d}, {dtype}): batch x ctx, bits, schedule, ms, cache GB/s"
+        "decode (hq {hq}, hk {hk}, d {d}, {dtype}): batch x ctx, bits, schedule (units = warps), ms, cache GB/s"
     );
     for &(batch, ctx) in decode_shapes {
         let pctx = AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, dtype);
@@ -169,12 +185,20 @@ fn main() {
             let mem = cache.memory();
             let tiles = batch * hk * (hq / hk).div_ceil(16);
             let auto = b.turbo_auto_schedule(tiles, dtype, d).unwrap();
-            let scheds = if auto == DecodeSchedule::PerTile {
-                vec![auto]
+            // EXPERIMENT: the same schedule on the instance compiled for 3 CTAs per SM
+            let o3 = std::env::var("FERRATTN_TURBO_BENCH_O3").is_ok_and(|v| v == "1");
+            let runs: Vec<(DecodeSchedule, bool)> = if o3 {
+                vec![(auto, false), (auto, true)]
             } else {
-                vec![auto, DecodeSchedule::PerTile]
+                vec![(auto, false)]
             };
-            for sched in scheds {
+            for (sched, variant) in runs {
+                std::env::set_var("FERRATTN_TURBO_DECODE_O3", if variant { "1" } else { "0" });
+                let sched = if variant {
+                    b.turbo_auto_schedule(tiles, dtype, d).unwrap()
+                } else {
+                    sched
+                };
                 let plan = plan_decode(cache.lens(), &vec![0; batch], hq, hk, sched).unwrap();
                 let ctas = plan.num_ctas();
                 let prep_d = b.turbo_prepare_decode(plan, dtype, &cache).unwrap();
@@ -188,9 +212,9 @@ fn main() {
                 let sname = match sched {
                     DecodeSchedule::PerTile => "per-tile".to_string(),
                     DecodeSchedule::StreamK(n) => format!("stream-k {n}"),
-                };
+                } + if variant { " (3 CTA/SM)" } else { "" };
                 eprintln!(
-                    "  {batch:2} x {ctx:5} {label:5} {sname:14} ({ctas:4} CTAs): {ms:8.4} ms, {gbs:6.0} GB/s of {:.1} MB cache ({:.2}x smaller than fp16)",
+                    "  {batch:2} x {ctx:6} {label:5} {sname:24} ({ctas:4} units): {ms:8.4} ms, {gbs:6.0} GB/s of {:.1} MB cache ({:.2}x smaller than fp16)",
                     bytes as f64 / 1e6,
                     mem.compression_ratio
                 );

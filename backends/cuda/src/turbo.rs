@@ -50,8 +50,19 @@ use std::sync::Arc;
 pub const TURBO_BLOCK: usize = 64;
 /// Threads per CTA of every TurboAttention kernel (`kThreads`).
 pub const TURBO_THREADS: u32 = 128;
-/// Query heads of one KV head that one decode CTA holds as MMA rows (`kDecodeRows`).
-pub const DECODE_ROWS: usize = 16;
+/// Query heads of one KV head that one decode unit (warp) holds as MMA rows (`kUnitRows` of
+/// turbo_decode.cu; a larger GQA group is split into several output tiles).
+pub const DECODE_ROWS: usize = 8;
+/// Warps per decode CTA: each warp is one unit of the decode schedule (`kUnitsPerCta`).
+pub const DECODE_UNITS_PER_CTA: usize = TURBO_THREADS as usize / 32;
+
+/// Dynamic shared memory of a decode CTA (mirrors `UnitStage<D>` and `kStages` of
+/// turbo_decode.cu): per warp two staging buffers, each the 4-bit codes of K and V for 64 tokens,
+/// both tensors' channel parameters and two block scales.
+pub fn decode_smem_bytes(head_dim: usize) -> usize {
+    let stage = 2 * (TURBO_BLOCK * head_dim / 2) + 4 * head_dim + 16;
+    DECODE_UNITS_PER_CTA * 2 * stage
+}
 
 // ---- kernel parameter blocks, mirrored by the structs of turbo_common.cuh and the .cu files ----
 
@@ -478,15 +489,18 @@ impl DeviceTurboCache {
 /// How the decode iterations (cache tiles of every output tile) are cut into CTA work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeSchedule {
-    /// One CTA per output tile: the emulation's tile order, O bit for bit.
+    /// One unit (warp) per output tile: the emulation's tile order, O bit for bit.
     PerTile,
-    /// Stream-K (Lean appendix E, Alg. 2 line 9) over this many CTAs: equal contiguous ranges
-    /// of the iteration space, partials merged in key order; equals [`decode_twin`] bit for bit.
+    /// Stream-K (Lean appendix E, Alg. 2 line 9) over this many units (warps, four per CTA):
+    /// equal contiguous ranges of the iteration space, partials merged in key order; equals
+    /// [`decode_twin`] bit for bit.
     StreamK(usize),
 }
 
 /// A decode launch planned on the host: the iteration space over the cache tiles
-/// (`ferrattn_core::lean::TileSpace` with 64-token tiles), the CTA ranges and the partial slots.
+/// (`ferrattn_core::lean::TileSpace` with 64-token tiles), the ranges of the schedule's units and
+/// the partial slots. A unit of the schedule is one warp of the decode kernel (warp `w` of CTA
+/// `c` is unit `4 c + w`); the core's "CTA" fields below count units.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodePlan {
     /// Query heads.
@@ -503,20 +517,24 @@ pub struct DecodePlan {
     pub space: TileSpace,
     /// The CTA ranges.
     pub schedule: Schedule,
-    /// `num_ctas + 1` bounds of the CTA ranges.
+    /// `num_ctas + 1` bounds of the units' ranges.
     pub cta_bounds: Vec<u64>,
-    /// Every segment in slot order (CTA order, then iteration order).
+    /// Every segment in slot order (unit order, then iteration order).
     pub segments: Vec<Segment>,
-    /// Slot of each CTA's first segment.
+    /// Slot of each unit's first segment.
     pub cta_slot: Vec<u32>,
     /// `num_tiles + 1`: the slots of tile `t` are `tile_slot[t] .. tile_slot[t + 1]`.
     pub tile_slot: Vec<u32>,
 }
 
 impl DecodePlan {
-    /// CTAs of the decode launch.
+    /// Units (warps) of the decode launch.
     pub fn num_ctas(&self) -> usize {
         self.cta_bounds.len() - 1
+    }
+    /// CTAs of the decode launch: four units each.
+    pub fn grid_ctas(&self) -> usize {
+        self.num_ctas().div_ceil(DECODE_UNITS_PER_CTA)
     }
     /// Output tiles (and CTAs of the combine launch).
     pub fn num_tiles(&self) -> usize {
@@ -677,6 +695,17 @@ fn launch<P>(
     grid: (usize, usize, usize),
     params: &mut P,
 ) -> Result<()> {
+    launch_smem(gpu, f, grid, 0, params)
+}
+
+/// [`launch`] with `smem` bytes of dynamic shared memory.
+fn launch_smem<P>(
+    gpu: &Arc<Gpu>,
+    f: &Function,
+    grid: (usize, usize, usize),
+    smem: usize,
+    params: &mut P,
+) -> Result<()> {
     if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
         return Ok(());
     }
@@ -698,7 +727,7 @@ fn launch<P>(
             TURBO_THREADS,
             1,
             1,
-            0,
+            smem as u32,
             gpu.stream,
             args.as_mut_ptr(),
             std::ptr::null_mut(),
@@ -1045,8 +1074,9 @@ impl CudaBackend {
         Ok((o, cache))
     }
 
-    /// The schedule [`CudaBackend::turbo_decode`] uses: one CTA per output tile when the tiles
-    /// fill the GPU (the emulation's order), else stream-K over every resident CTA slot.
+    /// The schedule [`CudaBackend::turbo_decode`] uses: one unit per output tile when the tiles
+    /// fill every resident unit (warp) of the GPU (the emulation's order), else stream-K over
+    /// all of them.
     pub fn turbo_auto_schedule(
         &self,
         plan_tiles: usize,
@@ -1055,22 +1085,45 @@ impl CudaBackend {
     ) -> Result<DecodeSchedule> {
         let gpu = self.gpu()?;
         let sms = gpu.caps.compute_units;
-        if plan_tiles >= sms {
-            return Ok(DecodeSchedule::PerTile);
-        }
-        let k = self.turbo_kernels(dtype, head_dim)?;
+        let f = self.turbo_decode_function(dtype, head_dim)?;
         let mut occ = 0i32;
         gpu.bind()?;
         // SAFETY: out-parameter query on a loaded function.
         check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
             sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
                 &mut occ,
-                k.decode.f,
+                f.f,
                 TURBO_THREADS as i32,
-                0,
+                decode_smem_bytes(head_dim),
             )
         })?;
-        Ok(DecodeSchedule::StreamK(sms * occ.max(1) as usize))
+        let units = sms * occ.max(1) as usize * DECODE_UNITS_PER_CTA;
+        Ok(if plan_tiles >= units {
+            DecodeSchedule::PerTile
+        } else {
+            DecodeSchedule::StreamK(units)
+        })
+    }
+
+    /// The decode kernel of a configuration with its dynamic shared memory allowed.
+    fn turbo_decode_function(&self, dtype: DType, head_dim: usize) -> Result<Function> {
+        let mut f = self.turbo_kernels(dtype, head_dim)?.decode;
+        // EXPERIMENT (removed after the H200 comparison): the instance compiled for 3 CTAs/SM
+        if std::env::var("FERRATTN_TURBO_DECODE_O3").is_ok_and(|v| v == "1") {
+            let name = f.name.replace("turbo_decode_", "turbo_decode_o3_");
+            f = self.turbo_modules()?.decode.function(&name)?;
+        }
+        let gpu = self.gpu()?;
+        gpu.bind()?;
+        // SAFETY: a loaded function; the size is below the device's opt-in maximum (227 KiB).
+        check("cuFuncSetAttribute", unsafe {
+            sys::cuFuncSetAttribute(
+                f.f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                decode_smem_bytes(head_dim) as i32,
+            )
+        })?;
+        Ok(f)
     }
 
     /// Uploads a decode plan for `cache` and allocates its partial buffers.
@@ -1097,8 +1150,10 @@ impl CudaBackend {
             table.extend_from_slice(part);
         }
         let slots = plan.slots().max(1);
+        let mut kernels = self.turbo_kernels(dtype, d)?;
+        kernels.decode = self.turbo_decode_function(dtype, d)?;
         Ok(PreparedTurboDecode {
-            kernels: self.turbo_kernels(dtype, d)?,
+            kernels,
             table: DeviceBuffer::from_slice(gpu, &table)?,
             offsets,
             part_o: DeviceBuffer::alloc(gpu, slots * DECODE_ROWS * d * 4)?,
@@ -1188,7 +1243,13 @@ impl CudaBackend {
             sas_nr: cfg.sas_threshold,
             softmax_scale,
         };
-        launch(gpu, &prep.kernels.decode, (pl.num_ctas(), 1, 1), &mut dp)?;
+        launch_smem(
+            gpu,
+            &prep.kernels.decode,
+            (pl.grid_ctas(), 1, 1),
+            decode_smem_bytes(cache.head_dim),
+            &mut dp,
+        )?;
         launch(gpu, &prep.kernels.combine, (pl.num_tiles(), 1, 1), &mut dp)
     }
 

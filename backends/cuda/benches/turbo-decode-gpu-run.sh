@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# TurboAttention decode on the GPU machine, from a folder made by turbo-bundle.sh (binaries
+# gpu_turbo and turbo, turbo_sdpa.py, COMMIT) with this script copied in as run-decode.sh.
+#   bash <folder>/run-decode.sh check     # decode GPU tests, then the decode benchmark + SDPA
+#   bash <folder>/run-decode.sh tests     # every GPU test, compute-sanitizer memcheck + racecheck
+#   bash <folder>/run-decode.sh bench     # the decode benchmark + PyTorch SDPA in the same command
+# Logs and JSON go to $OUT (or <folder>/out); the summary and the table are printed last.
+set -uo pipefail
+B="$(cd "$(dirname "$0")" && pwd)"
+MODE="${1:-check}"
+OUT="${OUT:-$B/out}"
+mkdir -p "$OUT"
+export FERRATTN_COMMIT="$(cat "$B/COMMIT" 2>/dev/null || echo unknown)"
+export FERRATTN_CACHE_DIR=/tmp/ferrattn-cache
+status=0
+summary=()
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee "$OUT/nvidia-smi.txt"
+
+gpu_tests() {  # $1: test-name filter ("" for all), $2: timeout
+  local t0=$SECONDS
+  timeout "$2" "$B/gpu_turbo" $1 --include-ignored --test-threads=1 --nocapture >"$OUT/gpu_tests.txt" 2>&1
+  local rc=$?
+  grep -E "^test .*(ok|FAILED)$|test result|panicked|SKIPPED|over all steps|differing O|differ in bits" "$OUT/gpu_tests.txt" | tail -n 40
+  [ $rc -eq 0 ] || { status=1; summary+=("GPU tests FAILED ($rc; see gpu_tests.txt)"); }
+  if grep -q "^SKIPPED" "$OUT/gpu_tests.txt"; then status=1; summary+=("a GPU test SKIPPED on the GPU machine"); fi
+  summary+=("GPU tests '$1': $(grep 'test result' "$OUT/gpu_tests.txt" | tail -n 1) in $((SECONDS - t0)) s")
+}
+
+sanitizer() {
+  for tool in memcheck racecheck; do
+    local t0=$SECONDS
+    FERRATTN_GPU_TEST_SCALE=small timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$B/gpu_turbo" gpu_turbo_sanitizer_small --exact --include-ignored --test-threads=1 >"$OUT/sanitizer_$tool.txt" 2>&1
+    local s=$?
+    tail -n 3 "$OUT/sanitizer_$tool.txt"
+    if [ $s -ne 0 ]; then status=1; summary+=("compute-sanitizer $tool: exit $s"); else summary+=("compute-sanitizer $tool: $(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer_$tool.txt") ($((SECONDS - t0)) s)"); fi
+  done
+}
+
+bench() {
+  local t0=$SECONDS
+  FERRATTN_TURBO_BENCH_O3="${O3:-0}" timeout 110 "$B/turbo" --decode-only --out "$OUT/turbo.json" >"$OUT/bench_log.txt" 2>&1
+  local bs=$?
+  tail -n 40 "$OUT/bench_log.txt"
+  [ $bs -eq 0 ] || { status=1; summary+=("bench FAILED ($bs)"); return; }
+  summary+=("bench: $((SECONDS - t0)) s")
+  PYTHONUNBUFFERED=1 timeout 80 python3 "$B/turbo_sdpa.py" "$OUT/turbo.json" "$OUT/sdpa.json" >"$OUT/table.md" 2>"$OUT/sdpa_log.txt"
+  [ $? -eq 0 ] || { status=1; summary+=("SDPA FAILED"); tail -n 20 "$OUT/sdpa_log.txt"; }
+}
+
+case "$MODE" in
+  check) gpu_tests decode 100; bench ;;
+  tests) gpu_tests "" 150; sanitizer ;;
+  bench) bench ;;
+  *) echo "unknown mode $MODE"; exit 2 ;;
+esac
+echo
+echo "==================== summary ($FERRATTN_COMMIT, $(date -u +%F))"
+printf '%s\n' "${summary[@]}"
+[ -f "$OUT/table.md" ] && cat "$OUT/table.md"
+exit $status
