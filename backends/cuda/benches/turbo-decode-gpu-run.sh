@@ -49,7 +49,7 @@ bench() {
 }
 
 case "$MODE" in
-  check) gpu_tests decode 100; bench ;;
+  check) gpu_tests "decode run_turbo sanitizer_small" 100; bench ;;
   tests) gpu_tests "" 150; sanitizer ;;
   bench) bench ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
