@@ -184,6 +184,46 @@ struct UnitState {
   float qs;                          // INT8 scale of query row g
 };
 
+// SAS (Eq. 13-15) without branches, for all lanes and elements at once: the same operations as
+// Exp::operator() (threshold, floor, POLY in three fma.rn, LUT[n] x POLY), with the threshold
+// test as a final select, so that the 16 exponentials of a lane overlap instead of running one
+// divergent region after another.
+__device__ __forceinline__ float sas_exp(const Exp& ex, float x) {
+  float t = -x;
+  t = t > 0.0f ? t : 0.0f;
+  const float n = floor_f(t);
+  const float f = sub_rn(t, n);
+  float p = fma_rn(bits_to_f32(0xbdd1eb85u), f, bits_to_f32(0x3eecd9e8u));
+  p = fma_rn(p, f, bits_to_f32(0xbf7e00d2u));
+  p = fma_rn(p, f, bits_to_f32(0x3f7fe5c9u));
+  const int idx = (int)(n < 16.0f ? n : 16.0f);  // n > 16 only where the select below gives 0
+  const float v = mul_rn(ex.lut[idx], p);
+  return x >= ex.n_r ? v : 0.0f;  // x < n_r, NaN and -inf give 0 (Eq. 14)
+}
+
+// Maximum of a lane's 16 scores as a tree (the order of an exact max does not matter; no NaN
+// reaches here).
+__device__ __forceinline__ float max16(const float (&x)[8][2]) {
+  float m[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m[j] = fmaxf(x[j][0], x[j][1]);
+#pragma unroll
+  for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+    for (int j = 0; j < w; ++j) m[j] = fmaxf(m[j], m[j + w]);
+  return m[0];
+}
+
+// rne(x / s) of the division the emulation performs (div.rn, then round half to even) for
+// |x / s| < 128, through the correctly rounded reciprocal `rinv` = 1 / s: x * rinv is within
+// 2.3e-5 of the rounded quotient, so both round to the same integer unless a half-integer lies
+// within 4e-5 of it; `near` is set then, and the caller divides.
+__device__ __forceinline__ int rne_quotient(float x, float rinv, bool& near) {
+  const float q = mul_rn(x, rinv);
+  near |= fabsf(sub_rn(q, floor_f(q)) - 0.5f) < 4.0e-5f;
+  return rne_int(q);
+}
+
 // SAS online softmax of one 64-key tile for row g (the emulation's attend_tile, op for op):
 // returns P's A fragments, the row sum of P codes, the rescale r and s_P s_V.
 template <int D>
@@ -192,39 +232,57 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
                                              float& r, float& c) {
   const float alpha = mul_rn(mul_rn(st.qs, s_k), scale);
   float x[8][2];
-  float tmax = neg_inf();
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int key = 8 * j + 2 * t + e;
       x[j][e] = key < ntok ? mul_rn(i2f(s[j][e] - 128 * st.qsum), alpha) : neg_inf();
-      tmax = fmax2(tmax, x[j][e]);
     }
+  float tmax = max16(x);
   tmax = fmax2(tmax, shfl_xor(tmax, 1));
   tmax = fmax2(tmax, shfl_xor(tmax, 2));
   const float mn = fmax2(st.m, tmax);  // finite: key 0 is valid
   r = ex.rescale(st.m, mn);
-  float pm = 0.0f;
+  if (ex.sas) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      x[j][e] = x[j][e] == neg_inf() ? 0.0f : ex(sub_rn(x[j][e], mn));
-      pm = fmax2(pm, x[j][e]);
-    }
+      for (int e = 0; e < 2; ++e) x[j][e] = sas_exp(ex, sub_rn(x[j][e], mn));  // -inf (masked key) gives 0
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) x[j][e] = x[j][e] == neg_inf() ? 0.0f : expf(sub_rn(x[j][e], mn));
+  }
+  float pm = fmaxf(max16(x), 0.0f);
   pm = fmax2(pm, shfl_xor(pm, 1));
   pm = fmax2(pm, shfl_xor(pm, 2));
   const float s_p = int8_scale(pm);
+  // P codes rne(P~ / s_P) (quotients <= 119) as the emulation rounds them; the rare tiles with
+  // a quotient near a rounding boundary, or a tiny s_P, divide every element
   int code[8][2];
+  bool exact = false;
+  if (s_p != 0.0f) {
+    const float rinv = div_rn(1.0f, s_p);
+    exact = !(s_p >= 1.0e-30f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) code[j][e] = clampi(rne_quotient(x[j][e], rinv, exact), 0, 127);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) code[j][0] = code[j][1] = 0;
+  }
+  if (warp_any(exact)) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) code[j][e] = s_p == 0.0f ? 0 : clampi(rne_int(div_rn(x[j][e], s_p)), 0, 127);
+  }
   int sum = 0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      code[j][e] = s_p == 0.0f ? 0 : clampi(rne_int(div_rn(x[j][e], s_p)), 0, 127);
-      sum += code[j][e];
-    }
+  for (int j = 0; j < 8; ++j) sum += code[j][0] + code[j][1];
   sum += shfl_xor_i(sum, 1);
   sum += shfl_xor_i(sum, 2);
   rs = sum;
@@ -550,13 +608,23 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         amax = fmax2(amax, shfl_xor(amax, 1));
         amax = fmax2(amax, shfl_xor(amax, 2));
         st.qs = int8_scale(amax);
+        // quantize_int8 (|x / s| <= 119 + rounding) through the reciprocal as in unit_softmax
+        bool near = !(st.qs >= 1.0e-30f);
+        const float rinv = st.qs == 0.0f ? 0.0f : div_rn(1.0f, st.qs);
+        int qi_all[KCH];
+#pragma unroll
+        for (int c = 0; c < KCH; ++c) qi_all[c] = rne_quotient(f[c], rinv, near);
+        if (warp_any(near)) {
+#pragma unroll
+          for (int c = 0; c < KCH; ++c) qi_all[c] = quantize_int8(f[c], st.qs);
+        }
         int qsum = 0;
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) {
           int qi[8];
 #pragma unroll
           for (int c = 0; c < 8; ++c) {
-            qi[c] = quantize_int8(f[8 * ks + c], st.qs);
+            qi[c] = clampi(qi_all[8 * ks + c], -127, 127);
             qsum += qi[c];
           }
           st.qa0[ks] = pack4_u8(qi[0], qi[2], qi[4], qi[6]);
@@ -616,7 +684,8 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   cp_async_wait<0>();
 }
 
-// Merges the partials of one output tile in slot order and writes O and LSE. One partial is
+// Merges the partials of one row of an output tile (grid: tiles x kUnitRows) in slot order and
+// writes O and LSE. One partial is
 // finished exactly as the emulation finishes a row (RowState::finish).
 template <class T, int D>
 __device__ __forceinline__ void combine_body(const DecodeParams& p) {
@@ -633,8 +702,9 @@ __device__ __forceinline__ void combine_body(const DecodeParams& p) {
   const int rows = min(kUnitRows, p.group - qg * kUnitRows);
   const int h0 = hk * p.group + qg * kUnitRows;
   const u32 s0 = p.tile_slot[tile], s1 = p.tile_slot[tile + 1];
-  for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
-    const int r = idx / D, c = idx % D;
+  const int r = blockIdx.y;  // one CTA per query row of the tile
+  if (r >= rows) return;
+  for (int c = threadIdx.x; c < D; c += kThreads) {
     float m = neg_inf(), l = 0.0f, a = 0.0f;
     for (u32 s = s0; s < s1; ++s) {
       const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + ((u64)s * kUnitRows + r) * 2);
@@ -713,12 +783,8 @@ __device__ __forceinline__ void flush_body(const FlushParams& p) {
 
 // ---- Instances: the closed list of (dtype, head dim) -> kernel (ferrattn_cuda::kernels) --------
 #define FERRATTN_TURBO_DECODE(TN, T, D)                                                       \
-  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, 2)                 \
-      turbo_decode_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                      \
-    ferrattn::turbo::decode_body<ferrattn::T, D>(p);                                         \
-  }                                                                                          \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, 3)                 \
-      turbo_decode_o3_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                   \
+      turbo_decode_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                      \
     ferrattn::turbo::decode_body<ferrattn::T, D>(p);                                         \
   }                                                                                          \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                    \

@@ -183,22 +183,11 @@ fn main() {
             let lens = vec![ctx - 37; batch];
             b.turbo_compress(&prep, &x, &lens, &mut cache).unwrap();
             let mem = cache.memory();
-            let tiles = batch * hk * (hq / hk).div_ceil(16);
-            let auto = b.turbo_auto_schedule(tiles, dtype, d).unwrap();
-            // EXPERIMENT: the same schedule on the instance compiled for 3 CTAs per SM
-            let o3 = std::env::var("FERRATTN_TURBO_BENCH_O3").is_ok_and(|v| v == "1");
-            let runs: Vec<(DecodeSchedule, bool)> = if o3 {
-                vec![(auto, false), (auto, true)]
-            } else {
-                vec![(auto, false)]
-            };
-            for (sched, variant) in runs {
-                std::env::set_var("FERRATTN_TURBO_DECODE_O3", if variant { "1" } else { "0" });
-                let sched = if variant {
-                    b.turbo_auto_schedule(tiles, dtype, d).unwrap()
-                } else {
-                    sched
-                };
+            let auto = b
+                .turbo_auto_schedule_for(cache.lens(), hq, hk, dtype, d)
+                .unwrap();
+            {
+                let sched = auto;
                 let plan = plan_decode(cache.lens(), &vec![0; batch], hq, hk, sched).unwrap();
                 let ctas = plan.num_ctas();
                 let prep_d = b.turbo_prepare_decode(plan, dtype, &cache).unwrap();
@@ -212,7 +201,7 @@ fn main() {
                 let sname = match sched {
                     DecodeSchedule::PerTile => "per-tile".to_string(),
                     DecodeSchedule::StreamK(n) => format!("stream-k {n}"),
-                } + if variant { " (3 CTA/SM)" } else { "" };
+                };
                 eprintln!(
                     "  {batch:2} x {ctx:6} {label:5} {sname:24} ({ctas:4} units): {ms:8.4} ms, {gbs:6.0} GB/s of {:.1} MB cache ({:.2}x smaller than fp16)",
                     bytes as f64 / 1e6,

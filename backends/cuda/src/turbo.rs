@@ -546,6 +546,25 @@ impl DecodePlan {
     }
 }
 
+/// Cache tiles a stream-K unit should get at least: below that the per-segment work (query
+/// quantization, partial write) and the combine's merge of many partials cost more than the
+/// extra parallelism gains.
+pub const DECODE_MIN_ITERS_PER_UNIT: u64 = 8;
+
+/// The automatic decode schedule for `resident` units (warps that fit on the GPU at once),
+/// `tiles` output tiles and `iters` cache tiles in all: one unit per output tile when the tiles
+/// fill the GPU (the emulation's order), else stream-K over as many units as give each at least
+/// [`DECODE_MIN_ITERS_PER_UNIT`] cache tiles, at most `resident`.
+pub fn decode_units(resident: usize, tiles: usize, iters: u64) -> DecodeSchedule {
+    if tiles >= resident {
+        return DecodeSchedule::PerTile;
+    }
+    let by_work = iters
+        .div_ceil(DECODE_MIN_ITERS_PER_UNIT)
+        .min(resident as u64) as usize;
+    DecodeSchedule::StreamK(by_work.max(tiles).max(1))
+}
+
 /// Plans a decode launch. `lens[b]`: tokens the cache holds for sequence `b`; `q_tok[b]`: the
 /// query token it decodes, or -1 (its length is then treated as 0).
 pub fn plan_decode(
@@ -1074,15 +1093,40 @@ impl CudaBackend {
         Ok((o, cache))
     }
 
-    /// The schedule [`CudaBackend::turbo_decode`] uses: one unit per output tile when the tiles
-    /// fill every resident unit (warp) of the GPU (the emulation's order), else stream-K over
-    /// all of them.
+    /// The schedule [`CudaBackend::turbo_decode`] uses for a decode of `heads_q` query heads
+    /// over caches of `lens` tokens: [`decode_units`] of the resident units (warps).
+    pub fn turbo_auto_schedule_for(
+        &self,
+        lens: &[usize],
+        heads_q: usize,
+        heads_kv: usize,
+        dtype: DType,
+        head_dim: usize,
+    ) -> Result<DecodeSchedule> {
+        let qgroups = (heads_q / heads_kv).div_ceil(DECODE_ROWS);
+        let tiles = lens.len() * heads_kv * qgroups;
+        let iters: u64 = lens
+            .iter()
+            .map(|&l| l.div_ceil(TURBO_BLOCK).max(1) as u64 * (heads_kv * qgroups) as u64)
+            .sum();
+        let resident = self.turbo_decode_resident_units(dtype, head_dim)?;
+        Ok(decode_units(resident, tiles, iters))
+    }
+
+    /// [`CudaBackend::turbo_auto_schedule_for`] knowing only the number of output tiles: one
+    /// unit per tile when they fill the resident units, else stream-K over all of them.
     pub fn turbo_auto_schedule(
         &self,
         plan_tiles: usize,
         dtype: DType,
         head_dim: usize,
     ) -> Result<DecodeSchedule> {
+        let resident = self.turbo_decode_resident_units(dtype, head_dim)?;
+        Ok(decode_units(resident, plan_tiles, u64::MAX))
+    }
+
+    /// Decode units (warps) that fit on the GPU at once.
+    fn turbo_decode_resident_units(&self, dtype: DType, head_dim: usize) -> Result<usize> {
         let gpu = self.gpu()?;
         let sms = gpu.caps.compute_units;
         let f = self.turbo_decode_function(dtype, head_dim)?;
@@ -1097,22 +1141,12 @@ impl CudaBackend {
                 decode_smem_bytes(head_dim),
             )
         })?;
-        let units = sms * occ.max(1) as usize * DECODE_UNITS_PER_CTA;
-        Ok(if plan_tiles >= units {
-            DecodeSchedule::PerTile
-        } else {
-            DecodeSchedule::StreamK(units)
-        })
+        Ok(sms * occ.max(1) as usize * DECODE_UNITS_PER_CTA)
     }
 
     /// The decode kernel of a configuration with its dynamic shared memory allowed.
     fn turbo_decode_function(&self, dtype: DType, head_dim: usize) -> Result<Function> {
-        let mut f = self.turbo_kernels(dtype, head_dim)?.decode;
-        // EXPERIMENT (removed after the H200 comparison): the instance compiled for 3 CTAs/SM
-        if std::env::var("FERRATTN_TURBO_DECODE_O3").is_ok_and(|v| v == "1") {
-            let name = f.name.replace("turbo_decode_", "turbo_decode_o3_");
-            f = self.turbo_modules()?.decode.function(&name)?;
-        }
+        let f = self.turbo_kernels(dtype, head_dim)?.decode;
         let gpu = self.gpu()?;
         gpu.bind()?;
         // SAFETY: a loaded function; the size is below the device's opt-in maximum (227 KiB).
@@ -1250,7 +1284,12 @@ impl CudaBackend {
             decode_smem_bytes(cache.head_dim),
             &mut dp,
         )?;
-        launch(gpu, &prep.kernels.combine, (pl.num_tiles(), 1, 1), &mut dp)
+        launch(
+            gpu,
+            &prep.kernels.combine,
+            (pl.num_tiles(), DECODE_ROWS, 1),
+            &mut dp,
+        )
     }
 
     /// Enqueues the append of token `src_tok[b]` of `k`, `v` (`[B, src_len, Hk, D]`, 16-bit) to
@@ -1362,7 +1401,8 @@ impl CudaBackend {
     }
 
     /// TurboAttention decode (Alg. 2) of one query token per sequence (`q`: `[B, 1, Hq, D]`)
-    /// over everything `cache` holds, under `schedule` (`None`: [`CudaBackend::turbo_auto_schedule`]).
+    /// over everything `cache` holds, under `schedule` (`None`:
+    /// [`CudaBackend::turbo_auto_schedule_for`]).
     /// The counterpart of [`ferrattn_core::turbo::decode`].
     pub fn turbo_decode(
         &self,
@@ -1379,11 +1419,7 @@ impl CudaBackend {
         let q_tok = vec![0i32; batch];
         let schedule = match schedule {
             Some(s) => s,
-            None => self.turbo_auto_schedule(
-                batch * cache.heads_kv * (hq / cache.heads_kv).div_ceil(DECODE_ROWS),
-                q.dtype,
-                d,
-            )?,
+            None => self.turbo_auto_schedule_for(&cache.lens, hq, cache.heads_kv, q.dtype, d)?,
         };
         let plan = plan_decode(&cache.lens, &q_tok, hq, cache.heads_kv, schedule)?;
         let prep = self.turbo_prepare_decode(plan, q.dtype, cache)?;

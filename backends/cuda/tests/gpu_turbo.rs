@@ -516,6 +516,34 @@ fn turbo_decode_plan_covers_every_cache_tile_once() {
     }
 }
 
+#[test]
+fn turbo_auto_decode_schedule_fills_the_gpu_without_starving_units() {
+    use ferrattn_cuda::turbo::{decode_units, DECODE_MIN_ITERS_PER_UNIT};
+    let resident = 132 * 3 * 4;
+    // enough output tiles: the emulation's order, one unit per tile
+    assert_eq!(
+        decode_units(resident, 2000, 1 << 20),
+        DecodeSchedule::PerTile
+    );
+    // a large cache: every resident unit
+    assert_eq!(
+        decode_units(resident, 256, 131_072),
+        DecodeSchedule::StreamK(resident)
+    );
+    // a small one: at least DECODE_MIN_ITERS_PER_UNIT cache tiles per unit, never fewer units
+    // than output tiles
+    assert_eq!(
+        decode_units(resident, 8, 2048),
+        DecodeSchedule::StreamK((2048 / DECODE_MIN_ITERS_PER_UNIT) as usize)
+    );
+    assert_eq!(decode_units(resident, 40, 80), DecodeSchedule::StreamK(40));
+    // unknown iteration count (turbo_auto_schedule): every resident unit
+    assert_eq!(
+        decode_units(resident, 8, u64::MAX),
+        DecodeSchedule::StreamK(resident)
+    );
+}
+
 /// Context + decode problem for the twin tests: a cache built from `ctx` tokens and one query.
 fn decode_case(
     lens: &[usize],
