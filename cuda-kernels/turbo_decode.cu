@@ -787,6 +787,10 @@ __device__ __forceinline__ void flush_body(const FlushParams& p) {
       turbo_decode_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                      \
     ferrattn::turbo::decode_body<ferrattn::T, D>(p);                                         \
   }                                                                                          \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, 2)                 \
+      turbo_decode_o2_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                   \
+    ferrattn::turbo::decode_body<ferrattn::T, D>(p);                                         \
+  }                                                                                          \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                    \
       turbo_combine_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                     \
     ferrattn::turbo::combine_body<ferrattn::T, D>(p);                                        \

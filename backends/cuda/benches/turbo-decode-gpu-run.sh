@@ -4,6 +4,7 @@
 #   bash <folder>/run-decode.sh check     # decode GPU tests, then the decode benchmark + SDPA
 #   bash <folder>/run-decode.sh tests     # every GPU test, compute-sanitizer memcheck + racecheck
 #   bash <folder>/run-decode.sh bench     # the decode benchmark + PyTorch SDPA in the same command
+#   bash <folder>/run-decode.sh all       # tests, then bench
 # Logs and JSON go to $OUT (or <folder>/out); the summary and the table are printed last.
 set -uo pipefail
 B="$(cd "$(dirname "$0")" && pwd)"
@@ -39,7 +40,7 @@ sanitizer() {
 
 bench() {
   local t0=$SECONDS
-  FERRATTN_TURBO_BENCH_O3="${O3:-0}" timeout 110 "$B/turbo" --decode-only --out "$OUT/turbo.json" >"$OUT/bench_log.txt" 2>&1
+  FERRATTN_TURBO_BENCH_O2="${O2:-0}" timeout 110 "$B/turbo" --decode-only --out "$OUT/turbo.json" >"$OUT/bench_log.txt" 2>&1
   local bs=$?
   tail -n 40 "$OUT/bench_log.txt"
   [ $bs -eq 0 ] || { status=1; summary+=("bench FAILED ($bs)"); return; }
@@ -51,6 +52,7 @@ bench() {
 case "$MODE" in
   check) gpu_tests "decode run_turbo sanitizer_small" 100; bench ;;
   tests) gpu_tests "" 150; sanitizer ;;
+  all) gpu_tests "" 110; sanitizer; bench ;;
   bench) bench ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
 esac

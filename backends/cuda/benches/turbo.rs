@@ -183,11 +183,17 @@ fn main() {
             let lens = vec![ctx - 37; batch];
             b.turbo_compress(&prep, &x, &lens, &mut cache).unwrap();
             let mem = cache.memory();
-            let auto = b
-                .turbo_auto_schedule_for(cache.lens(), hq, hk, dtype, d)
-                .unwrap();
-            {
-                let sched = auto;
+            // EXPERIMENT, to be removed: also the instance compiled for 2 CTAs per SM
+            let variants = if std::env::var("FERRATTN_TURBO_BENCH_O2").is_ok_and(|v| v == "1") {
+                vec![false, true]
+            } else {
+                vec![false]
+            };
+            for o2 in variants {
+                std::env::set_var("FERRATTN_TURBO_DECODE_O2", if o2 { "1" } else { "0" });
+                let sched = b
+                    .turbo_auto_schedule_for(cache.lens(), hq, hk, dtype, d)
+                    .unwrap();
                 let plan = plan_decode(cache.lens(), &vec![0; batch], hq, hk, sched).unwrap();
                 let ctas = plan.num_ctas();
                 let prep_d = b.turbo_prepare_decode(plan, dtype, &cache).unwrap();
@@ -201,7 +207,7 @@ fn main() {
                 let sname = match sched {
                     DecodeSchedule::PerTile => "per-tile".to_string(),
                     DecodeSchedule::StreamK(n) => format!("stream-k {n}"),
-                };
+                } + if o2 { " (2 CTA/SM)" } else { "" };
                 eprintln!(
                     "  {batch:2} x {ctx:6} {label:5} {sname:24} ({ctas:4} units): {ms:8.4} ms, {gbs:6.0} GB/s of {:.1} MB cache ({:.2}x smaller than fp16)",
                     bytes as f64 / 1e6,
