@@ -156,6 +156,7 @@ __device__ __forceinline__ void mma_qk(int& d0, int& d1, u32 a0, u32 a2, u32 b0,
       "{%0,%1,%10,%11};"
       : "+r"(d0), "+r"(d1), "=&r"(x2), "=&r"(x3)
       : "r"(a0), "r"(0), "r"(a2), "r"(0), "r"(b0), "r"(b1), "r"(0), "r"(0));
+  (void)x2, (void)x3;
 }
 __device__ __forceinline__ void mma_pv(int& d0, int& d1, u32 a0, u32 a2, u32 b0, u32 b1) {
   int x2, x3;
@@ -163,6 +164,7 @@ __device__ __forceinline__ void mma_pv(int& d0, int& d1, u32 a0, u32 a2, u32 b0,
       "{%0,%1,%10,%11};"
       : "+r"(d0), "+r"(d1), "=&r"(x2), "=&r"(x3)
       : "r"(a0), "r"(0), "r"(a2), "r"(0), "r"(b0), "r"(b1), "r"(0), "r"(0));
+  (void)x2, (void)x3;
 }
 
 // Lane (g, t) of a unit (g = lane / 4, t = lane % 4):
@@ -296,19 +298,14 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
   }
 }
 
-// P V for the 8 channels VCH g + 8 c8 + i (n-tiles 8 c8 + i) of this lane's column and
-// O = O r + s_P s_V (P V). vb[i][q]: keys of quad q = 2 kk + h.
+// O = O r + s_P s_V (P V) from the P V accumulators of every n-tile (acc[nt]: c0, c1 with V's
+// +128, removed here with the row sum of P).
 template <int D>
-__device__ __forceinline__ void unit_pv(UnitState<D>& st, const u32 (&vb)[8][4], int c8, const u32 (&pa0)[2],
-                                        const u32 (&pa2)[2], int rs, float r, float c) {
+__device__ __forceinline__ void unit_o_update(UnitState<D>& st, const int (&acc)[D / 8][2], int rs, float r, float c) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    int a0 = 0, a1 = 0;
-    mma_pv(a0, a1, pa0[0], pa2[0], vb[i][0], vb[i][1]);
-    mma_pv(a0, a1, pa0[1], pa2[1], vb[i][2], vb[i][3]);
-    const int nt = 8 * c8 + i;
-    st.o[nt][0] = fma_rn(i2f(a0 - 128 * rs), c, mul_rn(st.o[nt][0], r));
-    st.o[nt][1] = fma_rn(i2f(a1 - 128 * rs), c, mul_rn(st.o[nt][1], r));
+  for (int nt = 0; nt < D / 8; ++nt) {
+    st.o[nt][0] = fma_rn(i2f(acc[nt][0] - 128 * rs), c, mul_rn(st.o[nt][0], r));
+    st.o[nt][1] = fma_rn(i2f(acc[nt][1] - 128 * rs), c, mul_rn(st.o[nt][1], r));
   }
 }
 
@@ -343,37 +340,32 @@ __device__ __forceinline__ void split_codes(const u32 (&x)[4], u32 (&ch)[8]) {
   }
 }
 
-// One compressed 64-token tile staged at `stg` (Alg. 2: dequantize, q K^T, softmax, P V).
-template <int D, int BITS, bool CLAMP>
-__device__ __forceinline__ void unit_tile_compressed(UnitState<D>& st, const u8* stg, float scale, const Exp& ex,
-                                                     int g, int t) {
-  using S = UnitStage<D>;
-  constexpr int KS = D / 32, KCH = D / 4, VCH = D / 8;
-  constexpr int RB = D * BITS / 8;          // bytes of one token row of codes
-  constexpr int KLB = KCH * BITS / 8;       // bytes of the lane's K channels in a row
-  constexpr int KLW = (KLB + 3) / 4;        // ... as words
-  const float s_k = *reinterpret_cast<const float*>(stg + S::kScales);
-  const float s_v = *reinterpret_cast<const float*>(stg + S::kScales + 4);
+// The codes of slice `off` (8 channels) of a lane's part of a staged row: a word (4 bits) or a
+// half word (2 bits).
+template <int BITS>
+__device__ __forceinline__ u32 lds_codes8(const u8* p) {
+  return BITS == 4 ? lds32(p) : (u32) * reinterpret_cast<const unsigned short*>(p);
+}
 
-  // ---- q K^T ----
-  u32 kw[8][KLW];
+// q K^T of a compressed tile staged at `stg` (Alg. 2: dequantize K, S = q^q1 K^q1). The k-slice
+// loop is kept rolled (the query fragments rotate through slot 0) to keep the hot loop of the
+// kernel small: with every slice unrolled it no longer fits the instruction cache.
+template <int D, int BITS, bool CLAMP>
+__device__ __forceinline__ void unit_qk_compressed(const UnitState<D>& st, const u8* stg, int g, int t,
+                                                   int (&s)[8][2]) {
+  using S = UnitStage<D>;
+  constexpr int KS = D / 32, KCH = D / 4;
+  constexpr int RB = D * BITS / 8;     // bytes of one token row of codes
+  constexpr int KLB = KCH * BITS / 8;  // bytes of the lane's K channels in a row
+  const u8* rows[8];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const u8* row = stg + S::kK + row_slot(8 * j + g) * RB + KLB * t;
-    if (KLB == 16) {
-      const uint4 v = *reinterpret_cast<const uint4*>(row);
-      kw[j][0] = v.x, kw[j][1] = v.y, kw[j][2] = v.z, kw[j][3] = v.w;
-    } else if (KLB == 8) {
-      const uint2 v = *reinterpret_cast<const uint2*>(row);
-      kw[j][0] = v.x, kw[j][1] = v.y;
-    } else {
-      kw[j][0] = lds32(row);
-    }
-  }
-  int s[8][2];
+  for (int j = 0; j < 8; ++j) rows[j] = stg + S::kK + row_slot(8 * j + g) * RB + KLB * t;
+  u32 qa0[KS], qa2[KS];
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) qa0[ks] = st.qa0[ks], qa2[ks] = st.qa2[ks];
 #pragma unroll
   for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = 0;
-#pragma unroll
+#pragma unroll 1
   for (int ks = 0; ks < KS; ++ks) {
     u32 sc[8], zb[8];
     channel_consts(stg + S::kParK, D, KCH * t + 8 * ks, sc, zb);
@@ -381,10 +373,7 @@ __device__ __forceinline__ void unit_tile_compressed(UnitState<D>& st, const u8*
     for (int G = 0; G < 2; ++G) {
       u32 w[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const u32 word = kw[4 * G + k][BITS == 4 ? ks : ks >> 1];
-        w[k] = BITS == 4 ? word : (ks & 1 ? word >> 16 : word & 0xffffu);
-      }
+      for (int k = 0; k < 4; ++k) w[k] = lds_codes8<BITS>(rows[4 * G + k] + BITS * ks);
       u32 x[4], ch[8];
       transpose4(w[0], w[1], w[2], w[3], x);
       split_codes<BITS>(x, ch);
@@ -394,50 +383,63 @@ __device__ __forceinline__ void unit_tile_compressed(UnitState<D>& st, const u8*
       transpose4(ch[0], ch[2], ch[4], ch[6], b0);
       transpose4(ch[1], ch[3], ch[5], ch[7], b1);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) mma_qk(s[4 * G + k][0], s[4 * G + k][1], st.qa0[ks], st.qa2[ks], b0[k], b1[k]);
+      for (int k = 0; k < 4; ++k) mma_qk(s[4 * G + k][0], s[4 * G + k][1], qa0[0], qa2[0], b0[k], b1[k]);
     }
-  }
-
-  u32 pa0[2], pa2[2];
-  int rs;
-  float r, c;
-  unit_softmax<D>(st, s, kBlock, s_k, s_v, scale, ex, t, pa0, pa2, rs, r, c);
-
-  // ---- P V ----
+    // the next slice's query fragments to slot 0
 #pragma unroll
-  for (int c8 = 0; c8 < VCH / 8; ++c8) {
-    u32 sc[8], zb[8];
-    channel_consts(stg + S::kParV, D, VCH * g + 8 * c8, sc, zb);
-    u32 vb[8][4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int key0 = 32 * (q >> 1) + 16 * (q & 1) + 2 * t;
-      u32 w[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int key = key0 + (k & 1) + 8 * (k >> 1);
-        const u8* row = stg + S::kV + row_slot(key) * RB + (VCH * BITS / 8) * g + c8 * BITS;
-        w[k] = BITS == 4 ? lds32(row) : (u32) * reinterpret_cast<const unsigned short*>(row);
-      }
-      u32 x[4], ch[8];
-      transpose4(w[0], w[1], w[2], w[3], x);
-      split_codes<BITS>(x, ch);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) vb[i][q] = dq4<CLAMP>(ch[i], sc[i], zb[i]);
+    for (int i = 0; i + 1 < KS; ++i) {
+      const u32 a = qa0[i], b = qa2[i];
+      qa0[i] = qa0[i + 1], qa2[i] = qa2[i + 1];
+      qa0[i + 1] = a, qa2[i + 1] = b;
     }
-    unit_pv<D>(st, vb, c8, pa0, pa2, rs, r, c);
   }
 }
 
-// The INT8 buffer tile (`ntok` tokens, 1..64) straight from global memory.
+// P V of a compressed tile and the O update (dequantize V, O = O r + s_P s_V P^q V^q1); the
+// k-slice loop rolled as in unit_qk_compressed.
+template <int D, int BITS, bool CLAMP>
+__device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* stg, int g, int t, const u32 (&pa0)[2],
+                                                   const u32 (&pa2)[2], int rs, float r, float c) {
+  using S = UnitStage<D>;
+  constexpr int VCH = D / 8;
+  constexpr int RB = D * BITS / 8;
+  int acc[D / 8][2];
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) acc[nt][0] = acc[nt][1] = 0;
+  const u8* vrow = stg + S::kV + (VCH * BITS / 8) * g;
+#pragma unroll 1
+  for (int kk = 0; kk < 2; ++kk) {
+    const u32 a0 = kk ? pa0[1] : pa0[0], a2 = kk ? pa2[1] : pa2[0];
+#pragma unroll
+    for (int c8 = 0; c8 < VCH / 8; ++c8) {
+      u32 sc[8], zb[8];
+      channel_consts(stg + S::kParV, D, VCH * g + 8 * c8, sc, zb);
+      u32 vb[8][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key0 = 32 * kk + 16 * h + 2 * t;
+        u32 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          w[k] = lds_codes8<BITS>(vrow + row_slot(key0 + (k & 1) + 8 * (k >> 1)) * RB + c8 * BITS);
+        u32 x[4], ch[8];
+        transpose4(w[0], w[1], w[2], w[3], x);
+        split_codes<BITS>(x, ch);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) vb[i][h] = dq4<CLAMP>(ch[i], sc[i], zb[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) mma_pv(acc[8 * c8 + i][0], acc[8 * c8 + i][1], a0, a2, vb[i][0], vb[i][1]);
+    }
+  }
+  unit_o_update<D>(st, acc, rs, r, c);
+}
+
+// q K^T of the INT8 buffer tile (`ntok` tokens, 1..64) straight from global memory.
 template <int D>
-__device__ __forceinline__ void unit_tile_buffer(UnitState<D>& st, const CacheParams& cp, u64 bh, int ntok,
-                                                 float scale, const Exp& ex, int g, int t) {
-  constexpr int KS = D / 32, KCH = D / 4, VCH = D / 8;
-  const float s_k = cp.k.buf_scale[bh], s_v = cp.v.buf_scale[bh];
-  const i8* kb = cp.k.buf + bh * kBlock * D;
-  const i8* vbuf = cp.v.buf + bh * kBlock * D;
-  int s[8][2];
+__device__ __forceinline__ void unit_qk_buffer(const UnitState<D>& st, const i8* kb, int ntok, int g, int t,
+                                               int (&s)[8][2]) {
+  constexpr int KS = D / 32, KCH = D / 4;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     s[j][0] = s[j][1] = 0;
@@ -456,35 +458,46 @@ __device__ __forceinline__ void unit_tile_buffer(UnitState<D>& st, const CachePa
       mma_qk(s[j][0], s[j][1], st.qa0[ks], st.qa2[ks], b0, b1);
     }
   }
-  u32 pa0[2], pa2[2];
-  int rs;
-  float r, c;
-  unit_softmax<D>(st, s, ntok, s_k, s_v, scale, ex, t, pa0, pa2, rs, r, c);
+}
+
+// P V of the INT8 buffer tile and the O update.
+template <int D>
+__device__ __forceinline__ void unit_pv_buffer(UnitState<D>& st, const i8* vbuf, int ntok, int g, int t,
+                                               const u32 (&pa0)[2], const u32 (&pa2)[2], int rs, float r, float c) {
+  constexpr int VCH = D / 8;
+  int acc[D / 8][2];
 #pragma unroll
-  for (int c8 = 0; c8 < VCH / 8; ++c8) {
-    u32 vb[8][4];
+  for (int nt = 0; nt < D / 8; ++nt) acc[nt][0] = acc[nt][1] = 0;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int key0 = 32 * (q >> 1) + 16 * (q & 1) + 2 * t;
-      u32 lo[4], hi[4];
+  for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int key = key0 + (k & 1) + 8 * (k >> 1);
-        uint2 x = make_uint2(0, 0);
-        if (key < ntok) x = *reinterpret_cast<const uint2*>(vbuf + key * D + VCH * g + 8 * c8);
-        lo[k] = x.x, hi[k] = x.y;
+    for (int c8 = 0; c8 < VCH / 8; ++c8) {
+      u32 vb[8][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key0 = 32 * kk + 16 * h + 2 * t;
+        u32 lo[4], hi[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int key = key0 + (k & 1) + 8 * (k >> 1);
+          uint2 x = make_uint2(0, 0);
+          if (key < ntok) x = *reinterpret_cast<const uint2*>(vbuf + key * D + VCH * g + 8 * c8);
+          lo[k] = x.x, hi[k] = x.y;
+        }
+        u32 xl[4], xh[4];
+        transpose4(lo[0], lo[1], lo[2], lo[3], xl);
+        transpose4(hi[0], hi[1], hi[2], hi[3], xh);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          vb[i][h] = xl[i] ^ 0x80808080u;
+          vb[4 + i][h] = xh[i] ^ 0x80808080u;
+        }
       }
-      u32 xl[4], xh[4];
-      transpose4(lo[0], lo[1], lo[2], lo[3], xl);
-      transpose4(hi[0], hi[1], hi[2], hi[3], xh);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        vb[i][q] = xl[i] ^ 0x80808080u;
-        vb[4 + i][q] = xh[i] ^ 0x80808080u;
-      }
+      for (int i = 0; i < 8; ++i)
+        mma_pv(acc[8 * c8 + i][0], acc[8 * c8 + i][1], pa0[kk], pa2[kk], vb[i][0], vb[i][1]);
     }
-    unit_pv<D>(st, vb, c8, pa0, pa2, rs, r, c);
-  }
+  unit_o_update<D>(st, acc, rs, r, c);
 }
 
 // Position of a unit in the iteration space: sequence, output tile of the sequence, cache tile.
@@ -641,29 +654,55 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       const int len = p.lens[b];
       const int nblocks = len / kBlock, ntok_buf = len % kBlock;
       const u64 bh = (u64)b * p.heads_kv + hk;
-      if (cur.ti < nblocks) {
+      const bool compressed = cur.ti < nblocks;
+      if (compressed || (cur.ti == nblocks && ntok_buf > 0)) {
+        // one tile of Alg. 2: q K^T (per cache format), the softmax (shared by every format, one
+        // copy in the kernel), P V (per format)
         const u8* stg = stages + stage * S::kBytes;
-        const int bits = cp.head_bits[hk];
-        // no clamp can bind when scale (2^bits - 1) + zero <= 127 for every channel of K and V
-        const u32 levels = (1u << bits) - 1;
-        u32 over = 0;
-        for (int i = lane; i < D / 2; i += 32) {
-          const u8* par = stg + (i < D / 4 ? S::kParK + 4 * i : S::kParV + 4 * (i - D / 4));
-          const u32 sw = lds32(par), zw = lds32(par + D) ^ 0x80808080u;
-          const u32 e = (sw & 0x00ff00ffu) * levels + (zw & 0x00ff00ffu);
-          const u32 o = ((sw >> 8) & 0x00ff00ffu) * levels + ((zw >> 8) & 0x00ff00ffu);
-          over |= (e | o) & 0xff00ff00u;
-        }
-        const bool clamp = warp_any(over != 0);
-        if (bits == 4) {
-          if (clamp) unit_tile_compressed<D, 4, true>(st, stg, p.softmax_scale, ex, g, t);
-          else unit_tile_compressed<D, 4, false>(st, stg, p.softmax_scale, ex, g, t);
+        int variant = 4;  // 0-3: compressed, 4 / 2 bits, clamping or not; 4: the INT8 buffer
+        float s_k, s_v;
+        int ntok = kBlock;
+        if (compressed) {
+          const int bits = cp.head_bits[hk];
+          // no clamp can bind when scale (2^bits - 1) + zero <= 127 for every channel of K and V
+          const u32 levels = (1u << bits) - 1;
+          u32 over = 0;
+          for (int i = lane; i < D / 2; i += 32) {
+            const u8* par = stg + (i < D / 4 ? S::kParK + 4 * i : S::kParV + 4 * (i - D / 4));
+            const u32 sw = lds32(par), zw = lds32(par + D) ^ 0x80808080u;
+            const u32 e = (sw & 0x00ff00ffu) * levels + (zw & 0x00ff00ffu);
+            const u32 o = ((sw >> 8) & 0x00ff00ffu) * levels + ((zw >> 8) & 0x00ff00ffu);
+            over |= (e | o) & 0xff00ff00u;
+          }
+          variant = (bits == 4 ? 0 : 2) + (warp_any(over != 0) ? 0 : 1);
+          s_k = *reinterpret_cast<const float*>(stg + S::kScales);
+          s_v = *reinterpret_cast<const float*>(stg + S::kScales + 4);
         } else {
-          if (clamp) unit_tile_compressed<D, 2, true>(st, stg, p.softmax_scale, ex, g, t);
-          else unit_tile_compressed<D, 2, false>(st, stg, p.softmax_scale, ex, g, t);
+          s_k = cp.k.buf_scale[bh];
+          s_v = cp.v.buf_scale[bh];
+          ntok = ntok_buf;
         }
-      } else if (cur.ti == nblocks && ntok_buf > 0) {
-        unit_tile_buffer<D>(st, cp, bh, ntok_buf, p.softmax_scale, ex, g, t);
+        const i8* kbuf = cp.k.buf + bh * kBlock * D;
+        const i8* vbuf = cp.v.buf + bh * kBlock * D;
+        int s[8][2];
+        switch (variant) {
+          case 0: unit_qk_compressed<D, 4, true>(st, stg, g, t, s); break;
+          case 1: unit_qk_compressed<D, 4, false>(st, stg, g, t, s); break;
+          case 2: unit_qk_compressed<D, 2, true>(st, stg, g, t, s); break;
+          case 3: unit_qk_compressed<D, 2, false>(st, stg, g, t, s); break;
+          default: unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
+        }
+        u32 pa0[2], pa2[2];
+        int rs;
+        float r, c;
+        unit_softmax<D>(st, s, ntok, s_k, s_v, p.softmax_scale, ex, t, pa0, pa2, rs, r, c);
+        switch (variant) {
+          case 0: unit_pv_compressed<D, 4, true>(st, stg, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_compressed<D, 4, false>(st, stg, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_compressed<D, 2, true>(st, stg, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_compressed<D, 2, false>(st, stg, g, t, pa0, pa2, rs, r, c); break;
+          default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+        }
       }
       if (seg_last && g < rows) {
         // the segment's partial: row g, channels 2 VCH t .. 2 VCH t + 2 VCH - 1
@@ -785,10 +824,6 @@ __device__ __forceinline__ void flush_body(const FlushParams& p) {
 #define FERRATTN_TURBO_DECODE(TN, T, D)                                                       \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, 3)                 \
       turbo_decode_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                      \
-    ferrattn::turbo::decode_body<ferrattn::T, D>(p);                                         \
-  }                                                                                          \
-  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, 2)                 \
-      turbo_decode_o2_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                   \
     ferrattn::turbo::decode_body<ferrattn::T, D>(p);                                         \
   }                                                                                          \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                    \

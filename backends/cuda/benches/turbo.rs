@@ -15,7 +15,7 @@
 //! small ones; each with a 4-bit and a mixed 2/4-bit cache, under the automatic schedule
 //! (stream-K over every resident decode unit).
 //!
-//! Usage: `turbo [--quick] [--decode-only] [--out FILE]`
+//! Usage: `turbo [--quick] [--decode-only] [--shape B,CTX] [--bits int4|mixed] [--out FILE]`
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
 use ferrattn_core::{AttentionProblem, DType, Device};
@@ -58,6 +58,18 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let decode_only = args.iter().any(|a| a == "--decode-only");
+    // `--shape B,CTX` and `--bits int4|mixed`: one decode case (for a profiler)
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let only_shape: Option<(usize, usize)> = arg("--shape").map(|v| {
+        let (b, c) = v.split_once(',').expect("--shape B,CTX");
+        (b.parse().unwrap(), c.parse().unwrap())
+    });
+    let only_bits = arg("--bits");
     let out_path = args
         .iter()
         .position(|a| a == "--out")
@@ -164,7 +176,11 @@ fn main() {
     eprintln!(
         "decode (hq {hq}, hk {hk}, d {d}, {dtype}): batch x ctx, bits, schedule (units = warps), ms, cache GB/s"
     );
-    for &(batch, ctx) in decode_shapes {
+    let decode_shapes: Vec<(usize, usize)> = match only_shape {
+        Some(sh) => vec![sh],
+        None => decode_shapes.to_vec(),
+    };
+    for &(batch, ctx) in &decode_shapes {
         let pctx = AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, dtype);
         let x = b.random_inputs(&pctx, 11, 2.0).unwrap();
         let pq = AttentionProblem::uniform(batch, 1, 1, hq, hk, d, d, dtype);
@@ -178,19 +194,15 @@ fn main() {
                 (0..hk).map(|h| if h % 2 == 0 { 4 } else { 2 }).collect(),
             ),
         ] {
+            if only_bits.as_deref().is_some_and(|o| o != label) {
+                continue;
+            }
             let mut cache = b.turbo_alloc_cache(batch, hk, d, bits, ctx + 64).unwrap();
             // ctx - 37 tokens: full blocks and a partly filled INT8 buffer
             let lens = vec![ctx - 37; batch];
             b.turbo_compress(&prep, &x, &lens, &mut cache).unwrap();
             let mem = cache.memory();
-            // EXPERIMENT, to be removed: also the instance compiled for 2 CTAs per SM
-            let variants = if std::env::var("FERRATTN_TURBO_BENCH_O2").is_ok_and(|v| v == "1") {
-                vec![false, true]
-            } else {
-                vec![false]
-            };
-            for o2 in variants {
-                std::env::set_var("FERRATTN_TURBO_DECODE_O2", if o2 { "1" } else { "0" });
+            {
                 let sched = b
                     .turbo_auto_schedule_for(cache.lens(), hq, hk, dtype, d)
                     .unwrap();
@@ -207,7 +219,7 @@ fn main() {
                 let sname = match sched {
                     DecodeSchedule::PerTile => "per-tile".to_string(),
                     DecodeSchedule::StreamK(n) => format!("stream-k {n}"),
-                } + if o2 { " (2 CTA/SM)" } else { "" };
+                };
                 eprintln!(
                     "  {batch:2} x {ctx:6} {label:5} {sname:24} ({ctas:4} units): {ms:8.4} ms, {gbs:6.0} GB/s of {:.1} MB cache ({:.2}x smaller than fp16)",
                     bytes as f64 / 1e6,

@@ -1146,12 +1146,7 @@ impl CudaBackend {
 
     /// The decode kernel of a configuration with its dynamic shared memory allowed.
     fn turbo_decode_function(&self, dtype: DType, head_dim: usize) -> Result<Function> {
-        let mut f = self.turbo_kernels(dtype, head_dim)?.decode;
-        // EXPERIMENT, to be removed: the instance compiled for 2 CTAs per SM (no spills)
-        if std::env::var("FERRATTN_TURBO_DECODE_O2").is_ok_and(|v| v == "1") {
-            let name = f.name.replace("turbo_decode_", "turbo_decode_o2_");
-            f = self.turbo_modules()?.decode.function(&name)?;
-        }
+        let f = self.turbo_kernels(dtype, head_dim)?.decode;
         let gpu = self.gpu()?;
         gpu.bind()?;
         // SAFETY: a loaded function; the size is below the device's opt-in maximum (227 KiB).
