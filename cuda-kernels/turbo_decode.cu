@@ -1,30 +1,37 @@
 // TurboAttention decode (Kang et al., MLSys 2025, Algorithm 2) over the compressed KV cache, split
 // over the KV length as LeanAttention does, and the cache's append and flush (section 3.3).
 //
-// Work: one *output tile* is (sequence, KV head, group of up to 16 query heads); its iterations
+// Work: one *output tile* is (sequence, KV head, group of up to 8 query heads); its iterations
 // are the cache tiles of that (sequence, KV head) in token order: every compressed block of 64
 // tokens, then the INT8 buffer when it holds tokens (Alg. 2 "for j in 1..N", the buffer last).
 // The host lays the tiles' iterations end to end (ferrattn_core::lean::TileSpace with tile_k =
-// 64) and cuts the space into CTA ranges (ferrattn_core::lean::Schedule: stream-K for balance,
-// or one CTA per output tile, which replays the emulation's order exactly). Each CTA computes one
-// partial (O, m, l) per output tile it touches and writes it to its own slot; turbo_combine_*
+// 64) and cuts the space into the ranges of *units* (ferrattn_core::lean::Schedule: stream-K for
+// balance, or one unit per output tile, which replays the emulation's order exactly). A unit is
+// one warp (warp w of CTA c is unit 4 c + w): it walks its range alone, with its own
+// double-buffered staging area filled by cp.async one cache tile ahead, and no CTA barrier. It
+// writes one partial (O, m, l) per output tile it touches to its own slot; turbo_combine_*
 // merges a tile's slots in slot (= key) order with the same exponential, finishes O / l and LSE.
-// A tile computed by one CTA therefore goes through exactly the emulation's steps.
+// A tile computed by one unit therefore goes through exactly the emulation's steps: O is
+// bit-identical to ferrattn_core::turbo (one unit per tile) or to decode_twin (stream-K).
 //
-// One iteration (a CTA of 4 warps, query heads of one KV head as the MMA's 16 rows):
-//   1. dequantize on chip (Alg. 2 "K_j^q1 = K_j^q2 s^int + z"): packed INT4/INT2 codes and the
-//      per-channel integer scale / zero point (staged by cp.async one iteration ahead) become
-//      INT8 K [64][D] and V^T [D][64] (slot order) in shared memory; the buffer tile is INT8;
-//   2. S = q^q1 K^q1 on mma.m16n8k32 s8 (the query row quantized once per tile, Alg. 2
+// One iteration (one warp; the query heads of one KV head are rows 0-7 of mma.m16n8k32):
+//   1. dequantize in registers (Alg. 2 "K_j^q1 = K_j^q2 s^int + z"): four tokens' packed codes
+//      are byte-transposed with prmt so that one register holds one channel of four tokens; one
+//      multiply-add then applies that channel's integer scale and zero point to all four (the
+//      bytes cannot carry when scale (2^bits - 1) + zero <= 127, checked per tile; otherwise
+//      the clamping path in 16-bit lanes). K is transposed back to four channels per token (the
+//      B fragment of q K^T), V stays four keys per channel (the B fragment of P V). The bytes
+//      hold value + 128 (u8 operands); the dot products subtract 128 x the row sums exactly.
+//   2. S = q^q1 K^q1 on mma.m16n8k32 s8 x u8 (the query row quantized once per segment, Alg. 2
 //      "s_Q = max(abs(Q))/119");
-//   3. per query head (8 threads a row): S x (s_q s_K softmax_scale), SAS online softmax,
-//      s_P = max(P~)/119 of that head's row, P^q, l;
-//   4. O = O r + s_P s_V (P^q V^q1), P^q V^q1 on the INT8 MMA.
-// Why MMA at query length 1: the 16 MMA rows hold the GQA group's query heads, so one
-// m16n8k32 does for every head of the group what would take 8 dp4a per head and key; with a
-// group of 1 it still issues 32x fewer instructions than dp4a for the dot products. Either way
-// the dot products are small next to unpacking 64 x D codes per tile, which is what bounds this
-// kernel after memory.
+//   3. per query head (4 lanes a row, 16 keys a lane): S x (s_q s_K softmax_scale), SAS online
+//      softmax, s_P = max(P~)/119 of that head's row, P^q, l; branch-free, P^q through the
+//      rounded reciprocal of s_P with an exact division where a rounding boundary is near;
+//   4. O = O r + s_P s_V (P^q V^q1), P^q straight from the S accumulators (slot order).
+// Why MMA at query length 1: the MMA rows hold the GQA group's query heads, so one m16n8k32
+// does for every head of the group what would take 8 dp4a per head and key. The dot products
+// are small next to unpacking 64 x D codes per tile, which bounds this kernel after memory
+// (docs/TURBO_CUDA.md, "Decode: where the time goes").
 #include "common.cuh"
 #include "turbo_common.cuh"
 
