@@ -3,7 +3,7 @@
 //! Host tests (every machine): the closed list of kernels and configurations, the packing and
 //! slot layouts the kernels assume (mirrored formulas against the core's packing), the decode
 //! plan over the core's Lean iteration space, and the CPU twin of the split decode against the
-//! emulation (bit for bit with one CTA per tile) and the f64 golden reference.
+//! emulation (bit for bit with one unit (warp) per output tile) and the f64 golden reference.
 //!
 //! GPU tests (print `SKIPPED <test>: <reason>` and pass without a GPU): against
 //! `ferrattn_core::turbo`, the CPU emulation that defines correctness —
@@ -11,7 +11,7 @@
 //!   points, block scales, INT8 buffer and universal scales) after prefill, appends and flushes;
 //! - floats: O within 1e-3 relative Frobenius error of the emulation (the kernels are written to
 //!   match it bit for bit; the number of differing elements is printed and, with SAS on and one
-//!   CTA per tile, asserted to be zero), LSE within 1e-4;
+//!   unit per tile, asserted to be zero), LSE within 1e-4;
 //! - against the f64 golden: no worse than the emulation's own error by more than 10%;
 //! - outputs poisoned with NaN before every launch: no NaN may survive.
 //!
@@ -505,7 +505,7 @@ fn turbo_decode_plan_covers_every_cache_tile_once() {
             for g in 0..pl.num_ctas() {
                 assert_eq!(
                     pl.segments[pl.cta_slot[g] as usize].cta, g,
-                    "CTA {g}'s first slot"
+                    "unit {g}'s first slot"
                 );
             }
             if sched == DecodeSchedule::PerTile {
@@ -934,7 +934,7 @@ fn prefix(t: &Tensor, s: usize) -> Tensor {
 }
 
 /// Prefill a ragged context, then decode step by step across buffer flushes: each step's O
-/// equals the emulation's (one CTA per tile: bit for bit; stream-K: the CPU twin bit for bit),
+/// equals the emulation's (one unit per tile: bit for bit; stream-K: the CPU twin bit for bit),
 /// and the cache equals the emulation's after every flush.
 #[allow(clippy::too_many_arguments)] // the shape of one test case
 fn decode_steps(
@@ -1171,7 +1171,7 @@ fn gpu_turbo_run_turbo_matches_emulate() {
         let gpu = b.run_turbo(&pl, &x).unwrap();
         assert_eq!(gpu.provenance.backend, "cuda");
         let what = format!("run_turbo causal {causal}");
-        // run_turbo decodes with one CTA per tile: emulate's order, bit for bit
+        // run_turbo decodes with one unit per tile: emulate's order, bit for bit
         check_vs_emulation(&what, &emu, &gpu, true);
         check_vs_golden(&what, &p, &x, &emu, &gpu);
     }
