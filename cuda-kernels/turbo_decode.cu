@@ -1,30 +1,37 @@
 // TurboAttention decode (Kang et al., MLSys 2025, Algorithm 2) over the compressed KV cache, split
 // over the KV length as LeanAttention does, and the cache's append and flush (section 3.3).
 //
-// Work: one *output tile* is (sequence, KV head, group of up to 16 query heads); its iterations
+// Work: one *output tile* is (sequence, KV head, group of up to 8 query heads); its iterations
 // are the cache tiles of that (sequence, KV head) in token order: every compressed block of 64
 // tokens, then the INT8 buffer when it holds tokens (Alg. 2 "for j in 1..N", the buffer last).
 // The host lays the tiles' iterations end to end (ferrattn_core::lean::TileSpace with tile_k =
-// 64) and cuts the space into CTA ranges (ferrattn_core::lean::Schedule: stream-K for balance,
-// or one CTA per output tile, which replays the emulation's order exactly). Each CTA computes one
-// partial (O, m, l) per output tile it touches and writes it to its own slot; turbo_combine_*
+// 64) and cuts the space into the ranges of *units* (ferrattn_core::lean::Schedule: stream-K for
+// balance, or one unit per output tile, which replays the emulation's order exactly). A unit is
+// one warp (warp w of CTA c is unit 4 c + w): it walks its range alone, with its own
+// double-buffered staging area filled by cp.async one cache tile ahead, and no CTA barrier. It
+// writes one partial (O, m, l) per output tile it touches to its own slot; turbo_combine_*
 // merges a tile's slots in slot (= key) order with the same exponential, finishes O / l and LSE.
-// A tile computed by one CTA therefore goes through exactly the emulation's steps.
+// A tile computed by one unit therefore goes through exactly the emulation's steps: O is
+// bit-identical to ferrattn_core::turbo (one unit per tile) or to decode_twin (stream-K).
 //
-// One iteration (a CTA of 4 warps, query heads of one KV head as the MMA's 16 rows):
-//   1. dequantize on chip (Alg. 2 "K_j^q1 = K_j^q2 s^int + z"): packed INT4/INT2 codes and the
-//      per-channel integer scale / zero point (staged by cp.async one iteration ahead) become
-//      INT8 K [64][D] and V^T [D][64] (slot order) in shared memory; the buffer tile is INT8;
-//   2. S = q^q1 K^q1 on mma.m16n8k32 s8 (the query row quantized once per tile, Alg. 2
+// One iteration (one warp; the query heads of one KV head are rows 0-7 of mma.m16n8k32):
+//   1. dequantize in registers (Alg. 2 "K_j^q1 = K_j^q2 s^int + z"): four tokens' packed codes
+//      are byte-transposed with prmt so that one register holds one channel of four tokens; one
+//      multiply-add then applies that channel's integer scale and zero point to all four (the
+//      bytes cannot carry when scale (2^bits - 1) + zero <= 127, checked per tile; otherwise
+//      the clamping path in 16-bit lanes). K is transposed back to four channels per token (the
+//      B fragment of q K^T), V stays four keys per channel (the B fragment of P V). The bytes
+//      hold value + 128 (u8 operands); the dot products subtract 128 x the row sums exactly.
+//   2. S = q^q1 K^q1 on mma.m16n8k32 s8 x u8 (the query row quantized once per segment, Alg. 2
 //      "s_Q = max(abs(Q))/119");
-//   3. per query head (8 threads a row): S x (s_q s_K softmax_scale), SAS online softmax,
-//      s_P = max(P~)/119 of that head's row, P^q, l;
-//   4. O = O r + s_P s_V (P^q V^q1), P^q V^q1 on the INT8 MMA.
-// Why MMA at query length 1: the 16 MMA rows hold the GQA group's query heads, so one
-// m16n8k32 does for every head of the group what would take 8 dp4a per head and key; with a
-// group of 1 it still issues 32x fewer instructions than dp4a for the dot products. Either way
-// the dot products are small next to unpacking 64 x D codes per tile, which is what bounds this
-// kernel after memory.
+//   3. per query head (4 lanes a row, 16 keys a lane): S x (s_q s_K softmax_scale), SAS online
+//      softmax, s_P = max(P~)/119 of that head's row, P^q, l; branch-free, P^q through the
+//      rounded reciprocal of s_P with an exact division where a rounding boundary is near;
+//   4. O = O r + s_P s_V (P^q V^q1), P^q straight from the S accumulators (slot order).
+// Why MMA at query length 1: the MMA rows hold the GQA group's query heads, so one m16n8k32
+// does for every head of the group what would take 8 dp4a per head and key. The dot products
+// are small next to unpacking 64 x D codes per tile, which bounds this kernel after memory
+// (docs/TURBO_CUDA.md, "Decode: where the time goes").
 #include "common.cuh"
 #include "turbo_common.cuh"
 
@@ -70,348 +77,661 @@ struct FlushParams {
 
 __device__ __forceinline__ u64 block_bytes(int d, int bits) { return (u64)kBlock * d * bits / 8; }
 
-// Bytes of one shared staging buffer: the 4-bit codes of K and V (the larger case) and both
-// tensors' channel parameters.
-template <int D>
-struct DecodeSmem {
-  static constexpr int kCodes = kBlock * D / 2;
-  static constexpr int kStage = 2 * kCodes + 4 * D;
-};
+// ---- Decode units -------------------------------------------------------------------------------
+// A *unit* of the schedule is one warp: warp w of CTA c is unit 4 c + w. Each unit walks its range
+// of the iteration space alone (no CTA barrier after the SAS LUT is filled), with its own
+// double-buffered shared staging area filled by cp.async one cache tile ahead.
+constexpr int kUnitRows = 8;   // query heads per output tile (MMA rows 0-7; rows 8-15 stay zero)
+constexpr int kStages = 2;     // staging buffers per unit
+constexpr int kUnitsPerCta = kThreads / 32;
 
-// Eight INT8 codes of channels 8 c8 .. 8 c8 + 7 of one token of a compressed block.
+// One staging buffer: packed codes of K and V (room for 4 bits), both tensors' channel
+// parameters (D scales then D zero points each) and the two f32 block scales. Rows of codes are
+// stored at row_slot(token) so that the lanes of one load hit different banks.
+// ferrattn_cuda::turbo::decode_smem_bytes mirrors these sizes.
 template <int D>
-__device__ __forceinline__ uint2 dequant8(const u8* codes, const u8* par, int bits, int tok, int c8) {
-  const uint2 sc = *reinterpret_cast<const uint2*>(par + 8 * c8);
-  const uint2 zr = *reinterpret_cast<const uint2*>(par + D + 8 * c8);
-  u32 w;
-  if (bits == 4) {
-    w = *reinterpret_cast<const u32*>(codes + tok * (D / 2) + 4 * c8);
-  } else {
-    w = *reinterpret_cast<const unsigned short*>(codes + tok * (D / 4) + 2 * c8);
-  }
-  const u32 mask = (1u << bits) - 1;
-  int x[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int code = (int)((w >> (i * bits)) & mask);
-    const int s = (int)(((i < 4 ? sc.x : sc.y) >> (8 * (i & 3))) & 0xff);
-    const int z = (int)(signed char)(((i < 4 ? zr.x : zr.y) >> (8 * (i & 3))) & 0xff);
-    // ChannelParams::decode: clamp(code x scale + zero, -127, 127); the low end never binds
-    x[i] = clampi(code * s + z, -127, 127);
-  }
-  return make_uint2(pack4_u8(x[0], x[1], x[2], x[3]), pack4_u8(x[4], x[5], x[6], x[7]));
+struct UnitStage {
+  static constexpr int kCodes = kBlock * D / 2;
+  static constexpr int kK = 0;
+  static constexpr int kV = kCodes;
+  static constexpr int kParK = 2 * kCodes;
+  static constexpr int kParV = 2 * kCodes + 2 * D;
+  static constexpr int kScales = 2 * kCodes + 4 * D;
+  static constexpr int kBytes = kScales + 16;
+};
+__device__ __forceinline__ int row_slot(int r) { return r ^ ((r >> 1) & 3); }
+
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
+  u32 r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+// Byte transpose of a 4x4 byte matrix: c[j].byte[i] = r[i].byte[j].
+__device__ __forceinline__ void transpose4(u32 r0, u32 r1, u32 r2, u32 r3, u32 (&c)[4]) {
+  const u32 t0 = prmt(r0, r1, 0x5140), t1 = prmt(r0, r1, 0x7362);
+  const u32 t2 = prmt(r2, r3, 0x5140), t3 = prmt(r2, r3, 0x7362);
+  c[0] = prmt(t0, t2, 0x5410);
+  c[1] = prmt(t0, t2, 0x7632);
+  c[2] = prmt(t1, t3, 0x5410);
+  c[3] = prmt(t1, t3, 0x7632);
+}
+__device__ __forceinline__ u32 vmin_u16x2(u32 a, u32 b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  u32 r;
+  asm("min.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+#else
+  const u32 lo = min(a & 0xffffu, b & 0xffffu), hi = min(a >> 16, b >> 16);
+  return lo | (hi << 16);
+#endif
+}
+__device__ __forceinline__ void syncwarp() { asm volatile("bar.warp.sync 0xffffffff;" ::: "memory"); }
+__device__ __forceinline__ bool warp_any(bool p) {
+  u32 r;
+  asm volatile(
+      "{\n .reg .pred q, a;\n setp.ne.u32 q, %1, 0;\n vote.sync.any.pred a, q, 0xffffffff;\n selp.u32 %0, 1, 0, a;\n}"
+      : "=r"(r)
+      : "r"((u32)p));
+  return r != 0;
+}
+__device__ __forceinline__ void cp_async4(void* dst_smem, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst_smem)), "l"(src) : "memory");
+}
+__device__ __forceinline__ u32 lds32(const u8* p) { return *reinterpret_cast<const u32*>(p); }
+
+// Four dequantized codes of one channel (ChannelParams::decode, plus 128 so that the byte is the
+// u8 operand of the MMA): clamp(code x scale + zero, -127, 127) + 128 per byte, `x` the four codes
+// one per byte, `s` the channel scale, `zb4` (zero + 128) in every byte. Without CLAMP the caller
+// has checked scale x (2^bits - 1) + zero <= 127 for every channel of the tile: no byte can
+// carry, one multiply-add does all four. With CLAMP, two bytes at a time in 16-bit lanes.
+template <bool CLAMP>
+__device__ __forceinline__ u32 dq4(u32 x, u32 s, u32 zb4) {
+  if (!CLAMP) return x * s + zb4;
+  const u32 zb2 = zb4 & 0x00ff00ffu;
+  u32 e = (x & 0x00ff00ffu) * s + zb2;
+  u32 o = ((x >> 8) & 0x00ff00ffu) * s + zb2;
+  e = vmin_u16x2(e, 0x00ff00ffu);
+  o = vmin_u16x2(o, 0x00ff00ffu);
+  return prmt(e, o, 0x6240);
 }
 
-// byte `i` of a little-endian pair of words
-__device__ __forceinline__ u32 byte_of(const uint2& w, int i) { return ((i < 4 ? w.x : w.y) >> (8 * (i & 3))) & 0xffu; }
+// mma.m16n8k32 with rows 8-15 of A zero (the unit's query heads are rows 0-7): C rows 8-15 are
+// dropped, d0 d1 are (row g, columns 2t, 2t+1). q K: s8 x u8 (K + 128); P V: u8 x u8 (V + 128).
+__device__ __forceinline__ void mma_qk(int& d0, int& d1, u32 a0, u32 a2, u32 b0, u32 b1) {
+  int x2, x3;
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%10,%11};"
+      : "+r"(d0), "+r"(d1), "=&r"(x2), "=&r"(x3)
+      : "r"(a0), "r"(0), "r"(a2), "r"(0), "r"(b0), "r"(b1), "r"(0), "r"(0));
+  (void)x2, (void)x3;
+}
+__device__ __forceinline__ void mma_pv(int& d0, int& d1, u32 a0, u32 a2, u32 b0, u32 b1) {
+  int x2, x3;
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%10,%11};"
+      : "+r"(d0), "+r"(d1), "=&r"(x2), "=&r"(x3)
+      : "r"(a0), "r"(0), "r"(a2), "r"(0), "r"(b0), "r"(b1), "r"(0), "r"(0));
+  (void)x2, (void)x3;
+}
+
+// Lane (g, t) of a unit (g = lane / 4, t = lane % 4):
+// - q K^T: query row g; k-slice ks of the MMA holds channels KCH t + 8 ks + {0, 2, 4, 6} (b0 / a0)
+//   and + {1, 3, 5, 7} (b1 / a2), KCH = D / 4 (any channel order works when q and K agree);
+//   n-tile j holds tokens 8 j .. 8 j + 7, lane g token 8 j + g.
+// - P V: P from the S accumulators in slot order (slot_key); n-tile nt, column g is channel
+//   VCH g + nt (VCH = D / 8); b0 / b1 of k-slice kk hold the keys 32 kk + 16 h + 2 t + {0, 1, 8, 9}
+//   (h = 0 / 1) of that channel; O of row g, n-tile nt sits at channels VCH 2t + nt (c0) and
+//   VCH (2t + 1) + nt (c1).
+template <int D>
+struct UnitState {
+  static constexpr int KS = D / 32;  // k-slices of q K^T
+  static constexpr int NT = D / 8;   // n-tiles of P V
+  float o[NT][2];                    // unnormalized O of row g (c0, c1 of each n-tile)
+  float m, l;                        // running maximum and sum of row g
+  u32 qa0[KS], qa2[KS];              // INT8 query row g (A fragments)
+  int qsum;                          // sum of the INT8 query row g (removes K's +128)
+  float qs;                          // INT8 scale of query row g
+};
+
+// SAS (Eq. 13-15) without branches, for all lanes and elements at once: the same operations as
+// Exp::operator() (threshold, floor, POLY in three fma.rn, LUT[n] x POLY), with the threshold
+// test as a final select, so that the 16 exponentials of a lane overlap instead of running one
+// divergent region after another.
+__device__ __forceinline__ float sas_exp(const Exp& ex, float x) {
+  float t = -x;
+  t = t > 0.0f ? t : 0.0f;
+  const float n = floor_f(t);
+  const float f = sub_rn(t, n);
+  float p = fma_rn(bits_to_f32(0xbdd1eb85u), f, bits_to_f32(0x3eecd9e8u));
+  p = fma_rn(p, f, bits_to_f32(0xbf7e00d2u));
+  p = fma_rn(p, f, bits_to_f32(0x3f7fe5c9u));
+  const int idx = (int)(n < 16.0f ? n : 16.0f);  // n > 16 only where the select below gives 0
+  const float v = mul_rn(ex.lut[idx], p);
+  return x >= ex.n_r ? v : 0.0f;  // x < n_r, NaN and -inf give 0 (Eq. 14)
+}
+
+// Maximum of a lane's 16 scores as a tree (the order of an exact max does not matter; no NaN
+// reaches here).
+__device__ __forceinline__ float max16(const float (&x)[8][2]) {
+  float m[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m[j] = fmaxf(x[j][0], x[j][1]);
+#pragma unroll
+  for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+    for (int j = 0; j < w; ++j) m[j] = fmaxf(m[j], m[j + w]);
+  return m[0];
+}
+
+// rne(x / s) of the division the emulation performs (div.rn, then round half to even) for
+// |x / s| < 128, through the correctly rounded reciprocal `rinv` = 1 / s: x * rinv is within
+// 2.3e-5 of the rounded quotient, so both round to the same integer unless a half-integer lies
+// within 4e-5 of it; `near` is set then, and the caller divides.
+__device__ __forceinline__ int rne_quotient(float x, float rinv, bool& near) {
+  const float q = mul_rn(x, rinv);
+  near |= fabsf(sub_rn(q, floor_f(q)) - 0.5f) < 4.0e-5f;
+  return rne_int(q);
+}
+
+// SAS online softmax of one 64-key tile for row g (the emulation's attend_tile, op for op):
+// returns P's A fragments, the row sum of P codes, the rescale r and s_P s_V.
+template <int D>
+__device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8][2], int ntok, float s_k, float s_v,
+                                             float scale, const Exp& ex, int t, u32 (&pa0)[2], u32 (&pa2)[2], int& rs,
+                                             float& r, float& c) {
+  const float alpha = mul_rn(mul_rn(st.qs, s_k), scale);
+  float x[8][2];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = 8 * j + 2 * t + e;
+      x[j][e] = key < ntok ? mul_rn(i2f(s[j][e] - 128 * st.qsum), alpha) : neg_inf();
+    }
+  float tmax = max16(x);
+  tmax = fmax2(tmax, shfl_xor(tmax, 1));
+  tmax = fmax2(tmax, shfl_xor(tmax, 2));
+  const float mn = fmax2(st.m, tmax);  // finite: key 0 is valid
+  r = ex.rescale(st.m, mn);
+  if (ex.sas) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) x[j][e] = sas_exp(ex, sub_rn(x[j][e], mn));  // -inf (masked key) gives 0
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) x[j][e] = x[j][e] == neg_inf() ? 0.0f : expf(sub_rn(x[j][e], mn));
+  }
+  float pm = fmaxf(max16(x), 0.0f);
+  pm = fmax2(pm, shfl_xor(pm, 1));
+  pm = fmax2(pm, shfl_xor(pm, 2));
+  const float s_p = int8_scale(pm);
+  // P codes rne(P~ / s_P) (quotients <= 119) as the emulation rounds them; the rare tiles with
+  // a quotient near a rounding boundary, or a tiny s_P, divide every element
+  int code[8][2];
+  bool exact = false;
+  if (s_p != 0.0f) {
+    const float rinv = div_rn(1.0f, s_p);
+    exact = !(s_p >= 1.0e-30f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) code[j][e] = clampi(rne_quotient(x[j][e], rinv, exact), 0, 127);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) code[j][0] = code[j][1] = 0;
+  }
+  if (warp_any(exact)) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) code[j][e] = s_p == 0.0f ? 0 : clampi(rne_int(div_rn(x[j][e], s_p)), 0, 127);
+  }
+  int sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) sum += code[j][0] + code[j][1];
+  sum += shfl_xor_i(sum, 1);
+  sum += shfl_xor_i(sum, 2);
+  rs = sum;
+  st.l = fma_rn(i2f(sum), s_p, mul_rn(st.l, r));
+  st.m = mn;
+  c = mul_rn(s_p, s_v);
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    pa0[kk] = pack4_u8(code[4 * kk][0], code[4 * kk][1], code[4 * kk + 1][0], code[4 * kk + 1][1]);
+    pa2[kk] = pack4_u8(code[4 * kk + 2][0], code[4 * kk + 2][1], code[4 * kk + 3][0], code[4 * kk + 3][1]);
+  }
+}
+
+// O = O r + s_P s_V (P V) from the P V accumulators of every n-tile (acc[nt]: c0, c1 with V's
+// +128, removed here with the row sum of P).
+template <int D>
+__device__ __forceinline__ void unit_o_update(UnitState<D>& st, const int (&acc)[D / 8][2], int rs, float r, float c) {
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) {
+    st.o[nt][0] = fma_rn(i2f(acc[nt][0] - 128 * rs), c, mul_rn(st.o[nt][0], r));
+    st.o[nt][1] = fma_rn(i2f(acc[nt][1] - 128 * rs), c, mul_rn(st.o[nt][1], r));
+  }
+}
+
+// Channel constants of 8 channels: scale as an integer and (zero + 128) in every byte.
+__device__ __forceinline__ void channel_consts(const u8* par, int D, int c0, u32 (&s)[8], u32 (&zb)[8]) {
+  const uint2 sv = *reinterpret_cast<const uint2*>(par + c0);
+  uint2 zv = *reinterpret_cast<const uint2*>(par + D + c0);
+  zv.x ^= 0x80808080u;
+  zv.y ^= 0x80808080u;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const u32 sw = i < 4 ? sv.x : sv.y, zw = i < 4 ? zv.x : zv.y;
+    s[i] = prmt(sw, 0, 0x4440 | (i & 3));
+    zb[i] = prmt(zw, 0, (i & 3) * 0x1111);
+  }
+}
+
+// The 8 channels of one byte-transposed group: ch[c] = the four tokens' codes of channel c.
+template <int BITS>
+__device__ __forceinline__ void split_codes(const u32 (&x)[4], u32 (&ch)[8]) {
+  if (BITS == 4) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      ch[2 * j] = x[j] & 0x0f0f0f0fu;
+      ch[2 * j + 1] = (x[j] >> 4) & 0x0f0f0f0fu;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) ch[4 * j + k] = (x[j] >> (2 * k)) & 0x03030303u;
+  }
+}
+
+// The codes of slice `off` (8 channels) of a lane's part of a staged row: a word (4 bits) or a
+// half word (2 bits).
+template <int BITS>
+__device__ __forceinline__ u32 lds_codes8(const u8* p) {
+  return BITS == 4 ? lds32(p) : (u32) * reinterpret_cast<const unsigned short*>(p);
+}
+
+// q K^T of a compressed tile staged at `stg` (Alg. 2: dequantize K, S = q^q1 K^q1). The k-slice
+// loop is kept rolled (the query fragments rotate through slot 0) to keep the hot loop of the
+// kernel small: with every slice unrolled it no longer fits the instruction cache.
+template <int D, int BITS, bool CLAMP>
+__device__ __forceinline__ void unit_qk_compressed(const UnitState<D>& st, const u8* stg, int g, int t,
+                                                   int (&s)[8][2]) {
+  using S = UnitStage<D>;
+  constexpr int KS = D / 32, KCH = D / 4;
+  constexpr int RB = D * BITS / 8;     // bytes of one token row of codes
+  constexpr int KLB = KCH * BITS / 8;  // bytes of the lane's K channels in a row
+  const u8* rows[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) rows[j] = stg + S::kK + row_slot(8 * j + g) * RB + KLB * t;
+  u32 qa0[KS], qa2[KS];
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) qa0[ks] = st.qa0[ks], qa2[ks] = st.qa2[ks];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = 0;
+#pragma unroll 1
+  for (int ks = 0; ks < KS; ++ks) {
+    u32 sc[8], zb[8];
+    channel_consts(stg + S::kParK, D, KCH * t + 8 * ks, sc, zb);
+#pragma unroll
+    for (int G = 0; G < 2; ++G) {
+      u32 w[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) w[k] = lds_codes8<BITS>(rows[4 * G + k] + BITS * ks);
+      u32 x[4], ch[8];
+      transpose4(w[0], w[1], w[2], w[3], x);
+      split_codes<BITS>(x, ch);
+#pragma unroll
+      for (int c = 0; c < 8; ++c) ch[c] = dq4<CLAMP>(ch[c], sc[c], zb[c]);
+      u32 b0[4], b1[4];
+      transpose4(ch[0], ch[2], ch[4], ch[6], b0);
+      transpose4(ch[1], ch[3], ch[5], ch[7], b1);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) mma_qk(s[4 * G + k][0], s[4 * G + k][1], qa0[0], qa2[0], b0[k], b1[k]);
+    }
+    // the next slice's query fragments to slot 0
+#pragma unroll
+    for (int i = 0; i + 1 < KS; ++i) {
+      const u32 a = qa0[i], b = qa2[i];
+      qa0[i] = qa0[i + 1], qa2[i] = qa2[i + 1];
+      qa0[i + 1] = a, qa2[i + 1] = b;
+    }
+  }
+}
+
+// P V of a compressed tile and the O update (dequantize V, O = O r + s_P s_V P^q V^q1); the
+// k-slice loop rolled as in unit_qk_compressed.
+template <int D, int BITS, bool CLAMP>
+__device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* stg, int g, int t, const u32 (&pa0)[2],
+                                                   const u32 (&pa2)[2], int rs, float r, float c) {
+  using S = UnitStage<D>;
+  constexpr int VCH = D / 8;
+  constexpr int RB = D * BITS / 8;
+  int acc[D / 8][2];
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) acc[nt][0] = acc[nt][1] = 0;
+  const u8* vrow = stg + S::kV + (VCH * BITS / 8) * g;
+#pragma unroll 1
+  for (int kk = 0; kk < 2; ++kk) {
+    const u32 a0 = kk ? pa0[1] : pa0[0], a2 = kk ? pa2[1] : pa2[0];
+#pragma unroll
+    for (int c8 = 0; c8 < VCH / 8; ++c8) {
+      u32 sc[8], zb[8];
+      channel_consts(stg + S::kParV, D, VCH * g + 8 * c8, sc, zb);
+      u32 vb[8][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key0 = 32 * kk + 16 * h + 2 * t;
+        u32 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          w[k] = lds_codes8<BITS>(vrow + row_slot(key0 + (k & 1) + 8 * (k >> 1)) * RB + c8 * BITS);
+        u32 x[4], ch[8];
+        transpose4(w[0], w[1], w[2], w[3], x);
+        split_codes<BITS>(x, ch);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) vb[i][h] = dq4<CLAMP>(ch[i], sc[i], zb[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) mma_pv(acc[8 * c8 + i][0], acc[8 * c8 + i][1], a0, a2, vb[i][0], vb[i][1]);
+    }
+  }
+  unit_o_update<D>(st, acc, rs, r, c);
+}
+
+// q K^T of the INT8 buffer tile (`ntok` tokens, 1..64) straight from global memory.
+template <int D>
+__device__ __forceinline__ void unit_qk_buffer(const UnitState<D>& st, const i8* kb, int ntok, int g, int t,
+                                               int (&s)[8][2]) {
+  constexpr int KS = D / 32, KCH = D / 4;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    s[j][0] = s[j][1] = 0;
+    const int tok = 8 * j + g;
+    u32 w[KCH / 4];
+#pragma unroll
+    for (int v = 0; v < KCH / 16; ++v) {
+      Vec16 x = {0, 0, 0, 0};
+      if (tok < ntok) x = ld_global_nc16(kb + tok * D + KCH * t + 16 * v);
+      w[4 * v] = x.x, w[4 * v + 1] = x.y, w[4 * v + 2] = x.z, w[4 * v + 3] = x.w;
+    }
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const u32 b0 = prmt(w[2 * ks], w[2 * ks + 1], 0x6420) ^ 0x80808080u;
+      const u32 b1 = prmt(w[2 * ks], w[2 * ks + 1], 0x7531) ^ 0x80808080u;
+      mma_qk(s[j][0], s[j][1], st.qa0[ks], st.qa2[ks], b0, b1);
+    }
+  }
+}
+
+// P V of the INT8 buffer tile and the O update.
+template <int D>
+__device__ __forceinline__ void unit_pv_buffer(UnitState<D>& st, const i8* vbuf, int ntok, int g, int t,
+                                               const u32 (&pa0)[2], const u32 (&pa2)[2], int rs, float r, float c) {
+  constexpr int VCH = D / 8;
+  int acc[D / 8][2];
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) acc[nt][0] = acc[nt][1] = 0;
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+    for (int c8 = 0; c8 < VCH / 8; ++c8) {
+      u32 vb[8][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key0 = 32 * kk + 16 * h + 2 * t;
+        u32 lo[4], hi[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int key = key0 + (k & 1) + 8 * (k >> 1);
+          uint2 x = make_uint2(0, 0);
+          if (key < ntok) x = *reinterpret_cast<const uint2*>(vbuf + key * D + VCH * g + 8 * c8);
+          lo[k] = x.x, hi[k] = x.y;
+        }
+        u32 xl[4], xh[4];
+        transpose4(lo[0], lo[1], lo[2], lo[3], xl);
+        transpose4(hi[0], hi[1], hi[2], hi[3], xh);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          vb[i][h] = xl[i] ^ 0x80808080u;
+          vb[4 + i][h] = xh[i] ^ 0x80808080u;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        mma_pv(acc[8 * c8 + i][0], acc[8 * c8 + i][1], pa0[kk], pa2[kk], vb[i][0], vb[i][1]);
+    }
+  unit_o_update<D>(st, acc, rs, r, c);
+}
+
+// Position of a unit in the iteration space: sequence, output tile of the sequence, cache tile.
+struct UnitCursor {
+  int b;      // sequence
+  int rt;     // output tile within the sequence (KV head x query group)
+  int ti;     // cache tile within the output tile
+  int n_it;   // cache tiles of this sequence's output tiles
+};
 
 template <class T, int D>
 __device__ __forceinline__ void decode_body(const DecodeParams& p) {
-  constexpr int KC = D / 16;        // chunks per K / q row
-  constexpr int KS = D / 32;        // k32 slices of q K^T
-  constexpr int NTW = D / 32;       // O n8 tiles per warp (each warp owns D / 4 channels)
-  constexpr int UNITS = kBlock * D / 32;  // 4 tokens x 8 channels per dequantization unit
-  constexpr int R = kDecodeRows;
-  __shared__ alignas(128) u8 sStage[2][DecodeSmem<D>::kStage];
-  __shared__ alignas(128) i8 sK[kBlock * D];
-  __shared__ alignas(128) i8 sV[D * kBlock];
-  __shared__ alignas(128) i8 sQ[R * D];
-  __shared__ alignas(128) i8 sP[R * kBlock];
-  __shared__ alignas(16) int sS[R][kBlock];  // q K^T of each row, keys in slot order
-  __shared__ float sR[R], sC[R], sQs[R], sLut[17];
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int row = tid >> 3, j8 = tid & 7;  // softmax role: 8 threads per query row
+  using S = UnitStage<D>;
+  constexpr int KCH = D / 4, VCH = D / 8, KS = D / 32;
+  extern __shared__ __align__(16) u8 dsmem[];
+  __shared__ float sLut[17];
   sas_lut_init(sLut);
+  __syncthreads();  // the only CTA barrier: units are independent from here on
   const Exp ex{sLut, (float)p.sas_nr, p.sas};
   const CacheParams& cp = p.cache;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int unit = blockIdx.x * kUnitsPerCta + warp;
+  if (unit >= p.num_ctas) return;
+  u8* stages = dsmem + warp * kStages * S::kBytes;
+  const u32 begin = p.cta_bounds[unit], end = p.cta_bounds[unit + 1];
+  if (begin >= end) return;
+  const int tiles_per_seq = p.heads_kv * p.qgroups;
+  auto n_it_of = [&](int b) { return max(1, (p.lens[b] + kBlock - 1) / kBlock); };
 
-  u32 it = p.cta_bounds[blockIdx.x];
-  const u32 end = p.cta_bounds[blockIdx.x + 1];
-  u32 slot = p.cta_slot[blockIdx.x];
-  for (; it < end; ++slot) {
-    // the output tile holding iteration `it` (ferrattn_core::lean::TileSpace::tile_of)
+  UnitCursor cur;
+  {
     int lo = 0, hi = p.batch;
     while (hi - lo > 1) {
       const int mid = (lo + hi) >> 1;
-      if (p.seq_start[mid] <= it) lo = mid; else hi = mid;
+      if (p.seq_start[mid] <= begin) lo = mid; else hi = mid;
     }
-    const int b = lo;
-    const int len = p.lens[b];
-    const u32 n_it = (u32)max(1, (len + kBlock - 1) / kBlock);
-    const u32 r_tile = (it - p.seq_start[b]) / n_it;
-    const u32 tile_start = p.seq_start[b] + r_tile * n_it;
-    const u32 seg_end = min(end, tile_start + n_it);
-    const int t_begin = (int)(it - tile_start), t_end = (int)(seg_end - tile_start);
-    it = seg_end;
-    const int qt = p.q_tok[b];
-    if (qt < 0) continue;  // not decoded by this launch; the combine skips it too
-    const int hk = (int)r_tile / p.qgroups, qg = (int)r_tile % p.qgroups;
-    const int rows = min(R, p.group - qg * R);
-    const int h0 = hk * p.group + qg * R;
-    const int nblocks = len / kBlock, ntok_buf = len % kBlock;
+    cur.b = lo;
+    cur.n_it = n_it_of(lo);
+    const u32 off = begin - p.seq_start[lo];
+    cur.rt = (int)(off / (u32)cur.n_it);
+    cur.ti = (int)(off % (u32)cur.n_it);
+  }
+  auto advance = [&](UnitCursor& c) {
+    if (++c.ti == c.n_it) {
+      c.ti = 0;
+      if (++c.rt == tiles_per_seq) {
+        c.rt = 0;
+        ++c.b;
+        if (c.b < p.batch) c.n_it = n_it_of(c.b);
+      }
+    }
+  };
+  // stage cache tile `c` (if it is a compressed block of a decoded sequence) into buffer `st`
+  auto issue = [&](const UnitCursor& c, int st) {
+    if (p.q_tok[c.b] < 0 || c.ti >= p.lens[c.b] / kBlock) return;
+    const int hk = c.rt / p.qgroups;
     const int bits = cp.head_bits[hk];
-    const u64 bh = (u64)b * p.heads_kv + hk;
+    const int rb_log = bits == 4 ? (D == 128 ? 6 : 5) : (D == 128 ? 5 : 4);  // log2 row bytes
+    const int cpr_log = rb_log - 4;                                         // log2 16-byte chunks per row
+    const u64 cb = block_bytes(D, bits);
+    const u64 code_off = (u64)c.b * cp.seq_code_bytes + cp.head_off[hk] + (u64)c.ti * cb;
+    const u64 pb = ((u64)c.b * p.heads_kv + hk) * cp.cap_blocks + c.ti;
+    u8* dst = stages + st * S::kBytes;
+    const int nchunks = kBlock << cpr_log;
+    for (int i = lane; i < 2 * nchunks + 4 * D / 16; i += 32) {
+      const u8* src;
+      int off;
+      if (i < 2 * nchunks) {
+        const int tensor = i >= nchunks, j = i - tensor * nchunks;
+        const int r = j >> cpr_log, ch = j & ((1 << cpr_log) - 1);
+        src = (tensor ? cp.v.codes : cp.k.codes) + code_off + 16 * j;
+        off = (tensor ? S::kV : S::kK) + (row_slot(r) << rb_log) + 16 * ch;
+      } else {
+        const int k = i - 2 * nchunks;  // 2 D / 16 chunks per tensor
+        src = k < D / 8 ? cp.k.par + pb * 2 * D + 16 * k : cp.v.par + pb * 2 * D + 16 * (k - D / 8);
+        off = S::kParK + 16 * k;
+      }
+      cp_async16(dst + off, src, true);
+    }
+    if (lane == 0) cp_async4(dst + S::kScales, cp.k.bscale + pb);
+    if (lane == 1) cp_async4(dst + S::kScales + 4, cp.v.bscale + pb);
+  };
 
-    // ---- query rows to INT8, one scale per row (per query head) -------------------------------
-    {
-      constexpr int PER = D / 8;  // channels per thread
-      float f[PER];
-      float amax = 0.0f;
-      if (row < rows) {
-        const u16* src = p.q + ((u64)(b * p.max_sq + qt) * p.heads_q + h0 + row) * D + j8 * PER;
+  UnitState<D> st;
+  UnitCursor nxt = cur;
+  issue(cur, 0);
+  cp_async_commit();
+  u32 slot = p.cta_slot[unit];
+  for (u32 it = begin; it < end; ++it) {
+    const int stage = (int)((it - begin) & 1);
+    if (it + 1 < end) {
+      advance(nxt);
+      issue(nxt, stage ^ 1);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    syncwarp();
+
+    const int b = cur.b;
+    const int qt = p.q_tok[b];
+    const bool seg_first = it == begin || cur.ti == 0;
+    const bool seg_last = it + 1 == end || cur.ti + 1 == cur.n_it;
+    if (qt >= 0) {
+      const int hk = cur.rt / p.qgroups, qg = cur.rt % p.qgroups;
+      const int rows = min(kUnitRows, p.group - qg * kUnitRows);
+      const int h0 = hk * p.group + qg * kUnitRows;
+      if (seg_first) {
+        // query row g to INT8, one scale per query head (Alg. 2 "s_Q = max(abs(Q)) / 119")
+        float f[KCH];
+        float amax = 0.0f;
 #pragma unroll
-        for (int v = 0; v < PER / 8; ++v) {
-          float e8[8];
-          unpack8<T>(ld_global_nc16(src + 8 * v), e8);
+        for (int v = 0; v < KCH / 8; ++v) {
+          float e8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          if (g < rows) unpack8<T>(ld_global_nc16(p.q + ((u64)(b * p.max_sq + qt) * p.heads_q + h0 + g) * D + KCH * t + 8 * v), e8);
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
             f[8 * v + e] = e8[e];
             amax = fmax2(amax, fabsf(e8[e]));
           }
         }
-      } else {
+        amax = fmax2(amax, shfl_xor(amax, 1));
+        amax = fmax2(amax, shfl_xor(amax, 2));
+        st.qs = int8_scale(amax);
+        // quantize_int8 (|x / s| <= 119 + rounding) through the reciprocal as in unit_softmax
+        bool near = !(st.qs >= 1.0e-30f);
+        const float rinv = st.qs == 0.0f ? 0.0f : div_rn(1.0f, st.qs);
+        int qi_all[KCH];
 #pragma unroll
-        for (int e = 0; e < PER; ++e) f[e] = 0.0f;
-      }
-      amax = fmax2(amax, shfl_xor(amax, 1));
-      amax = fmax2(amax, shfl_xor(amax, 2));
-      amax = fmax2(amax, shfl_xor(amax, 4));
-      const float s = int8_scale(amax);
-      if (j8 == 0) sQs[row] = s;
+        for (int c = 0; c < KCH; ++c) qi_all[c] = rne_quotient(f[c], rinv, near);
+        if (warp_any(near)) {
 #pragma unroll
-      for (int v = 0; v < PER / 8; ++v) {
-        const int c = j8 * PER + 8 * v;  // first channel of this 8-channel group
-        u32* dst = reinterpret_cast<u32*>(sQ + swz<KC>(row, c >> 4) + (c & 15));
-        dst[0] = pack4_u8(quantize_int8(f[8 * v], s), quantize_int8(f[8 * v + 1], s), quantize_int8(f[8 * v + 2], s),
-                          quantize_int8(f[8 * v + 3], s));
-        dst[1] = pack4_u8(quantize_int8(f[8 * v + 4], s), quantize_int8(f[8 * v + 5], s),
-                          quantize_int8(f[8 * v + 6], s), quantize_int8(f[8 * v + 7], s));
+          for (int c = 0; c < KCH; ++c) qi_all[c] = quantize_int8(f[c], st.qs);
+        }
+        int qsum = 0;
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+          int qi[8];
+#pragma unroll
+          for (int c = 0; c < 8; ++c) {
+            qi[c] = clampi(qi_all[8 * ks + c], -127, 127);
+            qsum += qi[c];
+          }
+          st.qa0[ks] = pack4_u8(qi[0], qi[2], qi[4], qi[6]);
+          st.qa2[ks] = pack4_u8(qi[1], qi[3], qi[5], qi[7]);
+        }
+        qsum += shfl_xor_i(qsum, 1);
+        qsum += shfl_xor_i(qsum, 2);
+        st.qsum = qsum;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) st.o[i][0] = st.o[i][1] = 0.0f;
+        st.m = neg_inf();
+        st.l = 0.0f;
       }
-    }
-
-    auto stage_tile = [&](int ti, int st) {
-      // packed codes of K and V, then their channel parameters
-      const u64 cb = block_bytes(D, bits);
-      const u64 code_off = (u64)b * cp.seq_code_bytes + cp.head_off[hk] + (u64)ti * cb;
-      const u64 par_off = (bh * cp.cap_blocks + ti) * 2 * D;
-      const int nc = (int)(cb / 16);
-      for (int i = tid; i < 2 * nc + D / 4; i += kThreads) {
-        const u8* src;
-        int dst;
-        if (i < nc) {
-          src = cp.k.codes + code_off + 16 * i;
-          dst = 16 * i;
-        } else if (i < 2 * nc) {
-          src = cp.v.codes + code_off + 16 * (i - nc);
-          dst = 16 * i;
+      const int len = p.lens[b];
+      const int nblocks = len / kBlock, ntok_buf = len % kBlock;
+      const u64 bh = (u64)b * p.heads_kv + hk;
+      const bool compressed = cur.ti < nblocks;
+      if (compressed || (cur.ti == nblocks && ntok_buf > 0)) {
+        // one tile of Alg. 2: q K^T (per cache format), the softmax (shared by every format, one
+        // copy in the kernel), P V (per format)
+        const u8* stg = stages + stage * S::kBytes;
+        int variant = 4;  // 0-3: compressed, 4 / 2 bits, clamping or not; 4: the INT8 buffer
+        float s_k, s_v;
+        int ntok = kBlock;
+        if (compressed) {
+          const int bits = cp.head_bits[hk];
+          // no clamp can bind when scale (2^bits - 1) + zero <= 127 for every channel of K and V
+          const u32 levels = (1u << bits) - 1;
+          u32 over = 0;
+          for (int i = lane; i < D / 2; i += 32) {
+            const u8* par = stg + (i < D / 4 ? S::kParK + 4 * i : S::kParV + 4 * (i - D / 4));
+            const u32 sw = lds32(par), zw = lds32(par + D) ^ 0x80808080u;
+            const u32 e = (sw & 0x00ff00ffu) * levels + (zw & 0x00ff00ffu);
+            const u32 o = ((sw >> 8) & 0x00ff00ffu) * levels + ((zw >> 8) & 0x00ff00ffu);
+            over |= (e | o) & 0xff00ff00u;
+          }
+          variant = (bits == 4 ? 0 : 2) + (warp_any(over != 0) ? 0 : 1);
+          s_k = *reinterpret_cast<const float*>(stg + S::kScales);
+          s_v = *reinterpret_cast<const float*>(stg + S::kScales + 4);
         } else {
-          const int k = i - 2 * nc;  // 2D / 16 chunks per tensor
-          src = (k < D / 8 ? cp.k.par + par_off + 16 * k : cp.v.par + par_off + 16 * (k - D / 8));
-          dst = 2 * (int)cb + 16 * k;
+          s_k = cp.k.buf_scale[bh];
+          s_v = cp.v.buf_scale[bh];
+          ntok = ntok_buf;
         }
-        cp_async16(&sStage[st][dst], src, true);
-      }
-    };
-
-    if (t_begin < nblocks) {
-      stage_tile(t_begin, 0);
-      cp_async_commit();
-    }
-    __syncthreads();  // sQ, sQs (and the LUT) are visible
-    u32 qa[KS][4];
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-      const int mi = lane >> 3;
-      ldmatrix_x4(qa[ks], &sQ[swz<KC>((lane & 7) + 8 * (mi & 1), 2 * ks + (mi >> 1))]);
-    }
-    float o[NTW][4];
-#pragma unroll
-    for (int i = 0; i < NTW; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float m = neg_inf(), l = 0.0f;  // state of query row `row` (replicated over its 8 threads)
-
-    for (int ti = t_begin; ti < t_end; ++ti) {
-      const bool compressed = ti < nblocks;
-      const int ntok = compressed ? kBlock : (ti == nblocks ? ntok_buf : 0);
-      if (ntok == 0) continue;  // an empty cache: nothing to attend to (uniform over the CTA)
-      const int st = (ti - t_begin) & 1;
-      cp_async_wait<0>();
-      __syncthreads();  // staged codes landed; the previous iteration is done with sK, sV, sP
-      if (ti + 1 < t_end && ti + 1 < nblocks) {
-        stage_tile(ti + 1, st ^ 1);
-        cp_async_commit();
-      }
-
-      // ---- 1. INT8 K [64][D] and V^T [D][64] in shared memory ----------------------------------
-      float s_k, s_v;
-      if (compressed) {
-        const u64 pb = bh * cp.cap_blocks + ti;
-        s_k = cp.k.bscale[pb];
-        s_v = cp.v.bscale[pb];
-        const u8* stg = sStage[st];
-        const int cb = (int)block_bytes(D, bits);
-        for (int u = tid; u < UNITS; u += kThreads) {
-          const int grp = u & 15, c8 = u >> 4;
-          // K: tokens 4 grp .. 4 grp + 3, row-major
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int tok = 4 * grp + k;
-            const uint2 w = dequant8<D>(stg, stg + 2 * cb, bits, tok, c8);
-            *reinterpret_cast<uint2*>(sK + swz<KC>(tok, c8 >> 1) + (c8 & 1) * 8) = w;
-          }
-          // V: the keys of slots 4 grp .. 4 grp + 3, transposed
-          uint2 w[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) w[k] = dequant8<D>(stg + cb, stg + 2 * cb + 2 * D, bits, slot_key(4 * grp + k), c8);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const int c = 8 * c8 + i, s0 = 4 * grp;
-            *reinterpret_cast<u32*>(sV + swz<4>(c, s0 >> 4) + (s0 & 15)) =
-                byte_of(w[0], i) | (byte_of(w[1], i) << 8) | (byte_of(w[2], i) << 16) | (byte_of(w[3], i) << 24);
-          }
+        const i8* kbuf = cp.k.buf + bh * kBlock * D;
+        const i8* vbuf = cp.v.buf + bh * kBlock * D;
+        int s[8][2];
+        switch (variant) {
+          case 0: unit_qk_compressed<D, 4, true>(st, stg, g, t, s); break;
+          case 1: unit_qk_compressed<D, 4, false>(st, stg, g, t, s); break;
+          case 2: unit_qk_compressed<D, 2, true>(st, stg, g, t, s); break;
+          case 3: unit_qk_compressed<D, 2, false>(st, stg, g, t, s); break;
+          default: unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
         }
-      } else {
-        s_k = cp.k.buf_scale[bh];
-        s_v = cp.v.buf_scale[bh];
-        const i8* kb = cp.k.buf + bh * kBlock * D;
-        const i8* vb = cp.v.buf + bh * kBlock * D;
-        for (int u = tid; u < UNITS; u += kThreads) {
-          const int grp = u & 15, c8 = u >> 4;
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int tok = 4 * grp + k;
-            uint2 w = make_uint2(0, 0);
-            if (tok < ntok) w = *reinterpret_cast<const uint2*>(kb + tok * D + 8 * c8);
-            *reinterpret_cast<uint2*>(sK + swz<KC>(tok, c8 >> 1) + (c8 & 1) * 8) = w;
-          }
-          uint2 w[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int tok = slot_key(4 * grp + k);
-            w[k] = make_uint2(0, 0);
-            if (tok < ntok) w[k] = *reinterpret_cast<const uint2*>(vb + tok * D + 8 * c8);
-          }
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const int c = 8 * c8 + i, s0 = 4 * grp;
-            *reinterpret_cast<u32*>(sV + swz<4>(c, s0 >> 4) + (s0 & 15)) =
-                byte_of(w[0], i) | (byte_of(w[1], i) << 8) | (byte_of(w[2], i) << 16) | (byte_of(w[3], i) << 24);
-          }
+        u32 pa0[2], pa2[2];
+        int rs;
+        float r, c;
+        unit_softmax<D>(st, s, ntok, s_k, s_v, p.softmax_scale, ex, t, pa0, pa2, rs, r, c);
+        switch (variant) {
+          case 0: unit_pv_compressed<D, 4, true>(st, stg, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_compressed<D, 4, false>(st, stg, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_compressed<D, 2, true>(st, stg, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_compressed<D, 2, false>(st, stg, g, t, pa0, pa2, rs, r, c); break;
+          default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
         }
       }
-      __syncthreads();
-
-      // ---- 2. q K^T: warp w takes keys 16 w .. 16 w + 15 ---------------------------------------
-      {
-        int s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+      if (seg_last && g < rows) {
+        // the segment's partial: row g, channels 2 VCH t .. 2 VCH t + 2 VCH - 1
+        float* po = p.part_o + ((u64)slot * kUnitRows + g) * D + 2 * VCH * t;
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          const int nt = 2 * warp + n;
-#pragma unroll
-          for (int kk = 0; kk < KS / 2; ++kk) {
-            u32 kb[4];
-            ldmatrix_x4(kb, &sK[swz<KC>(nt * 8 + (lane & 7), 4 * kk + (lane >> 3))]);
-            mma_s8(s[n], qa[2 * kk], kb[0], kb[1]);
-            mma_s8(s[n], qa[2 * kk + 1], kb[2], kb[3]);
-          }
+        for (int i = 0; i < VCH; i += 4) {
+          *reinterpret_cast<float4*>(po + i) = make_float4(st.o[i][0], st.o[i + 1][0], st.o[i + 2][0], st.o[i + 3][0]);
+          *reinterpret_cast<float4*>(po + VCH + i) =
+              make_float4(st.o[i][1], st.o[i + 1][1], st.o[i + 2][1], st.o[i + 3][1]);
         }
-        // key 16 w + 8 n + 2 t4 + e sits at slot 16 w + 4 t4 + 2 n + e
-        *reinterpret_cast<int4*>(&sS[g][16 * warp + 4 * t4]) = make_int4(s[0][0], s[0][1], s[1][0], s[1][1]);
-        *reinterpret_cast<int4*>(&sS[g + 8][16 * warp + 4 * t4]) = make_int4(s[0][2], s[0][3], s[1][2], s[1][3]);
-      }
-      __syncthreads();
-
-      // ---- 3. softmax of row `row` over slots 8 j8 .. 8 j8 + 7 ---------------------------------
-      // Rows past the group run the same steps on their zero query (finite, never written out),
-      // so that every lane takes part in every shuffle.
-      {
-        const int4 a = *reinterpret_cast<const int4*>(&sS[row][8 * j8]);
-        const int4 c = *reinterpret_cast<const int4*>(&sS[row][8 * j8 + 4]);
-        const int dots[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-        const float alpha = mul_rn(mul_rn(sQs[row], s_k), p.softmax_scale);
-        float x[8];
-        float tmax = neg_inf();
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          const bool v = slot_key(8 * j8 + q) < ntok;
-          x[q] = v ? mul_rn(i2f(dots[q]), alpha) : neg_inf();
-          tmax = fmax2(tmax, x[q]);
-        }
-        tmax = fmax2(tmax, shfl_xor(tmax, 1));
-        tmax = fmax2(tmax, shfl_xor(tmax, 2));
-        tmax = fmax2(tmax, shfl_xor(tmax, 4));
-        const float mn = fmax2(m, tmax);  // finite: key 0 is always valid
-        const float r = ex.rescale(m, mn);
-        float pm = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          x[q] = x[q] == neg_inf() ? 0.0f : ex(sub_rn(x[q], mn));
-          pm = fmax2(pm, x[q]);
-        }
-        pm = fmax2(pm, shfl_xor(pm, 1));
-        pm = fmax2(pm, shfl_xor(pm, 2));
-        pm = fmax2(pm, shfl_xor(pm, 4));
-        const float s_p = int8_scale(pm);  // one row: s_P of this query head's tile
-        int code[8];
-        int rs = 0;
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          code[q] = s_p == 0.0f ? 0 : clampi(rne_int(div_rn(x[q], s_p)), 0, 127);
-          rs += code[q];
-        }
-        rs += shfl_xor_i(rs, 1);
-        rs += shfl_xor_i(rs, 2);
-        rs += shfl_xor_i(rs, 4);
-        l = fma_rn(i2f(rs), s_p, mul_rn(l, r));
-        m = mn;
-        if (j8 == 0) {
-          sR[row] = r;
-          sC[row] = mul_rn(s_p, s_v);
-        }
-        *reinterpret_cast<uint2*>(sP + swz<4>(row, j8 >> 1) + (j8 & 1) * 8) =
-            make_uint2(pack4_u8(code[0], code[1], code[2], code[3]), pack4_u8(code[4], code[5], code[6], code[7]));
-      }
-      __syncthreads();
-
-      // ---- 4. O = O r + s_P s_V (P^q V^q1): warp w owns channels w D/4 .. (w+1) D/4 -----------
-      {
-        u32 pa[2][4];
-#pragma unroll
-        for (int k2 = 0; k2 < 2; ++k2) {
-          const int mi = lane >> 3;
-          ldmatrix_x4(pa[k2], &sP[swz<4>((lane & 7) + 8 * (mi & 1), 2 * k2 + (mi >> 1))]);
-        }
-        const float r_a = sR[g], r_b = sR[g + 8], c_a = sC[g], c_b = sC[g + 8];
-#pragma unroll
-        for (int i = 0; i < NTW; ++i) {
-          const int nt = warp * NTW + i;
-          u32 vb[4];
-          ldmatrix_x4(vb, &sV[swz<4>(nt * 8 + (lane & 7), lane >> 3)]);
-          int acc[4] = {0, 0, 0, 0};
-          mma_s8(acc, pa[0], vb[0], vb[1]);
-          mma_s8(acc, pa[1], vb[2], vb[3]);
-          o[i][0] = fma_rn(i2f(acc[0]), c_a, mul_rn(o[i][0], r_a));
-          o[i][1] = fma_rn(i2f(acc[1]), c_a, mul_rn(o[i][1], r_a));
-          o[i][2] = fma_rn(i2f(acc[2]), c_b, mul_rn(o[i][2], r_b));
-          o[i][3] = fma_rn(i2f(acc[3]), c_b, mul_rn(o[i][3], r_b));
-        }
+        if (t == 0) *reinterpret_cast<float2*>(p.part_ml + ((u64)slot * kUnitRows + g) * 2) = make_float2(st.m, st.l);
       }
     }
-
-    // ---- the segment's partial ----------------------------------------------------------------
-    float* po = p.part_o + (u64)slot * R * D;
-#pragma unroll
-    for (int i = 0; i < NTW; ++i) {
-      const int c = (warp * NTW + i) * 8 + 2 * t4;
-      if (g < rows) *reinterpret_cast<float2*>(po + g * D + c) = make_float2(o[i][0], o[i][1]);
-      if (g + 8 < rows) *reinterpret_cast<float2*>(po + (g + 8) * D + c) = make_float2(o[i][2], o[i][3]);
-    }
-    if (j8 == 0 && row < rows) *reinterpret_cast<float2*>(p.part_ml + ((u64)slot * R + row) * 2) = make_float2(m, l);
-    __syncthreads();  // sQ, sQs and the stages are reused by the next segment
+    if (seg_last) ++slot;
+    advance(cur);
+    syncwarp();  // every lane is done with this stage before it is refilled
   }
+  cp_async_wait<0>();
 }
 
-// Merges the partials of one output tile in slot order and writes O and LSE. One partial is
+// Merges the partials of one row of an output tile (grid: tiles x kUnitRows) in slot order and
+// writes O and LSE. One partial is
 // finished exactly as the emulation finishes a row (RowState::finish).
 template <class T, int D>
 __device__ __forceinline__ void combine_body(const DecodeParams& p) {
@@ -425,16 +745,17 @@ __device__ __forceinline__ void combine_body(const DecodeParams& p) {
   const int qt = p.q_tok[b];
   if (qt < 0) return;
   const int hk = rt / p.qgroups, qg = rt % p.qgroups;
-  const int rows = min(kDecodeRows, p.group - qg * kDecodeRows);
-  const int h0 = hk * p.group + qg * kDecodeRows;
+  const int rows = min(kUnitRows, p.group - qg * kUnitRows);
+  const int h0 = hk * p.group + qg * kUnitRows;
   const u32 s0 = p.tile_slot[tile], s1 = p.tile_slot[tile + 1];
-  for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
-    const int r = idx / D, c = idx % D;
+  const int r = blockIdx.y;  // one CTA per query row of the tile
+  if (r >= rows) return;
+  for (int c = threadIdx.x; c < D; c += kThreads) {
     float m = neg_inf(), l = 0.0f, a = 0.0f;
     for (u32 s = s0; s < s1; ++s) {
-      const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + ((u64)s * kDecodeRows + r) * 2);
+      const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + ((u64)s * kUnitRows + r) * 2);
       if (ml.x == neg_inf()) continue;  // a segment that saw no key
-      const float as = p.part_o[((u64)s * kDecodeRows + r) * D + c];
+      const float as = p.part_o[((u64)s * kUnitRows + r) * D + c];
       if (m == neg_inf()) {
         m = ml.x;
         l = ml.y;
@@ -508,7 +829,7 @@ __device__ __forceinline__ void flush_body(const FlushParams& p) {
 
 // ---- Instances: the closed list of (dtype, head dim) -> kernel (ferrattn_cuda::kernels) --------
 #define FERRATTN_TURBO_DECODE(TN, T, D)                                                       \
-  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                    \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, 3)                 \
       turbo_decode_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                      \
     ferrattn::turbo::decode_body<ferrattn::T, D>(p);                                         \
   }                                                                                          \

@@ -2,7 +2,8 @@
 # Builds what the GPU machine runs for TurboAttention and gathers it into one folder (default
 # ./.gpu-bundle-turbo): the gpu_turbo test binary, the ferrattn-cuda unit-test binary and the
 # turbo bench (release, stripped, kernels embedded as a fatbin: nvcc from $NVCC or
-# scripts/install-nvcc.sh), turbo-gpu-run.sh as run.sh, turbo_sdpa.py and COMMIT.
+# scripts/install-nvcc.sh), turbo-gpu-run.sh as run.sh, turbo-decode-gpu-run.sh as run-decode.sh,
+# turbo_sdpa.py and COMMIT.
 # Usage: bash backends/cuda/benches/turbo-bundle.sh [DEST]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -41,6 +42,7 @@ for name, exe in found.items():
 PY
 strip "$DEST"/gpu_turbo "$DEST"/unit_tests "$DEST"/turbo
 cp backends/cuda/benches/turbo-gpu-run.sh "$DEST/run.sh"
+cp backends/cuda/benches/turbo-decode-gpu-run.sh "$DEST/run-decode.sh"
 cp backends/cuda/benches/turbo_sdpa.py "$DEST/"
 git rev-parse --short HEAD >"$DEST/COMMIT" 2>/dev/null || echo unknown >"$DEST/COMMIT"
 git diff --quiet 2>/dev/null || echo "$(cat "$DEST/COMMIT")+dirty" >"$DEST/COMMIT"

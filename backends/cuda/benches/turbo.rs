@@ -11,7 +11,12 @@
 //! decode + combine launches over a prepared plan (the step's append is not included).
 //! Also measured: a device-to-device copy (bytes read + written), the bandwidth ceiling.
 //!
-//! Usage: `turbo [--quick] [--prefill-only] [--out FILE]`
+//! Decode shapes: 1 GB of fp16-equivalent KV and beyond (batch 1-64, context 4k-128k) plus two
+//! small ones; each with a 4-bit and a mixed 2/4-bit cache, under the automatic schedule
+//! (stream-K over every resident decode unit).
+//!
+//! Usage: `turbo [--quick] [--prefill-only | --decode-only] [--shape B,CTX] [--bits int4|mixed]
+//! [--out FILE]`
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
 use ferrattn_core::{AttentionProblem, DType, Device};
@@ -53,6 +58,20 @@ fn time_ms(gpu: &std::sync::Arc<ferrattn_cuda::Gpu>, mut f: impl FnMut(usize)) -
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
+    let decode_only = args.iter().any(|a| a == "--decode-only");
+    let prefill_only = args.iter().any(|a| a == "--prefill-only");
+    // `--shape B,CTX` and `--bits int4|mixed`: one decode case (for a profiler)
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let only_shape: Option<(usize, usize)> = arg("--shape").map(|v| {
+        let (b, c) = v.split_once(',').expect("--shape B,CTX");
+        (b.parse().unwrap(), c.parse().unwrap())
+    });
+    let only_bits = arg("--bits");
     let out_path = args
         .iter()
         .position(|a| a == "--out")
@@ -87,7 +106,9 @@ fn main() {
     );
     // ---- prefill: Llama-3-8B heads (32 query, 8 KV), head dim 128, bf16 ----
     let (hq, hk, d, dtype) = (32usize, 8usize, 128usize, DType::BF16);
-    let shapes: &[(usize, usize)] = if quick {
+    let shapes: &[(usize, usize)] = if decode_only {
+        &[]
+    } else if quick {
         &[(4, 1024)]
     } else {
         &[(4, 1024), (4, 4096), (1, 16384), (1, 32768)]
@@ -138,20 +159,32 @@ fn main() {
         }
     }
     json.push_str("],\"decode\":[");
-    let prefill_only = args.iter().any(|a| a == "--prefill-only");
     // ---- decode: one query token per sequence over a compressed cache ----
     let decode_shapes: &[(usize, usize)] = if prefill_only {
         &[]
     } else if quick {
         &[(4, 4096)]
     } else {
-        &[(1, 16384), (4, 4096), (4, 16384), (16, 8192), (32, 32768)]
+        &[
+            (1, 16384),
+            (4, 16384),
+            (64, 4096),
+            (16, 16384),
+            (8, 32768),
+            (2, 131072),
+            (32, 32768),
+            (8, 131072),
+        ]
     };
     first = true;
     eprintln!(
-        "decode (hq {hq}, hk {hk}, d {d}, {dtype}): batch x ctx, bits, schedule, ms, cache GB/s"
+        "decode (hq {hq}, hk {hk}, d {d}, {dtype}): batch x ctx, bits, schedule (units = warps), ms, cache GB/s"
     );
-    for &(batch, ctx) in decode_shapes {
+    let decode_shapes: Vec<(usize, usize)> = match only_shape {
+        Some(sh) => vec![sh],
+        None => decode_shapes.to_vec(),
+    };
+    for &(batch, ctx) in &decode_shapes {
         let pctx = AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, dtype);
         let x = b.random_inputs(&pctx, 11, 2.0).unwrap();
         let pq = AttentionProblem::uniform(batch, 1, 1, hq, hk, d, d, dtype);
@@ -165,19 +198,18 @@ fn main() {
                 (0..hk).map(|h| if h % 2 == 0 { 4 } else { 2 }).collect(),
             ),
         ] {
+            if only_bits.as_deref().is_some_and(|o| o != label) {
+                continue;
+            }
             let mut cache = b.turbo_alloc_cache(batch, hk, d, bits, ctx + 64).unwrap();
             // ctx - 37 tokens: full blocks and a partly filled INT8 buffer
             let lens = vec![ctx - 37; batch];
             b.turbo_compress(&prep, &x, &lens, &mut cache).unwrap();
             let mem = cache.memory();
-            let tiles = batch * hk * (hq / hk).div_ceil(16);
-            let auto = b.turbo_auto_schedule(tiles, dtype, d).unwrap();
-            let scheds = if auto == DecodeSchedule::PerTile {
-                vec![auto]
-            } else {
-                vec![auto, DecodeSchedule::PerTile]
-            };
-            for sched in scheds {
+            {
+                let sched = b
+                    .turbo_auto_schedule_for(cache.lens(), hq, hk, dtype, d)
+                    .unwrap();
                 let plan = plan_decode(cache.lens(), &vec![0; batch], hq, hk, sched).unwrap();
                 let ctas = plan.num_ctas();
                 let prep_d = b.turbo_prepare_decode(plan, dtype, &cache).unwrap();
@@ -193,7 +225,7 @@ fn main() {
                     DecodeSchedule::StreamK(n) => format!("stream-k {n}"),
                 };
                 eprintln!(
-                    "  {batch:2} x {ctx:5} {label:5} {sname:14} ({ctas:4} CTAs): {ms:8.4} ms, {gbs:6.0} GB/s of {:.1} MB cache ({:.2}x smaller than fp16)",
+                    "  {batch:2} x {ctx:6} {label:5} {sname:24} ({ctas:4} units): {ms:8.4} ms, {gbs:6.0} GB/s of {:.1} MB cache ({:.2}x smaller than fp16)",
                     bytes as f64 / 1e6,
                     mem.compression_ratio
                 );

@@ -122,22 +122,31 @@ def main():
         return "n/a" if a is None or b is None else f"{a / b:.2f}x"
 
     print(f"## TurboAttention on {rust['device']} vs PyTorch {torch.__version__} SDPA (commit {rust.get('commit', '?')})\n")
+    if rust["prefill"]:
+        prefill_table(rust, res, fmt, ratio)
+    copy = rust.get("copy_gbs")
+    print("\n### Decode (one token, 32 query / 8 KV heads, d 128); turbo over its compressed cache, SDPA over fp16; ms\n")
+    print(f"Best SDPA = the faster of cuDNN and flash; GB/s = compressed cache bytes / turbo time (copy ceiling {copy:.0f} GB/s).\n")
+    print("| B x ctx | fp16 KV GB | bits | schedule | turbo | cache MB | GB/s | cuDNN fp16 | flash fp16 | vs cuDNN | vs flash | vs best SDPA |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rust["decode"]:
+        s = seen[(r["batch"], r["ctx"], r["hq"], r["hk"], r["d"])]
+        best = min([x for x in (s.get("cudnn"), s.get("flash")) if x is not None], default=None)
+        gbs = r["cache_bytes"] / (r["ms"] * 1e-3) / 1e9
+        print(f"| {r['batch']} x {r['ctx']} | {r['fp16_bytes'] / 1e9:.2f} | {r['bits']} | {r['schedule']} | {fmt(r['ms'])} | {r['cache_bytes'] / 1e6:.1f} | {gbs:.0f} "
+              f"| {fmt(s.get('cudnn'))} | {fmt(s.get('flash'))} | {ratio(s.get('cudnn'), r['ms'])} | {ratio(s.get('flash'), r['ms'])} | {ratio(best, r['ms'])} |")
+    errs = [(k, v) for rr in res["prefill"] + res["decode"] for k, v in rr.items() if k.endswith("_error")]
+    for k, v in errs[:6]:
+        print(f"\n{k}: {v}")
+
+
+def prefill_table(rust, res, fmt, ratio):
     print("### Prefill (32 query / 8 KV heads, d 128, bf16); ms, speedup = SDPA time / turbo total\n")
     print("| B x S | causal | turbo total | turbo attention | turbo + cache | cuDNN | flash | vs cuDNN | vs flash |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r, s in zip(rust["prefill"], res["prefill"]):
         print(f"| {r['batch']} x {r['len']} | {r['causal']} | {fmt(r['total_ms'])} | {fmt(r['attention_ms'])} | {fmt(r['with_cache_ms'])} "
               f"| {fmt(s.get('cudnn'))} | {fmt(s.get('flash'))} | {ratio(s.get('cudnn'), r['total_ms'])} | {ratio(s.get('flash'), r['total_ms'])} |")
-    print("\n### Decode (one token, 32 query / 8 KV heads, d 128); turbo over its compressed cache, SDPA over fp16; ms\n")
-    print("| B x ctx | bits | schedule | turbo | cache MB | cuDNN fp16 | flash fp16 | fp16 MB | vs cuDNN | vs flash |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rust["decode"]:
-        s = seen[(r["batch"], r["ctx"], r["hq"], r["hk"], r["d"])]
-        print(f"| {r['batch']} x {r['ctx']} | {r['bits']} | {r['schedule']} | {fmt(r['ms'])} | {r['cache_bytes'] / 1e6:.1f} "
-              f"| {fmt(s.get('cudnn'))} | {fmt(s.get('flash'))} | {r['fp16_bytes'] / 1e6:.1f} | {ratio(s.get('cudnn'), r['ms'])} | {ratio(s.get('flash'), r['ms'])} |")
-    errs = [(k, v) for rr in res["prefill"] + res["decode"] for k, v in rr.items() if k.endswith("_error")]
-    for k, v in errs[:6]:
-        print(f"\n{k}: {v}")
 
 
 if __name__ == "__main__":

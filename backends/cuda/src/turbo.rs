@@ -50,8 +50,20 @@ use std::sync::Arc;
 pub const TURBO_BLOCK: usize = 64;
 /// Threads per CTA of every TurboAttention kernel (`kThreads`).
 pub const TURBO_THREADS: u32 = 128;
-/// Query heads of one KV head that one decode CTA holds as MMA rows (`kDecodeRows`).
-pub const DECODE_ROWS: usize = 16;
+/// Query heads of one KV head that one decode unit (warp) holds as MMA rows (`kUnitRows` of
+/// turbo_decode.cu; a larger GQA group is split into several output tiles).
+pub const DECODE_ROWS: usize = 8;
+/// Warps per decode CTA: each warp is one unit of the decode schedule (`kUnitsPerCta`).
+pub const DECODE_UNITS_PER_CTA: usize = TURBO_THREADS as usize / 32;
+
+/// Dynamic shared memory of a decode CTA (mirrors `UnitStage<D>` and `kStages` of
+/// turbo_decode.cu): per warp two staging buffers, each the 4-bit codes of K and V for 64 tokens,
+/// both tensors' channel parameters and two block scales.
+pub fn decode_smem_bytes(head_dim: usize) -> usize {
+    let stage = 2 * (TURBO_BLOCK * head_dim / 2) + 4 * head_dim + 16;
+    DECODE_UNITS_PER_CTA * 2 * stage
+}
+
 /// Q blocks (consumer warpgroups) per CTA of `turbo_prefill_wg_*` (`kWgConsumers`).
 pub const WG_Q_BLOCKS: usize = 3;
 /// Threads per CTA of `turbo_prefill_wg_*`: three consumer warpgroups and a producer warpgroup.
@@ -493,15 +505,18 @@ impl DeviceTurboCache {
 /// How the decode iterations (cache tiles of every output tile) are cut into CTA work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeSchedule {
-    /// One CTA per output tile: the emulation's tile order, O bit for bit.
+    /// One unit (warp) per output tile: the emulation's tile order, O bit for bit.
     PerTile,
-    /// Stream-K (Lean appendix E, Alg. 2 line 9) over this many CTAs: equal contiguous ranges
-    /// of the iteration space, partials merged in key order; equals [`decode_twin`] bit for bit.
+    /// Stream-K (Lean appendix E, Alg. 2 line 9) over this many units (warps, four per CTA):
+    /// equal contiguous ranges of the iteration space, partials merged in key order; equals
+    /// [`decode_twin`] bit for bit.
     StreamK(usize),
 }
 
 /// A decode launch planned on the host: the iteration space over the cache tiles
-/// (`ferrattn_core::lean::TileSpace` with 64-token tiles), the CTA ranges and the partial slots.
+/// (`ferrattn_core::lean::TileSpace` with 64-token tiles), the ranges of the schedule's units and
+/// the partial slots. A unit of the schedule is one warp of the decode kernel (warp `w` of CTA
+/// `c` is unit `4 c + w`); the core's "CTA" fields below count units.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodePlan {
     /// Query heads.
@@ -518,20 +533,24 @@ pub struct DecodePlan {
     pub space: TileSpace,
     /// The CTA ranges.
     pub schedule: Schedule,
-    /// `num_ctas + 1` bounds of the CTA ranges.
+    /// `num_ctas + 1` bounds of the units' ranges.
     pub cta_bounds: Vec<u64>,
-    /// Every segment in slot order (CTA order, then iteration order).
+    /// Every segment in slot order (unit order, then iteration order).
     pub segments: Vec<Segment>,
-    /// Slot of each CTA's first segment.
+    /// Slot of each unit's first segment.
     pub cta_slot: Vec<u32>,
     /// `num_tiles + 1`: the slots of tile `t` are `tile_slot[t] .. tile_slot[t + 1]`.
     pub tile_slot: Vec<u32>,
 }
 
 impl DecodePlan {
-    /// CTAs of the decode launch.
+    /// Units (warps) of the decode launch.
     pub fn num_ctas(&self) -> usize {
         self.cta_bounds.len() - 1
+    }
+    /// CTAs of the decode launch: four units each.
+    pub fn grid_ctas(&self) -> usize {
+        self.num_ctas().div_ceil(DECODE_UNITS_PER_CTA)
     }
     /// Output tiles (and CTAs of the combine launch).
     pub fn num_tiles(&self) -> usize {
@@ -541,6 +560,25 @@ impl DecodePlan {
     pub fn slots(&self) -> usize {
         self.segments.len()
     }
+}
+
+/// Cache tiles a stream-K unit should get at least: below that the per-segment work (query
+/// quantization, partial write) and the combine's merge of many partials cost more than the
+/// extra parallelism gains.
+pub const DECODE_MIN_ITERS_PER_UNIT: u64 = 8;
+
+/// The automatic decode schedule for `resident` units (warps that fit on the GPU at once),
+/// `tiles` output tiles and `iters` cache tiles in all: one unit per output tile when the tiles
+/// fill the GPU (the emulation's order), else stream-K over as many units as give each at least
+/// [`DECODE_MIN_ITERS_PER_UNIT`] cache tiles, at most `resident`.
+pub fn decode_units(resident: usize, tiles: usize, iters: u64) -> DecodeSchedule {
+    if tiles >= resident {
+        return DecodeSchedule::PerTile;
+    }
+    let by_work = iters
+        .div_ceil(DECODE_MIN_ITERS_PER_UNIT)
+        .min(resident as u64) as usize;
+    DecodeSchedule::StreamK(by_work.max(tiles).max(1))
 }
 
 /// Plans a decode launch. `lens[b]`: tokens the cache holds for sequence `b`; `q_tok[b]`: the
@@ -693,6 +731,17 @@ fn launch<P>(
     params: &mut P,
 ) -> Result<()> {
     launch_with(gpu, f, grid, TURBO_THREADS, 0, params)
+}
+
+/// [`launch`] with `smem` bytes of dynamic shared memory.
+fn launch_smem<P>(
+    gpu: &Arc<Gpu>,
+    f: &Function,
+    grid: (usize, usize, usize),
+    smem: usize,
+    params: &mut P,
+) -> Result<()> {
+    launch_with(gpu, f, grid, TURBO_THREADS, smem as u32, params)
 }
 
 fn launch_with<P>(
@@ -1122,32 +1171,71 @@ impl CudaBackend {
         Ok((o, cache))
     }
 
-    /// The schedule [`CudaBackend::turbo_decode`] uses: one CTA per output tile when the tiles
-    /// fill the GPU (the emulation's order), else stream-K over every resident CTA slot.
+    /// The schedule [`CudaBackend::turbo_decode`] uses for a decode of `heads_q` query heads
+    /// over caches of `lens` tokens: [`decode_units`] of the resident units (warps).
+    pub fn turbo_auto_schedule_for(
+        &self,
+        lens: &[usize],
+        heads_q: usize,
+        heads_kv: usize,
+        dtype: DType,
+        head_dim: usize,
+    ) -> Result<DecodeSchedule> {
+        let qgroups = (heads_q / heads_kv).div_ceil(DECODE_ROWS);
+        let tiles = lens.len() * heads_kv * qgroups;
+        let iters: u64 = lens
+            .iter()
+            .map(|&l| l.div_ceil(TURBO_BLOCK).max(1) as u64 * (heads_kv * qgroups) as u64)
+            .sum();
+        let resident = self.turbo_decode_resident_units(dtype, head_dim)?;
+        Ok(decode_units(resident, tiles, iters))
+    }
+
+    /// [`CudaBackend::turbo_auto_schedule_for`] knowing only the number of output tiles: one
+    /// unit per tile when they fill the resident units, else stream-K over all of them.
     pub fn turbo_auto_schedule(
         &self,
         plan_tiles: usize,
         dtype: DType,
         head_dim: usize,
     ) -> Result<DecodeSchedule> {
+        let resident = self.turbo_decode_resident_units(dtype, head_dim)?;
+        Ok(decode_units(resident, plan_tiles, u64::MAX))
+    }
+
+    /// Decode units (warps) that fit on the GPU at once.
+    fn turbo_decode_resident_units(&self, dtype: DType, head_dim: usize) -> Result<usize> {
         let gpu = self.gpu()?;
         let sms = gpu.caps.compute_units;
-        if plan_tiles >= sms {
-            return Ok(DecodeSchedule::PerTile);
-        }
-        let k = self.turbo_kernels(dtype, head_dim)?;
+        let f = self.turbo_decode_function(dtype, head_dim)?;
         let mut occ = 0i32;
         gpu.bind()?;
         // SAFETY: out-parameter query on a loaded function.
         check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
             sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
                 &mut occ,
-                k.decode.f,
+                f.f,
                 TURBO_THREADS as i32,
-                0,
+                decode_smem_bytes(head_dim),
             )
         })?;
-        Ok(DecodeSchedule::StreamK(sms * occ.max(1) as usize))
+        Ok(sms * occ.max(1) as usize * DECODE_UNITS_PER_CTA)
+    }
+
+    /// The decode kernel of a configuration with its dynamic shared memory allowed.
+    fn turbo_decode_function(&self, dtype: DType, head_dim: usize) -> Result<Function> {
+        let f = self.turbo_kernels(dtype, head_dim)?.decode;
+        let gpu = self.gpu()?;
+        gpu.bind()?;
+        // SAFETY: a loaded function; the size is below the device's opt-in maximum (227 KiB).
+        check("cuFuncSetAttribute", unsafe {
+            sys::cuFuncSetAttribute(
+                f.f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                decode_smem_bytes(head_dim) as i32,
+            )
+        })?;
+        Ok(f)
     }
 
     /// Uploads a decode plan for `cache` and allocates its partial buffers.
@@ -1174,8 +1262,10 @@ impl CudaBackend {
             table.extend_from_slice(part);
         }
         let slots = plan.slots().max(1);
+        let mut kernels = self.turbo_kernels(dtype, d)?;
+        kernels.decode = self.turbo_decode_function(dtype, d)?;
         Ok(PreparedTurboDecode {
-            kernels: self.turbo_kernels(dtype, d)?,
+            kernels,
             table: DeviceBuffer::from_slice(gpu, &table)?,
             offsets,
             part_o: DeviceBuffer::alloc(gpu, slots * DECODE_ROWS * d * 4)?,
@@ -1265,8 +1355,19 @@ impl CudaBackend {
             sas_nr: cfg.sas_threshold,
             softmax_scale,
         };
-        launch(gpu, &prep.kernels.decode, (pl.num_ctas(), 1, 1), &mut dp)?;
-        launch(gpu, &prep.kernels.combine, (pl.num_tiles(), 1, 1), &mut dp)
+        launch_smem(
+            gpu,
+            &prep.kernels.decode,
+            (pl.grid_ctas(), 1, 1),
+            decode_smem_bytes(cache.head_dim),
+            &mut dp,
+        )?;
+        launch(
+            gpu,
+            &prep.kernels.combine,
+            (pl.num_tiles(), DECODE_ROWS, 1),
+            &mut dp,
+        )
     }
 
     /// Enqueues the append of token `src_tok[b]` of `k`, `v` (`[B, src_len, Hk, D]`, 16-bit) to
@@ -1378,7 +1479,8 @@ impl CudaBackend {
     }
 
     /// TurboAttention decode (Alg. 2) of one query token per sequence (`q`: `[B, 1, Hq, D]`)
-    /// over everything `cache` holds, under `schedule` (`None`: [`CudaBackend::turbo_auto_schedule`]).
+    /// over everything `cache` holds, under `schedule` (`None`:
+    /// [`CudaBackend::turbo_auto_schedule_for`]).
     /// The counterpart of [`ferrattn_core::turbo::decode`].
     pub fn turbo_decode(
         &self,
@@ -1395,11 +1497,7 @@ impl CudaBackend {
         let q_tok = vec![0i32; batch];
         let schedule = match schedule {
             Some(s) => s,
-            None => self.turbo_auto_schedule(
-                batch * cache.heads_kv * (hq / cache.heads_kv).div_ceil(DECODE_ROWS),
-                q.dtype,
-                d,
-            )?,
+            None => self.turbo_auto_schedule_for(&cache.lens, hq, cache.heads_kv, q.dtype, d)?,
         };
         let plan = plan_decode(&cache.lens, &q_tok, hq, cache.heads_kv, schedule)?;
         let prep = self.turbo_prepare_decode(plan, q.dtype, cache)?;

@@ -3,7 +3,7 @@
 //! Host tests (every machine): the closed list of kernels and configurations, the packing and
 //! slot layouts the kernels assume (mirrored formulas against the core's packing), the decode
 //! plan over the core's Lean iteration space, and the CPU twin of the split decode against the
-//! emulation (bit for bit with one CTA per tile) and the f64 golden reference.
+//! emulation (bit for bit with one unit (warp) per output tile) and the f64 golden reference.
 //!
 //! GPU tests (print `SKIPPED <test>: <reason>` and pass without a GPU): against
 //! `ferrattn_core::turbo`, the CPU emulation that defines correctness —
@@ -11,7 +11,7 @@
 //!   points, block scales, INT8 buffer and universal scales) after prefill, appends and flushes;
 //! - floats: O within 1e-3 relative Frobenius error of the emulation (the kernels are written to
 //!   match it bit for bit; the number of differing elements is printed and, with SAS on and one
-//!   CTA per tile, asserted to be zero), LSE within 1e-4;
+//!   unit per tile, asserted to be zero), LSE within 1e-4;
 //! - against the f64 golden: no worse than the emulation's own error by more than 10%;
 //! - outputs poisoned with NaN before every launch: no NaN may survive.
 //!
@@ -24,7 +24,8 @@ use ferrattn_core::{
     DeviceCaps, Tensor,
 };
 use ferrattn_cuda::turbo::{
-    check_supported, code_layout, decode_twin, plan_decode, DecodeSchedule, TURBO_BLOCK,
+    check_supported, code_layout, decode_twin, plan_decode, DecodeSchedule, DECODE_ROWS,
+    TURBO_BLOCK,
 };
 use ferrattn_cuda::{kernels, CudaError, Options};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -518,7 +519,7 @@ fn turbo_decode_plan_covers_every_cache_tile_once() {
         for (hq, hk) in [(8usize, 2usize), (40, 2), (4, 4)] {
             let pl = plan_decode(&lens, &q_tok, hq, hk, sched).unwrap();
             assert_eq!(pl.lens[3], 0, "a sequence not decoded is planned as empty");
-            assert_eq!(pl.qgroups, (hq / hk).div_ceil(16));
+            assert_eq!(pl.qgroups, (hq / hk).div_ceil(DECODE_ROWS));
             assert_eq!(*pl.tile_slot.last().unwrap() as usize, pl.slots());
             for t in 0..pl.num_tiles() {
                 let segs = &pl.segments[pl.tile_slot[t] as usize..pl.tile_slot[t + 1] as usize];
@@ -539,7 +540,7 @@ fn turbo_decode_plan_covers_every_cache_tile_once() {
             for g in 0..pl.num_ctas() {
                 assert_eq!(
                     pl.segments[pl.cta_slot[g] as usize].cta, g,
-                    "CTA {g}'s first slot"
+                    "unit {g}'s first slot"
                 );
             }
             if sched == DecodeSchedule::PerTile {
@@ -548,6 +549,34 @@ fn turbo_decode_plan_covers_every_cache_tile_once() {
             }
         }
     }
+}
+
+#[test]
+fn turbo_auto_decode_schedule_fills_the_gpu_without_starving_units() {
+    use ferrattn_cuda::turbo::{decode_units, DECODE_MIN_ITERS_PER_UNIT};
+    let resident = 132 * 3 * 4;
+    // enough output tiles: the emulation's order, one unit per tile
+    assert_eq!(
+        decode_units(resident, 2000, 1 << 20),
+        DecodeSchedule::PerTile
+    );
+    // a large cache: every resident unit
+    assert_eq!(
+        decode_units(resident, 256, 131_072),
+        DecodeSchedule::StreamK(resident)
+    );
+    // a small one: at least DECODE_MIN_ITERS_PER_UNIT cache tiles per unit, never fewer units
+    // than output tiles
+    assert_eq!(
+        decode_units(resident, 8, 2048),
+        DecodeSchedule::StreamK((2048 / DECODE_MIN_ITERS_PER_UNIT) as usize)
+    );
+    assert_eq!(decode_units(resident, 40, 80), DecodeSchedule::StreamK(40));
+    // unknown iteration count (turbo_auto_schedule): every resident unit
+    assert_eq!(
+        decode_units(resident, 8, u64::MAX),
+        DecodeSchedule::StreamK(resident)
+    );
 }
 
 /// Context + decode problem for the twin tests: a cache built from `ctx` tokens and one query.
@@ -572,6 +601,89 @@ fn decode_case(
     let cache = TurboKvCache::from_context(&cfg, &x.k, x.v.as_ref().unwrap(), lens).unwrap();
     let q = token(&x.q, 0);
     (cfg, cache, q, p, x)
+}
+
+/// Compressed blocks of `cache` in which some channel's largest code can decode above 127
+/// (`scale x (2^bits - 1) + zero > 127`): the decode kernel takes its clamping dequantization
+/// path for those tiles (turbo_decode.cu, `dq4<true>`).
+fn clamped_blocks(cache: &TurboKvCache) -> usize {
+    cache
+        .seqs
+        .iter()
+        .flat_map(|s| s.k.iter().chain(&s.v))
+        .flat_map(|t| &t.blocks)
+        .filter(|b| {
+            let levels = (1i32 << b.bits) - 1;
+            b.channels
+                .iter()
+                .any(|c| c.scale as i32 * levels + c.zero as i32 > 127)
+        })
+        .count()
+}
+
+/// The cache the emulation holds after prefilling `ctx` tokens per sequence and `steps` decode
+/// steps of the inputs `decode_steps` uses.
+#[allow(clippy::too_many_arguments)] // the shape of one test case
+fn emulated_steps_cache(
+    ctx: &[usize],
+    steps: usize,
+    hq: usize,
+    hk: usize,
+    d: usize,
+    dtype: DType,
+    bits: KvBits,
+) -> TurboKvCache {
+    let cfg = cfg_with(bits, true);
+    let total: Vec<usize> = ctx.iter().map(|&c| c + steps).collect();
+    let pfull = problem(&total, &total, hq, hk, d, dtype, true);
+    let x = inputs(&pfull, 77);
+    let v = x.v.as_ref().unwrap();
+    let pctx = problem(ctx, ctx, hq, hk, d, dtype, true);
+    let max_ctx = pctx.max_seqlen_k;
+    let mut cx = AttentionInputs::new(
+        prefix(&x.q, max_ctx),
+        prefix(&x.k, max_ctx),
+        prefix(v, max_ctx),
+    );
+    cx.seqlens_q = Some(ctx.iter().map(|&l| l as i64).collect());
+    cx.seqlens_k = cx.seqlens_q.clone();
+    let (_, mut cache) = turbo::prefill(&cfg, &pctx, &cx).unwrap();
+    for s in 0..steps {
+        let idx: Vec<usize> = ctx.iter().map(|&c| c + s).collect();
+        let (q, kn, vn) = (
+            tokens_at(&x.q, &idx),
+            tokens_at(&x.k, &idx),
+            tokens_at(v, &idx),
+        );
+        turbo::decode_step(&cfg, &mut cache, &q, &kn, &vn, pfull.softmax_scale).unwrap();
+    }
+    cache
+}
+
+#[test]
+fn turbo_decode_steps_exercise_both_dequantization_paths() {
+    // the GPU per-tile steps test: blocks flushed from the INT8 buffer (codes up to 127 under
+    // the universal scale) need the clamp, prefilled blocks (codes within 119) never do
+    let cache = emulated_steps_cache(
+        &[100, 63, 1, 130],
+        70,
+        8,
+        2,
+        128,
+        DType::BF16,
+        KvBits::Mixed {
+            two_bit_fraction: 0.5,
+        },
+    );
+    let blocks: usize = cache
+        .seqs
+        .iter()
+        .flat_map(|s| s.k.iter().chain(&s.v))
+        .map(|t| t.blocks.len())
+        .sum();
+    let clamped = clamped_blocks(&cache);
+    eprintln!("{clamped} of {blocks} blocks take the clamping path");
+    assert!(clamped > 0 && clamped < blocks);
 }
 
 #[test]
@@ -915,7 +1027,7 @@ fn prefix(t: &Tensor, s: usize) -> Tensor {
 }
 
 /// Prefill a ragged context, then decode step by step across buffer flushes: each step's O
-/// equals the emulation's (one CTA per tile: bit for bit; stream-K: the CPU twin bit for bit),
+/// equals the emulation's (one unit per tile: bit for bit; stream-K: the CPU twin bit for bit),
 /// and the cache equals the emulation's after every flush.
 #[allow(clippy::too_many_arguments)] // the shape of one test case
 fn decode_steps(
@@ -1043,7 +1155,10 @@ fn decode_steps(
             );
         }
     }
-    eprintln!("{test}: {diffs} differing O elements over {steps} steps");
+    eprintln!(
+        "{test}: {diffs} differing O elements over {steps} steps; {} compressed blocks decoded with the clamp",
+        clamped_blocks(&emu_cache)
+    );
     if norm_gold > 0.0 {
         let (g, e) = ((err_gpu / norm_gold).sqrt(), (err_emu / norm_gold).sqrt());
         eprintln!("{test}: O vs golden over all steps: gpu {g:.4e}, emulation {e:.4e}");
@@ -1159,7 +1274,7 @@ fn gpu_turbo_run_turbo_matches_emulate() {
         let gpu = b.run_turbo(&pl, &x).unwrap();
         assert_eq!(gpu.provenance.backend, "cuda");
         let what = format!("run_turbo causal {causal}");
-        // run_turbo decodes with one CTA per tile (emulate's order); with the bit-exact prefill
+        // run_turbo decodes with one unit per tile (emulate's order); with the bit-exact prefill
         // kernel the whole output equals the emulation bit for bit
         let gpu_exact = exact.run_turbo(&pl, &x).unwrap();
         check_vs_emulation(&format!("{what} (exact prefill)"), &emu, &gpu_exact, true);
