@@ -138,6 +138,10 @@ __device__ __forceinline__ void cp_async4(void* dst_smem, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst_smem)), "l"(src) : "memory");
 }
 __device__ __forceinline__ u32 lds32(const u8* p) { return *reinterpret_cast<const u32*>(p); }
+// 16-byte cp.async to a shared-window address (no generic-to-shared conversion per chunk).
+__device__ __forceinline__ void cp_async16_s(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
 
 // Four dequantized codes of one channel (ChannelParams::decode, plus 128 so that the byte is the
 // u8 operand of the MMA): clamp(code x scale + zero, -127, 127) + 128 per byte, `x` the four codes
@@ -557,7 +561,10 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       }
     }
   };
-  // stage cache tile `c` (if it is a compressed block of a decoded sequence) into buffer `st`
+  // stage cache tile `c` (if it is a compressed block of a decoded sequence) into buffer `st`:
+  // each tensor's codes in steps of 512 bytes (32 lanes x 16); within a step the lane's chunk
+  // lands at the same offset, since row_slot permutes rows inside aligned groups of 8
+  const u32 stages_s = smem_addr(stages);
   auto issue = [&](const UnitCursor& c, int st) {
     if (p.q_tok[c.b] < 0 || c.ti >= p.lens[c.b] / kBlock) return;
     const int hk = c.rt / p.qgroups;
@@ -567,25 +574,21 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     const u64 cb = block_bytes(D, bits);
     const u64 code_off = (u64)c.b * cp.seq_code_bytes + cp.head_off[hk] + (u64)c.ti * cb;
     const u64 pb = ((u64)c.b * p.heads_kv + hk) * cp.cap_blocks + c.ti;
-    u8* dst = stages + st * S::kBytes;
-    const int nchunks = kBlock << cpr_log;
-    for (int i = lane; i < 2 * nchunks + 4 * D / 16; i += 32) {
-      const u8* src;
-      int off;
-      if (i < 2 * nchunks) {
-        const int tensor = i >= nchunks, j = i - tensor * nchunks;
-        const int r = j >> cpr_log, ch = j & ((1 << cpr_log) - 1);
-        src = (tensor ? cp.v.codes : cp.k.codes) + code_off + 16 * j;
-        off = (tensor ? S::kV : S::kK) + (row_slot(r) << rb_log) + 16 * ch;
-      } else {
-        const int k = i - 2 * nchunks;  // 2 D / 16 chunks per tensor
-        src = k < D / 8 ? cp.k.par + pb * 2 * D + 16 * k : cp.v.par + pb * 2 * D + 16 * (k - D / 8);
-        off = S::kParK + 16 * k;
-      }
-      cp_async16(dst + off, src, true);
+    const u32 dst = stages_s + st * S::kBytes;
+    const u32 lane_off = (row_slot(lane >> cpr_log) << rb_log) + ((lane & ((1 << cpr_log) - 1)) << 4);
+    const u8* ks = cp.k.codes + code_off + 16 * lane;
+    const u8* vs = cp.v.codes + code_off + 16 * lane;
+    const int steps = (int)(cb >> 9);
+    for (int i = 0; i < steps; ++i) {
+      cp_async16_s(dst + S::kK + lane_off + 512 * i, ks + 512 * i);
+      cp_async16_s(dst + S::kV + lane_off + 512 * i, vs + 512 * i);
     }
-    if (lane == 0) cp_async4(dst + S::kScales, cp.k.bscale + pb);
-    if (lane == 1) cp_async4(dst + S::kScales + 4, cp.v.bscale + pb);
+    if (lane < D / 4) {  // 2 D / 16 chunks of channel parameters per tensor, K's then V's
+      const u8* src = lane < D / 8 ? cp.k.par + pb * 2 * D + 16 * lane : cp.v.par + pb * 2 * D + 16 * (lane - D / 8);
+      cp_async16_s(dst + S::kParK + 16 * lane, src);
+    }
+    if (lane == 0) cp_async4(stages + st * S::kBytes + S::kScales, cp.k.bscale + pb);
+    if (lane == 1) cp_async4(stages + st * S::kBytes + S::kScales + 4, cp.v.bscale + pb);
   };
 
   UnitState<D> st;
