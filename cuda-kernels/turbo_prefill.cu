@@ -151,6 +151,28 @@ __device__ __forceinline__ void buffer_tail_body(const QuantParams& p) {
   }
 }
 
+// O = acc / l rounded to T and LSE = m + ln l for a thread's two rows (row_a, row_a + 8) of the
+// mma / wgmma accumulator layout; a row that saw no key gets 0 and -inf. kExact: one IEEE
+// division per element (the emulation's bits); else one reciprocal per row.
+template <class T, int D, bool kExact>
+__device__ __forceinline__ void store_rows(const PrefillParams& p, int b, int h, int t4, int row_a, float m_a,
+                                           float l_a, float m_b, float l_b, const float (&o)[D / 8][4]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row_a + 8 * half;
+    if (row >= p.max_sq) continue;
+    const float m = half ? m_b : m_a, l = half ? l_b : l_a;
+    const bool empty = m == neg_inf() || l == 0.0f;
+    const float inv_l = empty || kExact ? 0.0f : div_rn(1.0f, l);
+    auto out = [&](float x) { return empty ? 0.0f : kExact ? div_rn(x, l) : __fmul_rn(x, inv_l); };
+    u16* dst = p.o + ((u64)(b * p.max_sq + row) * p.heads_q + h) * D + 2 * t4;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<u32*>(dst + i * 8) = pack2(T(), out(o[i][2 * half]), out(o[i][2 * half + 1]));
+    if (t4 == 0) p.lse[((u64)b * p.heads_q + h) * p.max_sq + row] = empty ? neg_inf() : add_rn(m, logf(l));
+  }
+}
+
 template <class T, int D>
 __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
   constexpr int KC = D / 16;  // 16-byte chunks per Q / K row
@@ -355,22 +377,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     }
   }
 
-  // ---- O = acc / l, LSE = m + ln l (a row that saw no key: 0 and -inf) -------------------------
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = half ? row_b : row_a;
-    if (row >= p.max_sq) continue;
-    const float m = half ? m_b : m_a, l = half ? l_b : l_a;
-    const bool empty = m == neg_inf() || l == 0.0f;
-    u16* dst = p.o + ((u64)(b * p.max_sq + row) * p.heads_q + h) * D + 2 * t4;
-#pragma unroll
-    for (int nt = 0; nt < NTO; ++nt) {
-      const float x0 = empty ? 0.0f : div_rn(o[nt][2 * half], l);
-      const float x1 = empty ? 0.0f : div_rn(o[nt][2 * half + 1], l);
-      *reinterpret_cast<u32*>(dst + nt * 8) = pack2(T(), x0, x1);
-    }
-    if (t4 == 0) p.lse[((u64)b * p.heads_q + h) * p.max_sq + row] = empty ? neg_inf() : add_rn(m, logf(l));
-  }
+  store_rows<T, D, true>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
 }
 
 
@@ -705,20 +712,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     mbar_arrive(smem_addr(&bar_empty[st]));
   }
 
-  // ---- O = acc / l, LSE = m + ln l (a row that saw no key: 0 and -inf) -------------------------
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = half ? row_b : row_a;
-    if (row >= p.max_sq) continue;
-    const float m = half ? m_b : m_a, l = half ? l_b : l_a;
-    const bool empty = m == neg_inf() || l == 0.0f;
-    const float inv_l = empty ? 0.0f : div_rn(1.0f, l);
-    u16* dst = p.o + ((u64)(b * p.max_sq + row) * p.heads_q + h) * D + 2 * t4;
-#pragma unroll
-    for (int i = 0; i < NTO; ++i)
-      *reinterpret_cast<u32*>(dst + i * 8) = pack2(T(), __fmul_rn(o[i][2 * half], inv_l), __fmul_rn(o[i][2 * half + 1], inv_l));
-    if (t4 == 0) p.lse[((u64)b * p.heads_q + h) * p.max_sq + row] = empty ? neg_inf() : add_rn(m, logf(l));
-  }
+  store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
 #else
   asm volatile("trap;");  // built for another architecture: the host only launches this on sm_90
 #endif

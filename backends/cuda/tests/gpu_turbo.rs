@@ -27,7 +27,7 @@ use ferrattn_cuda::turbo::{
     check_supported, code_layout, decode_twin, plan_decode, DecodeSchedule, DECODE_ROWS,
     TURBO_BLOCK,
 };
-use ferrattn_cuda::{kernels, CudaError, Options};
+use ferrattn_cuda::{kernels, CudaBackend, CudaError, Options};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 // ---- helpers -----------------------------------------------------------------------------------
@@ -125,6 +125,26 @@ enum Follows {
     /// that row's `ln l` by at most about 1/119 (the row's largest code in the tile holding its
     /// maximum is >= 119), so LSE is held to 1e-3 relative (the bound) and 1e-2 absolute.
     Codes,
+}
+
+/// The default backend and one with `exact_turbo_prefill` (both poisoning outputs), or `None`
+/// after printing why the test is skipped.
+fn default_and_exact(test: &str) -> Option<(CudaBackend, CudaBackend)> {
+    let exact = Options {
+        exact_turbo_prefill: true,
+        ..Options::default()
+    };
+    Some((backend(test, Options::default())?, backend(test, exact)?))
+}
+
+/// How a prefill of `b` follows the emulation: the mma.sync kernel step by step, the wgmma
+/// kernel up to P codes at rounding boundaries.
+fn prefill_follows(b: &CudaBackend) -> Follows {
+    if b.turbo_prefill_is_exact() {
+        Follows::Steps
+    } else {
+        Follows::Codes
+    }
 }
 
 /// GPU output against the emulation's: no NaN, O within 1e-3 relative (and bit for bit under
@@ -842,16 +862,7 @@ fn prefill_cases() -> Vec<PrefillCase> {
 )]
 fn gpu_turbo_prefill_matches_the_emulation() {
     let name = "gpu_turbo_prefill_matches_the_emulation";
-    let (Some(fast), Some(exact)) = (
-        backend(name, Options::default()),
-        backend(
-            name,
-            Options {
-                exact_turbo_prefill: true,
-                ..Options::default()
-            },
-        ),
-    ) else {
+    let Some((fast, exact)) = default_and_exact(name) else {
         return;
     };
     // the default kernel (warpgroup MMA on sm_90), then the bit-exact mma.sync one
@@ -898,16 +909,7 @@ fn gpu_turbo_prefill_matches_the_emulation() {
 )]
 fn gpu_turbo_prefill_kernel_choice() {
     let name = "gpu_turbo_prefill_kernel_choice";
-    let (Some(fast), Some(exact)) = (
-        backend(name, Options::default()),
-        backend(
-            name,
-            Options {
-                exact_turbo_prefill: true,
-                ..Options::default()
-            },
-        ),
-    ) else {
+    let Some((fast, exact)) = default_and_exact(name) else {
         return;
     };
     let p = problem(&[64], &[64], 2, 1, 128, DType::BF16, false);
@@ -982,12 +984,7 @@ fn gpu_turbo_prefill_sas_off_and_thresholds() {
         let what = format!("prefill sas {} n_r {}", cfg.sas, cfg.sas_threshold);
         let (emu, _) = turbo::prefill(&cfg, &p, &x).unwrap();
         let (gpu, _) = b.turbo_prefill(&cfg, &p, &x, 0).unwrap();
-        let follows = if b.turbo_prefill_is_exact() {
-            Follows::Steps
-        } else {
-            Follows::Codes
-        };
-        check_following(&what, &emu, &gpu, follows);
+        check_following(&what, &emu, &gpu, prefill_follows(&b));
         check_vs_golden(&what, &p, &x, &emu, &gpu);
     }
 }
@@ -1249,16 +1246,7 @@ fn gpu_turbo_decode_2bit_large_group() {
 )]
 fn gpu_turbo_run_turbo_matches_emulate() {
     let name = "gpu_turbo_run_turbo_matches_emulate";
-    let (Some(b), Some(exact)) = (
-        backend(name, Options::default()),
-        backend(
-            name,
-            Options {
-                exact_turbo_prefill: true,
-                ..Options::default()
-            },
-        ),
-    ) else {
+    let Some((b, exact)) = default_and_exact(name) else {
         return;
     };
     let caps = b.caps().unwrap();
@@ -1349,12 +1337,7 @@ fn gpu_turbo_sanitizer_small() {
     let cfg = TurboConfig::default();
     let (emu, emu_cache) = turbo::prefill(&cfg, &p, &x).unwrap();
     let (gpu, mut cache) = b.turbo_prefill(&cfg, &p, &x, 64).unwrap();
-    let follows = if b.turbo_prefill_is_exact() {
-        Follows::Steps
-    } else {
-        Follows::Codes
-    };
-    check_following("sanitizer prefill", &emu, &gpu, follows);
+    check_following("sanitizer prefill", &emu, &gpu, prefill_follows(&b));
     assert_cache_eq("sanitizer prefill", &emu_cache, &cache.download().unwrap());
     let q = token(&x.q, 0);
     let kn = token(&x.k, 0);
