@@ -48,6 +48,7 @@ for name, exe in found.items():
 PY
 strip "$DEST"/gpu_lean "$DEST"/unit_tests "$DEST"/lean_decode
 cp scripts/gpu-run.sh "$DEST/run.sh"
+cp scripts/gpu-env.sh "$DEST/"
 cp scripts/sdpa_bench.py scripts/gpu-report.py "$DEST/"
 git rev-parse --short HEAD >"$DEST/COMMIT" 2>/dev/null || echo unknown >"$DEST/COMMIT"
 git diff --quiet 2>/dev/null || echo "$(cat "$DEST/COMMIT")+dirty" >"$DEST/COMMIT"

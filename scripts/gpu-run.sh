@@ -7,25 +7,9 @@
 # come back from the device tool: gpu_tests.txt, sanitizer.txt, bench_log.txt, lean.json,
 # lean_rerun.json, sdpa.json, table.md (+ whatever log the caller tees there).
 set -uo pipefail
-B="$(cd "$(dirname "$0")" && pwd)"
 MODE="${1:-full}"
-OUT="${OUT:-$B/out}"
-mkdir -p "$OUT"
-export FERRATTN_COMMIT="$(cat "$B/COMMIT" 2>/dev/null || echo unknown)"
-export FERRATTN_CACHE_DIR=/tmp/ferrattn-cache
-status=0
-summary=()
-
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1
-# libnvrtc for the NVRTC-path test
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-  "$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)"; do
-  if [ -n "$d" ] && ls "$d"/libnvrtc.so* >/dev/null 2>&1; then
-    export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-    echo "libnvrtc from $d"
-    break
-  fi
-done
+# shellcheck source=/dev/null
+source "$(cd "$(dirname "$0")" && pwd)/gpu-env.sh"
 
 run_tests() {
   echo "== unit tests"
@@ -33,10 +17,10 @@ run_tests() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; summary+=("unit tests FAILED"); }
   echo "== GPU tests"
   local t0=$SECONDS
-  timeout 400 "$B/gpu_lean" --include-ignored --test-threads=1 2>&1 | tee "$OUT/gpu_tests.txt" | grep -E "^test |test result|SKIPPED|panicked|failures" 
+  timeout 400 "$B/gpu_lean" --include-ignored --test-threads=1 --nocapture 2>&1 | tee "$OUT/gpu_tests.txt" | grep -E "^test |test result|SKIPPED|panicked|failures" 
   local rc=${PIPESTATUS[0]}
   if [ "$rc" -ne 0 ]; then status=1; summary+=("GPU tests FAILED (see gpu_tests.txt)"); fi
-  if grep -q "^SKIPPED" "$OUT/gpu_tests.txt"; then status=1; summary+=("a GPU test SKIPPED on the GPU machine"); fi
+  if grep -q "SKIPPED " "$OUT/gpu_tests.txt"; then status=1; summary+=("a GPU test SKIPPED on the GPU machine"); fi
   summary+=("GPU tests: $(grep 'test result' "$OUT/gpu_tests.txt" | tail -n 1) in $((SECONDS - t0)) s")
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer $tool (small grid)"

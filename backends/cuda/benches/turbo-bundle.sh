@@ -42,6 +42,7 @@ for name, exe in found.items():
 PY
 strip "$DEST"/gpu_turbo "$DEST"/unit_tests "$DEST"/turbo
 cp backends/cuda/benches/turbo-gpu-run.sh "$DEST/run.sh"
+cp scripts/gpu-env.sh "$DEST/"
 cp backends/cuda/benches/turbo-decode-gpu-run.sh "$DEST/run-decode.sh"
 cp backends/cuda/benches/turbo_sdpa.py "$DEST/"
 git rev-parse --short HEAD >"$DEST/COMMIT" 2>/dev/null || echo unknown >"$DEST/COMMIT"

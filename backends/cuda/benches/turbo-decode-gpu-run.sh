@@ -8,15 +8,9 @@
 #   bash <folder>/run-decode.sh final     # tests, bench, the earlier build's bench, an ncu profile
 # Logs and JSON go to $OUT (or <folder>/out); the summary and the table are printed last.
 set -uo pipefail
-B="$(cd "$(dirname "$0")" && pwd)"
 MODE="${1:-check}"
-OUT="${OUT:-$B/out}"
-mkdir -p "$OUT"
-export FERRATTN_COMMIT="$(cat "$B/COMMIT" 2>/dev/null || echo unknown)"
-export FERRATTN_CACHE_DIR=/tmp/ferrattn-cache
-status=0
-summary=()
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee "$OUT/nvidia-smi.txt"
+# shellcheck source=/dev/null
+source "$(cd "$(dirname "$0")" && pwd)/gpu-env.sh"
 
 gpu_tests() {  # $1: test-name filter ("" for all), $2: timeout
   local t0=$SECONDS
@@ -24,7 +18,7 @@ gpu_tests() {  # $1: test-name filter ("" for all), $2: timeout
   local rc=$?
   grep -E "^test .*(ok|FAILED)$|test result|panicked|SKIPPED|over all steps|differing O|differ in bits" "$OUT/gpu_tests.txt" | tail -n 40
   [ $rc -eq 0 ] || { status=1; summary+=("GPU tests FAILED ($rc; see gpu_tests.txt)"); }
-  if grep -q "^SKIPPED" "$OUT/gpu_tests.txt"; then status=1; summary+=("a GPU test SKIPPED on the GPU machine"); fi
+  if grep -q "SKIPPED " "$OUT/gpu_tests.txt"; then status=1; summary+=("a GPU test SKIPPED on the GPU machine"); fi
   summary+=("GPU tests '$1': $(grep 'test result' "$OUT/gpu_tests.txt" | tail -n 1) in $((SECONDS - t0)) s")
 }
 

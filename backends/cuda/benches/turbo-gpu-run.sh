@@ -7,23 +7,9 @@
 # Logs and JSON go to $OUT (or <folder>/out); a short summary is printed last. Exits non-zero
 # when a test fails, a GPU test printed SKIPPED, or a sanitizer reports an error.
 set -uo pipefail
-B="$(cd "$(dirname "$0")" && pwd)"
 MODE="${1:-tests}"
-OUT="${OUT:-$B/out}"
-mkdir -p "$OUT"
-export FERRATTN_COMMIT="$(cat "$B/COMMIT" 2>/dev/null || echo unknown)"
-export FERRATTN_CACHE_DIR=/tmp/ferrattn-cache
-status=0
-summary=()
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee "$OUT/nvidia-smi.txt"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-  "$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)"; do
-  if [ -n "$d" ] && ls "$d"/libnvrtc.so* >/dev/null 2>&1; then
-    export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-    echo "libnvrtc from $d"
-    break
-  fi
-done
+# shellcheck source=/dev/null
+source "$(cd "$(dirname "$0")" && pwd)/gpu-env.sh"
 
 run_tests() {
   # (the unit tests are host tests: they run on every machine, not here)
@@ -33,7 +19,7 @@ run_tests() {
   local rc=$?
   grep -E "^test |test result|SKIPPED|panicked|differ in bits|vs golden" "$OUT/gpu_tests.txt" | tail -n 60
   [ $rc -eq 0 ] || { status=1; summary+=("GPU tests FAILED ($rc; see gpu_tests.txt)"); }
-  if grep -q "^SKIPPED" "$OUT/gpu_tests.txt"; then status=1; summary+=("a GPU test SKIPPED on the GPU machine"); fi
+  if grep -q "SKIPPED " "$OUT/gpu_tests.txt"; then status=1; summary+=("a GPU test SKIPPED on the GPU machine"); fi
   summary+=("GPU tests: $(grep 'test result' "$OUT/gpu_tests.txt" | tail -n 1) in $((SECONDS - t0)) s")
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer $tool (small case)"
@@ -53,7 +39,7 @@ run_bench() {
     --test-threads=2 >"$OUT/gate.txt" 2>&1
   local g=$?
   grep -E "test result|panicked" "$OUT/gate.txt"
-  if [ $g -ne 0 ] || grep -q "^SKIPPED" "$OUT/gate.txt"; then status=1; summary+=("correctness gate FAILED: no timing"); return; fi
+  if [ $g -ne 0 ] || grep -q "SKIPPED " "$OUT/gate.txt"; then status=1; summary+=("correctness gate FAILED: no timing"); return; fi
   summary+=("correctness gate: $(grep 'test result' "$OUT/gate.txt")")
   echo "== all GPU tests"
   timeout 100 "$B/gpu_turbo" --include-ignored --test-threads=1 --nocapture >"$OUT/gpu_tests.txt" 2>&1
