@@ -29,7 +29,7 @@ run_tests() {
       "$B/gpu_turbo" gpu_turbo_sanitizer_small --exact --include-ignored --test-threads=1 >"$OUT/sanitizer_$tool.txt" 2>&1
     local s=$?
     tail -n 4 "$OUT/sanitizer_$tool.txt"
-    if [ $s -ne 0 ]; then status=1; summary+=("compute-sanitizer $tool: exit $s"); else summary+=("compute-sanitizer $tool: $(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer_$tool.txt")"); fi
+    if [ $s -ne 0 ]; then status=1; summary+=("compute-sanitizer $tool: exit $s"); else summary+=("compute-sanitizer $tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.txt")"); fi
   done
 }
 
