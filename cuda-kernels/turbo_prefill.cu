@@ -382,24 +382,26 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 
 
 // ---- turbo_prefill_wg_*: the same Alg. 1 on Hopper warpgroup MMA (sm_90a) --------------------
-// One CTA = two consumer warpgroups (one 64-row Q block each, same head) and a producer
-// warpgroup (one thread issues the copies; setmaxnreg hands its registers to the consumers).
-// The producer streams the INT8 K and V^T tiles turbo_quant_kv_* wrote in the "image" layout
-// (the exact bytes the wgmma shared-memory descriptors read: K rows of D bytes with the 128- or
+// One CTA = three consumer warpgroups (one 64-row Q block each, same head) and a producer
+// warpgroup (one thread issues the copies; setmaxnreg gives the consumers 160 registers). The
+// producer streams the INT8 K and V^T tiles turbo_quant_kv_* wrote in the "image" layout (the
+// exact bytes the wgmma shared-memory descriptors read: K rows of D bytes with the 128- or
 // 64-byte swizzle, V^T rows of 64 keys with the 64-byte swizzle) into a kWgStages-deep ring, one
-// bulk copy per tile, completion counted on transaction mbarriers. Per 64-key tile a warpgroup
-// issues S = Q^q1 K^q1 as D / 32 wgmma.m64n64k32.s8 (Q in registers), runs the SAS online
-// softmax on the accumulator registers, packs P^q into A registers (keys in slot order, which
-// the V^T image shares) and issues P^q V^q1 as two wgmma.m64n{D}k32.s8. S of the next tile is
-// issued before this tile's softmax, so the tensor cores work while the warpgroup computes.
+// bulk copy per tile, completion counted on transaction mbarriers. Each warpgroup quantizes its
+// Q block into shared memory in the K-tile layout; per 64-key tile it issues S = Q^q1 K^q1 as
+// D / 32 wgmma.m64n64k32.s8 (both operands in shared memory), runs the SAS online softmax on the
+// accumulator registers, packs P^q into A registers (keys in slot order, which the V^T image
+// shares) and issues P^q V^q1 in passes of 64 channels (two wgmma.m64n64k32.s8 each, P from
+// registers), folding each pass into O.
 //
 // Numerics: the steps of attend_tile (see prefill_body), with exact rewrites (floor and
 // round-half-even through the 1.5 x 2^23 bias: identical bits, but on the FMA pipe; integer ->
-// f32 stays cvt.rn, which sm_90 runs as I2FP at full rate)
-// and one approximation: Q(P~) = rne(P~ x (1 / s_P)) instead of rne(P~ / s_P), which moves a
-// code by one where P~ / s_P lies within an ulp or two of a half-integer. O matches the
-// emulation to well under 1e-3 relative, no longer bit for bit (backends/cuda/tests/gpu_turbo.rs
-// measures both); the mma.sync kernel above stays the bit-exact path.
+// f32 stays cvt.rn, which sm_90 runs as I2FP at full rate) and two departures:
+// Q(P~) = rne(P~ x (1 / s_P)) instead of rne(P~ / s_P), which moves a code by one where
+// P~ / s_P lies within an ulp or two of a half-integer, and x == n_r exactly gives 0 (ex_sas).
+// O matches the emulation to well under 1e-3 relative, no longer bit for bit
+// (backends/cuda/tests/gpu_turbo.rs measures both); the mma.sync kernel above stays the
+// bit-exact path.
 constexpr int kWgStages = 4;           // K/V tiles in flight per CTA
 constexpr int kWgConsumers = 3;        // consumer warpgroups (Q blocks) per CTA
 constexpr int kWgThreads = kWgConsumers * 128 + 128;  // + the producer warpgroup
@@ -408,7 +410,6 @@ constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 160;
 constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
 constexpr int kBiasBits = 0x4b400000;  // bits of kBias
-
 
 // byte 0 of a, b, c, d -> one register, a in the low byte
 __device__ __forceinline__ u32 pack_low_bytes(u32 a, u32 b, u32 c, u32 d) {
@@ -424,14 +425,6 @@ __device__ __forceinline__ int byte_sum(u32 w, int acc) {
   return r;
 }
 
-#ifdef FERRATTN_SM90A
-__device__ __forceinline__ void wgmma_s8(int (&d)[32], const u32 (&a)[4], u64 desc, int acc) {
-  sm90::wgmma_m64n64k32_s8(d, a, desc, acc);
-}
-__device__ __forceinline__ void wgmma_s8(int (&d)[64], const u32 (&a)[4], u64 desc, int acc) {
-  sm90::wgmma_m64n128k32_s8(d, a, desc, acc);
-}
-#endif
 
 struct True {
   static constexpr bool value = true;
@@ -684,8 +677,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
     for (int half = 0; half < D / 64; ++half) {
       wgmma_fence();
-      wgmma_s8(oacc, pa[0], smem_desc(v_tile + 4096 * half, 512, kSw64), 0);
-      wgmma_s8(oacc, pa[1], smem_desc(v_tile + 4096 * half + 32, 512, kSw64), 1);
+      wgmma_m64n64k32_s8(oacc, pa[0], smem_desc(v_tile + 4096 * half, 512, kSw64), 0);
+      wgmma_m64n64k32_s8(oacc, pa[1], smem_desc(v_tile + 4096 * half + 32, 512, kSw64), 1);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(oacc);
