@@ -7,8 +7,12 @@
 //! - the cache they write (packed codes, channel scales and zero points, block scales, INT8
 //!   buffer, universal scales) equals [`ferrattn_core::turbo::TurboKvCache`] bit for bit
 //!   ([`DeviceTurboCache::download`]);
-//! - prefill O equals [`ferrattn_core::turbo::prefill`]'s bit for bit with SAS on (LSE up to
-//!   `logf`'s last bit; with SAS off P goes through `expf`, whose last bit differs from the host's);
+//! - prefill O of the mma.sync kernel (`turbo_prefill_*`) equals [`ferrattn_core::turbo::prefill`]'s
+//!   bit for bit with SAS on (LSE up to `logf`'s last bit; with SAS off P goes through `expf`,
+//!   whose last bit differs from the host's); the warpgroup-MMA kernel (`turbo_prefill_wg_*`, the
+//!   default on compute capability 9.0, see [`crate::Options::exact_turbo_prefill`]) multiplies by
+//!   `1 / s_P` instead of dividing, so a P code can move by one at a rounding boundary: O within
+//!   1e-3 of the emulation;
 //! - decode under [`DecodeSchedule::PerTile`] replays the emulation's tile order
 //!   (bit-identical O); under [`DecodeSchedule::StreamK`] the KV length is split over CTAs as in
 //!   LeanAttention (appendix E) and the partials are merged with the configuration's exponential,
