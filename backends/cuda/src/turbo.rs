@@ -854,7 +854,7 @@ impl CudaBackend {
             quant_kv: m.prefill.function(&n.quant_kv)?,
             buffer_tail: m.prefill.function(&n.buffer_tail)?,
             prefill: m.prefill.function(&n.prefill)?,
-            prefill_wg: if self.gpu()?.caps.compute_capability == Some((9, 0)) {
+            prefill_wg: if self.has_sm90a() {
                 Some(m.prefill.function(&n.prefill_wg)?)
             } else {
                 None
@@ -890,7 +890,8 @@ impl CudaBackend {
         let wgmma = match (&kernels.prefill_wg, self.options.exact_turbo_prefill) {
             (Some(f), false) => {
                 gpu.bind()?;
-                // SAFETY: a valid function handle; the size is the kernel's ring (<= 129 KiB).
+                // SAFETY: a valid function handle; the size (89 KiB at head dim 128) is within
+                // the 227 KiB an sm_90 block may opt into.
                 check("cuFuncSetAttribute", unsafe {
                     sys::cuFuncSetAttribute(
                         f.f,
@@ -1034,10 +1035,13 @@ impl CudaBackend {
     /// Whether prefills on this backend run the mma.sync kernel whose O equals the emulation
     /// bit for bit (not sm_90, or [`crate::Options::exact_turbo_prefill`]).
     pub fn turbo_prefill_is_exact(&self) -> bool {
-        self.options.exact_turbo_prefill
-            || self
-                .gpu()
-                .map_or(true, |g| g.caps.compute_capability != Some((9, 0)))
+        self.options.exact_turbo_prefill || !self.has_sm90a()
+    }
+
+    /// Compute capability 9.0: the fatbin's sm_90a code (wgmma, bulk copies) runs here.
+    fn has_sm90a(&self) -> bool {
+        self.gpu()
+            .is_ok_and(|g| g.caps.compute_capability == Some((9, 0)))
     }
 
     /// Whether a prepared prefill runs the warpgroup-MMA kernel (sm_90, not
