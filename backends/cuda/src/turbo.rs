@@ -1630,30 +1630,27 @@ impl CudaBackend {
                 Some(s) => s,
                 None => self.turbo_auto_schedule(tiles, p.dtype, d)?,
             };
+            // token i of every decoding sequence into the cache
+            let append = |cache: &mut DeviceTurboCache, i: usize| {
+                let src: Vec<i32> = (0..p.batch).map(|b| tok(i, b, true)).collect();
+                self.turbo_launch_append(
+                    cache,
+                    p.dtype,
+                    dx.k.ptr(),
+                    dx.v.ptr(),
+                    p.max_seqlen_k,
+                    &src,
+                )
+            };
             if !p.causal {
+                // every query sees every key: the whole suffix goes in first
                 for i in 0..steps {
-                    let src: Vec<i32> = (0..p.batch).map(|b| tok(i, b, true)).collect();
-                    keep.extend(self.turbo_launch_append(
-                        &mut cache,
-                        p.dtype,
-                        dx.k.ptr(),
-                        dx.v.ptr(),
-                        p.max_seqlen_k,
-                        &src,
-                    )?);
+                    keep.extend(append(&mut cache, i)?);
                 }
             }
             for i in 0..steps {
                 if p.causal {
-                    let src: Vec<i32> = (0..p.batch).map(|b| tok(i, b, true)).collect();
-                    keep.extend(self.turbo_launch_append(
-                        &mut cache,
-                        p.dtype,
-                        dx.k.ptr(),
-                        dx.v.ptr(),
-                        p.max_seqlen_k,
-                        &src,
-                    )?);
+                    keep.extend(append(&mut cache, i)?);
                 }
                 let q_tok: Vec<i32> = (0..p.batch).map(|b| tok(i, b, false)).collect();
                 let plan = plan_decode(&cache.lens, &q_tok, p.heads_q, p.heads_kv, schedule)?;

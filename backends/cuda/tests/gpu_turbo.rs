@@ -641,6 +641,36 @@ fn clamped_blocks(cache: &TurboKvCache) -> usize {
         .count()
 }
 
+/// The inputs of a decode-steps case: the whole sequences (`ctx[b] + steps` tokens, seed 77) and
+/// their first `ctx[b]` tokens as a problem of its own (the context to prefill).
+fn steps_inputs(
+    ctx: &[usize],
+    steps: usize,
+    hq: usize,
+    hk: usize,
+    d: usize,
+    dtype: DType,
+) -> (
+    AttentionProblem,
+    AttentionInputs,
+    AttentionProblem,
+    AttentionInputs,
+) {
+    let total: Vec<usize> = ctx.iter().map(|&c| c + steps).collect();
+    let pfull = problem(&total, &total, hq, hk, d, dtype, true);
+    let x = inputs(&pfull, 77);
+    let pctx = problem(ctx, ctx, hq, hk, d, dtype, true);
+    let max_ctx = pctx.max_seqlen_k;
+    let mut cx = AttentionInputs::new(
+        prefix(&x.q, max_ctx),
+        prefix(&x.k, max_ctx),
+        prefix(x.v.as_ref().unwrap(), max_ctx),
+    );
+    cx.seqlens_q = Some(ctx.iter().map(|&l| l as i64).collect());
+    cx.seqlens_k = cx.seqlens_q.clone();
+    (pfull, x, pctx, cx)
+}
+
 /// The cache the emulation holds after prefilling `ctx` tokens per sequence and `steps` decode
 /// steps of the inputs `decode_steps` uses.
 #[allow(clippy::too_many_arguments)] // the shape of one test case
@@ -654,19 +684,8 @@ fn emulated_steps_cache(
     bits: KvBits,
 ) -> TurboKvCache {
     let cfg = cfg_with(bits, true);
-    let total: Vec<usize> = ctx.iter().map(|&c| c + steps).collect();
-    let pfull = problem(&total, &total, hq, hk, d, dtype, true);
-    let x = inputs(&pfull, 77);
+    let (pfull, x, pctx, cx) = steps_inputs(ctx, steps, hq, hk, d, dtype);
     let v = x.v.as_ref().unwrap();
-    let pctx = problem(ctx, ctx, hq, hk, d, dtype, true);
-    let max_ctx = pctx.max_seqlen_k;
-    let mut cx = AttentionInputs::new(
-        prefix(&x.q, max_ctx),
-        prefix(&x.k, max_ctx),
-        prefix(v, max_ctx),
-    );
-    cx.seqlens_q = Some(ctx.iter().map(|&l| l as i64).collect());
-    cx.seqlens_k = cx.seqlens_q.clone();
     let (_, mut cache) = turbo::prefill(&cfg, &pctx, &cx).unwrap();
     for s in 0..steps {
         let idx: Vec<usize> = ctx.iter().map(|&c| c + s).collect();
@@ -1042,20 +1061,8 @@ fn decode_steps(
         return;
     };
     let cfg = cfg_with(bits, true);
-    let total: Vec<usize> = ctx.iter().map(|&c| c + steps).collect();
-    let pfull = problem(&total, &total, hq, hk, d, dtype, true);
-    let x = inputs(&pfull, 77);
+    let (pfull, x, pctx, cx) = steps_inputs(ctx, steps, hq, hk, d, dtype);
     let v = x.v.as_ref().unwrap();
-    // the context, prefilled as a problem of its own
-    let pctx = problem(ctx, ctx, hq, hk, d, dtype, true);
-    let max_ctx = pctx.max_seqlen_k;
-    let mut cx = AttentionInputs::new(
-        prefix(&x.q, max_ctx),
-        prefix(&x.k, max_ctx),
-        prefix(v, max_ctx),
-    );
-    cx.seqlens_q = Some(ctx.iter().map(|&l| l as i64).collect());
-    cx.seqlens_k = cx.seqlens_q.clone();
     let (_, mut emu_cache) = turbo::prefill(&cfg, &pctx, &cx).unwrap();
     let (_, mut gpu_cache) = b.turbo_prefill(&cfg, &pctx, &cx, steps + 64).unwrap();
     assert_cache_eq(
