@@ -135,9 +135,11 @@ struct Exp {
   float n_r;         // threshold as f32 (an integer in -16..-1)
   int sas;
   // e^x for x <= 0; x < n_r (and NaN, -inf) gives 0 under SAS (Eq. 14).
-  __device__ __forceinline__ float operator()(float x) const {
-    if (!sas) return expf(x);
-    if (!(x >= n_r)) return 0.0f;
+  __device__ __forceinline__ float operator()(float x) const { return sas ? sas_exp(x) : expf(x); }
+  // SAS (Eq. 13-15) without branches: every operation runs and the threshold test is a final
+  // select, so that the exponentials of a thread overlap instead of running one divergent
+  // region after another.
+  __device__ __forceinline__ float sas_exp(float x) const {
     float t = -x;
     t = t > 0.0f ? t : 0.0f;
     const float n = floor_f(t);
@@ -147,7 +149,9 @@ struct Exp {
     float p = fma_rn(bits_to_f32(0xbdd1eb85u), f, bits_to_f32(0x3eecd9e8u));
     p = fma_rn(p, f, bits_to_f32(0xbf7e00d2u));
     p = fma_rn(p, f, bits_to_f32(0x3f7fe5c9u));
-    return mul_rn(lut[(int)n], p);
+    const int idx = (int)(n < 16.0f ? n : 16.0f);  // n > 16 only where the select below gives 0
+    const float v = mul_rn(lut[idx], p);
+    return x >= n_r ? v : 0.0f;  // x < n_r, NaN and -inf give 0 (Eq. 14)
   }
   // The online-softmax rescale of an old state: 1 when the maximum did not move (module docs,
   // "departs from the listings"), else EXP(m_old - m_new).

@@ -197,23 +197,6 @@ struct UnitState {
   float qs;                          // INT8 scale of query row g
 };
 
-// SAS (Eq. 13-15) without branches, for all lanes and elements at once: the same operations as
-// Exp::operator() (threshold, floor, POLY in three fma.rn, LUT[n] x POLY), with the threshold
-// test as a final select, so that the 16 exponentials of a lane overlap instead of running one
-// divergent region after another.
-__device__ __forceinline__ float sas_exp(const Exp& ex, float x) {
-  float t = -x;
-  t = t > 0.0f ? t : 0.0f;
-  const float n = floor_f(t);
-  const float f = sub_rn(t, n);
-  float p = fma_rn(bits_to_f32(0xbdd1eb85u), f, bits_to_f32(0x3eecd9e8u));
-  p = fma_rn(p, f, bits_to_f32(0xbf7e00d2u));
-  p = fma_rn(p, f, bits_to_f32(0x3f7fe5c9u));
-  const int idx = (int)(n < 16.0f ? n : 16.0f);  // n > 16 only where the select below gives 0
-  const float v = mul_rn(ex.lut[idx], p);
-  return x >= ex.n_r ? v : 0.0f;  // x < n_r, NaN and -inf give 0 (Eq. 14)
-}
-
 // Maximum of a lane's 16 scores as a tree (the order of an exact max does not matter; no NaN
 // reaches here).
 __device__ __forceinline__ float max16(const float (&x)[8][2]) {
@@ -261,7 +244,7 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) x[j][e] = sas_exp(ex, sub_rn(x[j][e], mn));  // -inf (masked key) gives 0
+      for (int e = 0; e < 2; ++e) x[j][e] = ex.sas_exp(sub_rn(x[j][e], mn));  // -inf (masked key) gives 0
   } else {
 #pragma unroll
     for (int j = 0; j < 8; ++j)

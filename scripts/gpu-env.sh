@@ -2,7 +2,7 @@
 # turbo-gpu-run.sh, turbo-decode-gpu-run.sh) from the bundle folder they are copied into.
 # Sets B (the bundle folder), OUT (logs; $OUT or <bundle>/out), FERRATTN_COMMIT (from COMMIT),
 # FERRATTN_CACHE_DIR, status=0 and an empty summary array; prints the GPU; puts libnvrtc on
-# LD_LIBRARY_PATH for the NVRTC-path tests.
+# LD_LIBRARY_PATH for the NVRTC-path tests; defines sanitize.
 B="$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)"
 OUT="${OUT:-$B/out}"
 mkdir -p "$OUT"
@@ -19,3 +19,23 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
     break
   fi
 done
+
+# sanitize BIN TEST: compute-sanitizer memcheck and racecheck on one test of a bundled test
+# binary (small scale, 90 s each); logs in $OUT/sanitizer_<tool>.txt, result in the summary.
+sanitize() {
+  local tool s t0
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool ($2)"
+    t0=$SECONDS
+    FERRATTN_GPU_TEST_SCALE=small timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$B/$1" "$2" --exact --include-ignored --test-threads=1 >"$OUT/sanitizer_$tool.txt" 2>&1
+    s=$?
+    tail -n 3 "$OUT/sanitizer_$tool.txt"
+    if [ $s -ne 0 ]; then
+      status=1
+      summary+=("compute-sanitizer $tool: exit $s")
+    else
+      summary+=("compute-sanitizer $tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.txt") ($((SECONDS - t0)) s)")
+    fi
+  done
+}

@@ -22,16 +22,7 @@ gpu_tests() {  # $1: test-name filter ("" for all), $2: timeout
   summary+=("GPU tests '$1': $(grep 'test result' "$OUT/gpu_tests.txt" | tail -n 1) in $((SECONDS - t0)) s")
 }
 
-sanitizer() {
-  for tool in memcheck racecheck; do
-    local t0=$SECONDS
-    FERRATTN_GPU_TEST_SCALE=small timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$B/gpu_turbo" gpu_turbo_sanitizer_small --exact --include-ignored --test-threads=1 >"$OUT/sanitizer_$tool.txt" 2>&1
-    local s=$?
-    tail -n 3 "$OUT/sanitizer_$tool.txt"
-    if [ $s -ne 0 ]; then status=1; summary+=("compute-sanitizer $tool: exit $s"); else summary+=("compute-sanitizer $tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.txt") ($((SECONDS - t0)) s)"); fi
-  done
-}
+sanitizer() { sanitize gpu_turbo gpu_turbo_sanitizer_small; }
 
 bench() {
   local t0=$SECONDS

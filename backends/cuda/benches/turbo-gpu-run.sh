@@ -21,16 +21,7 @@ run_tests() {
   [ $rc -eq 0 ] || { status=1; summary+=("GPU tests FAILED ($rc; see gpu_tests.txt)"); }
   if grep -q "SKIPPED " "$OUT/gpu_tests.txt"; then status=1; summary+=("a GPU test SKIPPED on the GPU machine"); fi
   summary+=("GPU tests: $(grep 'test result' "$OUT/gpu_tests.txt" | tail -n 1) in $((SECONDS - t0)) s")
-  for tool in memcheck racecheck; do
-    echo "== compute-sanitizer $tool (small case)"
-    local lim=90
-    [ "$tool" = racecheck ] && lim=70
-    FERRATTN_GPU_TEST_SCALE=small timeout $lim compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$B/gpu_turbo" gpu_turbo_sanitizer_small --exact --include-ignored --test-threads=1 >"$OUT/sanitizer_$tool.txt" 2>&1
-    local s=$?
-    tail -n 4 "$OUT/sanitizer_$tool.txt"
-    if [ $s -ne 0 ]; then status=1; summary+=("compute-sanitizer $tool: exit $s"); else summary+=("compute-sanitizer $tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.txt")"); fi
-  done
+  sanitize gpu_turbo gpu_turbo_sanitizer_small
 }
 
 run_bench() {
