@@ -1,0 +1,262 @@
+"""The Python API: ``attention``, the paged decode wrapper and the TurboAttention cache.
+
+Layouts follow the libraries engines already call: ``attention`` takes flash-attn's
+``[batch, seq, heads, head_dim]`` tensors and returns its ``softmax_lse`` shape
+``[batch, heads, seq_q]``; the decode wrapper takes FlashInfer's ``[batch, heads, head_dim]``
+queries and NHD pages ``[num_pages, page_size, heads_kv, head_dim]``.
+
+LSE is the natural logarithm of the softmax normaliser of the scaled logits,
+``lse = log(sum_j exp(softmax_scale * q . k_j))``, as flash-attn returns it (FlashInfer returns
+base 2; multiply ours by ``1/ln 2`` to compare). Rows with no visible key get ``-inf`` and a zero
+output.
+"""
+
+from __future__ import annotations
+
+from . import _ferrattn as _native
+from . import _tensors as _t
+
+ALGORITHMS = ("exact", "lean", "turbo", "turboquant")
+
+
+def _prepare(tensors, outputs, stream):
+    """Capsules for the inputs and the caller's outputs, and the stream handle (None on the host)."""
+    first = tensors[0]
+    dev = _t.device_of(first)
+    handle = _t.current_stream(first, stream) if dev[0] == _t.DL_CUDA else None
+    caps = [_t.export(x, handle) for x in tensors]
+    outs = [None if o is None else _t.export(o, handle) for o in outputs]
+    return dev, handle, caps, outs
+
+
+def _finish(like, given, produced):
+    """The caller's tensor when it passed one, else the framework's view of ferrattn's result."""
+    if given is not None:
+        return given
+    if produced is None:
+        return None
+    return _t.import_host(like, produced)
+
+
+def _device_outputs(like, dev, out, lse, o_shape, lse_shape, want_lse):
+    """CUDA outputs are allocated by the caller's framework (torch's caching allocator, cupy's
+    pool) unless the caller passed its own."""
+    if dev[0] != _t.DL_CUDA:
+        return out, lse
+    if out is None:
+        out = _t.empty_device(like, o_shape)
+    if lse is None and want_lse:
+        lse = _t.empty_device(like, lse_shape, "float32")
+    return out, lse
+
+
+def attention(
+    q,
+    k,
+    v,
+    algo="exact",
+    causal=False,
+    softmax_scale=None,
+    return_lse=False,
+    *,
+    out=None,
+    lse=None,
+    stream=None,
+):
+    """Attention of ``q [B, Sq, Hq, D]`` over ``k [B, Sk, Hk, D]``, ``v [B, Sk, Hk, Dv]``.
+
+    ``algo``: ``"exact"`` (blocked online softmax), ``"lean"`` (LeanAttention stream-K decode,
+    ``Sq <= 8``), ``"turbo"`` (TurboAttention: INT8 FlashQ + SAS; ``Sq >= Sk`` is a prefill,
+    ``Sq < Sk`` compresses the first ``Sk - Sq`` keys and decodes), ``"turboquant"``
+    (attention over a TurboQuant-compressed cache). ``causal`` aligns the mask to the bottom
+    right (query ``i`` sees keys ``0 .. i + Sk - Sq``), as flash-attn does. ``softmax_scale``
+    defaults to ``1/sqrt(D)``.
+
+    Tensors may come from any DLPack producer (torch, numpy, cupy, jax), all on one device. Host
+    tensors run the CPU emulation, which reads them through their DLPack pointers and computes in
+    float32 (f16/bf16 inputs are widened exactly, outputs rounded back to q's dtype). CUDA tensors
+    run on the caller's current stream (or ``stream``) without a copy.
+
+    Returns ``out [B, Sq, Hq, Dv]`` in q's dtype, or ``(out, lse)`` with ``lse`` float32
+    ``[B, Hq, Sq]`` (natural log) when ``return_lse``. ``out=``/``lse=`` write into the caller's
+    tensors (exact shape, or a flat contiguous buffer with enough elements) instead.
+    """
+    if _t.framework(q) == "torch":
+        from . import torch_ops
+
+        if torch_ops.registered() and torch_ops.in_graph_mode():
+            o, l = torch_ops.attention(q, k, v, algo, causal, softmax_scale, out, lse)
+            return (o, l) if return_lse else o
+    return _attention_direct(q, k, v, algo, causal, softmax_scale, return_lse, out, lse, stream)
+
+
+def _attention_direct(q, k, v, algo, causal, softmax_scale, return_lse, out, lse, stream):
+    dev = _t.device_of(q)
+    if dev[0] == _t.DL_CUDA and hasattr(q, "shape") and hasattr(v, "shape"):
+        b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
+        out, lse = _device_outputs(
+            q, dev, out, lse, (b, sq, hq, v.shape[-1]), (b, hq, sq), return_lse
+        )
+    dev, handle, (qc, kc, vc), (oc, lc) = _prepare((q, k, v), (out, lse), stream)
+    o, l = _native.attention(
+        qc, kc, vc, algo, bool(causal), softmax_scale, oc, lc, bool(return_lse), handle
+    )
+    o = _finish(q, out, o)
+    if not return_lse:
+        return o
+    return o, _finish(q, lse, l)
+
+
+def _as_int32_host(x, name):
+    """A host int32 DLPack tensor from a list, numpy array or torch tensor (copied to the host at
+    plan time: the plan is made on the host once per step, as FlashInfer's is)."""
+    import numpy as np
+
+    fw = _t.framework(x)
+    if fw == "torch":
+        x = x.detach().to("cpu")
+    elif fw == "cupy":
+        x = x.get()
+    elif fw == "jax":
+        x = np.asarray(x)
+    if isinstance(x, (list, tuple)):
+        x = np.asarray(x, dtype=np.int32)
+    if fw in ("numpy", "other") and hasattr(x, "dtype") and str(x.dtype) in ("int64", "int16", "int8", "uint32"):
+        # engines keep lengths in int64 as often as int32; the values are range-checked natively
+        if np.abs(np.asarray(x)).max(initial=0) >= 2**31:
+            from ._ferrattn import PageTableError
+
+            raise PageTableError(f"{name} holds values beyond int32")
+        x = np.asarray(x, dtype=np.int32)
+    return x
+
+
+class BatchDecodeWithPagedKVCacheWrapper:
+    """Decode over a paged KV cache, planned once per step and run once per layer (FlashInfer's
+    ``BatchDecodeWithPagedKVCacheWrapper`` is the model).
+
+    The cache is NHD: ``k_cache``, ``v_cache`` ``[num_pages, page_size, heads_kv, head_dim]``
+    (or one tensor ``[num_pages, 2, page_size, heads_kv, head_dim]``), and a page table
+    ``[batch, max_pages]`` of int32 page indices as vLLM and FlashAttention's ``block_table``
+    lay it out: token ``t`` of sequence ``b`` is row ``t % page_size`` of page
+    ``page_table[b, t // page_size]``.
+
+    ``plan`` checks the table (every page a sequence uses is in ``0 .. num_pages``, every
+    sequence fits in its pages) once; ``run`` checks the layer's tensors against the plan and
+    launches. ``run`` returns ``(out [B, Hq, D], lse float32 [B, Hq])``, LSE in natural log.
+    """
+
+    def __init__(self, workspace_buffer=None, kv_layout="NHD", algo="lean"):
+        if kv_layout != "NHD":
+            raise _native.UnsupportedError(
+                f"kv_layout={kv_layout!r}; the paged cache is NHD [num_pages, page_size, heads_kv, head_dim]"
+            )
+        self._workspace = workspace_buffer
+        self._algo = algo
+        self._plan = None
+
+    def plan(
+        self,
+        page_table,
+        seq_lens,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        page_size,
+        *,
+        sm_scale=None,
+        num_pages=None,
+    ):
+        """Plans one decode step. ``page_table`` ``[batch, max_pages]`` and ``seq_lens``
+        ``[batch]`` are int32 (lists, numpy or torch; read on the host). ``num_pages``, when
+        given, bounds the page indices now; ``run`` bounds them by the pool it is given anyway."""
+        pt = _as_int32_host(page_table, "page_table")
+        sl = _as_int32_host(seq_lens, "seq_lens")
+        self._plan = _native.PagedDecodePlan(
+            _t.export(pt),
+            _t.export(sl),
+            int(page_size),
+            int(num_qo_heads),
+            int(num_kv_heads),
+            int(head_dim),
+            None if sm_scale is None else float(sm_scale),
+            self._algo,
+            None if num_pages is None else int(num_pages),
+        )
+        self._shape = (len(sl), int(num_qo_heads), int(head_dim))
+
+    def run(self, q, paged_kv_cache, *, out=None, lse=None, stream=None):
+        """One layer: ``q [B, Hq, D]`` over ``paged_kv_cache`` (``(k_cache, v_cache)`` or one
+        ``[num_pages, 2, page_size, Hk, D]`` tensor). Returns ``(out, lse)``."""
+        if self._plan is None:
+            raise _native.UnsupportedError("run() before plan(): plan the step first")
+        if isinstance(paged_kv_cache, (tuple, list)):
+            if len(paged_kv_cache) != 2:
+                raise _native.ShapeError(
+                    f"paged_kv_cache is a sequence of {len(paged_kv_cache)} tensors; expected (k_cache, v_cache)"
+                )
+            kc, vc = paged_kv_cache
+        else:
+            shape = tuple(paged_kv_cache.shape)
+            if len(shape) != 5 or shape[1] != 2:
+                raise _native.ShapeError(
+                    f"paged_kv_cache has shape {list(shape)}; a single tensor must be [num_pages, 2, page_size, heads_kv, head_dim]"
+                )
+            kc, vc = paged_kv_cache[:, 0], paged_kv_cache[:, 1]
+        dev = _t.device_of(q)
+        b, hq, d = self._shape
+        out, lse = _device_outputs(q, dev, out, lse, (b, hq, d), (b, hq), True)
+        dev, handle, (qc, kcc, vcc), (oc, lc) = _prepare((q, kc, vc), (out, lse), stream)
+        o, l = self._plan.run(qc, kcc, vcc, oc, lc, handle)
+        return _finish(q, out, o), _finish(q, lse, l)
+
+
+class TurboCache:
+    """The TurboAttention KV cache of a batch: INT4/INT2 channelwise blocks plus an INT8 buffer
+    for new tokens with one universal scale (TurboAttention section 3.3).
+
+    ``prefill(q, k, v)`` runs the prefill (Alg. 1) and compresses ``k``, ``v`` into the cache;
+    ``append(k, v)`` adds one token per sequence (``[B, 1, Hk, D]``; a full buffer of 64 tokens
+    becomes a block); ``decode(q)`` attends ``q [B, 1, Hq, D]`` over everything held (Alg. 2) and
+    returns ``(out [B, 1, Hq, D], lse float32 [B, Hq, 1])``. ``kv_bits`` is ``"int4"``,
+    ``"int2"`` or ``"mixed"`` (the lower-priority half of the KV heads at 2 bits, section 3.2).
+    """
+
+    def __init__(self, batch, heads_kv, head_dim, kv_bits="mixed", sas=True):
+        self._c = _native.TurboCache(int(batch), int(heads_kv), int(head_dim), kv_bits, bool(sas))
+        self.batch, self.heads_kv, self.head_dim = int(batch), int(heads_kv), int(head_dim)
+
+    def prefill(self, q, k, v, causal=True, softmax_scale=None, *, out=None, lse=None, stream=None):
+        dev = _t.device_of(q)
+        if dev[0] == _t.DL_CUDA:
+            b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
+            out, lse = _device_outputs(q, dev, out, lse, (b, sq, hq, v.shape[-1]), (b, hq, sq), True)
+        dev, handle, (qc, kc, vc), (oc, lc) = _prepare((q, k, v), (out, lse), stream)
+        o, l = self._c.prefill(qc, kc, vc, bool(causal), softmax_scale, oc, lc, handle)
+        return _finish(q, out, o), _finish(q, lse, l)
+
+    def append(self, k, v, *, stream=None):
+        dev, handle, (kc, vc), _ = _prepare((k, v), (), stream)
+        self._c.append(kc, vc, handle)
+
+    def decode(self, q, softmax_scale=None, *, out=None, lse=None, stream=None):
+        dev = _t.device_of(q)
+        if dev[0] == _t.DL_CUDA:
+            b, hq = q.shape[0], q.shape[2]
+            out, lse = _device_outputs(q, dev, out, lse, (b, 1, hq, self.head_dim), (b, hq, 1), True)
+        dev, handle, (qc,), (oc, lc) = _prepare((q,), (out, lse), stream)
+        o, l = self._c.decode(qc, softmax_scale, oc, lc, handle)
+        return _finish(q, out, o), _finish(q, lse, l)
+
+    def seq_len(self, b):
+        """Tokens held for sequence ``b``."""
+        return self._c.seq_len(int(b))
+
+    @property
+    def bits(self):
+        """Bits of each KV head's compressed blocks (chosen at prefill by head priority)."""
+        return self._c.bits
+
+    def memory(self):
+        """Bytes held (compressed blocks, INT8 buffers), the fp16 equivalent and the ratio."""
+        return self._c.memory()

@@ -1,0 +1,120 @@
+"""DLPack plumbing shared by the API: which framework a tensor belongs to, which CUDA stream to
+order the call on, the capsule to hand to the native module, and outputs allocated through the
+caller's framework.
+
+The DLPack protocol (Python array API standard) is used as written: the consumer asks the
+producer for a capsule with ``__dlpack__(stream=s)``, where ``s`` is the stream the consumer will
+use, so the producer can order its pending work before it. ferrattn launches on that same stream.
+"""
+
+from __future__ import annotations
+
+import sys
+
+DL_CPU = 1
+DL_CUDA = 2
+
+
+def framework(x):
+    """'torch', 'numpy', 'cupy', 'jax' or 'other', from the tensor's type (no import)."""
+    mod = type(x).__module__.split(".", 1)[0]
+    if mod in ("torch", "numpy", "cupy"):
+        return mod
+    if mod in ("jax", "jaxlib"):
+        return "jax"
+    return "other"
+
+
+def device_of(x):
+    """``(device_type, device_id)`` as DLPack numbers them."""
+    try:
+        return tuple(x.__dlpack_device__())
+    except AttributeError:
+        raise TypeError(
+            f"{type(x).__name__} does not speak DLPack (no __dlpack_device__); pass a torch, "
+            "numpy, cupy or jax array"
+        ) from None
+
+
+def current_stream(x, stream=None):
+    """The raw ``cudaStream_t`` (an int) to run on for a CUDA tensor ``x``.
+
+    ``stream`` may be an int handle, a ``torch.cuda.Stream`` or a ``cupy.cuda.Stream``; by
+    default the framework's current stream (torch's ``current_stream``, cupy's
+    ``get_current_stream``), else the legacy default stream.
+    """
+    if stream is not None:
+        if isinstance(stream, int):
+            return stream
+        for attr in ("cuda_stream", "ptr"):
+            if hasattr(stream, attr):
+                return int(getattr(stream, attr))
+        raise TypeError(f"stream must be an int handle or a CUDA stream object, got {stream!r}")
+    fw = framework(x)
+    if fw == "torch":
+        import torch
+
+        return torch.cuda.current_stream(x.device).cuda_stream
+    if fw == "cupy":
+        import cupy
+
+        return cupy.cuda.get_current_stream().ptr
+    return 0
+
+
+def export(x, stream=None):
+    """The DLPack capsule of ``x``. ``stream`` is the consumer's CUDA stream handle (``None``
+    for host tensors). DLPack >= 1.0 capsules are asked for first (they carry a read-only flag)."""
+    if framework(x) == "torch" and x.requires_grad:
+        x = x.detach()
+    if stream is not None:
+        # DLPack reserves 0 ("ambiguous"); 1 names the legacy default stream that handle 0 is
+        stream = stream or 1
+    try:
+        return x.__dlpack__(stream=stream, max_version=(1, 0))
+    except TypeError:
+        # producers written before the 2023 revision of the protocol
+        return x.__dlpack__(stream=stream) if stream is not None else x.__dlpack__()
+
+
+def import_host(like, t):
+    """A host tensor made by ferrattn (``t``), imported without a copy by ``like``'s framework."""
+    fw = framework(like)
+    if fw == "torch":
+        import torch
+
+        return torch.from_dlpack(t)
+    if fw == "jax":
+        import jax.numpy as jnp
+
+        return jnp.from_dlpack(t)
+    import numpy as np
+
+    return np.from_dlpack(t)
+
+
+def empty_device(like, shape, dtype=None):
+    """An uninitialised CUDA output allocated by ``like``'s framework (its caching allocator),
+    with ``like``'s dtype or ``float32`` when ``dtype == 'float32'``."""
+    fw = framework(like)
+    if fw == "torch":
+        import torch
+
+        dt = torch.float32 if dtype == "float32" else like.dtype
+        return torch.empty(shape, dtype=dt, device=like.device)
+    if fw == "cupy":
+        import cupy
+
+        dt = cupy.float32 if dtype == "float32" else like.dtype
+        with cupy.cuda.Device(like.device.id):
+            return cupy.empty(shape, dtype=dt)
+    from ._ferrattn import UnsupportedError
+
+    raise UnsupportedError(
+        f"ferrattn cannot allocate a CUDA output for a {type(like).__name__} (its framework has "
+        "no writable device arrays it knows of); pass out= and lse= tensors"
+    )
+
+
+def loaded(name):
+    return name in sys.modules

@@ -1,0 +1,88 @@
+"""``torch.library.custom_op`` registration, so ``torch.compile`` treats ferrattn as one opaque op
+and CUDA graphs capture its launch.
+
+Registered the first time torch is imported alongside ferrattn (see ``ferrattn._lazy``), or by
+calling :func:`register`. Ops:
+
+* ``torch.ops.ferrattn.attention(q, k, v, algo, causal, softmax_scale) -> (out, lse)``
+* ``torch.ops.ferrattn.attention_out(q, k, v, out, lse, algo, causal, softmax_scale) -> ()``
+  (writes the caller's fixed buffers: the form to capture in a CUDA graph)
+
+Outside ``torch.compile`` tracing, :func:`ferrattn.attention` skips the dispatcher and calls the
+native module directly (the dispatcher's Python wrapper costs tens of microseconds per call).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+_REGISTERED = False
+
+
+def registered():
+    return _REGISTERED
+
+
+def in_graph_mode():
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
+def register():
+    """Registers the ops (idempotent)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    import torch
+    from torch import Tensor
+
+    from . import _api
+
+    @torch.library.custom_op("ferrattn::attention", mutates_args=())
+    def attention_op(
+        q: Tensor, k: Tensor, v: Tensor, algo: str, causal: bool, softmax_scale: Optional[float]
+    ) -> Tuple[Tensor, Tensor]:
+        return _api._attention_direct(q, k, v, algo, causal, softmax_scale, True, None, None, None)
+
+    @attention_op.register_fake
+    def _(q, k, v, algo, causal, softmax_scale):
+        b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
+        return (
+            q.new_empty((b, sq, hq, v.shape[-1])),
+            q.new_empty((b, hq, sq), dtype=torch.float32),
+        )
+
+    @torch.library.custom_op("ferrattn::attention_out", mutates_args=("out", "lse"))
+    def attention_out_op(
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        lse: Tensor,
+        algo: str,
+        causal: bool,
+        softmax_scale: Optional[float],
+    ) -> None:
+        _api._attention_direct(q, k, v, algo, causal, softmax_scale, True, out, lse, None)
+
+    @attention_out_op.register_fake
+    def _(q, k, v, out, lse, algo, causal, softmax_scale):
+        return None
+
+    _REGISTERED = True
+
+
+def attention(q, k, v, algo, causal, softmax_scale, out=None, lse=None):
+    """Through the dispatcher (what ``ferrattn.attention`` calls while torch.compile traces)."""
+    import torch
+
+    register()
+    if out is None and lse is None:
+        return torch.ops.ferrattn.attention(q, k, v, algo, causal, softmax_scale)
+    if out is None or lse is None:
+        from ._ferrattn import UnsupportedError
+
+        raise UnsupportedError("under torch.compile pass both out= and lse=, or neither")
+    torch.ops.ferrattn.attention_out(q, k, v, out, lse, algo, causal, softmax_scale)
+    return out, lse

@@ -1,0 +1,675 @@
+//! The three entry points behind the Python API: `attention`, the paged decode plan/run, and
+//! the TurboAttention cache. Each parses its DLPack arguments into checked [`View`]s, checks that
+//! they share one device, then runs on that device.
+//!
+//! Host tensors run the CPU emulations through the facade (`ferrattn::Runtime`), which compute in
+//! `f32`: the inputs are widened exactly from f16/bf16 and the outputs rounded back.
+
+use crate::dlpack::{same_device, Device, Exported, View};
+use crate::error::{BoundaryError, Result};
+use crate::host;
+use ferrattn::{Algorithm, BackendChoice, BackendKind, Runtime};
+use ferrattn_core::turbo::{self, KvBits, TurboConfig, TurboKvCache};
+use ferrattn_core::{AttentionInputs, AttentionOptions, AttentionOutput, DType, Tensor};
+use pyo3::prelude::*;
+
+/// Outputs of a call: each either written into the caller's tensor (`None`) or a new host tensor.
+type Outputs = (Option<Exported>, Option<Exported>);
+
+fn algorithm(name: &str) -> Result<Algorithm> {
+    match Algorithm::parse(name) {
+        Some(Algorithm::Amla) | None => Err(BoundaryError::Unsupported(format!(
+            "algo={name:?}; expected one of \"exact\", \"lean\", \"turbo\", \"turboquant\""
+        ))),
+        Some(a) => Ok(a),
+    }
+}
+
+fn cuda_unavailable(what: &str) -> BoundaryError {
+    BoundaryError::Library(ferrattn::FerrattnError::Unavailable {
+        backend: "cuda".into(),
+        reason: format!(
+            "{what} on CUDA tensors needs the device API of the Rust crate, which this build of \
+             the binding does not have yet; pass host tensors"
+        ),
+    })
+}
+
+fn cpu_runtime(algo: Algorithm) -> Result<Runtime> {
+    Ok(Runtime::select(BackendChoice::Exactly(BackendKind::Cpu), algo)?.runtime)
+}
+
+/// Writes `t` into the caller's `out` view when given, else hands it back as a new host tensor.
+fn deliver(out: Option<&View<'_>>, t: &Tensor) -> Result<Option<Exported>> {
+    match out {
+        Some(v) => {
+            host::write(v, t)?;
+            Ok(None)
+        }
+        None => Ok(Some(Exported::from_bytes(
+            &t.shape,
+            crate::dlpack::Elem::Float(t.dtype),
+            host::to_bytes(t),
+        ))),
+    }
+}
+
+fn parse_opt<'py>(name: &'static str, x: Option<&Bound<'py, PyAny>>) -> Result<Option<View<'py>>> {
+    x.map(|c| View::parse(name, c)).transpose()
+}
+
+/// Expected output shapes `[B, Sq, Hq, Dv]` and `[B, Hq, Sq]` from q and v (rank checked).
+fn output_shapes(q: &View<'_>, v: &View<'_>) -> Result<([usize; 4], [usize; 3])> {
+    q.expect_rank(4, "[batch, seq_q, heads_q, head_dim]")?;
+    v.expect_rank(4, "[batch, seq_k, heads_kv, head_dim_v]")?;
+    let (b, sq, hq) = (q.shape[0], q.shape[1], q.shape[2]);
+    Ok(([b, sq, hq, v.shape[3]], [b, hq, sq]))
+}
+
+fn check_outputs(
+    out: Option<&View<'_>>,
+    lse: Option<&View<'_>>,
+    o_shape: &[usize],
+    lse_shape: &[usize],
+    dtype: DType,
+) -> Result<()> {
+    if let Some(o) = out {
+        host::check_output(o, o_shape, dtype)?;
+    }
+    if let Some(l) = lse {
+        host::check_output(l, lse_shape, DType::F32)?;
+    }
+    Ok(())
+}
+
+/// `ferrattn.attention`: `q [B, Sq, Hq, D]`, `k [B, Sk, Hk, D]`, `v [B, Sk, Hk, Dv]`.
+#[pyfunction]
+#[pyo3(signature = (q, k, v, algo, causal, softmax_scale, out=None, lse=None, want_lse=true, stream=None))]
+#[allow(clippy::too_many_arguments)] // the Python signature, one argument per keyword
+pub fn attention<'py>(
+    py: Python<'py>,
+    q: &Bound<'py, PyAny>,
+    k: &Bound<'py, PyAny>,
+    v: &Bound<'py, PyAny>,
+    algo: &str,
+    causal: bool,
+    softmax_scale: Option<f32>,
+    out: Option<&Bound<'py, PyAny>>,
+    lse: Option<&Bound<'py, PyAny>>,
+    want_lse: bool,
+    stream: Option<usize>,
+) -> PyResult<Outputs> {
+    let _ = stream;
+    let algo = algorithm(algo)?;
+    let (q, k, v) = (
+        View::parse("q", q)?,
+        View::parse("k", k)?,
+        View::parse("v", v)?,
+    );
+    let (out, lse) = (parse_opt("out", out)?, parse_opt("lse", lse)?);
+    let mut all = vec![&q, &k, &v];
+    all.extend(out.iter());
+    all.extend(lse.iter());
+    let device = same_device(&all)?;
+    let (o_shape, lse_shape) = output_shapes(&q, &v)?;
+    let dtype = q.float_dtype()?;
+    check_outputs(out.as_ref(), lse.as_ref(), &o_shape, &lse_shape, dtype)?;
+    if let Device::Cuda(_) = device {
+        return Err(cuda_unavailable("attention").into());
+    }
+    let x = AttentionInputs::new(host::read(&q)?, host::read(&k)?, host::read(&v)?);
+    let opts = AttentionOptions {
+        causal,
+        softmax_scale,
+    };
+    let result: Result<AttentionOutput> = py.detach(|| {
+        let problem = x.problem(opts, None)?;
+        let rt = cpu_runtime(algo)?;
+        let plan = rt.plan(algo, &problem)?;
+        Ok(rt.run(&plan, &x)?)
+    });
+    let r = result?;
+    let o = deliver(out.as_ref(), &r.o)?;
+    let l = if want_lse || lse.is_some() {
+        deliver(lse.as_ref(), &r.lse)?
+    } else {
+        None
+    };
+    Ok((o, l))
+}
+
+/// One decode step's page layout, planned once and run for every layer (FlashInfer's
+/// `BatchDecodeWithPagedKVCacheWrapper.plan`): the page table `[batch, max_pages]`, each
+/// sequence's length, the head layout and the scale, all checked here so `run` only has to
+/// check the tensors of the layer.
+#[pyclass(module = "ferrattn._ferrattn")]
+pub struct PagedDecodePlan {
+    page_table: Vec<i32>,
+    max_pages: usize,
+    seq_lens: Vec<usize>,
+    page_size: usize,
+    heads_q: usize,
+    heads_kv: usize,
+    head_dim: usize,
+    softmax_scale: f32,
+    algo: Algorithm,
+    /// Largest page index the table uses and where: `run` checks it against the pool.
+    max_page: Option<(i32, usize, usize)>,
+}
+
+#[pymethods]
+impl PagedDecodePlan {
+    /// Checks and records one step's pages. `page_table` and `seq_lens` are host `int32` tensors.
+    #[new]
+    #[pyo3(signature = (page_table, seq_lens, page_size, heads_q, heads_kv, head_dim, softmax_scale, algo="lean", num_pages=None))]
+    #[allow(clippy::too_many_arguments)] // FlashInfer's plan() arguments
+    fn new(
+        page_table: &Bound<'_, PyAny>,
+        seq_lens: &Bound<'_, PyAny>,
+        page_size: usize,
+        heads_q: usize,
+        heads_kv: usize,
+        head_dim: usize,
+        softmax_scale: Option<f32>,
+        algo: &str,
+        num_pages: Option<usize>,
+    ) -> PyResult<PagedDecodePlan> {
+        let algo = match algorithm(algo)? {
+            a @ (Algorithm::Lean | Algorithm::Exact) => a,
+            other => {
+                return Err(BoundaryError::Unsupported(format!(
+                    "paged decode with algo={:?}; the paged cache is read by \"lean\" (and \
+                     \"exact\" on the cpu); TurboAttention keeps its own compressed cache \
+                     (ferrattn.TurboCache)",
+                    other.name()
+                ))
+                .into())
+            }
+        };
+        if page_size == 0 {
+            return Err(
+                BoundaryError::PageTable("page_size is 0; it must be positive".into()).into(),
+            );
+        }
+        if heads_kv == 0 || heads_q == 0 || heads_q % heads_kv != 0 {
+            return Err(BoundaryError::Library(
+                ferrattn_core::CoreError::HeadRatio { heads_q, heads_kv }.into(),
+            )
+            .into());
+        }
+        let (pt, sl) = (
+            View::parse("page_table", page_table)?,
+            View::parse("seq_lens", seq_lens)?,
+        );
+        pt.expect_rank(2, "[batch, max_pages_per_sequence]")?;
+        sl.expect_rank(1, "[batch]")?;
+        if sl.shape[0] != pt.shape[0] {
+            return Err(BoundaryError::Shape {
+                name: "seq_lens",
+                message: format!(
+                    "has {} entries but page_table has {} rows; one length per sequence",
+                    sl.shape[0], pt.shape[0]
+                ),
+            }
+            .into());
+        }
+        let (batch, max_pages) = (pt.shape[0], pt.shape[1]);
+        let table = host::read_i32(&pt)?;
+        let lens = host::read_i32(&sl)?;
+        let mut seq_lens = Vec::with_capacity(batch);
+        let mut max_page: Option<(i32, usize, usize)> = None;
+        for (b, &len) in lens.iter().enumerate() {
+            if len < 1 {
+                return Err(BoundaryError::PageTable(format!(
+                    "seq_lens[{b}] is {len}; a decode step needs at least one key"
+                ))
+                .into());
+            }
+            let len = len as usize;
+            let need = len.div_ceil(page_size);
+            if need > max_pages {
+                return Err(BoundaryError::PageTable(format!(
+                    "sequence {b} has {len} tokens but page_table gives it {max_pages} pages of \
+                     {page_size} ({} tokens); it needs {need} pages",
+                    max_pages * page_size
+                ))
+                .into());
+            }
+            for j in 0..need {
+                let p = table[b * max_pages + j];
+                let out_of_pool = num_pages.is_some_and(|n| p as i64 >= n as i64);
+                if p < 0 || out_of_pool {
+                    return Err(BoundaryError::PageTable(format!(
+                        "page_table[{b}][{j}] is {p}; page indices must be in 0..{}",
+                        num_pages.map_or("the pool size".to_string(), |n| n.to_string())
+                    ))
+                    .into());
+                }
+                if max_page.is_none_or(|(m, _, _)| p > m) {
+                    max_page = Some((p, b, j));
+                }
+            }
+            seq_lens.push(len);
+        }
+        let softmax_scale = softmax_scale.unwrap_or(1.0 / (head_dim.max(1) as f32).sqrt());
+        Ok(PagedDecodePlan {
+            page_table: table,
+            max_pages,
+            seq_lens,
+            page_size,
+            heads_q,
+            heads_kv,
+            head_dim,
+            softmax_scale,
+            algo,
+            max_page,
+        })
+    }
+
+    /// Sequences in the step.
+    #[getter]
+    fn batch(&self) -> usize {
+        self.seq_lens.len()
+    }
+
+    /// One layer: `q [B, Hq, D]`, `k_cache`/`v_cache` `[num_pages, page_size, Hk, D]` (NHD).
+    /// O is `[B, Hq, D]` in q's dtype, LSE `f32 [B, Hq]` (natural log).
+    #[pyo3(signature = (q, k_cache, v_cache, out=None, lse=None, stream=None))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        q: &Bound<'py, PyAny>,
+        k_cache: &Bound<'py, PyAny>,
+        v_cache: &Bound<'py, PyAny>,
+        out: Option<&Bound<'py, PyAny>>,
+        lse: Option<&Bound<'py, PyAny>>,
+        stream: Option<usize>,
+    ) -> PyResult<Outputs> {
+        let _ = stream;
+        let (q, kc, vc) = (
+            View::parse("q", q)?,
+            View::parse("k_cache", k_cache)?,
+            View::parse("v_cache", v_cache)?,
+        );
+        let (out, lse) = (parse_opt("out", out)?, parse_opt("lse", lse)?);
+        let mut all = vec![&q, &kc, &vc];
+        all.extend(out.iter());
+        all.extend(lse.iter());
+        let device = same_device(&all)?;
+        let b = self.seq_lens.len();
+        let (hq, hk, d) = (self.heads_q, self.heads_kv, self.head_dim);
+        q.expect_rank(3, "[batch, heads_q, head_dim]")?;
+        if q.shape != [b, hq, d] {
+            return Err(BoundaryError::Shape {
+                name: "q",
+                message: format!(
+                    "has shape {:?} but the plan is for [{b}, {hq}, {d}] (batch, heads_q, head_dim)",
+                    q.shape
+                ),
+            }
+            .into());
+        }
+        let dtype = q.float_dtype()?;
+        for c in [&kc, &vc] {
+            c.expect_rank(4, "[num_pages, page_size, heads_kv, head_dim] (NHD)")?;
+            if c.shape[1..] != [self.page_size, hk, d] {
+                return Err(BoundaryError::Shape {
+                    name: c.name,
+                    message: format!(
+                        "has shape {:?} but the plan is for [num_pages, {}, {hk}, {d}] \
+                         (page_size, heads_kv, head_dim)",
+                        c.shape, self.page_size
+                    ),
+                }
+                .into());
+            }
+            if c.elem != q.elem {
+                return Err(BoundaryError::DType {
+                    name: c.name,
+                    got: c.elem.to_string(),
+                    expected: format!("{dtype}, the dtype of q"),
+                }
+                .into());
+            }
+        }
+        if vc.shape[0] != kc.shape[0] {
+            return Err(BoundaryError::Shape {
+                name: "v_cache",
+                message: format!(
+                    "holds {} pages but k_cache holds {}",
+                    vc.shape[0], kc.shape[0]
+                ),
+            }
+            .into());
+        }
+        if let Some((p, sb, sj)) = self.max_page {
+            if p as usize >= kc.shape[0] {
+                return Err(BoundaryError::PageTable(format!(
+                    "page_table[{sb}][{sj}] is {p} but the pool (k_cache) holds {} pages",
+                    kc.shape[0]
+                ))
+                .into());
+            }
+        }
+        check_outputs(out.as_ref(), lse.as_ref(), &[b, hq, d], &[b, hq], dtype)?;
+        if let Device::Cuda(_) = device {
+            return Err(cuda_unavailable("paged decode").into());
+        }
+        let (kt, vt) = (host::read(&kc)?, host::read(&vc)?);
+        let qt = host::read(&q)?;
+        let x = self.gather(&qt, &kt, &vt);
+        let (algo, scale) = (self.algo, self.softmax_scale);
+        let result: Result<AttentionOutput> = py.detach(|| {
+            let problem = x.problem(
+                AttentionOptions {
+                    causal: false,
+                    softmax_scale: Some(scale),
+                },
+                None,
+            )?;
+            let rt = cpu_runtime(algo)?;
+            let plan = rt.plan(algo, &problem)?;
+            Ok(rt.run(&plan, &x)?)
+        });
+        let r = result?;
+        // the core returns [B, 1, Hq, D] and [B, Hq, 1]; the decode API drops the query axis
+        let o = Tensor {
+            shape: vec![b, hq, d],
+            ..r.o
+        };
+        let l = Tensor {
+            shape: vec![b, hq],
+            ..r.lse
+        };
+        Ok((deliver(out.as_ref(), &o)?, deliver(lse.as_ref(), &l)?))
+    }
+}
+
+impl PagedDecodePlan {
+    /// The CPU reads the pages through the table into padded `[B, max_len, Hk, D]` K and V.
+    fn gather(&self, q: &Tensor, kc: &Tensor, vc: &Tensor) -> AttentionInputs {
+        let (b, hk, d, ps) = (
+            self.seq_lens.len(),
+            self.heads_kv,
+            self.head_dim,
+            self.page_size,
+        );
+        let max_len = self.seq_lens.iter().copied().max().unwrap_or(1);
+        let row = hk * d;
+        let mut k = Tensor::zeros(&[b, max_len, hk, d], kc.dtype);
+        let mut v = Tensor::zeros(&[b, max_len, hk, d], vc.dtype);
+        for (s, &len) in self.seq_lens.iter().enumerate() {
+            for t in 0..len {
+                let page = self.page_table[s * self.max_pages + t / ps] as usize;
+                let src = (page * ps + t % ps) * row;
+                let dst = (s * max_len + t) * row;
+                k.data[dst..dst + row].copy_from_slice(&kc.data[src..src + row]);
+                v.data[dst..dst + row].copy_from_slice(&vc.data[src..src + row]);
+            }
+        }
+        let q = Tensor {
+            shape: vec![b, 1, self.heads_q, d],
+            ..q.clone()
+        };
+        AttentionInputs {
+            seqlens_k: Some(self.seq_lens.iter().map(|&l| l as i64).collect()),
+            ..AttentionInputs::new(q, k, v)
+        }
+    }
+}
+
+fn kv_bits(name: &str, heads_kv: usize) -> Result<KvBits> {
+    let _ = heads_kv;
+    Ok(match name {
+        "int4" => KvBits::Int4,
+        "int2" => KvBits::Int2,
+        "mixed" => KvBits::Mixed {
+            two_bit_fraction: 0.5,
+        },
+        other => {
+            return Err(BoundaryError::Unsupported(format!(
+                "kv_bits={other:?}; expected \"int4\", \"int2\" or \"mixed\" (half the KV heads \
+                 at 2 bits, TurboAttention section 3.2)"
+            )))
+        }
+    })
+}
+
+/// The TurboAttention compressed KV cache of a batch (INT4/INT2 blocks plus the INT8 buffer of
+/// new tokens, section 3.3): `prefill` compresses a prompt, `append` adds a step's tokens,
+/// `decode` attends one query token per sequence over everything held.
+#[pyclass(module = "ferrattn._ferrattn")]
+pub struct TurboCache {
+    cfg: TurboConfig,
+    batch: usize,
+    heads_kv: usize,
+    head_dim: usize,
+    cache: Option<TurboKvCache>,
+}
+
+impl TurboCache {
+    fn filled(&self) -> Result<&TurboKvCache> {
+        self.cache.as_ref().ok_or_else(|| {
+            BoundaryError::Unsupported(
+                "the TurboCache is empty: call prefill(q, k, v) before append or decode".into(),
+            )
+        })
+    }
+
+    fn check_kv(&self, k: &View<'_>, v: &View<'_>, tokens: Option<usize>) -> Result<()> {
+        for t in [k, v] {
+            t.expect_rank(4, "[batch, seq, heads_kv, head_dim]")?;
+            let ok = t.shape[0] == self.batch
+                && t.shape[2] == self.heads_kv
+                && t.shape[3] == self.head_dim
+                && tokens.is_none_or(|n| t.shape[1] == n);
+            if !ok {
+                return Err(BoundaryError::Shape {
+                    name: t.name,
+                    message: format!(
+                        "has shape {:?} but the cache is for [{}, {}, {}, {}]",
+                        t.shape,
+                        self.batch,
+                        tokens.map_or("seq".to_string(), |n| n.to_string()),
+                        self.heads_kv,
+                        self.head_dim
+                    ),
+                });
+            }
+        }
+        if k.shape != v.shape {
+            return Err(BoundaryError::Shape {
+                name: "v",
+                message: format!("has shape {:?} but k has {:?}", v.shape, k.shape),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl TurboCache {
+    #[new]
+    #[pyo3(signature = (batch, heads_kv, head_dim, kv_bits="mixed", sas=true))]
+    fn new(
+        batch: usize,
+        heads_kv: usize,
+        head_dim: usize,
+        kv_bits: &str,
+        sas: bool,
+    ) -> PyResult<TurboCache> {
+        let cfg = TurboConfig {
+            kv_bits: self::kv_bits(kv_bits, heads_kv)?,
+            sas,
+            ..TurboConfig::default()
+        };
+        cfg.validate().map_err(BoundaryError::from)?;
+        if batch == 0 || heads_kv == 0 {
+            return Err(BoundaryError::Shape {
+                name: "TurboCache",
+                message: format!(
+                    "has batch {batch} and heads_kv {heads_kv}; both must be positive"
+                ),
+            }
+            .into());
+        }
+        Ok(TurboCache {
+            cfg,
+            batch,
+            heads_kv,
+            head_dim,
+            cache: None,
+        })
+    }
+
+    /// Prefill (Alg. 1) of `q [B, S, Hq, D]` against `k`, `v` `[B, S, Hk, D]`, and the cache of
+    /// all of `k`, `v` (full blocks compressed, the tail in the INT8 buffer). Replaces whatever
+    /// the cache held.
+    #[pyo3(signature = (q, k, v, causal=true, softmax_scale=None, out=None, lse=None, stream=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature
+    fn prefill<'py>(
+        &mut self,
+        py: Python<'py>,
+        q: &Bound<'py, PyAny>,
+        k: &Bound<'py, PyAny>,
+        v: &Bound<'py, PyAny>,
+        causal: bool,
+        softmax_scale: Option<f32>,
+        out: Option<&Bound<'py, PyAny>>,
+        lse: Option<&Bound<'py, PyAny>>,
+        stream: Option<usize>,
+    ) -> PyResult<Outputs> {
+        let _ = stream;
+        let (q, k, v) = (
+            View::parse("q", q)?,
+            View::parse("k", k)?,
+            View::parse("v", v)?,
+        );
+        let (out, lse) = (parse_opt("out", out)?, parse_opt("lse", lse)?);
+        let mut all = vec![&q, &k, &v];
+        all.extend(out.iter());
+        all.extend(lse.iter());
+        let device = same_device(&all)?;
+        self.check_kv(&k, &v, None)?;
+        let (o_shape, lse_shape) = output_shapes(&q, &v)?;
+        check_outputs(
+            out.as_ref(),
+            lse.as_ref(),
+            &o_shape,
+            &lse_shape,
+            q.float_dtype()?,
+        )?;
+        if let Device::Cuda(_) = device {
+            return Err(cuda_unavailable("TurboCache.prefill").into());
+        }
+        let x = AttentionInputs::new(host::read(&q)?, host::read(&k)?, host::read(&v)?);
+        let cfg = self.cfg.clone();
+        let opts = AttentionOptions {
+            causal,
+            softmax_scale,
+        };
+        let result: Result<(AttentionOutput, TurboKvCache)> = py.detach(|| {
+            let p = x.problem(opts, None)?;
+            Ok(turbo::prefill(&cfg, &p, &x)?)
+        });
+        let (r, cache) = result?;
+        self.cache = Some(cache);
+        Ok((deliver(out.as_ref(), &r.o)?, deliver(lse.as_ref(), &r.lse)?))
+    }
+
+    /// Appends one token per sequence, `k`, `v` `[B, 1, Hk, D]` (a full INT8 buffer is
+    /// compressed into a block).
+    #[pyo3(signature = (k, v, stream=None))]
+    fn append(
+        &mut self,
+        k: &Bound<'_, PyAny>,
+        v: &Bound<'_, PyAny>,
+        stream: Option<usize>,
+    ) -> PyResult<()> {
+        let _ = stream;
+        let (k, v) = (View::parse("k", k)?, View::parse("v", v)?);
+        let device = same_device(&[&k, &v])?;
+        self.check_kv(&k, &v, Some(1))?;
+        self.filled()?;
+        if let Device::Cuda(_) = device {
+            return Err(cuda_unavailable("TurboCache.append").into());
+        }
+        let (kt, vt) = (host::read(&k)?, host::read(&v)?);
+        let cache = self.cache.as_mut().expect("checked by filled()");
+        cache.append(&kt, &vt).map_err(BoundaryError::from)?;
+        Ok(())
+    }
+
+    /// Decode (Alg. 2) of `q [B, 1, Hq, D]` over everything the cache holds. O is
+    /// `[B, 1, Hq, D]`, LSE `f32 [B, Hq, 1]`.
+    #[pyo3(signature = (q, softmax_scale=None, out=None, lse=None, stream=None))]
+    fn decode<'py>(
+        &self,
+        py: Python<'py>,
+        q: &Bound<'py, PyAny>,
+        softmax_scale: Option<f32>,
+        out: Option<&Bound<'py, PyAny>>,
+        lse: Option<&Bound<'py, PyAny>>,
+        stream: Option<usize>,
+    ) -> PyResult<Outputs> {
+        let _ = stream;
+        let q = View::parse("q", q)?;
+        let (out, lse) = (parse_opt("out", out)?, parse_opt("lse", lse)?);
+        let mut all = vec![&q];
+        all.extend(out.iter());
+        all.extend(lse.iter());
+        let device = same_device(&all)?;
+        q.expect_rank(4, "[batch, 1, heads_q, head_dim]")?;
+        let (b, hq) = (q.shape[0], q.shape[2]);
+        check_outputs(
+            out.as_ref(),
+            lse.as_ref(),
+            &[b, 1, hq, self.head_dim],
+            &[b, hq, 1],
+            q.float_dtype()?,
+        )?;
+        let cache = self.filled()?;
+        if let Device::Cuda(_) = device {
+            return Err(cuda_unavailable("TurboCache.decode").into());
+        }
+        let qt = host::read(&q)?;
+        let scale = softmax_scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt());
+        let cfg = &self.cfg;
+        let r = py
+            .detach(|| turbo::decode(cfg, cache, &qt, scale))
+            .map_err(BoundaryError::from)?;
+        Ok((deliver(out.as_ref(), &r.o)?, deliver(lse.as_ref(), &r.lse)?))
+    }
+
+    /// Tokens held for sequence `b`.
+    fn seq_len(&self, b: usize) -> PyResult<usize> {
+        let c = self.filled()?;
+        if b >= c.batch() {
+            return Err(BoundaryError::Shape {
+                name: "b",
+                message: format!("is {b} but the cache holds {} sequences", c.batch()),
+            }
+            .into());
+        }
+        Ok(c.len(b))
+    }
+
+    /// Bits of each KV head's compressed blocks (fixed by the prefill's head priorities).
+    #[getter]
+    fn bits(&self) -> PyResult<Vec<u8>> {
+        Ok(self.filled()?.bits.clone())
+    }
+
+    /// Memory held, counted from the stored buffers: a dict of bytes and ratios.
+    fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let m = self.filled()?.memory();
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("tokens", m.tokens)?;
+        d.set_item("compressed_bytes", m.compressed_bytes)?;
+        d.set_item("buffer_bytes", m.buffer_bytes)?;
+        d.set_item("fp16_bytes", m.fp16_bytes)?;
+        d.set_item("bytes_per_token", m.bytes_per_token)?;
+        d.set_item("compression_ratio", m.compression_ratio)?;
+        Ok(d)
+    }
+}
