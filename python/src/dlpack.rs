@@ -629,7 +629,7 @@ impl Exported {
 #[pyfunction]
 #[pyo3(signature = (shape, dtype_code, bits, device_type=DL_CPU, device_id=0, strides=None, byte_offset=0, read_only=false))]
 #[allow(clippy::too_many_arguments)] // mirrors the DLTensor fields one for one
-pub fn testing_tensor(
+pub fn probe_tensor(
     shape: Vec<i64>,
     dtype_code: u8,
     bits: u8,

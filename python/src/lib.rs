@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 fn _ferrattn(py: Python<'_>, m: &Bound<'_, PyModule>) -> PyResult<()> {
     error::register(py, m)?;
     m.add_function(wrap_pyfunction!(ops::attention, m)?)?;
-    m.add_function(wrap_pyfunction!(dlpack::testing_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::probe_tensor, m)?)?;
     m.add_class::<ops::PagedDecodePlan>()?;
     m.add_class::<ops::TurboCache>()?;
     m.add_class::<dlpack::Exported>()?;

@@ -656,8 +656,8 @@ impl TurboCache {
 
     /// Bits of each KV head's compressed blocks (fixed by the prefill's head priorities).
     #[getter]
-    fn bits(&self) -> PyResult<Vec<u8>> {
-        Ok(self.filled()?.bits.clone())
+    fn bits(&self) -> PyResult<Vec<u32>> {
+        Ok(self.filled()?.bits.iter().map(|&b| u32::from(b)).collect())
     }
 
     /// Memory held, counted from the stored buffers: a dict of bytes and ratios.
