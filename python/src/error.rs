@@ -158,10 +158,7 @@ fn core_class(e: &CoreError) -> &'static str {
 fn library_class(e: &FerrattnError) -> &'static str {
     match e {
         FerrattnError::Core(c) => core_class(c),
-        FerrattnError::Cpu(cpu) => match cpu {
-            ferrattn_cpu::CpuError::Core(c) => core_class(c),
-            _ => "BackendError",
-        },
+        FerrattnError::Cpu(ferrattn_cpu::CpuError::Core(c)) => core_class(c),
         FerrattnError::NotSupported { .. } => "UnsupportedError",
         FerrattnError::PlanMismatch(_) => "ShapeError",
         _ => "BackendError",

@@ -191,7 +191,7 @@ impl PagedDecodePlan {
                 BoundaryError::PageTable("page_size is 0; it must be positive".into()).into(),
             );
         }
-        if heads_kv == 0 || heads_q == 0 || heads_q % heads_kv != 0 {
+        if heads_kv == 0 || heads_q == 0 || !heads_q.is_multiple_of(heads_kv) {
             return Err(BoundaryError::Library(
                 ferrattn_core::CoreError::HeadRatio { heads_q, heads_kv }.into(),
             )
@@ -275,6 +275,7 @@ impl PagedDecodePlan {
     /// One layer: `q [B, Hq, D]`, `k_cache`/`v_cache` `[num_pages, page_size, Hk, D]` (NHD).
     /// O is `[B, Hq, D]` in q's dtype, LSE `f32 [B, Hq]` (natural log).
     #[pyo3(signature = (q, k_cache, v_cache, out=None, lse=None, stream=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature
     fn run<'py>(
         &self,
         py: Python<'py>,
