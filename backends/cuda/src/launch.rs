@@ -189,6 +189,21 @@ impl DeviceInputs {
         })
     }
 
+    /// Q `[batch, max_seqlen_q, heads_q, head_dim]` on the device.
+    pub fn q(&self) -> &DeviceBuffer {
+        &self.q
+    }
+
+    /// K `[batch, max_seqlen_k, heads_kv, head_dim]` on the device.
+    pub fn k(&self) -> &DeviceBuffer {
+        &self.k
+    }
+
+    /// V, as K.
+    pub fn v(&self) -> &DeviceBuffer {
+        &self.v
+    }
+
     /// Bytes of K and V that attention must read (valid tokens only).
     pub fn kv_bytes_read(&self) -> usize {
         let p = &self.problem;
@@ -230,6 +245,16 @@ impl DeviceOutputs {
             data: self.lse.to_vec::<f32>()?,
         };
         Ok(AttentionOutput { o, lse, provenance })
+    }
+
+    /// O on the device.
+    pub fn o(&self) -> &DeviceBuffer {
+        &self.o
+    }
+
+    /// LSE on the device.
+    pub fn lse(&self) -> &DeviceBuffer {
+        &self.lse
     }
 
     /// Raw 16-bit O bits (for bitwise comparisons).
@@ -704,6 +729,7 @@ pub struct LeanKernels {
     smem_bytes: u32,
     stages: u32,
     ctas_per_sm: [u32; 2],
+    cooperative: std::sync::atomic::AtomicBool,
 }
 
 impl LeanKernels {
@@ -763,7 +789,16 @@ impl LeanKernels {
             smem_bytes,
             stages,
             ctas_per_sm,
+            cooperative: std::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// Launches stream-K cooperatively (the default) or, when `on` is false, plainly, guarded
+    /// only by the occupancy check of [`LeanKernels::check`] against an idle GPU. For measuring
+    /// what the cooperative launch costs (`benches/lean_paged.rs`); serving keeps the default.
+    pub fn set_cooperative(&self, on: bool) {
+        self.cooperative
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The instance these kernels serve.
@@ -860,6 +895,7 @@ impl LeanKernels {
             &self.decode
         };
         let stream_k = step.plan.schedule.merges_in_kernel();
+        let cooperative = stream_k && self.cooperative.load(std::sync::atomic::Ordering::Relaxed);
         // stream-K host CTAs wait for the CTAs after them: only a cooperative launch guarantees
         // they are all resident (Lean appendix E assumes a persistent grid)
         unsafe {
@@ -869,7 +905,7 @@ impl LeanKernels {
                 (step.num_ctas() as u32, LEAN_THREADS),
                 self.smem_bytes,
                 stream,
-                stream_k,
+                cooperative,
                 &mut args,
             )?;
         }
