@@ -274,7 +274,7 @@ fn main() {
         let fixed_ms = time_ms(&gpu, |i| {
             prep_fx.launch(&gpu, &inputs[i % sets], &mut out).unwrap()
         });
-        let full_ms = if prep_full.plan.num_ctas == lp.num_ctas {
+        let full_ms = if prep_full.plan().num_ctas == lp.num_ctas {
             lean_ms
         } else {
             time_ms(&gpu, |i| {
@@ -292,9 +292,9 @@ fn main() {
             c.d,
             c.dtype,
             lp.num_ctas,
-            prep_fx.plan.num_ctas,
+            prep_fx.plan().num_ctas,
             lp.tile_k,
-            prep_sk.stages,
+            prep_sk.stages(),
             c.lens
         );
         eprintln!(
