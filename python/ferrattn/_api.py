@@ -92,11 +92,8 @@ def attention(
 
 def _attention_direct(q, k, v, algo, causal, softmax_scale, return_lse, out, lse, stream):
     dev = _t.device_of(q)
-    if dev[0] == _t.DL_CUDA and hasattr(q, "shape") and hasattr(v, "shape"):
-        b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
-        out, lse = _device_outputs(
-            q, dev, out, lse, (b, sq, hq, v.shape[-1]), (b, hq, sq), return_lse
-        )
+    if dev[0] == _t.DL_CUDA:
+        return _attention_cuda(q, k, v, algo, causal, softmax_scale, return_lse, out, lse, stream)
     dev, handle, (qc, kc, vc), (oc, lc) = _prepare((q, k, v), (out, lse), stream)
     o, l = _native.attention(
         qc, kc, vc, algo, bool(causal), softmax_scale, oc, lc, bool(return_lse), handle
@@ -105,6 +102,32 @@ def _attention_direct(q, k, v, algo, causal, softmax_scale, return_lse, out, lse
     if not return_lse:
         return o
     return o, _finish(q, lse, l)
+
+
+def _attention_cuda(q, k, v, algo, causal, softmax_scale, return_lse, out, lse, stream):
+    """CUDA tensors: Lean decode through the device path, on the caller's stream; outputs and the
+    step's workspace come from the caller's framework."""
+    if algo != "lean":
+        # the native call checks devices and shapes first, then refuses the algorithm
+        dev, handle, (qc, kc, vc), (oc, lc) = _prepare((q, k, v), (out, lse), stream)
+        _native.attention(qc, kc, vc, algo, bool(causal), softmax_scale, oc, lc, True, handle)
+    if out is None or lse is None:
+        b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
+        # the kernel always writes the LSE, so it needs a buffer even when the caller wants none
+        out, lse = _device_outputs(q, _t.device_of(q), out, lse, (b, sq, hq, v.shape[-1]), (b, hq, sq), True)
+    dev, handle, (qc, kc, vc), (oc, lc) = _prepare((q, k, v), (out, lse), stream)
+    step = _native.DeviceDecode(qc, kc, vc, bool(causal), softmax_scale)
+    ws = _t.empty_device(q, (max(step.workspace_bytes, 1),), "uint8")
+    step.begin(_t.export(ws, handle), handle)
+    step.run(qc, kc, vc, oc, lc, handle)
+    return (out, lse) if return_lse else out
+
+
+def _dtype_name(dt):
+    """'f16' / 'bf16' / 'f32' from a torch, numpy or string dtype."""
+    s = str(dt).replace("torch.", "").lower()
+    return {"float16": "f16", "half": "f16", "f16": "f16", "bfloat16": "bf16", "bf16": "bf16",
+            "float32": "f32", "float": "f32", "f32": "f32"}.get(s, s)
 
 
 def _as_int32_host(x, name):
@@ -147,6 +170,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
     """
 
     def __init__(self, workspace_buffer=None, kv_layout="NHD", algo="lean"):
+        """``workspace_buffer``: a CUDA ``uint8`` tensor the steps' tables and partials live in
+        (its device is where the steps run); without one, host tensors run on the CPU and a
+        ``device=`` given to ``plan`` gets a workspace from torch, grown as steps need."""
         if kv_layout != "NHD":
             raise _native.UnsupportedError(
                 f"kv_layout={kv_layout!r}; the paged cache is NHD [num_pages, page_size, heads_kv, head_dim]"
@@ -166,12 +192,21 @@ class BatchDecodeWithPagedKVCacheWrapper:
         *,
         sm_scale=None,
         num_pages=None,
+        q_data_type=None,
+        device=None,
+        stream=None,
     ):
         """Plans one decode step. ``page_table`` ``[batch, max_pages]`` and ``seq_lens``
         ``[batch]`` are int32 (lists, numpy or torch; read on the host). ``num_pages``, when
-        given, bounds the page indices now; ``run`` bounds them by the pool it is given anyway."""
+        given, bounds the page indices now; ``run`` bounds them by the pool it is given anyway.
+
+        On CUDA (a CUDA ``workspace_buffer``, or ``device="cuda:N"``) ``num_pages`` and
+        ``q_data_type`` (float16 or bfloat16) are required: the page table is checked against
+        the pool and the step's tables are copied into the workspace here, on the current
+        stream, so that ``run`` only launches (and can be captured in a CUDA graph)."""
         pt = _as_int32_host(page_table, "page_table")
         sl = _as_int32_host(seq_lens, "seq_lens")
+        ordinal = self._cuda_ordinal(device)
         self._plan = _native.PagedDecodePlan(
             _t.export(pt),
             _t.export(sl),
@@ -182,8 +217,37 @@ class BatchDecodeWithPagedKVCacheWrapper:
             None if sm_scale is None else float(sm_scale),
             self._algo,
             None if num_pages is None else int(num_pages),
+            ordinal,
+            None if q_data_type is None else _dtype_name(q_data_type),
         )
         self._shape = (len(sl), int(num_qo_heads), int(head_dim))
+        if ordinal is not None:
+            need = self._plan.workspace_bytes
+            ws = self._workspace
+            if ws is None or ws.numel() * ws.element_size() < need:
+                import torch
+
+                ws = torch.empty(max(need, 1), dtype=torch.uint8, device=f"cuda:{ordinal}")
+                self._workspace = ws
+            handle = _t.current_stream(ws, stream)
+            self._plan.begin(_t.export(ws, handle), handle)
+
+    def _cuda_ordinal(self, device):
+        """The CUDA device the steps run on, or None for the host."""
+        ws = self._workspace
+        if ws is not None:
+            dt, di = _t.device_of(ws)
+            return di if dt == _t.DL_CUDA else None
+        if device is None:
+            return None
+        s = str(device)
+        if s == "cpu":
+            return None
+        if isinstance(device, int):
+            return device
+        if s.startswith("cuda"):
+            return int(s.split(":")[1]) if ":" in s else 0
+        raise _native.DeviceError(f"device={device!r}; expected 'cpu', 'cuda' or 'cuda:N'")
 
     def run(self, q, paged_kv_cache, *, out=None, lse=None, stream=None):
         """One layer: ``q [B, Hq, D]`` over ``paged_kv_cache`` (``(k_cache, v_cache)`` or one

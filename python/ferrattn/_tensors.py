@@ -94,18 +94,18 @@ def import_host(like, t):
 
 
 def empty_device(like, shape, dtype=None):
-    """An uninitialised CUDA output allocated by ``like``'s framework (its caching allocator),
-    with ``like``'s dtype or ``float32`` when ``dtype == 'float32'``."""
+    """An uninitialised CUDA tensor allocated by ``like``'s framework (its caching allocator),
+    with ``like``'s dtype, or ``dtype`` ('float32', 'uint8')."""
     fw = framework(like)
     if fw == "torch":
         import torch
 
-        dt = torch.float32 if dtype == "float32" else like.dtype
+        dt = {"float32": torch.float32, "uint8": torch.uint8}.get(dtype, like.dtype)
         return torch.empty(shape, dtype=dt, device=like.device)
     if fw == "cupy":
         import cupy
 
-        dt = cupy.float32 if dtype == "float32" else like.dtype
+        dt = {"float32": cupy.float32, "uint8": cupy.uint8}.get(dtype, like.dtype)
         with cupy.cuda.Device(like.device.id):
             return cupy.empty(shape, dtype=dt)
     from ._ferrattn import UnsupportedError

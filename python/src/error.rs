@@ -5,6 +5,7 @@
 //! dtypes, `RuntimeError` for a backend that cannot run), and carries the Rust message with the
 //! offending values.
 
+use ferrattn::device_api::ViewError;
 use ferrattn::FerrattnError;
 use ferrattn_core::CoreError;
 use pyo3::prelude::*;
@@ -50,6 +51,12 @@ pub enum BoundaryError {
     /// An error of the Rust library.
     #[error(transparent)]
     Library(#[from] FerrattnError),
+}
+
+impl From<ViewError> for BoundaryError {
+    fn from(e: ViewError) -> BoundaryError {
+        BoundaryError::Library(FerrattnError::View(e))
+    }
 }
 
 impl From<CoreError> for BoundaryError {
@@ -160,8 +167,28 @@ fn library_class(e: &FerrattnError) -> &'static str {
         FerrattnError::Core(c) => core_class(c),
         FerrattnError::Cpu(ferrattn_cpu::CpuError::Core(c)) => core_class(c),
         FerrattnError::NotSupported { .. } => "UnsupportedError",
+        FerrattnError::View(v) => view_class(v),
         FerrattnError::PlanMismatch(_) => "ShapeError",
         _ => "BackendError",
+    }
+}
+
+fn view_class(e: &ViewError) -> &'static str {
+    match e {
+        ViewError::StridesRank { .. }
+        | ViewError::Rank { .. }
+        | ViewError::Shape { .. }
+        | ViewError::Length { .. } => "ShapeError",
+        ViewError::ShortBuffer { .. }
+        | ViewError::NotContiguous { .. }
+        | ViewError::Misaligned { .. }
+        | ViewError::Workspace { .. } => "LayoutError",
+        ViewError::DType { .. } => "DTypeError",
+        ViewError::Device { .. } => "DeviceError",
+        ViewError::PageOutOfPool { .. }
+        | ViewError::SequenceLongerThanPages { .. }
+        | ViewError::PageTableLength { .. }
+        | ViewError::PageSize { .. } => "PageTableError",
     }
 }
 

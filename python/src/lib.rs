@@ -6,6 +6,7 @@
 //! picks the stream, allocates outputs through the caller's framework and registers the torch
 //! and transformers integrations.
 
+mod cuda;
 mod dlpack;
 mod error;
 mod host;
@@ -20,6 +21,7 @@ fn _ferrattn(py: Python<'_>, m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dlpack::probe_tensor, m)?)?;
     m.add_class::<ops::PagedDecodePlan>()?;
     m.add_class::<ops::TurboCache>()?;
+    m.add_class::<ops::DeviceDecode>()?;
     m.add_class::<dlpack::Exported>()?;
     m.add("GIT_COMMIT", ferrattn::GIT_COMMIT)?;
     Ok(())

@@ -5,9 +5,11 @@
 //! Host tensors run the CPU emulations through the facade (`ferrattn::Runtime`), which compute in
 //! `f32`: the inputs are widened exactly from f16/bf16 and the outputs rounded back.
 
+use crate::cuda::{self, DeviceStep};
 use crate::dlpack::{same_device, Device, Exported, View};
 use crate::error::{BoundaryError, Result};
 use crate::host;
+use ferrattn::device_api::{DecodeShape, DecodeViews, KvCache};
 use ferrattn::{Algorithm, BackendChoice, BackendKind, Runtime};
 use ferrattn_core::turbo::{self, KvBits, TurboConfig, TurboKvCache};
 use ferrattn_core::{AttentionInputs, AttentionOptions, AttentionOutput, DType, Tensor};
@@ -25,14 +27,12 @@ fn algorithm(name: &str) -> Result<Algorithm> {
     }
 }
 
-fn cuda_unavailable(what: &str) -> BoundaryError {
-    BoundaryError::Library(ferrattn::FerrattnError::Unavailable {
-        backend: "cuda".into(),
-        reason: format!(
-            "{what} on CUDA tensors needs the device API of the Rust crate, which this build of \
-             the binding does not have yet; pass host tensors"
-        ),
-    })
+fn cuda_unsupported(what: &str) -> BoundaryError {
+    BoundaryError::Unsupported(format!(
+        "{what} on CUDA tensors: the device path runs LeanAttention decode (ferrattn.attention \
+         with algo=\"lean\", BatchDecodeWithPagedKVCacheWrapper); other algorithms run on host \
+         tensors"
+    ))
 }
 
 fn cpu_runtime(algo: Algorithm) -> Result<Runtime> {
@@ -115,7 +115,11 @@ pub fn attention<'py>(
     let dtype = q.float_dtype()?;
     check_outputs(out.as_ref(), lse.as_ref(), &o_shape, &lse_shape, dtype)?;
     if let Device::Cuda(_) = device {
-        return Err(cuda_unavailable("attention").into());
+        return Err(cuda_unsupported(&format!(
+            "attention with algo={:?} (use DeviceDecode for lean)",
+            algo.name()
+        ))
+        .into());
     }
     let x = AttentionInputs::new(host::read(&q)?, host::read(&k)?, host::read(&v)?);
     let opts = AttentionOptions {
@@ -155,13 +159,19 @@ pub struct PagedDecodePlan {
     algo: Algorithm,
     /// Largest page index the table uses and where: `run` checks it against the pool.
     max_page: Option<(i32, usize, usize)>,
+    /// The device step when the step runs on CUDA (`device=` given at plan time).
+    device: Option<DeviceStep>,
 }
 
 #[pymethods]
 impl PagedDecodePlan {
     /// Checks and records one step's pages. `page_table` and `seq_lens` are host `int32` tensors.
     #[new]
-    #[pyo3(signature = (page_table, seq_lens, page_size, heads_q, heads_kv, head_dim, softmax_scale, algo="lean", num_pages=None))]
+    ///
+    /// With `cuda_device` the step runs on that GPU: `num_pages` and `dtype` (`"f16"`, `"bf16"`)
+    /// are then required, the page table is checked against the pool now, and [`Self::begin`]
+    /// must hand the step its workspace before `run`.
+    #[pyo3(signature = (page_table, seq_lens, page_size, heads_q, heads_kv, head_dim, softmax_scale, algo="lean", num_pages=None, cuda_device=None, dtype=None))]
     #[allow(clippy::too_many_arguments)] // FlashInfer's plan() arguments
     fn new(
         page_table: &Bound<'_, PyAny>,
@@ -173,6 +183,8 @@ impl PagedDecodePlan {
         softmax_scale: Option<f32>,
         algo: &str,
         num_pages: Option<usize>,
+        cuda_device: Option<usize>,
+        dtype: Option<&str>,
     ) -> PyResult<PagedDecodePlan> {
         let algo = match algorithm(algo)? {
             a @ (Algorithm::Lean | Algorithm::Exact) => a,
@@ -252,6 +264,53 @@ impl PagedDecodePlan {
             seq_lens.push(len);
         }
         let softmax_scale = softmax_scale.unwrap_or(1.0 / (head_dim.max(1) as f32).sqrt());
+        let device = match cuda_device {
+            None => None,
+            Some(ordinal) => {
+                if algo != Algorithm::Lean {
+                    return Err(cuda_unsupported(&format!(
+                        "paged decode with algo={:?}",
+                        algo.name()
+                    ))
+                    .into());
+                }
+                let num_pages = num_pages.ok_or_else(|| {
+                    BoundaryError::PageTable(
+                        "num_pages is required on CUDA: the plan checks the page table against \
+                         the pool before anything launches"
+                            .into(),
+                    )
+                })?;
+                let dtype = match dtype.and_then(DType::parse) {
+                    Some(d) => d,
+                    None => {
+                        return Err(BoundaryError::DType {
+                            name: "dtype",
+                            got: format!("{dtype:?}"),
+                            expected: "\"f16\" or \"bf16\" (q_data_type)".into(),
+                        }
+                        .into())
+                    }
+                };
+                let shape = DecodeShape {
+                    batch,
+                    query_len: 1,
+                    heads_q,
+                    heads_kv,
+                    head_dim,
+                    dtype,
+                    causal: false,
+                    softmax_scale: Some(softmax_scale),
+                };
+                let kv = KvCache::Paged {
+                    page_size,
+                    num_pages,
+                    max_pages,
+                    page_table: &table,
+                };
+                Some(DeviceStep::plan(ordinal, shape, &seq_lens, kv)?)
+            }
+        };
         Ok(PagedDecodePlan {
             page_table: table,
             max_pages,
@@ -263,7 +322,26 @@ impl PagedDecodePlan {
             softmax_scale,
             algo,
             max_page,
+            device,
         })
+    }
+
+    /// Workspace bytes the CUDA step needs (0 on the host).
+    #[getter]
+    fn workspace_bytes(&self) -> usize {
+        self.device.as_ref().map_or(0, DeviceStep::workspace_bytes)
+    }
+
+    /// Copies the CUDA step's tables into `workspace` (a contiguous device buffer of at least
+    /// `workspace_bytes`) on `stream`; once per step, outside any CUDA graph capture.
+    #[pyo3(signature = (workspace, stream=None))]
+    fn begin(&mut self, workspace: &Bound<'_, PyAny>, stream: Option<usize>) -> PyResult<()> {
+        let ws = View::parse("workspace", workspace)?;
+        let dev = self.device.as_mut().ok_or_else(|| {
+            BoundaryError::Unsupported("begin() is for plans made with cuda_device".into())
+        })?;
+        dev.begin(&ws, cuda::stream(stream))?;
+        Ok(())
     }
 
     /// Sequences in the step.
@@ -286,7 +364,6 @@ impl PagedDecodePlan {
         lse: Option<&Bound<'py, PyAny>>,
         stream: Option<usize>,
     ) -> PyResult<Outputs> {
-        let _ = stream;
         let (q, kc, vc) = (
             View::parse("q", q)?,
             View::parse("k_cache", k_cache)?,
@@ -352,9 +429,55 @@ impl PagedDecodePlan {
                 .into());
             }
         }
+        if let Some(dev) = &self.device {
+            if device != Device::Cuda(dev.ordinal as i32) {
+                return Err(BoundaryError::Device {
+                    name: "q",
+                    message: format!(
+                        "is on {device} but the step was planned for cuda:{}",
+                        dev.ordinal
+                    ),
+                }
+                .into());
+            }
+            let (Some(o), Some(l)) = (out.as_ref(), lse.as_ref()) else {
+                return Err(BoundaryError::Unsupported(
+                    "on CUDA run() writes into out= and lse= (the Python wrapper allocates them)"
+                        .into(),
+                )
+                .into());
+            };
+            check_outputs(Some(o), Some(l), &[b, hq, d], &[b, hq], dtype)?;
+            // the plan's layout is [B, 1, Hq, D] and [B, Hq, 1]: an axis of extent 1 takes any
+            // stride
+            let qv = cuda::view(
+                &q,
+                &[b, 1, hq, d],
+                &[q.strides[0], 0, q.strides[1], q.strides[2]],
+            )?;
+            let ov = cuda::view(
+                o,
+                &[b, 1, hq, d],
+                &[o.strides[0], 0, o.strides[1], o.strides[2]],
+            )?;
+            let lv = cuda::view(l, &[b, hq, 1], &[l.strides[0], l.strides[1], 0])?;
+            let (kv, vv) = (cuda::whole(&kc)?, cuda::whole(&vc)?);
+            let views = DecodeViews {
+                q: &qv,
+                k: &kv,
+                v: &vv,
+                o: &ov,
+                lse: &lv,
+            };
+            dev.run(&views, cuda::stream(stream))?;
+            return Ok((None, None));
+        }
         check_outputs(out.as_ref(), lse.as_ref(), &[b, hq, d], &[b, hq], dtype)?;
         if let Device::Cuda(_) = device {
-            return Err(cuda_unavailable("paged decode").into());
+            return Err(BoundaryError::Unsupported(
+                "CUDA tensors given to a step planned for the host: plan with the device".into(),
+            )
+            .into());
         }
         let (kt, vt) = (host::read(&kc)?, host::read(&vc)?);
         let qt = host::read(&q)?;
@@ -416,6 +539,120 @@ impl PagedDecodePlan {
             seqlens_k: Some(self.seq_lens.iter().map(|&l| l as i64).collect()),
             ..AttentionInputs::new(q, k, v)
         }
+    }
+}
+
+/// LeanAttention decode of contiguous `q [B, Sq, Hq, D]` over `k`, `v` `[B, Sk, Hk, D]` on CUDA
+/// (what `ferrattn.attention(..., algo="lean")` runs for CUDA tensors): plan, give the
+/// workspace with `begin`, then `run`.
+#[pyclass(module = "ferrattn._ferrattn")]
+pub struct DeviceDecode {
+    step: DeviceStep,
+}
+
+#[pymethods]
+impl DeviceDecode {
+    #[new]
+    #[pyo3(signature = (q, k, v, causal=false, softmax_scale=None))]
+    fn new(
+        q: &Bound<'_, PyAny>,
+        k: &Bound<'_, PyAny>,
+        v: &Bound<'_, PyAny>,
+        causal: bool,
+        softmax_scale: Option<f32>,
+    ) -> PyResult<DeviceDecode> {
+        let (q, k, v) = (
+            View::parse("q", q)?,
+            View::parse("k", k)?,
+            View::parse("v", v)?,
+        );
+        let Device::Cuda(_) = same_device(&[&q, &k, &v])? else {
+            return Err(BoundaryError::Unsupported("DeviceDecode runs CUDA tensors".into()).into());
+        };
+        output_shapes(&q, &v)?;
+        k.expect_rank(4, "[batch, seq_k, heads_kv, head_dim]")?;
+        let dtype = cuda::kernel_dtype(&q)?;
+        let (b, sq, hq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+        let (sk, hk) = (k.shape[1], k.shape[2]);
+        if hk == 0 || !hq.is_multiple_of(hk) {
+            return Err(BoundaryError::from(ferrattn_core::CoreError::HeadRatio {
+                heads_q: hq,
+                heads_kv: hk,
+            })
+            .into());
+        }
+        let shape = DecodeShape {
+            batch: b,
+            query_len: sq,
+            heads_q: hq,
+            heads_kv: hk,
+            head_dim: d,
+            dtype,
+            causal,
+            softmax_scale,
+        };
+        let lens = vec![sk; b];
+        let step = DeviceStep::plan(
+            cuda::ordinal(&q)?,
+            shape,
+            &lens,
+            KvCache::Contiguous { max_seqlen_k: sk },
+        )?;
+        Ok(DeviceDecode { step })
+    }
+
+    #[getter]
+    fn workspace_bytes(&self) -> usize {
+        self.step.workspace_bytes()
+    }
+
+    #[pyo3(signature = (workspace, stream=None))]
+    fn begin(&mut self, workspace: &Bound<'_, PyAny>, stream: Option<usize>) -> PyResult<()> {
+        let ws = View::parse("workspace", workspace)?;
+        self.step.begin(&ws, cuda::stream(stream))?;
+        Ok(())
+    }
+
+    /// Launches on `stream`, writing `out [B, Sq, Hq, D]` and `lse f32 [B, Hq, Sq]`.
+    #[pyo3(signature = (q, k, v, out, lse, stream=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature
+    fn run(
+        &self,
+        q: &Bound<'_, PyAny>,
+        k: &Bound<'_, PyAny>,
+        v: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        lse: &Bound<'_, PyAny>,
+        stream: Option<usize>,
+    ) -> PyResult<()> {
+        let views = [
+            View::parse("q", q)?,
+            View::parse("k", k)?,
+            View::parse("v", v)?,
+            View::parse("out", out)?,
+            View::parse("lse", lse)?,
+        ];
+        let device = same_device(&views.iter().collect::<Vec<_>>())?;
+        if device != Device::Cuda(self.step.ordinal as i32) {
+            return Err(BoundaryError::Device {
+                name: "q",
+                message: format!(
+                    "is on {device} but the call was planned for cuda:{}",
+                    self.step.ordinal
+                ),
+            }
+            .into());
+        }
+        let t: Vec<_> = views.iter().map(cuda::whole).collect::<Result<_>>()?;
+        let x = DecodeViews {
+            q: &t[0],
+            k: &t[1],
+            v: &t[2],
+            o: &t[3],
+            lse: &t[4],
+        };
+        self.step.run(&x, cuda::stream(stream))?;
+        Ok(())
     }
 }
 
@@ -561,7 +798,7 @@ impl TurboCache {
             q.float_dtype()?,
         )?;
         if let Device::Cuda(_) = device {
-            return Err(cuda_unavailable("TurboCache.prefill").into());
+            return Err(cuda_unsupported("TurboCache.prefill").into());
         }
         let x = AttentionInputs::new(host::read(&q)?, host::read(&k)?, host::read(&v)?);
         let cfg = self.cfg.clone();
@@ -593,7 +830,7 @@ impl TurboCache {
         self.check_kv(&k, &v, Some(1))?;
         self.filled()?;
         if let Device::Cuda(_) = device {
-            return Err(cuda_unavailable("TurboCache.append").into());
+            return Err(cuda_unsupported("TurboCache.append").into());
         }
         let (kt, vt) = (host::read(&k)?, host::read(&v)?);
         let cache = self.cache.as_mut().expect("checked by filled()");
@@ -631,7 +868,7 @@ impl TurboCache {
         )?;
         let cache = self.filled()?;
         if let Device::Cuda(_) = device {
-            return Err(cuda_unavailable("TurboCache.decode").into());
+            return Err(cuda_unsupported("TurboCache.decode").into());
         }
         let qt = host::read(&q)?;
         let scale = softmax_scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt());
