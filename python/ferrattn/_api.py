@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from . import _ferrattn as _native
 from . import _tensors as _t
+from . import torch_ops
 
 ALGORITHMS = ("exact", "lean", "turbo", "turboquant")
 
@@ -24,8 +25,9 @@ def _prepare(tensors, outputs, stream):
     first = tensors[0]
     dev = _t.device_of(first)
     handle = _t.current_stream(first, stream) if dev[0] == _t.DL_CUDA else None
-    caps = [_t.export(x, handle) for x in tensors]
-    outs = [None if o is None else _t.export(o, handle) for o in outputs]
+    own = stream is None
+    caps = [_t.export(x, handle, own) for x in tensors]
+    outs = [None if o is None else _t.export(o, handle, own) for o in outputs]
     return dev, handle, caps, outs
 
 
@@ -81,12 +83,11 @@ def attention(
     ``[B, Hq, Sq]`` (natural log) when ``return_lse``. ``out=``/``lse=`` write into the caller's
     tensors (exact shape, or a flat contiguous buffer with enough elements) instead.
     """
-    if _t.framework(q) == "torch":
-        from . import torch_ops
-
-        if torch_ops.registered() and torch_ops.in_graph_mode():
-            o, l = torch_ops.attention(q, k, v, algo, causal, softmax_scale, out, lse)
-            return (o, l) if return_lse else o
+    # while torch.compile traces, go through the registered op (one opaque node) instead of
+    # tracing into the DLPack exchange
+    if torch_ops.is_compiling is not None and torch_ops.is_compiling():
+        o, l = torch_ops.attention(q, k, v, algo, causal, softmax_scale, out, lse)
+        return (o, l) if return_lse else o
     return _attention_direct(q, k, v, algo, causal, softmax_scale, return_lse, out, lse, stream)
 
 

@@ -15,18 +15,38 @@ DL_CPU = 1
 DL_CUDA = 2
 
 
+_FRAMEWORK = {}
+# torch's C entry points for the per-layer hot path (set at first use): DLPack export without the
+# Python-level stream handshake of Tensor.__dlpack__, and the raw current stream
+_torch_to_dlpack = None
+_torch_raw_stream = None
+
+
 def framework(x):
     """'torch', 'numpy', 'cupy', 'jax' or 'other', from the tensor's type (no import)."""
-    mod = type(x).__module__.split(".", 1)[0]
-    if mod in ("torch", "numpy", "cupy"):
-        return mod
-    if mod in ("jax", "jaxlib"):
-        return "jax"
-    return "other"
+    t = type(x)
+    fw = _FRAMEWORK.get(t)
+    if fw is None:
+        mod = t.__module__.split(".", 1)[0]
+        fw = mod if mod in ("torch", "numpy", "cupy") else "jax" if mod in ("jax", "jaxlib") else "other"
+        _FRAMEWORK[t] = fw
+        if fw == "torch":
+            _bind_torch()
+    return fw
+
+
+def _bind_torch():
+    global _torch_to_dlpack, _torch_raw_stream
+    import torch
+
+    _torch_to_dlpack = torch.utils.dlpack.to_dlpack
+    _torch_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def device_of(x):
     """``(device_type, device_id)`` as DLPack numbers them."""
+    if framework(x) == "torch":
+        return (DL_CUDA, x.get_device()) if x.is_cuda else (DL_CPU, 0)
     try:
         return tuple(x.__dlpack_device__())
     except AttributeError:
@@ -52,6 +72,8 @@ def current_stream(x, stream=None):
         raise TypeError(f"stream must be an int handle or a CUDA stream object, got {stream!r}")
     fw = framework(x)
     if fw == "torch":
+        if _torch_raw_stream is not None:
+            return _torch_raw_stream(x.get_device())
         import torch
 
         return torch.cuda.current_stream(x.device).cuda_stream
@@ -62,11 +84,17 @@ def current_stream(x, stream=None):
     return 0
 
 
-def export(x, stream=None):
+def export(x, stream=None, producer_stream=True):
     """The DLPack capsule of ``x``. ``stream`` is the consumer's CUDA stream handle (``None``
-    for host tensors). DLPack >= 1.0 capsules are asked for first (they carry a read-only flag)."""
-    if framework(x) == "torch" and x.requires_grad:
-        x = x.detach()
+    for host tensors). DLPack >= 1.0 capsules are asked for first (they carry a read-only flag).
+
+    ``producer_stream``: ``stream`` is the producer's own current stream (the default, when the
+    caller named none), so no handshake is needed and torch tensors take its C exporter."""
+    if framework(x) == "torch":
+        if x.requires_grad:
+            x = x.detach()
+        if producer_stream or not x.is_cuda:
+            return _torch_to_dlpack(x)
     if stream is not None:
         # DLPack reserves 0 ("ambiguous"); 1 names the legacy default stream that handle 0 is
         stream = stream or 1

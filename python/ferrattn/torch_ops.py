@@ -16,17 +16,16 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from ._ferrattn import UnsupportedError
+
 _REGISTERED = False
+# set by register(): module globals that torch.compile's tracer can follow without imports
+is_compiling = None
+_ops = None
 
 
 def registered():
     return _REGISTERED
-
-
-def in_graph_mode():
-    import torch
-
-    return torch.compiler.is_compiling()
 
 
 def register():
@@ -70,19 +69,17 @@ def register():
     def _(q, k, v, out, lse, algo, causal, softmax_scale):
         return None
 
+    global is_compiling, _ops
+    is_compiling = torch.compiler.is_compiling
+    _ops = torch.ops.ferrattn
     _REGISTERED = True
 
 
 def attention(q, k, v, algo, causal, softmax_scale, out=None, lse=None):
     """Through the dispatcher (what ``ferrattn.attention`` calls while torch.compile traces)."""
-    import torch
-
-    register()
     if out is None and lse is None:
-        return torch.ops.ferrattn.attention(q, k, v, algo, causal, softmax_scale)
+        return _ops.attention(q, k, v, algo, causal, softmax_scale)
     if out is None or lse is None:
-        from ._ferrattn import UnsupportedError
-
         raise UnsupportedError("under torch.compile pass both out= and lse=, or neither")
-    torch.ops.ferrattn.attention_out(q, k, v, out, lse, algo, causal, softmax_scale)
+    _ops.attention_out(q, k, v, out, lse, algo, causal, softmax_scale)
     return out, lse

@@ -115,11 +115,7 @@ pub fn attention<'py>(
     let dtype = q.float_dtype()?;
     check_outputs(out.as_ref(), lse.as_ref(), &o_shape, &lse_shape, dtype)?;
     if let Device::Cuda(_) = device {
-        return Err(cuda_unsupported(&format!(
-            "attention with algo={:?} (use DeviceDecode for lean)",
-            algo.name()
-        ))
-        .into());
+        return Err(cuda_unsupported(&format!("attention with algo={:?}", algo.name())).into());
     }
     let x = AttentionInputs::new(host::read(&q)?, host::read(&k)?, host::read(&v)?);
     let opts = AttentionOptions {
@@ -350,6 +346,46 @@ impl PagedDecodePlan {
         self.seq_lens.len()
     }
 
+    /// Benchmark hook: `iters` back-to-back Rust launches of one layer (views built and
+    /// checked, then `DecodeStep::run`, as a Rust engine calls it per layer), returning the
+    /// wall-clock nanoseconds per call; the tensors are checked once by a plain `run` first.
+    /// What the Python path adds on top of this is its per-call overhead.
+    #[pyo3(signature = (q, k_cache, v_cache, out, lse, stream, iters))]
+    #[allow(clippy::too_many_arguments)] // mirrors run()
+    fn rust_launch_ns(
+        &self,
+        py: Python<'_>,
+        q: &Bound<'_, PyAny>,
+        k_cache: &Bound<'_, PyAny>,
+        v_cache: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        lse: &Bound<'_, PyAny>,
+        stream: Option<usize>,
+        iters: usize,
+    ) -> PyResult<f64> {
+        self.run(py, q, k_cache, v_cache, Some(out), Some(lse), stream)?;
+        let dev = self
+            .device
+            .as_ref()
+            .ok_or_else(|| BoundaryError::Unsupported("rust_launch_ns times CUDA steps".into()))?;
+        let views = (
+            View::parse("q", q)?,
+            View::parse("k_cache", k_cache)?,
+            View::parse("v_cache", v_cache)?,
+            View::parse("out", out)?,
+            View::parse("lse", lse)?,
+        );
+        let t0 = std::time::Instant::now();
+        for _ in 0..iters {
+            Self::run_device(
+                dev,
+                (&views.0, &views.1, &views.2, &views.3, &views.4),
+                stream,
+            )?;
+        }
+        Ok(t0.elapsed().as_nanos() as f64 / iters.max(1) as f64)
+    }
+
     /// One layer: `q [B, Hq, D]`, `k_cache`/`v_cache` `[num_pages, page_size, Hk, D]` (NHD).
     /// O is `[B, Hq, D]` in q's dtype, LSE `f32 [B, Hq]` (natural log).
     #[pyo3(signature = (q, k_cache, v_cache, out=None, lse=None, stream=None))]
@@ -510,6 +546,36 @@ impl PagedDecodePlan {
 }
 
 impl PagedDecodePlan {
+    /// The CUDA run of one layer: the views as the plan lays them out, and the launch.
+    fn run_device(
+        dev: &DeviceStep,
+        (q, kc, vc, o, l): (&View<'_>, &View<'_>, &View<'_>, &View<'_>, &View<'_>),
+        stream: Option<usize>,
+    ) -> Result<()> {
+        let (b, hq, d) = (q.shape[0], q.shape[1], q.shape[2]);
+        // the plan's layout is [B, 1, Hq, D] and [B, Hq, 1]: an axis of extent 1 takes any stride
+        let qv = cuda::view(
+            q,
+            &[b, 1, hq, d],
+            &[q.strides[0], 0, q.strides[1], q.strides[2]],
+        )?;
+        let ov = cuda::view(
+            o,
+            &[b, 1, hq, d],
+            &[o.strides[0], 0, o.strides[1], o.strides[2]],
+        )?;
+        let lv = cuda::view(l, &[b, hq, 1], &[l.strides[0], l.strides[1], 0])?;
+        let (kv, vv) = (cuda::whole(kc)?, cuda::whole(vc)?);
+        let views = DecodeViews {
+            q: &qv,
+            k: &kv,
+            v: &vv,
+            o: &ov,
+            lse: &lv,
+        };
+        dev.run(&views, cuda::stream(stream))
+    }
+
     /// The CPU reads the pages through the table into padded `[B, max_len, Hk, D]` K and V.
     fn gather(&self, q: &Tensor, kc: &Tensor, vc: &Tensor) -> AttentionInputs {
         let (b, hk, d, ps) = (

@@ -1,0 +1,223 @@
+"""CUDA tensors (torch): Lean decode through the device path against the float64 reference and the
+CPU emulation, the caller's stream, a 32-layer Llama-shape decode step captured in a CUDA graph
+and replayed 100 times against eager runs (bit for bit), and the boundary errors on device
+tensors. Skipped without torch or without a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import compare, cuda_available, reference
+
+pytestmark = pytest.mark.skipif(not cuda_available(), reason="needs torch with a CUDA GPU")
+
+if cuda_available():
+    import torch
+
+import ferrattn  # noqa: E402
+
+# f16/bf16 outputs of values below 1 in magnitude: half an ulp is 2^-12 (f16) / 2^-9 (bf16), plus
+# f32 accumulation in a different order than the reference
+TOL = {"float16": 2e-3, "bfloat16": 8e-3}
+
+
+def randn(g, shape, dtype, device="cuda"):
+    return torch.randn(shape, generator=g, device="cpu").to(dtype).to(device)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("sq,causal", [(1, False), (4, True)])
+def test_lean_cuda_matches_reference_and_cpu(dtype, sq, causal):
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = randn(g, (3, sq, 32, 128), dt), randn(g, (3, 577, 8, 128), dt), randn(g, (3, 577, 8, 128), dt)
+    o, lse = ferrattn.attention(q, k, v, algo="lean", causal=causal, return_lse=True)
+    assert o.is_cuda and o.dtype == dt and lse.dtype == torch.float32 and lse.shape == (3, 32, sq)
+    torch.cuda.synchronize()
+    f = lambda t: t.float().cpu().numpy()
+    ro, rl = reference(f(q), f(k), f(v), causal)
+    assert compare(f(o), ro).max_abs < TOL[dtype], compare(f(o), ro)
+    assert compare(lse.cpu().numpy(), rl).max_abs < 1e-3
+    co, cl = ferrattn.attention(q.cpu(), k.cpu(), v.cpu(), algo="lean", causal=causal, return_lse=True)
+    assert compare(f(o), f(co)).max_abs < TOL[dtype]
+
+
+def test_outputs_into_caller_buffers_on_a_side_stream():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = randn(g, (2, 1, 8, 64), torch.float16), randn(g, (2, 100, 2, 64), torch.float16), randn(g, (2, 100, 2, 64), torch.float16)
+    want = ferrattn.attention(q, k, v, algo="lean")
+    s = torch.cuda.Stream()
+    out = torch.full_like(want, float("nan"))
+    lse = torch.empty(2, 8, 1, device="cuda")
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ferrattn.attention(q, k, v, algo="lean", out=out, lse=lse, return_lse=True)
+    s.synchronize()
+    assert torch.equal(out, want)
+
+
+def paged_cache(seed, layers, num_pages, page_size, hk, d, dtype):
+    # drawn on the GPU: 32 layers of pools are too many values for the host generator
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (num_pages, page_size, hk, d)
+    return [
+        tuple(torch.randn(shape, generator=g, device="cuda").to(dtype) for _ in range(2))
+        for _ in range(layers)
+    ]
+
+
+def llama_step(page_size=16, layers=32):
+    """A Llama-3-8B-shape decode step (32 query heads, 8 KV heads, d 128) over a ragged batch whose
+    pages are scattered through each layer's pool."""
+    g = torch.Generator().manual_seed(2)
+    seq_lens = [1, 37, 577, 4097]
+    num_pages = sum(-(-n // page_size) for n in seq_lens) + 7
+    max_pages = max(-(-n // page_size) for n in seq_lens)
+    perm = torch.randperm(num_pages, generator=g).tolist()
+    table = np.full((4, max_pages), -1, np.int32)
+    for b, n in enumerate(seq_lens):
+        for j in range(-(-n // page_size)):
+            table[b, j] = perm.pop()
+    kv = paged_cache(7, layers, num_pages, page_size, 8, 128, torch.float16)
+    qs = [randn(g, (4, 32, 128), torch.float16) for _ in range(layers)]
+    return seq_lens, table, num_pages, kv, qs
+
+
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_paged_decode_cuda_matches_reference(page_size):
+    seq_lens, table, num_pages, kv, qs = llama_step(page_size, layers=1)
+    w = ferrattn.BatchDecodeWithPagedKVCacheWrapper(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+    w.plan(table, seq_lens, 32, 8, 128, page_size, num_pages=num_pages, q_data_type=torch.float16)
+    out, lse = w.run(qs[0], kv[0])
+    torch.cuda.synchronize()
+    kc, vc = (t.float().cpu().numpy() for t in kv[0])
+    k = np.zeros((4, max(seq_lens), 8, 128), np.float32)
+    v = np.zeros_like(k)
+    for b, n in enumerate(seq_lens):
+        for t in range(n):
+            p = table[b, t // page_size]
+            k[b, t], v[b, t] = kc[p, t % page_size], vc[p, t % page_size]
+    ro, rl = reference(qs[0].float().cpu().numpy()[:, None], k, v, seqlens_k=seq_lens)
+    assert compare(out.float().cpu().numpy(), ro[:, 0]).max_abs < TOL["float16"]
+    assert compare(lse.cpu().numpy(), rl[:, :, 0]).max_abs < 1e-3
+    # the host path of the same wrapper API reads the same pages
+    wc = ferrattn.BatchDecodeWithPagedKVCacheWrapper()
+    wc.plan(table, seq_lens, 32, 8, 128, page_size)
+    co, cl = wc.run(qs[0].cpu(), tuple(t.cpu() for t in kv[0]))
+    assert compare(out.float().cpu().numpy(), co.float().numpy()).max_abs < TOL["float16"]
+
+
+def test_32_layer_decode_step_in_a_cuda_graph_equals_eager():
+    seq_lens, table, num_pages, kv, qs = llama_step()
+    w = ferrattn.BatchDecodeWithPagedKVCacheWrapper(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+    w.plan(table, seq_lens, 32, 8, 128, 16, num_pages=num_pages, q_data_type=torch.float16)
+    q_static = [q.clone() for q in qs]
+    outs = [torch.empty(4, 32, 128, dtype=torch.float16, device="cuda") for _ in qs]
+    lses = [torch.empty(4, 32, device="cuda") for _ in qs]
+
+    def step():
+        for layer in range(len(qs)):
+            w.run(q_static[layer], kv[layer], out=outs[layer], lse=lses[layer])
+
+    step()
+    torch.cuda.synchronize()
+    eager = [(o.clone(), l.clone()) for o, l in zip(outs, lses)]
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # warm-up on the capture stream, as torch.cuda.graph does
+    torch.cuda.current_stream().wait_stream(s)
+    for o in outs:
+        o.fill_(float("nan"))
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(100):
+        graph.replay()
+    torch.cuda.synchronize()
+    for layer, (o, l) in enumerate(eager):
+        assert torch.equal(outs[layer], o), f"layer {layer} O differs after 100 replays"
+        assert torch.equal(lses[layer], l), f"layer {layer} LSE differs after 100 replays"
+    # new queries in the static buffers: the replay computes them (the launches were captured on
+    # the capturing stream, not run once on another)
+    g = torch.Generator().manual_seed(3)
+    for q in q_static:
+        q.copy_(randn(g, q.shape, torch.float16))
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = [o.clone() for o in outs]
+    step()
+    torch.cuda.synchronize()
+    for layer in range(len(qs)):
+        assert torch.equal(replayed[layer], outs[layer])
+
+
+def test_custom_op_and_compile_on_cuda():
+    g = torch.Generator().manual_seed(4)
+    q, k, v = randn(g, (2, 1, 8, 64), torch.float16), randn(g, (2, 100, 2, 64), torch.float16), randn(g, (2, 100, 2, 64), torch.float16)
+    o, lse = torch.ops.ferrattn.attention(q, k, v, "lean", False, None)
+    assert torch.equal(o, ferrattn.attention(q, k, v, algo="lean"))
+    f = torch.compile(lambda q, k, v: ferrattn.attention(q, k, v, algo="lean") * 2, backend="aot_eager", fullgraph=True)
+    assert torch.equal(f(q, k, v), o * 2)
+
+
+# --- the boundary on device tensors: rejected before any launch
+
+
+def small(dtype=None):
+    dtype = dtype or torch.float16
+    g = torch.Generator().manual_seed(5)
+    return randn(g, (1, 1, 8, 64), dtype), randn(g, (1, 64, 2, 64), dtype), randn(g, (1, 64, 2, 64), dtype)
+
+
+def test_cuda_wrong_device():
+    q, k, v = small()
+    with pytest.raises(ferrattn.DeviceError, match="k is on cpu but q is on cuda:0"):
+        ferrattn.attention(q, k.cpu(), v, algo="lean")
+
+
+def test_cuda_misaligned():
+    q, k, v = small()
+    buf = torch.zeros(q.numel() + 1, dtype=torch.float16, device="cuda")
+    qm = buf[1:].view(q.shape)  # 2 bytes past a 16-byte boundary
+    with pytest.raises(ferrattn.LayoutError, match="not a multiple of 16"):
+        ferrattn.attention(qm, k, v, algo="lean")
+
+
+def test_cuda_wrong_strides():
+    q, k, v = small()
+    wide = torch.zeros(1, 64, 2, 128, dtype=torch.float16, device="cuda")
+    with pytest.raises(ferrattn.LayoutError, match=r"k has strides \[16384, 256, 128, 2\]"):
+        ferrattn.attention(q, wide[..., ::2], v, algo="lean")
+    with pytest.raises(ferrattn.LayoutError, match="dense rows"):
+        ferrattn.attention(q, wide[..., :64], v, algo="lean")
+
+
+def test_cuda_wrong_dtype():
+    q, k, v = small(torch.float32)
+    with pytest.raises(ferrattn.DTypeError, match="f32"):
+        ferrattn.attention(q, k, v, algo="lean")
+
+
+def test_cuda_page_table_errors():
+    w = ferrattn.BatchDecodeWithPagedKVCacheWrapper(torch.empty(1 << 20, dtype=torch.uint8, device="cuda"))
+    with pytest.raises(ferrattn.PageTableError, match="page indices must be in 0..8"):
+        w.plan([[0, 8]], [20], 8, 2, 64, 16, num_pages=8, q_data_type=torch.float16)
+    with pytest.raises(ferrattn.PageTableError, match="sequence 0 has 33 tokens"):
+        w.plan([[0, 1]], [33], 8, 2, 64, 16, num_pages=8, q_data_type=torch.float16)
+    with pytest.raises(ferrattn.PageTableError, match="num_pages is required on CUDA"):
+        w.plan([[0, 1]], [20], 8, 2, 64, 16, q_data_type=torch.float16)
+    w.plan([[0, 5]], [20], 8, 2, 64, 16, num_pages=8, q_data_type=torch.float16)
+    kc = torch.zeros(4, 16, 2, 64, dtype=torch.float16, device="cuda")
+    with pytest.raises(ferrattn.PageTableError, match=r"page_table\[0\]\[1\] is 5 but the pool \(k_cache\) holds 4 pages"):
+        w.run(torch.zeros(1, 8, 64, dtype=torch.float16, device="cuda"), (kc, kc))
+
+
+def test_algorithms_without_a_device_path_say_so():
+    q, k, v = small()
+    for algo in ("exact", "turbo", "turboquant"):
+        with pytest.raises(ferrattn.UnsupportedError, match="device path runs LeanAttention"):
+            ferrattn.attention(q, k, v, algo=algo)
+    with pytest.raises(ferrattn.UnsupportedError, match="TurboCache.prefill on CUDA"):
+        ferrattn.TurboCache(1, 2, 64).prefill(q, k[:, :1], v[:, :1])
