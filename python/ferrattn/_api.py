@@ -132,27 +132,23 @@ def _dtype_name(dt):
 
 
 def _as_int32_host(x, name):
-    """A host int32 DLPack tensor from a list, numpy array or torch tensor (copied to the host at
-    plan time: the plan is made on the host once per step, as FlashInfer's is)."""
+    """A host int32 array from a list, numpy, torch, cupy or jax integer array (read on the host
+    at plan time: the plan is made on the host once per step, as FlashInfer's is). Other integer
+    widths are range-checked and narrowed (engines keep tables in int64 as often as in int32);
+    non-integer arrays are passed on for the native check to name their dtype."""
     import numpy as np
 
     fw = _t.framework(x)
     if fw == "torch":
-        x = x.detach().to("cpu")
+        x = x.detach().cpu().numpy()
     elif fw == "cupy":
         x = x.get()
-    elif fw == "jax":
-        x = np.asarray(x)
-    if isinstance(x, (list, tuple)):
-        x = np.asarray(x, dtype=np.int32)
-    if fw in ("numpy", "other") and hasattr(x, "dtype") and str(x.dtype) in ("int64", "int16", "int8", "uint32"):
-        # engines keep lengths in int64 as often as int32; the values are range-checked natively
-        if np.abs(np.asarray(x)).max(initial=0) >= 2**31:
-            from ._ferrattn import PageTableError
-
-            raise PageTableError(f"{name} holds values beyond int32")
-        x = np.asarray(x, dtype=np.int32)
-    return x
+    a = np.asarray(x)
+    if a.dtype.kind in "iu" and a.dtype != np.int32:
+        if a.size and (a.max() >= 2**31 or a.min() < -(2**31)):
+            raise _native.PageTableError(f"{name} holds values outside int32 ({a.min()} .. {a.max()})")
+        a = a.astype(np.int32)
+    return a
 
 
 class BatchDecodeWithPagedKVCacheWrapper:

@@ -9,8 +9,11 @@ whenever the mask is the plain causal one (no padding); the causal mask is then 
 ferrattn, bottom-right aligned, which is what decoding against a KV cache needs. A padding mask
 is not supported and raises ``UnsupportedError``.
 
-``ferrattn_lean`` runs LeanAttention for decode steps (at most 8 query tokens) and ferrattn's exact
-attention for longer queries (the prompt): Lean is a decode kernel.
+``ferrattn_lean`` runs LeanAttention for decode steps (at most 8 query tokens); Lean is a decode
+kernel, so longer queries (the prompt) run exact attention: ferrattn's on host tensors, torch's
+``scaled_dot_product_attention`` on CUDA tensors (ferrattn's device path has no exact prefill).
+``ferrattn_exact`` and ``ferrattn_turbo`` run host tensors (their CUDA device path does not exist
+yet and they raise ``UnsupportedError`` on CUDA tensors).
 """
 
 from __future__ import annotations
@@ -35,14 +38,31 @@ def _forward_for(algo):
         q, k, v = (t.transpose(1, 2) for t in (query, key, value))
         if q.is_cuda:
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        use = algo
+        causal = bool(causal) and q.shape[1] > 1
         if algo == "lean" and q.shape[1] > 8:
-            use = "exact"
-        out = _api.attention(q, k, v, algo=use, causal=bool(causal) and q.shape[1] > 1, softmax_scale=scaling)
+            if q.is_cuda:
+                return _sdpa_prompt(query, key, value, causal, scaling), None
+            out = _api.attention(q, k, v, algo="exact", causal=causal, softmax_scale=scaling)
+        else:
+            out = _api.attention(q, k, v, algo=algo, causal=causal, softmax_scale=scaling)
         return out, None
 
     forward.__name__ = f"ferrattn_{algo}_attention_forward"
     return forward
+
+
+def _sdpa_prompt(query, key, value, causal, scale):
+    """torch SDPA for a Lean model's prompt on CUDA, with ferrattn's bottom-right causal mask."""
+    import torch
+
+    lq, lk = query.shape[2], key.shape[2]
+    mask = None
+    if causal and lq != lk:
+        mask = torch.ones(lq, lk, dtype=torch.bool, device=query.device).tril(lk - lq)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, is_causal=causal and lq == lk, scale=scale, enable_gqa=True
+    )
+    return o.transpose(1, 2)
 
 
 def registered():

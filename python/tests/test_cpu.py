@@ -179,6 +179,12 @@ def test_paged_decode_matches_contiguous_numpy_and_cli(page_size, cli):
     kv = np.stack([kc, vc], axis=1)
     out2, lse2 = w.run(q, kv)
     np.testing.assert_array_equal(out2, out)
+    # int64 tables (as engines often keep them) are narrowed after a range check
+    w64 = ferrattn.BatchDecodeWithPagedKVCacheWrapper()
+    w64.plan(table.astype(np.int64), np.asarray(seq_lens, np.int64), hq, hk, d, page_size)
+    np.testing.assert_array_equal(w64.run(q, (kc, vc))[0], out)
+    with pytest.raises(ferrattn.PageTableError, match="outside int32"):
+        w64.plan(table.astype(np.int64) + 2**31, seq_lens, hq, hk, d, page_size)
     # run per layer with the same plan, into fixed buffers
     o_buf, l_buf = np.empty_like(out), np.empty_like(lse)
     r = w.run(q, (kc, vc), out=o_buf, lse=l_buf)

@@ -221,3 +221,22 @@ def test_algorithms_without_a_device_path_say_so():
             ferrattn.attention(q, k, v, algo=algo)
     with pytest.raises(ferrattn.UnsupportedError, match="TurboCache.prefill on CUDA"):
         ferrattn.TurboCache(1, 2, 64).prefill(q, k[:, :1], v[:, :1])
+
+
+def test_transformers_lean_on_cuda():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    ref = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval().half().cuda()
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="ferrattn_lean").eval().half().cuda()
+    model.load_state_dict(ref.state_dict())
+    ids = torch.randint(0, 128, (1, 70), generator=torch.Generator().manual_seed(1)).cuda()
+    with torch.no_grad():
+        want = ref(ids).logits
+        past = model(ids[:, :-1], use_cache=True).past_key_values
+        step = model(ids[:, -1:], past_key_values=past).logits[:, -1]  # Lean decode on the GPU
+    c = compare(step.float().cpu().numpy(), want[:, -1].float().cpu().numpy())
+    assert c.max_abs < 2e-2 and c.cosine > 0.9999, c
