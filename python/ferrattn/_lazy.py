@@ -56,7 +56,8 @@ _finder = _Finder()
 def on_import(name, callback):
     """``callback()`` now if ``name`` is imported, else right after its import finishes."""
     if name in sys.modules:
-        callback()
+        _pending.setdefault(name, []).append(callback)
+        _fire(name)
         return
     _pending.setdefault(name, []).append(callback)
     if _finder not in sys.meta_path:

@@ -12,7 +12,7 @@ Outside ``torch.compile`` tracing, :func:`ferrattn.attention` skips the dispatch
 native module directly (the dispatcher's Python wrapper costs tens of microseconds per call).
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: torch.library.custom_op reads the annotations as types
 
 from typing import Optional, Tuple
 
