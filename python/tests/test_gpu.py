@@ -240,3 +240,16 @@ def test_transformers_lean_on_cuda():
         step = model(ids[:, -1:], past_key_values=past).logits[:, -1]  # Lean decode on the GPU
     c = compare(step.float().cpu().numpy(), want[:, -1].float().cpu().numpy())
     assert c.max_abs < 2e-2 and c.cosine > 0.9999, c
+
+
+def test_cupy_arrays_in_and_out():
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(6)
+    host = [rng.standard_normal(s).astype(np.float16) for s in ((2, 1, 8, 64), (2, 77, 2, 64), (2, 77, 2, 64))]
+    q, k, v = (cupy.asarray(x) for x in host)
+    o, lse = ferrattn.attention(q, k, v, algo="lean", return_lse=True)
+    assert isinstance(o, cupy.ndarray) and o.dtype == cupy.float16 and lse.dtype == cupy.float32
+    cupy.cuda.get_current_stream().synchronize()
+    ro, rl = reference(*(x.astype(np.float32) for x in host))
+    assert compare(cupy.asnumpy(o).astype(np.float32), ro).max_abs < TOL["float16"]
+    assert compare(cupy.asnumpy(lse), rl).max_abs < 1e-3
