@@ -99,6 +99,8 @@ pub fn attention<'py>(
     want_lse: bool,
     stream: Option<usize>,
 ) -> PyResult<Outputs> {
+    // host tensors only reach the end of this function (CUDA ones are refused below or run
+    // through DeviceDecode): there is no stream to order against
     let _ = stream;
     let algo = algorithm(algo)?;
     let (q, k, v) = (
@@ -722,8 +724,7 @@ impl DeviceDecode {
     }
 }
 
-fn kv_bits(name: &str, heads_kv: usize) -> Result<KvBits> {
-    let _ = heads_kv;
+fn kv_bits(name: &str) -> Result<KvBits> {
     Ok(match name {
         "int4" => KvBits::Int4,
         "int2" => KvBits::Int2,
@@ -803,7 +804,7 @@ impl TurboCache {
         sas: bool,
     ) -> PyResult<TurboCache> {
         let cfg = TurboConfig {
-            kv_bits: self::kv_bits(kv_bits, heads_kv)?,
+            kv_bits: self::kv_bits(kv_bits)?,
             sas,
             ..TurboConfig::default()
         };
@@ -843,7 +844,7 @@ impl TurboCache {
         lse: Option<&Bound<'py, PyAny>>,
         stream: Option<usize>,
     ) -> PyResult<Outputs> {
-        let _ = stream;
+        let _ = stream; // the cache runs on host tensors (CUDA ones are refused below)
         let (q, k, v) = (
             View::parse("q", q)?,
             View::parse("k", k)?,
@@ -890,7 +891,7 @@ impl TurboCache {
         v: &Bound<'_, PyAny>,
         stream: Option<usize>,
     ) -> PyResult<()> {
-        let _ = stream;
+        let _ = stream; // host tensors only, as in prefill
         let (k, v) = (View::parse("k", k)?, View::parse("v", v)?);
         let device = same_device(&[&k, &v])?;
         self.check_kv(&k, &v, Some(1))?;
@@ -916,7 +917,7 @@ impl TurboCache {
         lse: Option<&Bound<'py, PyAny>>,
         stream: Option<usize>,
     ) -> PyResult<Outputs> {
-        let _ = stream;
+        let _ = stream; // host tensors only, as in prefill
         let q = View::parse("q", q)?;
         let (out, lse) = (parse_opt("out", out)?, parse_opt("lse", lse)?);
         let mut all = vec![&q];
