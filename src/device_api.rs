@@ -501,20 +501,12 @@ pub fn validate_lengths(
     shape: &DecodeShape,
     seqlens_k: &[usize],
     kv: &KvCache<'_>,
-    new_tokens: usize,
 ) -> std::result::Result<(), ViewError> {
     if seqlens_k.len() != shape.batch {
         return Err(ViewError::Length {
             what: "the number of sequence lengths".into(),
             got: seqlens_k.len(),
             requirement: format!("one per sequence of the batch ({})", shape.batch),
-        });
-    }
-    if let Some((b, &len)) = seqlens_k.iter().enumerate().find(|(_, &l)| l < new_tokens) {
-        return Err(ViewError::Length {
-            what: format!("seqlens_k[{b}]"),
-            got: len,
-            requirement: format!("at least the step's {new_tokens} new tokens, which it counts"),
         });
     }
     match *kv {
@@ -577,6 +569,11 @@ pub fn validate_lengths(
 impl DecodePlan {
     /// Plans one decode step of `shape` over sequences of `seqlens_k` keys (counting this step's
     /// `new_tokens`) with K/V in `kv`, for the device `caps` describe. Pure host work.
+    ///
+    /// [`DecodeStep::append`] writes token `i` of sequence `b` of its `[batch, new_tokens, ..]`
+    /// input to position `max(seqlens_k[b] - new_tokens, 0) + i` while that is below
+    /// `seqlens_k[b]`: the last `new_tokens` positions of a decode step, or, with `new_tokens`
+    /// the padded prompt length, a whole ragged prompt written into the cache.
     pub fn new(
         shape: &DecodeShape,
         caps: &DeviceCaps,
@@ -585,7 +582,7 @@ impl DecodePlan {
         new_tokens: usize,
         schedule: LeanSchedule,
     ) -> Result<DecodePlan> {
-        validate_lengths(shape, seqlens_k, &kv, new_tokens)?;
+        validate_lengths(shape, seqlens_k, &kv)?;
         let max_seqlen_k = match kv {
             KvCache::Contiguous { max_seqlen_k } => max_seqlen_k,
             KvCache::Paged {
@@ -730,7 +727,7 @@ fn check_view(
             strides: x.strides.clone(),
         });
     }
-    if x.addr % TENSOR_ALIGN != 0 {
+    if !x.addr.is_multiple_of(TENSOR_ALIGN) {
         return Err(ViewError::Misaligned {
             tensor,
             addr: x.addr,
@@ -802,7 +799,7 @@ fn check_workspace(
             declared: w.bytes,
         });
     }
-    if w.addr % WORKSPACE_ALIGN as u64 != 0 {
+    if !w.addr.is_multiple_of(WORKSPACE_ALIGN as u64) {
         return Err(ViewError::Misaligned {
             tensor: "workspace",
             addr: w.addr,

@@ -63,8 +63,7 @@ pub(crate) struct LeanParams {
 /// Q, K, V and sequence lengths on the device, as 16-bit values.
 #[derive(Debug)]
 pub struct DeviceInputs {
-    /// The problem these tensors describe.
-    pub problem: AttentionProblem,
+    pub(crate) problem: AttentionProblem,
     pub(crate) q: DeviceBuffer,
     pub(crate) k: DeviceBuffer,
     pub(crate) v: DeviceBuffer,
@@ -187,6 +186,11 @@ impl DeviceInputs {
             seqlens_k: Some(p.seqlens_k.iter().map(|&x| x as i64).collect()),
             ..AttentionInputs::new(q, k, v)
         })
+    }
+
+    /// The problem these tensors describe.
+    pub fn problem(&self) -> &AttentionProblem {
+        &self.problem
     }
 
     /// Q `[batch, max_seqlen_q, heads_q, head_dim]` on the device.
