@@ -26,8 +26,8 @@
 use crate::{FerrattnError, Result};
 use ferrattn_core::{lean, AttentionProblem, DType, DeviceCaps, KvLayout};
 use ferrattn_cuda::{
-    CudaBackend, KvStorage, LeanKernels, LeanStepPlan, LeanTensors, Paging, PAGE_SIZES,
-    WORKSPACE_ALIGN,
+    CudaBackend, KvStorage, LeanKernels, LeanStepPlan, LeanTensors, Paging, WorkspaceLayout,
+    PAGE_SIZES, WORKSPACE_ALIGN,
 };
 use serde::Serialize;
 use std::marker::PhantomData;
@@ -630,6 +630,26 @@ impl DecodePlan {
             shape: *shape,
             step: LeanStepPlan::new(&p, &lp, storage, new_tokens)?,
         })
+    }
+
+    /// Workspace bytes that serve every stream-K step of `shape` on the device `caps` describe
+    /// with at most `max_pages` page-table entries per sequence (0 for contiguous K/V): the
+    /// stream-K grid never exceeds `compute_units * ctas_per_unit` CTAs. Allocate this once.
+    pub fn stream_k_workspace_bound(
+        shape: &DecodeShape,
+        caps: &DeviceCaps,
+        max_pages: usize,
+    ) -> Result<usize> {
+        let tile_m =
+            (shape.heads_q / shape.heads_kv.max(1) * shape.query_len).min(lean::MAX_TILE_M);
+        let rows = ferrattn_cuda::kernels::lean_rows(tile_m.max(1))?;
+        Ok(WorkspaceLayout::bound(
+            shape.batch,
+            caps.compute_units * caps.ctas_per_unit.max(1),
+            rows,
+            shape.head_dim,
+            shape.batch * max_pages,
+        ))
     }
 
     /// Workspace bytes the step needs (allocate once for the largest step, 256-byte aligned).

@@ -107,6 +107,15 @@ fn good_views_pass() {
     s.check(&c).unwrap();
     assert!(p.workspace_bytes() > 0 && p.workspace_bytes().is_multiple_of(256));
     assert!(p.to_json().contains("\"page_size\": 16"));
+    // the bound serves this step and any other stream-K step of the shape
+    let bound =
+        DecodePlan::stream_k_workspace_bound(&shape(), &DeviceCaps::hopper_reference(), MAX_PAGES)
+            .unwrap();
+    assert!(
+        bound >= p.workspace_bytes(),
+        "{bound} < {}",
+        p.workspace_bytes()
+    );
 }
 
 #[test]

@@ -480,6 +480,19 @@ impl WorkspaceLayout {
     pub fn total_bytes(&self) -> usize {
         self.total
     }
+
+    /// Bytes of a workspace that serves any step of `batch` sequences with at most `num_ctas`
+    /// CTAs, tiles of `rows` query rows, head dim `head_dim` and `table_entries` page-table
+    /// entries (allocate once, e.g. before capturing a graph).
+    pub fn bound(
+        batch: usize,
+        num_ctas: usize,
+        rows: usize,
+        head_dim: usize,
+        table_entries: usize,
+    ) -> usize {
+        WorkspaceLayout::new(batch, num_ctas, rows, head_dim, table_entries).total
+    }
 }
 
 /// One decode step's launch plan: the Lean schedule for the step's lengths, the kernel instance,
