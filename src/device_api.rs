@@ -437,7 +437,7 @@ pub enum ViewError {
 }
 
 /// Shapes of one decode step (everything but the lengths).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct DecodeShape {
     /// Sequences.
     pub batch: usize,
@@ -489,11 +489,55 @@ pub enum LeanSchedule {
     FixedSplit(Option<usize>),
 }
 
-/// One decode step's plan: pure host data (see the module docs). Fields are private.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One decode step's plan: pure host data (see the module docs). Fields are private. Read back
+/// from JSON it is checked again (lengths, page table, schedule), as a new plan is.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(try_from = "PlanInputs")]
 pub struct DecodePlan {
     shape: DecodeShape,
     step: LeanStepPlan,
+}
+
+#[derive(serde::Deserialize)]
+struct PlanInputs {
+    shape: DecodeShape,
+    step: LeanStepPlan,
+}
+
+impl TryFrom<PlanInputs> for DecodePlan {
+    type Error = FerrattnError;
+    fn try_from(x: PlanInputs) -> Result<DecodePlan> {
+        // the step re-checked itself while deserialising; here: the shape agrees with it
+        let (s, p) = (&x.shape, x.step.problem());
+        let agree = s.batch == p.batch
+            && s.query_len == p.max_seqlen_q
+            && s.heads_q == p.heads_q
+            && s.heads_kv == p.heads_kv
+            && s.head_dim == p.head_dim_qk
+            && s.dtype == p.dtype
+            && s.causal == p.causal;
+        if !agree {
+            return Err(FerrattnError::PlanMismatch(format!(
+                "the plan's shape {s:?} disagrees with its step's problem"
+            )));
+        }
+        let kv = match x.step.kv() {
+            KvStorage::Contiguous => KvCache::Contiguous {
+                max_seqlen_k: p.max_seqlen_k,
+            },
+            KvStorage::Paged(pg) => KvCache::Paged {
+                page_size: pg.page_size(),
+                num_pages: pg.num_pages(),
+                max_pages: pg.max_pages(),
+                page_table: pg.table(),
+            },
+        };
+        validate_lengths(s, &p.seqlens_k, &kv)?;
+        Ok(DecodePlan {
+            shape: x.shape,
+            step: x.step,
+        })
+    }
 }
 
 /// Checks a step's lengths and page table (the plan-time half of the boundary).
@@ -670,6 +714,11 @@ impl DecodePlan {
     /// The plan as JSON (to inspect a schedule or reproduce a run).
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("plans serialise")
+    }
+
+    /// A plan read back from [`DecodePlan::to_json`]'s output, checked again.
+    pub fn from_json(json: &str) -> Result<DecodePlan> {
+        serde_json::from_str(json).map_err(|e| FerrattnError::PlanMismatch(e.to_string()))
     }
 }
 

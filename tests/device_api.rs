@@ -366,6 +366,28 @@ fn sequence_longer_than_its_pages_is_rejected() {
 }
 
 #[test]
+fn a_plan_reads_back_from_json_and_a_tampered_one_is_refused() {
+    let t = table();
+    let p = plan(paged(&t));
+    let json = p.to_json();
+    assert_eq!(DecodePlan::from_json(&json).unwrap(), p);
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        f(&mut v);
+        DecodePlan::from_json(&v.to_string())
+    };
+    // sequence 1's length raised past its 8 pages of 16 (the padded extent)
+    let e = edit(&|v| v["step"]["problem"]["seqlens_k"][1] = 129.into()).unwrap_err();
+    assert!(e.to_string().contains("129"), "{e}");
+    // a page outside the pool of 40
+    let e = edit(&|v| v["step"]["kv"]["table"][0] = 40.into()).unwrap_err();
+    assert!(e.to_string().contains("outside the pool"), "{e}");
+    // a shape that is not the step's
+    let e = edit(&|v| v["shape"]["heads_q"] = 16.into()).unwrap_err();
+    assert!(e.to_string().contains("disagrees"), "{e}");
+}
+
+#[test]
 fn workspace_and_host_views_are_checked() {
     let data = vec![0f32; 12];
     let v = TensorView::host(&data, &[3, 4]).unwrap();
