@@ -66,7 +66,8 @@ struct LeanParams {
 template <bool PAGED>
 __device__ __forceinline__ u64 kv_row_of(const LeanParams& p, int b, int j) {
   if constexpr (PAGED) {
-    const int page = p.page_table[(u64)b * p.max_pages + (j >> p.page_shift)];
+    // read-only for the whole launch (uploaded before it): the non-coherent path
+    const int page = __ldg(p.page_table + (u64)b * p.max_pages + (j >> p.page_shift));
     return ((u64)page << p.page_shift) + (u64)(j & ((1 << p.page_shift) - 1));
   } else {
     return (u64)b * p.max_sk + j;
@@ -247,13 +248,23 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
     u16* vs = ks + SK * D;
     const u64 base = (u64)pt.hk * D;
-#pragma unroll 4
-    for (int c = tid; c < SK * D / 8; c += cfg::kThreads) {
-      int key = c / (D / 8), col = (c % (D / 8)) * 8;
-      int j = key0 + key;
-      bool ok = j < pt.len_k;
-      // keys past the sequence are zero-filled (src-size 0) from an address that is always valid
-      u64 off = base + (ok ? kv_row_of<PAGED>(p, pt.b, j) : (u64)0) * kv_row + col;
+    // Rows first, copies second: cp_async16's "memory" clobber keeps the compiler from hoisting a
+    // page-table load above an earlier copy, so interleaved they would wait one load latency each.
+    constexpr int CH = SK * D / 8 / cfg::kThreads;  // 16-byte chunks per thread per stage
+    static_assert(CH * cfg::kThreads == SK * D / 8, "a stage splits evenly over the threads");
+    u64 rows[CH];
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+      const int j = key0 + (tid + i * cfg::kThreads) / (D / 8);
+      // keys past the sequence are zero-filled (src-size 0) from row 0, an always-valid address
+      rows[i] = j < pt.len_k ? kv_row_of<PAGED>(p, pt.b, j) : (u64)0;
+    }
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+      const int c = tid + i * cfg::kThreads;
+      const int key = c / (D / 8), col = (c % (D / 8)) * 8;
+      const bool ok = key0 + key < pt.len_k;
+      const u64 off = base + rows[i] * kv_row + col;
       cp_async16(ks + swz<D>(key, col >> 3), p.k + off, ok);
       cp_async16(vs + swz<D>(key, col >> 3), p.v + off, ok);
     }

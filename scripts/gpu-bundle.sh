@@ -20,13 +20,14 @@ echo "nvcc: $NVCC" >&2
 msgs="$(mktemp)"
 trap 'rm -f "$msgs"' EXIT
 cargo test --release -p ferrattn-cuda --no-run --message-format=json >"$msgs"
-cargo bench -p ferrattn-cuda --bench lean_decode --no-run --message-format=json >>"$msgs"
+cargo bench -p ferrattn-cuda --bench lean_decode --bench lean_paged --no-run --message-format=json >>"$msgs"
 rm -rf "$DEST"
 mkdir -p "$DEST"
 python3 - "$msgs" "$DEST" <<'PY'
 import json, shutil, sys
 msgs, dest = sys.argv[1], sys.argv[2]
-want = {("gpu_lean", "test"): "gpu_lean", ("ferrattn_cuda", "lib"): "unit_tests", ("lean_decode", "bench"): "lean_decode"}
+want = {("gpu_lean", "test"): "gpu_lean", ("ferrattn_cuda", "lib"): "unit_tests", ("lean_decode", "bench"): "lean_decode",
+        ("gpu_lean_device", "test"): "gpu_lean_device", ("lean_paged", "bench"): "lean_paged"}
 found = {}
 for line in open(msgs):
     try:
@@ -46,8 +47,9 @@ if missing:
 for name, exe in found.items():
     shutil.copy(exe, f"{dest}/{name}")
 PY
-strip "$DEST"/gpu_lean "$DEST"/unit_tests "$DEST"/lean_decode
+strip "$DEST"/gpu_lean "$DEST"/unit_tests "$DEST"/lean_decode "$DEST"/gpu_lean_device "$DEST"/lean_paged
 cp scripts/gpu-run.sh "$DEST/run.sh"
+cp scripts/gpu-run-device.sh "$DEST/run-device.sh"
 cp scripts/gpu-env.sh "$DEST/"
 cp scripts/sdpa_bench.py scripts/gpu-report.py "$DEST/"
 git rev-parse --short HEAD >"$DEST/COMMIT" 2>/dev/null || echo unknown >"$DEST/COMMIT"

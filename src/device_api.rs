@@ -26,8 +26,8 @@
 use crate::{FerrattnError, Result};
 use ferrattn_core::{lean, AttentionProblem, DType, DeviceCaps, KvLayout};
 use ferrattn_cuda::{
-    CudaBackend, KvStorage, LeanKernels, LeanStepPlan, LeanTensors, Paging, PAGE_SIZES,
-    WORKSPACE_ALIGN,
+    CudaBackend, KvStorage, LeanKernels, LeanStepPlan, LeanTensors, Paging, WorkspaceLayout,
+    PAGE_SIZES, WORKSPACE_ALIGN,
 };
 use serde::Serialize;
 use std::marker::PhantomData;
@@ -437,7 +437,7 @@ pub enum ViewError {
 }
 
 /// Shapes of one decode step (everything but the lengths).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct DecodeShape {
     /// Sequences.
     pub batch: usize,
@@ -489,11 +489,55 @@ pub enum LeanSchedule {
     FixedSplit(Option<usize>),
 }
 
-/// One decode step's plan: pure host data (see the module docs). Fields are private.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One decode step's plan: pure host data (see the module docs). Fields are private. Read back
+/// from JSON it is checked again (lengths, page table, schedule), as a new plan is.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(try_from = "PlanInputs")]
 pub struct DecodePlan {
     shape: DecodeShape,
     step: LeanStepPlan,
+}
+
+#[derive(serde::Deserialize)]
+struct PlanInputs {
+    shape: DecodeShape,
+    step: LeanStepPlan,
+}
+
+impl TryFrom<PlanInputs> for DecodePlan {
+    type Error = FerrattnError;
+    fn try_from(x: PlanInputs) -> Result<DecodePlan> {
+        // the step re-checked itself while deserialising; here: the shape agrees with it
+        let (s, p) = (&x.shape, x.step.problem());
+        let agree = s.batch == p.batch
+            && s.query_len == p.max_seqlen_q
+            && s.heads_q == p.heads_q
+            && s.heads_kv == p.heads_kv
+            && s.head_dim == p.head_dim_qk
+            && s.dtype == p.dtype
+            && s.causal == p.causal;
+        if !agree {
+            return Err(FerrattnError::PlanMismatch(format!(
+                "the plan's shape {s:?} disagrees with its step's problem"
+            )));
+        }
+        let kv = match x.step.kv() {
+            KvStorage::Contiguous => KvCache::Contiguous {
+                max_seqlen_k: p.max_seqlen_k,
+            },
+            KvStorage::Paged(pg) => KvCache::Paged {
+                page_size: pg.page_size(),
+                num_pages: pg.num_pages(),
+                max_pages: pg.max_pages(),
+                page_table: pg.table(),
+            },
+        };
+        validate_lengths(s, &p.seqlens_k, &kv)?;
+        Ok(DecodePlan {
+            shape: x.shape,
+            step: x.step,
+        })
+    }
 }
 
 /// Checks a step's lengths and page table (the plan-time half of the boundary).
@@ -501,20 +545,12 @@ pub fn validate_lengths(
     shape: &DecodeShape,
     seqlens_k: &[usize],
     kv: &KvCache<'_>,
-    new_tokens: usize,
 ) -> std::result::Result<(), ViewError> {
     if seqlens_k.len() != shape.batch {
         return Err(ViewError::Length {
             what: "the number of sequence lengths".into(),
             got: seqlens_k.len(),
             requirement: format!("one per sequence of the batch ({})", shape.batch),
-        });
-    }
-    if let Some((b, &len)) = seqlens_k.iter().enumerate().find(|(_, &l)| l < new_tokens) {
-        return Err(ViewError::Length {
-            what: format!("seqlens_k[{b}]"),
-            got: len,
-            requirement: format!("at least the step's {new_tokens} new tokens, which it counts"),
         });
     }
     match *kv {
@@ -577,6 +613,11 @@ pub fn validate_lengths(
 impl DecodePlan {
     /// Plans one decode step of `shape` over sequences of `seqlens_k` keys (counting this step's
     /// `new_tokens`) with K/V in `kv`, for the device `caps` describe. Pure host work.
+    ///
+    /// [`DecodeStep::append`] writes token `i` of sequence `b` of its `[batch, new_tokens, ..]`
+    /// input to position `max(seqlens_k[b] - new_tokens, 0) + i` while that is below
+    /// `seqlens_k[b]`: the last `new_tokens` positions of a decode step, or, with `new_tokens`
+    /// the padded prompt length, a whole ragged prompt written into the cache.
     pub fn new(
         shape: &DecodeShape,
         caps: &DeviceCaps,
@@ -585,7 +626,7 @@ impl DecodePlan {
         new_tokens: usize,
         schedule: LeanSchedule,
     ) -> Result<DecodePlan> {
-        validate_lengths(shape, seqlens_k, &kv, new_tokens)?;
+        validate_lengths(shape, seqlens_k, &kv)?;
         let max_seqlen_k = match kv {
             KvCache::Contiguous { max_seqlen_k } => max_seqlen_k,
             KvCache::Paged {
@@ -635,6 +676,26 @@ impl DecodePlan {
         })
     }
 
+    /// Workspace bytes that serve every stream-K step of `shape` on the device `caps` describe
+    /// with at most `max_pages` page-table entries per sequence (0 for contiguous K/V): the
+    /// stream-K grid never exceeds `compute_units * ctas_per_unit` CTAs. Allocate this once.
+    pub fn stream_k_workspace_bound(
+        shape: &DecodeShape,
+        caps: &DeviceCaps,
+        max_pages: usize,
+    ) -> Result<usize> {
+        let tile_m =
+            (shape.heads_q / shape.heads_kv.max(1) * shape.query_len).min(lean::MAX_TILE_M);
+        let rows = ferrattn_cuda::kernels::lean_rows(tile_m.max(1))?;
+        Ok(WorkspaceLayout::bound(
+            shape.batch,
+            caps.compute_units * caps.ctas_per_unit.max(1),
+            rows,
+            shape.head_dim,
+            shape.batch * max_pages,
+        ))
+    }
+
     /// Workspace bytes the step needs (allocate once for the largest step, 256-byte aligned).
     pub fn workspace_bytes(&self) -> usize {
         self.step.workspace_bytes()
@@ -653,6 +714,11 @@ impl DecodePlan {
     /// The plan as JSON (to inspect a schedule or reproduce a run).
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("plans serialise")
+    }
+
+    /// A plan read back from [`DecodePlan::to_json`]'s output, checked again.
+    pub fn from_json(json: &str) -> Result<DecodePlan> {
+        serde_json::from_str(json).map_err(|e| FerrattnError::PlanMismatch(e.to_string()))
     }
 }
 
@@ -730,7 +796,7 @@ fn check_view(
             strides: x.strides.clone(),
         });
     }
-    if x.addr % TENSOR_ALIGN != 0 {
+    if !x.addr.is_multiple_of(TENSOR_ALIGN) {
         return Err(ViewError::Misaligned {
             tensor,
             addr: x.addr,
@@ -802,7 +868,7 @@ fn check_workspace(
             declared: w.bytes,
         });
     }
-    if w.addr % WORKSPACE_ALIGN as u64 != 0 {
+    if !w.addr.is_multiple_of(WORKSPACE_ALIGN as u64) {
         return Err(ViewError::Misaligned {
             tensor: "workspace",
             addr: w.addr,

@@ -105,8 +105,17 @@ fn good_views_pass() {
     s.k = dev(0x2000_0000, DType::F16, &[B, 128, HK, D]);
     s.v = dev(0x3000_0000, DType::F16, &[B, 128, HK, D]);
     s.check(&c).unwrap();
-    assert!(p.workspace_bytes() > 0 && p.workspace_bytes() % 256 == 0);
+    assert!(p.workspace_bytes() > 0 && p.workspace_bytes().is_multiple_of(256));
     assert!(p.to_json().contains("\"page_size\": 16"));
+    // the bound serves this step and any other stream-K step of the shape
+    let bound =
+        DecodePlan::stream_k_workspace_bound(&shape(), &DeviceCaps::hopper_reference(), MAX_PAGES)
+            .unwrap();
+    assert!(
+        bound >= p.workspace_bytes(),
+        "{bound} < {}",
+        p.workspace_bytes()
+    );
 }
 
 #[test]
@@ -307,20 +316,20 @@ fn page_index_out_of_the_pool_is_rejected_at_plan_time() {
     }
     t[MAX_PAGES + 3] = -1;
     assert!(matches!(
-        validate_lengths(&shape(), &[100, 128], &paged(&t), 1),
+        validate_lengths(&shape(), &[100, 128], &paged(&t)),
         Err(ViewError::PageOutOfPool { page: -1, .. })
     ));
     // entries past a sequence's last page are never read, so they may hold anything
     let mut t = table();
     t[7] = -1; // sequence 0 uses ceil(100 / 16) = 7 pages: slot 7 is unused
-    validate_lengths(&shape(), &[100, 128], &paged(&t), 1).unwrap();
+    validate_lengths(&shape(), &[100, 128], &paged(&t)).unwrap();
 }
 
 #[test]
 fn sequence_longer_than_its_pages_is_rejected() {
     let t = table();
     assert_eq!(
-        validate_lengths(&shape(), &[100, 129], &paged(&t), 1),
+        validate_lengths(&shape(), &[100, 129], &paged(&t)),
         Err(ViewError::SequenceLongerThanPages {
             sequence: 1,
             len: 129,
@@ -329,11 +338,11 @@ fn sequence_longer_than_its_pages_is_rejected() {
         })
     );
     assert!(matches!(
-        validate_lengths(&shape(), &[100], &paged(&t), 1),
+        validate_lengths(&shape(), &[100], &paged(&t)),
         Err(ViewError::Length { got: 1, .. })
     ));
     assert!(matches!(
-        validate_lengths(&shape(), &[100, 128], &paged(&t[1..]), 1),
+        validate_lengths(&shape(), &[100, 128], &paged(&t[1..])),
         Err(ViewError::PageTableLength { got: 15, .. })
     ));
     let odd = KvCache::Paged {
@@ -343,7 +352,7 @@ fn sequence_longer_than_its_pages_is_rejected() {
         page_table: &t,
     };
     assert!(matches!(
-        validate_lengths(&shape(), &[100, 128], &odd, 1),
+        validate_lengths(&shape(), &[100, 128], &odd),
         Err(ViewError::PageSize { got: 32, .. })
     ));
     assert!(matches!(
@@ -351,10 +360,31 @@ fn sequence_longer_than_its_pages_is_rejected() {
             &shape(),
             &[100, 200],
             &KvCache::Contiguous { max_seqlen_k: 128 },
-            1
         ),
         Err(ViewError::Length { got: 200, .. })
     ));
+}
+
+#[test]
+fn a_plan_reads_back_from_json_and_a_tampered_one_is_refused() {
+    let t = table();
+    let p = plan(paged(&t));
+    let json = p.to_json();
+    assert_eq!(DecodePlan::from_json(&json).unwrap(), p);
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        f(&mut v);
+        DecodePlan::from_json(&v.to_string())
+    };
+    // sequence 1's length raised past its 8 pages of 16 (the padded extent)
+    let e = edit(&|v| v["step"]["problem"]["seqlens_k"][1] = 129.into()).unwrap_err();
+    assert!(e.to_string().contains("129"), "{e}");
+    // a page outside the pool of 40
+    let e = edit(&|v| v["step"]["kv"]["table"][0] = 40.into()).unwrap_err();
+    assert!(e.to_string().contains("outside the pool"), "{e}");
+    // a shape that is not the step's
+    let e = edit(&|v| v["shape"]["heads_q"] = 16.into()).unwrap_err();
+    assert!(e.to_string().contains("disagrees"), "{e}");
 }
 
 #[test]
@@ -368,4 +398,128 @@ fn workspace_and_host_views_are_checked() {
     let w = TensorView::host_strided(&data, &[4, 3], &[1, 4]).unwrap();
     assert!(!w.is_contiguous());
     assert_eq!(w.extent_bytes(), (3 + 2 * 4 + 1) * 4);
+}
+
+/// The facade on a GPU (skips without one): a step planned, begun and run through
+/// [`LeanDecoder`] on caller-owned buffers and the caller's stream gives the prepared path's bits,
+/// contiguous and paged (the pool filled by `append` from the contiguous K/V).
+#[test]
+fn gpu_facade_step_matches_the_prepared_path() {
+    use ferrattn::device_api::{contiguous_strides, LeanDecoder, Stream, Workspace};
+    use ferrattn::{lean, plan, Algorithm, AttentionProblem, Device, PlanDetail};
+    use ferrattn_cuda::{CudaBackend, DeviceBuffer};
+    let gpu = match LeanDecoder::new(0) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("SKIPPED gpu_facade_step_matches_the_prepared_path: {e}");
+            return;
+        }
+    };
+    let b = CudaBackend::new(0);
+    let g = b.gpu().unwrap().clone();
+    let caps = gpu.caps().unwrap();
+    let lens = [1000usize, 37, 4096, 577];
+    let shape = DecodeShape {
+        batch: 4,
+        query_len: 1,
+        heads_q: 32,
+        heads_kv: 8,
+        head_dim: 128,
+        dtype: DType::BF16,
+        causal: false,
+        softmax_scale: None,
+    };
+    let mut p = AttentionProblem::uniform(4, 1, 4096, 32, 8, 128, 128, DType::BF16);
+    p.seqlens_k = lens.to_vec();
+    let x = b.random_inputs(&p, 9, 2.0).unwrap();
+    // the prepared path
+    let mut ap = plan(Algorithm::Lean, &p, &b.caps().unwrap()).unwrap();
+    ap.detail = PlanDetail::Lean(lean::plan(&p, &caps).unwrap());
+    let prep = b.prepare(&ap).unwrap();
+    let mut out = b.alloc_outputs(&p).unwrap();
+    b.launch(&prep, &x, &mut out).unwrap();
+    let want: Vec<u16> = out.o().to_vec().unwrap();
+    let want_lse: Vec<u32> = out.lse().to_vec().unwrap();
+    // SAFETY: the backend's own stream, alive as long as `b`.
+    let stream = unsafe { Stream::from_raw(g.raw_stream() as *mut std::ffi::c_void) };
+    let view = |buf: &DeviceBuffer, dtype: DType, shape: &[usize]| {
+        // SAFETY: `buf` holds at least these bytes of device 0 and outlives the work.
+        unsafe {
+            TensorView::cuda(
+                buf.ptr(),
+                buf.bytes(),
+                0,
+                dtype,
+                shape,
+                &contiguous_strides(shape),
+            )
+        }
+        .unwrap()
+    };
+    let run = |plan: &DecodePlan, k: &TensorView<'_>, v: &TensorView<'_>, fill: bool| {
+        let ws_buf = DeviceBuffer::alloc(&g, plan.workspace_bytes()).unwrap();
+        // SAFETY: a fresh allocation of the plan's size on device 0.
+        let ws = unsafe { Workspace::cuda(ws_buf.ptr(), ws_buf.bytes(), 0) };
+        let step = gpu.begin_step(plan, ws, stream).unwrap();
+        if fill {
+            // the whole prompt as the step's new tokens: [batch, new_tokens = 4096, heads, dim]
+            let kx = view(x.k(), DType::BF16, &[4, 4096, 8, 128]);
+            let vx = view(x.v(), DType::BF16, &[4, 4096, 8, 128]);
+            step.append(&kx, &vx, k, v, stream).unwrap();
+        }
+        let o = DeviceBuffer::alloc(&g, want.len() * 2).unwrap();
+        let lse = DeviceBuffer::alloc(&g, want_lse.len() * 4).unwrap();
+        let views = DecodeViews {
+            q: &view(x.q(), DType::BF16, &[4, 1, 32, 128]),
+            k,
+            v,
+            o: &view(&o, DType::BF16, &[4, 1, 32, 128]),
+            lse: &view(&lse, DType::F32, &[4, 32, 1]),
+        };
+        step.run(&views, stream).unwrap();
+        (o.to_vec::<u16>().unwrap(), lse.to_vec::<u32>().unwrap())
+    };
+    let contiguous = DecodePlan::new(
+        &shape,
+        &caps,
+        &lens,
+        KvCache::Contiguous { max_seqlen_k: 4096 },
+        0,
+        LeanSchedule::StreamK,
+    )
+    .unwrap();
+    let k = view(x.k(), DType::BF16, &[4, 4096, 8, 128]);
+    let v = view(x.v(), DType::BF16, &[4, 4096, 8, 128]);
+    assert!(run(&contiguous, &k, &v, false) == (want.clone(), want_lse.clone()));
+    for page in [16usize, 64] {
+        let max_pages = 4096 / page;
+        let num_pages = 4 * max_pages;
+        // sequence b's logical page i on pool page (i * 4 + 3 - b): interleaved, reversed
+        let table: Vec<i32> = (0..4)
+            .flat_map(|b| (0..max_pages).map(move |i| (i * 4 + 3 - b) as i32))
+            .collect();
+        let paged = DecodePlan::new(
+            &shape,
+            &caps,
+            &lens,
+            KvCache::Paged {
+                page_size: page,
+                num_pages,
+                max_pages,
+                page_table: &table,
+            },
+            4096,
+            LeanSchedule::StreamK,
+        )
+        .unwrap();
+        let kp = DeviceBuffer::alloc(&g, num_pages * page * 8 * 128 * 2).unwrap();
+        let vp = DeviceBuffer::alloc(&g, num_pages * page * 8 * 128 * 2).unwrap();
+        let k = view(&kp, DType::BF16, &[num_pages, page, 8, 128]);
+        let v = view(&vp, DType::BF16, &[num_pages, page, 8, 128]);
+        let got = run(&paged, &k, &v, true);
+        assert!(
+            got == (want.clone(), want_lse.clone()),
+            "paged {page} differs"
+        );
+    }
 }

@@ -16,7 +16,7 @@ use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
 use crate::kernels::{self, Function, LeanEntry, LeanInstance, LEAN_THREADS};
 use cudarc::driver::sys;
-use ferrattn_core::lean::{KernelTables, LeanPlan, Schedule};
+use ferrattn_core::lean::{KernelTables, LeanPlan, Schedule, TileSpace};
 use ferrattn_core::{
     AttentionInputs, AttentionOutput, AttentionPlan, AttentionProblem, DType, PlanDetail,
     Provenance, Tensor,
@@ -63,8 +63,7 @@ pub(crate) struct LeanParams {
 /// Q, K, V and sequence lengths on the device, as 16-bit values.
 #[derive(Debug)]
 pub struct DeviceInputs {
-    /// The problem these tensors describe.
-    pub problem: AttentionProblem,
+    pub(crate) problem: AttentionProblem,
     pub(crate) q: DeviceBuffer,
     pub(crate) k: DeviceBuffer,
     pub(crate) v: DeviceBuffer,
@@ -187,6 +186,11 @@ impl DeviceInputs {
             seqlens_k: Some(p.seqlens_k.iter().map(|&x| x as i64).collect()),
             ..AttentionInputs::new(q, k, v)
         })
+    }
+
+    /// The problem these tensors describe.
+    pub fn problem(&self) -> &AttentionProblem {
+        &self.problem
     }
 
     /// Q `[batch, max_seqlen_q, heads_q, head_dim]` on the device.
@@ -328,7 +332,7 @@ unsafe fn launch_on(
 }
 
 /// Where K and V live.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum KvStorage {
     /// One `[batch, max_seqlen_k, heads_kv, head_dim]` buffer each for K and V.
@@ -338,8 +342,9 @@ pub enum KvStorage {
     Paged(Paging),
 }
 
-/// A page table into a K/V page pool.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+/// A page table into a K/V page pool. Deserialised values are checked again when a
+/// [`LeanStepPlan`] is made from them.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Paging {
     page_size: usize,
     num_pages: usize,
@@ -413,6 +418,11 @@ impl Paging {
     pub fn max_pages(&self) -> usize {
         self.max_pages
     }
+
+    /// The table, `[batch, max_pages]` row-major.
+    pub fn table(&self) -> &[i32] {
+        &self.table
+    }
 }
 
 /// Byte offsets of a step's tables and scratch in the caller's workspace. The first
@@ -476,12 +486,28 @@ impl WorkspaceLayout {
     pub fn total_bytes(&self) -> usize {
         self.total
     }
+
+    /// Bytes of a workspace that serves any step of `batch` sequences with at most `num_ctas`
+    /// CTAs, tiles of `rows` query rows, head dim `head_dim` and `table_entries` page-table
+    /// entries (allocate once, e.g. before capturing a graph).
+    pub fn bound(
+        batch: usize,
+        num_ctas: usize,
+        rows: usize,
+        head_dim: usize,
+        table_entries: usize,
+    ) -> usize {
+        WorkspaceLayout::new(batch, num_ctas, rows, head_dim, table_entries).total
+    }
 }
 
 /// One decode step's launch plan: the Lean schedule for the step's lengths, the kernel instance,
 /// where K/V live and the workspace layout. Pure host data; fields are private so that nothing
-/// that feeds a grid size or an offset changes after [`LeanStepPlan::new`] checked it.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+/// that feeds a grid size or an offset changes after [`LeanStepPlan::new`] checked it. JSON
+/// carries everything for inspection; reading it back keeps only the inputs of
+/// [`LeanStepPlan::new`] and runs it again, so a plan from a file is checked like a new one.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "StepInputs")]
 pub struct LeanStepPlan {
     problem: AttentionProblem,
     plan: LeanPlan,
@@ -493,6 +519,50 @@ pub struct LeanStepPlan {
     num_tiles: usize,
     #[serde(skip)]
     header: Vec<u8>,
+}
+
+/// Checks that `plan` is what the planner makes for `p` from its own parameters: row tiling,
+/// and a schedule equal to the one rebuilt from its CTA count (stream-K) or split count (fixed
+/// split) over `p`'s iteration space. The kernel trusts these tables for every offset it takes,
+/// so a plan edited by hand or read from a file for another problem is refused here.
+fn check_schedule(plan: &LeanPlan, p: &AttentionProblem, space: &TileSpace) -> Result<()> {
+    let rows = p.group_size() * p.max_seqlen_q;
+    let tile_m = rows.min(ferrattn_core::lean::MAX_TILE_M);
+    if plan.tile_m != tile_m || plan.query_groups != rows.div_ceil(tile_m) {
+        return Err(CudaError::Plan(format!(
+            "plan tiles {} query rows in {} groups; the problem has {rows} rows per KV head (tiles of {tile_m})",
+            plan.tile_m, plan.query_groups
+        )));
+    }
+    let rebuilt = match &plan.schedule {
+        Schedule::StreamK { .. } => Schedule::stream_k(space, plan.schedule.num_ctas()),
+        Schedule::FixedSplit { splits, .. } => Schedule::fixed_split(space, *splits),
+    };
+    if rebuilt != plan.schedule || plan.num_ctas != plan.schedule.num_ctas() {
+        return Err(CudaError::Plan(format!(
+            "the plan's schedule ({} CTAs) is not the one its parameters give for this problem's {} iterations",
+            plan.num_ctas,
+            space.total_iters()
+        )));
+    }
+    Ok(())
+}
+
+/// What [`LeanStepPlan`] is made from (its deserialised form).
+#[derive(serde::Deserialize)]
+struct StepInputs {
+    problem: AttentionProblem,
+    plan: LeanPlan,
+    kv: KvStorage,
+    new_tokens: usize,
+}
+
+impl TryFrom<StepInputs> for LeanStepPlan {
+    type Error = CudaError;
+    fn try_from(x: StepInputs) -> Result<LeanStepPlan> {
+        x.problem.validate()?;
+        LeanStepPlan::new(&x.problem, &x.plan, x.kv, x.new_tokens)
+    }
 }
 
 impl LeanStepPlan {
@@ -532,6 +602,7 @@ impl LeanStepPlan {
             )?;
         }
         let space = plan.tile_space(p);
+        check_schedule(plan, p, &space)?;
         let tables = plan
             .schedule
             .kernel_tables(&space)
@@ -1079,5 +1150,98 @@ impl PreparedLean {
             self.kernels
                 .run(&self.step, &t, self.workspace.ptr(), gpu.stream)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrattn_core::{lean, DeviceCaps};
+
+    fn step() -> LeanStepPlan {
+        let mut p = AttentionProblem::uniform(2, 1, 100, 8, 2, 128, 128, DType::F16);
+        p.seqlens_k = vec![100, 37];
+        let lp = lean::plan(&p, &DeviceCaps::hopper_reference()).unwrap();
+        let paging = Paging::new(16, 20, 7, (0..14).collect(), &p.seqlens_k).unwrap();
+        LeanStepPlan::new(&p, &lp, KvStorage::Paged(paging), 1).unwrap()
+    }
+
+    #[test]
+    fn a_step_plan_reads_back_from_json_and_is_checked_again() {
+        let s = step();
+        let json = serde_json::to_string(&s).unwrap();
+        let back: LeanStepPlan = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.header, s.header);
+        // a page outside the pool
+        let bad = json.replacen("\"table\":[0,", "\"table\":[20,", 1);
+        assert_ne!(bad, json);
+        let e = serde_json::from_str::<LeanStepPlan>(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("outside the pool of 20 pages"), "{e}");
+        // a schedule that is not the one for this problem
+        let Schedule::StreamK { cta_bounds, .. } = &s.plan.schedule else {
+            panic!("stream-K expected")
+        };
+        let mut lp = s.plan.clone();
+        let mut b = cta_bounds.clone();
+        b[1] += 1;
+        lp.schedule = Schedule::StreamK {
+            total_iters: *b.last().unwrap(),
+            cta_bounds: b,
+        };
+        let e = LeanStepPlan::new(&s.problem, &lp, s.kv.clone(), 1).unwrap_err();
+        assert!(
+            e.to_string().contains("not the one its parameters give"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_planner_output_passes_the_schedule_check() {
+        let caps = DeviceCaps::hopper_reference();
+        for (lens, sq, hq, hk, d) in [
+            (vec![1, 37, 63, 65], 1, 8, 2, 128),
+            (vec![577, 4097, 0, 130], 1, 32, 8, 128),
+            (vec![300, 31], 2, 4, 4, 64),
+            (vec![4097, 1000, 17], 1, 16, 1, 256),
+            (vec![32767], 1, 32, 8, 128),
+            (vec![2000; 16], 4, 8, 2, 128),
+            (vec![1024; 64], 1, 32, 8, 128),
+        ] {
+            let mut p = AttentionProblem::uniform(lens.len(), sq, 32767, hq, hk, d, d, DType::BF16);
+            p.seqlens_k = lens;
+            let plans = [
+                lean::plan(&p, &caps).unwrap(),
+                lean::plan_with_ctas(&p, &caps, 1000).unwrap(),
+                lean::plan_fixed_split(&p, &caps, None).unwrap(),
+                lean::plan_fixed_split(&p, &caps, Some(1)).unwrap(),
+                lean::plan_fixed_split(&p, &caps, Some(7)).unwrap(),
+            ];
+            for lp in plans {
+                LeanStepPlan::new(&p, &lp, KvStorage::Contiguous, 0)
+                    .unwrap_or_else(|e| panic!("{e} for {lp:?}"));
+            }
+        }
+    }
+
+    #[test]
+    fn workspace_regions_are_aligned_and_the_bound_covers_the_step() {
+        let s = step();
+        let l = s.layout();
+        for off in [
+            l.seqlens_k,
+            l.seq_start,
+            l.cta_tiles,
+            l.page_table,
+            l.flags,
+            l.part_o,
+            l.part_ml,
+        ] {
+            assert!(off.is_multiple_of(WORKSPACE_ALIGN), "{off}");
+        }
+        assert_eq!(l.header_bytes, s.header.len());
+        assert!(WorkspaceLayout::bound(2, 264, 4, 128, 14) >= s.workspace_bytes());
     }
 }
