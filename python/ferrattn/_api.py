@@ -23,11 +23,30 @@ ALGORITHMS = ("exact", "lean", "turbo", "turboquant")
 def _prepare(tensors, outputs, stream):
     """Capsules for the inputs and the caller's outputs, and the stream handle (None on the host)."""
     first = tensors[0]
+    if stream is None and _t.framework(first) == "torch":
+        # the per-layer hot path: torch's C exporter, torch's own current stream (so no
+        # producer/consumer handshake is needed), no Python-level protocol calls
+        try:
+            return _prepare_torch(first, tensors, outputs)
+        except TypeError:
+            pass  # a tensor of another framework among them: the general protocol below
     dev = _t.device_of(first)
     handle = _t.current_stream(first, stream) if dev[0] == _t.DL_CUDA else None
     own = stream is None
     caps = [_t.export(x, handle, own) for x in tensors]
     outs = [None if o is None else _t.export(o, handle, own) for o in outputs]
+    return dev, handle, caps, outs
+
+
+def _prepare_torch(first, tensors, outputs):
+    td = _t._torch_to_dlpack
+    if first.is_cuda:
+        dev = (_t.DL_CUDA, first.get_device())
+        handle = _t.current_stream(first)
+    else:
+        dev, handle = (_t.DL_CPU, 0), None
+    caps = [td(x) for x in tensors]
+    outs = [None if o is None else td(o) for o in outputs]
     return dev, handle, caps, outs
 
 
@@ -264,11 +283,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
                     f"paged_kv_cache has shape {list(shape)}; a single tensor must be [num_pages, 2, page_size, heads_kv, head_dim]"
                 )
             kc, vc = paged_kv_cache[:, 0], paged_kv_cache[:, 1]
-        dev = _t.device_of(q)
-        b, hq, d = self._shape
-        out, lse = _device_outputs(q, dev, out, lse, (b, hq, d), (b, hq), True)
-        dev, handle, (qc, kcc, vcc), (oc, lc) = _prepare((q, kc, vc), (out, lse), stream)
+        if out is None or lse is None:
+            b, hq, d = self._shape
+            out, lse = _device_outputs(q, _t.device_of(q), out, lse, (b, hq, d), (b, hq), True)
+        _, handle, (qc, kcc, vcc), (oc, lc) = _prepare((q, kc, vc), (out, lse), stream)
         o, l = self._plan.run(qc, kcc, vcc, oc, lc, handle)
+        if o is None and l is None:
+            return out, lse
         return _finish(q, out, o), _finish(q, lse, l)
 
 

@@ -197,9 +197,10 @@ impl<'py> View<'py> {
             })?
             .clone();
         let cname = capsule.name().ok().flatten();
-        // SAFETY: the capsule name is a NUL-terminated string owned by the capsule.
-        let cname = cname.map(|n| unsafe { n.as_cstr() }.to_owned());
-        let (t, read_only): (*const DLTensor, bool) = match cname.as_deref() {
+        // SAFETY: the capsule name is a NUL-terminated string owned by the capsule, which `capsule`
+        // keeps alive for this function.
+        let cname: Option<&CStr> = cname.map(|n| unsafe { n.as_cstr() });
+        let (t, read_only): (*const DLTensor, bool) = match cname {
             Some(n) if n == NAME => {
                 let p = capsule
                     .pointer_checked(Some(NAME))
