@@ -1,15 +1,17 @@
-"""``torch.library.custom_op`` registration, so ``torch.compile`` treats ferrattn as one opaque op
-and CUDA graphs capture its launch.
+"""``torch.library.custom_op`` registration, so ``torch.compile`` treats a ferrattn call as one
+opaque op (with a fake implementation for shapes) instead of tracing into the DLPack exchange.
 
 Registered the first time torch is imported alongside ferrattn (see ``ferrattn._lazy``), or by
 calling :func:`register`. Ops:
 
 * ``torch.ops.ferrattn.attention(q, k, v, algo, causal, softmax_scale) -> (out, lse)``
 * ``torch.ops.ferrattn.attention_out(q, k, v, out, lse, algo, causal, softmax_scale) -> ()``
-  (writes the caller's fixed buffers: the form to capture in a CUDA graph)
+  (writes the caller's buffers)
 
-Outside ``torch.compile`` tracing, :func:`ferrattn.attention` skips the dispatcher and calls the
-native module directly (the dispatcher's Python wrapper costs tens of microseconds per call).
+On CUDA tensors these plan every call (a small host-to-device copy of the step's tables), so a
+CUDA graph should capture ``BatchDecodeWithPagedKVCacheWrapper.run`` (planned outside the graph)
+instead. Outside ``torch.compile`` tracing, :func:`ferrattn.attention` skips the dispatcher and
+calls the native module directly (the dispatcher's Python wrapper costs microseconds per call).
 """
 
 # no `from __future__ import annotations`: torch.library.custom_op reads the annotations as types
