@@ -2,6 +2,7 @@
 # Runs on the GPU machine from a folder made by scripts/gpu-bundle.sh (copied there as run.sh):
 #   bash <bundle>/run.sh tests            # unit + every GPU test binary, compute-sanitizer
 #   bash <bundle>/run.sh quick|standard|full   # ferrattn bench --suite ...
+#   bash <bundle>/run.sh bench SUITE...   # several suites in one call ($BENCH_TIMEOUT s each)
 #   bash <bundle>/run.sh check SUITE...   # tests, then each suite
 # Each suite's bench.json goes to $OUT/bench-<suite>.json (the report and plots are made from it
 # where the docs are written: `ferrattn bench --from bench-<suite>.json`); logs to $OUT. At most 8
@@ -56,7 +57,7 @@ run_tests() {
 run_bench() {
   local suite="$1" t0=$SECONDS rc
   echo "== ferrattn bench --suite $suite"
-  timeout 560 "$B/ferrattn" bench --suite "$suite" --out "/tmp/bench-$suite" >"/tmp/bench-$suite.md" 2>"$OUT/bench-$suite.log"
+  timeout "${BENCH_TIMEOUT:-560}" "$B/ferrattn" bench --suite "$suite" --out "/tmp/bench-$suite" >"/tmp/bench-$suite.md" 2>"$OUT/bench-$suite.log"
   rc=$?
   cp "/tmp/bench-$suite/bench.json" "$OUT/bench-$suite.json" 2>/dev/null
   tail -n 5 "$OUT/bench-$suite.log"
@@ -69,6 +70,7 @@ shift || true
 case "$MODE" in
   tests) run_tests ;;
   quick|standard|full) run_bench "$MODE" ;;
+  bench) for s in "$@"; do run_bench "$s"; done ;;
   check) run_tests; for s in "$@"; do run_bench "$s"; done ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
 esac
