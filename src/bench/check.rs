@@ -127,8 +127,78 @@ impl Probe {
     }
 }
 
+/// The slice `probe` of a device problem as a host problem with its regenerated inputs, the query
+/// rows and heads it covers, and the device output `o` (`[B, Sq, Hq, Dv]`) at those rows and heads.
+struct Slice {
+    sub: AttentionProblem,
+    x: AttentionInputs,
+    q_rows: std::ops::Range<usize>,
+    q_heads: Vec<usize>,
+}
+
+impl Slice {
+    fn new(p: &AttentionProblem, q: Filled, k: Filled, v: Filled, probe: &Probe) -> Slice {
+        let g = p.group_size();
+        let sq = p.seqlens_q[probe.b];
+        let q_rows = sq - probe.rows..sq;
+        let q_heads: Vec<usize> = probe
+            .kv_heads
+            .iter()
+            .flat_map(|&hk| hk * g..(hk + 1) * g)
+            .collect();
+        let x = AttentionInputs::new(
+            q.slice(probe.b, q_rows.clone(), &q_heads),
+            k.slice(probe.b, 0..probe.kv_len, &probe.kv_heads),
+            v.slice(probe.b, 0..probe.kv_len, &probe.kv_heads),
+        );
+        let mut sub = AttentionProblem::uniform(
+            1,
+            probe.rows,
+            probe.kv_len,
+            q_heads.len(),
+            probe.kv_heads.len(),
+            p.head_dim_qk,
+            p.head_dim_v,
+            p.dtype,
+        );
+        sub.causal = p.causal;
+        sub.softmax_scale = p.softmax_scale;
+        Slice {
+            sub,
+            x,
+            q_rows,
+            q_heads,
+        }
+    }
+
+    /// O of the device output at the slice, in the sub-problem's `[1, rows, heads, Dv]` order.
+    fn o(&self, p: &AttentionProblem, b: usize, o: &Tensor) -> Vec<f64> {
+        let (hq, dv) = (p.heads_q, p.head_dim_v);
+        let mut got = Vec::with_capacity(self.q_rows.len() * self.q_heads.len() * dv);
+        for i in self.q_rows.clone() {
+            for &h in &self.q_heads {
+                let at = ((b * p.max_seqlen_q + i) * hq + h) * dv;
+                got.extend(o.data[at..at + dv].iter().map(|&x| x as f64));
+            }
+        }
+        got
+    }
+
+    /// LSE of the device output at the slice, in the sub-problem's `[1, heads, rows]` order.
+    fn lse(&self, p: &AttentionProblem, b: usize, lse: &Tensor) -> Vec<f64> {
+        let mut got = Vec::with_capacity(self.q_rows.len() * self.q_heads.len());
+        for &h in &self.q_heads {
+            for i in self.q_rows.clone() {
+                got.push(lse.data[(b * p.heads_q + h) * p.max_seqlen_q + i] as f64);
+            }
+        }
+        got
+    }
+}
+
 /// Checks outputs `o` (`[B, Sq, Hq, Dv]`) and optionally `lse` (`[B, Hq, Sq]`) of problem `p`
-/// over the slice `probe`, whose inputs are the device-filled `q`, `k`, `v`.
+/// over the slice `probe`, whose inputs are the device-filled `q`, `k`, `v`, against the f64
+/// golden (kernels that compute exact attention).
 #[allow(clippy::too_many_arguments)] // the three inputs, the outputs and the slice are all needed
 pub fn check_device(
     what: &str,
@@ -141,54 +211,134 @@ pub fn check_device(
     lse: Option<&Tensor>,
     tol: Tolerance,
 ) -> Check {
-    let g = p.group_size();
-    let sq = p.seqlens_q[probe.b];
-    let q_rows = sq - probe.rows..sq;
-    let q_heads: Vec<usize> = probe
-        .kv_heads
-        .iter()
-        .flat_map(|&hk| hk * g..(hk + 1) * g)
-        .collect();
-    let x = AttentionInputs::new(
-        q.slice(probe.b, q_rows.clone(), &q_heads),
-        k.slice(probe.b, 0..probe.kv_len, &probe.kv_heads),
-        v.slice(probe.b, 0..probe.kv_len, &probe.kv_heads),
-    );
-    let mut sub = AttentionProblem::uniform(
-        1,
-        probe.rows,
-        probe.kv_len,
-        q_heads.len(),
-        probe.kv_heads.len(),
-        p.head_dim_qk,
-        p.head_dim_v,
-        p.dtype,
-    );
-    sub.causal = p.causal;
-    sub.softmax_scale = p.softmax_scale;
-    let (go, gl) = golden::exact_attention_f64(&sub, &x);
-    let (hq, dv) = (p.heads_q, p.head_dim_v);
-    let mut got_o = Vec::with_capacity(go.len());
-    let mut got_l = Vec::with_capacity(gl.len());
-    for i in q_rows.clone() {
-        for &h in &q_heads {
-            let at = ((probe.b * p.max_seqlen_q + i) * hq + h) * dv;
-            got_o.extend(o.data[at..at + dv].iter().map(|&x| x as f64));
-        }
-    }
-    if let Some(l) = lse {
-        for &h in &q_heads {
-            for i in q_rows.clone() {
-                got_l.push(l.data[(probe.b * hq + h) * p.max_seqlen_q + i] as f64);
-            }
-        }
-    }
+    let s = Slice::new(p, q, k, v, probe);
+    let (go, gl) = golden::exact_attention_f64(&s.sub, &s.x);
     let reference = format!(
         "f64 golden of sequence {} ({} keys), last {} query rows, KV heads {:?}",
         probe.b, probe.kv_len, probe.rows, probe.kv_heads
     );
-    let lse_cmp = lse.map(|_| Comparison::new(&gl, &got_l));
-    Check::from(what, reference, Comparison::new(&go, &got_o), lse_cmp, tol)
+    let lse_cmp = lse.map(|l| Comparison::new(&gl, &s.lse(p, probe.b, l)));
+    Check::from(
+        what,
+        reference,
+        Comparison::new(&go, &s.o(p, probe.b, o)),
+        lse_cmp,
+        tol,
+    )
+}
+
+/// Which TurboAttention call a device output came from.
+#[derive(Clone, Debug)]
+pub enum TurboCall {
+    /// Alg. 1 prefill.
+    Prefill,
+    /// Alg. 2 decode over a cache compressed at these bits per KV head (of the whole problem).
+    Decode {
+        /// Bits of every KV head.
+        bits: Vec<u8>,
+    },
+}
+
+/// How close a TurboAttention kernel stays to its CPU emulation, the definition of correct for a
+/// quantised kernel (`backends/cuda/tests/gpu_turbo.rs`): prefill O within 1e-3 relative
+/// Frobenius error (the warpgroup-MMA kernel may land a P code one step apart); stream-K decode
+/// within 0.02 (a split changes which tile maximum P is quantised against) with cosine >= 0.9998.
+/// Absolute bounds: a few bf16 steps of |O| <= 2.
+fn turbo_vs_emulation(call: &TurboCall) -> (Tolerance, f64) {
+    match call {
+        TurboCall::Prefill => (
+            Tolerance {
+                rel_fro: 1e-3,
+                max_abs: 2e-2,
+            },
+            0.999_999,
+        ),
+        TurboCall::Decode { .. } => (
+            Tolerance {
+                rel_fro: 0.02,
+                max_abs: 5e-2,
+            },
+            0.9998,
+        ),
+    }
+}
+
+/// Checks a TurboAttention device output over the slice `probe` against the CPU emulation of the
+/// same slice (per-head, per-block quantisation makes a slice of whole query blocks and whole
+/// heads exact), and that its error against the f64 golden is no worse than the emulation's by
+/// more than 10%.
+#[allow(clippy::too_many_arguments)] // the three inputs, the output, the slice and the call
+pub fn check_turbo_device(
+    what: &str,
+    p: &AttentionProblem,
+    q: Filled,
+    k: Filled,
+    v: Filled,
+    probe: &Probe,
+    o: &Tensor,
+    cfg: &ferrattn_core::turbo::TurboConfig,
+    call: &TurboCall,
+) -> Check {
+    use ferrattn_core::turbo::{self, KvBits, TurboConfig, TurboKvCache};
+    let s = Slice::new(p, q, k, v, probe);
+    let emu = match call {
+        TurboCall::Prefill => turbo::prefill(cfg, &s.sub, &s.x).map(|(o, _)| o),
+        TurboCall::Decode { bits } => {
+            let sub_cfg = TurboConfig {
+                kv_bits: KvBits::PerHead {
+                    bits: probe.kv_heads.iter().map(|&h| bits[h]).collect(),
+                },
+                ..cfg.clone()
+            };
+            let v = s.x.v.as_ref().expect("separate K and V");
+            TurboKvCache::from_context(&sub_cfg, &s.x.k, v, &[probe.kv_len])
+                .and_then(|c| turbo::decode(&sub_cfg, &c, &s.x.q, s.sub.softmax_scale))
+        }
+    };
+    let emu = match emu {
+        Ok(e) => e,
+        Err(e) => {
+            return Check {
+                reference: "CPU emulation".into(),
+                rel_fro: f64::NAN,
+                max_abs: f64::NAN,
+                cosine: f64::NAN,
+                lse_max_abs: None,
+                tol_rel_fro: 0.0,
+                tol_max_abs: 0.0,
+                passed: false,
+                failure: Some(format!("{what}: the emulation refused the slice: {e}")),
+            }
+        }
+    };
+    let got = s.o(p, probe.b, o);
+    let emu_o: Vec<f64> = emu.o.data.iter().map(|&x| x as f64).collect();
+    let (go, _) = golden::exact_attention_f64(&s.sub, &s.x);
+    let (e_emu, e_gpu) = (
+        Comparison::new(&go, &emu_o).rel_fro,
+        Comparison::new(&go, &got).rel_fro,
+    );
+    let (tol, min_cos) = turbo_vs_emulation(call);
+    let cmp = Comparison::new(&emu_o, &got);
+    let cosine = cmp.cosine;
+    let reference = format!(
+        "CPU emulation of sequence {} ({} keys), last {} query rows, KV heads {:?}; vs f64 golden: emulation {e_emu:.3e}, kernel {e_gpu:.3e}",
+        probe.b, probe.kv_len, probe.rows, probe.kv_heads
+    );
+    let mut c = Check::from(what, reference, cmp, None, tol);
+    if c.passed && cosine < min_cos {
+        c.passed = false;
+        c.failure = Some(format!(
+            "{what}: cosine {cosine:.6} against the emulation (bound {min_cos})"
+        ));
+    }
+    if c.passed && e_gpu > 1.1 * e_emu + 1e-6 {
+        c.passed = false;
+        c.failure = Some(format!(
+            "{what}: error against the f64 golden {e_gpu:.4e} exceeds the emulation's {e_emu:.4e} by more than 10%"
+        ));
+    }
+    c
 }
 
 /// Checks a host row's whole output against the f64 golden of the whole problem.
@@ -223,7 +373,10 @@ mod tests {
         let xs: Vec<f32> = (0..10_000)
             .map(|i| fill_value(s, i, 2.0, DType::F16))
             .collect();
-        assert!(xs.iter().all(|&x| (-2.0..2.0).contains(&x)));
+        assert!(
+            xs.iter().all(|&x| (-2.0..=2.0).contains(&x)),
+            "f16 rounding may reach 2.0, never beyond"
+        );
         let mean = xs.iter().sum::<f32>() / xs.len() as f32;
         assert!(mean.abs() < 0.05, "mean {mean}");
         assert_eq!(xs[17], fill_value(s, 17, 2.0, DType::F16));
@@ -289,5 +442,97 @@ mod tests {
         bad.data[at] += 0.5;
         let c = check_device("t", &p, q, k, v, &Probe::of(&p, 1, 1), &bad, None, tol);
         assert!(!c.passed, "{c:?}");
+    }
+
+    fn whole(f: Filled) -> Tensor {
+        let mut t = Tensor::zeros(&f.dims, f.dtype);
+        let n = f.dims[1] * f.dims[2] * f.dims[3];
+        for b in 0..f.dims[0] {
+            let s = f.slice(b, 0..f.dims[1], &(0..f.dims[2]).collect::<Vec<_>>());
+            t.data[b * n..(b + 1) * n].copy_from_slice(&s.data);
+        }
+        t
+    }
+
+    #[test]
+    fn turbo_slices_reproduce_the_whole_emulation() {
+        // The emulation of the whole problem, sliced, must pass the sliced check exactly: the
+        // slice (whole query blocks, whole KV heads, one sequence) quantises as the whole does.
+        use ferrattn_core::turbo::{self, KvBits, TurboConfig, TurboKvCache};
+        let fill = |b: u32, dims| Filled {
+            seed: buffer_seed(21, b),
+            scale: 2.0,
+            dtype: DType::BF16,
+            dims,
+        };
+        let mut p = AttentionProblem::uniform(2, 128, 128, 4, 2, 64, 64, DType::BF16);
+        p.causal = true;
+        let (q, k, v) = (
+            fill(0, [2, 128, 4, 64]),
+            fill(1, [2, 128, 2, 64]),
+            fill(2, [2, 128, 2, 64]),
+        );
+        let x = AttentionInputs::new(whole(q), whole(k), whole(v));
+        let cfg = TurboConfig {
+            kv_bits: KvBits::Int4,
+            ..TurboConfig::default()
+        };
+        let (out, _) = turbo::prefill(&cfg, &p, &x).unwrap();
+        for b in 0..2 {
+            let c = check_turbo_device(
+                "t",
+                &p,
+                q,
+                k,
+                v,
+                &Probe::of(&p, b, 64),
+                &out.o,
+                &cfg,
+                &TurboCall::Prefill,
+            );
+            assert!(
+                c.passed && c.rel_fro == 0.0,
+                "prefill slice of sequence {b}: {c:?}"
+            );
+        }
+        // decode: one query token over a cache of 100 tokens (one block + 36 buffered)
+        let mut pd = AttentionProblem::uniform(2, 1, 128, 4, 2, 64, 64, DType::BF16);
+        pd.seqlens_k = vec![100, 100];
+        let qd = fill(3, [2, 1, 4, 64]);
+        let bits = vec![4u8, 2];
+        let dcfg = TurboConfig {
+            kv_bits: KvBits::PerHead { bits: bits.clone() },
+            ..TurboConfig::default()
+        };
+        let cache =
+            TurboKvCache::from_context(&dcfg, &x.k, x.v.as_ref().unwrap(), &[100, 100]).unwrap();
+        let out = turbo::decode(&dcfg, &cache, &whole(qd), pd.softmax_scale).unwrap();
+        let call = TurboCall::Decode { bits };
+        let c = check_turbo_device(
+            "t",
+            &pd,
+            qd,
+            k,
+            v,
+            &Probe::of(&pd, 1, 1),
+            &out.o,
+            &dcfg,
+            &call,
+        );
+        assert!(c.passed && c.rel_fro == 0.0, "decode slice: {c:?}");
+        let mut bad = out.o.clone();
+        bad.data[(1 * 4 + 3) * 64] += 0.25; // sequence 1, head 3 (KV head 1)
+        let c = check_turbo_device(
+            "t",
+            &pd,
+            qd,
+            k,
+            v,
+            &Probe::of(&pd, 1, 1),
+            &bad,
+            &dcfg,
+            &call,
+        );
+        assert!(!c.passed, "a perturbed output must fail: {c:?}");
     }
 }

@@ -13,7 +13,9 @@
 //! `shapes::turboquant_decode_shapes(suite, true)` and call it from `bench::run`.
 
 use crate::bench::baseline::{JobKind, SdpaJob};
-use crate::bench::check::{buffer_seed, check_device, tolerance, Filled, Probe};
+use crate::bench::check::{
+    buffer_seed, check_device, check_turbo_device, tolerance, Filled, Probe, TurboCall,
+};
 use crate::bench::report::{Baseline, Ceilings, Check, Row};
 use crate::bench::shapes::Shape;
 use crate::bench::timing::{measure, rotation_sets, Clock, ClockKind, Method, Timing};
@@ -212,6 +214,32 @@ fn check_outputs(
     ))
 }
 
+/// A TurboAttention output against the CPU emulation over `rows` (whole query blocks) of the
+/// first sequence (and the shortest of a ragged batch).
+fn check_turbo(
+    p: &AttentionProblem,
+    seed: u32,
+    q_override: Option<Filled>,
+    out: &DeviceOutputs,
+    cfg: &TurboConfig,
+    call: &TurboCall,
+    rows: usize,
+) -> R<Check> {
+    let got = out.download(p, Provenance::cpu())?;
+    let [q, k, v] = filled(seed, p);
+    let q = q_override.unwrap_or(q);
+    let what = match call {
+        TurboCall::Prefill => "turbo prefill",
+        TurboCall::Decode { .. } => "turbo decode",
+    };
+    Ok(worst(
+        probes(p, rows)
+            .iter()
+            .map(|pr| check_turbo_device(what, p, q, k, v, pr, &got.o, cfg, call))
+            .collect(),
+    ))
+}
+
 fn sdpa_baselines(note: Option<&str>) -> Vec<Baseline> {
     ["sdpa-cudnn", "sdpa-flash"]
         .into_iter()
@@ -352,16 +380,7 @@ pub fn turbo_prefill_row(c: &Cuda, s: &Shape, jobs: &mut Vec<SdpaJob>, row_index
     out.poison()?;
     c.b.turbo_launch_prefill(&prep, &inputs[0], &mut out, None)?;
     c.gpu.synchronize()?;
-    let check = check_outputs(
-        "turbo prefill",
-        &p,
-        7,
-        None,
-        &out,
-        4,
-        Algorithm::Turbo,
-        false,
-    )?;
+    let check = check_turbo(&p, 7, None, &out, &cfg, &TurboCall::Prefill, cfg.block_q)?;
     let row = Row {
         shape: s.clone(),
         algorithm: "turbo".into(),
@@ -512,16 +531,8 @@ pub fn turbo_decode_rows(
         c.gpu.synchronize()?;
         let mut pchk = pk.clone();
         pchk.seqlens_q = vec![1; b];
-        let check = check_outputs(
-            "turbo decode",
-            &pchk,
-            11,
-            Some(q_fill),
-            &out,
-            1,
-            Algorithm::Turbo,
-            false,
-        )?;
+        let call = TurboCall::Decode { bits: bits.clone() };
+        let check = check_turbo(&pchk, 11, Some(q_fill), &out, &cfg, &call, 1)?;
         let mut row = Row {
             shape: shape.clone(),
             algorithm: "turbo".into(),
