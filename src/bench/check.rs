@@ -240,34 +240,27 @@ pub enum TurboCall {
 }
 
 /// How close a TurboAttention kernel stays to its CPU emulation, the definition of correct for a
-/// quantised kernel (`backends/cuda/tests/gpu_turbo.rs`): prefill O within 1e-3 relative
-/// Frobenius error (the warpgroup-MMA kernel may land a P code one step apart); stream-K decode
-/// within 0.02 (a split changes which tile maximum P is quantised against) with cosine >= 0.9998.
-/// Absolute bounds: a few bf16 steps of |O| <= 2.
-fn turbo_vs_emulation(call: &TurboCall) -> (Tolerance, f64) {
-    match call {
-        TurboCall::Prefill => (
-            Tolerance {
-                rel_fro: 1e-3,
-                max_abs: 2e-2,
-            },
-            0.999_999,
-        ),
-        TurboCall::Decode { .. } => (
-            Tolerance {
-                rel_fro: 0.02,
-                max_abs: 5e-2,
-            },
-            0.9998,
-        ),
-    }
-}
+/// quantised kernel (`backends/cuda/tests/gpu_turbo.rs`): O within 1e-3 relative Frobenius error
+/// (the warpgroup-MMA prefill may land a P code one step apart; the decode with one unit per
+/// output tile follows the emulation bit for bit), absolute error a few bf16 steps of |O| <= 2.
+///
+/// A stream-K decode is not held to the emulation: a split quantises P against each segment's
+/// own tile maximum and applies SAS's threshold against its own running maximum, so on long
+/// contexts of uniform inputs (outputs near zero) it lands up to about 10% (relative) away from the
+/// sequential emulation. It is judged against the f64 golden instead, no worse than the emulation.
+const TURBO_VS_EMULATION: (Tolerance, f64) = (
+    Tolerance {
+        rel_fro: 1e-3,
+        max_abs: 2e-2,
+    },
+    0.999_999,
+);
 
-/// Checks a TurboAttention device output over the slice `probe` against the CPU emulation of the
-/// same slice (per-head, per-block quantisation makes a slice of whole query blocks and whole
-/// heads exact), and that its error against the f64 golden is no worse than the emulation's by
-/// more than 10%.
-#[allow(clippy::too_many_arguments)] // the three inputs, the output, the slice and the call
+/// Checks a TurboAttention device output `o` over the slice `probe` against the CPU emulation of
+/// the same slice (per-head, per-block quantisation makes a slice of whole query blocks and whole
+/// heads exact), and that the timed output (`timed`, else `o`) is no worse than the emulation
+/// against the f64 golden by more than 10%.
+#[allow(clippy::too_many_arguments)] // the three inputs, the outputs, the slice and the call
 pub fn check_turbo_device(
     what: &str,
     p: &AttentionProblem,
@@ -276,6 +269,7 @@ pub fn check_turbo_device(
     v: Filled,
     probe: &Probe,
     o: &Tensor,
+    timed: Option<&Tensor>,
     cfg: &ferrattn_core::turbo::TurboConfig,
     call: &TurboCall,
 ) -> Check {
@@ -314,16 +308,21 @@ pub fn check_turbo_device(
     let got = s.o(p, probe.b, o);
     let emu_o: Vec<f64> = emu.o.data.iter().map(|&x| x as f64).collect();
     let (go, _) = golden::exact_attention_f64(&s.sub, &s.x);
+    let got_timed = timed.map(|t| s.o(p, probe.b, t));
     let (e_emu, e_gpu) = (
         Comparison::new(&go, &emu_o).rel_fro,
-        Comparison::new(&go, &got).rel_fro,
+        Comparison::new(&go, got_timed.as_ref().unwrap_or(&got)).rel_fro,
     );
-    let (tol, min_cos) = turbo_vs_emulation(call);
+    let (tol, min_cos) = TURBO_VS_EMULATION;
     let cmp = Comparison::new(&emu_o, &got);
     let cosine = cmp.cosine;
     let reference = format!(
-        "CPU emulation of sequence {} ({} keys), last {} query rows, KV heads {:?}; vs f64 golden: emulation {e_emu:.3e}, kernel {e_gpu:.3e}",
-        probe.b, probe.kv_len, probe.rows, probe.kv_heads
+        "CPU emulation of sequence {} ({} keys), last {} query rows, KV heads {:?}{}; vs f64 golden: emulation {e_emu:.3e}, timed kernel {e_gpu:.3e}",
+        probe.b,
+        probe.kv_len,
+        probe.rows,
+        probe.kv_heads,
+        if timed.is_some() { " (one unit per output tile)" } else { "" }
     );
     let mut c = Check::from(what, reference, cmp, None, tol);
     if c.passed && cosine < min_cos {
@@ -487,6 +486,7 @@ mod tests {
                 v,
                 &Probe::of(&p, b, 64),
                 &out.o,
+                None,
                 &cfg,
                 &TurboCall::Prefill,
             );
@@ -516,6 +516,7 @@ mod tests {
             v,
             &Probe::of(&pd, 1, 1),
             &out.o,
+            Some(&out.o),
             &dcfg,
             &call,
         );
@@ -530,6 +531,7 @@ mod tests {
             v,
             &Probe::of(&pd, 1, 1),
             &bad,
+            None,
             &dcfg,
             &call,
         );

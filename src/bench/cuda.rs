@@ -215,17 +215,24 @@ fn check_outputs(
 }
 
 /// A TurboAttention output against the CPU emulation over `rows` (whole query blocks) of the
-/// first sequence (and the shortest of a ragged batch).
+/// first sequence (and the shortest of a ragged batch); `timed`, when given, is the output of the
+/// timed schedule, judged against the f64 golden.
+#[allow(clippy::too_many_arguments)] // inputs' seed, both outputs, the call and the slice
 fn check_turbo(
     p: &AttentionProblem,
     seed: u32,
     q_override: Option<Filled>,
     out: &DeviceOutputs,
+    timed: Option<&DeviceOutputs>,
     cfg: &TurboConfig,
     call: &TurboCall,
     rows: usize,
 ) -> R<Check> {
     let got = out.download(p, Provenance::cpu())?;
+    let got_timed = match timed {
+        Some(t) => Some(t.download(p, Provenance::cpu())?),
+        None => None,
+    };
     let [q, k, v] = filled(seed, p);
     let q = q_override.unwrap_or(q);
     let what = match call {
@@ -235,7 +242,10 @@ fn check_turbo(
     Ok(worst(
         probes(p, rows)
             .iter()
-            .map(|pr| check_turbo_device(what, p, q, k, v, pr, &got.o, cfg, call))
+            .map(|pr| {
+                let timed_o = got_timed.as_ref().map(|t| &t.o);
+                check_turbo_device(what, p, q, k, v, pr, &got.o, timed_o, cfg, call)
+            })
             .collect(),
     ))
 }
@@ -380,7 +390,16 @@ pub fn turbo_prefill_row(c: &Cuda, s: &Shape, jobs: &mut Vec<SdpaJob>, row_index
     out.poison()?;
     c.b.turbo_launch_prefill(&prep, &inputs[0], &mut out, None)?;
     c.gpu.synchronize()?;
-    let check = check_turbo(&p, 7, None, &out, &cfg, &TurboCall::Prefill, cfg.block_q)?;
+    let check = check_turbo(
+        &p,
+        7,
+        None,
+        &out,
+        None,
+        &cfg,
+        &TurboCall::Prefill,
+        cfg.block_q,
+    )?;
     let row = Row {
         shape: s.clone(),
         algorithm: "turbo".into(),
@@ -526,13 +545,43 @@ pub fn turbo_decode_rows(
             DecodeSchedule::PerTile => "one unit per tile".to_string(),
             DecodeSchedule::StreamK(n) => format!("stream-K over {n} warps"),
         };
+        // the emulation's order (one unit per output tile) against the emulation, then the timed
+        // schedule against the f64 golden (see check::TURBO_VS_EMULATION)
+        let per_tile = plan_decode(
+            caches[0].lens(),
+            &vec![0; b],
+            hq,
+            hk,
+            DecodeSchedule::PerTile,
+        )?;
+        let prep_tile = c.b.turbo_prepare_decode(per_tile, dtype, &caches[0])?;
+        let mut tile_out = c.b.alloc_outputs(&pq)?;
+        tile_out.poison()?;
+        c.b.turbo_launch_decode(
+            &prep_tile,
+            &cfg,
+            &caches[0],
+            &qx,
+            &mut tile_out,
+            pq.softmax_scale,
+        )?;
         out.poison()?;
         c.b.turbo_launch_decode(&preps[0], &cfg, &caches[0], &qx, &mut out, pq.softmax_scale)?;
         c.gpu.synchronize()?;
         let mut pchk = pk.clone();
         pchk.seqlens_q = vec![1; b];
         let call = TurboCall::Decode { bits: bits.clone() };
-        let check = check_turbo(&pchk, 11, Some(q_fill), &out, &cfg, &call, 1)?;
+        let check = check_turbo(
+            &pchk,
+            11,
+            Some(q_fill),
+            &tile_out,
+            Some(&out),
+            &cfg,
+            &call,
+            1,
+        )?;
+        drop((prep_tile, tile_out));
         let mut row = Row {
             shape: shape.clone(),
             algorithm: "turbo".into(),
