@@ -437,7 +437,8 @@ mod tests {
             assert!(c.passed, "{c:?}");
         }
         let mut bad = out.o.clone();
-        let at = ((1 * 3 + 2) * 4 + 3) * 16; // sequence 1, last row, head 3 (KV head 1)
+        let (b, i, h) = (1, 2, 3); // sequence 1, last row, head 3 (KV head 1)
+        let at = ((b * 3 + i) * 4 + h) * 16;
         bad.data[at] += 0.5;
         let c = check_device("t", &p, q, k, v, &Probe::of(&p, 1, 1), &bad, None, tol);
         assert!(!c.passed, "{c:?}");
@@ -522,7 +523,8 @@ mod tests {
         );
         assert!(c.passed && c.rel_fro == 0.0, "decode slice: {c:?}");
         let mut bad = out.o.clone();
-        bad.data[(1 * 4 + 3) * 64] += 0.25; // sequence 1, head 3 (KV head 1)
+        let (b, h) = (1, 3); // sequence 1, head 3 (KV head 1)
+        bad.data[(b * 4 + h) * 64] += 0.25;
         let c = check_turbo_device(
             "t",
             &pd,

@@ -355,9 +355,8 @@ pub fn markdown(rep: &BenchReport) -> String {
     );
     let _ = writeln!(
         s,
-        "Every row was checked before it was timed (`check` = relative Frobenius error of O against its reference: the f64 golden for exact kernels and CPU emulations, the CPU emulation of the same slice for the TurboAttention kernels, which must also be no worse than it against the golden; the JSON says which). Times are medians per call ({}); `spread` = (p90 - p10) / median; `floor` = the largest of bytes / copy bandwidth, operations / GEMM rate and the launch floor; `% ceil` = floor / time; ratios = baseline time / our time (> 1: we are faster).\n",
-        "CUDA graph replay between events after warm-up, input sets rotated over >= 4x L2; host rows: wall clock"
-    );
+        "Every row was checked before it was timed (`check` = relative Frobenius error of O against its reference: the f64 golden for exact kernels and CPU emulations, the CPU emulation of the same slice for the TurboAttention kernels, which must also be no worse than it against the golden; the JSON says which). Times are medians per call (CUDA graph replay between events after warm-up, input sets rotated over >= 4x L2; host rows: wall clock); `spread` = (p90 - p10) / median; `floor` = the largest of bytes / copy bandwidth, operations / GEMM rate and the launch floor; `% ceil` = floor / time; ratios = baseline time / our time (> 1: we are faster).\n",
+            );
     for fam in Family::ALL {
         let rows: Vec<&Row> = rep.rows.iter().filter(|r| r.shape.family == fam).collect();
         if rows.is_empty() {

@@ -58,6 +58,7 @@ pub enum Family {
     /// Lean paper decode shapes.
     LeanPaper,
     /// Llama-3-8B decode shapes.
+    #[serde(rename = "llama3-8b-decode", alias = "llama3-decode")]
     Llama3Decode,
     /// Ragged decode batches.
     Ragged,
@@ -66,8 +67,10 @@ pub enum Family {
     /// TurboAttention decode over a compressed cache.
     TurboDecode,
     /// TurboQuant decode over a compressed cache.
+    #[serde(rename = "turboquant-decode", alias = "turbo-quant-decode")]
     TurboQuantDecode,
     /// MLA decode on the simulated Ascend 910.
+    #[serde(rename = "mla-910-simulated", alias = "mla910")]
     Mla910,
     /// Every CPU emulation on small problems.
     Host,
@@ -233,7 +236,7 @@ fn grid(
     batches: &[usize],
     ctxs: &[usize],
     max_tokens: usize,
-    heads: (usize, usize, usize, DType),
+    heads: Heads,
 ) -> Vec<Shape> {
     let (hq, hk, d, dtype) = heads;
     let mut v = vec![];
@@ -247,8 +250,11 @@ fn grid(
     v
 }
 
-const LEAN_HEADS: (usize, usize, usize, DType) = (56, 56, 64, DType::F16);
-const LLAMA_HEADS: (usize, usize, usize, DType) = (32, 8, 128, DType::BF16);
+/// Query heads, KV heads, head dim, dtype.
+type Heads = (usize, usize, usize, DType);
+
+const LEAN_HEADS: Heads = (56, 56, 64, DType::F16);
+const LLAMA_HEADS: Heads = (32, 8, 128, DType::BF16);
 
 /// The GPU decode shapes of the Lean kernel: Lean paper, Llama-3-8B, ragged.
 pub fn lean_shapes(suite: Suite) -> Vec<Shape> {
@@ -344,7 +350,8 @@ pub fn lean_shapes(suite: Suite) -> Vec<Shape> {
             }
         }
     }
-    let ragged: &[(usize, usize, (usize, usize, usize, DType), &[usize])] = match suite {
+    // (batch, longest context, heads, mean/max percentages)
+    let ragged: &[(usize, usize, Heads, &[usize])] = match suite {
         Suite::Quick => &[(16, 32768, LLAMA_HEADS, &[25, 100])],
         Suite::Standard | Suite::Full => &[
             (16, 32768, LLAMA_HEADS, &[10, 25, 50, 100]),
@@ -559,6 +566,16 @@ mod tests {
                     .validate()
                     .unwrap_or_else(|e| panic!("{sh:?}: {e}"));
             }
+        }
+    }
+
+    #[test]
+    fn json_names_are_the_report_names() {
+        for f in Family::ALL {
+            assert_eq!(
+                serde_json::to_string(&f).unwrap(),
+                format!("{:?}", f.name())
+            );
         }
     }
 
