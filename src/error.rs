@@ -41,6 +41,9 @@ pub enum FerrattnError {
     /// A plan made for another problem or backend.
     #[error("plan mismatch: {0}")]
     PlanMismatch(String),
+    /// `ferrattn bench`: rows failed their correctness check or could not run.
+    #[error("bench: {0}")]
+    Bench(String),
     /// Reading or writing a file.
     #[error("{path}: {message}")]
     File {
