@@ -247,8 +247,10 @@ impl<'a> TensorView<'a> {
     }
 }
 
-/// Caller-owned device scratch for one decode step's tables and partials.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Caller-owned device scratch for one decode step's tables and partials. Neither `Clone` nor
+/// `Copy`: a step borrows it mutably ([`LeanDecoder::begin_step`]), so no other step can write
+/// its tables while that step's launches may still be enqueued.
+#[derive(Debug, PartialEq, Eq)]
 pub struct Workspace {
     addr: u64,
     bytes: usize,
@@ -716,6 +718,41 @@ impl DecodePlan {
         serde_json::to_string_pretty(self).expect("plans serialise")
     }
 
+    /// Whether a graph captured from this plan's launches may run with `other`'s tables in the
+    /// workspace: the same kernel instance, grid, tiling, batch, K/V extent and page-table
+    /// shape, so every offset and grid size the graph holds is the one `other` needs (its
+    /// lengths and page table, which the kernels read from the workspace, may differ).
+    pub fn same_launch(&self, other: &DecodePlan) -> bool {
+        let (a, b) = (&self.step, &other.step);
+        let (pa, pb) = (a.problem(), b.problem());
+        let kv = match (a.kv(), b.kv()) {
+            (KvStorage::Contiguous, KvStorage::Contiguous) => true,
+            (KvStorage::Paged(x), KvStorage::Paged(y)) => {
+                (x.page_size(), x.num_pages(), x.max_pages())
+                    == (y.page_size(), y.num_pages(), y.max_pages())
+            }
+            _ => false,
+        };
+        kv && self.shape == other.shape
+            && a.instance() == b.instance()
+            && a.num_ctas() == b.num_ctas()
+            && a.layout() == b.layout()
+            && a.new_tokens() == b.new_tokens()
+            && pa.max_seqlen_k == pb.max_seqlen_k
+            && pa.softmax_scale == pb.softmax_scale
+            && (
+                a.lean_plan().tile_k,
+                a.lean_plan().tile_m,
+                a.lean_plan().query_groups,
+            ) == (
+                b.lean_plan().tile_k,
+                b.lean_plan().tile_m,
+                b.lean_plan().query_groups,
+            )
+            && a.lean_plan().schedule.merges_in_kernel()
+                == b.lean_plan().schedule.merges_in_kernel()
+    }
+
     /// A plan read back from [`DecodePlan::to_json`]'s output, checked again.
     pub fn from_json(json: &str) -> Result<DecodePlan> {
         serde_json::from_str(json).map_err(|e| FerrattnError::PlanMismatch(e.to_string()))
@@ -901,13 +938,17 @@ impl LeanDecoder {
     /// Starts a step: checks the workspace, resolves the step's kernels (cached per instance)
     /// and enqueues the copy of its tables into the workspace on `stream`. Call it outside a
     /// graph capture, once per step, before the layers' [`DecodeStep::run`].
-    pub fn begin_step<'p>(
+    ///
+    /// A CUDA graph captured from one step's launches may be replayed after a later step began
+    /// in the same workspace only when [`DecodePlan::same_launch`] holds for the two plans (the
+    /// graph keeps the first plan's grid and sizes; the tables come from the workspace).
+    pub fn begin_step<'p, 'w>(
         &self,
         plan: &'p DecodePlan,
-        workspace: Workspace,
+        workspace: &'w mut Workspace,
         stream: Stream,
-    ) -> Result<DecodeStep<'p>> {
-        check_workspace(plan, &workspace, self.ordinal)?;
+    ) -> Result<DecodeStep<'p, 'w>> {
+        check_workspace(plan, workspace, self.ordinal)?;
         let kernels = self.backend.lean_kernels(plan.step.instance())?;
         // SAFETY: the workspace was checked (device, size, alignment) and the caller promised
         // it is device memory that nothing else uses (Workspace::cuda); the stream by
@@ -918,22 +959,25 @@ impl LeanDecoder {
         Ok(DecodeStep {
             plan,
             kernels,
-            workspace,
+            workspace: workspace.addr,
             ordinal: self.ordinal,
+            _workspace: PhantomData,
         })
     }
 }
 
-/// A step whose tables are in the workspace: launches per layer.
+/// A step whose tables are in the workspace: launches per layer. It holds the workspace's
+/// mutable borrow, so the tables stay this step's while it lives.
 #[derive(Debug)]
-pub struct DecodeStep<'p> {
+pub struct DecodeStep<'p, 'w> {
     plan: &'p DecodePlan,
     kernels: Arc<LeanKernels>,
-    workspace: Workspace,
+    workspace: u64,
     ordinal: usize,
+    _workspace: PhantomData<&'w mut Workspace>,
 }
 
-impl DecodeStep<'_> {
+impl DecodeStep<'_, '_> {
     /// Validates one layer's views and enqueues its decode on `stream` (which must be ordered
     /// after the stream the step began on). No allocation, synchronisation or copy.
     pub fn run(&self, x: &DecodeViews<'_, '_>, stream: Stream) -> Result<()> {
@@ -949,12 +993,8 @@ impl DecodeStep<'_> {
         // contiguity, alignment); the page table against the pool when the plan was made; the
         // workspace and its tables by begin_step.
         unsafe {
-            self.kernels.run(
-                &self.plan.step,
-                &t,
-                self.workspace.addr,
-                stream.as_raw() as _,
-            )?;
+            self.kernels
+                .run(&self.plan.step, &t, self.workspace, stream.as_raw() as _)?;
         }
         Ok(())
     }
@@ -984,7 +1024,7 @@ impl DecodeStep<'_> {
                 &self.plan.step,
                 (k_new.addr, v_new.addr),
                 (k.addr, v.addr),
-                self.workspace.addr,
+                self.workspace,
                 stream.as_raw() as _,
             )?;
         }

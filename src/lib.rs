@@ -35,9 +35,9 @@
 //! let o = view(&[batch, 1, heads_q, d], DType::F16)?;
 //! let lse = view(&[batch, heads_q, 1], DType::F32)?;
 //! // SAFETY: the allocation holds `workspace_bytes()` bytes of device 0
-//! let ws = unsafe { Workspace::cuda(device_alloc(plan.workspace_bytes()), plan.workspace_bytes(), 0) };
+//! let mut ws = unsafe { Workspace::cuda(device_alloc(plan.workspace_bytes()), plan.workspace_bytes(), 0) };
 //! let stream = Stream::LEGACY_DEFAULT; // or the engine's stream: unsafe { Stream::from_raw(..) }
-//! let step = gpu.begin_step(&plan, ws, stream)?; // one small table upload per step
+//! let step = gpu.begin_step(&plan, &mut ws, stream)?; // one small table upload per step
 //! for _layer in 0..32 {
 //!     step.append(&k_new, &v_new, &k, &v, stream)?; // the step's new token into the cache
 //!     step.run(&DecodeViews { q: &q, k: &k, v: &v, o: &o, lse: &lse }, stream)?;

@@ -116,6 +116,22 @@ fn good_views_pass() {
         "{bound} < {}",
         p.workspace_bytes()
     );
+    // a step with other lengths but the same grid may reuse a graph captured from this one
+    let other = DecodePlan::new(
+        &shape(),
+        &DeviceCaps::hopper_reference(),
+        &[120, 90],
+        paged(&t),
+        1,
+        LeanSchedule::StreamK,
+    )
+    .unwrap();
+    assert_eq!(
+        p.same_launch(&other),
+        p.step().num_ctas() == other.step().num_ctas()
+    );
+    assert!(p.same_launch(&p.clone()));
+    assert!(!p.same_launch(&c));
 }
 
 #[test]

@@ -66,8 +66,8 @@ fn gpu_facade_step_matches_the_prepared_path() {
     let run = |plan: &DecodePlan, k: &TensorView<'_>, v: &TensorView<'_>, fill: bool| {
         let ws_buf = DeviceBuffer::alloc(&g, plan.workspace_bytes()).unwrap();
         // SAFETY: a fresh allocation of the plan's size on device 0.
-        let ws = unsafe { Workspace::cuda(ws_buf.ptr(), ws_buf.bytes(), 0) };
-        let step = gpu.begin_step(plan, ws, stream).unwrap();
+        let mut ws = unsafe { Workspace::cuda(ws_buf.ptr(), ws_buf.bytes(), 0) };
+        let step = gpu.begin_step(plan, &mut ws, stream).unwrap();
         if fill {
             // the whole prompt as the step's new tokens: [batch, new_tokens = 4096, heads, dim]
             let kx = view(x.k(), DType::BF16, &[4, 4096, 8, 128]);
