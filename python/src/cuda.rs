@@ -91,11 +91,13 @@ pub fn stream(handle: Option<usize>) -> Stream {
 
 /// A planned decode step whose tables are in the caller's workspace.
 ///
-/// `DecodeStep` borrows its `DecodePlan`; both live here, the plan boxed so its address never
-/// moves, and the step is declared first so it is dropped before the plan it borrows.
+/// `DecodeStep` borrows its `DecodePlan` and (mutably) its `Workspace`; all three live here, the
+/// plan and the workspace boxed so their addresses never move, and the step is declared first
+/// so it is dropped before what it borrows.
 pub struct DeviceStep {
-    step: Option<DecodeStep<'static>>,
+    step: Option<DecodeStep<'static, 'static>>,
     plan: Box<DecodePlan>,
+    workspace: Option<Box<Workspace>>,
     decoder: Arc<LeanDecoder>,
     pub ordinal: usize,
 }
@@ -120,6 +122,7 @@ impl DeviceStep {
         Ok(DeviceStep {
             step: None,
             plan: Box::new(plan),
+            workspace: None,
             decoder,
             ordinal,
         })
@@ -148,12 +151,18 @@ impl DeviceStep {
         // are checked by begin_step.
         let ws = unsafe { Workspace::cuda(workspace.ptr as u64, bytes, ordinal) };
         self.step = None;
-        let step = self.decoder.begin_step(&self.plan, ws, stream)?;
-        // SAFETY: the step borrows `*self.plan`, a box owned by `self` that is never moved out,
-        // replaced or mutated while a step exists (`begin` drops the old step first); the field
-        // order drops the step before the plan.
-        let step: DecodeStep<'static> = unsafe { std::mem::transmute(step) };
-        self.step = Some(step);
+        let ws: &mut Workspace = self.workspace.insert(Box::new(ws));
+        // SAFETY: the step borrows `*self.plan` and `*self.workspace`, boxes owned by `self` whose
+        // contents never move; neither is touched while a step exists (`begin` drops the old step
+        // before replacing the workspace, and the plan is never replaced), and the field order
+        // drops the step before both.
+        let (plan, ws): (&'static DecodePlan, &'static mut Workspace) = unsafe {
+            (
+                &*(self.plan.as_ref() as *const DecodePlan),
+                &mut *(ws as *mut Workspace),
+            )
+        };
+        self.step = Some(self.decoder.begin_step(plan, ws, stream)?);
         Ok(())
     }
 
