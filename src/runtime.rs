@@ -224,6 +224,8 @@ impl Runtime {
                 self.kind()
             )));
         }
+        // a plan may come from a file: every field is checked against its problem and this device
+        plan.validate(&self.caps())?;
         let problem = x.problem(
             ferrattn_core::AttentionOptions {
                 causal: plan.problem.causal,

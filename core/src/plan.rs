@@ -153,6 +153,17 @@ impl AttentionPlan {
                 ))
             }
         };
+        if caps.backend == BackendKind::Cpu {
+            // the CPU backend allocates O and LSE in host memory; refuse what would abort
+            let out: u128 = self
+                .problem
+                .buffer_shapes()
+                .iter()
+                .filter(|(name, _)| matches!(*name, "o" | "lse"))
+                .map(|(_, s)| crate::problem::buffer_bytes(s))
+                .sum();
+            crate::problem::check_host_memory("the outputs o and lse", out)?;
+        }
         if (self.block_q, self.block_k) != detail_blocks {
             return bad(format!(
                 "block_q x block_k = {} x {} but the {} detail says {} x {}",
