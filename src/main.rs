@@ -399,6 +399,9 @@ fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
 const SIM_MAX_BATCH: usize = 4096;
 /// Longest context `sim amla` models (2048 KV blocks of 512).
 const SIM_MAX_SK: usize = 1 << 20;
+/// Most KV tokens `sim amla` models over the batch: memory grows about 4 bytes per token (batch
+/// 96 x sk 2^20 took 0.4 GB and 13 s on 2 cores, batch 65536 x sk 16384 5 GB and 167 s).
+const SIM_MAX_TOKENS: usize = 1 << 27;
 
 fn cmd_sim(s: &Sim) -> ferrattn::Result<()> {
     let Sim::Amla {
@@ -412,10 +415,16 @@ fn cmd_sim(s: &Sim) -> ferrattn::Result<()> {
     // the model keeps every KV block's ops of every distinct core pair's work list, so its
     // memory grows with batch x sk: bound both well above the paper's configurations (batch 96,
     // sk up to 16k) instead of letting an allocation abort
-    if !(1..=SIM_MAX_BATCH).contains(batch) || !(1..=SIM_MAX_SK).contains(sk) || !(1..=2).contains(sq) {
+    if !(1..=SIM_MAX_BATCH).contains(batch)
+        || !(1..=SIM_MAX_SK).contains(sk)
+        || !(1..=2).contains(sq)
+        || batch * sk > SIM_MAX_TOKENS
+    {
         return Err(ferrattn::CoreError::Unsupported {
             what: format!("sim amla with batch {batch}, sq {sq}, sk {sk}"),
-            supported: format!("batch 1..={SIM_MAX_BATCH}, sq 1 or 2, sk 1..={SIM_MAX_SK}"),
+            supported: format!(
+                "batch 1..={SIM_MAX_BATCH}, sq 1 or 2, sk 1..={SIM_MAX_SK}, batch x sk up to {SIM_MAX_TOKENS}"
+            ),
         }
         .into());
     }
@@ -580,22 +589,21 @@ fn random_problem(a: &ProblemArgs, d: &[usize]) -> ferrattn::Result<AttentionPro
         p.softmax_scale = scale;
     }
     if let Some(lens) = &a.seqlens_k {
-        p.seqlens_k = lens
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| {
-                usize::try_from(l)
-                    .ok()
-                    .filter(|&l| l <= sk)
-                    .ok_or_else(|| CoreError::BadLength {
-                        what: format!("seqlens_k[{i}]"),
-                        value: l,
-                        requirement: format!(
-                            "between 0 and {sk} (the tensor's padded sequence extent)"
-                        ),
+        p.seqlens_k =
+            lens.iter()
+                .enumerate()
+                .map(|(i, &l)| {
+                    usize::try_from(l).ok().filter(|&l| l <= sk).ok_or_else(|| {
+                        CoreError::BadLength {
+                            what: format!("seqlens_k[{i}]"),
+                            value: l,
+                            requirement: format!(
+                                "between 0 and {sk} (the tensor's padded sequence extent)"
+                            ),
+                        }
                     })
-            })
-            .collect::<Result<_, _>>()?;
+                })
+                .collect::<Result<_, _>>()?;
     }
     p.validate()?;
     Ok(p)
@@ -603,9 +611,16 @@ fn random_problem(a: &ProblemArgs, d: &[usize]) -> ferrattn::Result<AttentionPro
 
 /// Random inputs for `p` (unit Gaussian, seeded), after checking the host can hold them and
 /// `extra` more bytes (the outputs and the f64 check).
-fn random_inputs(p: &AttentionProblem, seed: u64, extra: u128) -> ferrattn::Result<AttentionInputs> {
+fn random_inputs(
+    p: &AttentionProblem,
+    seed: u64,
+    extra: u128,
+) -> ferrattn::Result<AttentionInputs> {
     ferrattn::problem::check_host_memory(
-        &format!("--random {} (inputs, outputs and the f64 check)", describe(p)),
+        &format!(
+            "--random {} (inputs, outputs and the f64 check)",
+            describe(p)
+        ),
         p.host_bytes().saturating_add(extra),
     )?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

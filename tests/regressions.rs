@@ -18,7 +18,15 @@ fn cpu(algo: Algorithm) -> Runtime {
         .runtime
 }
 
-fn qkv(b: usize, sq: usize, sk: usize, hq: usize, hk: usize, d: usize, dtype: DType) -> AttentionInputs {
+fn qkv(
+    b: usize,
+    sq: usize,
+    sk: usize,
+    hq: usize,
+    hk: usize,
+    d: usize,
+    dtype: DType,
+) -> AttentionInputs {
     let mut r = rand::rngs::StdRng::seed_from_u64(15);
     AttentionInputs::new(
         Tensor::randn(&[b, sq, hq, d], dtype, 1.0, &mut r),
@@ -70,11 +78,17 @@ fn forged_lean_schedules_are_refused() {
     // stream-K bounds that are empty, descending, past the end, short of it, or not from 0
     for (bounds, says) in [
         (vec![], "from 0 to total_iters = 8"),
-        (vec![0, 9, 8], "cta_bounds[1] = 9 is not below cta_bounds[2] = 8"),
+        (
+            vec![0, 9, 8],
+            "cta_bounds[1] = 9 is not below cta_bounds[2] = 8",
+        ),
         (vec![0, 4, 12], "from 0 to total_iters = 8"),
         (vec![0, 6], "from 0 to total_iters = 8"),
         (vec![1, 8], "from 0 to total_iters = 8"),
-        (vec![0, 4, 4, 8], "cta_bounds[1] = 4 is not below cta_bounds[2] = 4"),
+        (
+            vec![0, 4, 4, 8],
+            "cta_bounds[1] = 4 is not below cta_bounds[2] = 4",
+        ),
     ] {
         let forged = lean_mut(&plan, |d| {
             d.num_ctas = bounds.len().saturating_sub(1);
@@ -126,7 +140,10 @@ fn forged_exact_and_cross_algorithm_plans_are_refused() {
         ..plan.clone()
     };
     let e = invalid(&rt, &forged, &x);
-    assert!(e.contains("the algorithm is turbo but the detail is a exact plan"), "{e}");
+    assert!(
+        e.contains("the algorithm is turbo but the detail is a exact plan"),
+        "{e}"
+    );
     // block sizes that are not the detail's
     let turbo = rt.plan(Algorithm::Turbo, &p).unwrap();
     let forged = AttentionPlan {
@@ -153,7 +170,10 @@ fn replayed_plan_equals_a_fresh_run() {
 #[test]
 fn sizes_whose_products_overflow_are_refused_before_allocating() {
     for (dims, what) in [
-        ([1, 1, usize::MAX, 1, 1, 1], "k of shape [1, 18446744073709551615, 1, 1]"),
+        (
+            [1, 1, usize::MAX, 1, 1, 1],
+            "k of shape [1, 18446744073709551615, 1, 1]",
+        ),
         ([1, 1 << 32, 1 << 32, 1 << 32, 1 << 32, 1], "q of shape"),
     ] {
         let [b, sq, sk, hq, hk, d] = dims;
@@ -172,7 +192,10 @@ fn sizes_whose_products_overflow_are_refused_before_allocating() {
     }
     // more than the host has: the error names the bytes needed and what is available
     let e = ferrattn::problem::check_host_memory("a test buffer", 1 << 60).unwrap_err();
-    assert!(e.to_string().contains("needs 1152921504606846976 bytes"), "{e}");
+    assert!(
+        e.to_string().contains("needs 1152921504606846976 bytes"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -186,7 +209,9 @@ fn tensor_data_shorter_than_its_shape_is_a_typed_error() {
         };
         t.data.truncate(t.data.len() - 1);
         match x.problem(AttentionOptions::default(), None) {
-            Err(CoreError::Shape { tensor, expected, .. }) => {
+            Err(CoreError::Shape {
+                tensor, expected, ..
+            }) => {
                 assert_eq!(tensor, which);
                 assert!(expected.contains("but its data holds"), "{expected}");
             }
@@ -201,7 +226,11 @@ fn big(qk: f32, dtype: DType) -> AttentionInputs {
     for t in [&mut x.q, &mut x.k] {
         for (i, v) in t.data.iter_mut().enumerate() {
             // a fixed pseudo-random sign per element, so keys get different logits
-            *v = if (i.wrapping_mul(2_654_435_761) >> 7) & 1 == 0 { qk } else { -qk };
+            *v = if (i.wrapping_mul(2_654_435_761) >> 7) & 1 == 0 {
+                qk
+            } else {
+                -qk
+            };
         }
     }
     x
@@ -216,7 +245,10 @@ fn logits_past_f32_are_refused_with_the_range_not_zeroed() {
         let rt = cpu(algo);
         let plan = rt.plan(algo, &p).unwrap();
         let e = rt.run(&plan, &x).unwrap_err().to_string();
-        assert!(e.contains("logits may reach") && e.contains("up to 1e37"), "{algo}: {e}");
+        assert!(
+            e.contains("logits may reach") && e.contains("up to 1e37"),
+            "{algo}: {e}"
+        );
     }
 }
 
@@ -261,7 +293,11 @@ fn input_files_with_unknown_or_mistyped_tensors_are_errors() {
     let base = [("q", &x.q), ("k", &x.k), ("v", v)];
     let write = |name: &str, extra_f: &[(&str, &Tensor)], ints: &[(&str, &[i64])]| {
         let path = dir.join(name);
-        let all: Vec<(&str, &Tensor)> = base.iter().copied().chain(extra_f.iter().copied()).collect();
+        let all: Vec<(&str, &Tensor)> = base
+            .iter()
+            .copied()
+            .chain(extra_f.iter().copied())
+            .collect();
         ferrattn::io::write_file(&path, &all, ints, Default::default()).unwrap();
         path
     };
@@ -273,7 +309,9 @@ fn input_files_with_unknown_or_mistyped_tensors_are_errors() {
     );
     // misspelt seqlen_k was dropped and the full lengths used
     let misspelt = write("misspelt.safetensors", &[], &[("seqlen_k", &[10, 3])]);
-    let e = ferrattn::io::read_inputs(&misspelt).unwrap_err().to_string();
+    let e = ferrattn::io::read_inputs(&misspelt)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("unknown tensor \"seqlen_k\""), "{e}");
     // seqlens_k stored as f32 was dropped too
     let lens = Tensor::from_vec(&[2], DType::F32, vec![10.0, 3.0]).unwrap();

@@ -223,9 +223,9 @@ impl AttentionProblem {
 
 /// Bytes of one host tensor of `shape` (`f32` values), saturating instead of overflowing.
 pub fn buffer_bytes(shape: &[usize]) -> u128 {
-    shape
-        .iter()
-        .fold(HOST_ELEMENT_BYTES as u128, |a, &d| a.saturating_mul(d as u128))
+    shape.iter().fold(HOST_ELEMENT_BYTES as u128, |a, &d| {
+        a.saturating_mul(d as u128)
+    })
 }
 
 /// Bytes one host element takes: host tensors keep `f32` values whatever their dtype.

@@ -29,7 +29,11 @@ pub fn blocked_attention(
             let hk = h / group;
             // scale before the dot product: the logit range is what must fit f32
             // (ferrattn_core::range)
-            let q: Vec<f32> = x.q.row4(b, i, h).iter().map(|&v| v * p.softmax_scale).collect();
+            let q: Vec<f32> =
+                x.q.row4(b, i, h)
+                    .iter()
+                    .map(|&v| v * p.softmax_scale)
+                    .collect();
             let mut st = SoftmaxState::empty(dv);
             let mut s = Vec::with_capacity(block_k);
             for j0 in (0..end).step_by(block_k) {

@@ -291,7 +291,11 @@ fn lean_tile(
         }
         let visible = p.visible_keys(b, i);
         // scale before the dot product: the logit range is what must fit f32 (crate::range)
-        let q: Vec<f32> = x.q.row4(b, i, hq).iter().map(|&v| v * p.softmax_scale).collect();
+        let q: Vec<f32> =
+            x.q.row4(b, i, hq)
+                .iter()
+                .map(|&v| v * p.softmax_scale)
+                .collect();
         for it in begin..end {
             let k0 = it as usize * plan.tile_k;
             let k1 = (k0 + plan.tile_k).min(len);
@@ -407,8 +411,16 @@ fn check_inputs(p: &AttentionProblem, x: &AttentionInputs) -> Result<()> {
         supported: "separate K and V".into(),
     })?;
     for (name, t, want) in [
-        ("q", &x.q, [p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_qk]),
-        ("k", &x.k, [p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_qk]),
+        (
+            "q",
+            &x.q,
+            [p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_qk],
+        ),
+        (
+            "k",
+            &x.k,
+            [p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_qk],
+        ),
         ("v", v, [p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_v]),
     ] {
         if t.shape != want || t.data.len() != want.iter().product::<usize>() {

@@ -301,7 +301,13 @@ fn short(b: &[u64]) -> String {
     if b.len() <= 8 {
         format!("{b:?}")
     } else {
-        format!("[{}, {}, .., {}] ({} entries)", b[0], b[1], b[b.len() - 1], b.len())
+        format!(
+            "[{}, {}, .., {}] ({} entries)",
+            b[0],
+            b[1],
+            b[b.len() - 1],
+            b.len()
+        )
     }
 }
 
