@@ -243,9 +243,10 @@ impl RunTolerance {
 }
 
 /// LSE bound of the default TurboQuant config on N(0, 1) inputs: the logit noise of 4-bit keys
-/// has a standard deviation of about 0.2 (sigma^2 ~ 0.047, core/src/turboquant/tests.rs), and a
-/// row's LSE moves by less than its largest single logit shift.
-const TURBOQUANT_LSE: f64 = 0.5;
+/// has variance sigma^2 = (pi/2) D_mse(3 bits) ~ 0.047 (core/src/turboquant/tests.rs), sigma ~
+/// 0.22, and a row's LSE moves by at most its largest logit shift, which for a 1-key row is its
+/// only one (tests/golden.rs measured 0.67 on such a row). 5 sigma.
+const TURBOQUANT_LSE: f64 = 1.1;
 
 fn bound(x: f64) -> String {
     if x.is_finite() {
