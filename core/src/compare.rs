@@ -212,18 +212,22 @@ impl RunTolerance {
                     }
                     KvBits::PerHead { bits } => bits.iter().filter(|&&b| b == 2).count(),
                 };
-                // core/src/turbo/tests.rs derives each bound from the quantisation noise of
-                // N(0, 1) inputs: INT8 prefill 4%, 4-bit 20%, 2-bit 85% relative Frobenius error
-                // of O; LSE 0.05, 0.15, 0.6. With some heads at 2 bits the squared relative error
-                // of O is a weighted mean of the heads' squared relative errors, so it is at most
-                // the 2-bit bound (the 60% that test asserts for mixed bits is for short d = 64
-                // contexts; `run --algo turbo --random 1,1,4096,32,8,128` measured 61.8%).
+                // O: core/src/turbo/tests.rs derives each bound from the quantisation noise of
+                // N(0, 1) inputs: INT8 prefill 4%, 4-bit 20%, 2-bit 85% relative Frobenius error.
+                // With some heads at 2 bits the squared relative error of O is a weighted mean
+                // of the heads' squared relative errors, so it is at most the 2-bit bound (the
+                // 60% that test asserts for mixed bits is for short d = 64 contexts; `run --algo
+                // turbo --random 1,1,4096,32,8,128` measured 61.8%).
+                // LSE: a row's LSE moves by at most its largest logit shift; the same test
+                // module puts the logit noise at a standard deviation of 0.01 (INT8), 0.097
+                // (4-bit) and 0.47 (2-bit); the bound is 5 of those (the fuzz harness measured
+                // 0.86 on a 2-bit decode, past the 0.6 that module asserts on its own cases).
                 let (rel, l, basis) = if prefill_only {
                     (0.04, 0.05, "TurboAttention INT8 prefill, N(0, 1) inputs (core/src/turbo/tests.rs)")
                 } else if two_bit_heads == 0 {
-                    (0.20, 0.15, "TurboAttention 4-bit KV decode, N(0, 1) inputs (core/src/turbo/tests.rs)")
+                    (0.20, 0.5, "TurboAttention 4-bit KV decode, N(0, 1) inputs (core/src/turbo/tests.rs)")
                 } else {
-                    (0.85, 0.6, "TurboAttention decode with 2-bit KV heads, N(0, 1) inputs: the 2-bit bound of core/src/turbo/tests.rs")
+                    (0.85, 2.4, "TurboAttention decode with 2-bit KV heads, N(0, 1) inputs: the 2-bit bound of core/src/turbo/tests.rs")
                 };
                 RunTolerance {
                     o: o(rel),

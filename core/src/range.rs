@@ -15,7 +15,9 @@
 //!     `max |v| * max_seqlen_k <= f32::MAX / 2`, which keeps the unnormalised `sum_j p_j v_j`
 //!     (each `p_j <= 1`) finite;
 //!   - [`check_turboquant`]: in addition, every K and V row norm fits `f16` (the compressed cache
-//!     stores `||k||`, `||k - k_mse||` and `||v||` as f16, as the fused kernel's operands do).
+//!     stores `||k||`, `||k - k_mse||` and `||v||` as f16, as the fused kernel's operands do) and
+//!     `q` rows stay below [`TURBOQUANT_MAX_Q_NORM`] (rotated and sketched unscaled);
+//!   - [`check_amla`]: the bounds AMLA's `2^n` rescaling needs.
 //!
 //! Accuracy is another matter: an `f32` logit carries a rounding error of about
 //! `d * 2^-24 * |logit|`, so logits in the thousands lose digits that the softmax amplifies. That
@@ -23,7 +25,7 @@
 //! `f64` golden and fails when it misses the stated tolerance.
 //!
 //! TurboAttention has its own, stricter limit ([`crate::turbo::MAX_MAGNITUDE`]), checked by
-//! `turbo::check_inputs`; AMLA casts to BF16 and checks its inputs in `amla::emulate`.
+//! `turbo::check_inputs`; AMLA's ([`check_amla`]) follows from its `2^n` rescaling.
 
 use crate::{AttentionInputs, AttentionProblem, CoreError, DType, Result};
 
@@ -109,9 +111,59 @@ pub fn check_f32_softmax(p: &AttentionProblem, x: &AttentionInputs) -> Result<In
     Ok(r)
 }
 
-/// [`check_f32_softmax`] plus the f16 norms of the TurboQuant cache (module docs).
+/// Largest logit bound AMLA accepts: Algorithm 2 line 8 takes `n_i = round(-m_i / ln 2)` and
+/// line 9 `S32 = exp(ln 2 (n_i + m_i / ln 2))`, which needs `m_i / ln 2` to keep its fraction in
+/// `f32` (spacing 0.125 at `1e6 / ln 2`), or `r_i` leaves Eq. 4's `[1/sqrt 2, sqrt 2]`.
+pub const AMLA_MAX_LOGIT: f64 = 1e6;
+
+/// AMLA's range: the Cube computes `q . k` unscaled in FP32, so `max ||q|| max ||k||` must fit
+/// `f32`; the logit bound must stay within [`AMLA_MAX_LOGIT`]; and V as for
+/// [`check_f32_softmax`].
+pub fn check_amla(p: &AttentionProblem, x: &AttentionInputs) -> Result<InputRange> {
+    let r = InputRange::of(p, x);
+    let dot = r.q_norm * r.k_norm;
+    if dot > f32::MAX as f64 / 2.0 || r.logit_bound > AMLA_MAX_LOGIT {
+        return Err(refuse(
+            format!(
+                "AMLA over inputs whose logits may reach {:.3e} (max row norm of q {:.3e}, of kv {:.3e})",
+                r.logit_bound, r.q_norm, r.k_norm
+            ),
+            format!(
+                "softmax_scale x max ||q|| x max ||kv|| up to {AMLA_MAX_LOGIT:e} (n_i = round(-m_i / ln 2) \
+                 needs m_i's fraction in f32) and max ||q|| x max ||kv|| up to f32::MAX / 2 (the Cube's FP32 dot)"
+            ),
+        ));
+    }
+    let v_limit = f32::MAX as f64 / 2.0 / p.max_seqlen_k.max(1) as f64;
+    if r.v_abs > v_limit {
+        return Err(refuse(
+            format!(
+                "AMLA over V values up to {:.3e} over {} keys",
+                r.v_abs, p.max_seqlen_k
+            ),
+            format!("|V| up to {v_limit:.3e} = f32::MAX / 2 / max_seqlen_k"),
+        ));
+    }
+    Ok(r)
+}
+
+/// Largest `q` row norm TurboQuant accepts: the query is rotated (`Π q`) and projected
+/// (`S q`, Gaussian `S` of up to 4096 rows whose row norms are about `sqrt(d) <= 32`), unscaled,
+/// in `f32`, and its dot products with keys of norm up to 65504 are scaled only afterwards.
+pub const TURBOQUANT_MAX_Q_NORM: f64 = 1e30;
+
+/// [`check_f32_softmax`] plus the f16 norms of the TurboQuant cache and the unscaled query
+/// products of the fused loop (module docs, [`TURBOQUANT_MAX_Q_NORM`]).
 pub fn check_turboquant(p: &AttentionProblem, x: &AttentionInputs) -> Result<InputRange> {
     let r = check_f32_softmax(p, x)?;
+    if r.q_norm > TURBOQUANT_MAX_Q_NORM {
+        return Err(refuse(
+            format!("TurboQuant over q rows of L2 norm up to {:.3e}", r.q_norm),
+            format!(
+                "q row norms up to {TURBOQUANT_MAX_Q_NORM:e} (the query is rotated and projected by the QJL sketch unscaled, in f32)"
+            ),
+        ));
+    }
     let f16_max = DType::F16.max_finite() as f64;
     for (what, n) in [("k", r.k_norm), ("v", r.v_norm)] {
         if n > f16_max {

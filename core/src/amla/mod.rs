@@ -157,6 +157,7 @@ pub fn emulate(
     x: &AttentionInputs,
 ) -> Result<AttentionOutput> {
     check_problem(p)?;
+    crate::range::check_amla(p, x)?;
     emulate::emulate_with(plan, p, x, plan.rescaling())
 }
 
@@ -169,6 +170,7 @@ pub fn emulate_base(
     x: &AttentionInputs,
 ) -> Result<AttentionOutput> {
     check_problem(p)?;
+    crate::range::check_amla(p, x)?;
     emulate::emulate_with(plan, p, x, Rescaling::Base)
 }
 

@@ -74,7 +74,8 @@ impl LeanPlan {
         let bad = |m: String| Err(CoreError::InvalidPlan(format!("lean: {m}")));
         check_supported(p, caps)?;
         let share = caps.shared_mem_per_block / caps.ctas_per_unit.max(1);
-        let need = 2 * self.tile_k * (p.head_dim_qk + p.head_dim_v) * p.dtype.size_bytes();
+        let need =
+            (2 * (p.head_dim_qk + p.head_dim_v) * p.dtype.size_bytes()).saturating_mul(self.tile_k);
         if !TILE_K_CHOICES.contains(&self.tile_k) || need > share {
             return bad(format!(
                 "tile_k = {} ({need} bytes of K/V tiles); it must be one of {TILE_K_CHOICES:?} \
