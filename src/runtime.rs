@@ -240,6 +240,8 @@ impl Runtime {
                 describe(&problem)
             )));
         }
+        // values every backend's arithmetic can hold, or the supported range in the error
+        ferrattn_core::range::check(plan.algorithm, self.kind(), &problem, x)?;
         match self {
             Runtime::Cpu(d) => Ok(match plan.algorithm {
                 Algorithm::Exact => d.run_exact(plan, x)?,

@@ -27,7 +27,45 @@
 //! TurboAttention has its own, stricter limit ([`crate::turbo::MAX_MAGNITUDE`]), checked by
 //! `turbo::check_inputs`; AMLA's ([`check_amla`]) follows from its `2^n` rescaling.
 
-use crate::{AttentionInputs, AttentionProblem, CoreError, DType, Result};
+use crate::{Algorithm, AttentionInputs, AttentionProblem, BackendKind, CoreError, DType, Result};
+
+/// The range check of `algorithm` on `backend`, for the API boundary (`Runtime::run`), so that
+/// every backend's kernels, not only the CPU emulations (which also check), are covered:
+/// [`check_f32_softmax`] for exact and lean (on CUDA, whose lean kernel scales after the dot
+/// product, also `max ||q|| max ||k|| <= f32::MAX / 2`), [`check_amla`], [`check_turboquant`],
+/// and TurboAttention's magnitude limit ([`crate::turbo::MAX_MAGNITUDE`]).
+pub fn check(
+    algorithm: Algorithm,
+    backend: BackendKind,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+) -> Result<()> {
+    match algorithm {
+        Algorithm::Exact | Algorithm::Lean => {
+            let r = check_f32_softmax(p, x)?;
+            if backend == BackendKind::Cuda && r.q_norm * r.k_norm > f32::MAX as f64 / 2.0 {
+                return Err(refuse(
+                    format!(
+                        "lean on cuda over inputs whose unscaled q . k may reach {:.3e}",
+                        r.q_norm * r.k_norm
+                    ),
+                    "max ||q|| x max ||k|| up to f32::MAX / 2 (the kernel scales after the FP32 dot product)".into(),
+                ));
+            }
+            Ok(())
+        }
+        Algorithm::Amla => check_amla(p, x).map(|_| ()),
+        Algorithm::TurboQuant => check_turboquant(p, x).map(|_| ()),
+        Algorithm::Turbo => {
+            crate::turbo::check_values("q", &x.q.data)?;
+            crate::turbo::check_values("k", &x.k.data)?;
+            match &x.v {
+                Some(v) => crate::turbo::check_values("v", &v.data),
+                None => Ok(()),
+            }
+        }
+    }
+}
 
 /// Largest logit bound `scale * max ||q|| * max ||k||` the `f32` softmax accepts: `s - m` stays
 /// within `2e37 < f32::MAX` and `m + ln l` within `f32`.
