@@ -38,7 +38,7 @@ use ferrattn_core::amla::preload::PreloadPipeline;
 use ferrattn_core::dtype::to_bf16;
 use ferrattn_core::{AttentionInputs, AttentionProblem, DType, Tensor};
 use rayon::prelude::*;
-use std::f32::consts::LN_2;
+use std::f32::consts::{LN_2, LOG2_E};
 
 /// `2^23`: one unit of the FP32 exponent field read as an INT32 (Eq. 6).
 const EXPONENT_UNIT: f32 = (1u32 << 23) as f32;
@@ -60,25 +60,69 @@ pub struct KernelSettings {
     pub compensation: bool,
     /// Stage order.
     pub preload: PreloadPipeline,
+    /// Addition order of the row sum of `exp(S - m)`.
+    pub row_sum: RowSumOrder,
 }
 
-/// FP32 dot product of BF16-valued rows as the Cube accumulates it: 8 interleaved partial sums
-/// (the hardware order inside a fractal is not public; this is the order the core emulation uses).
+/// FP32 dot product of BF16-valued rows in the Cube order of the CPU model of the AscendC API
+/// (`ascendc_decls.h`, `Mmad`): one FP32 add per product in increasing k, the accumulator carried
+/// in L0C across the `baseK` steps. The real Cube's order inside a fractal is not public.
 #[inline]
 fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
+    let mut acc = 0.0f32;
+    for (x, y) in a.iter().zip(b) {
+        acc += x * y;
+    }
+    acc
+}
+
+/// Order in which the vector core adds a row of `exp(S - m)` (`[V1]`, line 8).
+///
+/// The kernel folds the 512 columns in halves (`x[i] + x[i + 256]`, then 128, 64: one vector
+/// instruction over all rows each) and adds the last 64 with one `WholeReduceSum` per row, whose
+/// internal order the AscendC docs leave open; both readings are modelled and tested.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RowSumOrder {
+    /// `WholeReduceSum` halves too: the whole sum is one halving tree.
+    #[default]
+    Halving,
+    /// `WholeReduceSum` adds adjacent pairs (`x[2i] + x[2i + 1]`, ...).
+    AdjacentPairs,
+}
+
+/// One vector repeat of FP32 (256 bytes): where the folds stop and `WholeReduceSum` starts.
+const REPEAT_F32: usize = 64;
+
+/// Row sum of `p` (`block_k` values, zeros past the visible keys) in the kernel's order.
+fn row_sum(p: &[f32], order: RowSumOrder) -> f32 {
+    let mut v = p.to_vec();
+    v.resize(p.len().next_power_of_two().max(REPEAT_F32), 0.0);
+    let mut len = v.len();
+    while len > REPEAT_F32 {
+        len /= 2;
+        for i in 0..len {
+            v[i] += v[i + len];
         }
     }
-    let mut tail = 0.0f32;
-    for (x, y) in ra.iter().zip(rb) {
-        tail += x * y;
+    while len > 1 {
+        len /= 2;
+        for i in 0..len {
+            v[i] = match order {
+                RowSumOrder::Halving => v[i] + v[i + len],
+                RowSumOrder::AdjacentPairs => v[2 * i] + v[2 * i + 1],
+            };
+        }
     }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+    v[0]
+}
+
+/// BF16 rounding to nearest with ties away from zero (`Cast` with `CAST_ROUND`), which the
+/// kernel uses for `S16` as the official AMLA kernels do.
+fn bf16_round_half_away(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    f32::from_bits((x.to_bits().wrapping_add(0x8000)) & 0xFFFF_0000)
 }
 
 /// Per-row softmax state kept in the Vector core's UB across blocks.
@@ -237,16 +281,20 @@ fn v1(t: &mut Tile, blk: usize, k: &KernelSettings, scale: f32, dv: usize) {
         let m_new = p.iter().copied().fold(st.m, f32::max);
         let m_up = (st.m - m_new).exp();
         // line 8: n_i, P = exp(S - m_i), l_i = l_{i-1} M_up + rowsum P
-        let mut rowsum = 0.0f32;
         for pj in p.iter_mut() {
             *pj = (*pj - m_new).exp();
-            rowsum += *pj;
         }
+        // the kernel sums all block_k columns, masked ones being exp(-inf) = 0
+        let mut padded = vec![0.0f32; bk];
+        padded[..w].copy_from_slice(p);
+        let rowsum = row_sum(&padded, k.row_sum);
         st.l = st.l * m_up + rowsum;
-        let n = (-m_new / LN_2).round() as i32;
-        // lines 9-11: S32 = 2^n e^m, S16 = BF16(S32), c_i = S16 / S32, eps = 1.5 (c_i / c_{i-1} - 1)
-        let s32 = (LN_2 * (n as f32 + m_new / LN_2)).exp();
-        let s16 = to_bf16(s32);
+        // n = round(-m / ln 2) as -m x log2(e), rounded half away from zero (CAST_ROUND)
+        let n = (-m_new * LOG2_E).round() as i32;
+        // lines 9-11: S32 = 2^n e^m, S16 = BF16(S32) (CAST_ROUND), c_i = S16 / S32,
+        // eps = 1.5 (c_i / c_{i-1} - 1)
+        let s32 = ((n as f32 + m_new * LOG2_E) * LN_2).exp();
+        let s16 = bf16_round_half_away(s32);
         let c = if k.compensation { s16 / s32 } else { 1.0 };
         let eps = 1.5 * (c / st.c - 1.0);
         // line 12: P = BF16(P S16)
@@ -256,7 +304,8 @@ fn v1(t: &mut Tile, blk: usize, k: &KernelSettings, scale: f32, dv: usize) {
         // lines 13-17: AtomicAdd<INT32> of N on the row of O in GM (not for the first block)
         if st.started {
             let nf = (n - st.n).max(-30) as f32 + eps + 1e-6;
-            let delta = (nf * EXPONENT_UNIT).round_ties_even() as i32;
+            // CAST_ROUND (ties away from zero), as the official kernels cast N
+            let delta = (nf * EXPONENT_UNIT).round() as i32;
             for w in &mut t.o_bits[r * dv..(r + 1) * dv] {
                 *w = (*w as i32).wrapping_add(delta) as u32;
             }
