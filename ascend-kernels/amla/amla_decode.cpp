@@ -104,7 +104,11 @@ class AmlaDecode {
     // In a 1:2 mixed kernel GetBlockIdx() on a vector core runs over [0, 2 x block dim): the
     // AI Core (cube) index is GetBlockIdx() / GetTaskRatio() there, and both vector cores of
     // core i must walk the same sequences and use the same workspace as their cube core.
-    core_ = ASCEND_IS_AIV ? GetBlockIdx() / GetTaskRatio() : GetBlockIdx();
+    if ASCEND_IS_AIV {
+      core_ = GetBlockIdx() / GetTaskRatio();
+    } else {
+      core_ = GetBlockIdx();
+    }
     const uint64_t s_elems = uint64_t(kWsDepth) * kMaxRows * kBlockK;
     GM_ADDR base = ws + uint64_t(core_) * kWsBytesPerCore;
     ws_s_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(base), s_elems);

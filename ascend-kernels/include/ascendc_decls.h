@@ -167,9 +167,20 @@ inline void Access(int pipe_kind, bool write, const void* p, size_t bytes, const
            " on another pipe; the device needs SetFlag/WaitFlag between them");
     }
   }
-  if (pipe_kind == 0 && write) c.pending.push_back({lo, hi, 0, -1});
-  if (pipe_kind == 1 && write) c.pending.push_back({lo, hi, 1, -1});
-  if (pipe_kind == 2 && !write) c.pending.push_back({lo, hi, 2, -1});
+  int producer = -1;
+  if (pipe_kind == 0 && write) producer = 0;
+  if (pipe_kind == 1 && write) producer = 1;
+  if (pipe_kind == 2 && !write) producer = 2;
+  if (producer < 0) return;
+  // coalesce with an uncovered entry of the same producer that touches this range
+  for (auto& e : c.pending) {
+    if (e.producer == producer && e.event < 0 && lo <= e.hi && e.lo <= hi) {
+      e.lo = std::min(e.lo, lo);
+      e.hi = std::max(e.hi, hi);
+      return;
+    }
+  }
+  c.pending.push_back({lo, hi, producer, -1});
 }
 // TQue synchronises its own tensors: drop pending entries of `producer` inside [lo, hi).
 inline void QueueSync(const void* p, size_t bytes, int producer) {
@@ -203,8 +214,12 @@ inline bfloat16_t F32ToBf16(float f, bool ties_away) {
 }  // namespace ferrattn_cpu
 
 #define KERNEL_TASK_TYPE_DEFAULT(value) (::ferrattn_cpu::Core().task_type = int(value))
-#define ASCEND_IS_AIC (::ferrattn_cpu::Core().kind == ::ferrattn_cpu::CoreKind::AIC)
-#define ASCEND_IS_AIV (::ferrattn_cpu::Core().kind == ::ferrattn_cpu::CoreKind::AIV)
+// Only `if ASCEND_IS_AIC {` parses, as with the real `constexpr(...)` form: the macro is an
+// if-statement initialiser, which an expression (a ?: condition) cannot contain.
+#define ASCEND_IS_AIC \
+  (const bool ferrattn_is_aic_ = ::ferrattn_cpu::Core().kind == ::ferrattn_cpu::CoreKind::AIC; ferrattn_is_aic_)
+#define ASCEND_IS_AIV \
+  (const bool ferrattn_is_aiv_ = ::ferrattn_cpu::Core().kind == ::ferrattn_cpu::CoreKind::AIV; ferrattn_is_aiv_)
 
 namespace AscendC {
 
@@ -950,18 +965,26 @@ inline void Binary0(const LocalTensor<T>& dst, const LocalTensor<T>& a, const Lo
                     uint8_t repeat, const BinaryRepeatParams& r, F f, const char* w) {
   constexpr uint32_t e = 32 / sizeof(T);
   if (mask == 0 || mask > 8 * e) ferrattn_cpu::Fail(std::string(w) + ": mask out of range");
+  if (repeat == 0) return;
+  // the span each operand covers (checked and recorded once per instruction)
+  const uint32_t last_blk = uint32_t((mask - 1) / e);
+  auto span = [&](uint8_t rep_stride, uint8_t blk_stride) {
+    return (uint64_t(repeat - 1) * rep_stride + uint64_t(last_blk) * blk_stride) * e + e;
+  };
+  const uint64_t nd = span(r.dstRepStride, r.dstBlkStride), na = span(r.src0RepStride, r.src0BlkStride),
+                 nb = span(r.src1RepStride, r.src1BlkStride);
+  a.Check(0, na);
+  b.Check(0, nb);
+  dst.Check(0, nd);
+  ferrattn_cpu::Access(1, false, a.ptr_, na * sizeof(T), w);
+  ferrattn_cpu::Access(1, false, b.ptr_, nb * sizeof(T), w);
+  ferrattn_cpu::Access(1, true, dst.ptr_, nd * sizeof(T), w);
   for (uint32_t rep = 0; rep < repeat; ++rep) {
     for (uint32_t i = 0; i < mask; ++i) {
       const uint32_t blk = i / e, el = i % e;
       const uint64_t d = (uint64_t(rep) * r.dstRepStride + blk * r.dstBlkStride) * e + el;
       const uint64_t x = (uint64_t(rep) * r.src0RepStride + blk * r.src0BlkStride) * e + el;
       const uint64_t y = (uint64_t(rep) * r.src1RepStride + blk * r.src1BlkStride) * e + el;
-      a.Check(x, 1);
-      b.Check(y, 1);
-      dst.Check(d, 1);
-      ferrattn_cpu::Access(1, false, a.ptr_ + x, sizeof(T), w);
-      ferrattn_cpu::Access(1, false, b.ptr_ + y, sizeof(T), w);
-      ferrattn_cpu::Access(1, true, dst.ptr_ + d, sizeof(T), w);
       dst.ptr_[d] = f(a.ptr_[x], b.ptr_[y]);
     }
   }
@@ -1053,13 +1076,15 @@ template <typename T>
 __aicore__ inline void Brcb(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint8_t repeatTime,
                             const BrcbRepeatParams& r) {
   static_assert(sizeof(T) == 4, "the model implements 32-bit Brcb");
+  if (repeatTime == 0) return;
+  const uint64_t nd = (uint64_t(repeatTime - 1) * r.dstRepStride + 7u * r.dstBlkStride) * 8 + 8;
+  src.Check(0, uint64_t(repeatTime) * 8);
+  dst.Check(0, nd);
+  ferrattn_cpu::Access(1, false, src.ptr_, uint64_t(repeatTime) * 32, "Brcb");
+  ferrattn_cpu::Access(1, true, dst.ptr_, nd * 4, "Brcb");
   for (uint32_t rep = 0; rep < repeatTime; ++rep) {
     for (uint32_t i = 0; i < 8; ++i) {
       const uint64_t d = (uint64_t(rep) * r.dstRepStride + i * r.dstBlkStride) * 8;
-      src.Check(rep * 8 + i, 1);
-      dst.Check(d, 8);
-      ferrattn_cpu::Access(1, false, src.ptr_ + rep * 8 + i, 4, "Brcb");
-      ferrattn_cpu::Access(1, true, dst.ptr_ + d, 32, "Brcb");
       for (uint32_t e = 0; e < 8; ++e) dst.ptr_[d + e] = src.ptr_[rep * 8 + i];
     }
   }
@@ -1073,12 +1098,17 @@ inline void WholeReduce(const LocalTensor<T>& dst, const LocalTensor<T>& src, in
   constexpr int32_t e = 32 / sizeof(T);
   if (mask <= 0 || mask > 8 * e) ferrattn_cpu::Fail(std::string(w) + ": mask out of range");
   T v[8 * e];
+  if (repeat <= 0) return;
+  const uint64_t ns = (uint64_t(repeat - 1) * srcRepStride + uint64_t((mask - 1) / e) * srcBlkStride) * e + e;
+  const uint64_t nd = uint64_t(repeat - 1) * dstRepStride + 1;
+  src.Check(0, ns);
+  dst.Check(0, nd);
+  ferrattn_cpu::Access(1, false, src.ptr_, ns * sizeof(T), w);
+  ferrattn_cpu::Access(1, true, dst.ptr_, nd * sizeof(T), w);
   for (int32_t rep = 0; rep < repeat; ++rep) {
     for (int32_t i = 0; i < 8 * e; ++i) {
       if (i < mask) {
         const uint64_t s = (uint64_t(rep) * srcRepStride + (i / e) * srcBlkStride) * e + i % e;
-        src.Check(s, 1);
-        ferrattn_cpu::Access(1, false, src.ptr_ + s, sizeof(T), w);
         v[i] = src.ptr_[s];
       } else {
         v[i] = identity;
@@ -1087,8 +1117,6 @@ inline void WholeReduce(const LocalTensor<T>& dst, const LocalTensor<T>& src, in
     for (int32_t len = 8 * e; len > 1; len /= 2) {
       for (int32_t i = 0; i < len / 2; ++i) v[i] = adjacent ? f(v[2 * i], v[2 * i + 1]) : f(v[i], v[i + len / 2]);
     }
-    dst.Check(uint64_t(rep) * dstRepStride, 1);
-    ferrattn_cpu::Access(1, true, dst.ptr_ + uint64_t(rep) * dstRepStride, sizeof(T), w);
     dst.ptr_[uint64_t(rep) * dstRepStride] = v[0];
   }
 }
