@@ -14,8 +14,8 @@
 // and the tests run both.
 //
 // Memory spaces are real, bounded arenas per core (UB 192 KB, L1 512 KB, L0A/L0B 64 KB, L0C
-// 128 KB); allocations are poisoned with 0xFF bytes (NaN in FP32/BF16) because real buffers hold
-// stale data; every access is bounds-checked against its buffer, every GM access against the
+// 128 KB); every TQue::AllocTensor is poisoned with 0xFF bytes (NaN in FP32/BF16) because real
+// buffers hold stale data; every access is bounds-checked against its buffer, every GM access against the
 // allocations the host registered. Each core executes its instructions in program order, so the
 // intra-core pipes cannot race here; instead the model tracks the V/MTE2/MTE3 hazards that the
 // hardware leaves to SetFlag/WaitFlag (or to TQue, which inserts them) and reports an access that
@@ -328,6 +328,8 @@ class TQue {
       if (!used_[s]) {
         used_[s] = true;
         next_ = (s + 1) % num_;
+        // a fresh buffer holds whatever an earlier tile or kernel left: poison it (NaN)
+        std::memset(base_ + size_t(s) * len_, 0xFF, len_);
         LocalTensor<T> t;
         t.ptr_ = reinterpret_cast<T*>(base_ + size_t(s) * len_);
         t.len_ = len_ / sizeof(T);
