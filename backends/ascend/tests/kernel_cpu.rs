@@ -92,8 +92,14 @@ struct Launch {
 }
 
 impl Launch {
-    fn new(p: &AttentionProblem, x: &AttentionInputs, block_dim: usize, compensation: bool) -> Self {
-        let bits = |v: &[f32]| -> Vec<u16> { v.iter().map(|&f| bf16::from_f32(f).to_bits()).collect() };
+    fn new(
+        p: &AttentionProblem,
+        x: &AttentionInputs,
+        block_dim: usize,
+        compensation: bool,
+    ) -> Self {
+        let bits =
+            |v: &[f32]| -> Vec<u16> { v.iter().map(|&f| bf16::from_f32(f).to_bits()).collect() };
         let rows = p.max_seqlen_q * p.heads_q;
         Launch {
             q: bits(&x.q.data),
@@ -177,7 +183,14 @@ impl Launch {
 }
 
 /// Runs the kernel and the simulation on one problem and compares O (BF16) and LSE bit for bit.
-fn check(case: &str, p: &AttentionProblem, x: &AttentionInputs, block_dim: usize, flags: u32, compensation: bool) {
+fn check(
+    case: &str,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    block_dim: usize,
+    flags: u32,
+    compensation: bool,
+) {
     let mut l = Launch::new(p, x, block_dim, compensation);
     l.run(block_dim, flags, true)
         .unwrap_or_else(|e| panic!("{case}: the kernel failed on the CPU model: {e}"));
@@ -288,7 +301,8 @@ fn an_unpaired_cross_core_flag_fails_within_the_timeout() {
     let t0 = std::time::Instant::now();
     // SAFETY: err outlives the call.
     let rc = unsafe { hang(0.5, err.as_mut_ptr().cast(), err.len()) };
-    let msg = String::from_utf8_lossy(&err[..err.iter().position(|&c| c == 0).unwrap()]).into_owned();
+    let msg =
+        String::from_utf8_lossy(&err[..err.iter().position(|&c| c == 0).unwrap()]).into_owned();
     assert_eq!(rc, 1);
     assert!(msg.contains("hang") && msg.contains("flag 5"), "{msg}");
     assert!(t0.elapsed().as_secs_f64() < 5.0);
