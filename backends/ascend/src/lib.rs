@@ -119,6 +119,33 @@ impl AscendBackend {
         sim::timing::simulate(&config::Ascend910::paper(), batch, sq, sk, variant)
     }
 
+    /// Simulated timing of a plan: its problem's heads, query tokens and KV lengths, and its
+    /// AMLA tiling (block size, singleK/baseK, buffer counts, Vector rows). SIMULATED.
+    pub fn simulate_plan(plan: &AttentionPlan, variant: Variant) -> Result<SimReport> {
+        let PlanDetail::Amla(a) = &plan.detail else {
+            return Err(AscendError::PlanMismatch(format!(
+                "simulated Ascend timing needs an AMLA plan, got {:?}",
+                plan.algorithm
+            )));
+        };
+        check_plan(a)?;
+        let p = &plan.problem;
+        if !(1..=2).contains(&p.max_seqlen_q) {
+            return Err(AscendError::PlanMismatch(format!(
+                "AMLA decode covers 1 or 2 query tokens, the plan has {}",
+                p.max_seqlen_q
+            )));
+        }
+        Ok(sim::timing::simulate_plan(
+            &config::Ascend910::paper(),
+            &a.tiling,
+            p.heads_q,
+            p.max_seqlen_q,
+            &p.seqlens_k,
+            variant,
+        ))
+    }
+
     /// Writes a Gantt chart of one core pair's pipes over its first `blocks` KV blocks.
     pub fn timeline_svg(report: &SimReport, blocks: usize, path: &Path) -> Result<()> {
         sim::timeline::timeline_svg(report, blocks, path)
