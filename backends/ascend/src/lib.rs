@@ -4,8 +4,11 @@
 //!
 //! * **Real**: `libascendcl.so` opened at run time ([`device`]), the AscendC kernel of
 //!   `ascend-kernels/amla/` loaded with `aclrtBinaryLoadFromData` ([`kernels`]) and launched
-//!   ([`launch`]). Needs CANN, the compiled kernel and an NPU; none exists where this crate is
-//!   developed, so this path is written against the documented API and has not run.
+//!   ([`launch`]) with the ABI `ascendc_library` generates for a mixed kernel. Needs CANN, the
+//!   compiled kernel and an NPU; none exists where this crate is developed, so this path has not
+//!   run. The kernel source itself is type-checked against the real AscendC headers
+//!   (`scripts/ascend-check-headers.sh`) and executed on a CPU model of the AscendC API (test
+//!   `kernel_cpu`), where it matches [`sim::numerics`] bit for bit.
 //! * **Simulated** ([`sim`]): when any of those is missing, [`AscendBackend`] reports
 //!   `Availability::Simulated { reason }`, executes the kernel's numerics on the CPU in the
 //!   kernel's order ([`sim::numerics`]) and marks every output's `provenance.simulated`. A

@@ -1,6 +1,9 @@
 //! The AMLA kernel's numerics, executed on the CPU in the kernel's order (AMLA Algorithm 2).
 //!
-//! What the kernel in `ascend-kernels/amla/amla_decode.cpp` does, step for step:
+//! What the kernel in `ascend-kernels/amla/amla_decode.cpp` does, step for step, with the
+//! semantics of the CPU model of the AscendC API (`ascend-kernels/include/ascendc_decls.h`); the
+//! test `kernel_cpu` runs the kernel itself on that model and compares O and LSE with this
+//! module bit for bit.
 //!
 //! * One Cube core (with its two Vector cores) owns whole sequences; a sequence's `M = Sq x Hq`
 //!   query rows form one tile (row `r = token * Hq + head`), its KV is walked in blocks of
@@ -8,17 +11,20 @@
 //! * The stages run in the order of the plan's Preload Pipeline ([`PreloadPipeline::cycles`]):
 //!   for AMLA `C1(0) | C1(1) V1(0) | C2(t) C1(t+2) V1(t+1) ... | drain`, then the final
 //!   normalisation ("Last [V]", section 4.1.3).
-//! * `[C1]` `S = Q K^T`: BF16 operands, FP32 accumulation (L0C), written to a GM workspace.
-//! * `[V1]` (Alg. 2 lines 7-14): scale, running max, `n_i = round(-m_i / ln 2)`, `P = exp(S - m)`,
-//!   `l`, `S32`, `S16 = BF16(S32)`, the compensation `c_i = S16 / S32` (Appendix A's
-//!   `r_i / r'_i`; line 11 as printed has the reciprocal, which applies the correction with the
-//!   wrong sign), `P <- BF16(P S16)` to the workspace, and lines 15-17: one `AtomicAdd<INT32>` of
-//!   `Cast_to_int32((max(n_i - n_{i-1}, -30) + eps + 1e-6) 2^23)` (round to nearest even,
-//!   `CAST_RINT`) on every FP32 word of the row of O in GM. The add is raw INT32 arithmetic on the
-//!   bit pattern, as the hardware does it (Lemma 3.1 assumes normal numbers; an O entry that is
-//!   exactly zero would not stay zero, see `docs/ASCEND.md`).
-//! * `[C2]` `O_i = P V`: BF16 operands, FP32 accumulation, added to O in GM with
-//!   `AtomicAdd<FP32>` (line 20) by FixP.
+//! * `[C1]` `S = Q K^T`: BF16 operands, FP32 accumulation in increasing k (the model's `Mmad`
+//!   order; the Cube's own order inside a fractal is not public), written to a GM workspace.
+//! * `[V1]` (Alg. 2 lines 7-14): scale, running max, `n_i = round(-m_i log2(e))` (rounded half
+//!   away from zero, `CAST_ROUND`), `P = exp(S - m)`, `l` (the row sum in the kernel's order, see
+//!   [`RowSumOrder`]), `S32 = exp((n + m log2(e)) ln 2)`, `S16 = BF16(S32)` (`CAST_ROUND`, as the
+//!   official AMLA kernels), the compensation `c_i = S16 / S32` (Appendix A's `r_i / r'_i`; line
+//!   11 as printed has the reciprocal, which applies the correction with the wrong sign),
+//!   `P <- BF16(P S16)` (`CAST_RINT`) to the workspace, and lines 15-17: one `AtomicAdd<INT32>`
+//!   of `Cast_to_int32((max(n_i - n_{i-1}, -30) + eps + 1e-6) 2^23)` (`CAST_ROUND`) on every FP32
+//!   word of the row of O in GM. The add is raw INT32 arithmetic on the bit pattern, as the
+//!   hardware does it (Lemma 3.1 assumes normal numbers; an O entry that is exactly zero would
+//!   not stay zero, see `docs/ASCEND.md`).
+//! * `[C2]` `O_i = P V`: BF16 operands, FP32 accumulation in increasing token order, added to O
+//!   in GM with `AtomicAdd<FP32>` (line 20) by FixP.
 //! * Last `[V]`: `O / (l_N S16_N)` (line 22), cast to the output dtype; `LSE = m_N + ln l_N`.
 //!
 //! The Vector core's INT32 rescale for block `t` waits until `[C2]` of block `t - 1` has added
@@ -28,11 +34,11 @@
 //! Rows whose causal window ends before a block are left untouched by that block (their `N` is
 //! 0 and their P row is zero), so every row sees exactly the blocks that hold its visible keys.
 //!
-//! Order differences from `ferrattn_core::amla::emulate`: none in the arithmetic of a row (same
-//! casts, same rules, FP32 dot products in 8 interleaved partial sums, `[C2]` as sequential
-//! rank-1 updates over the block's tokens). The INT32 add here is the raw hardware addition,
-//! where the emulation guards zero, subnormal and out-of-range exponents; on data whose O
-//! entries are normal numbers the two are bit-identical.
+//! Order differences from `ferrattn_core::amla::emulate`: the dot products (sequential here, 8
+//! interleaved partial sums there), the row sum (the kernel's tree here), the roundings of
+//! `S16`, `n` and `N` (`CAST_ROUND` here, as the official kernels) and the INT32 add (raw here;
+//! the emulation guards zero, subnormal and out-of-range exponents). The two agree to the
+//! FP32 rounding of those steps, not bit for bit.
 
 use ferrattn_core::amla::preload::PreloadPipeline;
 use ferrattn_core::dtype::to_bf16;
