@@ -362,7 +362,7 @@ class AmlaDecode {
         const uint32_t end = VisibleEnd(b, r + i);
         const uint32_t vis = end <= start ? 0 : Min(w, end - start);
         if (vis == 0) inactive |= 1u << i;
-        if (vis < kBlockK) Duplicate(s[i * kBlockK + vis], kNegInf, int32_t(kBlockK - vis));
+        if (vis < kBlockK) MaskFrom(s[i * kBlockK], vis);
       }
       LocalTensor<float> st = ub_stat_.Get<float>();
       LocalTensor<float> tm = st[kStCount * kVecMaxRows];
@@ -485,12 +485,14 @@ class AmlaDecode {
       LocalTensor<float> lse = ub_lse_.AllocTensor<float>();
       Ln(lse, st[kStL * kVecMaxRows + lr], int32_t(nr));
       Add(lse, lse, st[kStM * kVecMaxRows + lr], int32_t(nr));
+      uint64_t empty[2] = {0, 0};  // rows without any key: O = 0, LSE = -inf
       for (uint32_t i = 0; i < nr; ++i) {
         if (blocks == 0 || VisibleEnd(b, r + i) == 0) {
           Duplicate(o[i * kDv], 0.0f, int32_t(kDv));
-          Duplicate(lse[i], kNegInf, 1);
+          empty[0] |= uint64_t(1) << i;
         }
       }
+      if (empty[0] != 0) Duplicate(lse, kNegInf, empty, 1, 1, 8);
       LocalTensor<bfloat16_t> ob = ub_p_.AllocTensor<bfloat16_t>();
       Cast(ob, o, RoundMode::CAST_RINT, nr * kDv);
       ub_s_.FreeTensor(o);
@@ -549,6 +551,17 @@ class AmlaDecode {
       WholeReduceSum(dst, f, int32_t(kFloatsPerRepeat), int32_t(nr), 1, 1, f_rep);
     } else {
       WholeReduceMax(dst, f, int32_t(kFloatsPerRepeat), int32_t(nr), 1, 1, f_rep, ReduceOrder::ORDER_ONLY_VALUE);
+    }
+  }
+
+  // Sets row[vis, kBlockK) to -inf from 32-byte aligned addresses only (vector operands must be
+  // aligned): a bit-masked repeat for the 64 lanes holding vis, then whole repeats.
+  __aicore__ inline void MaskFrom(const LocalTensor<float>& row, uint32_t vis) {
+    const uint32_t c0 = vis / kFloatsPerRepeat * kFloatsPerRepeat;
+    uint64_t lanes[2] = {~uint64_t(0) << (vis % kFloatsPerRepeat), 0};
+    Duplicate(row[c0], kNegInf, lanes, 1, 1, 8);
+    if (c0 + kFloatsPerRepeat < kBlockK) {
+      Duplicate(row[c0 + kFloatsPerRepeat], kNegInf, int32_t(kBlockK - c0 - kFloatsPerRepeat));
     }
   }
 

@@ -182,6 +182,14 @@ inline void Access(int pipe_kind, bool write, const void* p, size_t bytes, const
   }
   c.pending.push_back({lo, hi, producer, -1});
 }
+// Vector instructions and UB DMA need 32-byte aligned UB addresses (docs: "address alignment").
+inline void CheckAlign(const void* p, const char* what) {
+  CoreCtx& c = Core();
+  if (c.kind != CoreKind::AIV) return;
+  const auto off = static_cast<const uint8_t*>(p) - c.ub.data();
+  if (off % 32 != 0) Fail(std::string(what) + ": UB operand not 32-byte aligned (offset " + std::to_string(off) + ")");
+}
+
 // TQue synchronises its own tensors: drop pending entries of `producer` inside [lo, hi).
 inline void QueueSync(const void* p, size_t bytes, int producer) {
   CoreCtx& c = Core();
@@ -759,6 +767,7 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
   if (count * sizeof(T) % 32 != 0) ferrattn_cpu::Fail("DataCopy: count is not a multiple of 32 bytes");
   dst.Check(0, count);
   src.Check(0, count);
+  ferrattn_cpu::CheckAlign(dst.ptr_, "DataCopy GM->UB");
   ferrattn_cpu::Access(0, true, dst.ptr_, count * sizeof(T), "DataCopy GM->UB");
   std::memcpy(dst.ptr_, src.GetPhyAddr(), size_t(count) * sizeof(T));
 }
@@ -768,6 +777,7 @@ __aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>
   if (count * sizeof(T) % 32 != 0) ferrattn_cpu::Fail("DataCopy: count is not a multiple of 32 bytes");
   src.Check(0, count);
   dst.Check(0, count);
+  ferrattn_cpu::CheckAlign(src.ptr_, "DataCopy UB->GM");
   ferrattn_cpu::Access(2, false, src.ptr_, count * sizeof(T), "DataCopy UB->GM");
   detail::GmWrite(dst.GetPhyAddr(), src.ptr_, count);
 }
@@ -780,6 +790,7 @@ __aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>
     const uint64_t d0 = uint64_t(b) * (p.blockLen + p.dstStride) * e;
     src.Check(so, p.blockLen * e);
     dst.Check(d0, p.blockLen * e);
+    ferrattn_cpu::CheckAlign(src.ptr_ + so, "DataCopy UB->GM");
     ferrattn_cpu::Access(2, false, src.ptr_ + so, p.blockLen * 32, "DataCopy UB->GM");
     detail::GmWrite(dst.GetPhyAddr() + d0, src.ptr_ + so, p.blockLen * e);
   }
@@ -829,6 +840,7 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
     const uint64_t d0 = uint64_t(b) * (ub_blocks + p.dstStride) * per_blk;
     src.Check(so, n);
     dst.Check(d0, ub_blocks * per_blk);
+    ferrattn_cpu::CheckAlign(dst.ptr_ + d0, "DataCopyPad GM->UB");
     ferrattn_cpu::Access(0, true, dst.ptr_ + d0, ub_blocks * 32, "DataCopyPad GM->UB");
     std::memcpy(dst.ptr_ + d0, src.GetPhyAddr() + so, p.blockLen);
     if (pad.isPad) {
@@ -849,6 +861,7 @@ __aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor
     const uint64_t d0 = uint64_t(b) * (p.blockLen + p.dstStride) / sizeof(T);
     src.Check(so, n);
     dst.Check(d0, n);
+    ferrattn_cpu::CheckAlign(src.ptr_ + so, "DataCopyPad UB->GM");
     ferrattn_cpu::Access(2, false, src.ptr_ + so, p.blockLen, "DataCopyPad UB->GM");
     detail::GmWrite(dst.GetPhyAddr() + d0, src.ptr_ + so, n);
   }
@@ -939,11 +952,13 @@ namespace detail {
 template <typename T>
 inline void VecW(const LocalTensor<T>& t, uint64_t n, const char* w) {
   t.Check(0, n);
+  ferrattn_cpu::CheckAlign(t.ptr_, w);
   ferrattn_cpu::Access(1, true, t.ptr_, n * sizeof(T), w);
 }
 template <typename T>
 inline void VecR(const LocalTensor<T>& t, uint64_t n, const char* w) {
   t.Check(0, n);
+  ferrattn_cpu::CheckAlign(t.ptr_, w);
   ferrattn_cpu::Access(1, false, t.ptr_, n * sizeof(T), w);
 }
 template <typename T, typename F>
@@ -978,6 +993,9 @@ inline void Binary0(const LocalTensor<T>& dst, const LocalTensor<T>& a, const Lo
   a.Check(0, na);
   b.Check(0, nb);
   dst.Check(0, nd);
+  ferrattn_cpu::CheckAlign(a.ptr_, w);
+  ferrattn_cpu::CheckAlign(b.ptr_, w);
+  ferrattn_cpu::CheckAlign(dst.ptr_, w);
   ferrattn_cpu::Access(1, false, a.ptr_, na * sizeof(T), w);
   ferrattn_cpu::Access(1, false, b.ptr_, nb * sizeof(T), w);
   ferrattn_cpu::Access(1, true, dst.ptr_, nd * sizeof(T), w);
@@ -1072,6 +1090,25 @@ __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue
   for (int32_t i = 0; i < count; ++i) dst.ptr_[i] = scalarValue;
 }
 
+// Level 0 with a bit mask (mask[0] lanes 0-63, mask[1] lanes 64-127 of each repeat).
+template <typename T, bool isSetMask = true>
+__aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, uint64_t mask[],
+                                 const uint8_t repeatTime, const uint16_t dstBlockStride,
+                                 const uint8_t dstRepeatStride) {
+  constexpr uint32_t e = 32 / sizeof(T);
+  ferrattn_cpu::CheckAlign(dst.ptr_, "Duplicate");
+  // masked-off lanes are not accessed: check and record the enabled ones only
+  for (uint32_t rep = 0; rep < repeatTime; ++rep) {
+    for (uint32_t i = 0; i < 8 * e; ++i) {
+      if (((mask[i / 64] >> (i % 64)) & 1u) == 0) continue;
+      const uint64_t d = (uint64_t(rep) * dstRepeatStride + (i / e) * dstBlockStride) * e + i % e;
+      dst.Check(d, 1);
+      ferrattn_cpu::Access(1, true, dst.ptr_ + d, sizeof(T), "Duplicate");
+      dst.ptr_[d] = scalarValue;
+    }
+  }
+}
+
 // Brcb: each repeat reads 8 32-bit elements and writes each one to all 8 lanes of one 32-byte
 // block; blocks dstBlkStride apart, repeats dstRepStride blocks apart.
 template <typename T>
@@ -1082,6 +1119,8 @@ __aicore__ inline void Brcb(const LocalTensor<T>& dst, const LocalTensor<T>& src
   const uint64_t nd = (uint64_t(repeatTime - 1) * r.dstRepStride + 7u * r.dstBlkStride) * 8 + 8;
   src.Check(0, uint64_t(repeatTime) * 8);
   dst.Check(0, nd);
+  ferrattn_cpu::CheckAlign(src.ptr_, "Brcb");
+  ferrattn_cpu::CheckAlign(dst.ptr_, "Brcb");
   ferrattn_cpu::Access(1, false, src.ptr_, uint64_t(repeatTime) * 32, "Brcb");
   ferrattn_cpu::Access(1, true, dst.ptr_, nd * 4, "Brcb");
   for (uint32_t rep = 0; rep < repeatTime; ++rep) {
@@ -1105,6 +1144,8 @@ inline void WholeReduce(const LocalTensor<T>& dst, const LocalTensor<T>& src, in
   const uint64_t nd = uint64_t(repeat - 1) * dstRepStride + 1;
   src.Check(0, ns);
   dst.Check(0, nd);
+  ferrattn_cpu::CheckAlign(src.ptr_, w);
+  ferrattn_cpu::CheckAlign(dst.ptr_, w);
   ferrattn_cpu::Access(1, false, src.ptr_, ns * sizeof(T), w);
   ferrattn_cpu::Access(1, true, dst.ptr_, nd * sizeof(T), w);
   for (int32_t rep = 0; rep < repeat; ++rep) {

@@ -230,7 +230,7 @@ impl AmlaDecode for AscendBackend {
                     block_k: amla.block_k,
                     compensation: amla.compensation,
                     preload: amla.preload.clone(),
-                    row_sum: sim::numerics::RowSumOrder::default(),
+                    arithmetic: sim::numerics::Arithmetic::CoreEmulation,
                 };
                 let out = sim::numerics::run(p, x, &settings);
                 let (o, lse) = sim::numerics::to_tensors(p, out);

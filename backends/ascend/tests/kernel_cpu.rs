@@ -13,7 +13,7 @@ mod common;
 
 use common::mla_inputs;
 use ferrattn_ascend::kernels::KernelParams;
-use ferrattn_ascend::sim::numerics::{run, to_tensors, KernelSettings, RowSumOrder};
+use ferrattn_ascend::sim::numerics::{run, to_tensors, Arithmetic, KernelSettings, RowSumOrder};
 use ferrattn_core::amla::preload::PreloadPipeline;
 use ferrattn_core::{AttentionInputs, AttentionProblem};
 use half::bf16;
@@ -198,11 +198,11 @@ fn check(
         block_k: 512,
         compensation,
         preload: PreloadPipeline::amla_default(),
-        row_sum: if flags & SUM_ADJACENT != 0 {
+        arithmetic: Arithmetic::Kernel(if flags & SUM_ADJACENT != 0 {
             RowSumOrder::AdjacentPairs
         } else {
             RowSumOrder::Halving
-        },
+        }),
     };
     let (so, slse) = to_tensors(p, run(p, x, &settings));
     let (sq, hq) = (p.max_seqlen_q, p.heads_q);
@@ -306,4 +306,55 @@ fn an_unpaired_cross_core_flag_fails_within_the_timeout() {
     assert_eq!(rc, 1);
     assert!(msg.contains("hang") && msg.contains("flag 5"), "{msg}");
     assert!(t0.elapsed().as_secs_f64() < 5.0);
+}
+
+#[test]
+fn orders_differ_by_rounding_only() {
+    // the backend's simulated path (the core emulation's order) and the kernel's order run the
+    // same algorithm with other FP32 roundings (dot products, row sums) and tie rules (S16, n,
+    // N): a few BF16 outputs move by about one ulp, the LSE by FP32 rounding
+    let lens = vec![2000i64, 513, 37];
+    let (p, x) = mla_inputs(3, 2, 2000, 16, 576, 512, 1.0, Some(lens), true, 48);
+    let settings = |arithmetic| KernelSettings {
+        block_k: 512,
+        compensation: true,
+        preload: PreloadPipeline::amla_default(),
+        arithmetic,
+    };
+    let (co, cl) = to_tensors(&p, run(&p, &x, &settings(Arithmetic::CoreEmulation)));
+    let kernel = Arithmetic::Kernel(RowSumOrder::Halving);
+    let (ko, kl) = to_tensors(&p, run(&p, &x, &settings(kernel)));
+    let differ = co
+        .data
+        .iter()
+        .zip(&ko.data)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    let max_o = co.data.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let max_diff = co
+        .data
+        .iter()
+        .zip(&ko.data)
+        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    let max_lse = cl
+        .data
+        .iter()
+        .zip(&kl.data)
+        .filter(|(a, _)| a.is_finite())
+        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    eprintln!(
+        "core vs kernel order: {differ} of {} BF16 outputs differ, max |diff| {max_diff:.2e} \
+         (max |O| {max_o:.2e}), LSE max |diff| {max_lse:.2e}",
+        co.data.len()
+    );
+    assert!(
+        differ > 0,
+        "identical outputs would mean the order switch is dead"
+    );
+    // one BF16 ulp at the largest output
+    assert!(
+        max_diff <= max_o * (1.0 / 128.0),
+        "{max_diff} vs max |O| {max_o}"
+    );
+    assert!(max_lse <= 1e-5, "LSE differs by {max_lse}");
 }

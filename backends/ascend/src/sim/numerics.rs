@@ -1,9 +1,10 @@
 //! The AMLA kernel's numerics, executed on the CPU in the kernel's order (AMLA Algorithm 2).
 //!
-//! What the kernel in `ascend-kernels/amla/amla_decode.cpp` does, step for step, with the
-//! semantics of the CPU model of the AscendC API (`ascend-kernels/include/ascendc_decls.h`); the
-//! test `kernel_cpu` runs the kernel itself on that model and compares O and LSE with this
-//! module bit for bit.
+//! What the kernel in `ascend-kernels/amla/amla_decode.cpp` does, step for step, in one of two
+//! orders of arithmetic ([`Arithmetic`]): the core emulation's (the backend's simulated path,
+//! equal to the CPU backend bit for bit) or the kernel's own with the semantics of the CPU model
+//! of the AscendC API (`ascend-kernels/include/ascendc_decls.h`), against which the test
+//! `kernel_cpu` checks the kernel itself bit for bit. The steps below name the kernel's order.
 //!
 //! * One Cube core (with its two Vector cores) owns whole sequences; a sequence's `M = Sq x Hq`
 //!   query rows form one tile (row `r = token * Hq + head`), its KV is walked in blocks of
@@ -34,11 +35,13 @@
 //! Rows whose causal window ends before a block are left untouched by that block (their `N` is
 //! 0 and their P row is zero), so every row sees exactly the blocks that hold its visible keys.
 //!
-//! Order differences from `ferrattn_core::amla::emulate`: the dot products (sequential here, 8
-//! interleaved partial sums there), the row sum (the kernel's tree here), the roundings of
-//! `S16`, `n` and `N` (`CAST_ROUND` here, as the official kernels) and the INT32 add (raw here;
-//! the emulation guards zero, subnormal and out-of-range exponents). The two agree to the
-//! FP32 rounding of those steps, not bit for bit.
+//! `Arithmetic::Kernel` differs from `ferrattn_core::amla::emulate` in the dot products
+//! (sequential, not 8 interleaved partial sums), the row sum (the kernel's tree, not sequential)
+//! and the tie rule of `S16`, `n` and `N` (`CAST_ROUND`, not to even): on 49152 outputs of a test
+//! problem 123 BF16 values move by at most one ulp of the largest output and the LSE by 1e-6
+//! (test `kernel_cpu::orders_differ_by_rounding_only`). `Arithmetic::CoreEmulation` has none of
+//! these differences. In both, the INT32 add is raw (the emulation guards zero, subnormal and
+//! out-of-range exponents); on data whose O entries are normal numbers that changes nothing.
 
 use ferrattn_core::amla::preload::PreloadPipeline;
 use ferrattn_core::dtype::to_bf16;
@@ -66,20 +69,62 @@ pub struct KernelSettings {
     pub compensation: bool,
     /// Stage order.
     pub preload: PreloadPipeline,
-    /// Addition order of the row sum of `exp(S - m)`.
-    pub row_sum: RowSumOrder,
+    /// Whose order of arithmetic: the core emulation's or the kernel's.
+    pub arithmetic: Arithmetic,
 }
 
-/// FP32 dot product of BF16-valued rows in the Cube order of the CPU model of the AscendC API
-/// (`ascendc_decls.h`, `Mmad`): one FP32 add per product in increasing k, the accumulator carried
-/// in L0C across the `baseK` steps. The real Cube's order inside a fractal is not public.
+/// The order and rounding of the steps where the core emulation and the AscendC kernel differ.
+///
+/// Both compute Algorithm 2 with the same BF16 operands, `n_i` rule, INT32 rescale and
+/// compensation; they differ in the FP32 rounding of the dot products and of the row sum and in
+/// the tie rule of three casts, so their outputs agree to about one BF16 ulp, not bit for bit
+/// (test `kernel_cpu::orders_differ_by_rounding_only`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Arithmetic {
+    /// `ferrattn_core::amla::emulate`'s order: dot products in 8 interleaved partial sums, the
+    /// row sum in sequence, `n = round(-m / ln 2)`, `S16` and `N` rounded to nearest even. The
+    /// backend's simulated path uses it, so it equals the CPU backend bit for bit
+    /// (`tests/parity.rs`).
+    #[default]
+    CoreEmulation,
+    /// `ascend-kernels/amla/amla_decode.cpp` on the CPU model of the AscendC API: dot products in
+    /// increasing k (the model's `Mmad`), the row sum in the kernel's tree, `n = round(-m log2 e)`,
+    /// `S16`, `n` and `N` rounded half away from zero (`CAST_ROUND`, as the official kernels). Test
+    /// `kernel_cpu` checks the kernel against it bit for bit.
+    Kernel(RowSumOrder),
+}
+
+/// FP32 dot product of BF16-valued rows in the order of [`Arithmetic`].
 #[inline]
-fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = 0.0f32;
-    for (x, y) in a.iter().zip(b) {
-        acc += x * y;
+fn dot_f32(a: &[f32], b: &[f32], arith: Arithmetic) -> f32 {
+    match arith {
+        // the core emulation: 8 interleaved partial sums
+        Arithmetic::CoreEmulation => {
+            let mut acc = [0.0f32; 8];
+            let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+            let (ra, rb) = (ca.remainder(), cb.remainder());
+            for (x, y) in ca.zip(cb) {
+                for l in 0..8 {
+                    acc[l] += x[l] * y[l];
+                }
+            }
+            let mut tail = 0.0f32;
+            for (x, y) in ra.iter().zip(rb) {
+                tail += x * y;
+            }
+            ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+        }
+        // the CPU model's Mmad: one FP32 add per product in increasing k, the accumulator
+        // carried in L0C across the baseK steps (the real Cube's order inside a fractal is not
+        // public)
+        Arithmetic::Kernel(_) => {
+            let mut acc = 0.0f32;
+            for (x, y) in a.iter().zip(b) {
+                acc += x * y;
+            }
+            acc
+        }
     }
-    acc
 }
 
 /// Order in which the vector core adds a row of `exp(S - m)` (`[V1]`, line 8).
@@ -258,7 +303,7 @@ fn c1(t: &mut Tile, blk: usize, k: &KernelSettings, dk: usize) {
         let q = &t.q[r * dk..(r + 1) * dk];
         let stop = t.ends[r].min(start + k.block_k);
         for j in start..stop {
-            s[r * k.block_k + j - start] = dot_f32(q, &t.kv[j * dk..(j + 1) * dk]);
+            s[r * k.block_k + j - start] = dot_f32(q, &t.kv[j * dk..(j + 1) * dk], k.arithmetic);
         }
     }
     t.s[blk] = s;
@@ -290,17 +335,27 @@ fn v1(t: &mut Tile, blk: usize, k: &KernelSettings, scale: f32, dv: usize) {
         for pj in p.iter_mut() {
             *pj = (*pj - m_new).exp();
         }
-        // the kernel sums all block_k columns, masked ones being exp(-inf) = 0
-        let mut padded = vec![0.0f32; bk];
-        padded[..w].copy_from_slice(p);
-        let rowsum = row_sum(&padded, k.row_sum);
+        let (rowsum, n, s32, s16) = match k.arithmetic {
+            Arithmetic::CoreEmulation => {
+                let rowsum = p.iter().fold(0.0f32, |a, &x| a + x);
+                let n = (-m_new / LN_2).round() as i32;
+                // lines 9-10: S32 = 2^n e^m, S16 = BF16(S32)
+                let s32 = (LN_2 * (n as f32 + m_new / LN_2)).exp();
+                (rowsum, n, s32, to_bf16(s32))
+            }
+            Arithmetic::Kernel(order) => {
+                // the kernel sums all block_k columns, masked ones being exp(-inf) = 0
+                let mut padded = vec![0.0f32; bk];
+                padded[..w].copy_from_slice(p);
+                let rowsum = row_sum(&padded, order);
+                // n = round(-m / ln 2) as -m x log2(e), half away from zero (CAST_ROUND)
+                let n = (-m_new * LOG2_E).round() as i32;
+                let s32 = ((n as f32 + m_new * LOG2_E) * LN_2).exp();
+                (rowsum, n, s32, bf16_round_half_away(s32))
+            }
+        };
         st.l = st.l * m_up + rowsum;
-        // n = round(-m / ln 2) as -m x log2(e), rounded half away from zero (CAST_ROUND)
-        let n = (-m_new * LOG2_E).round() as i32;
-        // lines 9-11: S32 = 2^n e^m, S16 = BF16(S32) (CAST_ROUND), c_i = S16 / S32,
-        // eps = 1.5 (c_i / c_{i-1} - 1)
-        let s32 = ((n as f32 + m_new * LOG2_E) * LN_2).exp();
-        let s16 = bf16_round_half_away(s32);
+        // line 11: c_i = S16 / S32, eps = 1.5 (c_i / c_{i-1} - 1)
         let c = if k.compensation { s16 / s32 } else { 1.0 };
         let eps = 1.5 * (c / st.c - 1.0);
         // line 12: P = BF16(P S16)
@@ -310,8 +365,11 @@ fn v1(t: &mut Tile, blk: usize, k: &KernelSettings, scale: f32, dv: usize) {
         // lines 13-17: AtomicAdd<INT32> of N on the row of O in GM (not for the first block)
         if st.started {
             let nf = (n - st.n).max(-30) as f32 + eps + 1e-6;
-            // CAST_ROUND (ties away from zero), as the official kernels cast N
-            let delta = (nf * EXPONENT_UNIT).round() as i32;
+            let delta = match k.arithmetic {
+                Arithmetic::CoreEmulation => (nf * EXPONENT_UNIT).round_ties_even() as i32,
+                // CAST_ROUND (ties away from zero), as the official kernels cast N
+                Arithmetic::Kernel(_) => (nf * EXPONENT_UNIT).round() as i32,
+            };
             for w in &mut t.o_bits[r * dv..(r + 1) * dv] {
                 *w = (*w as i32).wrapping_add(delta) as u32;
             }
