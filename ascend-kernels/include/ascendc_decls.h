@@ -19,7 +19,9 @@
 // allocations the host registered. Each core executes its instructions in program order, so the
 // intra-core pipes cannot race here; instead the model tracks the V/MTE2/MTE3 hazards that the
 // hardware leaves to SetFlag/WaitFlag (or to TQue, which inserts them) and reports an access that
-// would race on the device. Cross-core flags block with a timeout, so an unpaired flag fails in
+// would race on the device. The tracking merges adjacent ranges of one pipe, so a hazard next to
+// a range a queue synchronises can go unreported; it never reports one that is not there. Scalar
+// (S) accesses to UB and the cube core's pipes are not tracked (the cube side uses queues only). Cross-core flags block with a timeout, so an unpaired flag fails in
 // seconds instead of hanging. Any violation throws ferrattn_cpu::ModelError.
 #pragma once
 #include <algorithm>
@@ -188,6 +190,15 @@ inline void CheckAlign(const void* p, const char* what) {
   if (c.kind != CoreKind::AIV) return;
   const auto off = static_cast<const uint8_t*>(p) - c.ub.data();
   if (off % 32 != 0) Fail(std::string(what) + ": UB operand not 32-byte aligned (offset " + std::to_string(off) + ")");
+}
+
+// Alignment of a cube-side operand inside its buffer (docs, Mmad: A and B 512 bytes, C 64 bytes).
+inline void CheckAlignIn(const void* p, const std::vector<uint8_t>& arena, size_t bytes, const char* what) {
+  const auto off = static_cast<const uint8_t*>(p) - arena.data();
+  if (off % bytes != 0) {
+    Fail(std::string(what) + ": operand not " + std::to_string(bytes) + "-byte aligned (offset " +
+         std::to_string(off) + ")");
+  }
 }
 
 // TQue synchronises its own tensors: drop pending entries of `producer` inside [lo, hi).
@@ -913,6 +924,9 @@ __aicore__ inline void Mmad(const LocalTensor<Tc>& c, const LocalTensor<T>& a, c
   a.Check(0, uint64_t(m1) * k1 * 256);
   b.Check(0, uint64_t(k1) * n1 * 256);
   c.Check(0, uint64_t(n1) * m1 * 256);
+  ferrattn_cpu::CheckAlignIn(a.ptr_, ferrattn_cpu::Core().l0a, 512, "Mmad A");
+  ferrattn_cpu::CheckAlignIn(b.ptr_, ferrattn_cpu::Core().l0b, 512, "Mmad B");
+  ferrattn_cpu::CheckAlignIn(c.ptr_, ferrattn_cpu::Core().l0c, 64, "Mmad C");
   for (uint32_t m = 0; m < p.m; ++m) {
     for (uint32_t n = 0; n < p.n; ++n) {
       float& acc = c.ptr_[(n / 16) * m1 * 256 + m * 16 + n % 16];
