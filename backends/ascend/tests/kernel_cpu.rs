@@ -257,6 +257,14 @@ fn kernel_matches_simulation_sq2_causal_128_heads() {
 }
 
 #[test]
+fn kernel_matches_simulation_sq1_128_heads() {
+    // 128 rows: one stripe, 64 rows per vector core (four UB passes each)
+    let lens = vec![2000i64, 512];
+    let (p, x) = mla_inputs(2, 1, 2000, 128, 576, 512, 1.0, Some(lens), false, 49);
+    check("sq 1, 128 heads", &p, &x, 1, 0, true);
+}
+
+#[test]
 fn kernel_matches_simulation_both_readings_of_open_semantics() {
     // Mmad reading the K tail (must not change a bit: the kernel zeroes it) and the adjacent-pair
     // WholeReduceSum (changes the sums; the simulation follows the same reading)
