@@ -33,8 +33,8 @@ namespace ferrattn {
 // Mirrors ferrattn_cuda::launch::LeanParams (#[repr(C)]); all tensors contiguous, 16-bit.
 struct LeanParams {
   const u16* q;           // [batch, max_sq, heads_q, D]
-  const u16* k;           // [batch, max_sk, heads_kv, D]
-  const u16* v;           // [batch, max_sk, heads_kv, D]
+  const u16* k;           // [batch, max_sk, heads_kv, D], or paged: [num_pages, page_size, heads_kv, D]
+  const u16* v;           // as k
   u16* o;                 // [batch, max_sq, heads_q, D]
   float* lse;             // [batch, heads_q, max_sq], natural log
   const int* seqlens_q;   // [batch]
@@ -54,7 +54,25 @@ struct LeanParams {
   int causal;             // bottom-right causal mask
   int merge_in_kernel;    // 1: stream-K host merge via flags; 0: partials for lean_combine
   float scale_log2;       // softmax_scale * log2(e)
+  const int* page_table;  // paged kernels: [batch, max_pages] pool page of each logical page
+  int max_pages;          // page-table row length
+  int page_shift;         // log2(page size)
 };
+
+// Row of the K/V buffer that holds key j of sequence b (NHD: a row is heads_kv * D values).
+// Contiguous: sequence b's own rows. Paged (vLLM / FlashInfer layout): the page table maps the
+// logical page j / page_size to a page of the pool. Only called for j < seqlens_k[b], whose pages
+// the host validated against the pool before uploading the table.
+template <bool PAGED>
+__device__ __forceinline__ u64 kv_row_of(const LeanParams& p, int b, int j) {
+  if constexpr (PAGED) {
+    // read-only for the whole launch (uploaded before it): the non-coherent path
+    const int page = __ldg(p.page_table + (u64)b * p.max_pages + (j >> p.page_shift));
+    return ((u64)page << p.page_shift) + (u64)(j & ((1 << p.page_shift) - 1));
+  } else {
+    return (u64)b * p.max_sk + j;
+  }
+}
 
 struct TileInfo {
   int tile, b, hk, qg;
@@ -172,7 +190,7 @@ __device__ __forceinline__ void write_output(const LeanParams& p, const TileInfo
   }
 }
 
-template <class T, int D, int R>
+template <class T, int D, int R, bool PAGED>
 __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   using S = Smem<D, R>;
   constexpr int L = cfg::lanes_per_key<D>();
@@ -229,13 +247,24 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     int key0 = (int)(it - pt.start) * p.tile_k + (int)(u % (u32)sub) * SK;
     u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
     u16* vs = ks + SK * D;
-    const u64 base = ((u64)pt.b * p.max_sk * p.heads_kv + pt.hk) * D;
-#pragma unroll 4
-    for (int c = tid; c < SK * D / 8; c += cfg::kThreads) {
-      int key = c / (D / 8), col = (c % (D / 8)) * 8;
-      int j = key0 + key;
-      bool ok = j < pt.len_k;
-      u64 off = base + (u64)(ok ? j : 0) * kv_row + col;
+    const u64 base = (u64)pt.hk * D;
+    // Rows first, copies second: cp_async16's "memory" clobber keeps the compiler from hoisting a
+    // page-table load above an earlier copy, so interleaved they would wait one load latency each.
+    constexpr int CH = SK * D / 8 / cfg::kThreads;  // 16-byte chunks per thread per stage
+    static_assert(CH * cfg::kThreads == SK * D / 8, "a stage splits evenly over the threads");
+    u64 rows[CH];
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+      const int j = key0 + (tid + i * cfg::kThreads) / (D / 8);
+      // keys past the sequence are zero-filled (src-size 0) from row 0, an always-valid address
+      rows[i] = j < pt.len_k ? kv_row_of<PAGED>(p, pt.b, j) : (u64)0;
+    }
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+      const int c = tid + i * cfg::kThreads;
+      const int key = c / (D / 8), col = (c % (D / 8)) * 8;
+      const bool ok = key0 + key < pt.len_k;
+      const u64 off = base + rows[i] * kv_row + col;
       cp_async16(ks + swz<D>(key, col >> 3), p.k + off, ok);
       cp_async16(vs + swz<D>(key, col >> 3), p.v + off, ok);
     }
@@ -669,7 +698,11 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
 #define FERRATTN_LEAN(TN, T, D, R)                                                                   \
   extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, ferrattn::cfg::kMinCtasPerSm) \
       lean_decode_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                                 \
-    ferrattn::lean_decode_body<ferrattn::T, D, R>(p);                                                \
+    ferrattn::lean_decode_body<ferrattn::T, D, R, false>(p);                                         \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, ferrattn::cfg::kMinCtasPerSm) \
+      lean_decode_paged_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                           \
+    ferrattn::lean_decode_body<ferrattn::T, D, R, true>(p);                                          \
   }                                                                                                  \
   extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads)                              \
       lean_combine_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                                \
@@ -692,6 +725,48 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
 
 FERRATTN_LEAN_DIMS(f16, F16)
 FERRATTN_LEAN_DIMS(bf16, BF16)
+
+// Appends a step's new tokens to a K/V cache (the same kernel for f16 and bf16: it moves 16-byte
+// vectors). Token i of sequence b, k_new[b, i] ([batch, n_new, heads_kv, head_dim], contiguous),
+// goes to position append_start[b] + i while that is below seqlens_k[b]: the step's lengths
+// already count its new tokens. Positions map to rows as in the decode (kv_row_of), so the
+// paged variant writes through the page table that the decode reads.
+namespace ferrattn {
+struct AppendParams {
+  const u16* k_new;          // [batch, n_new, heads_kv, head_dim]
+  const u16* v_new;          // as k_new
+  u16* k;                    // the cache (contiguous or page pool)
+  u16* v;
+  const int* seqlens_k;      // [batch] lengths after this step
+  const int* append_start;   // [batch] first position written
+  const int* page_table;     // [batch, max_pages] (paged only)
+  int batch, n_new, heads_kv, head_dim, max_sk, max_pages, page_shift, reserved;
+};
+
+template <bool PAGED>
+__device__ __forceinline__ void append_body(const AppendParams& a) {
+  LeanParams p{};  // only the fields kv_row_of reads
+  p.max_sk = a.max_sk;
+  p.page_table = a.page_table;
+  p.max_pages = a.max_pages;
+  p.page_shift = a.page_shift;
+  const int vecs = a.head_dim / 8;  // 16-byte vectors per head row
+  const u64 row_vecs = (u64)a.heads_kv * vecs;
+  const u64 n = (u64)a.batch * a.n_new * row_vecs;
+  for (u64 x = blockIdx.x * (u64)blockDim.x + threadIdx.x; x < n; x += (u64)gridDim.x * blockDim.x) {
+    const int b = (int)(x / ((u64)a.n_new * row_vecs));
+    const int i = (int)(x / row_vecs % a.n_new);
+    const int j = a.append_start[b] + i;
+    if (j >= a.seqlens_k[b]) continue;
+    const u64 dst = kv_row_of<PAGED>(p, b, j) * row_vecs + x % row_vecs;
+    reinterpret_cast<Vec16*>(a.k)[dst] = reinterpret_cast<const Vec16*>(a.k_new)[x];
+    reinterpret_cast<Vec16*>(a.v)[dst] = reinterpret_cast<const Vec16*>(a.v_new)[x];
+  }
+}
+}  // namespace ferrattn
+
+extern "C" __global__ void lean_append(const ferrattn::AppendParams a) { ferrattn::append_body<false>(a); }
+extern "C" __global__ void lean_append_paged(const ferrattn::AppendParams a) { ferrattn::append_body<true>(a); }
 
 // Device-side fill for tests and benchmarks: uniform values in [-scale, scale) from a hash of
 // (seed, index), so multi-gigabyte inputs need no host upload.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything the GPU machine runs into one folder (default ./.gpu-bundle): the release
 # `ferrattn` binary (its `bench` command is the benchmark suite, PyTorch script included), the
-# ferrattn-cuda GPU test binaries (every tests/gpu_*.rs) and unit-test binary, scripts/gpu-run.sh
+# ferrattn-cuda GPU test binaries (every tests/gpu_*.rs) and unit-test binary, the facade's
+# tests/gpu_device_api.rs (the device path through the public API), scripts/gpu-run.sh
 # as run.sh, and COMMIT. Binaries are x86-64 and stripped (the device tool carries at most
 # 64 MiB), kernels embedded as a fatbin (nvcc from $NVCC or scripts/install-nvcc.sh).
 #
@@ -21,6 +22,7 @@ msgs="$(mktemp)"
 trap 'rm -f "$msgs"' EXIT
 cargo build --release -p ferrattn --bin ferrattn --message-format=json >"$msgs"
 cargo test --release -p ferrattn-cuda --no-run --message-format=json >>"$msgs"
+cargo test --release -p ferrattn --test gpu_device_api --no-run --message-format=json >>"$msgs"
 rm -rf "$DEST"
 mkdir -p "$DEST"
 python3 - "$msgs" "$DEST" <<'PY'

@@ -35,6 +35,9 @@ pub enum FerrattnError {
         /// Backends that run it.
         supported: String,
     },
+    /// A tensor view or argument rejected at the device-path boundary (nothing was launched).
+    #[error("invalid argument: {0}")]
+    View(crate::device_api::ViewError),
     /// A plan made for another problem or backend.
     #[error("plan mismatch: {0}")]
     PlanMismatch(String),

@@ -140,6 +140,12 @@ impl Gpu {
         check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
     }
 
+    /// The backend's own non-blocking stream, for callers that enqueue work beside the
+    /// backend's (tests, graph capture through the device path).
+    pub fn raw_stream(&self) -> sys::CUstream {
+        self.stream
+    }
+
     /// Waits for all work on the stream.
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;

@@ -325,6 +325,90 @@ pub fn lean_kernel_names(dtype: DType, head_dim: usize, tile_m: usize) -> Result
     ])
 }
 
+/// One instance of the closed list in `lean_decode.cu`: (dtype, head dim, rows per tile). Only
+/// [`LeanInstance::new`] makes one, so every value names kernels that exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct LeanInstance {
+    dtype: DType,
+    head_dim: usize,
+    rows: usize,
+}
+
+/// The entry points of one [`LeanInstance`] (plus the dtype-free append kernels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeanEntry {
+    /// Stream-K / fixed-split decode over contiguous K/V.
+    Decode,
+    /// The same over a paged K/V pool.
+    DecodePaged,
+    /// Second pass of the fixed split.
+    Combine,
+    /// Reports the decode kernel's shared memory and stage count.
+    SmemQuery,
+    /// Writes new tokens into contiguous K/V.
+    Append,
+    /// Writes new tokens into a paged pool.
+    AppendPaged,
+}
+
+impl LeanEntry {
+    /// Every entry, in the order [`LeanInstance::names`] returns them.
+    pub const ALL: [LeanEntry; 6] = [
+        LeanEntry::Decode,
+        LeanEntry::DecodePaged,
+        LeanEntry::Combine,
+        LeanEntry::SmemQuery,
+        LeanEntry::Append,
+        LeanEntry::AppendPaged,
+    ];
+}
+
+impl LeanInstance {
+    /// The instance serving `dtype`, `head_dim` and tiles of `tile_m` query rows, or
+    /// `Unsupported` naming the closed list.
+    pub fn new(dtype: DType, head_dim: usize, tile_m: usize) -> Result<LeanInstance> {
+        lean_kernel_names(dtype, head_dim, tile_m)?;
+        Ok(LeanInstance {
+            dtype,
+            head_dim,
+            rows: lean_rows(tile_m)?,
+        })
+    }
+
+    /// Element type of Q, K, V and O.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    /// Query rows the instance holds per tile.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The `extern "C"` name of `entry`.
+    pub fn name(&self, entry: LeanEntry) -> String {
+        let dt = if self.dtype == DType::F16 {
+            "f16"
+        } else {
+            "bf16"
+        };
+        let (d, r) = (self.head_dim, self.rows);
+        match entry {
+            LeanEntry::Decode => format!("lean_decode_{dt}_d{d}_r{r}"),
+            LeanEntry::DecodePaged => format!("lean_decode_paged_{dt}_d{d}_r{r}"),
+            LeanEntry::Combine => format!("lean_combine_{dt}_d{d}_r{r}"),
+            LeanEntry::SmemQuery => format!("lean_smem_{dt}_d{d}_r{r}"),
+            LeanEntry::Append => "lean_append".into(),
+            LeanEntry::AppendPaged => "lean_append_paged".into(),
+        }
+    }
+}
+
 /// Name of the device-side random fill for `dtype`.
 pub fn fill_kernel_name(dtype: DType) -> Result<&'static str> {
     match dtype {
@@ -433,7 +517,8 @@ mod tests {
             Some(fb) => {
                 // ELF string tables inside the fatbin carry the entry names
                 let hay = String::from_utf8_lossy(fb);
-                for n in lean_kernel_names(DType::BF16, 128, 4).unwrap() {
+                let inst = LeanInstance::new(DType::BF16, 128, 4).unwrap();
+                for n in LeanEntry::ALL.map(|e| inst.name(e)) {
                     assert!(hay.contains(&n), "{n} missing from the fatbin");
                 }
                 assert!(BUILD_NOTE.starts_with("fatbin from"), "{BUILD_NOTE}");
@@ -455,7 +540,8 @@ mod tests {
             nvrtc_compile(image("lean_decode").unwrap(), "compute_90a").expect("NVRTC compile");
         for dt in [DType::F16, DType::BF16] {
             for d in [64, 128, 256] {
-                for n in lean_kernel_names(dt, d, 16).unwrap() {
+                let inst = LeanInstance::new(dt, d, 16).unwrap();
+                for n in LeanEntry::ALL.map(|e| inst.name(e)) {
                     assert!(
                         ptx.contains(&format!(".entry {n}(")),
                         "{n} missing from NVRTC PTX"
@@ -489,6 +575,16 @@ mod tests {
             Err(CudaError::Unsupported { .. })
         ));
         assert_eq!(lean_stage_keys(128), 64);
+        let inst = LeanInstance::new(DType::F16, 128, 3).unwrap();
+        assert_eq!(inst.rows(), 4);
+        assert_eq!(
+            inst.name(LeanEntry::DecodePaged),
+            "lean_decode_paged_f16_d128_r4"
+        );
+        assert!(matches!(
+            LeanInstance::new(DType::F32, 128, 1),
+            Err(CudaError::Unsupported { .. })
+        ));
         assert_eq!(nvrtc_arch((9, 0)), "compute_90a");
     }
 }

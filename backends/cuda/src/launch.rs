@@ -1,11 +1,22 @@
-//! Launching the Lean decode: device-resident inputs and outputs, a prepared plan (schedule
-//! tables and partial buffers uploaded once), and the launch itself.
+//! Launching the Lean decode.
+//!
+//! The device path, as serving engines call attention (FlashInfer's `plan`/`run` split):
+//! [`LeanStepPlan`] is made on the host once per decode step (pure, serialisable) and says how
+//! many workspace bytes the step needs; the caller allocates the workspace once;
+//! [`LeanKernels::upload`] copies the step's tables into it on the caller's stream; then
+//! [`LeanKernels::run`] per layer (and [`LeanKernels::append`] for the step's new tokens)
+//! only launches: no allocation, no host synchronisation, no host-device copy, so a whole
+//! decode step can be captured in one CUDA graph. These entry points take raw device addresses
+//! and are `unsafe`; the facade crate's views validate them first.
+//!
+//! [`PreparedLean`] (device-resident inputs from [`DeviceInputs`], an owned workspace) is the
+//! convenience path on top, used by the host-tensor `run` and the benchmarks.
 
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
-use crate::kernels::{self, Function, LEAN_THREADS};
+use crate::kernels::{self, Function, LeanEntry, LeanInstance, LEAN_THREADS};
 use cudarc::driver::sys;
-use ferrattn_core::lean::{LeanPlan, Schedule};
+use ferrattn_core::lean::{KernelTables, LeanPlan, Schedule, TileSpace};
 use ferrattn_core::{
     AttentionInputs, AttentionOutput, AttentionPlan, AttentionProblem, DType, PlanDetail,
     Provenance, Tensor,
@@ -44,13 +55,15 @@ pub(crate) struct LeanParams {
     causal: i32,
     merge_in_kernel: i32,
     scale_log2: f32,
+    page_table: u64,
+    max_pages: i32,
+    page_shift: i32,
 }
 
 /// Q, K, V and sequence lengths on the device, as 16-bit values.
 #[derive(Debug)]
 pub struct DeviceInputs {
-    /// The problem these tensors describe.
-    pub problem: AttentionProblem,
+    pub(crate) problem: AttentionProblem,
     pub(crate) q: DeviceBuffer,
     pub(crate) k: DeviceBuffer,
     pub(crate) v: DeviceBuffer,
@@ -65,30 +78,13 @@ pub struct DeviceOutputs {
     pub(crate) lse: DeviceBuffer,
 }
 
-/// A Lean plan made ready to launch: kernels chosen, tables and workspace on the device.
+/// A Lean plan made ready to launch on the backend's own stream: kernels resolved, the step's
+/// tables uploaded once into an owned workspace.
 #[derive(Debug)]
 pub struct PreparedLean {
-    /// The plan.
-    pub plan: LeanPlan,
-    /// The problem it was made for.
-    pub problem: AttentionProblem,
-    decode: Function,
-    combine: Function,
-    /// Dynamic shared memory of the decode kernel, bytes.
-    pub smem_bytes: u32,
-    /// K/V pipeline stages the kernel instance uses.
-    pub stages: u32,
-    /// Co-resident CTAs per SM the driver reports for the decode kernel.
-    pub ctas_per_sm: u32,
-    rows: usize,
-    num_tiles: usize,
-    _seq_start: DeviceBuffer,
-    _cta_bounds: DeviceBuffer,
-    _cta_tiles: DeviceBuffer,
-    _part_o: DeviceBuffer,
-    _part_ml: DeviceBuffer,
-    _flags: DeviceBuffer,
-    params: LeanParams,
+    step: LeanStepPlan,
+    kernels: Arc<LeanKernels>,
+    workspace: DeviceBuffer,
 }
 
 fn to_bits(dtype: DType, data: &[f32]) -> Result<Vec<u16>> {
@@ -192,6 +188,26 @@ impl DeviceInputs {
         })
     }
 
+    /// The problem these tensors describe.
+    pub fn problem(&self) -> &AttentionProblem {
+        &self.problem
+    }
+
+    /// Q `[batch, max_seqlen_q, heads_q, head_dim]` on the device.
+    pub fn q(&self) -> &DeviceBuffer {
+        &self.q
+    }
+
+    /// K `[batch, max_seqlen_k, heads_kv, head_dim]` on the device.
+    pub fn k(&self) -> &DeviceBuffer {
+        &self.k
+    }
+
+    /// V, as K.
+    pub fn v(&self) -> &DeviceBuffer {
+        &self.v
+    }
+
     /// Bytes of K and V that attention must read (valid tokens only).
     pub fn kv_bytes_read(&self) -> usize {
         let p = &self.problem;
@@ -235,6 +251,16 @@ impl DeviceOutputs {
         Ok(AttentionOutput { o, lse, provenance })
     }
 
+    /// O on the device.
+    pub fn o(&self) -> &DeviceBuffer {
+        &self.o
+    }
+
+    /// LSE on the device.
+    pub fn lse(&self) -> &DeviceBuffer {
+        &self.lse
+    }
+
     /// Raw 16-bit O bits (for bitwise comparisons).
     pub fn o_bits(&self) -> Result<Vec<u16>> {
         self.o.to_vec()
@@ -248,39 +274,308 @@ pub(crate) fn launch_raw(
     smem: u32,
     args: &mut [*mut std::ffi::c_void],
 ) -> Result<()> {
-    gpu.bind()?;
-    // SAFETY: args point at live values matching the kernel's parameter list.
-    check("cuLaunchKernel", unsafe {
-        sys::cuLaunchKernel(
-            f.f,
-            grid,
-            1,
-            1,
-            block,
-            1,
-            1,
-            smem,
-            gpu.stream,
-            args.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    })
+    // SAFETY: the caller passes args that match the kernel's parameters; the stream is ours.
+    unsafe { launch_on(gpu, f, (grid, block), smem, gpu.stream, false, args) }
 }
 
-impl PreparedLean {
-    /// Chooses the kernels for `plan`, checks the grid is co-resident, uploads the schedule.
+/// Enqueues `f` on `stream`; `cooperative` asks the driver to guarantee that every CTA of the
+/// grid is co-resident (it refuses the launch otherwise, rather than letting a CTA wait forever).
+///
+/// Raw driver calls rather than cudarc's safe launch: the stream and every buffer belong to the
+/// caller (an engine's allocator and stream), which cudarc's ownership types cannot express.
+///
+/// # Safety
+/// `args` point at live values matching the kernel's parameter list; `stream` is a stream of
+/// this GPU's context (or null, the legacy default stream).
+unsafe fn launch_on(
+    gpu: &Arc<Gpu>,
+    f: &Function,
+    (grid, block): (u32, u32),
+    smem: u32,
+    stream: sys::CUstream,
+    cooperative: bool,
+    args: &mut [*mut std::ffi::c_void],
+) -> Result<()> {
+    gpu.bind()?;
+    if cooperative {
+        check("cuLaunchCooperativeKernel", unsafe {
+            sys::cuLaunchCooperativeKernel(
+                f.f,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                smem,
+                stream,
+                args.as_mut_ptr(),
+            )
+        })
+    } else {
+        check("cuLaunchKernel", unsafe {
+            sys::cuLaunchKernel(
+                f.f,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                smem,
+                stream,
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+}
+
+/// Where K and V live.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum KvStorage {
+    /// One `[batch, max_seqlen_k, heads_kv, head_dim]` buffer each for K and V.
+    Contiguous,
+    /// A page pool `[num_pages, page_size, heads_kv, head_dim]` each for K and V (NHD, as vLLM
+    /// and FlashInfer lay it out) and a page table.
+    Paged(Paging),
+}
+
+/// A page table into a K/V page pool. Deserialised values are checked again when a
+/// [`LeanStepPlan`] is made from them.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Paging {
+    page_size: usize,
+    num_pages: usize,
+    max_pages: usize,
+    table: Vec<i32>,
+}
+
+/// Page sizes the paged kernels take (a power of two; 16 is vLLM's default, 64 FlashMLA's).
+pub const PAGE_SIZES: [usize; 2] = [16, 64];
+
+impl Paging {
+    /// `table` is `[batch, max_pages]` row-major: entry `(b, i)` is the pool page holding tokens
+    /// `i * page_size ..` of sequence `b`. Checks what the kernels rely on: the page size is one
+    /// of [`PAGE_SIZES`], the table is `batch * max_pages` long and every page a sequence of
+    /// `seqlens_k` uses is in `0..num_pages`. (The facade reports these as typed errors first.)
     pub fn new(
-        gpu: &Arc<Gpu>,
-        module: &Arc<kernels::Module>,
-        plan: &AttentionPlan,
-    ) -> Result<PreparedLean> {
-        let PlanDetail::Lean(lp) = &plan.detail else {
-            return Err(CudaError::Plan(format!(
-                "a {} plan was given to the lean kernel",
-                plan.algorithm
-            )));
+        page_size: usize,
+        num_pages: usize,
+        max_pages: usize,
+        table: Vec<i32>,
+        seqlens_k: &[usize],
+    ) -> Result<Paging> {
+        let bad = |m: String| Err(CudaError::Plan(m));
+        if !PAGE_SIZES.contains(&page_size) {
+            return bad(format!("page size {page_size}; supported: {PAGE_SIZES:?}"));
+        }
+        if max_pages == 0 || table.len() != seqlens_k.len() * max_pages {
+            return bad(format!(
+                "page table of {} entries for {} sequences of {max_pages} pages",
+                table.len(),
+                seqlens_k.len()
+            ));
+        }
+        for (b, &len) in seqlens_k.iter().enumerate() {
+            let used = len.div_ceil(page_size);
+            if used > max_pages {
+                return bad(format!(
+                    "sequence {b} has {len} tokens, more than {max_pages} pages of {page_size}"
+                ));
+            }
+            let row = &table[b * max_pages..b * max_pages + used];
+            if let Some(i) = row
+                .iter()
+                .position(|&pg| pg < 0 || pg as usize >= num_pages)
+            {
+                return bad(format!(
+                    "page table entry ({b}, {i}) = {} outside the pool of {num_pages} pages",
+                    row[i]
+                ));
+            }
+        }
+        Ok(Paging {
+            page_size,
+            num_pages,
+            max_pages,
+            table,
+        })
+    }
+
+    /// Tokens per page.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Pages in the pool.
+    pub fn num_pages(&self) -> usize {
+        self.num_pages
+    }
+
+    /// Entries per page-table row.
+    pub fn max_pages(&self) -> usize {
+        self.max_pages
+    }
+
+    /// The table, `[batch, max_pages]` row-major.
+    pub fn table(&self) -> &[i32] {
+        &self.table
+    }
+}
+
+/// Byte offsets of a step's tables and scratch in the caller's workspace. The first
+/// `header_bytes` are uploaded once per step ([`LeanKernels::upload`]); the partials after them
+/// are scratch the kernels write and read within a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct WorkspaceLayout {
+    seqlens_q: usize,
+    seqlens_k: usize,
+    append_start: usize,
+    seq_start: usize,
+    cta_bounds: usize,
+    cta_tiles: usize,
+    page_table: usize,
+    flags: usize,
+    header_bytes: usize,
+    part_o: usize,
+    part_ml: usize,
+    total: usize,
+}
+
+/// Alignment of every region of the workspace (the workspace itself must be 256-aligned, as
+/// `cudaMalloc` returns it).
+pub const WORKSPACE_ALIGN: usize = 256;
+
+impl WorkspaceLayout {
+    fn new(batch: usize, num_ctas: usize, rows: usize, head_dim: usize, pages: usize) -> Self {
+        let mut at = 0usize;
+        let mut region = |bytes: usize| {
+            let off = at;
+            at = (at + bytes).next_multiple_of(WORKSPACE_ALIGN);
+            (off, at)
         };
-        let p = &plan.problem;
+        let (seqlens_q, _) = region(4 * batch);
+        let (seqlens_k, _) = region(4 * batch);
+        let (append_start, _) = region(4 * batch);
+        let (seq_start, _) = region(4 * (batch + 1));
+        let (cta_bounds, _) = region(4 * (num_ctas + 1));
+        let (cta_tiles, _) = region(4 * 2 * num_ctas);
+        let (page_table, _) = region(4 * pages);
+        let (flags, header_bytes) = region(4 * num_ctas);
+        let (part_o, _) = region(4 * num_ctas * rows * head_dim);
+        let (part_ml, total) = region(4 * num_ctas * rows * 2);
+        WorkspaceLayout {
+            seqlens_q,
+            seqlens_k,
+            append_start,
+            seq_start,
+            cta_bounds,
+            cta_tiles,
+            page_table,
+            flags,
+            header_bytes,
+            part_o,
+            part_ml,
+            total,
+        }
+    }
+
+    /// Bytes the caller must provide.
+    pub fn total_bytes(&self) -> usize {
+        self.total
+    }
+
+    /// Bytes of a workspace that serves any step of `batch` sequences with at most `num_ctas`
+    /// CTAs, tiles of `rows` query rows, head dim `head_dim` and `table_entries` page-table
+    /// entries (allocate once, e.g. before capturing a graph).
+    pub fn bound(
+        batch: usize,
+        num_ctas: usize,
+        rows: usize,
+        head_dim: usize,
+        table_entries: usize,
+    ) -> usize {
+        WorkspaceLayout::new(batch, num_ctas, rows, head_dim, table_entries).total
+    }
+}
+
+/// One decode step's launch plan: the Lean schedule for the step's lengths, the kernel instance,
+/// where K/V live and the workspace layout. Pure host data; fields are private so that nothing
+/// that feeds a grid size or an offset changes after [`LeanStepPlan::new`] checked it. JSON
+/// carries everything for inspection; reading it back keeps only the inputs of
+/// [`LeanStepPlan::new`] and runs it again, so a plan from a file is checked like a new one.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "StepInputs")]
+pub struct LeanStepPlan {
+    problem: AttentionProblem,
+    plan: LeanPlan,
+    instance: LeanInstance,
+    kv: KvStorage,
+    new_tokens: usize,
+    tables: KernelTables,
+    layout: WorkspaceLayout,
+    num_tiles: usize,
+    #[serde(skip)]
+    header: Vec<u8>,
+}
+
+/// Checks that `plan` is what the planner makes for `p` from its own parameters: row tiling,
+/// and a schedule equal to the one rebuilt from its CTA count (stream-K) or split count (fixed
+/// split) over `p`'s iteration space. The kernel trusts these tables for every offset it takes,
+/// so a plan edited by hand or read from a file for another problem is refused here.
+fn check_schedule(plan: &LeanPlan, p: &AttentionProblem, space: &TileSpace) -> Result<()> {
+    let rows = p.group_size() * p.max_seqlen_q;
+    let tile_m = rows.min(ferrattn_core::lean::MAX_TILE_M);
+    if plan.tile_m != tile_m || plan.query_groups != rows.div_ceil(tile_m) {
+        return Err(CudaError::Plan(format!(
+            "plan tiles {} query rows in {} groups; the problem has {rows} rows per KV head (tiles of {tile_m})",
+            plan.tile_m, plan.query_groups
+        )));
+    }
+    let rebuilt = match &plan.schedule {
+        Schedule::StreamK { .. } => Schedule::stream_k(space, plan.schedule.num_ctas()),
+        Schedule::FixedSplit { splits, .. } => Schedule::fixed_split(space, *splits),
+    };
+    if rebuilt != plan.schedule || plan.num_ctas != plan.schedule.num_ctas() {
+        return Err(CudaError::Plan(format!(
+            "the plan's schedule ({} CTAs) is not the one its parameters give for this problem's {} iterations",
+            plan.num_ctas,
+            space.total_iters()
+        )));
+    }
+    Ok(())
+}
+
+/// What [`LeanStepPlan`] is made from (its deserialised form).
+#[derive(serde::Deserialize)]
+struct StepInputs {
+    problem: AttentionProblem,
+    plan: LeanPlan,
+    kv: KvStorage,
+    new_tokens: usize,
+}
+
+impl TryFrom<StepInputs> for LeanStepPlan {
+    type Error = CudaError;
+    fn try_from(x: StepInputs) -> Result<LeanStepPlan> {
+        x.problem.validate()?;
+        LeanStepPlan::new(&x.problem, &x.plan, x.kv, x.new_tokens)
+    }
+}
+
+impl LeanStepPlan {
+    /// The launch plan of `plan` (a Lean plan of `problem`) with K/V in `kv`. The last
+    /// `new_tokens` positions of each sequence (`seqlens_k` counts them) are what
+    /// [`LeanKernels::append`] writes.
+    pub fn new(
+        problem: &AttentionProblem,
+        plan: &LeanPlan,
+        kv: KvStorage,
+        new_tokens: usize,
+    ) -> Result<LeanStepPlan> {
+        let p = problem;
         let d = p.head_dim_qk;
         if p.head_dim_v != d {
             return Err(CudaError::Unsupported {
@@ -289,18 +584,237 @@ impl PreparedLean {
             });
         }
         let sk = kernels::lean_stage_keys(d);
-        if !lp.tile_k.is_multiple_of(sk) {
+        if !plan.tile_k.is_multiple_of(sk) {
             return Err(CudaError::Plan(format!(
                 "tile_k {} is not a multiple of the kernel's {sk}-key stage for head dim {d} (plan made for another device?)",
-                lp.tile_k
+                plan.tile_k
             )));
         }
-        let [dn, cn, sn] = kernels::lean_kernel_names(p.dtype, d, lp.tile_m)?;
-        let rows = kernels::lean_rows(lp.tile_m)?;
-        let decode = module.function(&dn)?;
-        let combine = module.function(&cn)?;
+        let instance = LeanInstance::new(p.dtype, d, plan.tile_m)?;
+        if let KvStorage::Paged(pg) = &kv {
+            // a Paging checked itself against lengths; these must be the same lengths
+            Paging::new(
+                pg.page_size,
+                pg.num_pages,
+                pg.max_pages,
+                pg.table.clone(),
+                &p.seqlens_k,
+            )?;
+        }
+        let space = plan.tile_space(p);
+        check_schedule(plan, p, &space)?;
+        let tables = plan
+            .schedule
+            .kernel_tables(&space)
+            .ok_or_else(|| CudaError::Unsupported {
+                what: format!("{} LeanTile iterations", space.total_iters()),
+                supported: "fewer than 2^32".into(),
+            })?;
+        let g = tables.cta_bounds.len() - 1;
+        let pages = match &kv {
+            KvStorage::Contiguous => 0,
+            KvStorage::Paged(pg) => pg.table.len(),
+        };
+        let layout = WorkspaceLayout::new(p.batch, g, instance.rows(), d, pages);
+        let mut step = LeanStepPlan {
+            problem: p.clone(),
+            plan: plan.clone(),
+            instance,
+            kv,
+            new_tokens,
+            tables,
+            layout,
+            num_tiles: space.num_tiles(),
+            header: Vec::new(),
+        };
+        step.header = step.header_image();
+        Ok(step)
+    }
+
+    /// The host image of the workspace's table region (flags zeroed).
+    fn header_image(&self) -> Vec<u8> {
+        let l = &self.layout;
+        let mut img = vec![0u8; l.header_bytes];
+        let mut put = |off: usize, words: &[u32]| {
+            for (i, w) in words.iter().enumerate() {
+                img[off + 4 * i..off + 4 * i + 4].copy_from_slice(&w.to_ne_bytes());
+            }
+        };
+        let p = &self.problem;
+        let lens = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
+        put(l.seqlens_q, &lens(&p.seqlens_q));
+        put(l.seqlens_k, &lens(&p.seqlens_k));
+        let starts: Vec<u32> = p
+            .seqlens_k
+            .iter()
+            .map(|&x| x.saturating_sub(self.new_tokens) as u32)
+            .collect();
+        put(l.append_start, &starts);
+        put(l.seq_start, &self.tables.seq_start);
+        put(l.cta_bounds, &self.tables.cta_bounds);
+        put(l.cta_tiles, &self.tables.cta_tiles);
+        if let KvStorage::Paged(pg) = &self.kv {
+            let t: Vec<u32> = pg.table.iter().map(|&x| x as u32).collect();
+            put(l.page_table, &t);
+        }
+        img
+    }
+
+    /// Workspace bytes a step of this plan needs (allocate once, 256-byte aligned, for the
+    /// largest step; a larger workspace serves a smaller step).
+    pub fn workspace_bytes(&self) -> usize {
+        self.layout.total
+    }
+
+    /// The workspace layout.
+    pub fn layout(&self) -> &WorkspaceLayout {
+        &self.layout
+    }
+
+    /// The problem (shapes and lengths) of this step.
+    pub fn problem(&self) -> &AttentionProblem {
+        &self.problem
+    }
+
+    /// The Lean schedule.
+    pub fn lean_plan(&self) -> &LeanPlan {
+        &self.plan
+    }
+
+    /// The kernel instance it launches.
+    pub fn instance(&self) -> LeanInstance {
+        self.instance
+    }
+
+    /// Where K and V live.
+    pub fn kv(&self) -> &KvStorage {
+        &self.kv
+    }
+
+    /// New tokens per sequence that [`LeanKernels::append`] writes.
+    pub fn new_tokens(&self) -> usize {
+        self.new_tokens
+    }
+
+    /// CTAs of the decode launch.
+    pub fn num_ctas(&self) -> usize {
+        self.tables.cta_bounds.len() - 1
+    }
+
+    fn params(&self, t: &LeanTensors, workspace: u64) -> LeanParams {
+        let p = &self.problem;
+        let l = &self.layout;
+        let at = |off: usize| workspace + off as u64;
+        let (page_table, max_pages, page_shift) = match &self.kv {
+            KvStorage::Contiguous => (0, 0, 0),
+            KvStorage::Paged(pg) => (
+                at(l.page_table),
+                pg.max_pages as i32,
+                pg.page_size.trailing_zeros() as i32,
+            ),
+        };
+        LeanParams {
+            q: t.q,
+            k: t.k,
+            v: t.v,
+            o: t.o,
+            lse: t.lse,
+            seqlens_q: at(l.seqlens_q),
+            seqlens_k: at(l.seqlens_k),
+            seq_start: at(l.seq_start),
+            cta_bounds: at(l.cta_bounds),
+            cta_tiles: at(l.cta_tiles),
+            part_o: at(l.part_o),
+            part_ml: at(l.part_ml),
+            flags: at(l.flags),
+            reserved: 0,
+            num_ctas: self.num_ctas() as i32,
+            batch: p.batch as i32,
+            max_sq: p.max_seqlen_q as i32,
+            max_sk: p.max_seqlen_k as i32,
+            heads_q: p.heads_q as i32,
+            heads_kv: p.heads_kv as i32,
+            group: p.group_size() as i32,
+            tile_m: self.plan.tile_m as i32,
+            query_groups: self.plan.query_groups as i32,
+            tile_k: self.plan.tile_k as i32,
+            causal: p.causal as i32,
+            merge_in_kernel: self.plan.schedule.merges_in_kernel() as i32,
+            scale_log2: p.softmax_scale * std::f32::consts::LOG2_E,
+            page_table,
+            max_pages,
+            page_shift,
+        }
+    }
+}
+
+/// Device addresses of one layer's tensors, all contiguous: Q and O `[batch, max_seqlen_q,
+/// heads_q, head_dim]`, K and V as [`KvStorage`] says, LSE `f32 [batch, heads_q, max_seqlen_q]`
+/// (natural log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeanTensors {
+    /// Q.
+    pub q: u64,
+    /// K (or its page pool).
+    pub k: u64,
+    /// V (or its page pool).
+    pub v: u64,
+    /// O.
+    pub o: u64,
+    /// LSE.
+    pub lse: u64,
+}
+
+/// Parameters of `lean_append` (mirrors `struct AppendParams` in `lean_decode.cu`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AppendParams {
+    k_new: u64,
+    v_new: u64,
+    k: u64,
+    v: u64,
+    seqlens_k: u64,
+    append_start: u64,
+    page_table: u64,
+    batch: i32,
+    n_new: i32,
+    heads_kv: i32,
+    head_dim: i32,
+    max_sk: i32,
+    max_pages: i32,
+    page_shift: i32,
+    reserved: i32,
+}
+
+/// The kernels of one [`LeanInstance`] on one GPU, resolved once (no name lookup per step), with
+/// their shared-memory size and occupancy.
+#[derive(Debug)]
+pub struct LeanKernels {
+    gpu: Arc<Gpu>,
+    instance: LeanInstance,
+    decode: Function,
+    decode_paged: Function,
+    combine: Function,
+    append: Function,
+    append_paged: Function,
+    smem_bytes: u32,
+    stages: u32,
+    ctas_per_sm: [u32; 2],
+    cooperative: std::sync::atomic::AtomicBool,
+}
+
+impl LeanKernels {
+    /// Resolves the entry points of `instance` in `module` and configures their shared memory.
+    pub fn new(
+        gpu: &Arc<Gpu>,
+        module: &Arc<kernels::Module>,
+        instance: LeanInstance,
+    ) -> Result<LeanKernels> {
+        let f = |e: LeanEntry| module.function(&instance.name(e));
+        let decode = f(LeanEntry::Decode)?;
+        let decode_paged = f(LeanEntry::DecodePaged)?;
         // the kernel reports its own shared-memory size and stage count
-        let smem_q = module.function(&sn)?;
+        let smem_q = f(LeanEntry::SmemQuery)?;
         let out = DeviceBuffer::alloc(gpu, 8)?;
         let mut ptr = out.ptr();
         launch_raw(
@@ -313,167 +827,421 @@ impl PreparedLean {
         let info: Vec<i32> = out.to_vec()?;
         let (smem_bytes, stages) = (info[0] as u32, info[1] as u32);
         gpu.bind()?;
-        // SAFETY: valid function handles; attribute values in range.
-        unsafe {
-            check(
-                "cuFuncSetAttribute",
+        let mut ctas_per_sm = [0u32; 2];
+        for (i, k) in [&decode, &decode_paged].into_iter().enumerate() {
+            // SAFETY: valid function handle; attribute value in range.
+            check("cuFuncSetAttribute", unsafe {
                 sys::cuFuncSetAttribute(
-                    decode.f,
+                    k.f,
                     sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     smem_bytes as i32,
-                ),
-            )?;
+                )
+            })?;
+            let mut occ = 0i32;
+            // SAFETY: out-parameter query.
+            check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
+                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &mut occ,
+                    k.f,
+                    LEAN_THREADS as i32,
+                    smem_bytes as usize,
+                )
+            })?;
+            ctas_per_sm[i] = occ as u32;
         }
-        let mut occ = 0i32;
-        // SAFETY: out-parameter query.
-        check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
-            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                &mut occ,
-                decode.f,
-                LEAN_THREADS as i32,
-                smem_bytes as usize,
-            )
-        })?;
-        let resident = occ as usize * gpu.caps.compute_units;
-        if lp.schedule.merges_in_kernel() && lp.num_ctas > resident {
-            // a host block may wait for a CTA that is never scheduled: refuse rather than hang
-            return Err(CudaError::Plan(format!(
-                "stream-K grid of {} CTAs exceeds the {resident} that can be co-resident ({occ} per SM x {} SMs for {dn} with {smem_bytes} bytes of shared memory)",
-                lp.num_ctas, gpu.caps.compute_units
-            )));
-        }
-        let space = lp.tile_space(p);
-        if space.total_iters() >= u32::MAX as u64 {
-            return Err(CudaError::Unsupported {
-                what: format!("{} LeanTile iterations", space.total_iters()),
-                supported: "fewer than 2^32".into(),
-            });
-        }
-        let bounds: Vec<u32> = lp
-            .schedule
-            .cta_bounds(&space)
-            .iter()
-            .map(|&b| b as u32)
-            .collect();
-        let seq_start: Vec<u32> = space.seq_start.iter().map(|&b| b as u32).collect();
-        let g = bounds.len() - 1;
-        // per CTA: its first tile, and for the tile it hosts last, the CTA holding that tile's
-        // final iteration (itself when the tile finishes inside its range)
-        let mut cta_tiles = vec![0u32; 2 * g];
-        let mut seen = vec![false; g];
-        for seg in lp.schedule.segments(&space) {
-            let c = seg.cta;
-            if !seen[c] {
-                seen[c] = true;
-                cta_tiles[2 * c] = seg.tile as u32;
-            }
-            // segments come in iteration order: a CTA's last one decides what its host waits for
-            let te = space.tile_range(seg.tile).1;
-            cta_tiles[2 * c + 1] = if seg.host && !seg.finishing {
-                (bounds.partition_point(|&b| (b as u64) < te) - 1) as u32
-            } else {
-                c as u32
-            };
-        }
-        let seq_start_b = DeviceBuffer::from_slice(gpu, &seq_start)?;
-        let cta_bounds_b = DeviceBuffer::from_slice(gpu, &bounds)?;
-        let cta_tiles_b = DeviceBuffer::from_slice(gpu, &cta_tiles)?;
-        let part_o = DeviceBuffer::alloc(gpu, g * rows * d * 4)?;
-        let part_ml = DeviceBuffer::alloc(gpu, g * rows * 2 * 4)?;
-        let flags = DeviceBuffer::from_slice(gpu, &vec![0u32; g])?;
-        let params = LeanParams {
-            q: 0,
-            k: 0,
-            v: 0,
-            o: 0,
-            lse: 0,
-            seqlens_q: 0,
-            seqlens_k: 0,
-            seq_start: seq_start_b.ptr(),
-            cta_bounds: cta_bounds_b.ptr(),
-            cta_tiles: cta_tiles_b.ptr(),
-            part_o: part_o.ptr(),
-            part_ml: part_ml.ptr(),
-            flags: flags.ptr(),
-            reserved: 0,
-            num_ctas: g as i32,
-            batch: p.batch as i32,
-            max_sq: p.max_seqlen_q as i32,
-            max_sk: p.max_seqlen_k as i32,
-            heads_q: p.heads_q as i32,
-            heads_kv: p.heads_kv as i32,
-            group: p.group_size() as i32,
-            tile_m: lp.tile_m as i32,
-            query_groups: lp.query_groups as i32,
-            tile_k: lp.tile_k as i32,
-            causal: p.causal as i32,
-            merge_in_kernel: lp.schedule.merges_in_kernel() as i32,
-            scale_log2: p.softmax_scale * std::f32::consts::LOG2_E,
-        };
-        Ok(PreparedLean {
-            plan: lp.clone(),
-            problem: p.clone(),
+        Ok(LeanKernels {
+            gpu: gpu.clone(),
+            instance,
             decode,
-            combine,
+            decode_paged,
+            combine: f(LeanEntry::Combine)?,
+            append: f(LeanEntry::Append)?,
+            append_paged: f(LeanEntry::AppendPaged)?,
             smem_bytes,
             stages,
-            ctas_per_sm: occ as u32,
-            rows,
-            num_tiles: space.num_tiles(),
-            _seq_start: seq_start_b,
-            _cta_bounds: cta_bounds_b,
-            _cta_tiles: cta_tiles_b,
-            _part_o: part_o,
-            _part_ml: part_ml,
-            _flags: flags,
-            params,
+            ctas_per_sm,
+            cooperative: std::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// Launches stream-K cooperatively (the default) or, when `on` is false, plainly, guarded
+    /// only by the occupancy check of [`LeanKernels::check`] against an idle GPU. For measuring
+    /// what the cooperative launch costs (`benches/lean_paged.rs`); serving keeps the default.
+    pub fn set_cooperative(&self, on: bool) {
+        self.cooperative
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The instance these kernels serve.
+    pub fn instance(&self) -> LeanInstance {
+        self.instance
+    }
+
+    /// Dynamic shared memory of the decode kernel, bytes.
+    pub fn smem_bytes(&self) -> u32 {
+        self.smem_bytes
+    }
+
+    /// K/V pipeline stages of the decode kernel.
+    pub fn stages(&self) -> u32 {
+        self.stages
+    }
+
+    /// Co-resident CTAs per SM the driver reports for the decode kernel (contiguous, paged).
+    pub fn ctas_per_sm(&self, paged: bool) -> u32 {
+        self.ctas_per_sm[paged as usize]
+    }
+
+    /// Checks that `step` was planned for these kernels and, for stream-K, that its grid can be
+    /// co-resident (the cooperative launch would refuse it; this says why, in numbers).
+    pub fn check(&self, step: &LeanStepPlan) -> Result<()> {
+        if step.instance != self.instance {
+            return Err(CudaError::Plan(format!(
+                "a step planned for {:?} was given the kernels of {:?}",
+                step.instance, self.instance
+            )));
+        }
+        let paged = matches!(step.kv, KvStorage::Paged(_));
+        let occ = self.ctas_per_sm(paged) as usize;
+        let resident = occ * self.gpu.caps.compute_units;
+        if step.plan.schedule.merges_in_kernel() && step.num_ctas() > resident {
+            return Err(CudaError::Plan(format!(
+                "stream-K grid of {} CTAs exceeds the {resident} that can be co-resident ({occ} per SM x {} SMs for {} with {} bytes of shared memory)",
+                step.num_ctas(),
+                self.gpu.caps.compute_units,
+                self.instance.name(if paged { LeanEntry::DecodePaged } else { LeanEntry::Decode }),
+                self.smem_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies `step`'s tables into the workspace on `stream` (once per step, before the layers'
+    /// [`LeanKernels::run`]; FlashInfer's `plan` does the same). The copy is from pageable host
+    /// memory: the driver stages it before returning, so `step` may be dropped at once.
+    ///
+    /// # Safety
+    /// `workspace` is device memory of this GPU holding at least `step.workspace_bytes()` bytes,
+    /// 256-byte aligned, not in use by a launch still running; `stream` belongs to this GPU's
+    /// context (null: the legacy default stream).
+    pub unsafe fn upload(
+        &self,
+        step: &LeanStepPlan,
+        workspace: u64,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        self.check(step)?;
+        self.gpu.bind()?;
+        check("cuMemcpyHtoDAsync_v2", unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                workspace,
+                step.header.as_ptr() as *const std::ffi::c_void,
+                step.header.len(),
+                stream,
+            )
+        })
+    }
+
+    /// Enqueues one layer's decode on `stream`: the stream-K kernel as a cooperative launch, or
+    /// the fixed split's two passes. No allocation, synchronisation or copy: capturable.
+    ///
+    /// # Safety
+    /// [`LeanKernels::upload`] of this `step` into `workspace` was enqueued before on `stream`
+    /// (or an ordered stream); `t` holds device addresses of this GPU, 16-byte aligned, of
+    /// contiguous tensors of the shapes [`LeanTensors`] names for `step.problem()` (K/V as
+    /// `step.kv()` says, the pool holding `num_pages` pages); `stream` as for `upload`.
+    pub unsafe fn run(
+        &self,
+        step: &LeanStepPlan,
+        t: &LeanTensors,
+        workspace: u64,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let mut prm = step.params(t, workspace);
+        let mut args = [&mut prm as *mut LeanParams as *mut std::ffi::c_void];
+        let paged = matches!(step.kv, KvStorage::Paged(_));
+        let decode = if paged {
+            &self.decode_paged
+        } else {
+            &self.decode
+        };
+        let stream_k = step.plan.schedule.merges_in_kernel();
+        let cooperative = stream_k && self.cooperative.load(std::sync::atomic::Ordering::Relaxed);
+        // stream-K host CTAs wait for the CTAs after them: only a cooperative launch guarantees
+        // they are all resident (Lean appendix E assumes a persistent grid)
+        unsafe {
+            launch_on(
+                &self.gpu,
+                decode,
+                (step.num_ctas() as u32, LEAN_THREADS),
+                self.smem_bytes,
+                stream,
+                cooperative,
+                &mut args,
+            )?;
+        }
+        if !stream_k {
+            let smem = (self.instance.rows()
+                * (step.problem.head_dim_v + 2 + kernels::LEAN_MERGE_BATCH + 1)
+                * 4) as u32;
+            unsafe {
+                launch_on(
+                    &self.gpu,
+                    &self.combine,
+                    (step.num_tiles as u32, LEAN_THREADS),
+                    smem,
+                    stream,
+                    false,
+                    &mut args,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Enqueues the copy of one layer's new tokens into its K/V cache on `stream`: token `i` of
+    /// sequence `b` in `k_new`/`v_new` (`[batch, new_tokens, heads_kv, head_dim]`, contiguous)
+    /// goes to position `seqlens_k[b] - new_tokens + i` (through the page table when paged).
+    ///
+    /// # Safety
+    /// As for [`LeanKernels::run`]; `k_new` and `v_new` hold `batch * new_tokens * heads_kv *
+    /// head_dim` elements, 16-byte aligned.
+    pub unsafe fn append(
+        &self,
+        step: &LeanStepPlan,
+        (k_new, v_new): (u64, u64),
+        (k, v): (u64, u64),
+        workspace: u64,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let p = &step.problem;
+        let l = &step.layout;
+        let (f, page_table, max_pages, page_shift) = match &step.kv {
+            KvStorage::Contiguous => (&self.append, 0, 0, 0),
+            KvStorage::Paged(pg) => (
+                &self.append_paged,
+                workspace + l.page_table as u64,
+                pg.max_pages as i32,
+                pg.page_size.trailing_zeros() as i32,
+            ),
+        };
+        let mut prm = AppendParams {
+            k_new,
+            v_new,
+            k,
+            v,
+            seqlens_k: workspace + l.seqlens_k as u64,
+            append_start: workspace + l.append_start as u64,
+            page_table,
+            batch: p.batch as i32,
+            n_new: step.new_tokens as i32,
+            heads_kv: p.heads_kv as i32,
+            head_dim: p.head_dim_qk as i32,
+            max_sk: p.max_seqlen_k as i32,
+            max_pages,
+            page_shift,
+            reserved: 0,
+        };
+        let vecs = p.batch * step.new_tokens * p.heads_kv * p.head_dim_qk / 8;
+        if vecs == 0 {
+            return Ok(());
+        }
+        let grid = vecs.div_ceil(LEAN_THREADS as usize).min(4096) as u32;
+        let mut args = [&mut prm as *mut AppendParams as *mut std::ffi::c_void];
+        unsafe {
+            launch_on(
+                &self.gpu,
+                f,
+                (grid, LEAN_THREADS),
+                0,
+                stream,
+                false,
+                &mut args,
+            )
+        }
+    }
+}
+
+impl PreparedLean {
+    /// Plans the step of `plan` over contiguous K/V, resolves its kernels and uploads its tables
+    /// into an owned workspace.
+    pub fn new(kernels: Arc<LeanKernels>, plan: &AttentionPlan) -> Result<PreparedLean> {
+        let PlanDetail::Lean(lp) = &plan.detail else {
+            return Err(CudaError::Plan(format!(
+                "a {} plan was given to the lean kernel",
+                plan.algorithm
+            )));
+        };
+        let step = LeanStepPlan::new(&plan.problem, lp, KvStorage::Contiguous, 0)?;
+        kernels.check(&step)?;
+        let workspace = DeviceBuffer::alloc(&kernels.gpu, step.workspace_bytes())?;
+        // SAFETY: the workspace was just allocated with the bytes the step needs, on our stream.
+        unsafe { kernels.upload(&step, workspace.ptr(), kernels.gpu.stream)? };
+        Ok(PreparedLean {
+            step,
+            kernels,
+            workspace,
+        })
+    }
+
+    /// The Lean plan.
+    pub fn plan(&self) -> &LeanPlan {
+        &self.step.plan
+    }
+
+    /// The problem it was made for.
+    pub fn problem(&self) -> &AttentionProblem {
+        &self.step.problem
+    }
+
+    /// The step plan (tables, workspace layout).
+    pub fn step(&self) -> &LeanStepPlan {
+        &self.step
+    }
+
+    /// The kernels it launches.
+    pub fn kernels(&self) -> &Arc<LeanKernels> {
+        &self.kernels
+    }
+
+    /// Dynamic shared memory of the decode kernel, bytes.
+    pub fn smem_bytes(&self) -> u32 {
+        self.kernels.smem_bytes
+    }
+
+    /// K/V pipeline stages the kernel instance uses.
+    pub fn stages(&self) -> u32 {
+        self.kernels.stages
+    }
+
+    /// Co-resident CTAs per SM the driver reports for the decode kernel.
+    pub fn ctas_per_sm(&self) -> u32 {
+        self.kernels.ctas_per_sm(false)
     }
 
     /// Whether this is the stream-K schedule (else fixed split).
     pub fn is_stream_k(&self) -> bool {
-        matches!(self.plan.schedule, Schedule::StreamK { .. })
+        matches!(self.step.plan.schedule, Schedule::StreamK { .. })
     }
 
-    /// Enqueues the decode (and, for fixed split, the combine pass) on the stream.
+    /// Enqueues the decode (and, for fixed split, the combine pass) on the backend's stream.
     pub fn launch(&self, gpu: &Arc<Gpu>, x: &DeviceInputs, out: &mut DeviceOutputs) -> Result<()> {
-        if x.problem != self.problem {
+        if x.problem != self.step.problem {
             return Err(CudaError::Plan(
                 "inputs describe another problem than the plan".into(),
             ));
         }
-        // flags start at 0 and every host re-arms the flags it consumed, so a launch needs no
-        // per-launch state and can be captured in a CUDA graph
-        let mut prm = LeanParams {
+        if !Arc::ptr_eq(gpu, &self.kernels.gpu) {
+            return Err(CudaError::Plan(format!(
+                "a plan prepared on GPU {} was launched on GPU {}",
+                self.kernels.gpu.ordinal, gpu.ordinal
+            )));
+        }
+        let t = LeanTensors {
             q: x.q.ptr(),
             k: x.k.ptr(),
             v: x.v.ptr(),
             o: out.o.ptr(),
             lse: out.lse.ptr(),
-            seqlens_q: x.seqlens_q.ptr(),
-            seqlens_k: x.seqlens_k.ptr(),
-            ..self.params
         };
-        let mut args = [&mut prm as *mut LeanParams as *mut std::ffi::c_void];
-        launch_raw(
-            gpu,
-            &self.decode,
-            (self.params.num_ctas as u32, LEAN_THREADS),
-            self.smem_bytes,
-            &mut args,
-        )?;
-        if !self.is_stream_k() {
-            let smem = (self.rows
-                * (self.problem.head_dim_v + 2 + kernels::LEAN_MERGE_BATCH + 1)
-                * 4) as u32;
-            launch_raw(
-                gpu,
-                &self.combine,
-                (self.num_tiles as u32, LEAN_THREADS),
-                smem,
-                &mut args,
-            )?;
+        // SAFETY: the tensors were allocated for this problem by DeviceInputs / DeviceOutputs,
+        // the workspace by new() with the step's tables uploaded on the same stream.
+        unsafe {
+            self.kernels
+                .run(&self.step, &t, self.workspace.ptr(), gpu.stream)
         }
-        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrattn_core::{lean, DeviceCaps};
+
+    fn step() -> LeanStepPlan {
+        let mut p = AttentionProblem::uniform(2, 1, 100, 8, 2, 128, 128, DType::F16);
+        p.seqlens_k = vec![100, 37];
+        let lp = lean::plan(&p, &DeviceCaps::hopper_reference()).unwrap();
+        let paging = Paging::new(16, 20, 7, (0..14).collect(), &p.seqlens_k).unwrap();
+        LeanStepPlan::new(&p, &lp, KvStorage::Paged(paging), 1).unwrap()
+    }
+
+    #[test]
+    fn a_step_plan_reads_back_from_json_and_is_checked_again() {
+        let s = step();
+        let json = serde_json::to_string(&s).unwrap();
+        let back: LeanStepPlan = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.header, s.header);
+        // a page outside the pool
+        let bad = json.replacen("\"table\":[0,", "\"table\":[20,", 1);
+        assert_ne!(bad, json);
+        let e = serde_json::from_str::<LeanStepPlan>(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("outside the pool of 20 pages"), "{e}");
+        // a schedule that is not the one for this problem
+        let Schedule::StreamK { cta_bounds, .. } = &s.plan.schedule else {
+            panic!("stream-K expected")
+        };
+        let mut lp = s.plan.clone();
+        let mut b = cta_bounds.clone();
+        b[1] += 1;
+        lp.schedule = Schedule::StreamK {
+            total_iters: *b.last().unwrap(),
+            cta_bounds: b,
+        };
+        let e = LeanStepPlan::new(&s.problem, &lp, s.kv.clone(), 1).unwrap_err();
+        assert!(
+            e.to_string().contains("not the one its parameters give"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_planner_output_passes_the_schedule_check() {
+        let caps = DeviceCaps::hopper_reference();
+        for (lens, sq, hq, hk, d) in [
+            (vec![1, 37, 63, 65], 1, 8, 2, 128),
+            (vec![577, 4097, 0, 130], 1, 32, 8, 128),
+            (vec![300, 31], 2, 4, 4, 64),
+            (vec![4097, 1000, 17], 1, 16, 1, 256),
+            (vec![32767], 1, 32, 8, 128),
+            (vec![2000; 16], 4, 8, 2, 128),
+            (vec![1024; 64], 1, 32, 8, 128),
+        ] {
+            let mut p = AttentionProblem::uniform(lens.len(), sq, 32767, hq, hk, d, d, DType::BF16);
+            p.seqlens_k = lens;
+            let plans = [
+                lean::plan(&p, &caps).unwrap(),
+                lean::plan_with_ctas(&p, &caps, 1000).unwrap(),
+                lean::plan_fixed_split(&p, &caps, None).unwrap(),
+                lean::plan_fixed_split(&p, &caps, Some(1)).unwrap(),
+                lean::plan_fixed_split(&p, &caps, Some(7)).unwrap(),
+            ];
+            for lp in plans {
+                LeanStepPlan::new(&p, &lp, KvStorage::Contiguous, 0)
+                    .unwrap_or_else(|e| panic!("{e} for {lp:?}"));
+            }
+        }
+    }
+
+    #[test]
+    fn workspace_regions_are_aligned_and_the_bound_covers_the_step() {
+        let s = step();
+        let l = s.layout();
+        for off in [
+            l.seqlens_k,
+            l.seq_start,
+            l.cta_tiles,
+            l.page_table,
+            l.flags,
+            l.part_o,
+            l.part_ml,
+        ] {
+            assert!(off.is_multiple_of(WORKSPACE_ALIGN), "{off}");
+        }
+        assert_eq!(l.header_bytes, s.header.len());
+        assert!(WorkspaceLayout::bound(2, 264, 4, 128, 14) >= s.workspace_bytes());
     }
 }

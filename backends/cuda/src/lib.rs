@@ -29,16 +29,21 @@ pub mod turbo;
 
 pub use device::{DeviceBuffer, Event, Gpu, Graph};
 pub use error::{CudaError, Result};
+pub use kernels::{LeanEntry, LeanInstance};
 pub use kernels::{ModuleOrigin, BUILD_NOTE};
-pub use launch::{DeviceInputs, DeviceOutputs, PreparedLean};
+pub use launch::{
+    DeviceInputs, DeviceOutputs, KvStorage, LeanKernels, LeanStepPlan, LeanTensors, Paging,
+    PreparedLean, WorkspaceLayout, PAGE_SIZES, WORKSPACE_ALIGN,
+};
 pub use turbo::{DecodeSchedule, DeviceTurboCache};
 
 use ferrattn_core::backend::{Availability, Device, ExactAttention, LeanDecode, TurboAttention};
 use ferrattn_core::{
     lean, Algorithm, AttentionInputs, AttentionOutput, AttentionPlan, BackendKind, DeviceCaps,
-    Provenance,
+    PlanDetail, Provenance,
 };
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// How the backend obtains its kernels and treats outputs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,6 +65,7 @@ pub struct CudaBackend {
     options: Options,
     module: OnceLock<std::result::Result<Arc<kernels::Module>, String>>,
     turbo: OnceLock<std::result::Result<Arc<turbo::TurboModules>, String>>,
+    lean_kernels: Mutex<HashMap<LeanInstance, Arc<LeanKernels>>>,
 }
 
 impl CudaBackend {
@@ -82,6 +88,7 @@ impl CudaBackend {
             options,
             module: OnceLock::new(),
             turbo: OnceLock::new(),
+            lean_kernels: Mutex::new(HashMap::new()),
         }
     }
 
@@ -139,9 +146,36 @@ impl CudaBackend {
         Ok(o)
     }
 
+    /// The kernels of one Lean instance, resolved at first use and cached: a decode step looks
+    /// nothing up by name.
+    pub fn lean_kernels(&self, instance: LeanInstance) -> Result<Arc<LeanKernels>> {
+        let mut cache = self
+            .lean_kernels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(k) = cache.get(&instance) {
+            return Ok(k.clone());
+        }
+        let k = Arc::new(LeanKernels::new(
+            self.gpu()?,
+            self.lean_module()?,
+            instance,
+        )?);
+        cache.insert(instance, k.clone());
+        Ok(k)
+    }
+
     /// Prepares a Lean plan (stream-K or fixed split) for repeated launches.
     pub fn prepare(&self, plan: &AttentionPlan) -> Result<PreparedLean> {
-        PreparedLean::new(self.gpu()?, self.lean_module()?, plan)
+        let PlanDetail::Lean(lp) = &plan.detail else {
+            return Err(CudaError::Plan(format!(
+                "a {} plan was given to the lean kernel",
+                plan.algorithm
+            )));
+        };
+        let p = &plan.problem;
+        let instance = LeanInstance::new(p.dtype, p.head_dim_qk, lp.tile_m)?;
+        PreparedLean::new(self.lean_kernels(instance)?, plan)
     }
 
     /// Enqueues one run (asynchronous; poisons the outputs first when asked to).
@@ -322,10 +356,13 @@ mod tests {
 
     #[test]
     fn params_struct_matches_the_kernel_layout() {
-        // 13 pointers, reserved, num_ctas, 11 ints, one float (see struct LeanParams in lean_decode.cu)
+        // 13 pointers, reserved, num_ctas, 11 ints, one float, the page table pointer and two
+        // ints (see struct LeanParams in lean_decode.cu)
         assert_eq!(
             std::mem::size_of::<launch::LeanParams>(),
-            13 * 8 + 2 * 4 + 11 * 4 + 4
+            13 * 8 + 2 * 4 + 11 * 4 + 4 + 8 + 2 * 4
         );
+        // 7 pointers, 8 ints (struct AppendParams)
+        assert_eq!(std::mem::size_of::<launch::AppendParams>(), 7 * 8 + 8 * 4);
     }
 }

@@ -18,6 +18,7 @@ use ferrattn_cuda::{CudaBackend, ModuleOrigin, Options};
 
 mod common;
 use common::{backend, small_only};
+mod lean_device;
 
 #[derive(Clone, Debug)]
 struct Case {

@@ -18,7 +18,7 @@ use crate::{
     AttentionInputs, AttentionOutput, AttentionProblem, BackendKind, BlockSizes, CoreError, DType,
     DeviceCaps, KvLayout, Provenance, Result, SoftmaxState, Tensor,
 };
-pub use schedule::{Schedule, Segment, TileSpace};
+pub use schedule::{KernelTables, Schedule, Segment, TileSpace};
 use serde::{Deserialize, Serialize};
 
 /// Most query rows one output tile holds (the CUDA kernel keeps them all in registers).

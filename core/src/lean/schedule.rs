@@ -311,6 +311,52 @@ fn short(b: &[u64]) -> String {
     }
 }
 
+/// The schedule as the CUDA kernel reads it: 32-bit tables, so that no CTA searches or derives
+/// anything it can be given (see `cuda-kernels/lean_decode.cu`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelTables {
+    /// `batch + 1` entries: first flat iteration of each sequence's tiles.
+    pub seq_start: Vec<u32>,
+    /// `num_ctas + 1` entries: CTA `g` owns iterations `[cta_bounds[g], cta_bounds[g + 1])`.
+    pub cta_bounds: Vec<u32>,
+    /// `2 * num_ctas` entries: per CTA, its first tile, then the last CTA whose partial the host
+    /// of its last hosted tile merges (the CTA itself when that tile finishes in its own range).
+    pub cta_tiles: Vec<u32>,
+}
+
+impl Schedule {
+    /// The kernel's tables for this schedule over `space`; `None` when the iteration space does
+    /// not fit in 32 bits (the kernel counts iterations in `u32`).
+    pub fn kernel_tables(&self, space: &TileSpace) -> Option<KernelTables> {
+        if space.total_iters() >= u32::MAX as u64 {
+            return None;
+        }
+        let bounds: Vec<u32> = self.cta_bounds(space).iter().map(|&b| b as u32).collect();
+        let g = bounds.len() - 1;
+        let mut cta_tiles = vec![0u32; 2 * g];
+        let mut seen = vec![false; g];
+        for seg in self.segments(space) {
+            let c = seg.cta;
+            if !seen[c] {
+                seen[c] = true;
+                cta_tiles[2 * c] = seg.tile as u32;
+            }
+            // segments come in iteration order: a CTA's last one decides what its host waits for
+            let te = space.tile_range(seg.tile).1;
+            cta_tiles[2 * c + 1] = if seg.host && !seg.finishing {
+                (bounds.partition_point(|&b| (b as u64) < te) - 1) as u32
+            } else {
+                c as u32
+            };
+        }
+        Some(KernelTables {
+            seq_start: space.seq_start.iter().map(|&b| b as u32).collect(),
+            cta_bounds: bounds,
+            cta_tiles,
+        })
+    }
+}
+
 /// FlashDecoding's split count (the FlashAttention-2 `num_splits` heuristic): no split when the
 /// tiles already fill 80% of the CTA slots; otherwise the fewest splits whose wave efficiency
 /// (`waves / ceil(waves)`) is within 85% of the best, up to `max_splits`.

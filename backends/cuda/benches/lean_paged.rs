@@ -1,0 +1,199 @@
+//! GPU benchmark of the Lean device path: paged K/V (pages of 16 and 64, shuffled, NHD) against
+//! contiguous K/V, and the cooperative stream-K launch against a plain launch, in the same run on
+//! the same data. Not a test; prints one line per configuration and, with `--out`, JSON records.
+//!
+//! Method (see /work/.library/device/METHOD.md): K/V filled on the device and copied into the
+//! page pool by the append kernel; warm-up; batches of launches captured in a CUDA graph and
+//! replayed between CUDA events, the variants interleaved batch by batch so that clock drift
+//! hits them alike; the median over batches of the time per launch.
+//!
+//! Usage: `lean_paged [--quick] [--out FILE]`
+
+use ferrattn_core::{lean, AttentionProblem, DType, Device};
+use ferrattn_cuda::{
+    CudaBackend, DeviceBuffer, Event, Graph, KvStorage, LeanInstance, LeanStepPlan, LeanTensors,
+    Paging,
+};
+use rand::{seq::SliceRandom, SeedableRng};
+use std::fmt::Write as _;
+
+fn median(mut x: Vec<f32>) -> f32 {
+    x.sort_by(|a, b| a.total_cmp(b));
+    x[x.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let out_path = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let b = CudaBackend::new(0);
+    let gpu = match b.gpu() {
+        Ok(g) => g.clone(),
+        Err(e) => {
+            eprintln!("lean_paged: no GPU ({e}); nothing measured");
+            return;
+        }
+    };
+    let caps = b.caps().unwrap();
+    // (name, batch, heads_q, heads_kv, head_dim, context)
+    let mut configs = vec![
+        ("llama", 1, 32, 8, 128, 1024),
+        ("llama", 1, 32, 8, 128, 8192),
+        ("llama", 8, 32, 8, 128, 8192),
+        ("llama", 64, 32, 8, 128, 1024),
+        ("lean", 1, 56, 56, 64, 65536),
+    ];
+    if !quick {
+        configs.extend([
+            ("llama", 1, 32, 8, 128, 32768),
+            ("llama", 64, 32, 8, 128, 8192),
+            ("lean", 4, 56, 56, 64, 16384),
+        ]);
+    }
+    let mut json = String::from("[\n");
+    println!(
+        "{:<6} {:>3} {:>6} | {:>9} {:>9} {:>9} {:>9} | {:>7} {:>7} {:>7}",
+        "shape",
+        "B",
+        "ctx",
+        "contig us",
+        "page16 us",
+        "page64 us",
+        "plain us",
+        "p16/c",
+        "p64/c",
+        "coop/pl"
+    );
+    for (name, batch, hq, hk, d, ctx) in configs {
+        let mut p = AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, DType::F16);
+        p.seqlens_k = vec![ctx; batch];
+        let lp = lean::plan(&p, &caps).unwrap();
+        let kern = b
+            .lean_kernels(LeanInstance::new(p.dtype, d, lp.tile_m).unwrap())
+            .unwrap();
+        let x = b.random_inputs(&p, 7, 2.0).unwrap();
+        let row = hk * d * 2;
+        let s = gpu.raw_stream();
+        let mut pools = Vec::new();
+        for page in [16usize, 64] {
+            let max_pages = ctx.div_ceil(page);
+            let num_pages = batch * max_pages;
+            let mut ids: Vec<i32> = (0..num_pages as i32).collect();
+            ids.shuffle(&mut rand::rngs::StdRng::seed_from_u64(page as u64));
+            let paging = Paging::new(page, num_pages, max_pages, ids, &p.seqlens_k).unwrap();
+            let kb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
+            let vb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
+            let fill = LeanStepPlan::new(&p, &lp, KvStorage::Paged(paging.clone()), ctx).unwrap();
+            let ws = DeviceBuffer::alloc(&gpu, fill.workspace_bytes()).unwrap();
+            // SAFETY: buffers allocated above for these shapes.
+            unsafe {
+                kern.upload(&fill, ws.ptr(), s).unwrap();
+                kern.append(
+                    &fill,
+                    (x.k().ptr(), x.v().ptr()),
+                    (kb.ptr(), vb.ptr()),
+                    ws.ptr(),
+                    s,
+                )
+                .unwrap();
+            }
+            let step = LeanStepPlan::new(&p, &lp, KvStorage::Paged(paging), 0).unwrap();
+            pools.push((step, kb, vb));
+        }
+        let contig = LeanStepPlan::new(&p, &lp, KvStorage::Contiguous, 0).unwrap();
+        let o = DeviceBuffer::alloc(&gpu, batch * hq * d * 2).unwrap();
+        let lse = DeviceBuffer::alloc(&gpu, batch * hq * 4).unwrap();
+        let ws_bytes = pools.iter().map(|p| p.0.workspace_bytes()).max().unwrap();
+        // one workspace per variant, tables uploaded once
+        let mut variants: Vec<(LeanStepPlan, u64, u64, DeviceBuffer, bool)> = Vec::new();
+        for (step, kb, vb) in &pools {
+            variants.push((
+                step.clone(),
+                kb.ptr(),
+                vb.ptr(),
+                DeviceBuffer::alloc(&gpu, ws_bytes).unwrap(),
+                true,
+            ));
+        }
+        variants.insert(
+            0,
+            (
+                contig.clone(),
+                x.k().ptr(),
+                x.v().ptr(),
+                DeviceBuffer::alloc(&gpu, ws_bytes).unwrap(),
+                true,
+            ),
+        );
+        variants.push((
+            contig,
+            x.k().ptr(),
+            x.v().ptr(),
+            DeviceBuffer::alloc(&gpu, ws_bytes).unwrap(),
+            false,
+        ));
+        for v in &variants {
+            // SAFETY: workspace of at least the step's size.
+            unsafe { kern.upload(&v.0, v.3.ptr(), s).unwrap() };
+        }
+        gpu.synchronize().unwrap();
+        let per_batch = 20;
+        let graphs: Vec<Graph> = variants
+            .iter()
+            .map(|v| {
+                kern.set_cooperative(v.4);
+                let t = LeanTensors {
+                    q: x.q().ptr(),
+                    k: v.1,
+                    v: v.2,
+                    o: o.ptr(),
+                    lse: lse.ptr(),
+                };
+                let g = Graph::capture(&gpu, || {
+                    for _ in 0..per_batch {
+                        // SAFETY: as above.
+                        unsafe { kern.run(&v.0, &t, v.3.ptr(), s)? };
+                    }
+                    Ok(())
+                })
+                .unwrap();
+                kern.set_cooperative(true);
+                g
+            })
+            .collect();
+        let mut times = vec![Vec::new(); graphs.len()];
+        for g in &graphs {
+            g.launch().unwrap();
+        }
+        for _ in 0..15 {
+            for (i, g) in graphs.iter().enumerate() {
+                let s0 = Event::record(&gpu).unwrap();
+                g.launch().unwrap();
+                let e0 = Event::record(&gpu).unwrap();
+                times[i].push(s0.elapsed_ms(&e0).unwrap() * 1000.0 / per_batch as f32);
+            }
+        }
+        let t: Vec<f32> = times.into_iter().map(median).collect();
+        println!(
+            "{name:<6} {batch:>3} {ctx:>6} | {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>7.3} {:>7.3} {:>7.3}",
+            t[0], t[1], t[2], t[3], t[1] / t[0], t[2] / t[0], t[0] / t[3]
+        );
+        let _ = writeln!(
+            json,
+            "  {{\"shape\": \"{name}\", \"batch\": {batch}, \"heads_q\": {hq}, \"heads_kv\": {hk}, \"head_dim\": {d}, \"ctx\": {ctx}, \"ctas\": {}, \"contiguous_us\": {:.3}, \"paged16_us\": {:.3}, \"paged64_us\": {:.3}, \"plain_launch_us\": {:.3}}},",
+            lp.num_ctas, t[0], t[1], t[2], t[3]
+        );
+    }
+    if json.ends_with(",\n") {
+        json.truncate(json.len() - 2);
+        json.push('\n');
+    }
+    json.push_str("]\n");
+    if let Some(path) = out_path {
+        std::fs::write(path, json).unwrap();
+    }
+}

@@ -1,0 +1,417 @@
+//! The device-path boundary on the CPU (no GPU needed): every bad tensor or page table is a typed
+//! [`ViewError`] carrying the values, returned by host-only checks before anything touches a GPU.
+//! The views use made-up device addresses: validation never dereferences them, which is the point.
+
+use ferrattn::device_api::{
+    validate, validate_lengths, DecodePlan, DecodeShape, DecodeViews, KvCache, LeanSchedule,
+    Location, TensorView, ViewError,
+};
+use ferrattn::{DType, DeviceCaps, FerrattnError};
+
+const B: usize = 2;
+const HQ: usize = 8;
+const HK: usize = 2;
+const D: usize = 128;
+const PAGE: usize = 16;
+const POOL: usize = 40;
+const MAX_PAGES: usize = 8;
+
+fn shape() -> DecodeShape {
+    DecodeShape {
+        batch: B,
+        query_len: 1,
+        heads_q: HQ,
+        heads_kv: HK,
+        head_dim: D,
+        dtype: DType::F16,
+        causal: false,
+        softmax_scale: None,
+    }
+}
+
+fn table() -> Vec<i32> {
+    // sequence 0 on pages 0..8, sequence 1 on pages 39, 38, ... (any order)
+    let mut t: Vec<i32> = (0..MAX_PAGES as i32).collect();
+    t.extend((0..MAX_PAGES as i32).map(|i| POOL as i32 - 1 - i));
+    t
+}
+
+fn paged<'t>(t: &'t [i32]) -> KvCache<'t> {
+    KvCache::Paged {
+        page_size: PAGE,
+        num_pages: POOL,
+        max_pages: MAX_PAGES,
+        page_table: t,
+    }
+}
+
+fn plan(kv: KvCache<'_>) -> DecodePlan {
+    DecodePlan::new(
+        &shape(),
+        &DeviceCaps::hopper_reference(),
+        &[100, 128],
+        kv,
+        1,
+        LeanSchedule::StreamK,
+    )
+    .expect("a valid plan")
+}
+
+/// A contiguous device view at a made-up, 256-aligned address on device 0.
+fn dev<'a>(addr: u64, dtype: DType, shape: &[usize]) -> TensorView<'a> {
+    let strides = ferrattn::device_api::contiguous_strides(shape);
+    let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
+    // SAFETY: never dereferenced; only validated.
+    unsafe { TensorView::cuda(addr, bytes, 0, dtype, shape, &strides) }.unwrap()
+}
+
+struct Set<'a> {
+    q: TensorView<'a>,
+    k: TensorView<'a>,
+    v: TensorView<'a>,
+    o: TensorView<'a>,
+    lse: TensorView<'a>,
+}
+
+impl<'a> Set<'a> {
+    fn paged() -> Set<'a> {
+        Set {
+            q: dev(0x1000_0000, DType::F16, &[B, 1, HQ, D]),
+            k: dev(0x2000_0000, DType::F16, &[POOL, PAGE, HK, D]),
+            v: dev(0x3000_0000, DType::F16, &[POOL, PAGE, HK, D]),
+            o: dev(0x4000_0000, DType::F16, &[B, 1, HQ, D]),
+            lse: dev(0x5000_0000, DType::F32, &[B, HQ, 1]),
+        }
+    }
+    fn check(&self, plan: &DecodePlan) -> Result<(), ViewError> {
+        let x = DecodeViews {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            o: &self.o,
+            lse: &self.lse,
+        };
+        validate(plan, &x, Location::Cuda(0))
+    }
+}
+
+#[test]
+fn good_views_pass() {
+    let t = table();
+    let p = plan(paged(&t));
+    Set::paged().check(&p).unwrap();
+    let c = plan(KvCache::Contiguous { max_seqlen_k: 128 });
+    let mut s = Set::paged();
+    s.k = dev(0x2000_0000, DType::F16, &[B, 128, HK, D]);
+    s.v = dev(0x3000_0000, DType::F16, &[B, 128, HK, D]);
+    s.check(&c).unwrap();
+    assert!(p.workspace_bytes() > 0 && p.workspace_bytes().is_multiple_of(256));
+    assert!(p.to_json().contains("\"page_size\": 16"));
+    // the bound serves this step and any other stream-K step of the shape
+    let bound =
+        DecodePlan::stream_k_workspace_bound(&shape(), &DeviceCaps::hopper_reference(), MAX_PAGES)
+            .unwrap();
+    assert!(
+        bound >= p.workspace_bytes(),
+        "{bound} < {}",
+        p.workspace_bytes()
+    );
+    // a step with other lengths but the same grid may reuse a graph captured from this one
+    let other = DecodePlan::new(
+        &shape(),
+        &DeviceCaps::hopper_reference(),
+        &[120, 90],
+        paged(&t),
+        1,
+        LeanSchedule::StreamK,
+    )
+    .unwrap();
+    assert_eq!(
+        p.same_launch(&other),
+        p.step().num_ctas() == other.step().num_ctas()
+    );
+    assert!(p.same_launch(&p.clone()));
+    assert!(!p.same_launch(&c));
+}
+
+#[test]
+fn short_buffer_is_rejected_with_the_byte_counts() {
+    let t = table();
+    let p = plan(paged(&t));
+    let mut s = Set::paged();
+    let need = B * HQ * D * 2;
+    // SAFETY: never dereferenced.
+    s.q = unsafe {
+        TensorView::cuda(
+            0x1000_0000,
+            need - 2,
+            0,
+            DType::F16,
+            &[B, 1, HQ, D],
+            &[HQ * D, HQ * D, D, 1],
+        )
+    }
+    .unwrap();
+    match s.check(&p) {
+        Err(ViewError::ShortBuffer {
+            tensor: "q",
+            needed,
+            declared,
+            ..
+        }) => assert_eq!((needed, declared), (need, need - 2)),
+        other => panic!("expected ShortBuffer, got {other:?}"),
+    }
+}
+
+#[test]
+fn wrong_stride_is_rejected_with_the_strides() {
+    let t = table();
+    let p = plan(paged(&t));
+    let mut s = Set::paged();
+    // a transposed view (heads and pages swapped in memory) of a large enough buffer
+    let strides = [PAGE * HK * D, HK * D, 1, HK];
+    // SAFETY: never dereferenced.
+    s.k = unsafe {
+        TensorView::cuda(
+            0x2000_0000,
+            POOL * PAGE * HK * D * 2,
+            0,
+            DType::F16,
+            &[POOL, PAGE, HK, D],
+            &strides,
+        )
+    }
+    .unwrap();
+    match s.check(&p) {
+        Err(ViewError::NotContiguous {
+            tensor: "k",
+            got,
+            expected,
+            ..
+        }) => {
+            assert_eq!(got, strides);
+            assert_eq!(expected, vec![PAGE * HK * D, HK * D, D, 1]);
+        }
+        other => panic!("expected NotContiguous, got {other:?}"),
+    }
+}
+
+#[test]
+fn wrong_device_is_rejected_with_both_devices() {
+    let t = table();
+    let p = plan(paged(&t));
+    let mut s = Set::paged();
+    // SAFETY: never dereferenced.
+    s.v = unsafe {
+        TensorView::cuda(
+            0x3000_0000,
+            POOL * PAGE * HK * D * 2,
+            1,
+            DType::F16,
+            &[POOL, PAGE, HK, D],
+            &[PAGE * HK * D, HK * D, D, 1],
+        )
+    }
+    .unwrap();
+    assert_eq!(
+        s.check(&p),
+        Err(ViewError::Device {
+            tensor: "v",
+            got: Location::Cuda(1),
+            expected: Location::Cuda(0)
+        })
+    );
+    // host memory where device memory is needed
+    let host = vec![half::f16::ZERO; B * HQ * D];
+    let mut s = Set::paged();
+    s.o = TensorView::host(&host, &[B, 1, HQ, D]).unwrap();
+    assert!(matches!(
+        s.check(&p),
+        Err(ViewError::Device {
+            tensor: "o",
+            got: Location::Cpu,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn misaligned_pointer_is_rejected_with_the_address() {
+    let t = table();
+    let p = plan(paged(&t));
+    let mut s = Set::paged();
+    s.o = dev(0x4000_0008, DType::F16, &[B, 1, HQ, D]);
+    assert_eq!(
+        s.check(&p),
+        Err(ViewError::Misaligned {
+            tensor: "o",
+            addr: 0x4000_0008,
+            align: 16
+        })
+    );
+}
+
+#[test]
+fn wrong_dtype_is_rejected_with_both_dtypes() {
+    let t = table();
+    let p = plan(paged(&t));
+    let mut s = Set::paged();
+    s.q = dev(0x1000_0000, DType::BF16, &[B, 1, HQ, D]);
+    assert_eq!(
+        s.check(&p),
+        Err(ViewError::DType {
+            tensor: "q",
+            got: DType::BF16,
+            expected: DType::F16
+        })
+    );
+    s = Set::paged();
+    s.lse = dev(0x5000_0000, DType::F16, &[B, HQ, 1]);
+    assert!(matches!(
+        s.check(&p),
+        Err(ViewError::DType {
+            tensor: "lse",
+            got: DType::F16,
+            expected: DType::F32
+        })
+    ));
+}
+
+#[test]
+fn shape_and_rank_disagreements_name_both_shapes() {
+    let t = table();
+    let p = plan(paged(&t));
+    let mut s = Set::paged();
+    s.k = dev(0x2000_0000, DType::F16, &[POOL, PAGE, 4, D]);
+    assert_eq!(
+        s.check(&p),
+        Err(ViewError::Shape {
+            tensor: "k",
+            got: vec![POOL, PAGE, 4, D],
+            expected: vec![POOL, PAGE, HK, D],
+            layout: "[num_pages, page_size, heads_kv, head_dim]"
+        })
+    );
+    s = Set::paged();
+    s.lse = dev(0x5000_0000, DType::F32, &[B, HQ]);
+    assert!(matches!(
+        s.check(&p),
+        Err(ViewError::Rank {
+            tensor: "lse",
+            got: 2,
+            expected: 3,
+            ..
+        })
+    ));
+    // SAFETY: never dereferenced.
+    let r = unsafe { TensorView::cuda(0, 8, 0, DType::F16, &[2, 2], &[2]) };
+    assert!(matches!(r, Err(ViewError::StridesRank { .. })));
+}
+
+#[test]
+fn page_index_out_of_the_pool_is_rejected_at_plan_time() {
+    let mut t = table();
+    t[MAX_PAGES + 3] = POOL as i32; // sequence 1, slot 3: one past the pool
+    let err = DecodePlan::new(
+        &shape(),
+        &DeviceCaps::hopper_reference(),
+        &[100, 128],
+        paged(&t),
+        1,
+        LeanSchedule::StreamK,
+    )
+    .unwrap_err();
+    match err {
+        FerrattnError::View(ViewError::PageOutOfPool {
+            sequence,
+            slot,
+            page,
+            num_pages,
+        }) => assert_eq!((sequence, slot, page, num_pages), (1, 3, POOL as i32, POOL)),
+        other => panic!("expected PageOutOfPool, got {other:?}"),
+    }
+    t[MAX_PAGES + 3] = -1;
+    assert!(matches!(
+        validate_lengths(&shape(), &[100, 128], &paged(&t)),
+        Err(ViewError::PageOutOfPool { page: -1, .. })
+    ));
+    // entries past a sequence's last page are never read, so they may hold anything
+    let mut t = table();
+    t[7] = -1; // sequence 0 uses ceil(100 / 16) = 7 pages: slot 7 is unused
+    validate_lengths(&shape(), &[100, 128], &paged(&t)).unwrap();
+}
+
+#[test]
+fn sequence_longer_than_its_pages_is_rejected() {
+    let t = table();
+    assert_eq!(
+        validate_lengths(&shape(), &[100, 129], &paged(&t)),
+        Err(ViewError::SequenceLongerThanPages {
+            sequence: 1,
+            len: 129,
+            max_pages: MAX_PAGES,
+            page_size: PAGE
+        })
+    );
+    assert!(matches!(
+        validate_lengths(&shape(), &[100], &paged(&t)),
+        Err(ViewError::Length { got: 1, .. })
+    ));
+    assert!(matches!(
+        validate_lengths(&shape(), &[100, 128], &paged(&t[1..])),
+        Err(ViewError::PageTableLength { got: 15, .. })
+    ));
+    let odd = KvCache::Paged {
+        page_size: 32,
+        num_pages: POOL,
+        max_pages: MAX_PAGES,
+        page_table: &t,
+    };
+    assert!(matches!(
+        validate_lengths(&shape(), &[100, 128], &odd),
+        Err(ViewError::PageSize { got: 32, .. })
+    ));
+    assert!(matches!(
+        validate_lengths(
+            &shape(),
+            &[100, 200],
+            &KvCache::Contiguous { max_seqlen_k: 128 },
+        ),
+        Err(ViewError::Length { got: 200, .. })
+    ));
+}
+
+#[test]
+fn a_plan_reads_back_from_json_and_a_tampered_one_is_refused() {
+    let t = table();
+    let p = plan(paged(&t));
+    let json = p.to_json();
+    assert_eq!(DecodePlan::from_json(&json).unwrap(), p);
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        f(&mut v);
+        DecodePlan::from_json(&v.to_string())
+    };
+    // sequence 1's length raised past its 8 pages of 16 (the padded extent)
+    let e = edit(&|v| v["step"]["problem"]["seqlens_k"][1] = 129.into()).unwrap_err();
+    assert!(e.to_string().contains("129"), "{e}");
+    // a page outside the pool of 40
+    let e = edit(&|v| v["step"]["kv"]["table"][0] = 40.into()).unwrap_err();
+    assert!(e.to_string().contains("outside the pool"), "{e}");
+    // a shape that is not the step's
+    let e = edit(&|v| v["shape"]["heads_q"] = 16.into()).unwrap_err();
+    assert!(e.to_string().contains("disagrees"), "{e}");
+}
+
+#[test]
+fn workspace_and_host_views_are_checked() {
+    let data = vec![0f32; 12];
+    let v = TensorView::host(&data, &[3, 4]).unwrap();
+    assert_eq!(v.strides(), &[4, 1]);
+    assert_eq!(v.extent_bytes(), 48);
+    assert_eq!(v.location(), Location::Cpu);
+    assert!(v.is_contiguous());
+    let w = TensorView::host_strided(&data, &[4, 3], &[1, 4]).unwrap();
+    assert!(!w.is_contiguous());
+    assert_eq!(w.extent_bytes(), (3 + 2 * 4 + 1) * 4);
+}
