@@ -1,0 +1,1077 @@
+//! TurboQuant on CUDA (issue 10): compression kernels and a fused decode over the compressed
+//! cache (`cuda-kernels/turboquant_compress.cu`, `cuda-kernels/turboquant_decode.cu`; the kernel
+//! files' headers give the dataflow). The contract is `ferrattn_core::turboquant`:
+//!
+//! * codes and norms equal [`TurboQuantCodec::compress`] bit for bit ([`DeviceTurboQuantCache::download`]
+//!   turns the device layout back into the core's [`CompressedKv`]);
+//! * the decode equals [`TurboQuantCodec::attend`] up to the f16 rounding of the tensor-core
+//!   operands (queries, centroids, `p ‖v‖`), split over the KV length with the core's stream-K
+//!   schedule (`ferrattn_core::lean::Schedule::stream_k` over a `TileSpace` of 16-token
+//!   iterations) and merged in key order by a second kernel.
+//!
+//! Closed list ([`check_supported`]): f16 inputs, `head_dim_qk = head_dim_v ∈ {64, 128}`, keys of
+//! 2-4 bits with QJL (`m = d`) or without, values of 2-4 bits. Anything else is `Unsupported`.
+//!
+//! The cache ([`DeviceTurboQuantCache`]) is contiguous per (sequence, KV head) with a fixed
+//! capacity; [`TurboQuantCuda::compress`] writes a prefill's tokens and
+//! [`TurboQuantCuda::append`] a decode step's new tokens at each sequence's end.
+
+use crate::device::{DeviceBuffer, Gpu};
+use crate::error::{check, CudaError, Result};
+use crate::kernels::{self, Function};
+use crate::launch::{launch_raw, DeviceOutputs};
+use crate::CudaBackend;
+use cudarc::driver::sys;
+use ferrattn_core::lean::{Schedule, TileSpace};
+use ferrattn_core::turboquant::{CompressedKv, TurboQuantCodec, TurboQuantConfig};
+use ferrattn_core::{
+    AttentionInputs, AttentionOutput, AttentionProblem, DType, KvLayout, Provenance,
+};
+use half::f16;
+use std::sync::Arc;
+
+/// MMA rows of one output tile (query heads of a KV group x query tokens).
+pub const ROWS: usize = 16;
+/// Tokens per decode iteration (one `n8` pair of `mma.m16n8k16`).
+pub const TILE_K: usize = 16;
+/// Warps (units) per CTA of the decode kernel.
+pub const UNIT_WARPS: usize = 4;
+/// Destination tokens per work item of the compression kernels.
+pub const COMPRESS_TOKENS: usize = 16;
+
+/// Entry points of one configuration (the closed list of `turboquant_*.cu`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelNames {
+    /// Keys: `TurboQuant_prod` (QJL) or `TurboQuant_mse`.
+    pub compress_keys: String,
+    /// Values: `TurboQuant_mse`.
+    pub compress_values: String,
+    /// `Π q`, `S q` into A fragments.
+    pub prepare_q: String,
+    /// Fused decode with rows 8-15 of the MMA unused.
+    pub decode_r8: String,
+    /// Fused decode with all 16 MMA rows.
+    pub decode_r16: String,
+    /// Merge of the partials and `Πᵀ`.
+    pub combine: String,
+}
+
+/// Checks a configuration against the closed list of the kernels.
+pub fn check_supported(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<()> {
+    let unsupported = |what: String, supported: &str| CudaError::Unsupported {
+        what,
+        supported: supported.into(),
+    };
+    if p.dtype != DType::F16 {
+        return Err(unsupported(
+            format!("TurboQuant on CUDA with {} inputs", p.dtype),
+            "f16",
+        ));
+    }
+    if p.kv_layout != KvLayout::Separate {
+        return Err(unsupported(
+            "TurboQuant on CUDA over an MLA latent cache".into(),
+            "separate K and V",
+        ));
+    }
+    let d = p.head_dim_qk;
+    if p.head_dim_v != d || !matches!(d, 64 | 128) {
+        return Err(unsupported(
+            format!(
+                "TurboQuant on CUDA with head dims qk = {d}, v = {}",
+                p.head_dim_v
+            ),
+            "qk = v = 64 or 128",
+        ));
+    }
+    if !(2..=4).contains(&cfg.key_bits) || !(2..=4).contains(&cfg.value_bits) {
+        return Err(unsupported(
+            format!(
+                "TurboQuant on CUDA with {} key bits and {} value bits",
+                cfg.key_bits, cfg.value_bits
+            ),
+            "2, 3 or 4 bits for keys (QJL bit included) and values",
+        ));
+    }
+    if cfg.key_qjl && cfg.qjl_dim != d {
+        return Err(unsupported(
+            format!("TurboQuant on CUDA with qjl_dim = {} at d = {d}", cfg.qjl_dim),
+            "qjl_dim = head dim (the paper's m = d)",
+        ));
+    }
+    Ok(())
+}
+
+/// Kernel names for a configuration; `Unsupported` outside the closed list.
+pub fn kernel_names(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<KernelNames> {
+    check_supported(cfg, p)?;
+    let d = p.head_dim_qk;
+    let k = match (cfg.key_qjl, cfg.key_codebook_bits()) {
+        (true, 1..=3) => "kqjl",
+        (false, 2..=3) => "kn8",
+        (false, 4) => "kn16",
+        (qjl, b) => {
+            return Err(CudaError::Unsupported {
+                what: format!("key codebook of {b} bits (QJL {qjl})"),
+                supported: "1-3 bits with QJL, 2-4 without".into(),
+            })
+        }
+    };
+    let v = if cfg.value_bits == 4 { "v16" } else { "v8" };
+    Ok(KernelNames {
+        compress_keys: format!(
+            "turboquant_compress_keys_{}_d{d}",
+            if cfg.key_qjl { "qjl" } else { "mse" }
+        ),
+        compress_values: format!("turboquant_compress_values_d{d}"),
+        prepare_q: format!("turboquant_prepare_q_d{d}"),
+        decode_r8: format!("turboquant_decode_d{d}_{k}_{v}_r8"),
+        decode_r16: format!("turboquant_decode_d{d}_{k}_{v}_r16"),
+        combine: format!("turboquant_combine_d{d}"),
+    })
+}
+
+/// The device layout of the compressed cache and its host twin (what the kernels write and read;
+/// see the header of `cuda-kernels/turboquant_compress.cu`).
+pub mod layout {
+    /// First channel of key code byte `beta` of a token row (the second is the next channel):
+    /// lane block `q = beta / (d/8)` holds the channels of lane `4g + q`'s B fragments.
+    pub fn key_byte_channel(d: usize, beta: usize) -> usize {
+        let (q, bl) = (beta / (d / 8), beta % (d / 8));
+        16 * (bl / 2) + 8 * (bl % 2) + 2 * q
+    }
+
+    /// Channel of sign bit `bit` (0 .. d) of a token row's sign bytes.
+    pub fn sign_bit_channel(d: usize, bit: usize) -> usize {
+        let per_lane = d / 4; // bits per lane block
+        let (q, b) = (bit / per_lane, bit % per_lane);
+        let (jj, e) = (b % (d / 8), b / (d / 8));
+        16 * (jj / 2) + 8 * (jj % 2) + 2 * q + e
+    }
+
+    /// Channel of value code byte `beta` of a token pair (both tokens' nibbles share it).
+    pub fn value_byte_channel(d: usize, beta: usize) -> usize {
+        let (g, nu) = (beta / (d / 8), beta % (d / 8));
+        8 * nu + g
+    }
+
+    /// One key row (`d` indices) as its `d / 2` device bytes.
+    pub fn pack_key_codes(idx: &[u8]) -> Vec<u8> {
+        let d = idx.len();
+        (0..d / 2)
+            .map(|beta| {
+                let c = key_byte_channel(d, beta);
+                idx[c] | (idx[c + 1] << 4)
+            })
+            .collect()
+    }
+
+    /// The core's packed signs (bit `i % 8` of byte `i / 8` is channel `i`) as device bytes.
+    pub fn pack_signs(d: usize, signs: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; d / 8];
+        for bit in 0..d {
+            let c = sign_bit_channel(d, bit);
+            // lane block of d/32 bytes, little-endian word
+            if signs[c / 8] >> (c % 8) & 1 == 1 {
+                out[bit / 8] |= 1 << (bit % 8);
+            }
+        }
+        out
+    }
+
+    /// Inverse of [`pack_signs`].
+    pub fn unpack_signs(d: usize, dev: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; d / 8];
+        for bit in 0..d {
+            if dev[bit / 8] >> (bit % 8) & 1 == 1 {
+                let c = sign_bit_channel(d, bit);
+                out[c / 8] |= 1 << (c % 8);
+            }
+        }
+        out
+    }
+
+    /// Inverse of [`pack_key_codes`].
+    pub fn unpack_key_codes(dev: &[u8]) -> Vec<u8> {
+        let d = dev.len() * 2;
+        let mut idx = vec![0u8; d];
+        for (beta, &byte) in dev.iter().enumerate() {
+            let c = key_byte_channel(d, beta);
+            idx[c] = byte & 15;
+            idx[c + 1] = byte >> 4;
+        }
+        idx
+    }
+
+    /// Token `e` (0: even, 1: odd) of a value pair record (`d` bytes) as `d` indices.
+    pub fn unpack_value_codes(rec: &[u8], e: usize) -> Vec<u8> {
+        let d = rec.len();
+        let mut idx = vec![0u8; d];
+        for (beta, &byte) in rec.iter().enumerate() {
+            idx[value_byte_channel(d, beta)] = (byte >> (4 * e)) & 15;
+        }
+        idx
+    }
+}
+
+// ---- kernel parameters (mirrors of the structs in the .cu files) --------------------------------
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct CompressParams {
+    src: u64,
+    dst0: u64,
+    count: u64,
+    pi: u64,
+    s: u64,
+    codes: u64,
+    signs: u64,
+    norms: u64,
+    batch: i32,
+    src_len: i32,
+    heads_kv: i32,
+    cap: i32,
+    groups: i32,
+    n_bounds: i32,
+    bounds: [f32; 15],
+    cents: [f32; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct DecodeParams {
+    qf: u64,
+    pf: u64,
+    kcodes: u64,
+    ksigns: u64,
+    knorms: u64,
+    vcodes: u64,
+    vnorms: u64,
+    segs: u64,
+    unit_segs: u64,
+    part_o: u64,
+    part_ml: u64,
+    seqlens_q: u64,
+    seqlens_k: u64,
+    units: i32,
+    heads_kv: i32,
+    cap: i32,
+    qgroups: i32,
+    group: i32,
+    max_sq: i32,
+    causal: i32,
+    pad: i32,
+    ktab: [u32; 8],
+    vtab: [u32; 8],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct PrepareParams {
+    q: u64,
+    pit: u64,
+    st: u64,
+    qf: u64,
+    pf: u64,
+    seqlens_q: u64,
+    heads_kv: i32,
+    group: i32,
+    max_sq: i32,
+    qgroups: i32,
+    heads_q: i32,
+    qjl: i32,
+    batch_tiles: i32,
+    qscale: f32,
+    pscale: f32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct CombineParams {
+    part_o: u64,
+    part_ml: u64,
+    tile_segs: u64,
+    pi: u64,
+    o: u64,
+    lse: u64,
+    seqlens_q: u64,
+    heads_kv: i32,
+    group: i32,
+    max_sq: i32,
+    qgroups: i32,
+    heads_q: i32,
+    tiles: i32,
+}
+
+fn arg<T>(x: &mut T) -> *mut std::ffi::c_void {
+    x as *mut T as *mut std::ffi::c_void
+}
+
+/// Byte tables of up to 16 f16 centroids: words 0-3 the low bytes, 4-7 the high bytes.
+pub fn centroid_tables(cents: &[f32]) -> [u32; 8] {
+    let mut t = [0u32; 8];
+    for (i, &c) in cents.iter().enumerate().take(16) {
+        let bits = f16::from_f32(c).to_bits();
+        t[i / 4] |= ((bits & 0xff) as u32) << (8 * (i % 4));
+        t[4 + i / 4] |= ((bits >> 8) as u32) << (8 * (i % 4));
+    }
+    t
+}
+
+fn codebook_arrays(cb: &ferrattn_core::turboquant::Codebook) -> (i32, [f32; 15], [f32; 16]) {
+    let mut bounds = [0f32; 15];
+    let mut cents = [0f32; 16];
+    let b = cb.boundaries_f32();
+    bounds[..b.len()].copy_from_slice(b);
+    cents[..cb.centroids_f32().len()].copy_from_slice(cb.centroids_f32());
+    (b.len() as i32, bounds, cents)
+}
+
+fn set_smem(f: &Function, bytes: usize) -> Result<()> {
+    // SAFETY: valid function handle; the size is within the device's opt-in limit (checked by
+    // the launch, which fails with a driver error otherwise).
+    check("cuFuncSetAttribute", unsafe {
+        sys::cuFuncSetAttribute(
+            f.f,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+    })
+}
+
+fn occupancy(f: &Function, threads: usize, smem: usize) -> Result<usize> {
+    let mut occ = 0i32;
+    // SAFETY: out-parameter query on a valid function.
+    check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
+        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut occ, f.f, threads as i32, smem)
+    })?;
+    Ok(occ.max(1) as usize)
+}
+
+/// The compressed cache on the device, contiguous per (sequence, KV head), `capacity` tokens.
+#[derive(Debug)]
+pub struct DeviceTurboQuantCache {
+    batch: usize,
+    heads_kv: usize,
+    head_dim: usize,
+    capacity: usize,
+    key_qjl: bool,
+    lens: Vec<usize>,
+    kcodes: DeviceBuffer,
+    ksigns: DeviceBuffer,
+    knorms: DeviceBuffer,
+    vcodes: DeviceBuffer,
+    vnorms: DeviceBuffer,
+}
+
+impl DeviceTurboQuantCache {
+    /// Tokens held per sequence.
+    pub fn lens(&self) -> &[usize] {
+        &self.lens
+    }
+
+    /// Tokens each sequence can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes a decode step reads for the valid tokens (K codes, signs with QJL, norms, V codes
+    /// and norms).
+    pub fn bytes_read(&self) -> usize {
+        self.lens.iter().sum::<usize>() * self.heads_kv * self.bytes_per_token_head()
+    }
+
+    /// Device bytes a decode reads per token and KV head: `d/2 + 4` for keys (`+ d/8` of signs
+    /// with QJL), `d/2 + 2` for values (one nibble per coordinate whatever the bit width).
+    pub fn bytes_per_token_head(&self) -> usize {
+        let d = self.head_dim;
+        d / 2 + if self.key_qjl { d / 8 } else { 0 } + 4 + d / 2 + 2
+    }
+
+    /// Copies the cache back as the core's [`CompressedKv`] over `max_seqlen_k` padded tokens
+    /// (rows past each sequence's length are zero, as [`TurboQuantCodec::compress`] leaves them).
+    pub fn download(&self, max_seqlen_k: usize) -> Result<CompressedKv> {
+        let (b_, hk, d, cap) = (self.batch, self.heads_kv, self.head_dim, self.capacity);
+        let kc: Vec<u8> = self.kcodes.to_vec()?;
+        let ks: Vec<u8> = self.ksigns.to_vec()?;
+        let kn: Vec<u32> = self.knorms.to_vec()?;
+        let vc: Vec<u8> = self.vcodes.to_vec()?;
+        let vn: Vec<u16> = self.vnorms.to_vec()?;
+        let rows = b_ * max_seqlen_k * hk;
+        let mut kv = CompressedKv {
+            batch: b_,
+            max_seqlen_k,
+            heads_kv: hk,
+            head_dim_k: d,
+            head_dim_v: d,
+            qjl_dim: d,
+            seqlens_k: self.lens.clone(),
+            k_idx: vec![0; rows * d],
+            k_norm: vec![0.0; rows],
+            k_signs: vec![0; rows * d / 8],
+            r_norm: vec![0.0; rows],
+            v_idx: vec![0; rows * d],
+            v_norm: vec![0.0; rows],
+        };
+        let h2f = |b: u16| f16::from_bits(b).to_f32();
+        for b in 0..b_ {
+            for j in 0..self.lens[b].min(max_seqlen_k) {
+                for h in 0..hk {
+                    let src = (b * hk + h) * cap + j;
+                    let dst = (b * max_seqlen_k + j) * hk + h;
+                    kv.k_idx[dst * d..(dst + 1) * d].copy_from_slice(
+                        &layout::unpack_key_codes(&kc[src * d / 2..(src + 1) * d / 2]),
+                    );
+                    kv.k_signs[dst * d / 8..(dst + 1) * d / 8].copy_from_slice(
+                        &layout::unpack_signs(d, &ks[src * d / 8..(src + 1) * d / 8]),
+                    );
+                    kv.k_norm[dst] = h2f(kn[src] as u16);
+                    kv.r_norm[dst] = h2f((kn[src] >> 16) as u16);
+                    let pair = ((b * hk + h) * cap) / 2 + j / 2;
+                    kv.v_idx[dst * d..(dst + 1) * d].copy_from_slice(
+                        &layout::unpack_value_codes(&vc[pair * d..(pair + 1) * d], j % 2),
+                    );
+                    kv.v_norm[dst] = h2f(vn[src]);
+                }
+            }
+        }
+        Ok(kv)
+    }
+}
+
+/// A decode step made ready to launch: schedule tables and workspaces on the device.
+#[derive(Debug)]
+pub struct PreparedTurboQuantDecode {
+    /// The problem (queries, and the cache's lengths as `seqlens_k`).
+    pub problem: AttentionProblem,
+    /// Units (warps) of the stream-K schedule.
+    pub units: usize,
+    /// Output tiles (sequence, KV head, 16-row query group).
+    pub tiles: usize,
+    /// Segments (partials) the units write.
+    pub segments: usize,
+    qgroups: usize,
+    decode: Function,
+    segs: DeviceBuffer,
+    unit_segs: DeviceBuffer,
+    tile_segs: DeviceBuffer,
+    qf: DeviceBuffer,
+    pf: DeviceBuffer,
+    part_o: DeviceBuffer,
+    part_ml: DeviceBuffer,
+    seqlens_q: DeviceBuffer,
+    seqlens_k: DeviceBuffer,
+}
+
+/// The TurboQuant kernels of one layer configuration, with `Π`, `S` and the codebooks on the
+/// device.
+#[derive(Debug)]
+pub struct TurboQuantCuda {
+    gpu: Arc<Gpu>,
+    /// The configuration.
+    pub cfg: TurboQuantConfig,
+    /// The CPU codec of the same configuration (the contract).
+    pub codec: TurboQuantCodec,
+    head_dim: usize,
+    poison: bool,
+    provenance: Provenance,
+    names: KernelNames,
+    compress_keys: Function,
+    compress_values: Function,
+    prepare_q: Function,
+    decode_r8: Function,
+    decode_r16: Function,
+    combine: Function,
+    pi: DeviceBuffer,
+    pit: DeviceBuffer,
+    s: DeviceBuffer,
+    st: DeviceBuffer,
+    key_cb: (i32, [f32; 15], [f32; 16]),
+    value_cb: (i32, [f32; 15], [f32; 16]),
+    ktab: [u32; 8],
+    vtab: [u32; 8],
+    smem_keys: usize,
+    smem_values: usize,
+    smem_prepare: usize,
+    smem_combine: usize,
+}
+
+fn transpose(m: &[f32], d: usize) -> Vec<f32> {
+    let mut t = vec![0f32; d * d];
+    for i in 0..d {
+        for j in 0..d {
+            t[j * d + i] = m[i * d + j];
+        }
+    }
+    t
+}
+
+/// Shared memory of a compression kernel (`compress` in turboquant_compress.cu).
+pub fn compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
+    let s = d + 4;
+    let mats = if keys_with_qjl { 2 } else { 1 };
+    4 * (mats * d * s + 2 * COMPRESS_TOKENS * s + 2 * COMPRESS_TOKENS) + 2 * COMPRESS_TOKENS * d
+}
+
+impl TurboQuantCuda {
+    /// Loads the kernels of `cfg` for problems shaped like `p` (head dim, dtype) on `backend`.
+    pub fn new(
+        backend: &CudaBackend,
+        cfg: &TurboQuantConfig,
+        p: &AttentionProblem,
+    ) -> Result<TurboQuantCuda> {
+        let names = kernel_names(cfg, p)?;
+        let gpu = backend.gpu()?.clone();
+        let force = backend.options().force_nvrtc;
+        let load = |img: &str| {
+            kernels::Module::load(
+                &gpu,
+                kernels::image(img).expect("turboquant images are embedded by build.rs"),
+                force,
+            )
+        };
+        let cm = load("turboquant_compress")?;
+        let dm = load("turboquant_decode")?;
+        let d = p.head_dim_qk;
+        let codec = TurboQuantCodec::new(cfg, d, d);
+        let pi_h = codec.key_rotation().matrix().to_vec();
+        let s_h = codec.sketch().matrix().to_vec();
+        let key_cb = codebook_arrays(codec.key.mse().codebook());
+        let value_cb = codebook_arrays(codec.value.codebook());
+        let ktab = centroid_tables(codec.key.mse().codebook().centroids_f32());
+        let vtab = centroid_tables(codec.value.codebook().centroids_f32());
+        let t = TurboQuantCuda {
+            compress_keys: cm.function(&names.compress_keys)?,
+            compress_values: cm.function(&names.compress_values)?,
+            prepare_q: dm.function(&names.prepare_q)?,
+            decode_r8: dm.function(&names.decode_r8)?,
+            decode_r16: dm.function(&names.decode_r16)?,
+            combine: dm.function(&names.combine)?,
+            pi: DeviceBuffer::from_slice(&gpu, &pi_h)?,
+            pit: DeviceBuffer::from_slice(&gpu, &transpose(&pi_h, d))?,
+            s: DeviceBuffer::from_slice(&gpu, &s_h)?,
+            st: DeviceBuffer::from_slice(&gpu, &transpose(&s_h, d))?,
+            smem_keys: compress_smem_bytes(d, cfg.key_qjl),
+            smem_values: compress_smem_bytes(d, false),
+            smem_prepare: 4 * ((if cfg.key_qjl { 2 } else { 1 }) * d * d + ROWS * d),
+            smem_combine: 4 * (d * d + ROWS * d),
+            gpu,
+            cfg: cfg.clone(),
+            codec,
+            head_dim: d,
+            poison: backend.options().poison_outputs,
+            provenance: Provenance {
+                backend: "cuda".into(),
+                device: backend.gpu()?.caps.name.clone(),
+                simulated: None,
+            },
+            names,
+            key_cb,
+            value_cb,
+            ktab,
+            vtab,
+        };
+        set_smem(&t.compress_keys, t.smem_keys)?;
+        set_smem(&t.compress_values, t.smem_values)?;
+        set_smem(&t.prepare_q, t.smem_prepare)?;
+        set_smem(&t.combine, t.smem_combine)?;
+        Ok(t)
+    }
+
+    /// The kernel names in use.
+    pub fn names(&self) -> &KernelNames {
+        &self.names
+    }
+
+    /// An empty cache for `batch` sequences of up to `capacity` tokens (rounded up to 16).
+    pub fn alloc_cache(
+        &self,
+        batch: usize,
+        heads_kv: usize,
+        capacity: usize,
+    ) -> Result<DeviceTurboQuantCache> {
+        let d = self.head_dim;
+        let cap = capacity.div_ceil(TILE_K).max(1) * TILE_K;
+        let rows = batch * heads_kv * cap;
+        let zeroed = |bytes: usize| -> Result<DeviceBuffer> {
+            let mut b = DeviceBuffer::alloc(&self.gpu, bytes.div_ceil(4) * 4)?;
+            // padding tokens are read (and masked) by the last tile of a sequence: keep them finite
+            b.fill_u32(0)?;
+            Ok(b)
+        };
+        Ok(DeviceTurboQuantCache {
+            batch,
+            heads_kv,
+            head_dim: d,
+            capacity: cap,
+            key_qjl: self.cfg.key_qjl,
+            lens: vec![0; batch],
+            kcodes: zeroed(rows * d / 2)?,
+            ksigns: zeroed(rows * d / 8)?,
+            knorms: zeroed(rows * 4)?,
+            vcodes: zeroed(rows * d / 2)?,
+            vnorms: zeroed(rows * 2)?,
+        })
+    }
+
+    /// Compresses `counts[b]` tokens of f16 `k`, `v` (`[batch, src_len, heads_kv, d]` on the
+    /// device) into the cache at each sequence's end.
+    pub fn append(
+        &self,
+        cache: &mut DeviceTurboQuantCache,
+        k: &DeviceBuffer,
+        v: &DeviceBuffer,
+        src_len: usize,
+        counts: &[usize],
+    ) -> Result<()> {
+        let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
+        if counts.len() != b_ {
+            return Err(CudaError::Plan(format!(
+                "{} token counts for a cache of {b_} sequences",
+                counts.len()
+            )));
+        }
+        for (b, (&c, &l)) in counts.iter().zip(&cache.lens).enumerate() {
+            if c > src_len || l + c > cache.capacity {
+                return Err(CudaError::Plan(format!(
+                    "sequence {b}: {c} new tokens (source holds {src_len}) onto {l} cached exceed the capacity of {}",
+                    cache.capacity
+                )));
+            }
+        }
+        let need = b_ * src_len * hk * d * 2;
+        if k.bytes() < need || v.bytes() < need {
+            return Err(CudaError::Plan(format!(
+                "k/v buffers of {} / {} bytes, {need} needed for [{b_}, {src_len}, {hk}, {d}] f16",
+                k.bytes(),
+                v.bytes()
+            )));
+        }
+        let groups = counts
+            .iter()
+            .zip(&cache.lens)
+            .map(|(&c, &l)| (l % COMPRESS_TOKENS + c).div_ceil(COMPRESS_TOKENS))
+            .max()
+            .unwrap_or(0);
+        if groups == 0 {
+            return Ok(());
+        }
+        let dst0: Vec<i32> = cache.lens.iter().map(|&l| l as i32).collect();
+        let cnt: Vec<i32> = counts.iter().map(|&c| c as i32).collect();
+        let dst0_b = DeviceBuffer::from_slice(&self.gpu, &dst0)?;
+        let cnt_b = DeviceBuffer::from_slice(&self.gpu, &cnt)?;
+        let items = b_ * hk * groups;
+        let sms = self.gpu.caps.compute_units;
+        for keys in [true, false] {
+            let (f, smem, cb) = if keys {
+                (&self.compress_keys, self.smem_keys, self.key_cb)
+            } else {
+                (&self.compress_values, self.smem_values, self.value_cb)
+            };
+            let per_sm = occupancy(f, d, smem)?;
+            let mut prm = CompressParams {
+                src: if keys { k.ptr() } else { v.ptr() },
+                dst0: dst0_b.ptr(),
+                count: cnt_b.ptr(),
+                pi: self.pi.ptr(),
+                s: self.s.ptr(),
+                codes: if keys {
+                    cache.kcodes.ptr()
+                } else {
+                    cache.vcodes.ptr()
+                },
+                signs: cache.ksigns.ptr(),
+                norms: if keys {
+                    cache.knorms.ptr()
+                } else {
+                    cache.vnorms.ptr()
+                },
+                batch: b_ as i32,
+                src_len: src_len as i32,
+                heads_kv: hk as i32,
+                cap: cache.capacity as i32,
+                groups: groups as i32,
+                n_bounds: cb.0,
+                bounds: cb.1,
+                cents: cb.2,
+            };
+            let grid = items.min(sms * per_sm) as u32;
+            launch_raw(&self.gpu, f, (grid, d as u32), smem as u32, &mut [arg(&mut prm)])?;
+        }
+        // dst0 / count are freed on return: the launches must be done with them (an append is
+        // not part of a captured decode step)
+        self.gpu.synchronize()?;
+        for (l, &c) in cache.lens.iter_mut().zip(counts) {
+            *l += c;
+        }
+        Ok(())
+    }
+
+    /// Plans a decode of `p`'s queries over `cache` (`p.seqlens_k` must equal the cache's
+    /// lengths): stream-K over `units` warps (default: every resident warp, at most one per
+    /// 16-token iteration).
+    pub fn prepare_decode(
+        &self,
+        p: &AttentionProblem,
+        cache: &DeviceTurboQuantCache,
+        units: Option<usize>,
+    ) -> Result<PreparedTurboQuantDecode> {
+        check_supported(&self.cfg, p)?;
+        if p.seqlens_k != cache.lens || p.heads_kv != cache.heads_kv || p.batch != cache.batch {
+            return Err(CudaError::Plan(format!(
+                "the problem's keys (batch {}, {} KV heads, lengths {:?}) are not the cache's (batch {}, {} KV heads, lengths {:?})",
+                p.batch, p.heads_kv, p.seqlens_k, cache.batch, cache.heads_kv, cache.lens
+            )));
+        }
+        let d = self.head_dim;
+        let group = p.group_size();
+        let qgroups = (group * p.max_seqlen_q).div_ceil(ROWS);
+        let space = TileSpace::new(p, TILE_K, qgroups);
+        let r16 = group * p.max_seqlen_q > 8;
+        let decode = if r16 {
+            self.decode_r16.clone()
+        } else {
+            self.decode_r8.clone()
+        };
+        let resident =
+            occupancy(&decode, UNIT_WARPS * 32, 0)? * UNIT_WARPS * self.gpu.caps.compute_units;
+        let want = units.unwrap_or(resident).max(1);
+        let schedule = Schedule::stream_k(&space, want);
+        let segs = schedule.segments(&space);
+        let units = schedule.num_ctas();
+        let tiles = space.num_tiles();
+        let mut seg_tab = Vec::with_capacity(segs.len() * 4);
+        let mut unit_segs = vec![0i32; units + 1];
+        let mut tile_first = vec![usize::MAX; tiles];
+        let mut tile_count = vec![0usize; tiles];
+        for (i, s) in segs.iter().enumerate() {
+            let (b, _, _) = space.tile_coords(s.tile);
+            let sk = p.seqlens_k[b];
+            let t0 = (s.local_begin as usize * TILE_K).min(sk);
+            let t1 = (s.local_end as usize * TILE_K).min(sk);
+            seg_tab.extend_from_slice(&[s.tile as i32, t0 as i32, t1 as i32, 0]);
+            unit_segs[s.cta + 1] = i as i32 + 1;
+            if tile_first[s.tile] == usize::MAX {
+                tile_first[s.tile] = i;
+            }
+            // a tile's segments are consecutive (stream-K ranges are contiguous)
+            debug_assert_eq!(tile_first[s.tile] + tile_count[s.tile], i);
+            tile_count[s.tile] += 1;
+        }
+        for u in 1..=units {
+            unit_segs[u] = unit_segs[u].max(unit_segs[u - 1]);
+        }
+        let mut tile_segs: Vec<i32> = tile_first.iter().map(|&f| f as i32).collect();
+        tile_segs.push(segs.len() as i32);
+        let lens = |l: &[usize]| l.iter().map(|&x| x as i32).collect::<Vec<i32>>();
+        let frag_bytes = tiles * 32 * d * 2;
+        Ok(PreparedTurboQuantDecode {
+            problem: p.clone(),
+            units,
+            tiles,
+            segments: segs.len(),
+            qgroups,
+            decode,
+            segs: DeviceBuffer::from_slice(&self.gpu, &seg_tab)?,
+            unit_segs: DeviceBuffer::from_slice(&self.gpu, &unit_segs)?,
+            tile_segs: DeviceBuffer::from_slice(&self.gpu, &tile_segs)?,
+            qf: DeviceBuffer::alloc(&self.gpu, frag_bytes)?,
+            pf: DeviceBuffer::alloc(&self.gpu, if self.cfg.key_qjl { frag_bytes } else { 4 })?,
+            part_o: DeviceBuffer::alloc(&self.gpu, segs.len() * ROWS * d * 4)?,
+            part_ml: DeviceBuffer::alloc(&self.gpu, segs.len() * ROWS * 2 * 4)?,
+            seqlens_q: DeviceBuffer::from_slice(&self.gpu, &lens(&p.seqlens_q))?,
+            seqlens_k: DeviceBuffer::from_slice(&self.gpu, &lens(&p.seqlens_k))?,
+        })
+    }
+
+    /// Enqueues one decode: `q` (f16 `[batch, max_sq, heads_q, d]`) over `cache` into `out`.
+    /// Allocates nothing and does not synchronise (graph-capturable).
+    pub fn launch_decode(
+        &self,
+        prep: &PreparedTurboQuantDecode,
+        q: &DeviceBuffer,
+        cache: &DeviceTurboQuantCache,
+        out: &mut DeviceOutputs,
+    ) -> Result<()> {
+        let p = &prep.problem;
+        if p.seqlens_k != cache.lens {
+            return Err(CudaError::Plan(format!(
+                "the decode was planned for lengths {:?} but the cache holds {:?}",
+                p.seqlens_k, cache.lens
+            )));
+        }
+        let d = self.head_dim;
+        let need = p.batch * p.max_seqlen_q * p.heads_q * d * 2;
+        if q.bytes() < need || out.o.bytes() < need {
+            return Err(CudaError::Plan(format!(
+                "q / o buffers of {} / {} bytes, {need} needed",
+                q.bytes(),
+                out.o.bytes()
+            )));
+        }
+        if self.poison {
+            out.poison()?;
+        }
+        let sms = self.gpu.caps.compute_units;
+        let log2e = std::f32::consts::LOG2_E;
+        let mut pp = PrepareParams {
+            q: q.ptr(),
+            pit: self.pit.ptr(),
+            st: self.st.ptr(),
+            qf: prep.qf.ptr(),
+            pf: prep.pf.ptr(),
+            seqlens_q: prep.seqlens_q.ptr(),
+            heads_kv: p.heads_kv as i32,
+            group: p.group_size() as i32,
+            max_sq: p.max_seqlen_q as i32,
+            qgroups: prep.qgroups as i32,
+            heads_q: p.heads_q as i32,
+            qjl: self.cfg.key_qjl as i32,
+            batch_tiles: prep.tiles as i32,
+            qscale: p.softmax_scale * log2e,
+            pscale: p.softmax_scale * log2e * self.codec.sketch().correction_scale(),
+        };
+        launch_raw(
+            &self.gpu,
+            &self.prepare_q,
+            (prep.tiles.min(sms) as u32, d as u32),
+            self.smem_prepare as u32,
+            &mut [arg(&mut pp)],
+        )?;
+        let mut dp = DecodeParams {
+            qf: prep.qf.ptr(),
+            pf: prep.pf.ptr(),
+            kcodes: cache.kcodes.ptr(),
+            ksigns: cache.ksigns.ptr(),
+            knorms: cache.knorms.ptr(),
+            vcodes: cache.vcodes.ptr(),
+            vnorms: cache.vnorms.ptr(),
+            segs: prep.segs.ptr(),
+            unit_segs: prep.unit_segs.ptr(),
+            part_o: prep.part_o.ptr(),
+            part_ml: prep.part_ml.ptr(),
+            seqlens_q: prep.seqlens_q.ptr(),
+            seqlens_k: prep.seqlens_k.ptr(),
+            units: prep.units as i32,
+            heads_kv: p.heads_kv as i32,
+            cap: cache.capacity as i32,
+            qgroups: prep.qgroups as i32,
+            group: p.group_size() as i32,
+            max_sq: p.max_seqlen_q as i32,
+            causal: p.causal as i32,
+            pad: 0,
+            ktab: self.ktab,
+            vtab: self.vtab,
+        };
+        launch_raw(
+            &self.gpu,
+            &prep.decode,
+            (
+                prep.units.div_ceil(UNIT_WARPS) as u32,
+                (UNIT_WARPS * 32) as u32,
+            ),
+            0,
+            &mut [arg(&mut dp)],
+        )?;
+        let mut cp = CombineParams {
+            part_o: prep.part_o.ptr(),
+            part_ml: prep.part_ml.ptr(),
+            tile_segs: prep.tile_segs.ptr(),
+            pi: self.pi.ptr(),
+            o: out.o.ptr(),
+            lse: out.lse.ptr(),
+            seqlens_q: prep.seqlens_q.ptr(),
+            heads_kv: p.heads_kv as i32,
+            group: p.group_size() as i32,
+            max_sq: p.max_seqlen_q as i32,
+            qgroups: prep.qgroups as i32,
+            heads_q: p.heads_q as i32,
+            tiles: prep.tiles as i32,
+        };
+        launch_raw(
+            &self.gpu,
+            &self.combine,
+            (prep.tiles.min(sms) as u32, d as u32),
+            self.smem_combine as u32,
+            &mut [arg(&mut cp)],
+        )
+    }
+
+    /// Allocates outputs for `p`.
+    pub fn alloc_outputs(&self, p: &AttentionProblem) -> Result<DeviceOutputs> {
+        DeviceOutputs::alloc(&self.gpu, p)
+    }
+
+    /// Downloads outputs.
+    pub fn download(&self, out: &DeviceOutputs, p: &AttentionProblem) -> Result<AttentionOutput> {
+        out.download(p, self.provenance.clone())
+    }
+
+    /// Uploads host f16 data of `t` (values must be representable; they are rounded).
+    pub fn upload_f16(&self, data: &[f32]) -> Result<DeviceBuffer> {
+        let bits: Vec<u16> = data.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
+        DeviceBuffer::from_slice(&self.gpu, &bits)
+    }
+
+    /// [`ferrattn_core::turboquant::emulate`]'s semantics: compress K and V into a fresh cache
+    /// and attend every query row over it (`units`: stream-K width, default every resident warp).
+    pub fn run(
+        &self,
+        p: &AttentionProblem,
+        x: &AttentionInputs,
+        units: Option<usize>,
+    ) -> Result<(AttentionOutput, DeviceTurboQuantCache)> {
+        check_supported(&self.cfg, p)?;
+        p.validate()?;
+        let v = x.v.as_ref().ok_or_else(|| CudaError::Unsupported {
+            what: "TurboQuant without a separate v tensor".into(),
+            supported: "separate K and V".into(),
+        })?;
+        let k_d = self.upload_f16(&x.k.data)?;
+        let v_d = self.upload_f16(&v.data)?;
+        let q_d = self.upload_f16(&x.q.data)?;
+        let mut cache = self.alloc_cache(p.batch, p.heads_kv, p.max_seqlen_k)?;
+        self.append(&mut cache, &k_d, &v_d, p.max_seqlen_k, &p.seqlens_k)?;
+        let prep = self.prepare_decode(p, &cache, units)?;
+        let mut out = self.alloc_outputs(p)?;
+        self.launch_decode(&prep, &q_d, &cache, &mut out)?;
+        Ok((self.download(&out, p)?, cache))
+    }
+}
+
+impl CudaBackend {
+    /// The TurboQuant kernels of `cfg` for problems shaped like `p` (see [`TurboQuantCuda`]).
+    pub fn turboquant(&self, cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<TurboQuantCuda> {
+        TurboQuantCuda::new(self, cfg, p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_structs_match_the_kernel_layouts() {
+        // pointers, ints, then float arrays (see the structs in turboquant_*.cu)
+        assert_eq!(std::mem::size_of::<CompressParams>(), 8 * 8 + 6 * 4 + 31 * 4 + 4);
+        assert_eq!(std::mem::size_of::<DecodeParams>(), 13 * 8 + 8 * 4 + 16 * 4);
+        assert_eq!(std::mem::size_of::<PrepareParams>(), 6 * 8 + 7 * 4 + 2 * 4 + 4);
+        assert_eq!(std::mem::size_of::<CombineParams>(), 7 * 8 + 6 * 4);
+    }
+
+    #[test]
+    fn layouts_are_permutations_that_round_trip() {
+        for d in [64usize, 128] {
+            let mut seen = vec![false; d];
+            for beta in 0..d / 2 {
+                let c = layout::key_byte_channel(d, beta);
+                assert!(c % 2 == 0 && !seen[c] && !seen[c + 1]);
+                seen[c] = true;
+                seen[c + 1] = true;
+            }
+            let mut seen = vec![false; d];
+            for bit in 0..d {
+                let c = layout::sign_bit_channel(d, bit);
+                assert!(!seen[c], "d {d} bit {bit}");
+                seen[c] = true;
+            }
+            let mut seen = vec![false; d];
+            for beta in 0..d {
+                let c = layout::value_byte_channel(d, beta);
+                assert!(!seen[c]);
+                seen[c] = true;
+            }
+            let idx: Vec<u8> = (0..d).map(|i| ((i * 7 + 3) % 16) as u8).collect();
+            assert_eq!(layout::unpack_key_codes(&layout::pack_key_codes(&idx)), idx);
+            let signs: Vec<u8> = (0..d / 8).map(|i| (i * 37 + 11) as u8).collect();
+            assert_eq!(
+                layout::unpack_signs(d, &layout::pack_signs(d, &signs)),
+                signs
+            );
+        }
+    }
+
+    #[test]
+    fn key_layout_gives_each_lane_its_b_fragments() {
+        // lane (g, q) reads bytes [q d/8, (q+1) d/8) of token g; its 32-bit word w holds, low 16
+        // bits first, the b0/b1 pairs of chunks 2w and 2w + 1: (16κ + 2q, +1) then (16κ + 8 + 2q, +1)
+        let d = 128;
+        for q in 0..4 {
+            for w in 0..d / 32 {
+                for (half, kappa) in [(0usize, 2 * w), (1, 2 * w + 1)] {
+                    let byte0 = q * d / 8 + 4 * w + 2 * half;
+                    assert_eq!(layout::key_byte_channel(d, byte0), 16 * kappa + 2 * q);
+                    assert_eq!(layout::key_byte_channel(d, byte0 + 1), 16 * kappa + 8 + 2 * q);
+                }
+            }
+        }
+        // signs: pair jj = 2κ + η of lane q at bits jj and jj + d/8 of its block
+        for q in 0..4 {
+            for jj in 0..d / 8 {
+                let bit = q * d / 4 + jj;
+                let c = 16 * (jj / 2) + 8 * (jj % 2) + 2 * q;
+                assert_eq!(layout::sign_bit_channel(d, bit), c);
+                assert_eq!(layout::sign_bit_channel(d, bit + d / 8), c + 1);
+            }
+        }
+        // values: lane group g's byte ν is channel 8ν + g
+        for g in 0..8 {
+            for nu in 0..d / 8 {
+                assert_eq!(layout::value_byte_channel(d, g * d / 8 + nu), 8 * nu + g);
+            }
+        }
+    }
+
+    #[test]
+    fn centroid_tables_hold_low_then_high_bytes() {
+        let t = centroid_tables(&[1.0, -2.0, 0.5]);
+        // f16: 1.0 = 0x3c00, -2.0 = 0xc000, 0.5 = 0x3800
+        assert_eq!(t[0], 0x0000_0000);
+        assert_eq!(t[4], 0x0038_c03c);
+        assert_eq!(t[1..4], [0, 0, 0]);
+    }
+
+    #[test]
+    fn closed_list_of_configurations() {
+        let p = AttentionProblem::uniform(1, 1, 64, 8, 2, 128, 128, DType::F16);
+        let mut cfg = TurboQuantConfig::paper_default(&p);
+        let n = kernel_names(&cfg, &p).unwrap();
+        assert_eq!(n.decode_r8, "turboquant_decode_d128_kqjl_v8_r8");
+        assert_eq!(n.compress_keys, "turboquant_compress_keys_qjl_d128");
+        cfg.key_qjl = false;
+        assert_eq!(
+            kernel_names(&cfg, &p).unwrap().decode_r16,
+            "turboquant_decode_d128_kn16_v8_r16"
+        );
+        cfg.value_bits = 4;
+        cfg.key_bits = 2;
+        assert_eq!(
+            kernel_names(&cfg, &p).unwrap().decode_r8,
+            "turboquant_decode_d128_kn8_v16_r8"
+        );
+        let bad = |c: &TurboQuantConfig, p: &AttentionProblem| {
+            matches!(kernel_names(c, p), Err(CudaError::Unsupported { .. }))
+        };
+        assert!(bad(&TurboQuantConfig { key_bits: 1, ..cfg.clone() }, &p));
+        assert!(bad(&TurboQuantConfig { value_bits: 1, ..cfg.clone() }, &p));
+        assert!(bad(
+            &TurboQuantConfig {
+                key_qjl: true,
+                qjl_dim: 64,
+                ..cfg.clone()
+            },
+            &p
+        ));
+        let p96 = AttentionProblem::uniform(1, 1, 64, 8, 2, 96, 96, DType::F16);
+        assert!(bad(&cfg, &p96));
+        let pbf = AttentionProblem::uniform(1, 1, 64, 8, 2, 128, 128, DType::BF16);
+        assert!(bad(&cfg, &pbf));
+    }
+
+    #[test]
+    fn compression_kernels_fit_in_shared_memory() {
+        // keys with QJL at d = 128: Π and S padded, f32, plus the rows: within 227 KiB
+        assert!(compress_smem_bytes(128, true) <= 227 * 1024);
+        assert_eq!(compress_smem_bytes(64, false), 4 * (64 * 68 + 32 * 68 + 32) + 32 * 64);
+    }
+}
