@@ -25,6 +25,7 @@
 //      them into two f16x2 operands. Sign bits become ±1 f16 pairs with one shift and one LOP3.
 //   3. turboquant_combine_*: per output tile and row, the unit partials (O_rot, m, l) in key order
 //      (Lean's reduction), O = Πᵀ (O_rot / l), LSE = (m + log2 l) ln 2.
+// Launches 1 and 3 are persistent CTAs with Πᵀ, Sᵀ (resp. Π) staged in shared memory once.
 #include "common.cuh"
 
 namespace ferrattn {
@@ -36,7 +37,8 @@ constexpr int kTileK = 16;     // tokens per iteration
 
 // Mirrors ferrattn_cuda::turboquant::DecodeParams (#[repr(C)]).
 struct DecodeParams {
-  const u32* qf;                  // [tiles][32][D/16][4] f16x2: Π q · scale log2 e
+  const u32* qf;                  // [tiles][32][D/16][4] f16x2: Π q · scale log2 e, rounded
+  const u32* qf_lo;               // the same layout: what the rounding left (q = hi + lo)
   const u32* pf;                  // [tiles][32][D/16][4] f16x2: S q · scale log2 e √(π/2)/m
   const unsigned char* kcodes;    // [B][Hk][cap][D/2]
   const unsigned char* ksigns;    // [B][Hk][cap][D/8]
@@ -60,9 +62,10 @@ struct PrepareParams {
   const float* pit;     // [D][D] Πᵀ
   const float* st;      // [D][D] Sᵀ (m = D)
   u32* qf;
+  u32* qf_lo;
   u32* pf;
   const int* seqlens_q;
-  int heads_kv, group, max_sq, qgroups, heads_q, qjl;
+  int heads_kv, group, max_sq, qgroups, heads_q, qjl, batch_tiles;
   float qscale, pscale;
 };
 
@@ -75,7 +78,7 @@ struct CombineParams {
   u16* o;                // [B, max_sq, Hq, D] f16
   float* lse;            // [B, Hq, max_sq]
   const int* seqlens_q;
-  int heads_kv, group, max_sq, qgroups, heads_q, pad;
+  int heads_kv, group, max_sq, qgroups, heads_q, tiles;
 };
 
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
@@ -243,6 +246,9 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       // ---- S = (Π q) · c[idx]ᵀ and T = (S q) · signsᵀ, tokens 0-7 (s0) and 8-15 (s1)
       float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
       float t0[4] = {0.f, 0.f, 0.f, 0.f}, t1[4] = {0.f, 0.f, 0.f, 0.f};
+      // q = hi + lo in two f16 MMAs: the scores then carry the rounding of the centroids only
+      // (the low halves come from L1: the registers hold the high halves and O)
+      const u32* lo_base = p.qf_lo + (size_t)(tile * 32 + lane) * CH * 4;
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) {
         u32 b00, b01, b10, b11, c00, c01, c10, c11;
@@ -250,10 +256,20 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         lookup4<KWIDE>(cur.k0.w[w] >> 16, ktab, b10, b11);
         lookup4<KWIDE>(cur.k1.w[w], ktab, c00, c01);
         lookup4<KWIDE>(cur.k1.w[w] >> 16, ktab, c10, c11);
+        u32 lo0[4], lo1[4];
+        {
+          const uint4 a = ldg16(lo_base + 8 * w), b = ldg16(lo_base + 8 * w + 4);
+          lo0[0] = a.x, lo0[1] = R16 ? a.y : 0u, lo0[2] = a.z, lo0[3] = R16 ? a.w : 0u;
+          lo1[0] = b.x, lo1[1] = R16 ? b.y : 0u, lo1[2] = b.z, lo1[3] = R16 ? b.w : 0u;
+        }
         mma16816(F16{}, s0, qa[2 * w], b00, b01);
         mma16816(F16{}, s0, qa[2 * w + 1], b10, b11);
         mma16816(F16{}, s1, qa[2 * w], c00, c01);
         mma16816(F16{}, s1, qa[2 * w + 1], c10, c11);
+        mma16816(F16{}, s0, lo0, b00, b01);
+        mma16816(F16{}, s0, lo1, b10, b11);
+        mma16816(F16{}, s1, lo0, c00, c01);
+        mma16816(F16{}, s1, lo1, c10, c11);
       }
       if (QJL) {
 #pragma unroll
@@ -354,65 +370,114 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   }
 }
 
+// Persistent: Πᵀ and Sᵀ are staged in shared memory once per CTA (128 KiB at D = 128), then the
+// CTA walks output tiles; each thread owns one output coordinate of every valid row of a tile.
 template <int D>
 __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
-  __shared__ float qs[D];
+  extern __shared__ float4 smem4[];
+  float* pit_s = reinterpret_cast<float*>(smem4);  // [D][D] Πᵀ
+  float* st_s = pit_s + D * D;                      // [D][D] Sᵀ (QJL keys)
+  float* q_s = st_s + (p.qjl ? D * D : 0);          // [16][D]
   const int o = threadIdx.x;
-  const int tile = blockIdx.x / kRows, r = blockIdx.x % kRows;
-  const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
-  const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
-  const bool valid = hl < p.group && i < p.seqlens_q[b];
-  qs[o] = valid ? F16::to_f32(p.q[(((size_t)b * p.max_sq + i) * p.heads_q + h * p.group + hl) * D + o]) : 0.f;
-  __syncthreads();
-  float rot = 0.f, proj = 0.f;
-  for (int k = 0; k < D; ++k) {
-    rot = fmaf(p.pit[k * D + o], qs[k], rot);
-    if (p.qjl) proj = fmaf(p.st[k * D + o], qs[k], proj);
+  for (int i = o; i < D * D; i += D) {
+    pit_s[i] = p.pit[i];
+    if (p.qjl) st_s[i] = p.st[i];
   }
-  // A fragment position of (row r, column o) in mma.m16n8k16 (common.cuh)
-  const int c = o / 16, cc = o % 16, eta = cc / 8, e = cc % 2, t = (cc % 8) / 2;
-  const int lane = (r % 8) * 4 + t, reg = r / 8 + 2 * eta;
-  const size_t at = ((((size_t)tile * 32 + lane) * (D / 16) + c) * 4 + reg) * 2 + e;
-  reinterpret_cast<u16*>(p.qf)[at] = F16::from_f32(rot * p.qscale);
-  if (p.qjl) reinterpret_cast<u16*>(p.pf)[at] = F16::from_f32(proj * p.pscale);
-}
-
-template <int D>
-__device__ __forceinline__ void combine(const CombineParams& p) {
-  __shared__ float orot[D];
-  const int o = threadIdx.x, tile = blockIdx.x;
-  const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
-  const int s0 = p.tile_segs[tile], s1 = p.tile_segs[tile + 1];
-  const int sq = p.seqlens_q[b];
-  for (int r = 0; r < kRows; ++r) {
-    const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
-    if (hl >= p.group) break;
-    const int head = h * p.group + hl;
-    float m = neg_inf();
-    for (int s = s0; s < s1; ++s) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
-    float l = 0.f, acc = 0.f;
-    if (i < sq && m != neg_inf()) {
-      for (int s = s0; s < s1; ++s) {
-        const float ms = p.part_ml[((size_t)s * kRows + r) * 2];
-        const float f = exp2_approx(ms - m);
-        l += p.part_ml[((size_t)s * kRows + r) * 2 + 1] * f;
-        acc += p.part_o[((size_t)s * kRows + r) * D + o] * f;
+  const int tiles = p.batch_tiles;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
+    const int sq = p.seqlens_q[b];
+    u32 valid = 0;
+    __syncthreads();  // staging done / the previous tile's rows consumed
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
+      const bool ok = hl < p.group && i < sq;
+      valid |= (u32)ok << r;
+      q_s[r * D + o] = ok ? F16::to_f32(p.q[(((size_t)b * p.max_sq + i) * p.heads_q + h * p.group + hl) * D + o]) : 0.f;
+    }
+    __syncthreads();
+    float rot[kRows], proj[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) rot[r] = 0.f, proj[r] = 0.f;
+    for (int k = 0; k < D; ++k) {
+      const float a = pit_s[k * D + o];
+      const float c = p.qjl ? st_s[k * D + o] : 0.f;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (valid >> r & 1u) {
+          const float x = q_s[r * D + k];
+          rot[r] = fmaf(a, x, rot[r]);
+          proj[r] = fmaf(c, x, proj[r]);
+        }
       }
     }
-    __syncthreads();  // the previous row's orot is consumed
-    orot[o] = l > 0.f ? acc / l : 0.f;
+    // A fragment position of (row r, column o) in mma.m16n8k16 (common.cuh)
+    const int c = o / 16, cc = o % 16, eta = cc / 8, e = cc % 2, t = (cc % 8) / 2;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int lane = (r % 8) * 4 + t, reg = r / 8 + 2 * eta;
+      const size_t at = ((((size_t)tile * 32 + lane) * (D / 16) + c) * 4 + reg) * 2 + e;
+      const float x = rot[r] * p.qscale;
+      const u16 hi = F16::from_f32(x);
+      reinterpret_cast<u16*>(p.qf)[at] = hi;
+      reinterpret_cast<u16*>(p.qf_lo)[at] = F16::from_f32(x - F16::to_f32(hi));
+      if (p.qjl) reinterpret_cast<u16*>(p.pf)[at] = F16::from_f32(proj[r] * p.pscale);
+    }
+  }
+}
+
+// Persistent as prepare_q, with Π in shared memory: per output tile, each row's partials are
+// merged in segment (= key) order, then O = Πᵀ O_rot for every row of the tile at once.
+template <int D>
+__device__ __forceinline__ void combine(const CombineParams& p) {
+  extern __shared__ float4 smem4[];
+  float* pi_s = reinterpret_cast<float*>(smem4);  // [D][D] Π
+  float* orot = pi_s + D * D;                      // [16][D]
+  __shared__ float ms[kRows], ls[kRows];
+  const int o = threadIdx.x;
+  for (int i = o; i < D * D; i += D) pi_s[i] = p.pi[i];
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+    const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
+    const int s0 = p.tile_segs[tile], s1 = p.tile_segs[tile + 1];
+    const int sq = p.seqlens_q[b];
+    __syncthreads();  // staging done / the previous tile's rows consumed
+    for (int r = 0; r < kRows; ++r) {
+      const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
+      float m = neg_inf(), l = 0.f, acc = 0.f;
+      if (hl < p.group && i < sq) {
+        for (int s = s0; s < s1; ++s) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
+        if (m != neg_inf()) {
+          for (int s = s0; s < s1; ++s) {
+            const float f = exp2_approx(p.part_ml[((size_t)s * kRows + r) * 2] - m);
+            l += p.part_ml[((size_t)s * kRows + r) * 2 + 1] * f;
+            acc += p.part_o[((size_t)s * kRows + r) * D + o] * f;
+          }
+        }
+      }
+      orot[r * D + o] = l > 0.f ? acc / l : 0.f;
+      if (o == 0) ms[r] = m, ls[r] = l;
+    }
     __syncthreads();
-    if (i < sq) {
-      float y = 0.f;
-      for (int k = 0; k < D; ++k) y = fmaf(p.pi[k * D + o], orot[k], y);  // (Πᵀ O_rot)_o
-      p.o[(((size_t)b * p.max_sq + i) * p.heads_q + head) * D + o] = F16::from_f32(l > 0.f ? y : 0.f);
+    float y[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) y[r] = 0.f;
+    for (int k = 0; k < D; ++k) {
+      const float a = pi_s[k * D + o];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) y[r] = fmaf(a, orot[r * D + k], y[r]);  // (Πᵀ O_rot)_o
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
+      if (hl >= p.group) continue;  // padding rows of the last tile
+      const int head = h * p.group + hl;
+      // padded query rows and rows with no visible key: O = 0 and LSE = -inf, as the emulation
+      const float l = ls[r];
+      p.o[(((size_t)b * p.max_sq + i) * p.heads_q + head) * D + o] = F16::from_f32(i < sq && l > 0.f ? y[r] : 0.f);
       if (o == 0)
         p.lse[((size_t)b * p.heads_q + head) * p.max_sq + i] =
-            l > 0.f ? (m + log2_approx(l)) * 0.6931471805599453f : neg_inf();
-    } else {
-      // padded query rows: O = 0 and LSE = -inf, as the emulation leaves them
-      p.o[(((size_t)b * p.max_sq + i) * p.heads_q + head) * D + o] = 0;
-      if (o == 0) p.lse[((size_t)b * p.heads_q + head) * p.max_sq + i] = neg_inf();
+            i < sq && l > 0.f ? (ms[r] + log2_approx(l)) * 0.6931471805599453f : neg_inf();
     }
   }
 }

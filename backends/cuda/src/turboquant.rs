@@ -5,7 +5,7 @@
 //! * codes and norms equal [`TurboQuantCodec::compress`] bit for bit ([`DeviceTurboQuantCache::download`]
 //!   turns the device layout back into the core's [`CompressedKv`]);
 //! * the decode equals [`TurboQuantCodec::attend`] up to the f16 rounding of the tensor-core
-//!   operands (queries, centroids, `p ‖v‖`), split over the KV length with the core's stream-K
+//!   operands (centroids, `p ‖v‖`, `S q`; `Π q` goes in as two f16 halves), split over the KV length with the core's stream-K
 //!   schedule (`ferrattn_core::lean::Schedule::stream_k` over a `TileSpace` of 16-token
 //!   iterations) and merged in key order by a second kernel.
 //!
@@ -241,6 +241,7 @@ struct CompressParams {
 #[derive(Clone, Copy, Debug)]
 struct DecodeParams {
     qf: u64,
+    qf_lo: u64,
     pf: u64,
     kcodes: u64,
     ksigns: u64,
@@ -272,6 +273,7 @@ struct PrepareParams {
     pit: u64,
     st: u64,
     qf: u64,
+    qf_lo: u64,
     pf: u64,
     seqlens_q: u64,
     heads_kv: i32,
@@ -456,6 +458,7 @@ pub struct PreparedTurboQuantDecode {
     unit_segs: DeviceBuffer,
     tile_segs: DeviceBuffer,
     qf: DeviceBuffer,
+    qf_lo: DeviceBuffer,
     pf: DeviceBuffer,
     part_o: DeviceBuffer,
     part_ml: DeviceBuffer,
@@ -776,6 +779,7 @@ impl TurboQuantCuda {
             unit_segs: DeviceBuffer::from_slice(&self.gpu, &unit_segs)?,
             tile_segs: DeviceBuffer::from_slice(&self.gpu, &tile_segs)?,
             qf: DeviceBuffer::alloc(&self.gpu, frag_bytes)?,
+            qf_lo: DeviceBuffer::alloc(&self.gpu, frag_bytes)?,
             pf: DeviceBuffer::alloc(&self.gpu, if self.cfg.key_qjl { frag_bytes } else { 4 })?,
             part_o: DeviceBuffer::alloc(&self.gpu, segs.len() * ROWS * d * 4)?,
             part_ml: DeviceBuffer::alloc(&self.gpu, segs.len() * ROWS * 2 * 4)?,
@@ -819,6 +823,7 @@ impl TurboQuantCuda {
             pit: self.pit.ptr(),
             st: self.st.ptr(),
             qf: prep.qf.ptr(),
+            qf_lo: prep.qf_lo.ptr(),
             pf: prep.pf.ptr(),
             seqlens_q: prep.seqlens_q.ptr(),
             heads_kv: p.heads_kv as i32,
@@ -840,6 +845,7 @@ impl TurboQuantCuda {
         )?;
         let mut dp = DecodeParams {
             qf: prep.qf.ptr(),
+            qf_lo: prep.qf_lo.ptr(),
             pf: prep.pf.ptr(),
             kcodes: cache.kcodes.ptr(),
             ksigns: cache.ksigns.ptr(),
@@ -897,6 +903,27 @@ impl TurboQuantCuda {
         )
     }
 
+    /// [`Self::append`] of device inputs' K and V (`x.problem.seqlens_k` tokens per sequence).
+    pub fn compress_inputs(
+        &self,
+        cache: &mut DeviceTurboQuantCache,
+        x: &crate::launch::DeviceInputs,
+    ) -> Result<()> {
+        let p = &x.problem;
+        self.append(cache, &x.k, &x.v, p.max_seqlen_k, &p.seqlens_k)
+    }
+
+    /// [`Self::launch_decode`] with the queries of device inputs.
+    pub fn launch_decode_inputs(
+        &self,
+        prep: &PreparedTurboQuantDecode,
+        x: &crate::launch::DeviceInputs,
+        cache: &DeviceTurboQuantCache,
+        out: &mut DeviceOutputs,
+    ) -> Result<()> {
+        self.launch_decode(prep, &x.q, cache, out)
+    }
+
     /// Allocates outputs for `p`.
     pub fn alloc_outputs(&self, p: &AttentionProblem) -> Result<DeviceOutputs> {
         DeviceOutputs::alloc(&self.gpu, p)
@@ -946,6 +973,26 @@ impl CudaBackend {
     }
 }
 
+impl ferrattn_core::backend::TurboQuantDecode for CudaBackend {
+    /// [`ferrattn_core::turboquant::emulate`]'s semantics: K and V compressed by the kernels,
+    /// every query row attended by the fused decode over the compressed cache (causal rows
+    /// bottom-right), stream-K over every resident warp.
+    fn run_turboquant(
+        &self,
+        plan: &ferrattn_core::AttentionPlan,
+        x: &AttentionInputs,
+    ) -> Result<AttentionOutput> {
+        let ferrattn_core::PlanDetail::TurboQuant(cfg) = &plan.detail else {
+            return Err(CudaError::Plan(format!(
+                "run_turboquant was given a {} plan",
+                plan.algorithm
+            )));
+        };
+        let t = TurboQuantCuda::new(self, cfg, &plan.problem)?;
+        Ok(t.run(&plan.problem, x, None)?.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -954,8 +1001,8 @@ mod tests {
     fn params_structs_match_the_kernel_layouts() {
         // pointers, ints, then float arrays (see the structs in turboquant_*.cu)
         assert_eq!(std::mem::size_of::<CompressParams>(), 8 * 8 + 6 * 4 + 31 * 4 + 4);
-        assert_eq!(std::mem::size_of::<DecodeParams>(), 13 * 8 + 8 * 4 + 16 * 4);
-        assert_eq!(std::mem::size_of::<PrepareParams>(), 6 * 8 + 7 * 4 + 2 * 4 + 4);
+        assert_eq!(std::mem::size_of::<DecodeParams>(), 14 * 8 + 8 * 4 + 16 * 4);
+        assert_eq!(std::mem::size_of::<PrepareParams>(), 7 * 8 + 7 * 4 + 2 * 4 + 4);
         assert_eq!(std::mem::size_of::<CombineParams>(), 7 * 8 + 6 * 4);
     }
 

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# TurboQuant on the GPU machine, from a folder made by turboquant-bundle.sh (binaries
+# gpu_turboquant and turboquant, turboquant_sdpa.py, gpu-env.sh, COMMIT) with this script as run.sh.
+#   bash <folder>/run.sh tests    # GPU tests, compute-sanitizer memcheck + racecheck
+#   bash <folder>/run.sh bench    # benchmark (+ our Lean) and PyTorch SDPA in the same command
+#   bash <folder>/run.sh all      # tests, then bench
+#   bash <folder>/run.sh quick    # tests, then the two-shape benchmark
+# Logs and JSON go to $OUT (or <folder>/out); the summary and the table are printed last.
+set -uo pipefail
+MODE="${1:-all}"
+# shellcheck source=/dev/null
+source "$(cd "$(dirname "$0")" && pwd)/gpu-env.sh"
+
+gpu_tests() {
+  local t0=$SECONDS
+  timeout "$1" "$B/gpu_turboquant" --include-ignored --test-threads=1 --nocapture >"$OUT/gpu_tests.txt" 2>&1
+  local rc=$?
+  grep -E "^test .*(ok|FAILED)$|test result|panicked|SKIPPED" "$OUT/gpu_tests.txt" | tail -n 30
+  [ $rc -eq 0 ] || { status=1; summary+=("GPU tests FAILED ($rc; see gpu_tests.txt)"); grep -m 12 -E "vs emulation|rel_fro|bit-exact|panicked" "$OUT/gpu_tests.txt"; }
+  if grep -q "SKIPPED " "$OUT/gpu_tests.txt"; then status=1; summary+=("a GPU test SKIPPED on the GPU machine"); fi
+  summary+=("GPU tests: $(grep 'test result' "$OUT/gpu_tests.txt" | tail -n 1) in $((SECONDS - t0)) s")
+}
+
+bench() {  # $1: extra flags
+  local t0=$SECONDS
+  timeout 200 "$B/turboquant" $1 --out "$OUT/turboquant.json" >"$OUT/bench_log.txt" 2>&1
+  local bs=$?
+  [ $bs -eq 0 ] || { status=1; summary+=("bench FAILED ($bs)"); tail -n 20 "$OUT/bench_log.txt"; return; }
+  summary+=("bench: $((SECONDS - t0)) s")
+  PYTHONUNBUFFERED=1 timeout 120 python3 "$B/turboquant_sdpa.py" "$OUT/turboquant.json" "$OUT/sdpa.json" >"$OUT/table.md" 2>"$OUT/sdpa_log.txt"
+  [ $? -eq 0 ] || { status=1; summary+=("SDPA FAILED"); tail -n 20 "$OUT/sdpa_log.txt"; }
+}
+
+case "$MODE" in
+  tests) gpu_tests 200; sanitize gpu_turboquant gpu_turboquant_sanitizer_small ;;
+  bench) bench "" ;;
+  all) gpu_tests 200; sanitize gpu_turboquant gpu_turboquant_sanitizer_small; bench "" ;;
+  quick) gpu_tests 200; sanitize gpu_turboquant gpu_turboquant_sanitizer_small; bench --quick ;;
+  *) echo "unknown mode $MODE"; exit 2 ;;
+esac
+echo
+echo "==================== summary ($FERRATTN_COMMIT, $(date -u +%F))"
+printf '%s\n' "${summary[@]}"
+[ -f "$OUT/table.md" ] && cat "$OUT/table.md"
+exit $status
