@@ -234,7 +234,9 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     for (int n = 0; n < NB; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
     const size_t row0 = ((size_t)b * p.heads_kv + h) * p.cap;
-    const int last = max(lim0, lim1);  // tokens past both rows' ends are never needed
+    // the loop bound must be the same in every lane (mma.sync and shfl.sync need the whole
+    // warp): the segment's end, not a row's visible end (rows differ per lane; masked below)
+    const int last = tok1;
 
     Stage<D> cur;
     if (tok0 < last) load_stage<D, QJL>(p, row0, tok0, g, q, cur);

@@ -23,7 +23,7 @@ gpu_tests() {
 
 bench() {  # $1: extra flags
   local t0=$SECONDS
-  timeout 200 "$B/turboquant" $1 --out "$OUT/turboquant.json" >"$OUT/bench_log.txt" 2>&1
+  timeout 150 "$B/turboquant" $1 --out "$OUT/turboquant.json" >"$OUT/bench_log.txt" 2>&1
   local bs=$?
   [ $bs -eq 0 ] || { status=1; summary+=("bench FAILED ($bs)"); tail -n 20 "$OUT/bench_log.txt"; return; }
   summary+=("bench: $((SECONDS - t0)) s")
@@ -35,7 +35,7 @@ case "$MODE" in
   tests) gpu_tests 200; sanitize gpu_turboquant gpu_turboquant_sanitizer_small ;;
   bench) bench "" ;;
   all) gpu_tests 200; sanitize gpu_turboquant gpu_turboquant_sanitizer_small; bench "" ;;
-  quick) gpu_tests 200; sanitize gpu_turboquant gpu_turboquant_sanitizer_small; bench --quick ;;
+  quick) gpu_tests 100; sanitize gpu_turboquant gpu_turboquant_sanitizer_small; bench --quick ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
 esac
 echo
