@@ -182,7 +182,14 @@ fn cmd_turboquant_session(a: &TurboquantSessionArgs) -> ferrattn::Result<()> {
         r.device_bytes_per_token,
         r.fp16_bytes_per_token,
         r.fp16_bytes_per_token as f64 / r.packed_bytes_per_token,
-        if r.device_bytes_per_token > 0 { format!("{:.2}x", r.fp16_bytes_per_token as f64 / r.device_bytes_per_token as f64) } else { "n/a".into() }
+        if r.device_bytes_per_token > 0 {
+            format!(
+                "{:.2}x",
+                r.fp16_bytes_per_token as f64 / r.device_bytes_per_token as f64
+            )
+        } else {
+            "n/a".into()
+        }
     );
     if a.steps > 0 {
         println!("decode: {:.3} ms per step (append + decode, host wall clock, transfers included); worst step O vs exact rel_fro {:.3e}", r.step_ms, r.worst_step_error);

@@ -215,7 +215,8 @@ impl Runtime {
         let plan = ferrattn_core::plan(algorithm, problem, &self.caps())?;
         // the TurboQuant kernels' closed list (f16, d 64/128, 2-4 bits) is narrower than the
         // emulation's: refuse at plan time what the CUDA backend would refuse at run time
-        if let (Runtime::Cuda(_), ferrattn_core::PlanDetail::TurboQuant(cfg)) = (self, &plan.detail) {
+        if let (Runtime::Cuda(_), ferrattn_core::PlanDetail::TurboQuant(cfg)) = (self, &plan.detail)
+        {
             ferrattn_cuda::turboquant::check_supported(cfg, problem)?;
         }
         Ok(plan)

@@ -146,14 +146,24 @@ pub fn run(a: &SessionArgs) -> Result<SessionReport> {
             t.launch_decode(&prep, &t.upload_f16(&ctx.q.data)?, &cache, &mut out)?;
             let o = t.download(&out, &p)?;
             prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
-            prefill_error = if a.check { rel_error(&p, &ctx, &o.o) } else { f64::NAN };
+            prefill_error = if a.check {
+                rel_error(&p, &ctx, &o.o)
+            } else {
+                f64::NAN
+            };
             device_bytes_per_token = cache.bytes_per_token_head() * hk;
             for i in 0..a.steps {
                 let (px, x) = step(i)?;
                 let t1 = Instant::now();
                 let kn = slice(&k_all, total, s + i, 1);
                 let vn = slice(&v_all, total, s + i, 1);
-                t.append(&mut cache, &t.upload_f16(&kn.data)?, &t.upload_f16(&vn.data)?, 1, &vec![1; b])?;
+                t.append(
+                    &mut cache,
+                    &t.upload_f16(&kn.data)?,
+                    &t.upload_f16(&vn.data)?,
+                    1,
+                    &vec![1; b],
+                )?;
                 let prep = t.prepare_decode(&px, &cache, None)?;
                 let mut out = t.alloc_outputs(&px)?;
                 t.launch_decode(&prep, &t.upload_f16(&x.q.data)?, &cache, &mut out)?;
@@ -168,7 +178,11 @@ pub fn run(a: &SessionArgs) -> Result<SessionReport> {
             let t0 = Instant::now();
             let o = turboquant::emulate(&cfg, &p, &ctx)?;
             prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
-            prefill_error = if a.check { rel_error(&p, &ctx, &o.o) } else { f64::NAN };
+            prefill_error = if a.check {
+                rel_error(&p, &ctx, &o.o)
+            } else {
+                f64::NAN
+            };
             device_bytes_per_token = 0;
             for i in 0..a.steps {
                 let (px, x) = step(i)?;

@@ -95,7 +95,10 @@ pub fn check_supported(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<(
     }
     if cfg.key_qjl && cfg.qjl_dim != d {
         return Err(unsupported(
-            format!("TurboQuant on CUDA with qjl_dim = {} at d = {d}", cfg.qjl_dim),
+            format!(
+                "TurboQuant on CUDA with qjl_dim = {} at d = {d}",
+                cfg.qjl_dim
+            ),
             "qjl_dim = head dim (the paper's m = d)",
         ));
     }
@@ -350,6 +353,60 @@ fn occupancy(f: &Function, threads: usize, smem: usize) -> Result<usize> {
     Ok(occ.max(1) as usize)
 }
 
+/// The decode schedule as the kernels read it (host-side, pure).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduleTables {
+    /// 16-row query groups per (sequence, KV head).
+    pub qgroups: usize,
+    /// Output tiles `(b · Hk + h) · qgroups + qg`.
+    pub tiles: usize,
+    /// Units (warps).
+    pub units: usize,
+    /// Per segment: tile, first token, end token, 0.
+    pub segs: Vec<i32>,
+    /// `units + 1` first segments of each unit.
+    pub unit_segs: Vec<i32>,
+    /// `tiles + 1` first segments of each tile (a tile's segments are consecutive).
+    pub tile_segs: Vec<i32>,
+}
+
+/// Stream-K over `units` warps of the iteration space of `p` (`lean::TileSpace` with
+/// [`TILE_K`]-token iterations and 16-row query groups), as segments the decode kernel walks.
+pub fn schedule_tables(p: &AttentionProblem, units: usize) -> ScheduleTables {
+    let qgroups = (p.group_size() * p.max_seqlen_q).div_ceil(ROWS);
+    let space = TileSpace::new(p, TILE_K, qgroups);
+    let schedule = Schedule::stream_k(&space, units.max(1));
+    let segs = schedule.segments(&space);
+    let units = schedule.num_ctas();
+    let tiles = space.num_tiles();
+    let mut seg_tab = Vec::with_capacity(segs.len() * 4);
+    let mut unit_segs = vec![0i32; units + 1];
+    let mut tile_segs = vec![-1i32; tiles + 1];
+    for (i, s) in segs.iter().enumerate() {
+        let (b, _, _) = space.tile_coords(s.tile);
+        let sk = p.seqlens_k[b];
+        let t0 = (s.local_begin as usize * TILE_K).min(sk);
+        let t1 = (s.local_end as usize * TILE_K).min(sk);
+        seg_tab.extend_from_slice(&[s.tile as i32, t0 as i32, t1 as i32, 0]);
+        unit_segs[s.cta + 1] = i as i32 + 1;
+        if tile_segs[s.tile] < 0 {
+            tile_segs[s.tile] = i as i32;
+        }
+    }
+    for u in 1..=units {
+        unit_segs[u] = unit_segs[u].max(unit_segs[u - 1]);
+    }
+    tile_segs[tiles] = segs.len() as i32;
+    ScheduleTables {
+        qgroups,
+        tiles,
+        units,
+        segs: seg_tab,
+        unit_segs,
+        tile_segs,
+    }
+}
+
 /// The compressed cache on the device, contiguous per (sequence, KV head), `capacity` tokens.
 #[derive(Debug)]
 pub struct DeviceTurboQuantCache {
@@ -421,18 +478,19 @@ impl DeviceTurboQuantCache {
                 for h in 0..hk {
                     let src = (b * hk + h) * cap + j;
                     let dst = (b * max_seqlen_k + j) * hk + h;
-                    kv.k_idx[dst * d..(dst + 1) * d].copy_from_slice(
-                        &layout::unpack_key_codes(&kc[src * d / 2..(src + 1) * d / 2]),
-                    );
+                    kv.k_idx[dst * d..(dst + 1) * d].copy_from_slice(&layout::unpack_key_codes(
+                        &kc[src * d / 2..(src + 1) * d / 2],
+                    ));
                     kv.k_signs[dst * d / 8..(dst + 1) * d / 8].copy_from_slice(
                         &layout::unpack_signs(d, &ks[src * d / 8..(src + 1) * d / 8]),
                     );
                     kv.k_norm[dst] = h2f(kn[src] as u16);
                     kv.r_norm[dst] = h2f((kn[src] >> 16) as u16);
                     let pair = ((b * hk + h) * cap) / 2 + j / 2;
-                    kv.v_idx[dst * d..(dst + 1) * d].copy_from_slice(
-                        &layout::unpack_value_codes(&vc[pair * d..(pair + 1) * d], j % 2),
-                    );
+                    kv.v_idx[dst * d..(dst + 1) * d].copy_from_slice(&layout::unpack_value_codes(
+                        &vc[pair * d..(pair + 1) * d],
+                        j % 2,
+                    ));
                     kv.v_norm[dst] = h2f(vn[src]);
                 }
             }
@@ -699,7 +757,13 @@ impl TurboQuantCuda {
                 cents: cb.2,
             };
             let grid = items.min(sms * per_sm) as u32;
-            launch_raw(&self.gpu, f, (grid, d as u32), smem as u32, &mut [arg(&mut prm)])?;
+            launch_raw(
+                &self.gpu,
+                f,
+                (grid, d as u32),
+                smem as u32,
+                &mut [arg(&mut prm)],
+            )?;
         }
         // dst0 / count are freed on return: the launches must be done with them (an append is
         // not part of a captured decode step)
@@ -727,10 +791,7 @@ impl TurboQuantCuda {
             )));
         }
         let d = self.head_dim;
-        let group = p.group_size();
-        let qgroups = (group * p.max_seqlen_q).div_ceil(ROWS);
-        let space = TileSpace::new(p, TILE_K, qgroups);
-        let r16 = group * p.max_seqlen_q > 8;
+        let r16 = p.group_size() * p.max_seqlen_q > 8;
         let decode = if r16 {
             self.decode_r16.clone()
         } else {
@@ -738,41 +799,22 @@ impl TurboQuantCuda {
         };
         let resident =
             occupancy(&decode, UNIT_WARPS * 32, 0)? * UNIT_WARPS * self.gpu.caps.compute_units;
-        let want = units.unwrap_or(resident).max(1);
-        let schedule = Schedule::stream_k(&space, want);
-        let segs = schedule.segments(&space);
-        let units = schedule.num_ctas();
-        let tiles = space.num_tiles();
-        let mut seg_tab = Vec::with_capacity(segs.len() * 4);
-        let mut unit_segs = vec![0i32; units + 1];
-        let mut tile_first = vec![usize::MAX; tiles];
-        let mut tile_count = vec![0usize; tiles];
-        for (i, s) in segs.iter().enumerate() {
-            let (b, _, _) = space.tile_coords(s.tile);
-            let sk = p.seqlens_k[b];
-            let t0 = (s.local_begin as usize * TILE_K).min(sk);
-            let t1 = (s.local_end as usize * TILE_K).min(sk);
-            seg_tab.extend_from_slice(&[s.tile as i32, t0 as i32, t1 as i32, 0]);
-            unit_segs[s.cta + 1] = i as i32 + 1;
-            if tile_first[s.tile] == usize::MAX {
-                tile_first[s.tile] = i;
-            }
-            // a tile's segments are consecutive (stream-K ranges are contiguous)
-            debug_assert_eq!(tile_first[s.tile] + tile_count[s.tile], i);
-            tile_count[s.tile] += 1;
-        }
-        for u in 1..=units {
-            unit_segs[u] = unit_segs[u].max(unit_segs[u - 1]);
-        }
-        let mut tile_segs: Vec<i32> = tile_first.iter().map(|&f| f as i32).collect();
-        tile_segs.push(segs.len() as i32);
+        let ScheduleTables {
+            qgroups,
+            tiles,
+            units,
+            segs: seg_tab,
+            unit_segs,
+            tile_segs,
+        } = schedule_tables(p, units.unwrap_or(resident));
+        let n_segs = seg_tab.len() / 4;
         let lens = |l: &[usize]| l.iter().map(|&x| x as i32).collect::<Vec<i32>>();
         let frag_bytes = tiles * 32 * d * 2;
         Ok(PreparedTurboQuantDecode {
             problem: p.clone(),
             units,
             tiles,
-            segments: segs.len(),
+            segments: n_segs,
             qgroups,
             decode,
             segs: DeviceBuffer::from_slice(&self.gpu, &seg_tab)?,
@@ -781,8 +823,8 @@ impl TurboQuantCuda {
             qf: DeviceBuffer::alloc(&self.gpu, frag_bytes)?,
             qf_lo: DeviceBuffer::alloc(&self.gpu, frag_bytes)?,
             pf: DeviceBuffer::alloc(&self.gpu, if self.cfg.key_qjl { frag_bytes } else { 4 })?,
-            part_o: DeviceBuffer::alloc(&self.gpu, segs.len() * ROWS * d * 4)?,
-            part_ml: DeviceBuffer::alloc(&self.gpu, segs.len() * ROWS * 2 * 4)?,
+            part_o: DeviceBuffer::alloc(&self.gpu, n_segs * ROWS * d * 4)?,
+            part_ml: DeviceBuffer::alloc(&self.gpu, n_segs * ROWS * 2 * 4)?,
             seqlens_q: DeviceBuffer::from_slice(&self.gpu, &lens(&p.seqlens_q))?,
             seqlens_k: DeviceBuffer::from_slice(&self.gpu, &lens(&p.seqlens_k))?,
         })
@@ -968,8 +1010,504 @@ impl TurboQuantCuda {
 
 impl CudaBackend {
     /// The TurboQuant kernels of `cfg` for problems shaped like `p` (see [`TurboQuantCuda`]).
-    pub fn turboquant(&self, cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<TurboQuantCuda> {
+    pub fn turboquant(
+        &self,
+        cfg: &TurboQuantConfig,
+        p: &AttentionProblem,
+    ) -> Result<TurboQuantCuda> {
         TurboQuantCuda::new(self, cfg, p)
+    }
+}
+
+/// The decode kernels' slow twin: `turboquant_prepare_q`, `turboquant_decode` and
+/// `turboquant_combine` simulated lane by lane on the host, over the device layout of the cache
+/// (the bytes [`layout`] describes), with `prmt` byte selection and the `mma.m16n8k16` fragment
+/// layouts of the PTX ISA. The MMAs are exact products accumulated in f32 (the tensor cores'
+/// rounding differs in the last bits). Host tests hold it against the emulation, so the
+/// fragment bookkeeping is checked on every machine, GPU or not.
+pub mod twin {
+    use super::{layout, schedule_tables, ROWS, TILE_K};
+    use ferrattn_core::turboquant::{CompressedKv, TurboQuantCodec};
+    use ferrattn_core::{AttentionProblem, Tensor};
+    use half::f16;
+
+    /// The device bytes of a cache (capacity rounded to 16 tokens), as the compression kernels
+    /// write them.
+    pub struct DeviceImage {
+        cap: usize,
+        kcodes: Vec<u8>,
+        ksigns: Vec<u8>,
+        knorms: Vec<u32>,
+        vcodes: Vec<u8>,
+        vnorms: Vec<u16>,
+    }
+
+    fn h(x: f32) -> u16 {
+        f16::from_f32(x).to_bits()
+    }
+    fn f(x: u16) -> f32 {
+        f16::from_bits(x).to_f32()
+    }
+
+    /// Lays a [`CompressedKv`] out as the device does.
+    pub fn image(kv: &CompressedKv) -> DeviceImage {
+        let (b_, hk, d) = (kv.batch, kv.heads_kv, kv.head_dim_k);
+        let cap = kv.max_seqlen_k.div_ceil(TILE_K).max(1) * TILE_K;
+        let rows = b_ * hk * cap;
+        let mut im = DeviceImage {
+            cap,
+            kcodes: vec![0; rows * d / 2],
+            ksigns: vec![0; rows * d / 8],
+            knorms: vec![0; rows],
+            vcodes: vec![0; rows * d / 2],
+            vnorms: vec![0; rows],
+        };
+        for b in 0..b_ {
+            for j in 0..kv.seqlens_k[b] {
+                for hh in 0..hk {
+                    let src = (b * kv.max_seqlen_k + j) * hk + hh;
+                    let dst = (b * hk + hh) * cap + j;
+                    im.kcodes[dst * d / 2..(dst + 1) * d / 2].copy_from_slice(
+                        &layout::pack_key_codes(&kv.k_idx[src * d..(src + 1) * d]),
+                    );
+                    im.ksigns[dst * d / 8..(dst + 1) * d / 8].copy_from_slice(&layout::pack_signs(
+                        d,
+                        &kv.k_signs[src * d / 8..(src + 1) * d / 8],
+                    ));
+                    im.knorms[dst] = h(kv.k_norm[src]) as u32 | (h(kv.r_norm[src]) as u32) << 16;
+                    im.vnorms[dst] = h(kv.v_norm[src]);
+                    let pair = ((b * hk + hh) * cap) / 2 + j / 2;
+                    for beta in 0..d {
+                        let c = layout::value_byte_channel(d, beta);
+                        im.vcodes[pair * d + beta] |= kv.v_idx[src * d + c] << (4 * (j % 2));
+                    }
+                }
+            }
+        }
+        im
+    }
+
+    /// `prmt.b32` in its default mode.
+    pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+        let bytes = (a as u64 | (b as u64) << 32).to_le_bytes();
+        (0..4).fold(0u32, |r, i| {
+            let n = (sel >> (4 * i)) & 15;
+            let byte = bytes[(n & 7) as usize];
+            let v = if n & 8 != 0 {
+                if byte & 0x80 != 0 {
+                    0xff
+                } else {
+                    0
+                }
+            } else {
+                byte
+            };
+            r | (v as u32) << (8 * i)
+        })
+    }
+
+    /// `lookup4` of the kernel.
+    pub fn lookup4(w: u32, t: &[u32; 8], wide: bool) -> (u32, u32) {
+        let (lo, hi) = if !wide {
+            (prmt(t[0], t[1], w), prmt(t[4], t[5], w))
+        } else {
+            let sel = w & 0x7777;
+            let pick = ((w >> 1) & 0x4444) | 0x3210;
+            (
+                prmt(prmt(t[0], t[1], sel), prmt(t[2], t[3], sel), pick),
+                prmt(prmt(t[4], t[5], sel), prmt(t[6], t[7], sel), pick),
+            )
+        };
+        (prmt(lo, hi, 0x5140), prmt(lo, hi, 0x7362))
+    }
+
+    fn signs2(w: u32, jj: u32) -> u32 {
+        ((w << (15 - jj)) & 0x8000_8000) ^ 0xBC00_BC00
+    }
+
+    fn half2(w: u32) -> (f32, f32) {
+        (f(w as u16), f((w >> 16) as u16))
+    }
+
+    /// `mma.m16n8k16` over a warp: `d[lane] += A B` with the fragments of every lane.
+    fn mma(d: &mut [[f32; 4]; 32], a: &[[u32; 4]; 32], b0: &[u32; 32], b1: &[u32; 32]) {
+        let mut am = [[0f32; 16]; 16];
+        let mut bm = [[0f32; 8]; 16];
+        for lane in 0..32 {
+            let (g, t) = (lane / 4, lane % 4);
+            for (r, (row, col)) in [
+                (g, 2 * t),
+                (g + 8, 2 * t),
+                (g, 2 * t + 8),
+                (g + 8, 2 * t + 8),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let (x, y) = half2(a[lane][r]);
+                am[row][col] = x;
+                am[row][col + 1] = y;
+            }
+            let (x, y) = half2(b0[lane]);
+            bm[2 * t][g] = x;
+            bm[2 * t + 1][g] = y;
+            let (x, y) = half2(b1[lane]);
+            bm[2 * t + 8][g] = x;
+            bm[2 * t + 9][g] = y;
+        }
+        for lane in 0..32 {
+            let (g, t) = (lane / 4, lane % 4);
+            for (e, (row, col)) in [
+                (g, 2 * t),
+                (g, 2 * t + 1),
+                (g + 8, 2 * t),
+                (g + 8, 2 * t + 1),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let mut acc = d[lane][e];
+                for k in 0..16 {
+                    acc += (am[row][k] as f64 * bm[k][col] as f64) as f32;
+                }
+                d[lane][e] = acc;
+            }
+        }
+    }
+
+    fn words(bytes: &[u8]) -> Vec<u32> {
+        bytes
+            .chunks(4)
+            .map(|c| {
+                u32::from_le_bytes([
+                    c[0],
+                    c[1],
+                    c.get(2).copied().unwrap_or(0),
+                    c.get(3).copied().unwrap_or(0),
+                ])
+            })
+            .collect()
+    }
+
+    /// Attention of `q` over the cache image, as the three kernels compute it, with `units`
+    /// stream-K units. `p.seqlens_k` are the cache's lengths.
+    #[allow(clippy::needless_range_loop)] // lane-indexed arrays mirror the kernel's registers
+    pub fn decode(
+        codec: &TurboQuantCodec,
+        p: &AttentionProblem,
+        q: &Tensor,
+        im: &DeviceImage,
+        units: usize,
+    ) -> (Tensor, Vec<f32>) {
+        let d = p.head_dim_qk;
+        let (ch, nb) = (d / 16, d / 8);
+        let group = p.group_size();
+        let st = schedule_tables(p, units);
+        let qjl = codec.key_qjl;
+        let kwide = codec.key.mse().bits() == 4;
+        let vwide = codec.value.bits() == 4;
+        let ktab = super::centroid_tables(codec.key.mse().codebook().centroids_f32());
+        let vtab = super::centroid_tables(codec.value.codebook().centroids_f32());
+        let log2e = std::f32::consts::LOG2_E;
+        let qscale = p.softmax_scale * log2e;
+        let pscale = qscale * codec.sketch().correction_scale();
+        let pi = codec.key_rotation().matrix();
+        let sm = codec.sketch().matrix();
+        // ---- prepare_q: A fragments per tile, [tile][lane][chunk][reg] f16x2
+        let frag =
+            |tile: usize, lane: usize, c: usize, r: usize| ((tile * 32 + lane) * ch + c) * 4 + r;
+        let mut qf = vec![0u32; st.tiles * 32 * ch * 4];
+        let mut qlo = qf.clone();
+        let mut pf = qf.clone();
+        for tile in 0..st.tiles {
+            let (qg, hh, b) = (
+                tile % st.qgroups,
+                (tile / st.qgroups) % p.heads_kv,
+                tile / (st.qgroups * p.heads_kv),
+            );
+            for r in 0..ROWS {
+                let rr = qg * ROWS + r;
+                let (hl, i) = (rr / p.max_seqlen_q, rr % p.max_seqlen_q);
+                if hl >= group || i >= p.seqlens_q[b] {
+                    continue;
+                }
+                let qrow = q.row4(b, i, hh * group + hl);
+                for o in 0..d {
+                    let rot: f32 = (0..d).map(|k| pi[o * d + k] * qrow[k]).sum::<f32>() * qscale;
+                    let proj: f32 = (0..d).map(|k| sm[o * d + k] * qrow[k]).sum::<f32>() * pscale;
+                    let (c, cc) = (o / 16, o % 16);
+                    let (eta, e, t) = (cc / 8, cc % 2, (cc % 8) / 2);
+                    let (lane, reg) = ((r % 8) * 4 + t, r / 8 + 2 * eta);
+                    let hi = h(rot);
+                    let at = frag(tile, lane, c, reg);
+                    qf[at] |= (hi as u32) << (16 * e);
+                    qlo[at] |= (h(rot - f(hi)) as u32) << (16 * e);
+                    pf[at] |= (h(proj) as u32) << (16 * e);
+                }
+            }
+        }
+        // ---- decode: one warp per unit
+        let n_segs = st.segs.len() / 4;
+        let mut part_o = vec![0f32; n_segs * ROWS * d];
+        let mut part_ml = vec![0f32; n_segs * ROWS * 2];
+        for u in 0..st.units {
+            for sgi in st.unit_segs[u] as usize..st.unit_segs[u + 1] as usize {
+                let (tile, tok0, tok1) = (
+                    st.segs[4 * sgi] as usize,
+                    st.segs[4 * sgi + 1] as usize,
+                    st.segs[4 * sgi + 2] as usize,
+                );
+                let (qg, hh, b) = (
+                    tile % st.qgroups,
+                    (tile / st.qgroups) % p.heads_kv,
+                    tile / (st.qgroups * p.heads_kv),
+                );
+                let row_end = |r: usize| {
+                    let rr = qg * ROWS + r;
+                    let (hl, i) = (rr / p.max_seqlen_q, rr % p.max_seqlen_q);
+                    if hl >= group || i >= p.seqlens_q[b] {
+                        0
+                    } else {
+                        p.visible_keys(b, i)
+                    }
+                };
+                let row0 = (b * p.heads_kv + hh) * im.cap;
+                let mut o = [[[0f32; 4]; 32]; 32]; // [n-block][lane][e] (up to d = 256 / 8)
+                let (mut m, mut l) = ([[f32::NEG_INFINITY; 2]; 32], [[0f32; 2]; 32]);
+                let mut start = tok0;
+                while start < tok1 {
+                    let mut s0 = [[0f32; 4]; 32];
+                    let mut s1 = s0;
+                    let mut t0 = s0;
+                    let mut t1 = s0;
+                    let k0: Vec<Vec<u32>> = (0..32)
+                        .map(|lane| {
+                            let (g, q4) = (lane / 4, lane % 4);
+                            let at = (row0 + start + g) * d / 2 + q4 * d / 8;
+                            words(&im.kcodes[at..at + d / 8])
+                        })
+                        .collect();
+                    let k1: Vec<Vec<u32>> = (0..32)
+                        .map(|lane| {
+                            let (g, q4) = (lane / 4, lane % 4);
+                            let at = (row0 + start + g + 8) * d / 2 + q4 * d / 8;
+                            words(&im.kcodes[at..at + d / 8])
+                        })
+                        .collect();
+                    for w in 0..d / 32 {
+                        for (kk, sacc) in [(&k0, &mut s0), (&k1, &mut s1)] {
+                            let mut b_lo = [[0u32; 32]; 2];
+                            let mut b_hi = [[0u32; 32]; 2];
+                            for lane in 0..32 {
+                                let (x0, x1) = lookup4(kk[lane][w], &ktab, kwide);
+                                let (y0, y1) = lookup4(kk[lane][w] >> 16, &ktab, kwide);
+                                b_lo[0][lane] = x0;
+                                b_lo[1][lane] = x1;
+                                b_hi[0][lane] = y0;
+                                b_hi[1][lane] = y1;
+                            }
+                            for (chunk, bb) in [(2 * w, &b_lo), (2 * w + 1, &b_hi)] {
+                                for src in [&qf, &qlo] {
+                                    let a: [[u32; 4]; 32] = std::array::from_fn(|lane| {
+                                        std::array::from_fn(|r| src[frag(tile, lane, chunk, r)])
+                                    });
+                                    mma(sacc, &a, &bb[0], &bb[1]);
+                                }
+                            }
+                        }
+                    }
+                    if qjl {
+                        let sg = |tok: usize, lane: usize| -> u32 {
+                            let at = (row0 + tok) * d / 8 + (lane % 4) * d / 32;
+                            let wv = words(&im.ksigns[at..at + d / 32])[0];
+                            if d == 128 {
+                                wv
+                            } else {
+                                (wv & 0xff) | ((wv & 0xff00) << 8)
+                            }
+                        };
+                        for c in 0..ch {
+                            let a: [[u32; 4]; 32] = std::array::from_fn(|lane| {
+                                std::array::from_fn(|r| pf[frag(tile, lane, c, r)])
+                            });
+                            for (off, tacc) in [(0usize, &mut t0), (8, &mut t1)] {
+                                let b0: [u32; 32] = std::array::from_fn(|lane| {
+                                    signs2(sg(start + lane / 4 + off, lane), 2 * c as u32)
+                                });
+                                let b1: [u32; 32] = std::array::from_fn(|lane| {
+                                    signs2(sg(start + lane / 4 + off, lane), 2 * c as u32 + 1)
+                                });
+                                mma(tacc, &a, &b0, &b1);
+                            }
+                        }
+                    }
+                    // scores, masking, online softmax per lane (rows g, g + 8)
+                    let mut pa = [[0u32; 4]; 32];
+                    let mut sc_all = [[0f32; 8]; 32];
+                    for lane in 0..32 {
+                        let (g, q4) = (lane / 4, lane % 4);
+                        let j0 = start + 2 * q4;
+                        let kn = |t: usize| half2(im.knorms[row0 + t]);
+                        let toks = [j0, j0 + 1, j0 + 8, j0 + 9];
+                        let sv = [
+                            s0[lane][0],
+                            s0[lane][1],
+                            s1[lane][0],
+                            s1[lane][1],
+                            s0[lane][2],
+                            s0[lane][3],
+                            s1[lane][2],
+                            s1[lane][3],
+                        ];
+                        let tv = [
+                            t0[lane][0],
+                            t0[lane][1],
+                            t1[lane][0],
+                            t1[lane][1],
+                            t0[lane][2],
+                            t0[lane][3],
+                            t1[lane][2],
+                            t1[lane][3],
+                        ];
+                        let lims = [tok1.min(row_end(g)), tok1.min(row_end(g + 8))];
+                        for e in 0..8 {
+                            let (kk, rn) = kn(toks[e % 4]);
+                            let mut x = kk * sv[e] + if qjl { rn * tv[e] } else { 0.0 };
+                            if toks[e % 4] >= lims[e / 4] {
+                                x = f32::NEG_INFINITY;
+                            }
+                            sc_all[lane][e] = x;
+                        }
+                    }
+                    for lane in 0..32 {
+                        let quad = lane & !3;
+                        let mut pr = [0f32; 8];
+                        for half in 0..2 {
+                            let mx = (quad..quad + 4)
+                                .flat_map(|l2| sc_all[l2][4 * half..4 * half + 4].to_vec())
+                                .fold(f32::NEG_INFINITY, f32::max);
+                            let mn = m[lane][half].max(mx);
+                            let mu = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
+                            let al = (m[lane][half] - mu).exp2();
+                            m[lane][half] = mn;
+                            let mut sum = 0.0;
+                            for e in 0..4 {
+                                pr[4 * half + e] = (sc_all[lane][4 * half + e] - mu).exp2();
+                                sum += pr[4 * half + e];
+                            }
+                            l[lane][half] = l[lane][half] * al + sum;
+                            for nblk in o.iter_mut().take(nb) {
+                                nblk[lane][2 * half] *= al;
+                                nblk[lane][2 * half + 1] *= al;
+                            }
+                        }
+                        let j0 = start + 2 * (lane % 4);
+                        let vn = [j0, j0 + 1, j0 + 8, j0 + 9].map(|t| f(im.vnorms[row0 + t]));
+                        let pv: [f32; 8] =
+                            std::array::from_fn(
+                                |e| if pr[e] == 0.0 { 0.0 } else { pr[e] * vn[e % 4] },
+                            );
+                        let pk = |a: f32, b2: f32| h(a) as u32 | (h(b2) as u32) << 16;
+                        pa[lane] = [
+                            pk(pv[0], pv[1]),
+                            pk(pv[4], pv[5]),
+                            pk(pv[2], pv[3]),
+                            pk(pv[6], pv[7]),
+                        ];
+                    }
+                    // O_rot += P' · c[idx_v]
+                    let vw = |pair: usize, lane: usize| -> Vec<u32> {
+                        let at = (row0 / 2 + pair) * d + (lane / 4) * d / 8;
+                        words(&im.vcodes[at..at + d / 8])
+                    };
+                    let v0: Vec<Vec<u32>> =
+                        (0..32).map(|lane| vw(start / 2 + lane % 4, lane)).collect();
+                    let v1: Vec<Vec<u32>> = (0..32)
+                        .map(|lane| vw(start / 2 + lane % 4 + 4, lane))
+                        .collect();
+                    for w in 0..d / 32 {
+                        let mut bs = [[[0u32; 32]; 4]; 2];
+                        for lane in 0..32 {
+                            for (which, vv) in [(0usize, &v0), (1, &v1)] {
+                                let (a0, a1) = lookup4(vv[lane][w], &vtab, vwide);
+                                let (a2, a3) = lookup4(vv[lane][w] >> 16, &vtab, vwide);
+                                bs[which][0][lane] = a0;
+                                bs[which][1][lane] = a1;
+                                bs[which][2][lane] = a2;
+                                bs[which][3][lane] = a3;
+                            }
+                        }
+                        for k in 0..4 {
+                            mma(&mut o[4 * w + k], &pa, &bs[0][k], &bs[1][k]);
+                        }
+                    }
+                    start += TILE_K;
+                }
+                for lane in 0..32 {
+                    let (g, q4) = (lane / 4, lane % 4);
+                    let quad = lane & !3;
+                    for half in 0..2 {
+                        let row = g + 8 * half;
+                        let lsum: f32 = (quad..quad + 4).map(|l2| l[l2][half]).sum();
+                        if q4 == 0 {
+                            part_ml[(sgi * ROWS + row) * 2] = m[lane][half];
+                            part_ml[(sgi * ROWS + row) * 2 + 1] = lsum;
+                        }
+                        for (n, nblk) in o.iter().take(nb).enumerate() {
+                            part_o[(sgi * ROWS + row) * d + 8 * n + 2 * q4] = nblk[lane][2 * half];
+                            part_o[(sgi * ROWS + row) * d + 8 * n + 2 * q4 + 1] =
+                                nblk[lane][2 * half + 1];
+                        }
+                    }
+                }
+            }
+        }
+        // ---- combine
+        let mut out = Tensor::zeros(&[p.batch, p.max_seqlen_q, p.heads_q, d], p.dtype);
+        let mut lse = vec![f32::NEG_INFINITY; p.batch * p.heads_q * p.max_seqlen_q];
+        let piv = codec.value_rotation().matrix();
+        for tile in 0..st.tiles {
+            let (qg, hh, b) = (
+                tile % st.qgroups,
+                (tile / st.qgroups) % p.heads_kv,
+                tile / (st.qgroups * p.heads_kv),
+            );
+            let segs = st.tile_segs[tile] as usize..st.tile_segs[tile + 1] as usize;
+            for r in 0..ROWS {
+                let rr = qg * ROWS + r;
+                let (hl, i) = (rr / p.max_seqlen_q, rr % p.max_seqlen_q);
+                if hl >= group || i >= p.seqlens_q[b] {
+                    continue;
+                }
+                let m = segs
+                    .clone()
+                    .map(|s| part_ml[(s * ROWS + r) * 2])
+                    .fold(f32::NEG_INFINITY, f32::max);
+                if m == f32::NEG_INFINITY {
+                    continue;
+                }
+                let mut l = 0.0;
+                let mut orot = vec![0f32; d];
+                for s in segs.clone() {
+                    let fct = (part_ml[(s * ROWS + r) * 2] - m).exp2();
+                    l += part_ml[(s * ROWS + r) * 2 + 1] * fct;
+                    for c in 0..d {
+                        orot[c] += part_o[(s * ROWS + r) * d + c] * fct;
+                    }
+                }
+                if l <= 0.0 {
+                    continue;
+                }
+                let head = hh * group + hl;
+                let dst = out.row4_mut(b, i, head);
+                for (oo, x) in dst.iter_mut().enumerate() {
+                    *x = (0..d).map(|k| piv[k * d + oo] * orot[k] / l).sum();
+                }
+                lse[(b * p.heads_q + head) * p.max_seqlen_q + i] =
+                    (m + l.log2()) * std::f32::consts::LN_2;
+            }
+        }
+        (out, lse)
     }
 }
 
@@ -1000,9 +1538,15 @@ mod tests {
     #[test]
     fn params_structs_match_the_kernel_layouts() {
         // pointers, ints, then float arrays (see the structs in turboquant_*.cu)
-        assert_eq!(std::mem::size_of::<CompressParams>(), 8 * 8 + 6 * 4 + 31 * 4 + 4);
+        assert_eq!(
+            std::mem::size_of::<CompressParams>(),
+            8 * 8 + 6 * 4 + 31 * 4 + 4
+        );
         assert_eq!(std::mem::size_of::<DecodeParams>(), 14 * 8 + 8 * 4 + 16 * 4);
-        assert_eq!(std::mem::size_of::<PrepareParams>(), 7 * 8 + 7 * 4 + 2 * 4 + 4);
+        assert_eq!(
+            std::mem::size_of::<PrepareParams>(),
+            7 * 8 + 7 * 4 + 2 * 4 + 4
+        );
         assert_eq!(std::mem::size_of::<CombineParams>(), 7 * 8 + 6 * 4);
     }
 
@@ -1048,7 +1592,10 @@ mod tests {
                 for (half, kappa) in [(0usize, 2 * w), (1, 2 * w + 1)] {
                     let byte0 = q * d / 8 + 4 * w + 2 * half;
                     assert_eq!(layout::key_byte_channel(d, byte0), 16 * kappa + 2 * q);
-                    assert_eq!(layout::key_byte_channel(d, byte0 + 1), 16 * kappa + 8 + 2 * q);
+                    assert_eq!(
+                        layout::key_byte_channel(d, byte0 + 1),
+                        16 * kappa + 8 + 2 * q
+                    );
                 }
             }
         }
@@ -1099,8 +1646,20 @@ mod tests {
         let bad = |c: &TurboQuantConfig, p: &AttentionProblem| {
             matches!(kernel_names(c, p), Err(CudaError::Unsupported { .. }))
         };
-        assert!(bad(&TurboQuantConfig { key_bits: 1, ..cfg.clone() }, &p));
-        assert!(bad(&TurboQuantConfig { value_bits: 1, ..cfg.clone() }, &p));
+        assert!(bad(
+            &TurboQuantConfig {
+                key_bits: 1,
+                ..cfg.clone()
+            },
+            &p
+        ));
+        assert!(bad(
+            &TurboQuantConfig {
+                value_bits: 1,
+                ..cfg.clone()
+            },
+            &p
+        ));
         assert!(bad(
             &TurboQuantConfig {
                 key_qjl: true,
@@ -1115,10 +1674,94 @@ mod tests {
         assert!(bad(&cfg, &pbf));
     }
 
+    /// LLM-like inputs rounded to f16, as the GPU tests use.
+    fn f16_inputs(p: &AttentionProblem, seed: u64) -> AttentionInputs {
+        let mut x = ferrattn_core::turbo::llm_like_inputs(p, seed);
+        for t in [&mut x.q, &mut x.k, x.v.as_mut().unwrap()] {
+            t.data.iter_mut().for_each(|v| *v = DType::F16.round(*v));
+        }
+        x.seqlens_q = Some(p.seqlens_q.iter().map(|&l| l as i64).collect());
+        x.seqlens_k = Some(p.seqlens_k.iter().map(|&l| l as i64).collect());
+        x
+    }
+
+    #[test]
+    fn the_kernels_twin_matches_the_emulation() {
+        use ferrattn_core::Comparison;
+        // (query lengths, key lengths, Hq, Hk, d, causal, units): GQA 4 at query length 1
+        // (rows 8-15 unused), 16 rows of GQA 3 x 5 tokens, two query groups, an empty sequence,
+        // lengths off the 16-token tile, causal, stream-K splits inside tiles
+        type Case = (Vec<usize>, Vec<usize>, usize, usize, usize, bool, usize);
+        let cases: Vec<Case> = vec![
+            (vec![1, 1, 1], vec![37, 0, 70], 8, 2, 64, false, 5),
+            (vec![5, 2], vec![45, 33], 12, 4, 64, true, 3),
+            (vec![4], vec![100], 16, 2, 128, true, 2),
+            (vec![1], vec![129], 8, 2, 128, false, 1),
+        ];
+        for (lq, lk, hq, hk, d, causal, units) in cases {
+            let mut p = AttentionProblem::uniform(
+                lq.len(),
+                *lq.iter().max().unwrap(),
+                *lk.iter().max().unwrap(),
+                hq,
+                hk,
+                d,
+                d,
+                DType::F16,
+            );
+            p.seqlens_q = lq.clone();
+            p.seqlens_k = lk.clone();
+            p.causal = causal;
+            let x = f16_inputs(&p, 3 + d as u64);
+            for (key_bits, key_qjl, value_bits) in
+                [(4u8, true, 3u8), (4, false, 4), (2, true, 2), (3, false, 2)]
+            {
+                let cfg = TurboQuantConfig {
+                    key_bits,
+                    key_qjl,
+                    value_bits,
+                    ..TurboQuantConfig::paper_default(&p)
+                };
+                let codec = TurboQuantCodec::new(&cfg, d, d);
+                let kv = codec.compress(&p, &x);
+                let (o, lse) = twin::decode(&codec, &p, &x.q, &twin::image(&kv), units);
+                let emu = codec.attend(&cfg, &p, &x.q, &kv);
+                let f64s = |v: &[f32]| v.iter().map(|&y| y as f64).collect::<Vec<_>>();
+                let co = Comparison::new(&f64s(&emu.o.data), &f64s(&o.data));
+                let cl = Comparison::new(&f64s(&emu.lse.data), &f64s(&lse));
+                let what = format!("k{key_bits} qjl {key_qjl} v{value_bits} lq {lq:?} lk {lk:?} {hq}/{hk} d {d} causal {causal} units {units}");
+                assert!(
+                    co.non_finite_mismatch.is_none() && cl.non_finite_mismatch.is_none(),
+                    "{what}"
+                );
+                assert!(co.rel_fro < 1e-3, "{what}: O rel_fro {:e}", co.rel_fro);
+                // LSE relative to max(1, |LSE|): each logit carries up to four f16 roundings
+                // (S q, the key centroid, and through P and the value centroid the weights),
+                // each at most 2^-11 relative, so 4 · 2^-11 ≈ 2e-3 of the logit scale
+                let worst_rel = emu
+                    .lse
+                    .data
+                    .iter()
+                    .zip(&lse)
+                    .filter(|(a, _)| a.is_finite())
+                    .map(|(a, b)| ((a - b).abs() / a.abs().max(1.0)) as f64)
+                    .fold(0.0, f64::max);
+                eprintln!(
+                    "{what}: O rel_fro {:.2e}, LSE max abs {:.2e}, max rel {worst_rel:.2e}",
+                    co.rel_fro, cl.max_abs
+                );
+                assert!(worst_rel < 2e-3, "{what}: LSE relative error {worst_rel:e}");
+            }
+        }
+    }
+
     #[test]
     fn compression_kernels_fit_in_shared_memory() {
         // keys with QJL at d = 128: Π and S padded, f32, plus the rows: within 227 KiB
         assert!(compress_smem_bytes(128, true) <= 227 * 1024);
-        assert_eq!(compress_smem_bytes(64, false), 4 * (64 * 68 + 32 * 68 + 32) + 32 * 64);
+        assert_eq!(
+            compress_smem_bytes(64, false),
+            4 * (64 * 68 + 32 * 68 + 32) + 32 * 64
+        );
     }
 }

