@@ -1025,6 +1025,7 @@ impl CudaBackend {
 /// layouts of the PTX ISA. The MMAs are exact products accumulated in f32 (the tensor cores'
 /// rounding differs in the last bits). Host tests hold it against the emulation, so the
 /// fragment bookkeeping is checked on every machine, GPU or not.
+#[allow(clippy::needless_range_loop)] // lane-indexed arrays mirror the kernel's registers
 pub mod twin {
     use super::{layout, schedule_tables, ROWS, TILE_K};
     use ferrattn_core::turboquant::{CompressedKv, TurboQuantCodec};
@@ -1191,7 +1192,6 @@ pub mod twin {
 
     /// Attention of `q` over the cache image, as the three kernels compute it, with `units`
     /// stream-K units. `p.seqlens_k` are the cache's lengths.
-    #[allow(clippy::needless_range_loop)] // lane-indexed arrays mirror the kernel's registers
     pub fn decode(
         codec: &TurboQuantCodec,
         p: &AttentionProblem,
@@ -1556,7 +1556,7 @@ mod tests {
             let mut seen = vec![false; d];
             for beta in 0..d / 2 {
                 let c = layout::key_byte_channel(d, beta);
-                assert!(c % 2 == 0 && !seen[c] && !seen[c + 1]);
+                assert!(c.is_multiple_of(2) && !seen[c] && !seen[c + 1]);
                 seen[c] = true;
                 seen[c + 1] = true;
             }
