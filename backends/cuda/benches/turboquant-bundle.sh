@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds what the GPU machine runs for TurboQuant and gathers it into one folder (default
-# ./.gpu-bundle-tq): the gpu_turboquant test binary and the turboquant bench (release,
+# ./.gpu-bundle-tq): the gpu_turboquant test binary, the turboquant bench and the ferrattn CLI (release,
 # stripped, kernels embedded as a fatbin: nvcc from $NVCC or scripts/install-nvcc.sh),
 # turboquant-gpu-run.sh as run.sh, gpu-env.sh, turboquant_sdpa.py and COMMIT.
 # Usage: bash backends/cuda/benches/turboquant-bundle.sh [DEST]
@@ -15,12 +15,13 @@ msgs="$(mktemp)"
 trap 'rm -f "$msgs"' EXIT
 cargo test --release -p ferrattn-cuda --test gpu_turboquant --no-run --message-format=json >"$msgs"
 cargo bench -p ferrattn-cuda --bench turboquant --no-run --message-format=json >>"$msgs"
+cargo build --release -p ferrattn --bin ferrattn --message-format=json >>"$msgs"
 rm -rf "$DEST"
 mkdir -p "$DEST"
 python3 - "$msgs" "$DEST" <<'PY'
 import json, shutil, sys
 msgs, dest = sys.argv[1], sys.argv[2]
-want = {("gpu_turboquant", "test"): "gpu_turboquant", ("turboquant", "bench"): "turboquant"}
+want = {("gpu_turboquant", "test"): "gpu_turboquant", ("turboquant", "bench"): "turboquant", ("ferrattn", "bin"): "ferrattn"}
 found = {}
 for line in open(msgs):
     try:
@@ -39,7 +40,7 @@ if missing:
 for name, exe in found.items():
     shutil.copy(exe, f"{dest}/{name}")
 PY
-strip "$DEST"/gpu_turboquant "$DEST"/turboquant
+strip "$DEST"/gpu_turboquant "$DEST"/turboquant "$DEST"/ferrattn
 cp backends/cuda/benches/turboquant-gpu-run.sh "$DEST/run.sh"
 cp scripts/gpu-env.sh "$DEST/"
 cp backends/cuda/benches/turboquant_sdpa.py "$DEST/"

@@ -3,7 +3,7 @@
 # gpu_turboquant and turboquant, turboquant_sdpa.py, gpu-env.sh, COMMIT) with this script as run.sh.
 #   bash <folder>/run.sh tests    # GPU tests, compute-sanitizer memcheck + racecheck
 #   bash <folder>/run.sh bench    # benchmark (+ our Lean) and PyTorch SDPA in the same command
-#   bash <folder>/run.sh all      # tests, then bench
+#   bash <folder>/run.sh all      # tests, the CLI on cuda, then bench
 #   bash <folder>/run.sh quick    # tests, then the two-shape benchmark
 # Logs and JSON go to $OUT (or <folder>/out); the summary and the table are printed last.
 set -uo pipefail
@@ -31,10 +31,19 @@ bench() {  # $1: extra flags
   [ $? -eq 0 ] || { status=1; summary+=("SDPA FAILED"); tail -n 20 "$OUT/sdpa_log.txt"; }
 }
 
+cli() {  # the facade on the GPU: run --algo turboquant and a turboquant-session
+  [ -x "$B/ferrattn" ] || return 0
+  timeout 60 "$B/ferrattn" run --algo turboquant --backend cuda --random 2,1,577,32,8,128 >"$OUT/cli.txt" 2>&1 \
+    || { status=1; summary+=("ferrattn run --algo turboquant --backend cuda FAILED"); }
+  timeout 90 "$B/ferrattn" turboquant-session --backend cuda --random 2,300,32,8,128 --steps 16 >>"$OUT/cli.txt" 2>&1 \
+    || { status=1; summary+=("ferrattn turboquant-session --backend cuda FAILED"); }
+  tail -n 12 "$OUT/cli.txt"
+}
+
 case "$MODE" in
   tests) gpu_tests 200; sanitize gpu_turboquant gpu_turboquant_sanitizer_small ;;
   bench) bench "" ;;
-  all) gpu_tests 200; sanitize gpu_turboquant gpu_turboquant_sanitizer_small; bench "" ;;
+  all) gpu_tests 150; sanitize gpu_turboquant gpu_turboquant_sanitizer_small; cli; bench "" ;;
   quick) gpu_tests 100; sanitize gpu_turboquant gpu_turboquant_sanitizer_small; bench --quick ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
 esac
