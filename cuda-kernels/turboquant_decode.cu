@@ -52,8 +52,9 @@ struct DecodeParams {
   const int* seqlens_q;           // [B]
   const int* seqlens_k;           // [B]
   int units, heads_kv, cap, qgroups, group, max_sq, causal, pad;
-  u32 ktab[8];                    // key centroids (f16): low bytes of entries 0-15, then high bytes
-  u32 vtab[8];                    // value centroids, same
+  u32 ktab[8];                    // σ_k x key centroids (f16): low bytes of entries 0-15, then high
+                                  // bytes; 1 / σ_k is folded into the query scale
+  u32 vtab[8];                    // σ_v x value centroids, same; 1 / σ_v is applied in the merge
 };
 
 // Mirrors ferrattn_cuda::turboquant::PrepareParams.
@@ -79,6 +80,7 @@ struct CombineParams {
   float* lse;            // [B, Hq, max_sq]
   const int* seqlens_q;
   int heads_kv, group, max_sq, qgroups, heads_q, tiles;
+  float oscale;  // 1 / σ_v: the value table holds σ_v c (ferrattn_cuda::turboquant::f16_friendly_scale)
 };
 
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
@@ -457,7 +459,7 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
           }
         }
       }
-      orot[r * D + o] = l > 0.f ? acc / l : 0.f;
+      orot[r * D + o] = l > 0.f ? acc / l * p.oscale : 0.f;
       if (o == 0) ms[r] = m, ls[r] = l;
     }
     __syncthreads();

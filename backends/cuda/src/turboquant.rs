@@ -306,6 +306,7 @@ struct CombineParams {
     qgroups: i32,
     heads_q: i32,
     tiles: i32,
+    oscale: f32,
 }
 
 fn arg<T>(x: &mut T) -> *mut std::ffi::c_void {
@@ -321,6 +322,34 @@ pub fn centroid_tables(cents: &[f32]) -> [u32; 8] {
         t[4 + i / 4] |= ((bits >> 8) as u32) << (8 * (i % 4));
     }
     t
+}
+
+/// A factor `σ` in `[1, 2)` for which the f16 roundings of `σ c_i` are smallest (largest
+/// relative error over the nonzero centroids). The kernels hold `σ c` in f16 and divide `σ` out
+/// in f32 (keys: in the query scale; values: in the merge), so a codebook's f16 rounding, a
+/// systematic error shared by every coordinate with the same index, drops from up to 2^-11
+/// relative to under 2^-13 for the 1-8 distinct magnitudes of these codebooks.
+pub fn f16_friendly_scale(cents: &[f32]) -> f32 {
+    let err = |sigma: f32| {
+        cents
+            .iter()
+            .filter(|c| **c != 0.0)
+            .map(|&c| {
+                let x = sigma * c;
+                ((f16::from_f32(x).to_f32() - x) / x).abs()
+            })
+            .fold(0.0f32, f32::max)
+    };
+    let steps = 1u32 << 18;
+    let mut best = (err(1.0), 1.0f32);
+    for i in 1..steps {
+        let sigma = 1.0 + i as f32 / steps as f32;
+        let e = err(sigma);
+        if e < best.0 {
+            best = (e, sigma);
+        }
+    }
+    best.1
 }
 
 fn codebook_arrays(cb: &ferrattn_core::turboquant::Codebook) -> (i32, [f32; 15], [f32; 16]) {
@@ -551,6 +580,10 @@ pub struct TurboQuantCuda {
     value_cb: (i32, [f32; 15], [f32; 16]),
     ktab: [u32; 8],
     vtab: [u32; 8],
+    /// Scale of the key table ([`f16_friendly_scale`]), divided out of the query scale.
+    sigma_k: f32,
+    /// Scale of the value table, divided out in the merge.
+    sigma_v: f32,
     smem_keys: usize,
     smem_values: usize,
     smem_prepare: usize,
@@ -599,8 +632,11 @@ impl TurboQuantCuda {
         let s_h = codec.sketch().matrix().to_vec();
         let key_cb = codebook_arrays(codec.key.mse().codebook());
         let value_cb = codebook_arrays(codec.value.codebook());
-        let ktab = centroid_tables(codec.key.mse().codebook().centroids_f32());
-        let vtab = centroid_tables(codec.value.codebook().centroids_f32());
+        let kc = codec.key.mse().codebook().centroids_f32();
+        let vc = codec.value.codebook().centroids_f32();
+        let (sigma_k, sigma_v) = (f16_friendly_scale(kc), f16_friendly_scale(vc));
+        let ktab = centroid_tables(&kc.iter().map(|c| c * sigma_k).collect::<Vec<_>>());
+        let vtab = centroid_tables(&vc.iter().map(|c| c * sigma_v).collect::<Vec<_>>());
         let t = TurboQuantCuda {
             compress_keys: cm.function(&names.compress_keys)?,
             compress_values: cm.function(&names.compress_values)?,
@@ -631,6 +667,8 @@ impl TurboQuantCuda {
             value_cb,
             ktab,
             vtab,
+            sigma_k,
+            sigma_v,
         };
         set_smem(&t.compress_keys, t.smem_keys)?;
         set_smem(&t.compress_values, t.smem_values)?;
@@ -875,7 +913,7 @@ impl TurboQuantCuda {
             heads_q: p.heads_q as i32,
             qjl: self.cfg.key_qjl as i32,
             batch_tiles: prep.tiles as i32,
-            qscale: p.softmax_scale * log2e,
+            qscale: p.softmax_scale * log2e / self.sigma_k,
             pscale: p.softmax_scale * log2e * self.codec.sketch().correction_scale(),
         };
         launch_raw(
@@ -935,6 +973,7 @@ impl TurboQuantCuda {
             qgroups: prep.qgroups as i32,
             heads_q: p.heads_q as i32,
             tiles: prep.tiles as i32,
+            oscale: 1.0 / self.sigma_v,
         };
         launch_raw(
             &self.gpu,
@@ -1206,11 +1245,14 @@ pub mod twin {
         let qjl = codec.key_qjl;
         let kwide = codec.key.mse().bits() == 4;
         let vwide = codec.value.bits() == 4;
-        let ktab = super::centroid_tables(codec.key.mse().codebook().centroids_f32());
-        let vtab = super::centroid_tables(codec.value.codebook().centroids_f32());
+        let kc = codec.key.mse().codebook().centroids_f32();
+        let vc = codec.value.codebook().centroids_f32();
+        let (sk, sv) = (super::f16_friendly_scale(kc), super::f16_friendly_scale(vc));
+        let ktab = super::centroid_tables(&kc.iter().map(|c| c * sk).collect::<Vec<_>>());
+        let vtab = super::centroid_tables(&vc.iter().map(|c| c * sv).collect::<Vec<_>>());
         let log2e = std::f32::consts::LOG2_E;
-        let qscale = p.softmax_scale * log2e;
-        let pscale = qscale * codec.sketch().correction_scale();
+        let qscale = p.softmax_scale * log2e / sk;
+        let pscale = p.softmax_scale * log2e * codec.sketch().correction_scale();
         let pi = codec.key_rotation().matrix();
         let sm = codec.sketch().matrix();
         // ---- prepare_q: A fragments per tile, [tile][lane][chunk][reg] f16x2
@@ -1501,7 +1543,9 @@ pub mod twin {
                 let head = hh * group + hl;
                 let dst = out.row4_mut(b, i, head);
                 for (oo, x) in dst.iter_mut().enumerate() {
-                    *x = (0..d).map(|k| piv[k * d + oo] * orot[k] / l).sum();
+                    *x = (0..d)
+                        .map(|k| piv[k * d + oo] * (orot[k] / l * (1.0 / sv)))
+                        .sum();
                 }
                 lse[(b * p.heads_q + head) * p.max_seqlen_q + i] =
                     (m + l.log2()) * std::f32::consts::LN_2;
@@ -1547,7 +1591,7 @@ mod tests {
             std::mem::size_of::<PrepareParams>(),
             7 * 8 + 7 * 4 + 2 * 4 + 4
         );
-        assert_eq!(std::mem::size_of::<CombineParams>(), 7 * 8 + 6 * 4);
+        assert_eq!(std::mem::size_of::<CombineParams>(), 7 * 8 + 6 * 4 + 4 + 4);
     }
 
     #[test]
@@ -1751,6 +1795,28 @@ mod tests {
                     co.rel_fro, cl.max_abs
                 );
                 assert!(worst_rel < 2e-3, "{what}: LSE relative error {worst_rel:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn scaled_codebooks_round_to_f16_almost_exactly() {
+        // one factor per codebook brings every centroid within 2^-13 relative of an f16 value
+        // (plain f16 rounding: up to 2^-11)
+        for d in [64usize, 128] {
+            for bits in 1u8..=4 {
+                let c = ferrattn_core::turboquant::codebook(bits, d);
+                let cents = c.centroids_f32();
+                let sigma = f16_friendly_scale(cents);
+                assert!((1.0..2.0).contains(&sigma));
+                let worst = cents
+                    .iter()
+                    .map(|&x| {
+                        let y = sigma * x;
+                        ((f16::from_f32(y).to_f32() - y) / y).abs()
+                    })
+                    .fold(0.0f32, f32::max);
+                assert!(worst < 2f32.powi(-13), "d {d} bits {bits}: {worst:e}");
             }
         }
     }
