@@ -2,7 +2,7 @@
 # Builds what the GPU machine runs for TurboQuant and gathers it into one folder (default
 # ./.gpu-bundle-tq): the gpu_turboquant test binary, the turboquant bench and the ferrattn CLI (release,
 # stripped, kernels embedded as a fatbin: nvcc from $NVCC or scripts/install-nvcc.sh),
-# turboquant-gpu-run.sh as run.sh, gpu-env.sh, turboquant_sdpa.py and COMMIT.
+# turboquant-gpu-run.sh as run.sh, turboquant_sdpa.py and COMMIT.
 # Usage: bash backends/cuda/benches/turboquant-bundle.sh [DEST]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -42,7 +42,6 @@ for name, exe in found.items():
 PY
 strip "$DEST"/gpu_turboquant "$DEST"/turboquant "$DEST"/ferrattn
 cp backends/cuda/benches/turboquant-gpu-run.sh "$DEST/run.sh"
-cp scripts/gpu-env.sh "$DEST/"
 cp backends/cuda/benches/turboquant_sdpa.py "$DEST/"
 git rev-parse --short HEAD >"$DEST/COMMIT" 2>/dev/null || echo unknown >"$DEST/COMMIT"
 git diff --quiet 2>/dev/null || echo "$(cat "$DEST/COMMIT")+dirty" >"$DEST/COMMIT"

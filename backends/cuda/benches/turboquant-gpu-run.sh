@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # TurboQuant on the GPU machine, from a folder made by turboquant-bundle.sh (binaries
-# gpu_turboquant and turboquant, turboquant_sdpa.py, gpu-env.sh, COMMIT) with this script as run.sh.
+# gpu_turboquant, turboquant and ferrattn, turboquant_sdpa.py, COMMIT) with this script as run.sh.
 #   bash <folder>/run.sh tests    # GPU tests, compute-sanitizer memcheck + racecheck
 #   bash <folder>/run.sh bench    # benchmark (+ our Lean) and PyTorch SDPA in the same command
 #   bash <folder>/run.sh all      # tests, the CLI on cuda, then bench
@@ -8,8 +8,41 @@
 # Logs and JSON go to $OUT (or <folder>/out); the summary and the table are printed last.
 set -uo pipefail
 MODE="${1:-all}"
-# shellcheck source=/dev/null
-source "$(cd "$(dirname "$0")" && pwd)/gpu-env.sh"
+# (self-contained: the preamble below was scripts/gpu-env.sh, which main has since folded into
+# its single runner)
+B="$(cd "$(dirname "$0")" && pwd)"
+OUT="${OUT:-$B/out}"
+mkdir -p "$OUT"
+export FERRATTN_COMMIT="$(cat "$B/COMMIT" 2>/dev/null || echo unknown)"
+export FERRATTN_CACHE_DIR=/tmp/ferrattn-cache
+status=0
+summary=()
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then
+    export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+    break
+  fi
+done
+
+# sanitize BIN TEST: compute-sanitizer memcheck and racecheck on one test (small scale, 90 s each)
+sanitize() {
+  local tool s t0
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool ($2)"
+    t0=$SECONDS
+    FERRATTN_GPU_TEST_SCALE=small timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$B/$1" "$2" --exact --include-ignored --test-threads=1 >"$OUT/sanitizer_$tool.txt" 2>&1
+    s=$?
+    tail -n 3 "$OUT/sanitizer_$tool.txt"
+    if [ $s -ne 0 ]; then
+      status=1
+      summary+=("compute-sanitizer $tool: exit $s")
+    else
+      summary+=("compute-sanitizer $tool: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.txt") ($((SECONDS - t0)) s)")
+    fi
+  done
+}
 
 gpu_tests() {
   local t0=$SECONDS
