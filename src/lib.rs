@@ -70,6 +70,7 @@ pub mod error;
 pub mod golden_files;
 pub mod io;
 pub mod runtime;
+pub mod turboquant_session;
 
 pub use error::{FerrattnError, Result};
 pub use ferrattn_core::*;

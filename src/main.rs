@@ -46,6 +46,10 @@ enum Cmd {
     TurboSession(TurboSessionArgs),
     /// Benchmark every algorithm on every backend present (baselines, ceilings, report).
     Bench(ferrattn::bench::BenchArgs),
+    /// TurboQuant serving loop: compress a prefill into the TurboQuant cache, then decode N
+    /// tokens one at a time (each appended first), reporting bytes per token, compression against
+    /// fp16 and each step's error against exact attention.
+    TurboquantSession(TurboquantSessionArgs),
     /// Regenerate the checked-in golden files (deterministic).
     Golden {
         /// Output directory.
@@ -121,6 +125,81 @@ struct TurboSessionArgs {
     /// Skip the per-step comparison with exact attention.
     #[arg(long)]
     no_check: bool,
+}
+
+#[derive(Args)]
+struct TurboquantSessionArgs {
+    /// Backend: cpu (the emulation) or cuda (the kernels).
+    #[arg(long, default_value = "cpu", value_parser = parse_backend)]
+    backend: BackendChoice,
+    /// Context and heads: B,S,Hq,Hk,D (f16).
+    #[arg(long, value_parser = parse_session_dims)]
+    random: Dims,
+    /// Decode steps after the prefill.
+    #[arg(long, default_value_t = 64)]
+    steps: usize,
+    /// Key bits (the QJL bit included unless --no-qjl).
+    #[arg(long, default_value_t = 4)]
+    key_bits: u8,
+    /// Value bits.
+    #[arg(long, default_value_t = 3)]
+    value_bits: u8,
+    /// Keys without QJL: every key bit on the codebook.
+    #[arg(long)]
+    no_qjl: bool,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Skip the comparisons with exact attention.
+    #[arg(long)]
+    no_check: bool,
+}
+
+fn cmd_turboquant_session(a: &TurboquantSessionArgs) -> ferrattn::Result<()> {
+    let Dims(d) = &a.random;
+    let backend = match a.backend {
+        BackendChoice::Exactly(k) => k,
+        BackendChoice::Auto => ferrattn::BackendKind::Cpu,
+    };
+    let args = ferrattn::turboquant_session::SessionArgs {
+        backend,
+        batch: d[0],
+        context: d[1],
+        heads_q: d[2],
+        heads_kv: d[3],
+        head_dim: d[4],
+        steps: a.steps,
+        key_bits: a.key_bits,
+        value_bits: a.value_bits,
+        key_qjl: !a.no_qjl,
+        seed: a.seed,
+        check: !a.no_check,
+    };
+    let r = ferrattn::turboquant_session::run(&args)?;
+    println!(
+        "turboquant session on {backend}: B={} context {} Hq={} Hk={} D={} f16, keys {} bits{}, values {} bits, {} decode steps",
+        d[0], d[1], d[2], d[3], d[4], a.key_bits, if a.no_qjl { "" } else { " (QJL)" }, a.value_bits, a.steps
+    );
+    println!("prefill (compress + attention over the compressed cache): {:.3} ms host wall clock, O vs exact rel_fro {:.3e}", r.prefill_ms, r.prefill_error);
+    println!(
+        "bytes per token: {:.1} packed, {} in the device layout, {} fp16 ({:.2}x / {} smaller)",
+        r.packed_bytes_per_token,
+        r.device_bytes_per_token,
+        r.fp16_bytes_per_token,
+        r.fp16_bytes_per_token as f64 / r.packed_bytes_per_token,
+        if r.device_bytes_per_token > 0 {
+            format!(
+                "{:.2}x",
+                r.fp16_bytes_per_token as f64 / r.device_bytes_per_token as f64
+            )
+        } else {
+            "n/a".into()
+        }
+    );
+    if a.steps > 0 {
+        println!("decode: {:.3} ms per step (append + decode, host wall clock, transfers included); worst step O vs exact rel_fro {:.3e}", r.step_ms, r.worst_step_error);
+    }
+    Ok(())
 }
 
 fn parse_session_dims(s: &str) -> Result<Dims, String> {
@@ -885,6 +964,7 @@ fn dispatch(cmd: &Cmd) -> Result<(), Failure> {
         Cmd::Sim(s) => cmd_sim(s)?,
         Cmd::TurboSession(a) => cmd_turbo_session(a)?,
         Cmd::Bench(a) => ferrattn::bench::main(a)?,
+        Cmd::TurboquantSession(a) => cmd_turboquant_session(a)?,
         Cmd::Golden { out } => {
             for p in golden_files::generate(out)? {
                 println!("wrote {}", p.display());

@@ -63,12 +63,20 @@ fn tolerance(algo: Algorithm, dtype: DType) -> (Tolerance, Tolerance) {
 
 /// (backend, algorithm, case, reason): pairs in the support matrix that do not cover a golden
 /// case. A listed pair must fail to plan; one that starts to pass is reported as stale.
-const KNOWN_GAPS: &[(BackendKind, Algorithm, &str, &str)] = &[(
-    BackendKind::Cuda,
-    Algorithm::Turbo,
-    "mha_f32_prefill_causal",
-    "the INT8 tensor-core kernels read f16/bf16 tiles; f32 runs on the cpu",
-)];
+const KNOWN_GAPS: &[(BackendKind, Algorithm, &str, &str)] = &[
+    (
+        BackendKind::Cuda,
+        Algorithm::Turbo,
+        "mha_f32_prefill_causal",
+        "the INT8 tensor-core kernels read f16/bf16 tiles; f32 runs on the cpu",
+    ),
+    (
+        BackendKind::Cuda,
+        Algorithm::TurboQuant,
+        "gqa_bf16_decode_sq4_causal",
+        "the TurboQuant kernels take f16 inputs; bf16 runs on the cpu",
+    ),
+];
 
 fn as_f64(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
