@@ -20,6 +20,7 @@
 pub mod error;
 pub mod golden_files;
 pub mod io;
+pub mod model;
 pub mod runtime;
 
 pub use error::{FerrattnError, Result};
