@@ -369,6 +369,36 @@ pub fn markdown(results: &[RowResult], w: &Workload) -> String {
     s
 }
 
+/// Writes `tokens` (the text), `prompt{i}` (each prompt) and `logits` (`[tokens, vocab]`, the
+/// exact-attention prefill of the whole text) to a safetensors file.
+fn dump_reference(model: &Model, w: &Workload, path: &std::path::Path) -> Result<()> {
+    let mut attn = Method::Exact.session(model.llama.cfg.layers)?;
+    let logits = model
+        .llama
+        .forward(&w.text, 0, attn.as_mut(), &mut |_, _, _, _| {})?;
+    let logits = ferrattn_core::Tensor {
+        shape: vec![w.text.len(), model.llama.cfg.vocab],
+        dtype: ferrattn_core::DType::F32,
+        data: logits,
+    };
+    let ints: Vec<(String, Vec<i64>)> = std::iter::once(("tokens".to_string(), &w.text))
+        .chain(
+            w.prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (format!("prompt{i}"), p)),
+        )
+        .map(|(n, t)| (n, t.iter().map(|&x| x as i64).collect()))
+        .collect();
+    let int_refs: Vec<(&str, &[i64])> = ints
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_slice()))
+        .collect();
+    crate::io::write_file(path, &[("logits", &logits)], &int_refs, Default::default())?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
 /// Arguments of `ferrattn repro model-accuracy`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ModelAccuracyArgs {
@@ -393,6 +423,10 @@ pub struct ModelAccuracyArgs {
     /// Print every row's first greedy continuation to stderr.
     #[arg(long)]
     pub show: bool,
+    /// Instead of the table, write the tokens of the text and prompts and the reference's
+    /// prefill logits of the text to this safetensors file (for scripts/check-model-numpy.py).
+    #[arg(long)]
+    pub dump_reference: Option<PathBuf>,
 }
 
 /// `ferrattn repro model-accuracy`: prints the markdown table (progress on stderr).
@@ -451,6 +485,9 @@ pub fn repro(a: &ModelAccuracyArgs) -> Result<()> {
         w.generate,
         rows.len()
     );
+    if let Some(path) = &a.dump_reference {
+        return dump_reference(&model, &w, path);
+    }
     let (r, first) = reference(&model, &w)?;
     let report = |res: &RowResult| -> Result<()> {
         eprintln!(
