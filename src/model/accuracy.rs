@@ -427,6 +427,10 @@ pub struct ModelAccuracyArgs {
     /// prefill logits of the text to this safetensors file (for scripts/check-model-numpy.py).
     #[arg(long)]
     pub dump_reference: Option<PathBuf>,
+    /// Instead of the table, capture real Q/K/V golden files into this directory
+    /// (`tests/golden/real`; see `ferrattn::model::capture`).
+    #[arg(long)]
+    pub capture_golden: Option<PathBuf>,
 }
 
 /// `ferrattn repro model-accuracy`: prints the markdown table (progress on stderr).
@@ -455,6 +459,14 @@ pub fn repro(a: &ModelAccuracyArgs) -> Result<()> {
         message: e.to_string(),
     })?;
     let mut tokens = model.tokenizer.encode(&text)?;
+    if let Some(dir) = &a.capture_golden {
+        let source = a
+            .text
+            .file_name()
+            .map_or(String::new(), |f| f.to_string_lossy().into_owned());
+        super::capture::capture(&model, &tokens, &source, dir)?;
+        return Ok(());
+    }
     if tokens.len() < a.tokens {
         return Err(ModelError::Unsupported(format!(
             "{} has {} tokens; --tokens asks for {}",

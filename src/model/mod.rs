@@ -16,7 +16,7 @@
 
 pub mod accuracy;
 pub mod attention;
-// capture: next
+pub mod capture;
 pub mod gguf;
 pub mod llama;
 pub mod ops;
