@@ -5,9 +5,9 @@
 //!
 //! | operand   | here      | per (token, KV head)                                   |
 //! |-----------|-----------|--------------------------------------------------------|
-//! | `K_mse`   | `k_idx` + `k_norm` | `d_k` indices of `key_bits - 1` bits, f16 `‖k‖` |
-//! | `Signs`   | `k_signs` | `m / 8` bytes, `sign(S r)` LSB first                   |
-//! | `R_norms` | `r_norm`  | f16 `‖k - k_mse‖`                                      |
+//! | `K_mse`   | `k_idx` + `k_norm` | `d_k` indices of `key_bits - 1` bits (`key_bits` without QJL), f16 `‖k‖` |
+//! | `Signs`   | `k_signs` | `m / 8` bytes, `sign(S r)` LSB first (zero without QJL) |
+//! | `R_norms` | `r_norm`  | f16 `‖k - k_mse‖` (zero without QJL)                  |
 //! | `V_Indices` | `v_idx` | `d_v` indices of `value_bits` bits                     |
 //! | `V_Norms` | `v_norm`  | f16 `‖v‖`                                              |
 //! | `Pi`      | [`TurboQuantCodec`] | `d x d` rotation, shared by K and V when `d_k = d_v` |
@@ -20,7 +20,8 @@
 //! 1. decompress the K tile in the rotated domain: `‖k_j‖ · c[idx_j]`; unpack the sign tile to ±1;
 //! 2. `term1 = (Π q) · K_tileᵀ`, `term2 = Q_proj · Signsᵀ`;
 //! 3. `score = scale · term1 + R_norm · (scale · √(π/2)/m) · term2` (the kernel's
-//!    `correction_scale` is `scale · √(π/2)/m`); keys past the row's causal end are masked;
+//!    `correction_scale` is `scale · √(π/2)/m`), or `scale · term1` without QJL; keys past the
+//!    row's causal end are masked;
 //! 4. decompress the V tile: `‖v_j‖ · Πᵀ c[idx_j]` (lookup, un-rotate, scale by the norm);
 //! 5. online softmax: the block's `(max, Σ exp, Σ exp · v)` is merged into the row's
 //!    [`SoftmaxState`] (the kernel's `m_new = max(m_prev, max(scores))`, `acc · exp(m_prev - m_new)`).
@@ -34,7 +35,7 @@
 //! tensor-core operands; the emulation keeps `Π`, `S` and centroids in `f32` and rounds only the
 //! stored norms to f16).
 
-use super::quant::{MseQuantizer, ProdQuantizer, QjlSketch};
+use super::quant::{sketch_seed, MseQuantizer, ProdCode, ProdQuantizer, QjlSketch};
 use super::rotation::Rotation;
 use super::TurboQuantConfig;
 use crate::{
@@ -43,13 +44,17 @@ use crate::{
 use rayon::prelude::*;
 use std::sync::Arc;
 
-/// The quantizers of one layer: keys with `TurboQuant_prod`, values with `TurboQuant_mse`.
+/// The quantizers of one layer: keys with `TurboQuant_prod` (or `TurboQuant_mse` without QJL),
+/// values with `TurboQuant_mse`.
 #[derive(Clone, Debug)]
 pub struct TurboQuantCodec {
-    /// Key quantizer (`key_bits - 1` MSE bits + 1 QJL bit).
+    /// Key quantizer: `key_bits - 1` MSE bits + 1 QJL bit; without QJL its MSE stage holds all
+    /// `key_bits` bits and its sketch is never used (no signs, `‖r‖ = 0` in the cache).
     pub key: ProdQuantizer,
     /// Value quantizer (`value_bits` MSE bits).
     pub value: MseQuantizer,
+    /// Keys carry the QJL correction ([`TurboQuantConfig::key_qjl`]).
+    pub key_qjl: bool,
 }
 
 /// A compressed KV cache, in the fused kernel's operand layout (see the module docs).
@@ -109,7 +114,15 @@ impl TurboQuantCodec {
     /// The quantizers a config implies for key dim `dk` and value dim `dv`. The rotation is one
     /// matrix per head dim drawn from `cfg.seed`; keys and values share it when `dk == dv`.
     pub fn new(cfg: &TurboQuantConfig, dk: usize, dv: usize) -> TurboQuantCodec {
-        let key = ProdQuantizer::new(dk, cfg.key_bits, cfg.qjl_dim, cfg.seed);
+        let key = if cfg.key_qjl {
+            ProdQuantizer::new(dk, cfg.key_bits, cfg.qjl_dim, cfg.seed)
+        } else {
+            // same Π (seeded by (seed, d)) and sketch seed; only the codebook is one bit wider
+            ProdQuantizer::from_parts(
+                MseQuantizer::new(dk, cfg.key_bits, cfg.seed),
+                QjlSketch::new(dk, cfg.qjl_dim, sketch_seed(cfg.seed, dk, cfg.qjl_dim)),
+            )
+        };
         let value = if dv == dk {
             MseQuantizer::from_parts(
                 key.mse().rotation().clone(),
@@ -118,7 +131,25 @@ impl TurboQuantCodec {
         } else {
             MseQuantizer::new(dv, cfg.value_bits, cfg.seed)
         };
-        TurboQuantCodec { key, value }
+        TurboQuantCodec {
+            key,
+            value,
+            key_qjl: cfg.key_qjl,
+        }
+    }
+
+    /// Key code of one row: the prod code with QJL, else the MSE code with no signs and `‖r‖ = 0`.
+    fn quantize_key(&self, k: &[f32]) -> ProdCode {
+        if self.key_qjl {
+            return self.key.quantize(k);
+        }
+        let c = self.key.mse().quantize(k);
+        ProdCode {
+            norm: c.norm,
+            idx: c.idx,
+            signs: vec![0; self.key.qjl().sign_bytes()],
+            r_norm: 0.0,
+        }
     }
 
     /// The key-side rotation `Π_k`.
@@ -155,7 +186,7 @@ impl TurboQuantCodec {
                 if j >= p.seqlens_k[b] {
                     return None;
                 }
-                let kc = self.key.quantize(&x.k.row4(b, j, h)[..dk]);
+                let kc = self.quantize_key(&x.k.row4(b, j, h)[..dk]);
                 let vc = self.value.quantize(x.v_row(p, b, j, h));
                 Some((kc, vc))
             })
@@ -217,11 +248,13 @@ impl TurboQuantCodec {
                         );
                         self.key_rotation().apply_t(&rot[..dk], kr);
                     }
-                    self.key.qjl().add_dequantized(
-                        &kv.k_signs[r * sb..(r + 1) * sb],
-                        kv.r_norm[r],
-                        kr,
-                    );
+                    if self.key_qjl {
+                        self.key.qjl().add_dequantized(
+                            &kv.k_signs[r * sb..(r + 1) * sb],
+                            kv.r_norm[r],
+                            kr,
+                        );
+                    }
                     self.value.dequantize_rotated(
                         kv.v_norm[r],
                         &kv.v_idx[r * dv..(r + 1) * dv],
@@ -300,10 +333,12 @@ impl TurboQuantCodec {
                                 &mut k_tile[jj * dk..(jj + 1) * dk],
                             );
                         }
-                        self.key.qjl().unpack_signs(
-                            &kv.k_signs[r * sb..(r + 1) * sb],
-                            &mut s_tile[jj * m..(jj + 1) * m],
-                        );
+                        if self.key_qjl {
+                            self.key.qjl().unpack_signs(
+                                &kv.k_signs[r * sb..(r + 1) * sb],
+                                &mut s_tile[jj * m..(jj + 1) * m],
+                            );
+                        }
                     }
                     // 4. decompress the V tile: lookup, un-rotate (unless deferred), scale by the norm
                     for jj in 0..n {
@@ -344,13 +379,17 @@ impl TurboQuantCodec {
                             } else {
                                 0.0
                             };
-                            let term2: f32 = qrow
-                                .q_proj
-                                .iter()
-                                .zip(&s_tile[jj * m..(jj + 1) * m])
-                                .map(|(a, c)| a * c)
-                                .sum();
-                            let s = term1 * scale + kv.r_norm[r] * correction_scale * term2;
+                            let s = if self.key_qjl {
+                                let term2: f32 = qrow
+                                    .q_proj
+                                    .iter()
+                                    .zip(&s_tile[jj * m..(jj + 1) * m])
+                                    .map(|(a, c)| a * c)
+                                    .sum();
+                                term1 * scale + kv.r_norm[r] * correction_scale * term2
+                            } else {
+                                term1 * scale
+                            };
                             scores[jj] = s;
                             mb = mb.max(s);
                         }

@@ -71,9 +71,17 @@ pub const KERNEL_STAGES: usize = 2;
 pub struct TurboQuantConfig {
     /// Keys per tile of the fused decode.
     pub block_k: usize,
-    /// Bits per key coordinate, `b` of `TurboQuant_prod`: `b - 1` codebook bits plus 1 QJL bit
-    /// (`m / d` bits, exactly 1 when `qjl_dim = d`).
+    /// Bits per key coordinate: with [`Self::key_qjl`], `b` of `TurboQuant_prod` (`b - 1`
+    /// codebook bits plus 1 QJL bit, `m / d` bits, exactly 1 when `qjl_dim = d`); without it, all
+    /// `b` bits on the MSE codebook (`TurboQuant_mse` keys).
     pub key_bits: u8,
+    /// Keys carry the QJL sketch of their residual (`TurboQuant_prod`, unbiased inner products).
+    /// `false` puts all `key_bits` on the Lloyd-Max codebook and stores neither signs nor `‖r‖`:
+    /// biased inner products (`<q, k_mse>` shrinks them by `1 - D_mse` on average) but lower
+    /// variance, which practice reports keeps top-1 agreement better (llama.cpp forks use
+    /// MSE-only keys; issue 10).
+    #[serde(default = "default_key_qjl")]
+    pub key_qjl: bool,
     /// Bits per value coordinate (`TurboQuant_mse` codebook).
     pub value_bits: u8,
     /// QJL sketch rows `m` (the paper uses `m = d`).
@@ -94,11 +102,15 @@ impl BlockSizes for TurboQuantConfig {
     }
 }
 
+fn default_key_qjl() -> bool {
+    true
+}
+
 /// Bytes of a TurboQuant KV cache against fp16.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Compression {
     /// Bits of one key row (one token, one KV head), packed: `(b_k - 1) d_k + m + 2 · 16` (f16 `‖k‖`
-    /// and `‖r‖`).
+    /// and `‖r‖`), or `b_k d_k + 16` without QJL.
     pub key_bits_per_row: usize,
     /// Bits of one value row, packed: `b_v d_v + 16` (f16 `‖v‖`).
     pub value_bits_per_row: usize,
@@ -149,6 +161,16 @@ impl TurboQuantConfig {
             qjl_dim: p.head_dim_qk,
             seed: DEFAULT_SEED,
             defer_value_unrotation: false,
+            key_qjl: true,
+        }
+    }
+
+    /// Bits of the key codebook: `key_bits - 1` with QJL, `key_bits` without.
+    pub fn key_codebook_bits(&self) -> u8 {
+        if self.key_qjl {
+            self.key_bits.saturating_sub(1)
+        } else {
+            self.key_bits
         }
     }
 
@@ -165,8 +187,10 @@ impl TurboQuantConfig {
             if !SUPPORTED_BITS.contains(&bits) {
                 return Err(unsupported(
                     format!("{what} = {bits}"),
-                    if what == "key_bits" {
+                    if what == "key_bits" && self.key_qjl {
                         "1, 2, 3 or 4 bits per key coordinate (b - 1 codebook bits + 1 QJL bit)"
+                    } else if what == "key_bits" {
+                        "1, 2, 3 or 4 bits per key coordinate (all on the codebook, no QJL)"
                     } else {
                         "1, 2, 3 or 4 bits per value coordinate"
                     },
@@ -211,7 +235,8 @@ impl TurboQuantConfig {
     pub fn fused_smem_bytes(&self, p: &AttentionProblem) -> usize {
         let (dk, dv, m) = (p.head_dim_qk, p.head_dim_v, self.qjl_dim);
         let rows = p.group_size();
-        let key_row = if self.key_bits > 1 { dk } else { 0 } + m.div_ceil(8) + 4;
+        let key_row = self.kernel_key_row_bytes(dk);
+        let m = if self.key_qjl { m } else { 0 };
         let value_row = dv + 2;
         2 * dv * dv
             + 2 * rows * (dk + m)
@@ -245,17 +270,33 @@ impl TurboQuantConfig {
         Ok(())
     }
 
+    /// Bytes of one key row (token, KV head) in the kernel operand layout: one `u8` index per
+    /// coordinate when the codebook has any bits, packed signs and the f16 norms.
+    fn kernel_key_row_bytes(&self, dk: usize) -> usize {
+        let idx = if self.key_codebook_bits() > 0 { dk } else { 0 };
+        if self.key_qjl {
+            idx + self.qjl_dim.div_ceil(8) + 4
+        } else {
+            idx + 2
+        }
+    }
+
     /// Bytes per token of the compressed cache against fp16, and totals for `p`.
     pub fn compression(&self, p: &AttentionProblem) -> Compression {
         let (dk, dv, m, hk) = (p.head_dim_qk, p.head_dim_v, self.qjl_dim, p.heads_kv);
-        let kb = self.key_bits.max(1) as usize;
-        let key_bits_per_row = (kb - 1) * dk + m + 32;
+        let cb = self.key_codebook_bits() as usize;
+        let key_bits_per_row = if self.key_qjl {
+            cb * dk + m + 32
+        } else {
+            cb * dk + 16
+        };
         let value_bits_per_row = self.value_bits as usize * dv + 16;
         let packed = hk as f64 * (key_bits_per_row + value_bits_per_row) as f64 / 8.0;
-        let kernel = hk * (if kb > 1 { dk } else { 0 } + m.div_ceil(8) + 4 + dv + 2);
+        let kernel = hk * (self.kernel_key_row_bytes(dk) + dv + 2);
         let fp16 = 2 * hk * (dk + dv);
         let tokens = p.total_kv_tokens();
-        let fixed = 2 * (dk * dk + if dv != dk { dv * dv } else { 0 } + m * dk);
+        let sketch = if self.key_qjl { m * dk } else { 0 };
+        let fixed = 2 * (dk * dk + if dv != dk { dv * dv } else { 0 } + sketch);
         Compression {
             key_bits_per_row,
             value_bits_per_row,

@@ -436,12 +436,15 @@ fn emulation_equals_exact_attention_over_the_dequantized_cache() {
     let x = ragged_inputs(21, 64, 32);
     for causal in [false, true] {
         let p = problem(&x, causal);
-        for (key_bits, value_bits, defer) in [
-            (4u8, 3u8, false),
-            (4, 3, true),
-            (1, 1, false),
-            (2, 4, true),
-            (3, 2, false),
+        for (key_bits, value_bits, defer, key_qjl) in [
+            (4u8, 3u8, false, true),
+            (4, 3, true, true),
+            (1, 1, false, true),
+            (2, 4, true, true),
+            (3, 2, false, true),
+            (3, 3, false, false),
+            (1, 2, true, false),
+            (4, 2, true, false),
         ] {
             let cfg = TurboQuantConfig {
                 block_k: 16,
@@ -450,6 +453,7 @@ fn emulation_equals_exact_attention_over_the_dequantized_cache() {
                 qjl_dim: 48,
                 seed: 5,
                 defer_value_unrotation: defer,
+                key_qjl,
             };
             let out = emulate(&cfg, &p, &x).unwrap();
             let codec = TurboQuantCodec::new(&cfg, 64, 32);
@@ -464,7 +468,8 @@ fn emulation_equals_exact_attention_over_the_dequantized_cache() {
             let (o_ref, lse_ref) = exact_attention_f64(&p, &xh);
             let co = Comparison::new(&o_ref, &to_f64(&out.o));
             let cl = Comparison::new(&lse_ref, &to_f64(&out.lse));
-            let what = format!("causal={causal} k{key_bits} v{value_bits} defer={defer}");
+            let what =
+                format!("causal={causal} k{key_bits} v{value_bits} defer={defer} qjl={key_qjl}");
             assert!(
                 co.non_finite_mismatch.is_none() && cl.non_finite_mismatch.is_none(),
                 "{what}"
@@ -579,6 +584,103 @@ fn attention_converges_to_exact_attention_as_bits_grow() {
     assert!(prev < 0.1, "6 bits: rel_fro {prev}");
 }
 
+#[test]
+fn keys_without_qjl_put_every_bit_on_the_codebook() {
+    // b-bit MSE keys: the same Π as the prod keys, a b-bit codebook, no signs, ‖r‖ = 0; the score
+    // is scale · ‖k‖ <Π q, c[idx]>, so attention equals exact attention over ‖k‖ Πᵀ c[idx]
+    let x = ragged_inputs(33, 64, 64);
+    let p = problem(&x, false);
+    let base = TurboQuantConfig {
+        block_k: 16,
+        ..TurboQuantConfig::paper_default(&p)
+    };
+    for bits in 1u8..=4 {
+        let cfg = TurboQuantConfig {
+            key_bits: bits,
+            key_qjl: false,
+            ..base.clone()
+        };
+        assert_eq!(cfg.key_codebook_bits(), bits);
+        let codec = TurboQuantCodec::new(&cfg, 64, 64);
+        assert_eq!(codec.key.mse().bits(), bits);
+        let prod = TurboQuantCodec::new(
+            &TurboQuantConfig {
+                key_bits: bits + 1,
+                ..base.clone()
+            },
+            64,
+            64,
+        );
+        // one Π per head dim whatever the key mode
+        assert_eq!(codec.key_rotation(), prod.key_rotation());
+        let kv = codec.compress(&p, &x);
+        assert!(kv.k_signs.iter().all(|&s| s == 0) && kv.r_norm.iter().all(|&r| r == 0.0));
+        assert!(kv.k_idx.iter().all(|&i| (i as usize) < (1 << bits)));
+        // every valid key row is the MSE code of that row
+        let mse = MseQuantizer::new(64, bits, cfg.seed);
+        let row = (2 * 37 + 19) * 2 + 1; // sequence 2, token 19, KV head 1
+        let code = mse.quantize(x.k.row4(2, 19, 1));
+        assert_eq!(&kv.k_idx[row * 64..(row + 1) * 64], &code.idx[..]);
+        assert_eq!(kv.k_norm[row], DType::F16.round(code.norm));
+        // the fused loop equals exact attention over the dequantized cache
+        let out = codec.attend(&cfg, &p, &x.q, &kv);
+        let (kh, vh) = codec.dequantize(&kv);
+        let xh = AttentionInputs {
+            q: x.q.clone(),
+            k: kh,
+            v: Some(vh),
+            ..x.clone()
+        };
+        let (o_ref, _) = exact_attention_f64(&p, &xh);
+        let c = Comparison::new(&o_ref, &to_f64(&out.o));
+        assert!(c.rel_fro < 2e-5, "{bits} bits: rel_fro {:e}", c.rel_fro);
+        assert_eq!(emulate(&cfg, &p, &x).unwrap(), out);
+    }
+}
+
+#[test]
+fn keys_without_qjl_have_lower_score_error_at_equal_bits() {
+    // At b bits per coordinate, MSE keys have D_mse(b) ‖q‖²‖k‖²/d logit variance around a
+    // shrunk mean, prod keys (π/2 - 1/d) D_mse(b-1) ‖q‖²‖k‖²/m unbiased: at b = 2..4 and m = d the
+    // MSE keys' O error is lower on i.i.d. inputs (the practice the issue cites); both fall with b
+    let x = inputs(2, 8, 256, 8, 2, 64, 64, 41);
+    let p = problem(&x, false);
+    let (o_ref, _) = exact_attention_f64(&p, &x);
+    let err = |bits: u8, key_qjl: bool| {
+        let cfg = TurboQuantConfig {
+            key_bits: bits,
+            value_bits: 4,
+            key_qjl,
+            ..TurboQuantConfig::paper_default(&p)
+        };
+        let out = emulate(&cfg, &p, &x).unwrap();
+        Comparison::new(&o_ref, &to_f64(&out.o)).rel_fro
+    };
+    let mut prev = (f64::INFINITY, f64::INFINITY);
+    for bits in 2u8..=4 {
+        let (mse, prod) = (err(bits, false), err(bits, true));
+        eprintln!("{bits} bits: O rel_fro MSE keys {mse:.4}, prod keys {prod:.4}");
+        assert!(mse < prod, "{bits} bits: MSE {mse} vs prod {prod}");
+        assert!(
+            mse < prev.0 && prod < prev.1,
+            "{bits} bits: error did not fall"
+        );
+        prev = (mse, prod);
+    }
+}
+
+#[test]
+fn configs_without_the_key_qjl_field_read_as_prod_keys() {
+    // plans serialised before the flag existed still parse, as TurboQuant_prod keys
+    let p = AttentionProblem::uniform(1, 1, 64, 4, 2, 64, 64, DType::F16);
+    let cfg = TurboQuantConfig::paper_default(&p);
+    let mut v = serde_json::to_value(&cfg).unwrap();
+    v.as_object_mut().unwrap().remove("key_qjl");
+    let back: TurboQuantConfig = serde_json::from_value(v).unwrap();
+    assert!(back.key_qjl);
+    assert_eq!(back, cfg);
+}
+
 // ---------------------------------------------------------------- config, plan, accounting
 
 #[test]
@@ -633,6 +735,16 @@ fn compression_accounting_against_fp16() {
     assert_eq!(c.tokens, 2000);
     assert_eq!(c.total_fp16_bytes, 2000 * 8 * 512);
     assert_eq!(c.fixed_bytes, 2 * (128 * 128 + 128 * 128));
+    // keys without QJL: 4 codebook bits and one f16 norm, no sketch matrix
+    let mse = TurboQuantConfig {
+        key_qjl: false,
+        ..cfg.clone()
+    }
+    .compression(&p);
+    assert_eq!(mse.key_bits_per_row, 4 * 128 + 16); // 66 bytes
+    assert_eq!(mse.packed_bytes_per_token, 8.0 * 116.0);
+    assert_eq!(mse.kernel_bytes_per_token, 8 * (128 + 2 + 128 + 2));
+    assert_eq!(mse.fixed_bytes, 2 * 128 * 128);
 }
 
 #[test]
