@@ -10,7 +10,9 @@
 
 use ferrattn::model::capture::{load_real, RealCase};
 use ferrattn::runtime::supported_on;
-use ferrattn::{Algorithm, AttentionOutput, BackendChoice, BackendKind, Comparison, DType, Runtime, Tolerance};
+use ferrattn::{
+    Algorithm, AttentionOutput, BackendChoice, BackendKind, Comparison, DType, Runtime, Tolerance,
+};
 use ferrattn_core::golden::exact_attention_f64;
 use std::path::Path;
 
@@ -46,7 +48,11 @@ fn run(rt: &Runtime, algo: Algorithm, case: &RealCase) -> Result<AttentionOutput
 #[test]
 fn every_backend_reaches_the_emulation_on_real_activations() {
     let cases = load_real(real_dir()).unwrap();
-    assert_eq!(cases.len(), 4, "two captured layers, a prefill and a decode case each");
+    assert_eq!(
+        cases.len(),
+        4,
+        "two captured layers, a prefill and a decode case each"
+    );
     let mut failures = vec![];
     let mut gaps = vec![];
     let mut ran = 0;
@@ -57,7 +63,8 @@ fn every_backend_reaches_the_emulation_on_real_activations() {
             let cpu = Runtime::select(BackendChoice::Exactly(BackendKind::Cpu), algo)
                 .unwrap()
                 .runtime;
-            let emulation = Comparison::new(&o_ref, &as_f64(&run(&cpu, algo, case).unwrap().o.data));
+            let emulation =
+                Comparison::new(&o_ref, &as_f64(&run(&cpu, algo, case).unwrap().o.data));
             for &backend in supported_on(algo) {
                 let rt = match Runtime::select(BackendChoice::Exactly(backend), algo) {
                     Ok(sel) => sel.runtime,
@@ -105,6 +112,10 @@ fn every_backend_reaches_the_emulation_on_real_activations() {
     for g in &gaps {
         println!("gap  {g}");
     }
-    assert!(failures.is_empty(), "real golden failures:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "real golden failures:\n{}",
+        failures.join("\n")
+    );
     assert!(ran >= 12, "only {ran} (case, algorithm, backend) runs");
 }

@@ -26,7 +26,9 @@ use std::time::Instant;
 /// One row of the table: a named method.
 #[derive(Clone, Debug)]
 pub struct Row {
-    /// Row name (`exact`, `lean`, `turbo-int4-sas`, `turboquant-k4-v3`, ...).
+    /// Row name (`exact`, `lean`, `turbo-int4-sas`, `turboquant-k4-v3`, `turboquant-k3-v2-noqjl`,
+    /// ...): TurboQuant rows name total key bits (`k4` = 3 codebook bits + 1 QJL bit; with
+    /// `-noqjl` all 4 on the codebook) and value bits.
     pub name: String,
     /// Family the `--algos` filter also accepts: exact, lean, turbo, turboquant.
     pub family: &'static str,
@@ -70,20 +72,27 @@ pub fn all_rows() -> Vec<Row> {
             });
         }
     }
-    for key_bits in [4u8, 3, 2] {
-        for value_bits in [3u8, 2] {
-            rows.push(Row {
-                name: format!("turboquant-k{key_bits}-v{value_bits}"),
-                family: "turboquant",
-                method: Method::TurboQuant(TurboQuantConfig {
-                    block_k: DEFAULT_BLOCK_K,
-                    key_bits,
-                    value_bits,
-                    qjl_dim: 64,
-                    seed: DEFAULT_SEED,
-                    defer_value_unrotation: false,
-                }),
-            });
+    for key_qjl in [true, false] {
+        for key_bits in [4u8, 3, 2] {
+            for value_bits in [3u8, 2] {
+                rows.push(Row {
+                    name: format!(
+                        "turboquant-k{key_bits}-v{value_bits}{}",
+                        if key_qjl { "" } else { "-noqjl" }
+                    ),
+                    family: "turboquant",
+                    method: Method::TurboQuant(TurboQuantConfig {
+                        block_k: DEFAULT_BLOCK_K,
+                        key_bits,
+                        key_qjl,
+                        value_bits,
+                        // m = d, as the paper and the fused kernel use
+                        qjl_dim: 64,
+                        seed: DEFAULT_SEED,
+                        defer_value_unrotation: false,
+                    }),
+                });
+            }
         }
     }
     rows

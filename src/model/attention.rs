@@ -198,13 +198,25 @@ impl KvAttention for TurboQuantSession {
         }
         // rows are (token, KV head) in that order, so a token's heads go on the end
         let f16 = |x: f32| DType::F16.round(x);
+        let sign_bytes = codec.key.qjl().sign_bytes();
         for h in 0..hk {
-            let kc = codec.key.quantize(&k.data[h * d..(h + 1) * d]);
+            let kr = &k.data[h * d..(h + 1) * d];
             let vc = codec.value.quantize(&v.data[h * d..(h + 1) * d]);
-            kv.k_idx.extend_from_slice(&kc.idx);
-            kv.k_norm.push(f16(kc.norm));
-            kv.k_signs.extend_from_slice(&kc.signs);
-            kv.r_norm.push(f16(kc.r_norm));
+            if codec.key_qjl {
+                let kc = codec.key.quantize(kr);
+                kv.k_idx.extend_from_slice(&kc.idx);
+                kv.k_norm.push(f16(kc.norm));
+                kv.k_signs.extend_from_slice(&kc.signs);
+                kv.r_norm.push(f16(kc.r_norm));
+            } else {
+                // MSE-only keys: the cache holds zero signs and a zero residual norm, as
+                // `TurboQuantCodec::compress` stores them
+                let kc = codec.key.mse().quantize(kr);
+                kv.k_idx.extend_from_slice(&kc.idx);
+                kv.k_norm.push(f16(kc.norm));
+                kv.k_signs.extend(std::iter::repeat_n(0, sign_bytes));
+                kv.r_norm.push(0.0);
+            }
             kv.v_idx.extend_from_slice(&vc.idx);
             kv.v_norm.push(f16(vc.norm));
         }
@@ -275,6 +287,7 @@ mod tests {
             qjl_dim: 64,
             seed: 5,
             defer_value_unrotation: false,
+            key_qjl: true,
         };
         let turbo_cfg = TurboConfig {
             kv_bits: ferrattn_core::turbo::KvBits::PerHead {
@@ -287,6 +300,10 @@ mod tests {
             Method::Lean,
             Method::Turbo(turbo_cfg.clone()),
             Method::TurboQuant(tq.clone()),
+            Method::TurboQuant(TurboQuantConfig {
+                key_qjl: false,
+                ..tq.clone()
+            }),
         ] {
             let got = decode_outputs(&method, &q, &k, &v, ctx);
             for (step, o) in got.iter().enumerate() {

@@ -161,14 +161,17 @@ pub fn load_real(dir: &Path) -> Result<Vec<RealCase>> {
     let mut cases = vec![];
     for path in paths {
         let f = crate::io::read_file(&path)?;
-        let stem = path.file_stem().map_or(String::new(), |s| s.to_string_lossy().into_owned());
+        let stem = path
+            .file_stem()
+            .map_or(String::new(), |s| s.to_string_lossy().into_owned());
         let get = |n: &str| -> Result<Tensor> {
-            f.tensors.get(n).cloned().ok_or_else(|| {
-                crate::FerrattnError::File {
+            f.tensors
+                .get(n)
+                .cloned()
+                .ok_or_else(|| crate::FerrattnError::File {
                     path: path.display().to_string(),
                     message: format!("no tensor {n}"),
-                }
-            })
+                })
         };
         let (qp, qd, k, v) = (get("q_prefill")?, get("q_decode")?, get("k")?, get("v")?);
         let prefix = |t: &Tensor, n: usize| -> Result<Tensor> {
