@@ -366,3 +366,91 @@ impl Gguf {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small GGUF v3 file: one string, one u32 array, and a 2 x 32 Q8_0 tensor of ones.
+    fn sample() -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend(1u64.to_le_bytes()); // tensors
+        b.extend(2u64.to_le_bytes()); // metadata
+        let s = |b: &mut Vec<u8>, x: &str| {
+            b.extend((x.len() as u64).to_le_bytes());
+            b.extend(x.as_bytes());
+        };
+        s(&mut b, "general.architecture");
+        b.extend(8u32.to_le_bytes());
+        s(&mut b, "llama");
+        s(&mut b, "ids");
+        b.extend(9u32.to_le_bytes());
+        b.extend(4u32.to_le_bytes());
+        b.extend(2u64.to_le_bytes());
+        b.extend(7u32.to_le_bytes());
+        b.extend(9u32.to_le_bytes());
+        s(&mut b, "w");
+        b.extend(2u32.to_le_bytes());
+        b.extend(32u64.to_le_bytes());
+        b.extend(2u64.to_le_bytes());
+        b.extend(8u32.to_le_bytes()); // Q8_0
+        b.extend(0u64.to_le_bytes());
+        b.resize(b.len().div_ceil(32) * 32, 0);
+        for _ in 0..2 {
+            b.extend(half::f16::from_f32(0.5).to_le_bytes());
+            b.extend([2u8; 32]);
+        }
+        b
+    }
+
+    #[test]
+    fn reads_metadata_and_tensors() {
+        let g = Gguf::parse(sample()).unwrap();
+        assert_eq!(g.get_str("general.architecture").unwrap(), "llama");
+        assert_eq!(g.get_array("ids").unwrap(), [Value::U64(7), Value::U64(9)]);
+        assert_eq!(g.tensor_f32("w", &[32, 2]).unwrap(), vec![1.0; 64]);
+        assert!(matches!(
+            g.tensor_f32("w", &[64, 1]),
+            Err(ModelError::TensorShape { .. })
+        ));
+        assert!(matches!(
+            g.get_usize("general.architecture"),
+            Err(ModelError::WrongType { .. })
+        ));
+        assert!(matches!(g.info("nope"), Err(ModelError::MissingTensor(_))));
+    }
+
+    #[test]
+    fn truncated_or_corrupt_files_are_errors() {
+        let full = sample();
+        for cut in 0..full.len() {
+            assert!(
+                Gguf::parse(full[..cut].to_vec()).is_err(),
+                "a file cut at {cut} of {} bytes parsed",
+                full.len()
+            );
+        }
+        let mut bad = full.clone();
+        bad[0] = b'X';
+        assert!(matches!(
+            Gguf::parse(bad),
+            Err(ModelError::Format { offset: 0, .. })
+        ));
+        // an absurd string length must not allocate: metadata key length 2^60
+        let mut huge = full.clone();
+        huge[24..32].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        assert!(matches!(Gguf::parse(huge), Err(ModelError::Format { .. })));
+        // an unknown ggml type is a typed error
+        let mut ty = full;
+        let at = ty
+            .windows(4)
+            .rposition(|w| w == 8u32.to_le_bytes())
+            .unwrap();
+        ty[at..at + 4].copy_from_slice(&14u32.to_le_bytes());
+        assert!(matches!(
+            Gguf::parse(ty),
+            Err(ModelError::UnsupportedType { ggml_type: 14, .. })
+        ));
+    }
+}

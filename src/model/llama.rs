@@ -50,7 +50,11 @@ impl LlamaConfig {
         let hidden = g.get_usize("llama.embedding_length")?;
         let heads_q = g.get_usize("llama.attention.head_count")?;
         let heads_kv = g.get_usize("llama.attention.head_count_kv")?;
-        if heads_q == 0 || heads_kv == 0 || heads_q % heads_kv != 0 || hidden % heads_q != 0 {
+        if heads_q == 0
+            || heads_kv == 0
+            || !heads_q.is_multiple_of(heads_kv)
+            || !hidden.is_multiple_of(heads_q)
+        {
             return Err(ModelError::Unsupported(format!(
                 "{heads_q} query heads, {heads_kv} KV heads, width {hidden}: query heads must be a multiple of KV heads and divide the width"
             )));

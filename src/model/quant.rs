@@ -57,7 +57,7 @@ impl GgmlType {
     /// not split into whole blocks.
     pub fn bytes_for(self, row: usize, numel: usize) -> Result<usize, String> {
         let (w, b) = self.block();
-        if row % w != 0 {
+        if !row.is_multiple_of(w) {
             return Err(format!(
                 "{self:?} rows of {row} weights do not split into blocks of {w}"
             ));

@@ -106,7 +106,7 @@ impl Tokenizer {
             .filter(|(_, (t, &ty))| (ty == 3 || ty == 4) && !t.is_empty())
             .map(|(i, (t, _))| (t.clone(), i as u32))
             .collect();
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        specials.sort_by_key(|s| std::cmp::Reverse(s.0.len()));
         let byte_to_char = bytes_to_unicode();
         let char_to_byte = byte_to_char
             .iter()
