@@ -160,6 +160,10 @@ def main():
     hf = tok.encode(text, add_special_tokens=False).ids
     same_text = list(hf[:n]) == rust_tokens.tolist()
     print(f"tokenizer: text, first {n} tokens identical to HF tokenizers: {same_text}")
+    if "all_tokens" in dump:
+        whole = list(hf) == dump["all_tokens"].tolist()
+        print(f"tokenizer: whole text ({len(hf)} tokens) identical: {whole}")
+        same_text &= whole
     ok = same_text
     for i, p in enumerate(PROMPTS):
         key = f"prompt{i}"

@@ -378,9 +378,15 @@ pub fn markdown(results: &[RowResult], w: &Workload) -> String {
     s
 }
 
-/// Writes `tokens` (the text), `prompt{i}` (each prompt) and `logits` (`[tokens, vocab]`, the
-/// exact-attention prefill of the whole text) to a safetensors file.
-fn dump_reference(model: &Model, w: &Workload, path: &std::path::Path) -> Result<()> {
+/// Writes `tokens` (the scored text tokens), `all_tokens` (the whole text), `prompt{i}` (each
+/// prompt) and `logits` (`[tokens, vocab]`, the exact-attention prefill of the scored tokens) to
+/// a safetensors file.
+fn dump_reference(
+    model: &Model,
+    w: &Workload,
+    all_tokens: &[u32],
+    path: &std::path::Path,
+) -> Result<()> {
     let mut attn = Method::Exact.session(model.llama.cfg.layers)?;
     let logits = model
         .llama
@@ -390,12 +396,14 @@ fn dump_reference(model: &Model, w: &Workload, path: &std::path::Path) -> Result
         dtype: ferrattn_core::DType::F32,
         data: logits,
     };
-    let ints: Vec<(String, Vec<i64>)> = std::iter::once(("tokens".to_string(), &w.text))
+    let ints: Vec<(String, Vec<i64>)> = [("tokens", &w.text[..]), ("all_tokens", all_tokens)]
+        .into_iter()
+        .map(|(n, t)| (n.to_string(), t))
         .chain(
             w.prompts
                 .iter()
                 .enumerate()
-                .map(|(i, p)| (format!("prompt{i}"), p)),
+                .map(|(i, p)| (format!("prompt{i}"), p.as_slice())),
         )
         .map(|(n, t)| (n, t.iter().map(|&x| x as i64).collect()))
         .collect();
@@ -468,6 +476,20 @@ pub fn repro(a: &ModelAccuracyArgs) -> Result<()> {
         message: e.to_string(),
     })?;
     let mut tokens = model.tokenizer.encode(&text)?;
+    if let Some(path) = &a.dump_reference {
+        let all_tokens = tokens.clone();
+        tokens.truncate(a.tokens);
+        let w = Workload {
+            prefill: a.tokens,
+            text: tokens,
+            prompts: PROMPTS
+                .iter()
+                .map(|p| model.tokenizer.encode(&chat(p)))
+                .collect::<Result<Vec<_>, _>>()?,
+            generate: 0,
+        };
+        return dump_reference(&model, &w, &all_tokens, path);
+    }
     if let Some(dir) = &a.capture_golden {
         let source = a
             .text
@@ -506,9 +528,6 @@ pub fn repro(a: &ModelAccuracyArgs) -> Result<()> {
         w.generate,
         rows.len()
     );
-    if let Some(path) = &a.dump_reference {
-        return dump_reference(&model, &w, path);
-    }
     let (r, first) = reference(&model, &w)?;
     let report = |res: &RowResult| -> Result<()> {
         eprintln!(
