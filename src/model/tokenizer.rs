@@ -144,24 +144,18 @@ impl Tokenizer {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, ModelError> {
         let mut out = Vec::new();
         let mut rest = text;
-        while !rest.is_empty() {
-            // the earliest special token, longest at a tie
-            let hit = self
-                .specials
-                .iter()
-                .filter_map(|(s, id)| rest.find(s.as_str()).map(|at| (at, s.len(), *id)))
-                .min_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-            let (plain, next) = match hit {
-                Some((at, len, id)) => {
-                    self.encode_plain(&rest[..at], &mut out)?;
-                    out.push(id);
-                    ("", &rest[at + len..])
-                }
-                None => (rest, ""),
-            };
-            self.encode_plain(plain, &mut out)?;
-            rest = next;
+        // the earliest special token, the longest at a tie
+        while let Some((at, len, id)) = self
+            .specials
+            .iter()
+            .filter_map(|(s, id)| rest.find(s.as_str()).map(|at| (at, s.len(), *id)))
+            .min_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+        {
+            self.encode_plain(&rest[..at], &mut out)?;
+            out.push(id);
+            rest = &rest[at + len..];
         }
+        self.encode_plain(rest, &mut out)?;
         Ok(out)
     }
 
