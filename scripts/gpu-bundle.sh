@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Builds everything the GPU machine runs and gathers it into one folder (default ./.gpu-bundle):
-# the ferrattn-cuda GPU test binary and unit-test binary (cargo test --release --no-run), the
-# Lean benchmark binary, scripts/gpu-run.sh as run.sh, the SDPA baseline and the report script.
-# Binaries are x86-64, stripped (the device tool carries at most 64 MiB), with the kernels
-# embedded as a fatbin (nvcc from $NVCC or scripts/install-nvcc.sh).
+# Builds everything the GPU machine runs into one folder (default ./.gpu-bundle): the release
+# `ferrattn` binary (its `bench` command is the benchmark suite, PyTorch script included), the
+# ferrattn-cuda GPU test binaries (every tests/gpu_*.rs) and unit-test binary, scripts/gpu-run.sh
+# as run.sh, and COMMIT. Binaries are x86-64 and stripped (the device tool carries at most
+# 64 MiB), kernels embedded as a fatbin (nvcc from $NVCC or scripts/install-nvcc.sh).
 #
 # Usage: bash scripts/gpu-bundle.sh [DEST]
-# Then (from the lead's checkout the device tool sends):
+# Then, from the checkout the device tool sends (the lead's):
 #   rm -rf /work/main/.gpu-bundle && cp -r .gpu-bundle /work/main/.gpu-bundle
-#   run(command="bash .gpu-bundle/run.sh full", carry=[".gpu-bundle"])
+#   run(command="bash .gpu-bundle/run.sh quick", carry=[".gpu-bundle"])
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST="${1:-$PWD/.gpu-bundle}"
@@ -19,14 +19,13 @@ fi
 echo "nvcc: $NVCC" >&2
 msgs="$(mktemp)"
 trap 'rm -f "$msgs"' EXIT
-cargo test --release -p ferrattn-cuda --no-run --message-format=json >"$msgs"
-cargo bench -p ferrattn-cuda --bench lean_decode --no-run --message-format=json >>"$msgs"
+cargo build --release -p ferrattn --bin ferrattn --message-format=json >"$msgs"
+cargo test --release -p ferrattn-cuda --no-run --message-format=json >>"$msgs"
 rm -rf "$DEST"
 mkdir -p "$DEST"
 python3 - "$msgs" "$DEST" <<'PY'
 import json, shutil, sys
 msgs, dest = sys.argv[1], sys.argv[2]
-want = {("gpu_lean", "test"): "gpu_lean", ("ferrattn_cuda", "lib"): "unit_tests", ("lean_decode", "bench"): "lean_decode"}
 found = {}
 for line in open(msgs):
     try:
@@ -36,21 +35,20 @@ for line in open(msgs):
     if m.get("reason") != "compiler-artifact" or not m.get("executable"):
         continue
     t = m["target"]
-    for kind in t["kind"]:
-        name = want.get((t["name"].replace("-", "_"), kind))
-        if name:
-            found[name] = m["executable"]
-missing = set(want.values()) - set(found)
-if missing:
-    sys.exit(f"gpu-bundle: no executable for {sorted(missing)}")
+    name = t["name"].replace("-", "_")
+    if ("bin" in t["kind"] and name == "ferrattn") or ("test" in t["kind"] and name.startswith("gpu_")):
+        found[name] = m["executable"]
+    elif "lib" in t["kind"] and name == "ferrattn_cuda":
+        found["unit_tests"] = m["executable"]
+for need in ("ferrattn", "unit_tests", "gpu_lean", "gpu_turbo"):
+    if need not in found:
+        sys.exit(f"gpu-bundle: no executable for {need}")
 for name, exe in found.items():
     shutil.copy(exe, f"{dest}/{name}")
 PY
-strip "$DEST"/gpu_lean "$DEST"/unit_tests "$DEST"/lean_decode
+strip "$DEST"/ferrattn "$DEST"/unit_tests "$DEST"/gpu_*
 cp scripts/gpu-run.sh "$DEST/run.sh"
-cp scripts/gpu-env.sh "$DEST/"
-cp scripts/sdpa_bench.py scripts/gpu-report.py "$DEST/"
-git rev-parse --short HEAD >"$DEST/COMMIT" 2>/dev/null || echo unknown >"$DEST/COMMIT"
-git diff --quiet 2>/dev/null || echo "$(cat "$DEST/COMMIT")+dirty" >"$DEST/COMMIT"
+git rev-parse --short=12 HEAD >"$DEST/COMMIT" 2>/dev/null || echo unknown >"$DEST/COMMIT"
+git diff --quiet HEAD 2>/dev/null || echo "$(cat "$DEST/COMMIT")+dirty" >"$DEST/COMMIT"
 du -sh "$DEST" >&2
 ls -la "$DEST" >&2

@@ -38,6 +38,9 @@ pub enum FerrattnError {
     /// A plan made for another problem or backend.
     #[error("plan mismatch: {0}")]
     PlanMismatch(String),
+    /// `ferrattn bench`: rows failed their correctness check or could not run.
+    #[error("bench: {0}")]
+    Bench(String),
     /// Reading or running a model (`ferrattn::model`).
     #[error("model: {0}")]
     Model(#[from] crate::model::ModelError),

@@ -17,6 +17,7 @@
 //! The work is split as FlashInfer splits it: [`Runtime::plan`] is pure and host-side and
 //! returns a serialisable [`AttentionPlan`]; [`Runtime::run`] executes it.
 
+pub mod bench;
 pub mod error;
 pub mod golden_files;
 pub mod io;

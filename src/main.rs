@@ -42,6 +42,8 @@ enum Cmd {
     /// reporting cache size, compression against fp16, and each step's error against exact
     /// attention over everything cached so far.
     TurboSession(TurboSessionArgs),
+    /// Benchmark every algorithm on every backend present (baselines, ceilings, report).
+    Bench(ferrattn::bench::BenchArgs),
     /// Regenerate the checked-in golden files (deterministic).
     Golden {
         /// Output directory.
@@ -709,6 +711,7 @@ fn main() -> ExitCode {
         Cmd::Repro(r) => cmd_repro(r),
         Cmd::Sim(s) => cmd_sim(s),
         Cmd::TurboSession(a) => cmd_turbo_session(a),
+        Cmd::Bench(a) => ferrattn::bench::main(a),
         Cmd::Golden { out } => golden_files::generate(out).map(|paths| {
             for p in paths {
                 println!("wrote {}", p.display());
