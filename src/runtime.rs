@@ -224,6 +224,8 @@ impl Runtime {
                 self.kind()
             )));
         }
+        // a plan may come from a file: every field is checked against its problem and this device
+        plan.validate(&self.caps())?;
         let problem = x.problem(
             ferrattn_core::AttentionOptions {
                 causal: plan.problem.causal,
@@ -238,6 +240,8 @@ impl Runtime {
                 describe(&problem)
             )));
         }
+        // values every backend's arithmetic can hold, or the supported range in the error
+        ferrattn_core::range::check(plan.algorithm, self.kind(), &problem, x)?;
         match self {
             Runtime::Cpu(d) => Ok(match plan.algorithm {
                 Algorithm::Exact => d.run_exact(plan, x)?,
