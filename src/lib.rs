@@ -69,6 +69,7 @@ pub mod device_api;
 pub mod error;
 pub mod golden_files;
 pub mod io;
+pub mod model;
 pub mod runtime;
 pub mod turboquant_session;
 

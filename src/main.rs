@@ -434,6 +434,9 @@ enum Repro {
         #[arg(long, default_value_t = 2025)]
         seed: u64,
     },
+    /// SmolLM2-135M on each attention method: perplexity, KL and top-1 against exact attention,
+    /// greedy generation (docs/ACCURACY.md, "Real model").
+    ModelAccuracy(ferrattn::model::accuracy::ModelAccuracyArgs),
 }
 
 fn amla_accuracy(samples: usize, seed: u64) {
@@ -609,6 +612,7 @@ fn cmd_repro(r: &Repro) -> ferrattn::Result<()> {
             println!("{}", ferrattn::turbo::accuracy_markdown(&rows));
             Ok(())
         }
+        Repro::ModelAccuracy(a) => ferrattn::model::accuracy::repro(a),
     }
 }
 
