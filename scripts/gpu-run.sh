@@ -32,7 +32,7 @@ run_tests() {
   "$B/unit_tests" >>"$OUT/tests.txt" 2>&1 || { status=1; summary+=("unit tests FAILED"); }
   for t in "$B"/gpu_*; do
     echo "== $(basename "$t")"
-    timeout 300 "$t" --include-ignored --test-threads=1 --nocapture >"/tmp/$(basename "$t").txt" 2>&1
+    timeout "${TEST_TIMEOUT:-300}" "$t" --include-ignored --test-threads=1 --nocapture >"/tmp/$(basename "$t").txt" 2>&1
     rc=$?
     cat "/tmp/$(basename "$t").txt" >>"$OUT/tests.txt"
     grep -E "^test .*(ok|FAILED)$|test result|panicked|SKIPPED" "/tmp/$(basename "$t").txt" | tail -n 30
@@ -40,7 +40,7 @@ run_tests() {
     if grep -q "SKIPPED " "/tmp/$(basename "$t").txt"; then status=1; summary+=("$(basename "$t"): a GPU test SKIPPED on the GPU machine"); fi
     summary+=("$(basename "$t"): $(grep 'test result' "/tmp/$(basename "$t").txt" | tail -n 1)")
   done
-  for pair in "gpu_lean gpu_sanitizer_small_grid" "gpu_turbo gpu_turbo_sanitizer_small" "gpu_lean lean_device::gpu_device_sanitizer_small"; do
+  for pair in "gpu_lean gpu_sanitizer_small_grid" "gpu_turbo gpu_turbo_sanitizer_small" "gpu_lean lean_device::gpu_device_sanitizer_small" "gpu_turboquant gpu_turboquant_sanitizer_small"; do
     set -- $pair
     for tool in memcheck racecheck; do
       FERRATTN_GPU_TEST_SCALE=small timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 \

@@ -137,9 +137,42 @@ pub fn read_file(path: &Path) -> Result<TensorFile> {
     Ok(out)
 }
 
+/// Names an input file may hold: `q` with `k`, `v` (or MLA `q` with the latent `kv`), and the
+/// optional integer lengths.
+pub const INPUT_NAMES: [&str; 6] = ["q", "k", "v", "kv", "seqlens_q", "seqlens_k"];
+
 /// Reads attention inputs: `q` plus `k`,`v` or the MLA latent `kv`, optional `seqlens_q/k`.
+///
+/// Strict, because a silently ignored tensor runs the wrong problem: any other name (a misspelt
+/// `seqlen_k`) is an error, `seqlens_*` must be I32/I64 and the others float.
 pub fn read_inputs(path: &Path) -> Result<AttentionInputs> {
     let mut f = read_file(path)?;
+    let mut names: Vec<&String> = f.tensors.keys().chain(f.ints.keys()).collect();
+    names.sort();
+    if let Some(unknown) = names.iter().find(|n| !INPUT_NAMES.contains(&n.as_str())) {
+        return Err(file_err(
+            path,
+            format!(
+                "unknown tensor {unknown:?}; an input file holds q, k, v (or MLA q, kv) and optional int32 seqlens_q, seqlens_k"
+            ),
+        ));
+    }
+    for name in ["seqlens_q", "seqlens_k"] {
+        if let Some(t) = f.tensors.get(name) {
+            return Err(file_err(
+                path,
+                format!("{name} is {}; it must be I32 or I64", t.dtype),
+            ));
+        }
+    }
+    for name in ["q", "k", "v", "kv"] {
+        if f.ints.contains_key(name) {
+            return Err(file_err(
+                path,
+                format!("{name} is an integer tensor; it must be F32, F16 or BF16"),
+            ));
+        }
+    }
     let mut take = |name: &str| f.tensors.remove(name);
     let q = take("q").ok_or_else(|| file_err(path, "no tensor named q"))?;
     let x = match (take("k"), take("v"), take("kv")) {
@@ -155,13 +188,19 @@ pub fn read_inputs(path: &Path) -> Result<AttentionInputs> {
 }
 
 /// Writes named tensors (and optional int32 vectors) with metadata.
+///
+/// The bytes are a function of the arguments alone (`ferrattn golden` is reproducible to the
+/// byte): the header is written here with tensors and metadata keys in sorted order, where
+/// `safetensors::serialize` would write metadata in `HashMap` order, which changes from run to
+/// run. The layout is the safetensors format (8-byte little-endian header length, JSON header
+/// padded with spaces to 8 bytes, data in header order) and is read back by `safetensors`.
 pub fn write_file(
     path: &Path,
     tensors: &[(&str, &Tensor)],
     ints: &[(&str, &[i64])],
     metadata: HashMap<String, String>,
 ) -> Result<()> {
-    let encoded: Vec<(String, StDtype, Vec<usize>, Vec<u8>)> = tensors
+    let mut encoded: Vec<(String, StDtype, Vec<usize>, Vec<u8>)> = tensors
         .iter()
         .map(|(n, t)| {
             let (dt, b) = tensor_bytes(t);
@@ -172,20 +211,36 @@ pub fn write_file(
             (n.to_string(), StDtype::I32, vec![v.len()], b)
         }))
         .collect();
-    let views: Vec<(String, TensorView<'_>)> = encoded
-        .iter()
-        .map(|(n, dt, s, b)| {
-            Ok((
-                n.clone(),
-                TensorView::new(*dt, s.clone(), b).map_err(|e| file_err(path, e))?,
-            ))
-        })
-        .collect::<Result<_>>()?;
-    let meta = if metadata.is_empty() {
-        None
-    } else {
-        Some(metadata)
-    };
-    let bytes = safetensors::serialize(views, &meta).map_err(|e| file_err(path, e))?;
-    std::fs::write(path, bytes).map_err(|e| file_err(path, e))
+    encoded.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut header = serde_json::Map::new();
+    if !metadata.is_empty() {
+        let sorted: std::collections::BTreeMap<String, String> = metadata.into_iter().collect();
+        header.insert(
+            "__metadata__".into(),
+            serde_json::to_value(sorted).expect("strings serialise"),
+        );
+    }
+    let mut offset = 0usize;
+    for (name, dt, shape, bytes) in &encoded {
+        header.insert(
+            name.clone(),
+            serde_json::json!({
+                "dtype": format!("{dt:?}"),
+                "shape": shape,
+                "data_offsets": [offset, offset + bytes.len()],
+            }),
+        );
+        offset += bytes.len();
+    }
+    let mut head = serde_json::to_vec(&header).expect("a JSON map serialises");
+    head.resize(head.len().next_multiple_of(8), b' ');
+    let mut out = Vec::with_capacity(8 + head.len() + offset);
+    out.extend_from_slice(&(head.len() as u64).to_le_bytes());
+    out.extend_from_slice(&head);
+    for (_, _, _, bytes) in &encoded {
+        out.extend_from_slice(bytes);
+    }
+    // what is written must be what safetensors reads
+    SafeTensors::deserialize(&out).map_err(|e| file_err(path, e))?;
+    std::fs::write(path, out).map_err(|e| file_err(path, e))
 }

@@ -69,7 +69,9 @@ pub mod device_api;
 pub mod error;
 pub mod golden_files;
 pub mod io;
+pub mod model;
 pub mod runtime;
+pub mod turboquant_session;
 
 pub use error::{FerrattnError, Result};
 pub use ferrattn_core::*;

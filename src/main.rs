@@ -4,7 +4,8 @@ use clap::{Args, Parser, Subcommand};
 use ferrattn::runtime::{describe, supported_on};
 use ferrattn::{
     devices, golden_files, io, Algorithm, AttentionInputs, AttentionOptions, AttentionPlan,
-    Availability, BackendChoice, Comparison, DType, FerrattnError, Runtime, Tensor,
+    AttentionProblem, Availability, BackendChoice, Comparison, CoreError, DType, FerrattnError,
+    KvLayout, Runtime, Tensor,
 };
 use rand::SeedableRng;
 use std::collections::HashMap;
@@ -29,7 +30,8 @@ enum Cmd {
     Devices,
     /// Print the plan for a problem as JSON.
     Plan(ProblemArgs),
-    /// Run attention and report its error against the exact f64 golden and its time.
+    /// Run attention and report its error against the exact f64 golden and its time. States the
+    /// tolerance it judges against and exits with status 2 when the result misses it.
     Run(RunArgs),
     /// Reproduce a published table beside the paper's values.
     #[command(subcommand)]
@@ -44,6 +46,10 @@ enum Cmd {
     TurboSession(TurboSessionArgs),
     /// Benchmark every algorithm on every backend present (baselines, ceilings, report).
     Bench(ferrattn::bench::BenchArgs),
+    /// TurboQuant serving loop: compress a prefill into the TurboQuant cache, then decode N
+    /// tokens one at a time (each appended first), reporting bytes per token, compression against
+    /// fp16 and each step's error against exact attention.
+    TurboquantSession(TurboquantSessionArgs),
     /// Regenerate the checked-in golden files (deterministic).
     Golden {
         /// Output directory.
@@ -93,7 +99,8 @@ struct RunArgs {
     /// Write o and lse here.
     #[arg(long)]
     output: Option<PathBuf>,
-    /// Skip the comparison with the exact f64 golden (slow for big problems).
+    /// Skip the comparison with the exact f64 golden (slow for big problems); the run then
+    /// exits 0 without judging its result, and says so.
     #[arg(long)]
     no_check: bool,
 }
@@ -118,6 +125,81 @@ struct TurboSessionArgs {
     /// Skip the per-step comparison with exact attention.
     #[arg(long)]
     no_check: bool,
+}
+
+#[derive(Args)]
+struct TurboquantSessionArgs {
+    /// Backend: cpu (the emulation) or cuda (the kernels).
+    #[arg(long, default_value = "cpu", value_parser = parse_backend)]
+    backend: BackendChoice,
+    /// Context and heads: B,S,Hq,Hk,D (f16).
+    #[arg(long, value_parser = parse_session_dims)]
+    random: Dims,
+    /// Decode steps after the prefill.
+    #[arg(long, default_value_t = 64)]
+    steps: usize,
+    /// Key bits (the QJL bit included unless --no-qjl).
+    #[arg(long, default_value_t = 4)]
+    key_bits: u8,
+    /// Value bits.
+    #[arg(long, default_value_t = 3)]
+    value_bits: u8,
+    /// Keys without QJL: every key bit on the codebook.
+    #[arg(long)]
+    no_qjl: bool,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Skip the comparisons with exact attention.
+    #[arg(long)]
+    no_check: bool,
+}
+
+fn cmd_turboquant_session(a: &TurboquantSessionArgs) -> ferrattn::Result<()> {
+    let Dims(d) = &a.random;
+    let backend = match a.backend {
+        BackendChoice::Exactly(k) => k,
+        BackendChoice::Auto => ferrattn::BackendKind::Cpu,
+    };
+    let args = ferrattn::turboquant_session::SessionArgs {
+        backend,
+        batch: d[0],
+        context: d[1],
+        heads_q: d[2],
+        heads_kv: d[3],
+        head_dim: d[4],
+        steps: a.steps,
+        key_bits: a.key_bits,
+        value_bits: a.value_bits,
+        key_qjl: !a.no_qjl,
+        seed: a.seed,
+        check: !a.no_check,
+    };
+    let r = ferrattn::turboquant_session::run(&args)?;
+    println!(
+        "turboquant session on {backend}: B={} context {} Hq={} Hk={} D={} f16, keys {} bits{}, values {} bits, {} decode steps",
+        d[0], d[1], d[2], d[3], d[4], a.key_bits, if a.no_qjl { "" } else { " (QJL)" }, a.value_bits, a.steps
+    );
+    println!("prefill (compress + attention over the compressed cache): {:.3} ms host wall clock, O vs exact rel_fro {:.3e}", r.prefill_ms, r.prefill_error);
+    println!(
+        "bytes per token: {:.1} packed, {} in the device layout, {} fp16 ({:.2}x / {} smaller)",
+        r.packed_bytes_per_token,
+        r.device_bytes_per_token,
+        r.fp16_bytes_per_token,
+        r.fp16_bytes_per_token as f64 / r.packed_bytes_per_token,
+        if r.device_bytes_per_token > 0 {
+            format!(
+                "{:.2}x",
+                r.fp16_bytes_per_token as f64 / r.device_bytes_per_token as f64
+            )
+        } else {
+            "n/a".into()
+        }
+    );
+    if a.steps > 0 {
+        println!("decode: {:.3} ms per step (append + decode, host wall clock, transfers included); worst step O vs exact rel_fro {:.3e}", r.step_ms, r.worst_step_error);
+    }
+    Ok(())
 }
 
 fn parse_session_dims(s: &str) -> Result<Dims, String> {
@@ -167,7 +249,25 @@ fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn::Result<()> {
     use ferrattn::turbo;
     let Dims(d) = &a.random;
     let (b, s, hq, hk, hd) = (d[0], d[1], d[2], d[3], d[4]);
-    let total = s + a.steps;
+    let total = s.checked_add(a.steps).ok_or_else(|| CoreError::BadValue {
+        what: "--steps".into(),
+        value: a.steps.to_string(),
+        requirement: format!("at most {} with a context of {s} tokens", usize::MAX - s),
+    })?;
+    // the whole sequence is drawn up front: refuse before allocating what the host cannot hold
+    let mut bytes = 0u128;
+    for (name, shape) in [
+        ("q", [b, total, hq, hd]),
+        ("k", [b, total, hk, hd]),
+        ("v", [b, total, hk, hd]),
+    ] {
+        ferrattn::problem::check_buffer(name, &shape)?;
+        bytes += ferrattn::problem::buffer_bytes(&shape);
+    }
+    ferrattn::problem::check_host_memory(
+        &format!("turbo-session with B={b}, {total} tokens, Hq={hq}, Hk={hk}, D={hd} (q, k, v of every step)"),
+        bytes,
+    )?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
     // the whole sequence, so each step can be checked against exact attention over its prefix
     let q_all = Tensor::randn(&[b, total, hq, hd], a.dtype, 1.0, &mut rng);
@@ -334,6 +434,9 @@ enum Repro {
         #[arg(long, default_value_t = 2025)]
         seed: u64,
     },
+    /// SmolLM2-135M on each attention method: perplexity, KL and top-1 against exact attention,
+    /// greedy generation (docs/ACCURACY.md, "Real model").
+    ModelAccuracy(ferrattn::model::accuracy::ModelAccuracyArgs),
 }
 
 fn amla_accuracy(samples: usize, seed: u64) {
@@ -376,6 +479,14 @@ fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     pb
 }
 
+/// Largest batch `sim amla` models.
+const SIM_MAX_BATCH: usize = 4096;
+/// Longest context `sim amla` models (2048 KV blocks of 512).
+const SIM_MAX_SK: usize = 1 << 20;
+/// Most KV tokens `sim amla` models over the batch: memory grows about 4 bytes per token (batch
+/// 96 x sk 2^20 took 0.4 GB and 13 s on 2 cores, batch 65536 x sk 16384 5 GB and 167 s).
+const SIM_MAX_TOKENS: usize = 1 << 27;
+
 fn cmd_sim(s: &Sim) -> ferrattn::Result<()> {
     let Sim::Amla {
         batch,
@@ -385,10 +496,19 @@ fn cmd_sim(s: &Sim) -> ferrattn::Result<()> {
         svg,
         blocks,
     } = s;
-    if *batch == 0 || *sk == 0 || !(1..=2).contains(sq) {
+    // the model keeps every KV block's ops of every distinct core pair's work list, so its
+    // memory grows with batch x sk: bound both well above the paper's configurations (batch 96,
+    // sk up to 16k) instead of letting an allocation abort
+    if !(1..=SIM_MAX_BATCH).contains(batch)
+        || !(1..=SIM_MAX_SK).contains(sk)
+        || !(1..=2).contains(sq)
+        || batch * sk > SIM_MAX_TOKENS
+    {
         return Err(ferrattn::CoreError::Unsupported {
             what: format!("sim amla with batch {batch}, sq {sq}, sk {sk}"),
-            supported: "batch >= 1, sq 1 or 2, sk >= 1".into(),
+            supported: format!(
+                "batch 1..={SIM_MAX_BATCH}, sq 1 or 2, sk 1..={SIM_MAX_SK}, batch x sk up to {SIM_MAX_TOKENS}"
+            ),
         }
         .into());
     }
@@ -425,6 +545,14 @@ fn cmd_repro(r: &Repro) -> ferrattn::Result<()> {
             Ok(())
         }
         Repro::AmlaAccuracy { samples, seed } => {
+            if *samples == 0 {
+                return Err(CoreError::BadLength {
+                    what: "--samples".into(),
+                    value: 0,
+                    requirement: "at least 1 (the paper uses 100)".into(),
+                }
+                .into());
+            }
             amla_accuracy(*samples, *seed);
             Ok(())
         }
@@ -484,6 +612,7 @@ fn cmd_repro(r: &Repro) -> ferrattn::Result<()> {
             println!("{}", ferrattn::turbo::accuracy_markdown(&rows));
             Ok(())
         }
+        Repro::ModelAccuracy(a) => ferrattn::model::accuracy::repro(a),
     }
 }
 
@@ -524,7 +653,105 @@ fn parse_dims(s: &str) -> Result<Dims, String> {
     Ok(Dims(v))
 }
 
-fn inputs_of(a: &ProblemArgs) -> ferrattn::Result<(AttentionInputs, Option<usize>)> {
+/// The problem `--random` describes, built from the numbers alone (no tensors), with its
+/// sizes checked before anything is allocated.
+fn random_problem(a: &ProblemArgs, d: &[usize]) -> ferrattn::Result<AttentionProblem> {
+    let (b, sq, sk, hq, hk, dqk) = (d[0], d[1], d[2], d[3], d[4], d[5]);
+    let amla = a.algo == Algorithm::Amla;
+    let dv = d
+        .get(6)
+        .copied()
+        .unwrap_or(if amla && dqk == 576 { 512 } else { dqk });
+    let dtype = a
+        .dtype
+        .unwrap_or(if amla { DType::BF16 } else { DType::F16 });
+    let mut p = AttentionProblem::uniform(b, sq, sk, hq, hk, dqk, dv, dtype);
+    if amla {
+        p.kv_layout = KvLayout::MlaLatent;
+    }
+    p.causal = a.causal;
+    if let Some(scale) = a.scale {
+        p.softmax_scale = scale;
+    }
+    if let Some(lens) = &a.seqlens_k {
+        p.seqlens_k =
+            lens.iter()
+                .enumerate()
+                .map(|(i, &l)| {
+                    usize::try_from(l).ok().filter(|&l| l <= sk).ok_or_else(|| {
+                        CoreError::BadLength {
+                            what: format!("seqlens_k[{i}]"),
+                            value: l,
+                            requirement: format!(
+                                "between 0 and {sk} (the tensor's padded sequence extent)"
+                            ),
+                        }
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+    }
+    p.validate()?;
+    Ok(p)
+}
+
+/// Random inputs for `p` (unit Gaussian, seeded), after checking the host can hold them and
+/// `extra` more bytes (the outputs and the f64 check).
+fn random_inputs(
+    p: &AttentionProblem,
+    seed: u64,
+    extra: u128,
+) -> ferrattn::Result<AttentionInputs> {
+    ferrattn::problem::check_host_memory(
+        &format!(
+            "--random {} (inputs, outputs and the f64 check)",
+            describe(p)
+        ),
+        p.host_bytes().saturating_add(extra),
+    )?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let shapes = p.buffer_shapes();
+    let mut draw = |name: &str| {
+        let shape = &shapes.iter().find(|(n, _)| *n == name).expect("listed").1;
+        Tensor::randn(shape, p.dtype, 1.0, &mut rng)
+    };
+    let q = draw("q");
+    let mut x = match p.kv_layout {
+        KvLayout::MlaLatent => AttentionInputs::mla(q, draw("kv")),
+        KvLayout::Separate => {
+            let k = draw("k");
+            AttentionInputs::new(q, k, draw("v"))
+        }
+    };
+    if !p.is_uniform() {
+        x.seqlens_k = Some(p.seqlens_k.iter().map(|&l| l as i64).collect());
+    }
+    Ok(x)
+}
+
+/// Bytes the f64 golden check of `p` allocates: O and LSE in f64, once per task and once
+/// gathered.
+fn check_bytes(p: &AttentionProblem) -> u128 {
+    p.buffer_shapes()
+        .iter()
+        .filter(|(n, _)| matches!(*n, "o" | "lse"))
+        .map(|(_, s)| 4 * ferrattn::problem::buffer_bytes(s))
+        .sum()
+}
+
+fn options(a: &ProblemArgs) -> AttentionOptions {
+    AttentionOptions {
+        causal: a.causal,
+        softmax_scale: a.scale,
+    }
+}
+
+/// The problem the arguments describe and, when `with_tensors`, its inputs (read from `--input`
+/// or drawn for `--random`; `plan` asks for none and draws nothing).
+fn problem_of(
+    a: &ProblemArgs,
+    with_tensors: bool,
+    extra: u128,
+) -> ferrattn::Result<(AttentionProblem, Option<AttentionInputs>)> {
     if let Some(path) = &a.input {
         let x = io::read_inputs(path)?;
         // MLA files default to the FlashMLA split 576/512 when the latent dim is 576
@@ -532,10 +759,11 @@ fn inputs_of(a: &ProblemArgs) -> ferrattn::Result<(AttentionInputs, Option<usize
             if x.k.shape.get(3) == Some(&576) {
                 512
             } else {
-                x.k.shape[3]
+                x.k.shape.get(3).copied().unwrap_or(0)
             }
         });
-        return Ok((x, dv));
+        let p = x.problem(options(a), dv)?;
+        return Ok((p, Some(x)));
     }
     let Some(Dims(d)) = &a.random else {
         return Err(FerrattnError::File {
@@ -543,31 +771,14 @@ fn inputs_of(a: &ProblemArgs) -> ferrattn::Result<(AttentionInputs, Option<usize
             message: "give --input FILE or --random B,Sq,Sk,Hq,Hk,D[,Dv]".into(),
         });
     };
-    let (b, sq, sk, hq, hk, dqk) = (d[0], d[1], d[2], d[3], d[4], d[5]);
-    let dv = d
-        .get(6)
-        .copied()
-        .unwrap_or(if a.algo == Algorithm::Amla && dqk == 576 {
-            512
-        } else {
-            dqk
-        });
-    let dtype = a.dtype.unwrap_or(if a.algo == Algorithm::Amla {
-        DType::BF16
-    } else {
-        DType::F16
-    });
-    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
-    let q = Tensor::randn(&[b, sq, hq, dqk], dtype, 1.0, &mut rng);
-    let k = Tensor::randn(&[b, sk, hk, dqk], dtype, 1.0, &mut rng);
-    let mut x = if a.algo == Algorithm::Amla {
-        AttentionInputs::mla(q, k)
-    } else {
-        let v = Tensor::randn(&[b, sk, hk, dv], dtype, 1.0, &mut rng);
-        AttentionInputs::new(q, k, v)
-    };
-    x.seqlens_k = a.seqlens_k.clone();
-    Ok((x, (a.algo == Algorithm::Amla).then_some(dv)))
+    let p = random_problem(a, d)?;
+    if !with_tensors {
+        return Ok((p, None));
+    }
+    let x = random_inputs(&p, a.seed, extra)?;
+    // the tensors are the authority: the problem is read back from them as for a file
+    let p = x.problem(options(a), Some(p.head_dim_v).filter(|_| x.v.is_none()))?;
+    Ok((p, Some(x)))
 }
 
 fn select(a: &ProblemArgs) -> ferrattn::Result<Runtime> {
@@ -578,18 +789,12 @@ fn select(a: &ProblemArgs) -> ferrattn::Result<Runtime> {
     Ok(sel.runtime)
 }
 
-fn make_plan(a: &ProblemArgs) -> ferrattn::Result<(Runtime, AttentionInputs, AttentionPlan)> {
-    let (x, dv) = inputs_of(a)?;
-    let problem = x.problem(
-        AttentionOptions {
-            causal: a.causal,
-            softmax_scale: a.scale,
-        },
-        dv,
-    )?;
-    let rt = select(a)?;
-    let plan = rt.plan(a.algo, &problem)?;
-    Ok((rt, x, plan))
+/// `ferrattn plan`: the plan of the problem the arguments describe; draws no random tensors.
+fn cmd_plan(a: &ProblemArgs) -> ferrattn::Result<()> {
+    let (problem, _) = problem_of(a, false, 0)?;
+    let plan = select(a)?.plan(a.algo, &problem)?;
+    println!("{}", plan.to_json());
+    Ok(())
 }
 
 fn cmd_devices() {
@@ -616,32 +821,75 @@ fn cmd_devices() {
     }
 }
 
-fn cmd_run(r: &RunArgs) -> ferrattn::Result<()> {
-    let (rt, x, plan) = match &r.plan {
-        None => make_plan(&r.problem)?,
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| FerrattnError::File {
-                path: path.display().to_string(),
-                message: e.to_string(),
-            })?;
-            let plan = AttentionPlan::from_json(&text)?;
-            let (x, _) = inputs_of(&r.problem)?;
-            let rt = select(&ProblemArgs {
-                algo: plan.algorithm,
-                ..r.problem.clone()
-            })?;
-            (rt, x, plan)
-        }
+/// Why a command failed: an error of the library, or a result that missed its tolerance.
+enum Failure {
+    Error(FerrattnError),
+    Tolerance(String),
+}
+
+impl From<FerrattnError> for Failure {
+    fn from(e: FerrattnError) -> Failure {
+        Failure::Error(e)
+    }
+}
+
+impl From<CoreError> for Failure {
+    fn from(e: CoreError) -> Failure {
+        Failure::Error(e.into())
+    }
+}
+
+/// A spinner on stderr for work that may take a while (hidden when stderr is not a terminal,
+/// where the line printed before it is the progress report).
+fn spinner(msg: String) -> indicatif::ProgressBar {
+    eprintln!("{msg}");
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.set_message(msg);
+    pb.enable_steady_tick(std::time::Duration::from_millis(200));
+    pb
+}
+
+/// Reads `--plan` and checks it belongs to this invocation: its algorithm is `--algo` (a plan
+/// of another algorithm would silently run that algorithm instead). Every other field is checked
+/// by `Runtime::run` against the inputs and the device.
+fn read_plan(path: &std::path::Path, a: &ProblemArgs) -> ferrattn::Result<AttentionPlan> {
+    let text = std::fs::read_to_string(path).map_err(|e| FerrattnError::File {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let plan = AttentionPlan::from_json(&text)?;
+    if plan.algorithm != a.algo {
+        return Err(FerrattnError::PlanMismatch(format!(
+            "{} is a {} plan but --algo is {}",
+            path.display(),
+            plan.algorithm,
+            a.algo
+        )));
+    }
+    Ok(plan)
+}
+
+fn cmd_run(r: &RunArgs) -> Result<(), Failure> {
+    let a = &r.problem;
+    let extra = if r.no_check { 0 } else { check_bytes_of(a) };
+    let (problem, x) = problem_of(a, true, extra)?;
+    let x = x.expect("inputs asked for");
+    let rt = select(a)?;
+    let plan = match &r.plan {
+        None => rt.plan(a.algo, &problem)?,
+        Some(path) => read_plan(path, a)?,
     };
-    eprintln!(
+    let pb = spinner(format!(
         "running {} on {} for {}",
         plan.algorithm,
         plan.device,
         describe(&plan.problem)
-    );
+    ));
     let t0 = Instant::now();
-    let out = rt.run(&plan, &x)?;
+    let out = rt.run(&plan, &x);
     let secs = t0.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    let out = out?;
     println!("algorithm  {}", plan.algorithm);
     println!(
         "backend    {} on {}",
@@ -655,8 +903,17 @@ fn cmd_run(r: &RunArgs) -> ferrattn::Result<()> {
         "time       {:.3} ms (wall clock, host, includes transfers)",
         secs * 1e3
     );
-    if !r.no_check {
+    let verdict = if r.no_check {
+        println!("check      skipped (--no-check): the result is not compared with the f64 golden");
+        Ok(())
+    } else {
+        let pb = spinner(format!(
+            "checking against the exact f64 golden ({} query rows of up to {} keys)",
+            plan.problem.batch * plan.problem.max_seqlen_q * plan.problem.heads_q,
+            plan.problem.max_seqlen_k
+        ));
         let (o, lse) = ferrattn::golden::exact_attention_f64(&plan.problem, &x);
+        pb.finish_and_clear();
         let co = Comparison::new(
             &o,
             &out.o.data.iter().map(|&v| v as f64).collect::<Vec<_>>(),
@@ -665,9 +922,19 @@ fn cmd_run(r: &RunArgs) -> ferrattn::Result<()> {
             &lse,
             &out.lse.data.iter().map(|&v| v as f64).collect::<Vec<_>>(),
         );
+        let tol = ferrattn::compare::RunTolerance::of(&plan);
+        println!("tolerance  {tol}");
         println!("O   vs exact  {co}");
         println!("LSE vs exact  {cl}");
-    }
+        let verdict = co
+            .check("O", &tol.o)
+            .and_then(|()| cl.check("LSE", &tol.lse));
+        match &verdict {
+            Ok(()) => println!("check      ok: within tolerance"),
+            Err(e) => println!("check      FAILED: {e}"),
+        }
+        verdict
+    };
     if let Some(path) = &r.output {
         let mut meta = HashMap::new();
         meta.insert("algorithm".to_string(), plan.algorithm.to_string());
@@ -679,6 +946,34 @@ fn cmd_run(r: &RunArgs) -> ferrattn::Result<()> {
         }
         io::write_file(path, &[("o", &out.o), ("lse", &out.lse)], &[], meta)?;
         println!("wrote      {}", path.display());
+    }
+    verdict.map_err(|e| Failure::Tolerance(format!("the result misses its tolerance: {e}")))
+}
+
+/// [`check_bytes`] of the problem `--random` describes (0 for `--input`, whose size the file
+/// already fixed and whose check is then as large as the tensors read).
+fn check_bytes_of(a: &ProblemArgs) -> u128 {
+    match &a.random {
+        Some(Dims(d)) => random_problem(a, d).map_or(0, |p| check_bytes(&p)),
+        None => 0,
+    }
+}
+
+fn dispatch(cmd: &Cmd) -> Result<(), Failure> {
+    match cmd {
+        Cmd::Devices => cmd_devices(),
+        Cmd::Plan(a) => cmd_plan(a)?,
+        Cmd::Run(r) => cmd_run(r)?,
+        Cmd::Repro(r) => cmd_repro(r)?,
+        Cmd::Sim(s) => cmd_sim(s)?,
+        Cmd::TurboSession(a) => cmd_turbo_session(a)?,
+        Cmd::Bench(a) => ferrattn::bench::main(a)?,
+        Cmd::TurboquantSession(a) => cmd_turboquant_session(a)?,
+        Cmd::Golden { out } => {
+            for p in golden_files::generate(out)? {
+                println!("wrote {}", p.display());
+            }
+        }
     }
     Ok(())
 }
@@ -697,28 +992,15 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let res = match &cli.cmd {
-        Cmd::Devices => {
-            cmd_devices();
-            Ok(())
-        }
-        Cmd::Plan(a) => make_plan(a).map(|(_, _, plan)| println!("{}", plan.to_json())),
-        Cmd::Run(r) => cmd_run(r),
-        Cmd::Repro(r) => cmd_repro(r),
-        Cmd::Sim(s) => cmd_sim(s),
-        Cmd::TurboSession(a) => cmd_turbo_session(a),
-        Cmd::Bench(a) => ferrattn::bench::main(a),
-        Cmd::Golden { out } => golden_files::generate(out).map(|paths| {
-            for p in paths {
-                println!("wrote {}", p.display());
-            }
-        }),
-    };
-    match res {
+    match dispatch(&cli.cmd) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::Error(e)) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
+        }
+        Err(Failure::Tolerance(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -45,7 +45,7 @@ pub fn supported_on(algorithm: Algorithm) -> &'static [BackendKind] {
         Algorithm::Lean => &[BackendKind::Cuda, BackendKind::Cpu],
         Algorithm::Amla => &[BackendKind::Ascend, BackendKind::Cpu],
         Algorithm::Turbo => &[BackendKind::Cuda, BackendKind::Cpu],
-        Algorithm::TurboQuant => &[BackendKind::Cpu],
+        Algorithm::TurboQuant => &[BackendKind::Cuda, BackendKind::Cpu],
     }
 }
 
@@ -212,7 +212,14 @@ impl Runtime {
 
     /// Plans `algorithm` for `problem` on this backend (pure, host-side).
     pub fn plan(&self, algorithm: Algorithm, problem: &AttentionProblem) -> Result<AttentionPlan> {
-        Ok(ferrattn_core::plan(algorithm, problem, &self.caps())?)
+        let plan = ferrattn_core::plan(algorithm, problem, &self.caps())?;
+        // the TurboQuant kernels' closed list (f16, d 64/128, 2-4 bits) is narrower than the
+        // emulation's: refuse at plan time what the CUDA backend would refuse at run time
+        if let (Runtime::Cuda(_), ferrattn_core::PlanDetail::TurboQuant(cfg)) = (self, &plan.detail)
+        {
+            ferrattn_cuda::turboquant::check_supported(cfg, problem)?;
+        }
+        Ok(plan)
     }
 
     /// Runs a plan. Refuses a plan made for another problem shape or backend.
@@ -224,6 +231,8 @@ impl Runtime {
                 self.kind()
             )));
         }
+        // a plan may come from a file: every field is checked against its problem and this device
+        plan.validate(&self.caps())?;
         let problem = x.problem(
             ferrattn_core::AttentionOptions {
                 causal: plan.problem.causal,
@@ -238,6 +247,8 @@ impl Runtime {
                 describe(&problem)
             )));
         }
+        // values every backend's arithmetic can hold, or the supported range in the error
+        ferrattn_core::range::check(plan.algorithm, self.kind(), &problem, x)?;
         match self {
             Runtime::Cpu(d) => Ok(match plan.algorithm {
                 Algorithm::Exact => d.run_exact(plan, x)?,
@@ -249,6 +260,7 @@ impl Runtime {
             Runtime::Cuda(d) => match plan.algorithm {
                 Algorithm::Lean => Ok(d.run_lean(plan, x)?),
                 Algorithm::Turbo => Ok(d.run_turbo(plan, x)?),
+                Algorithm::TurboQuant => Ok(d.run_turboquant(plan, x)?),
                 other => Err(FerrattnError::NotSupported {
                     algorithm: other.to_string(),
                     backend: "cuda".into(),

@@ -5,7 +5,6 @@
 //! skipped silently.
 
 use ferrattn::golden_files::{generate, load_dir, GoldenCase};
-use ferrattn::io::read_file;
 use ferrattn::runtime::supported_on;
 use ferrattn::{Algorithm, BackendChoice, BackendKind, Comparison, DType, Runtime, Tolerance};
 use std::path::Path;
@@ -15,42 +14,69 @@ fn golden_dir() -> &'static Path {
 }
 
 /// Accuracy an algorithm promises against exact attention on the golden inputs (unit-variance
-/// Gaussian q, k, v). Exact and Lean compute exact softmax attention, so they meet the dtype's
-/// output tolerance. Approximate algorithms have their own bounds, justified beside each.
-fn tolerance(algo: Algorithm, dtype: DType) -> Tolerance {
+/// Gaussian q, k, v): bounds on O and on LSE. Exact and Lean compute exact softmax attention, so
+/// they meet the dtype's output tolerance. The approximate algorithms' bounds are what these
+/// fixed files measure plus a margin (never widened to pass): a change that makes them less
+/// accurate on these inputs fails here, and `run`'s wider, derived bounds (RunTolerance) are for
+/// inputs nobody measured.
+fn tolerance(algo: Algorithm, dtype: DType) -> (Tolerance, Tolerance) {
     match algo {
-        Algorithm::Exact | Algorithm::Lean => Tolerance::output(dtype),
+        Algorithm::Exact | Algorithm::Lean => (Tolerance::output(dtype), Tolerance::lse()),
         // AMLA casts Q, K, V and the scaled P to BF16 before each Cube stage (Alg. 2):
         // 2^-8 relative rounding on each operand, averaged over hundreds of keys.
-        Algorithm::Amla => Tolerance {
-            rel_fro: 1e-2,
-            max_abs: 5e-2,
-        },
-        // The default config keeps half the KV heads at 2 bits. core/src/turbo/tests.rs derives
-        // a quantisation-noise bound per bit width for Gaussian inputs; the loosest path of the
-        // default (mixed 2/4-bit decode) is bounded there by 0.60 relative Frobenius error.
-        Algorithm::Turbo => Tolerance {
-            rel_fro: 0.60,
-            max_abs: 3.0,
-        },
-        // Default: 4-bit keys (3-bit codebook + QJL) and 3-bit values. The model of
-        // core/src/turboquant (rel. error ~ sqrt(exp(var_logit) - 1 + D_v)) predicts 0.48 for
-        // 3-bit keys and values, an upper bound for this default.
-        Algorithm::TurboQuant => Tolerance {
-            rel_fro: 0.48,
-            max_abs: 3.0,
-        },
+        Algorithm::Amla => (
+            Tolerance {
+                rel_fro: 1e-2,
+                max_abs: 5e-2,
+            },
+            Tolerance::lse(),
+        ),
+        // Measured on these files (commit of this comment, `cargo test --test golden --
+        // --nocapture`): worst O rel_fro 0.109 (gqa_bf16_decode_sq4_causal), max_abs 0.223 and
+        // LSE max_abs 0.145 (gqa_f16_decode_ragged); bounds about 1.35x those. The results are
+        // deterministic; the margin covers f32 summation order on another CPU.
+        Algorithm::Turbo => (
+            Tolerance {
+                rel_fro: 0.15,
+                max_abs: 0.3,
+            },
+            Tolerance {
+                rel_fro: f64::INFINITY,
+                max_abs: 0.2,
+            },
+        ),
+        // Measured: worst O rel_fro 0.265 (gqa_bf16_decode_sq4_causal), max_abs 0.549 and LSE
+        // max_abs 0.672 (gqa_f16_decode_ragged, whose 1-key sequence makes one row's LSE its
+        // single quantised logit); bounds about 1.3x those.
+        Algorithm::TurboQuant => (
+            Tolerance {
+                rel_fro: 0.35,
+                max_abs: 0.75,
+            },
+            Tolerance {
+                rel_fro: f64::INFINITY,
+                max_abs: 0.9,
+            },
+        ),
     }
 }
 
 /// (backend, algorithm, case, reason): pairs in the support matrix that do not cover a golden
 /// case. A listed pair must fail to plan; one that starts to pass is reported as stale.
-const KNOWN_GAPS: &[(BackendKind, Algorithm, &str, &str)] = &[(
-    BackendKind::Cuda,
-    Algorithm::Turbo,
-    "mha_f32_prefill_causal",
-    "the INT8 tensor-core kernels read f16/bf16 tiles; f32 runs on the cpu",
-)];
+const KNOWN_GAPS: &[(BackendKind, Algorithm, &str, &str)] = &[
+    (
+        BackendKind::Cuda,
+        Algorithm::Turbo,
+        "mha_f32_prefill_causal",
+        "the INT8 tensor-core kernels read f16/bf16 tiles; f32 runs on the cpu",
+    ),
+    (
+        BackendKind::Cuda,
+        Algorithm::TurboQuant,
+        "gqa_bf16_decode_sq4_causal",
+        "the TurboQuant kernels take f16 inputs; bf16 runs on the cpu",
+    ),
+];
 
 fn as_f64(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
@@ -61,14 +87,12 @@ fn golden_files_match_a_fresh_generation() {
     let tmp = std::env::temp_dir().join(format!("ferrattn-golden-{}", std::process::id()));
     let written = generate(&tmp).unwrap();
     for path in &written {
-        // safetensors orders metadata keys by hash, so compare decoded contents, not bytes
-        let fresh = read_file(path).unwrap();
-        let checked_in = read_file(&golden_dir().join(path.file_name().unwrap()))
+        // io::write_file sorts names and metadata keys: generation is deterministic to the byte
+        let fresh = std::fs::read(path).unwrap();
+        let checked_in = std::fs::read(golden_dir().join(path.file_name().unwrap()))
             .unwrap_or_else(|e| panic!("{e}; run `ferrattn golden` to create it"));
         assert!(
-            fresh.tensors == checked_in.tensors
-                && fresh.ints == checked_in.ints
-                && fresh.metadata == checked_in.metadata,
+            fresh == checked_in,
             "{} differs from a fresh generation; run `ferrattn golden`",
             path.display()
         );
@@ -84,12 +108,11 @@ fn check_case(case: &GoldenCase, algo: Algorithm, rt: &Runtime) -> Result<String
         .run(&plan, &case.inputs)
         .map_err(|e| format!("run: {e}"))?;
     let co = Comparison::new(&as_f64(&case.o_ref.data), &as_f64(&out.o.data));
-    co.check("O", &tolerance(algo, case.problem.dtype))?;
-    if matches!(algo, Algorithm::Exact | Algorithm::Lean | Algorithm::Amla) {
-        let cl = Comparison::new(&as_f64(&case.lse_ref.data), &as_f64(&out.lse.data));
-        cl.check("LSE", &Tolerance::lse())?;
-    }
-    Ok(format!("{co}"))
+    let cl = Comparison::new(&as_f64(&case.lse_ref.data), &as_f64(&out.lse.data));
+    let (o_tol, lse_tol) = tolerance(algo, case.problem.dtype);
+    co.check("O", &o_tol)?;
+    cl.check("LSE", &lse_tol)?;
+    Ok(format!("O {co} | LSE max_abs {:.3e}", cl.max_abs))
 }
 
 #[test]

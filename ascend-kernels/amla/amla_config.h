@@ -20,7 +20,9 @@ constexpr uint32_t kBaseKC2 = 128;     // 512 = 4 x 128
 constexpr uint32_t kL1BufBytes = 72 * 1024;
 constexpr uint32_t kL1QPBufs = 4;      // Q, then P, resident for an iteration
 constexpr uint32_t kL1KVBufs = 3;      // K/V ring
-constexpr uint32_t kVecRows = 16;      // S rows per UB pass of [V1]
+constexpr uint32_t kVecRows = 16;      // S rows per UB pass of [V1] and the last [V]
+constexpr uint32_t kVecMaxRows = kMaxRows / 2;  // rows of one vector core (its half of M)
+constexpr uint32_t kNBrcb = 128;       // INT32 words of N per row per atomic-add burst
 constexpr uint32_t kPreload = 2;       // Preload count (section 4.1.3)
 constexpr uint32_t kWsDepth = kPreload + 1;  // S/P blocks in flight per core in the GM workspace
 
@@ -28,6 +30,14 @@ constexpr uint32_t kWsDepth = kPreload + 1;  // S/P blocks in flight per core in
 constexpr uint16_t kFlagSReady = 1;    // C1 FixP of S done      (Cube -> Vector)
 constexpr uint16_t kFlagPReady = 2;    // V1 wrote P             (Vector -> Cube)
 constexpr uint16_t kFlagOAdded = 3;    // C2 FixP added into O   (Cube -> Vector)
+
+// Intra-core event ids of the vector core (HardEvent flags around TBuf tensors, which get no
+// automatic synchronisation from a queue).
+constexpr int32_t kEventN = 0;         // nbuf: V writes N, MTE3 atomically adds it into O
+
+// Per-core GM workspace: kWsDepth blocks of S (FP32) then kWsDepth blocks of P (BF16), each
+// kMaxRows x kBlockK. The host allocates block_dim times this (ferrattn-ascend launch.rs).
+constexpr uint64_t kWsBytesPerCore = uint64_t(kWsDepth) * kMaxRows * kBlockK * (4 + 2);
 
 struct AmlaParams {
   uint32_t batch;

@@ -47,6 +47,26 @@ pub enum CoreError {
         /// The constraint, e.g. `between 0 and 4096 (the k tensor's seq extent)`.
         requirement: String,
     },
+    /// A real-valued setting is NaN, infinite or out of its range.
+    #[error("{what} is {value}; it must be {requirement}")]
+    BadValue {
+        /// The setting, e.g. `softmax_scale`.
+        what: String,
+        /// The value given, as printed (`NaN`, `inf`, `-0.5`).
+        value: String,
+        /// The constraint.
+        requirement: String,
+    },
+    /// Buffers larger than the target can hold: refused before anything is allocated.
+    #[error("{what} needs {bytes_needed} bytes but {available}")]
+    TooLarge {
+        /// What would have been allocated, with its shape.
+        what: String,
+        /// Bytes it needs (saturating at `u128::MAX` only for shapes whose element count overflows).
+        bytes_needed: u128,
+        /// What the target offers, in words with numbers.
+        available: String,
+    },
     /// An input contains NaN or infinity.
     #[error(
         "{tensor} holds a non-finite value ({value}) at flat index {index}; inputs must be finite"

@@ -17,6 +17,7 @@ pub mod lean;
 pub mod plan;
 pub mod planner;
 pub mod problem;
+pub mod range;
 pub mod softmax;
 pub mod tensor;
 pub mod turbo;

@@ -176,13 +176,102 @@ impl AttentionProblem {
             }
         }
         if !self.softmax_scale.is_finite() || self.softmax_scale <= 0.0 {
-            return Err(CoreError::BadLength {
+            return Err(CoreError::BadValue {
                 what: "softmax_scale".into(),
-                value: self.softmax_scale as i64,
-                requirement: format!("finite and positive (got {})", self.softmax_scale),
+                value: self.softmax_scale.to_string(),
+                requirement: "finite and positive".into(),
             });
         }
+        for (name, shape) in self.buffer_shapes() {
+            check_buffer(name, &shape)?;
+        }
         Ok(())
+    }
+
+    /// Every host buffer one call touches, by name: the inputs (`q`, `k`/`kv`, `v`) and the
+    /// outputs (`o`, `lse`), each `[.., ..]` as the module docs lay them out.
+    pub fn buffer_shapes(&self) -> Vec<(&'static str, Vec<usize>)> {
+        let (b, sq, sk) = (self.batch, self.max_seqlen_q, self.max_seqlen_k);
+        let (hq, hk, dk, dv) = (
+            self.heads_q,
+            self.heads_kv,
+            self.head_dim_qk,
+            self.head_dim_v,
+        );
+        let mut out = vec![("q", vec![b, sq, hq, dk])];
+        match self.kv_layout {
+            KvLayout::Separate => {
+                out.push(("k", vec![b, sk, hk, dk]));
+                out.push(("v", vec![b, sk, hk, dv]));
+            }
+            KvLayout::MlaLatent => out.push(("kv", vec![b, sk, hk, dk])),
+        }
+        out.push(("o", vec![b, sq, hq, dv]));
+        out.push(("lse", vec![b, hq, sq]));
+        out
+    }
+
+    /// Bytes of every buffer of [`Self::buffer_shapes`] as host tensors hold them (`f32` values),
+    /// in `u128` so that no shape overflows the count.
+    pub fn host_bytes(&self) -> u128 {
+        self.buffer_shapes()
+            .iter()
+            .map(|(_, s)| buffer_bytes(s))
+            .fold(0u128, u128::saturating_add)
+    }
+}
+
+/// Bytes of one host tensor of `shape` (`f32` values), saturating instead of overflowing.
+pub fn buffer_bytes(shape: &[usize]) -> u128 {
+    shape.iter().fold(HOST_ELEMENT_BYTES as u128, |a, &d| {
+        a.saturating_mul(d as u128)
+    })
+}
+
+/// Bytes one host element takes: host tensors keep `f32` values whatever their dtype.
+pub const HOST_ELEMENT_BYTES: usize = 4;
+
+/// Largest single host buffer: Rust allocations are limited to `isize::MAX` bytes.
+pub const MAX_BUFFER_BYTES: u128 = isize::MAX as u128;
+
+/// Refuses a buffer whose element count overflows or whose bytes exceed [`MAX_BUFFER_BYTES`],
+/// before anything is allocated.
+pub fn check_buffer(name: &str, shape: &[usize]) -> Result<usize> {
+    let bytes = buffer_bytes(shape);
+    if bytes > MAX_BUFFER_BYTES {
+        return Err(CoreError::TooLarge {
+            what: format!("{name} of shape {shape:?}"),
+            bytes_needed: bytes,
+            available: format!("one buffer can hold at most {MAX_BUFFER_BYTES} bytes"),
+        });
+    }
+    Ok((bytes / HOST_ELEMENT_BYTES as u128) as usize)
+}
+
+/// Bytes of memory the host can still give this process (`MemAvailable` of `/proc/meminfo`);
+/// `None` where that is not known (then only [`MAX_BUFFER_BYTES`] limits a buffer).
+pub fn host_memory_available() -> Option<u128> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u128 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Refuses `bytes` of host allocations for `what` when the host has less memory available,
+/// naming both numbers; allocating anyway would abort the process instead of returning an error.
+pub fn check_host_memory(what: &str, bytes: u128) -> Result<()> {
+    match host_memory_available() {
+        Some(avail) if bytes > avail => Err(CoreError::TooLarge {
+            what: what.into(),
+            bytes_needed: bytes,
+            available: format!("the host has {avail} bytes of memory available"),
+        }),
+        _ if bytes > MAX_BUFFER_BYTES => Err(CoreError::TooLarge {
+            what: what.into(),
+            bytes_needed: bytes,
+            available: format!("one address space holds at most {MAX_BUFFER_BYTES} bytes"),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -266,6 +355,24 @@ impl AttentionInputs {
                 actual: k.shape.clone(),
                 expected: "rank 4 [batch, seq_k, heads_kv, head_dim]".into(),
             });
+        }
+        // a tensor whose data is shorter than its shape would be read out of bounds by every
+        // backend; this is the one place that checks it
+        for (name, t) in [("q", q), (kname, k)]
+            .into_iter()
+            .chain(self.v.as_ref().map(|v| ("v", v)))
+        {
+            let n = check_buffer(name, &t.shape)?;
+            if t.data.len() != n {
+                return Err(CoreError::Shape {
+                    tensor: name,
+                    actual: t.shape.clone(),
+                    expected: format!(
+                        "{n} values for that shape, but its data holds {}",
+                        t.data.len()
+                    ),
+                });
+            }
         }
         let (b, sq, hq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
         let (sk, hk) = (k.shape[1], k.shape[2]);

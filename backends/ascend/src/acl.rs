@@ -2,11 +2,14 @@
 //! (CANN `acl/acl.h`, `acl/acl_rt.h`). Functions are not linked: [`crate::device::AclLibrary`]
 //! resolves them from `libascendcl.so` at run time with `libloading`.
 //!
-//! When the crate is built with feature `bindgen` on a machine with the CANN headers, `build.rs`
-//! generates bindings from `acl/acl.h` and [`signature_check`] makes the compiler compare every
-//! type below with the generated one.
+//! When the crate is built with feature `bindgen` against the real headers (a CANN toolkit, or
+//! only the headers: `FERRATTN_ACL_INCLUDE`, as CI does with the `torch-npu` 2.14.0 wheel's
+//! `torch_npu/include/third_party/acl/inc`), `build.rs` generates bindings from `acl/acl.h`; the
+//! test `checked_in_module_matches_bindgen` then makes the compiler compare the type of every
+//! entry point [`crate::device::AclLibrary`] resolves with the generated declaration, and compares
+//! the enum constants by value. The two parameter structs are then the generated ones.
 
-#![allow(non_camel_case_types)] // AscendCL's own type names
+#![allow(non_camel_case_types, non_snake_case)] // AscendCL's own type and field names
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -24,25 +27,42 @@ pub type aclrtFuncHandle = *mut c_void;
 pub type aclrtArgsHandle = *mut c_void;
 /// `aclrtParamHandle` (opaque).
 pub type aclrtParamHandle = *mut c_void;
-/// `aclrtMemMallocPolicy`.
-pub type aclrtMemMallocPolicy = c_int;
+/// `aclrtMemMallocPolicy`, a C enum: `unsigned int` in the Linux ABI (bindgen's `u32`).
+pub type aclrtMemMallocPolicy = u32;
 /// `ACL_MEM_MALLOC_HUGE_FIRST`.
 pub const ACL_MEM_MALLOC_HUGE_FIRST: aclrtMemMallocPolicy = 0;
-/// `aclrtMemcpyKind`.
-pub type aclrtMemcpyKind = c_int;
+/// `aclrtMemcpyKind`, a C enum (`u32`).
+pub type aclrtMemcpyKind = u32;
 /// `ACL_MEMCPY_HOST_TO_DEVICE`.
 pub const ACL_MEMCPY_HOST_TO_DEVICE: aclrtMemcpyKind = 1;
 /// `ACL_MEMCPY_DEVICE_TO_HOST`.
 pub const ACL_MEMCPY_DEVICE_TO_HOST: aclrtMemcpyKind = 2;
 
 /// `aclrtBinaryLoadOptions { aclrtBinaryLoadOption *options; size_t numOpt; }`; we pass none.
+#[cfg(not(ferrattn_acl_bindgen))]
 #[repr(C)]
 pub struct aclrtBinaryLoadOptions {
     /// Option array (unused: null).
     pub options: *mut c_void,
     /// Number of options (0).
-    pub num_opt: usize,
+    pub numOpt: usize,
 }
+/// The generated struct when the real headers were read.
+#[cfg(ferrattn_acl_bindgen)]
+pub use generated::aclrtBinaryLoadOptions;
+
+/// `aclrtLaunchKernelCfg { aclrtLaunchKernelAttr *attrs; size_t numAttrs; }`; we pass none.
+#[cfg(not(ferrattn_acl_bindgen))]
+#[repr(C)]
+pub struct aclrtLaunchKernelCfg {
+    /// Attribute array (unused).
+    pub attrs: *mut c_void,
+    /// Number of attributes.
+    pub numAttrs: usize,
+}
+/// The generated struct when the real headers were read.
+#[cfg(ferrattn_acl_bindgen)]
+pub use generated::aclrtLaunchKernelCfg;
 
 /// `aclError aclInit(const char *configPath)`.
 pub type AclInit = unsafe extern "C" fn(config_path: *const c_char) -> aclError;
@@ -119,10 +139,46 @@ pub type AclrtLaunchKernelWithConfig = unsafe extern "C" fn(
     func_handle: aclrtFuncHandle,
     block_dim: u32,
     stream: aclrtStream,
-    cfg: *mut c_void,
+    cfg: *mut aclrtLaunchKernelCfg,
     args_handle: aclrtArgsHandle,
     reserve: *mut c_void,
 ) -> aclError;
+/// `aclrtDevAttr`, a C enum (`u32`).
+pub type aclrtDevAttr = u32;
+/// `ACL_DEV_ATTR_AICORE_CORE_NUM`: number of AI Cores (each one cube core and its vector cores).
+pub const ACL_DEV_ATTR_AICORE_CORE_NUM: aclrtDevAttr = 101;
+/// `aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t *value)`.
+pub type AclrtGetDeviceInfo =
+    unsafe extern "C" fn(device_id: u32, attr: aclrtDevAttr, value: *mut i64) -> aclError;
+/// `aclError aclrtGetHardwareSyncAddr(void **addr)`: the sync base a mixed (cube + vector)
+/// kernel gets as its hidden first argument (`ffts_addr`).
+pub type AclrtGetHardwareSyncAddr = unsafe extern "C" fn(addr: *mut *mut c_void) -> aclError;
+
+/// Every entry point [`crate::device::AclLibrary`] resolves, in its order.
+pub const ENTRY_POINTS: [&str; 22] = [
+    "aclInit",
+    "aclFinalize",
+    "aclGetRecentErrMsg",
+    "aclrtGetDeviceCount",
+    "aclrtSetDevice",
+    "aclrtResetDevice",
+    "aclrtCreateStream",
+    "aclrtDestroyStream",
+    "aclrtMalloc",
+    "aclrtFree",
+    "aclrtMemcpy",
+    "aclrtMemset",
+    "aclrtSynchronizeStream",
+    "aclrtBinaryLoadFromData",
+    "aclrtBinaryUnLoad",
+    "aclrtBinaryGetFunction",
+    "aclrtKernelArgsInit",
+    "aclrtKernelArgsAppend",
+    "aclrtKernelArgsFinalize",
+    "aclrtLaunchKernelWithConfig",
+    "aclrtGetHardwareSyncAddr",
+    "aclrtGetDeviceInfo",
+];
 
 #[cfg(ferrattn_acl_bindgen)]
 #[allow(non_upper_case_globals, non_snake_case, dead_code, clippy::all)] // generated code
@@ -130,15 +186,65 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/acl_bindings.rs"));
 }
 
-/// Compile-time comparison of the hand-written signatures with bindgen's (never called).
-#[cfg(ferrattn_acl_bindgen)]
-#[allow(dead_code)] // exists for its type checks
-fn signature_check() {
-    let _: AclInit = generated::aclInit;
-    let _: AclFinalize = generated::aclFinalize;
-    let _: AclrtGetDeviceCount = generated::aclrtGetDeviceCount;
-    let _: AclrtSetDevice = generated::aclrtSetDevice;
-    let _: AclrtMalloc = generated::aclrtMalloc;
-    let _: AclrtFree = generated::aclrtFree;
-    let _: AclrtSynchronizeStream = generated::aclrtSynchronizeStream;
+#[cfg(all(test, ferrattn_acl_bindgen))]
+mod tests {
+    use super::*;
+
+    /// Each checked-in entry-point type must equal the generated declaration's (a mismatch,
+    /// such as `i32` for a C enum parameter, does not compile); evaluated at compile time only,
+    /// so the test links without `libascendcl.so`.
+    macro_rules! same_signature {
+        ($($name:ident: $ty:ty),* $(,)?) => {
+            $(const _: $ty = generated::$name;)*
+            const COMPARED: &[&str] = &[$(stringify!($name)),*];
+        };
+    }
+    same_signature!(
+        aclInit: AclInit,
+        aclFinalize: AclFinalize,
+        aclGetRecentErrMsg: AclGetRecentErrMsg,
+        aclrtGetDeviceCount: AclrtGetDeviceCount,
+        aclrtSetDevice: AclrtSetDevice,
+        aclrtResetDevice: AclrtResetDevice,
+        aclrtCreateStream: AclrtCreateStream,
+        aclrtDestroyStream: AclrtDestroyStream,
+        aclrtMalloc: AclrtMalloc,
+        aclrtFree: AclrtFree,
+        aclrtMemcpy: AclrtMemcpy,
+        aclrtMemset: AclrtMemset,
+        aclrtSynchronizeStream: AclrtSynchronizeStream,
+        aclrtBinaryLoadFromData: AclrtBinaryLoadFromData,
+        aclrtBinaryUnLoad: AclrtBinaryUnLoad,
+        aclrtBinaryGetFunction: AclrtBinaryGetFunction,
+        aclrtKernelArgsInit: AclrtKernelArgsInit,
+        aclrtKernelArgsAppend: AclrtKernelArgsAppend,
+        aclrtKernelArgsFinalize: AclrtKernelArgsFinalize,
+        aclrtLaunchKernelWithConfig: AclrtLaunchKernelWithConfig,
+        aclrtGetHardwareSyncAddr: AclrtGetHardwareSyncAddr,
+        aclrtGetDeviceInfo: AclrtGetDeviceInfo,
+    );
+
+    #[test]
+    fn checked_in_module_matches_bindgen() {
+        assert_eq!(
+            COMPARED, ENTRY_POINTS,
+            "every entry point the loader resolves is compared"
+        );
+        assert_eq!(
+            ACL_MEM_MALLOC_HUGE_FIRST,
+            generated::aclrtMemMallocPolicy_ACL_MEM_MALLOC_HUGE_FIRST
+        );
+        assert_eq!(
+            ACL_MEMCPY_HOST_TO_DEVICE,
+            generated::aclrtMemcpyKind_ACL_MEMCPY_HOST_TO_DEVICE
+        );
+        assert_eq!(
+            ACL_MEMCPY_DEVICE_TO_HOST,
+            generated::aclrtMemcpyKind_ACL_MEMCPY_DEVICE_TO_HOST
+        );
+        assert_eq!(
+            ACL_DEV_ATTR_AICORE_CORE_NUM,
+            generated::aclrtDevAttr_ACL_DEV_ATTR_AICORE_CORE_NUM
+        );
+    }
 }

@@ -37,6 +37,10 @@ pub struct AclLibrary {
     pub(crate) args_append: AclrtKernelArgsAppend,
     pub(crate) args_finalize: AclrtKernelArgsFinalize,
     pub(crate) launch: AclrtLaunchKernelWithConfig,
+    pub(crate) sync_addr: AclrtGetHardwareSyncAddr,
+    pub(crate) device_info: AclrtGetDeviceInfo,
+    /// The symbols resolved, in order (the same list as [`crate::acl::ENTRY_POINTS`]).
+    pub resolved: Vec<&'static str>,
 }
 
 /// Candidate locations of `libascendcl.so`, most specific first.
@@ -98,8 +102,10 @@ impl AclLibrary {
                 reason: e.to_string(),
             }
         })?;
+        let mut resolved = Vec::new();
         macro_rules! sym {
             ($name:literal, $ty:ty) => {{
+                resolved.push($name);
                 // SAFETY: the symbol is declared with AscendCL's documented C signature ($ty).
                 let s: std::result::Result<libloading::Symbol<$ty>, _> =
                     unsafe { lib.get($name.as_bytes()) };
@@ -137,6 +143,9 @@ impl AclLibrary {
             args_append: sym!("aclrtKernelArgsAppend", AclrtKernelArgsAppend),
             args_finalize: sym!("aclrtKernelArgsFinalize", AclrtKernelArgsFinalize),
             launch: sym!("aclrtLaunchKernelWithConfig", AclrtLaunchKernelWithConfig),
+            sync_addr: sym!("aclrtGetHardwareSyncAddr", AclrtGetHardwareSyncAddr),
+            device_info: sym!("aclrtGetDeviceInfo", AclrtGetDeviceInfo),
+            resolved,
             _lib: lib,
         })
     }
@@ -165,6 +174,8 @@ pub struct NpuContext {
     pub(crate) device_id: i32,
     pub(crate) stream: aclrtStream,
     pub(crate) kernel: crate::kernels::LoadedKernel,
+    /// AI Cores of the device (`ACL_DEV_ATTR_AICORE_CORE_NUM`): the kernel's block dim bound.
+    pub(crate) ai_cores: usize,
     /// Device name for provenance.
     pub name: String,
 }
@@ -203,6 +214,18 @@ impl NpuContext {
             if let Err(e) = acl.check("aclrtCreateStream", (acl.create_stream)(&mut stream)) {
                 return Err(fail(&acl, e, true));
             }
+            let mut ai_cores = 0i64;
+            if let Err(e) = acl.check(
+                "aclrtGetDeviceInfo",
+                (acl.device_info)(
+                    device_id as u32,
+                    ACL_DEV_ATTR_AICORE_CORE_NUM,
+                    &mut ai_cores,
+                ),
+            ) {
+                (acl.destroy_stream)(stream);
+                return Err(fail(&acl, e, true));
+            }
             let loaded = match crate::kernels::LoadedKernel::load(&acl, kernel) {
                 Ok(k) => k,
                 Err(e) => {
@@ -215,6 +238,7 @@ impl NpuContext {
                 device_id,
                 stream,
                 kernel: loaded,
+                ai_cores: ai_cores.max(1) as usize,
                 name: format!("Ascend NPU {device_id}"),
             })
         }

@@ -1,8 +1,18 @@
 //! The AMLA kernel binary and the closed list of configurations it covers.
 //!
-//! The kernel (`ascend-kernels/amla/amla_decode.cpp`) is one entry point,
+//! The kernel (`ascend-kernels/amla/amla_decode.cpp`) is one function,
 //! `amla_decode_bf16_576_512`: BF16, Dk 576, Dv 512, one latent KV head, Sq 1 or 2, at most 256
 //! query rows (heads x Sq) per sequence, per-sequence KV lengths. Anything else is `Unsupported`.
+//!
+//! `ascendc_library` (CANN's CMake) does not export that function as written: for a mixed
+//! (cube + vector) kernel on dav-c220 it generates the entry `auto_gen_<name>_kernel` with a
+//! hidden first argument `ffts_addr` (the hardware sync address, which the wrapper passes to
+//! `set_ffts_base_addr` so the cross-core flags work) and a trailing `overflow_status` (8 bytes
+//! of device memory), around the 8 arguments of the source (asc-devkit
+//! `cmake/asc/legacy_modules/util/extract_host_stub.py`). [`AMLA_ENTRY`] and [`launch`] follow
+//! that ABI.
+//!
+//! [`launch`]: crate::launch
 
 use crate::acl::*;
 use crate::device::AclLibrary;
@@ -11,8 +21,17 @@ use ferrattn_core::{AttentionProblem, DType, KvLayout};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
-/// Entry point of the AMLA decode kernel in the binary.
+/// The kernel function in the source.
 pub const AMLA_KERNEL: &str = "amla_decode_bf16_576_512";
+/// Its entry point in the binary `ascendc_library` builds (mixed kernel wrapper).
+pub const AMLA_ENTRY: &str = "auto_gen_amla_decode_bf16_576_512_kernel";
+/// Arguments of [`AMLA_ENTRY`]: `ffts_addr`, the 8 of the source, `overflow_status`.
+pub const AMLA_ENTRY_ARGS: usize = 10;
+/// Bytes of the `overflow_status` buffer the generated host stub allocates.
+pub const OVERFLOW_STATUS_BYTES: usize = 8;
+/// GM workspace per AI Core (`kWsBytesPerCore` in `amla_config.h`): `kWsDepth` (3) blocks of S
+/// (FP32) and of P (BF16), each `kMaxRows` (256) x `kBlockK` (512).
+pub const WORKSPACE_BYTES_PER_CORE: usize = 3 * 256 * 512 * (4 + 2);
 
 /// What the facade may ask the real kernel for.
 pub const SUPPORTED: &str = "bf16, MLA latent kv with 1 head, head_dim_qk 576, head_dim_v 512, \
@@ -137,7 +156,7 @@ impl LoadedKernel {
     pub fn load(acl: &AclLibrary, k: &KernelBinary) -> Result<LoadedKernel> {
         let opts = aclrtBinaryLoadOptions {
             options: std::ptr::null_mut(),
-            num_opt: 0,
+            numOpt: 0,
         };
         let mut bin: aclrtBinHandle = std::ptr::null_mut();
         // SAFETY: data/len describe a live host buffer; out-pointer valid.
@@ -147,7 +166,7 @@ impl LoadedKernel {
                 (acl.binary_load)(k.bytes.as_ptr().cast(), k.bytes.len(), &opts, &mut bin),
             )?;
         }
-        let name = CString::new(AMLA_KERNEL).expect("no NUL in the kernel name");
+        let name = CString::new(AMLA_ENTRY).expect("no NUL in the kernel name");
         let mut func: aclrtFuncHandle = std::ptr::null_mut();
         // SAFETY: bin from the successful load above; name NUL-terminated.
         let r = unsafe {

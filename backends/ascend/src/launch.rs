@@ -1,20 +1,23 @@
 //! The real path: copy inputs to the NPU, launch the AMLA kernel, copy O and LSE back.
 //!
-//! Not run in this repository's CI (no NPU); see `docs/ASCEND.md`.
+//! The launch follows what `ascendc_library` generates for a mixed kernel (see
+//! [`crate::kernels`]): entry `auto_gen_amla_decode_bf16_576_512_kernel`, arguments
+//! `ffts_addr` (from `aclrtGetHardwareSyncAddr`), the kernel's 8, `overflow_status`; block dim =
+//! the AI Cores used (at most the device's, the kernel loops over the sequences beyond them);
+//! a workspace of [`WORKSPACE_BYTES_PER_CORE`] per AI Core. The same argument order runs on the
+//! CPU model in the test `kernel_cpu`; this file itself has not run (no NPU, see
+//! `docs/ASCEND.md`).
 
 use crate::acl::*;
 use crate::device::NpuContext;
-use crate::kernels::KernelParams;
+use crate::kernels::{
+    KernelParams, AMLA_ENTRY_ARGS, OVERFLOW_STATUS_BYTES, WORKSPACE_BYTES_PER_CORE,
+};
 use crate::Result;
 use ferrattn_core::amla::AmlaPlan;
 use ferrattn_core::{AttentionInputs, AttentionProblem, DType, Tensor};
 use half::bf16;
 use std::ffi::c_void;
-
-/// Cube cores of one Ascend 910 (2 dies x 24); the kernel loops over sequences beyond it.
-const MAX_BLOCK_DIM: usize = 48;
-/// Blocks of S/P kept per core in the GM workspace: Preload count 2 plus the one in flight.
-const WORKSPACE_DEPTH: usize = 3;
 
 fn bf16_bytes(t: &Tensor) -> Vec<u8> {
     t.data
@@ -30,6 +33,13 @@ pub fn run(
     p: &AttentionProblem,
     x: &AttentionInputs,
 ) -> Result<(Tensor, Tensor)> {
+    if plan.block_k != 512 {
+        // kBlockK in amla_config.h: the workspace and UB tiles are laid out for 512-token blocks
+        return Err(crate::AscendError::Unsupported {
+            what: format!("AMLA kernel with block_k {}", plan.block_k),
+            supported: "block_k 512".into(),
+        });
+    }
     let (b, sq, hq, dv) = (p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_v);
     let rows = sq * hq;
     let params = KernelParams {
@@ -44,7 +54,7 @@ pub fn run(
         scale: p.softmax_scale,
         reserved2: 0,
     };
-    let block_dim = b.min(MAX_BLOCK_DIM);
+    let block_dim = b.min(ctx.ai_cores);
     let q = ctx.malloc(x.q.numel() * 2)?;
     q.upload(&bf16_bytes(&x.q))?;
     let kv = ctx.malloc(x.k.numel() * 2)?;
@@ -60,8 +70,8 @@ pub fn run(
     o_acc.zero()?; // Alg. 2 line 3: O = 0
     let out = ctx.malloc(b * rows * dv * 2)?;
     let lse = ctx.malloc(b * rows * 4)?;
-    let ws_per_core = WORKSPACE_DEPTH * 256 * plan.block_k * (4 + 2);
-    let ws = ctx.malloc(block_dim * ws_per_core)?;
+    let ws = ctx.malloc(block_dim * WORKSPACE_BYTES_PER_CORE)?;
+    let overflow = ctx.malloc(OVERFLOW_STATUS_BYTES)?;
     // SAFETY: KernelParams is repr(C) plain data.
     let pbytes = unsafe {
         std::slice::from_raw_parts(
@@ -76,12 +86,26 @@ pub fn run(
     // SAFETY: documented AscendCL calls; every appended value is a device pointer held alive
     // until the stream is synchronised below.
     unsafe {
+        let mut ffts: *mut c_void = std::ptr::null_mut();
+        acl.check("aclrtGetHardwareSyncAddr", (acl.sync_addr)(&mut ffts))?;
         acl.check(
             "aclrtKernelArgsInit",
             (acl.args_init)(ctx.kernel.func, &mut args),
         )?;
-        for buf in [&q, &kv, &seqlens, &o_acc, &out, &lse, &ws, &pbuf] {
-            let mut ptr: *mut c_void = buf.ptr;
+        let ptrs: [*mut c_void; AMLA_ENTRY_ARGS] = [
+            ffts,
+            q.ptr,
+            kv.ptr,
+            seqlens.ptr,
+            o_acc.ptr,
+            out.ptr,
+            lse.ptr,
+            ws.ptr,
+            pbuf.ptr,
+            overflow.ptr,
+        ];
+        for p in ptrs {
+            let mut ptr: *mut c_void = p;
             let mut param: aclrtParamHandle = std::ptr::null_mut();
             acl.check(
                 "aclrtKernelArgsAppend",
@@ -119,15 +143,24 @@ pub fn run(
             .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
             .collect(),
     };
+    // the kernel writes LSE per query row, [B, Sq, Hq] (row = token x Hq + head), -inf for rows
+    // without keys; the API's layout is [B, Hq, Sq]
+    let rows_lse: Vec<f32> = lb
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let mut lse_data = vec![0.0f32; b * hq * sq];
+    for bi in 0..b {
+        for i in 0..sq {
+            for h in 0..hq {
+                lse_data[(bi * hq + h) * sq + i] = rows_lse[(bi * sq + i) * hq + h];
+            }
+        }
+    }
     let lse = Tensor {
         shape: vec![b, hq, sq],
         dtype: DType::F32,
-        // the kernel writes -3.4e38 for rows without keys (LSE = -inf)
-        data: lb
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .map(|v| if v <= -3.0e38 { f32::NEG_INFINITY } else { v })
-            .collect(),
+        data: lse_data,
     };
     Ok((o, lse))
 }

@@ -4,8 +4,11 @@
 //!
 //! * **Real**: `libascendcl.so` opened at run time ([`device`]), the AscendC kernel of
 //!   `ascend-kernels/amla/` loaded with `aclrtBinaryLoadFromData` ([`kernels`]) and launched
-//!   ([`launch`]). Needs CANN, the compiled kernel and an NPU; none exists where this crate is
-//!   developed, so this path is written against the documented API and has not run.
+//!   ([`launch`]) with the ABI `ascendc_library` generates for a mixed kernel. Needs CANN, the
+//!   compiled kernel and an NPU; none exists where this crate is developed, so this path has not
+//!   run. The kernel source itself is type-checked against the real AscendC headers
+//!   (`scripts/ascend-check-headers.sh`) and executed on a CPU model of the AscendC API (test
+//!   `kernel_cpu`), where it matches [`sim::numerics`] bit for bit.
 //! * **Simulated** ([`sim`]): when any of those is missing, [`AscendBackend`] reports
 //!   `Availability::Simulated { reason }`, executes the kernel's numerics on the CPU in the
 //!   kernel's order ([`sim::numerics`]) and marks every output's `provenance.simulated`. A
@@ -119,6 +122,33 @@ impl AscendBackend {
         sim::timing::simulate(&config::Ascend910::paper(), batch, sq, sk, variant)
     }
 
+    /// Simulated timing of a plan: its problem's heads, query tokens and KV lengths, and its
+    /// AMLA tiling (block size, singleK/baseK, buffer counts, Vector rows). SIMULATED.
+    pub fn simulate_plan(plan: &AttentionPlan, variant: Variant) -> Result<SimReport> {
+        let PlanDetail::Amla(a) = &plan.detail else {
+            return Err(AscendError::PlanMismatch(format!(
+                "simulated Ascend timing needs an AMLA plan, got {:?}",
+                plan.algorithm
+            )));
+        };
+        check_plan(a)?;
+        let p = &plan.problem;
+        if !(1..=2).contains(&p.max_seqlen_q) {
+            return Err(AscendError::PlanMismatch(format!(
+                "AMLA decode covers 1 or 2 query tokens, the plan has {}",
+                p.max_seqlen_q
+            )));
+        }
+        Ok(sim::timing::simulate_plan(
+            &config::Ascend910::paper(),
+            &a.tiling,
+            p.heads_q,
+            p.max_seqlen_q,
+            &p.seqlens_k,
+            variant,
+        ))
+    }
+
     /// Writes a Gantt chart of one core pair's pipes over its first `blocks` KV blocks.
     pub fn timeline_svg(report: &SimReport, blocks: usize, path: &Path) -> Result<()> {
         sim::timeline::timeline_svg(report, blocks, path)
@@ -200,6 +230,7 @@ impl AmlaDecode for AscendBackend {
                     block_k: amla.block_k,
                     compensation: amla.compensation,
                     preload: amla.preload.clone(),
+                    arithmetic: sim::numerics::Arithmetic::CoreEmulation,
                 };
                 let out = sim::numerics::run(p, x, &settings);
                 let (o, lse) = sim::numerics::to_tensors(p, out);

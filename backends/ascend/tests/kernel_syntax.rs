@@ -1,5 +1,7 @@
 //! The AscendC kernel compiles against the declared API subset with the host C++ compiler
-//! (`ascend-kernels/include/ascendc_decls.h`): a syntax and type check only, nothing runs.
+//! (`ascend-kernels/include/ascendc_decls.h`, the real signatures of asc-devkit): a syntax and
+//! type check. The check against the real headers is `scripts/ascend-check-headers.sh`; the
+//! execution on the CPU model is the test `kernel_cpu`.
 
 use std::path::Path;
 use std::process::Command;

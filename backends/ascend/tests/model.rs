@@ -140,5 +140,53 @@ fn timeline_svg_is_written_and_labelled() {
     let svg = std::fs::read_to_string(&path).unwrap();
     assert!(svg.contains("SIMULATED"));
     assert!(svg.matches("<rect").count() > 100, "bars drawn");
+    // every text element says something, and every pipe row is named
+    let texts: Vec<&str> = svg
+        .split("<text")
+        .skip(1)
+        .map(|t| t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()].trim())
+        .collect();
+    assert!(
+        texts.iter().all(|t| !t.is_empty()),
+        "empty labels: {texts:?}"
+    );
+    for row in [
+        "Cube MTE2",
+        "Cube MTE1",
+        "Cube MMAD",
+        "Cube FixP",
+        "Vec0 MTE2",
+        "Vec0 VEC",
+        "Vec0 MTE3",
+        "Vec1 MTE2",
+        "Vec1 VEC",
+        "Vec1 MTE3",
+    ] {
+        assert_eq!(
+            texts.iter().filter(|t| **t == row).count(),
+            1,
+            "{row}: {texts:?}"
+        );
+    }
+    // the caption names exactly the colours of the bars drawn
+    let caption = texts.iter().find(|t| t.starts_with("SIMULATED")).unwrap();
+    for (stage, colour, hex) in [
+        ("C1", "blue", "#1F77B4"),
+        ("V1", "orange", "#FF7F0E"),
+        ("C2", "green", "#2CA02C"),
+        ("V2", "red", "#D62728"),
+        ("last V", "purple", "#9467BD"),
+    ] {
+        let drawn = svg.contains(&format!("fill=\"{hex}\""));
+        let named = caption.contains(&format!("{stage} {colour}"));
+        assert_eq!(
+            drawn, named,
+            "{stage} {colour}: drawn {drawn}, named {named}: {caption}"
+        );
+    }
+    assert!(
+        caption.contains("C1 blue, V1 orange, C2 green"),
+        "{caption}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

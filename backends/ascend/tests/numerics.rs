@@ -3,7 +3,7 @@
 mod common;
 
 use common::{amla_plan, mla_inputs};
-use ferrattn_ascend::sim::numerics::{run, KernelSettings};
+use ferrattn_ascend::sim::numerics::{run, Arithmetic, KernelSettings};
 use ferrattn_ascend::AscendBackend;
 use ferrattn_core::amla::preload::{PreloadPipeline, StageSlot};
 use ferrattn_core::backend::AmlaDecode;
@@ -84,6 +84,7 @@ fn stage_order_does_not_change_the_numbers() {
             block_k: 16,
             compensation: true,
             preload: PreloadPipeline::amla_default(),
+            arithmetic: Arithmetic::default(),
         },
     );
     let b = run(
@@ -93,6 +94,7 @@ fn stage_order_does_not_change_the_numbers() {
             block_k: 16,
             compensation: true,
             preload: serial,
+            arithmetic: Arithmetic::default(),
         },
     );
     assert_eq!(
@@ -115,6 +117,7 @@ fn compensation_reduces_error_on_average() {
                 block_k: 64,
                 compensation: comp,
                 preload: PreloadPipeline::amla_default(),
+                arithmetic: Arithmetic::default(),
             },
         );
         let o: Vec<f32> = s.o.to_vec();

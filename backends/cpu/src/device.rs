@@ -66,11 +66,15 @@ impl ExactAttention for CpuBackend {
         x: &AttentionInputs,
     ) -> Result<AttentionOutput, CpuError> {
         match plan.detail {
-            PlanDetail::Exact => Ok(crate::exact::blocked_attention(
-                &plan.problem,
-                x,
-                plan.block_k,
-            )),
+            PlanDetail::Exact => {
+                // inputs that would overflow the f32 softmax are refused with the range
+                ferrattn_core::range::check_f32_softmax(&plan.problem, x)?;
+                Ok(crate::exact::blocked_attention(
+                    &plan.problem,
+                    x,
+                    plan.block_k,
+                ))
+            }
             _ => Err(wrong("exact", plan)),
         }
     }

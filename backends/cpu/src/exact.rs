@@ -27,7 +27,13 @@ pub fn blocked_attention(
             }
             let end = p.visible_keys(b, i);
             let hk = h / group;
-            let q = x.q.row4(b, i, h);
+            // scale before the dot product: the logit range is what must fit f32
+            // (ferrattn_core::range)
+            let q: Vec<f32> =
+                x.q.row4(b, i, h)
+                    .iter()
+                    .map(|&v| v * p.softmax_scale)
+                    .collect();
             let mut st = SoftmaxState::empty(dv);
             let mut s = Vec::with_capacity(block_k);
             for j0 in (0..end).step_by(block_k) {
@@ -35,7 +41,7 @@ pub fn blocked_attention(
                 s.clear();
                 s.extend((j0..j1).map(|j| {
                     let k = &x.k.row4(b, j, hk)[..p.head_dim_qk];
-                    q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * p.softmax_scale
+                    q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>()
                 }));
                 let mut blk = SoftmaxState::empty(dv);
                 blk.m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);

@@ -26,6 +26,7 @@ pub mod error;
 pub mod kernels;
 pub mod launch;
 pub mod turbo;
+pub mod turboquant;
 
 pub use device::{DeviceBuffer, Event, Gpu, Graph};
 pub use error::{CudaError, Result};
@@ -97,6 +98,11 @@ impl CudaBackend {
         self.gpu
             .as_ref()
             .map_err(|r| CudaError::Unavailable { reason: r.clone() })
+    }
+
+    /// The options this backend was made with.
+    pub fn options(&self) -> Options {
+        self.options
     }
 
     /// The Lean module, loaded (or NVRTC-compiled) at first use.

@@ -56,6 +56,22 @@ impl BlockSizes for AmlaPlan {
 }
 
 impl AmlaPlan {
+    /// Checks a plan from outside against `p`: an AMLA problem, `block_k` the paper's 512 (the
+    /// tiling and the kernel are built for it) and `block_q` what [`plan`] derives. The Preload
+    /// Pipeline and the tiling are checked against the target by the backend that runs them.
+    pub fn check(&self, p: &AttentionProblem) -> Result<()> {
+        check_problem(p)?;
+        let block_q = (p.heads_q * p.max_seqlen_q).min(AMLA_BLOCK_M);
+        if (self.block_q, self.block_k) != (block_q, AMLA_BLOCK_K) {
+            return Err(CoreError::InvalidPlan(format!(
+                "AMLA block_q x block_k = {} x {}; for this problem they are {block_q} x {AMLA_BLOCK_K} \
+                 (heads x query tokens capped at {AMLA_BLOCK_M}; the 512-token KV block of section 4.2)",
+                self.block_q, self.block_k
+            )));
+        }
+        Ok(())
+    }
+
     /// The rescaling [`emulate()`] runs for this plan.
     pub fn rescaling(&self) -> Rescaling {
         Rescaling::Amla(if self.compensation {
@@ -141,6 +157,7 @@ pub fn emulate(
     x: &AttentionInputs,
 ) -> Result<AttentionOutput> {
     check_problem(p)?;
+    crate::range::check_amla(p, x)?;
     emulate::emulate_with(plan, p, x, plan.rescaling())
 }
 
@@ -153,6 +170,7 @@ pub fn emulate_base(
     x: &AttentionInputs,
 ) -> Result<AttentionOutput> {
     check_problem(p)?;
+    crate::range::check_amla(p, x)?;
     emulate::emulate_with(plan, p, x, Rescaling::Base)
 }
 

@@ -63,6 +63,63 @@ impl LeanPlan {
     pub fn tile_space(&self, p: &AttentionProblem) -> TileSpace {
         TileSpace::new(p, self.tile_k, self.query_groups)
     }
+
+    /// Checks a plan from outside against `p` and the device: the problem is supported,
+    /// `tile_k` is one of [`TILE_K_CHOICES`] whose K/V tiles fit the device's shared memory,
+    /// `tile_m` and `query_groups` are what the problem's rows give, and the schedule covers
+    /// every iteration of every tile exactly once, in order ([`Schedule::check`]). On CUDA the
+    /// stream-K grid must also be co-resident (its host blocks wait for later CTAs) and
+    /// iteration indices must fit 32 bits.
+    pub fn check(&self, p: &AttentionProblem, caps: &DeviceCaps) -> Result<()> {
+        let bad = |m: String| Err(CoreError::InvalidPlan(format!("lean: {m}")));
+        check_supported(p, caps)?;
+        let share = caps.shared_mem_per_block / caps.ctas_per_unit.max(1);
+        let need =
+            (2 * (p.head_dim_qk + p.head_dim_v) * p.dtype.size_bytes()).saturating_mul(self.tile_k);
+        if !TILE_K_CHOICES.contains(&self.tile_k) || need > share {
+            return bad(format!(
+                "tile_k = {} ({need} bytes of K/V tiles); it must be one of {TILE_K_CHOICES:?} \
+                 and fit the {share} bytes of shared memory per CTA of {}",
+                self.tile_k, caps.name
+            ));
+        }
+        let (tile_m, query_groups) = tile_rows(p);
+        if (self.tile_m, self.query_groups) != (tile_m, query_groups) {
+            return bad(format!(
+                "tile_m = {}, query_groups = {}; this problem's {} query rows per KV head give \
+                 tile_m = {tile_m}, query_groups = {query_groups}",
+                self.tile_m,
+                self.query_groups,
+                p.group_size() * p.max_seqlen_q
+            ));
+        }
+        let space = self.tile_space(p);
+        self.schedule.check(&space)?;
+        if self.num_ctas != self.schedule.num_ctas() {
+            return bad(format!(
+                "num_ctas = {} but the schedule has {} CTAs",
+                self.num_ctas,
+                self.schedule.num_ctas()
+            ));
+        }
+        if caps.backend == BackendKind::Cuda {
+            if space.total_iters() >= 1 << 31 {
+                return bad(format!(
+                    "{} iterations; the device indexes them in 32 bits",
+                    space.total_iters()
+                ));
+            }
+            let slots = caps.compute_units * caps.ctas_per_unit.max(1);
+            if self.schedule.merges_in_kernel() && self.num_ctas > slots {
+                return bad(format!(
+                    "{} stream-K CTAs but {} holds {slots} at once; a host block waits for later CTAs, \
+                     so the whole grid must be resident",
+                    self.num_ctas, caps.name
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Checks that `p` is in the supported list; `caps` decides whether f32 is allowed.
@@ -234,7 +291,12 @@ fn lean_tile(
             continue; // padding row of the tile or of the sequence
         }
         let visible = p.visible_keys(b, i);
-        let q = x.q.row4(b, i, hq);
+        // scale before the dot product: the logit range is what must fit f32 (crate::range)
+        let q: Vec<f32> =
+            x.q.row4(b, i, hq)
+                .iter()
+                .map(|&v| v * p.softmax_scale)
+                .collect();
         for it in begin..end {
             let k0 = it as usize * plan.tile_k;
             let k1 = (k0 + plan.tile_k).min(len);
@@ -244,7 +306,7 @@ fn lean_tile(
                 let j = k0 + jj;
                 *sj = if j < visible {
                     let k = &x.k.row4(b, j, hk)[..dk];
-                    q.iter().zip(k).map(|(a, c)| a * c).sum::<f32>() * p.softmax_scale
+                    q.iter().zip(k).map(|(a, c)| a * c).sum::<f32>()
                 } else {
                     f32::NEG_INFINITY
                 };
@@ -285,14 +347,13 @@ pub fn emulate(
     p: &AttentionProblem,
     x: &AttentionInputs,
 ) -> Result<AttentionOutput> {
+    // this is a public entry: the plan may come from outside, and its schedule drives every
+    // index below, so it is checked in full (on the CPU, whose caps accept any grid)
+    p.validate()?;
+    plan.check(p, &DeviceCaps::cpu(1))?;
+    check_inputs(p, x)?;
+    crate::range::check_f32_softmax(p, x)?;
     let space = plan.tile_space(p);
-    if space.total_iters() != plan.schedule_total_iters() {
-        return Err(CoreError::InvalidPlan(format!(
-            "plan schedules {} iterations but the problem has {} (plan made for another problem?)",
-            plan.schedule_total_iters(),
-            space.total_iters()
-        )));
-    }
     let (sq, hq, dv) = (p.max_seqlen_q, p.heads_q, p.head_dim_v);
     let group = p.group_size();
     let mut o = Tensor::zeros(&[p.batch, sq, hq, dv], p.dtype);
@@ -344,14 +405,34 @@ pub fn emulate(
     })
 }
 
-impl LeanPlan {
-    fn schedule_total_iters(&self) -> u64 {
-        match &self.schedule {
-            Schedule::StreamK { total_iters, .. } | Schedule::FixedSplit { total_iters, .. } => {
-                *total_iters
-            }
+/// Checks that `x` holds the separate Q, K, V tensors `p` describes.
+fn check_inputs(p: &AttentionProblem, x: &AttentionInputs) -> Result<()> {
+    let v = x.v.as_ref().ok_or_else(|| CoreError::Unsupported {
+        what: "lean decode without a separate v tensor".into(),
+        supported: "separate K and V".into(),
+    })?;
+    for (name, t, want) in [
+        (
+            "q",
+            &x.q,
+            [p.batch, p.max_seqlen_q, p.heads_q, p.head_dim_qk],
+        ),
+        (
+            "k",
+            &x.k,
+            [p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_qk],
+        ),
+        ("v", v, [p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim_v]),
+    ] {
+        if t.shape != want || t.data.len() != want.iter().product::<usize>() {
+            return Err(CoreError::Shape {
+                tensor: name,
+                actual: t.shape.clone(),
+                expected: format!("{want:?} with as many values, as the problem says"),
+            });
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]

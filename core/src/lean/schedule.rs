@@ -27,7 +27,7 @@
 //! Only the per-CTA bounds are stored (stream-K) or a single chunk length (fixed split); tile
 //! offsets, segments and host/finishing roles are derived by [`TileSpace`] and [`Schedule::segments`].
 
-use crate::AttentionProblem;
+use crate::{AttentionProblem, CoreError, Result};
 use serde::{Deserialize, Serialize};
 
 /// How the iteration space is cut into CTA work.
@@ -91,13 +91,14 @@ impl TileSpace {
         let iters: Vec<u64> = p
             .seqlens_k
             .iter()
-            .map(|&l| (l.div_ceil(tile_k)).max(1) as u64)
+            // tile_k = 0 is refused by LeanPlan::check; max(1) keeps this total anyway
+            .map(|&l| (l.div_ceil(tile_k.max(1))).max(1) as u64)
             .collect();
         let mut seq_start = Vec::with_capacity(p.batch + 1);
         let mut acc = 0u64;
         seq_start.push(0);
         for &n in &iters {
-            acc += n * tiles_per_seq as u64;
+            acc = acc.saturating_add(n.saturating_mul(tiles_per_seq as u64));
             seq_start.push(acc);
         }
         TileSpace {
@@ -179,10 +180,59 @@ impl Schedule {
         }
     }
 
+    /// Checks a schedule from outside against the iteration space it is to cover: every tile's
+    /// iterations exactly once and in order, each CTA at least one iteration (stream-K: bounds
+    /// from 0 to `I`, strictly ascending; fixed split: exactly what [`Schedule::fixed_split`]
+    /// makes of its `splits`). A schedule that passes cannot make [`Schedule::segments`] loop or
+    /// index outside the space.
+    pub fn check(&self, space: &TileSpace) -> Result<()> {
+        let bad = |m: String| Err(CoreError::InvalidPlan(format!("lean schedule: {m}")));
+        let total = space.total_iters();
+        match self {
+            Schedule::StreamK {
+                total_iters,
+                cta_bounds,
+            } => {
+                if *total_iters != total {
+                    return bad(format!(
+                        "total_iters = {total_iters} but the problem has {total} iterations (plan made for another problem?)"
+                    ));
+                }
+                if cta_bounds.len() < 2
+                    || cta_bounds[0] != 0
+                    || *cta_bounds.last().expect("len >= 2") != total
+                {
+                    return bad(format!(
+                        "cta_bounds {} must run from 0 to total_iters = {total} with at least one CTA",
+                        short(cta_bounds)
+                    ));
+                }
+                if let Some(g) = cta_bounds.windows(2).position(|w| w[0] >= w[1]) {
+                    return bad(format!(
+                        "cta_bounds[{g}] = {} is not below cta_bounds[{}] = {}; every CTA owns at least one iteration, in order",
+                        cta_bounds[g],
+                        g + 1,
+                        cta_bounds[g + 1]
+                    ));
+                }
+                Ok(())
+            }
+            Schedule::FixedSplit { splits, .. } => {
+                let want = Schedule::fixed_split(space, *splits);
+                if *self != want {
+                    return bad(format!(
+                        "{self:?} is not the fixed split of this problem for its splits = {splits}: {want:?}"
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// CTAs in the grid.
     pub fn num_ctas(&self) -> usize {
         match self {
-            Schedule::StreamK { cta_bounds, .. } => cta_bounds.len() - 1,
+            Schedule::StreamK { cta_bounds, .. } => cta_bounds.len().saturating_sub(1),
             Schedule::FixedSplit { num_ctas, .. } => *num_ctas,
         }
     }
@@ -208,7 +258,8 @@ impl Schedule {
                     let mut x = s;
                     while x < e {
                         b.push(x);
-                        x = (x + chunk_iters).min(e);
+                        // chunk_iters = 0 is refused by Schedule::check; max(1) keeps this finite
+                        x = (x + (*chunk_iters).max(1)).min(e);
                     }
                 }
                 b.push(space.total_iters());
@@ -220,9 +271,11 @@ impl Schedule {
     /// Every segment, in CTA order and, within a CTA, in iteration order (Alg. 2 lines 10-42).
     pub fn segments(&self, space: &TileSpace) -> Vec<Segment> {
         let bounds = self.cta_bounds(space);
+        let total = space.total_iters();
         let mut out = Vec::new();
-        for g in 0..bounds.len() - 1 {
-            let (cta_start, cta_end) = (bounds[g], bounds[g + 1]);
+        for g in 0..bounds.len().saturating_sub(1) {
+            // bounds outside [0, I] are refused by Schedule::check; clamping keeps this in range
+            let (cta_start, cta_end) = (bounds[g], bounds[g + 1].min(total));
             let mut iter = cta_start;
             while iter < cta_end {
                 let tile = space.tile_of(iter);
@@ -240,6 +293,21 @@ impl Schedule {
             }
         }
         out
+    }
+}
+
+/// A bounds list for a message: all of it when short, else its ends and length.
+fn short(b: &[u64]) -> String {
+    if b.len() <= 8 {
+        format!("{b:?}")
+    } else {
+        format!(
+            "[{}, {}, .., {}] ({} entries)",
+            b[0],
+            b[1],
+            b[b.len() - 1],
+            b.len()
+        )
     }
 }
 

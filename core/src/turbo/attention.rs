@@ -265,15 +265,19 @@ pub(crate) fn decode_seq<'a>(
     seq: &SeqCache,
     heads_q: usize,
     dv: usize,
-    q: impl Fn(usize) -> &'a [f32],
+    q: impl Fn(usize) -> &'a [f32] + Sync,
     softmax_scale: f32,
 ) -> Vec<RowOut> {
     let heads_kv = seq.k.len();
     let group = heads_q / heads_kv;
+    // heads in parallel (a batch-1 decode has one sequence, so the callers' parallelism over
+    // sequences alone left it on one thread); each row's arithmetic is unchanged
     let tiles: Vec<(Vec<Int8Block>, Vec<Int8Block>)> = (0..heads_kv)
+        .into_par_iter()
         .map(|h| (seq.k[h].int8_tiles(), seq.v[h].int8_tiles()))
         .collect();
     (0..heads_q)
+        .into_par_iter()
         .map(|h| decode_row(cfg, &tiles[h / group], q(h), softmax_scale, dv))
         .collect()
 }

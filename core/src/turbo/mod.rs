@@ -250,6 +250,13 @@ impl TurboConfig {
         Ok(())
     }
 
+    /// [`Self::check_problem`] on the backend of `caps` (the CUDA kernels cover fewer head dims
+    /// and no f32): what a plan from outside must pass before it runs there.
+    pub fn check_device(&self, p: &AttentionProblem, caps: &DeviceCaps) -> Result<()> {
+        self.check_problem(p)?;
+        check_problem_support(p, caps.backend)
+    }
+
     /// The exponential this configuration uses.
     pub fn exp_kind(&self) -> sas::ExpKind {
         if self.sas {

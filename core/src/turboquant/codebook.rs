@@ -342,6 +342,12 @@ impl Codebook {
         &self.boundaries
     }
 
+    /// The boundaries as `f32`, as [`Self::index`] compares them (and a kernel must, to give the
+    /// same indices).
+    pub fn boundaries_f32(&self) -> &[f32] {
+        &self.boundaries_f32
+    }
+
     /// `E ||x - Q(x)||²` for a unit `x` (`d` times the per-coordinate mean squared error).
     pub fn distortion(&self) -> f64 {
         self.distortion

@@ -374,6 +374,7 @@ pub fn emulate(
     p.validate()?;
     cfg.check(p)?;
     check_inputs(p, x)?;
+    crate::range::check_turboquant(p, x)?;
     let codec = TurboQuantCodec::new(cfg, p.head_dim_qk, p.head_dim_v);
     let kv = codec.compress(p, x);
     Ok(codec.attend(cfg, p, &x.q, &kv))

@@ -5,6 +5,7 @@
 use super::timing::{Core, Op, Pipe, SimReport, Stage};
 use crate::{AscendError, Result};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 
 const ROWS: [(Core, Pipe); 10] = [
@@ -28,14 +29,33 @@ fn row_name(i: usize) -> String {
     }
 }
 
+/// Every stage in drawing order, with its colour and the colour's name for the caption.
+const STAGES: [(Stage, &str, RGBColor, &str); 5] = [
+    (Stage::C1, "C1", RGBColor(31, 119, 180), "blue"),
+    (Stage::V1, "V1", RGBColor(255, 127, 14), "orange"),
+    (Stage::C2, "C2", RGBColor(44, 160, 44), "green"),
+    (Stage::V2, "V2", RGBColor(214, 39, 40), "red"),
+    (Stage::Last, "last V", RGBColor(148, 103, 189), "purple"),
+];
+
 fn color(stage: Stage) -> RGBColor {
-    match stage {
-        Stage::C1 => RGBColor(31, 119, 180),
-        Stage::C2 => RGBColor(44, 160, 44),
-        Stage::V1 => RGBColor(255, 127, 14),
-        Stage::V2 => RGBColor(214, 39, 40),
-        Stage::Last => RGBColor(148, 103, 189),
-    }
+    STAGES
+        .iter()
+        .find(|s| s.0 == stage)
+        .expect("every stage has a colour")
+        .2
+}
+
+/// The caption's colour key: only the stages drawn in this window (AMLA has no V2, and the
+/// final normalisation falls outside a window of the first blocks), so no colour is named that
+/// the chart does not show.
+pub fn colour_key(ops: &[&Op]) -> String {
+    STAGES
+        .iter()
+        .filter(|(st, ..)| ops.iter().any(|o| o.stage == *st))
+        .map(|(_, name, _, colour)| format!("{name} {colour}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The ops of the first sequence of core pair 0 up to the end of block `blocks - 1`'s `[C2]`.
@@ -60,8 +80,13 @@ pub fn timeline_svg(report: &SimReport, blocks: usize, path: &Path) -> Result<()
     let root = SVGBackend::new(path, (1400, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let caption = format!(
-        "SIMULATED {} on Ascend 910 model: batch {}, Sq {}, Sk {} (core pair 0, first {} blocks; C1 blue, V1 orange, C2 green, V2 red, last V purple)",
-        report.variant, report.batch, report.sq, report.sk, blocks
+        "SIMULATED {} on Ascend 910 model: batch {}, Sq {}, Sk {} (core pair 0, first {} blocks; {})",
+        report.variant,
+        report.batch,
+        report.sq,
+        report.sk,
+        blocks,
+        colour_key(&ops)
     );
     let mut chart = ChartBuilder::on(&root)
         .caption(caption, ("sans-serif", 16))
@@ -70,21 +95,22 @@ pub fn timeline_svg(report: &SimReport, blocks: usize, path: &Path) -> Result<()
         .y_label_area_size(110)
         .build_cartesian_2d(0.0..t_end.max(1e-3), 0.0..ROWS.len() as f64)
         .map_err(|e| err(e.to_string()))?;
+    // The row names are drawn by hand beside each row's centre: the mesh's y labels sit at
+    // whatever "nice" values plotters picks, which are row boundaries, not rows.
     chart
         .configure_mesh()
         .x_desc("time (us, simulated)")
-        .y_labels(ROWS.len() * 2)
-        .y_label_formatter(&|y| {
-            let i = y.floor() as usize;
-            if (y - i as f64 - 0.5).abs() < 0.26 && i < ROWS.len() {
-                row_name(ROWS.len() - 1 - i)
-            } else {
-                String::new()
-            }
-        })
+        .y_labels(0)
         .disable_y_mesh()
         .draw()
         .map_err(|e| err(e.to_string()))?;
+    let style =
+        TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+    for i in 0..ROWS.len() {
+        let (x, y) = chart.backend_coord(&(0.0, (ROWS.len() - 1 - i) as f64 + 0.5));
+        root.draw(&Text::new(row_name(i), (x - 8, y), style.clone()))
+            .map_err(|e| err(e.to_string()))?;
+    }
     let rects = ops.iter().filter_map(|o| {
         let i = ROWS.iter().position(|r| *r == (o.core, o.pipe))?;
         let y = (ROWS.len() - 1 - i) as f64;

@@ -27,17 +27,63 @@
 
 use crate::config::Ascend910;
 use ferrattn_core::amla::preload::{PreloadPipeline, StageDurations, Unit};
+use ferrattn_core::amla::tiling::HierarchicalTiling;
 use serde::Serialize;
 use std::collections::HashMap;
 
-/// Query heads of the paper's configuration (DeepSeek-V3 MLA without tensor parallelism).
+/// Query heads of the paper's configuration (DeepSeek-V3 MLA without tensor parallelism), used
+/// by [`simulate`] and [`simulate_lengths`]; [`simulate_plan`] takes any head count.
 pub const HEADS: usize = 128;
 /// Q/K head dimension (512 latent + 64 RoPE).
 pub const DK: usize = 576;
 /// V head dimension.
 pub const DV: usize = 512;
-const BLOCK: usize = 512;
-const BASE: usize = 128;
+
+/// The section 4.2 tiling as the model reads it, from a plan's [`HierarchicalTiling`].
+#[derive(Clone, Debug)]
+struct Tiles {
+    /// KV tokens per block.
+    block: usize,
+    /// Rows of a Q/P stripe (singleM = baseM).
+    base_m: usize,
+    /// Output columns per L0C tile (baseN).
+    base_n: usize,
+    /// `[C1]` singleK and baseK.
+    c1_single_k: usize,
+    c1_base_k: usize,
+    /// `[C2]` singleK and baseK.
+    c2_single_k: usize,
+    c2_base_k: usize,
+    /// Rows of S per UB pass of a Vector core.
+    vrows: usize,
+    /// Buffer counts: Q/P in L1, the K/V ring, L0A/L0B, L0C, `[V1]`'s UB ring.
+    qp_bufs: usize,
+    kv_bufs: usize,
+    l0_bufs: usize,
+    l0c_bufs: usize,
+    ub_bufs: usize,
+}
+
+impl Tiles {
+    fn from_plan(t: &HierarchicalTiling) -> Tiles {
+        let u = |x: u32| (x as usize).max(1);
+        Tiles {
+            block: u(t.block_k),
+            base_m: u(t.c1.base_m),
+            base_n: u(t.c1.base_n),
+            c1_single_k: u(t.c1.single_k),
+            c1_base_k: u(t.c1.base_k),
+            c2_single_k: u(t.c2.single_k),
+            c2_base_k: u(t.c2.base_k),
+            vrows: u(t.vector_rows),
+            qp_bufs: u(t.l1_qp_buffers),
+            kv_bufs: u(t.l1_kv_buffers),
+            l0_bufs: u(t.l0ab_buffers),
+            l0c_bufs: u(t.l0c_buffers),
+            ub_bufs: u(t.ub_buffers),
+        }
+    }
+}
 
 /// Which kernel the model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -238,12 +284,19 @@ impl std::fmt::Display for SimReport {
     }
 }
 
-/// FLOPs of one decode step: `2 Hq Sq Sk (Dk + Dv)` per sequence (section 2.4).
+/// FLOPs of one decode step with the paper's 128 heads: `2 Hq Sq Sk (Dk + Dv)` per sequence
+/// (section 2.4).
 pub fn flops(batch: usize, sq: usize, sk: usize) -> f64 {
-    2.0 * (HEADS * sq * sk * (DK + DV) * batch) as f64
+    flops_heads(HEADS, batch, sq, sk)
 }
 
-/// Simulates the kernel for `batch` sequences of `sq` query tokens and `sk` KV tokens.
+/// [`flops`] for `heads` query heads.
+pub fn flops_heads(heads: usize, batch: usize, sq: usize, sk: usize) -> f64 {
+    2.0 * (heads * sq * sk * (DK + DV) * batch) as f64
+}
+
+/// Simulates the kernel for `batch` sequences of `sq` query tokens and `sk` KV tokens, with the
+/// paper's configuration (128 heads, [`HierarchicalTiling::ascend910`]).
 pub fn simulate(hw: &Ascend910, batch: usize, sq: usize, sk: usize, variant: Variant) -> SimReport {
     simulate_lengths(hw, sq, &vec![sk; batch], variant)
 }
@@ -255,7 +308,28 @@ pub fn simulate_lengths(
     seqlens_k: &[usize],
     variant: Variant,
 ) -> SimReport {
+    simulate_plan(
+        hw,
+        &HierarchicalTiling::ascend910(),
+        HEADS,
+        sq,
+        seqlens_k,
+        variant,
+    )
+}
+
+/// Simulates the kernel with a plan's tiling (block size, singleK/baseK of both Cube stages,
+/// baseM/baseN, the buffer counts, the Vector rows per UB pass) and `heads` query heads.
+pub fn simulate_plan(
+    hw: &Ascend910,
+    tiling: &HierarchicalTiling,
+    heads: usize,
+    sq: usize,
+    seqlens_k: &[usize],
+    variant: Variant,
+) -> SimReport {
     assert!((1..=2).contains(&sq), "AMLA decode covers Sq = 1 or 2");
+    let tiles = Tiles::from_plan(tiling);
     let pairs = hw.cube_cores();
     let mut work: Vec<Vec<usize>> = vec![Vec::new(); pairs];
     for (b, &sk) in seqlens_k.iter().enumerate() {
@@ -281,7 +355,7 @@ pub fn simulate_lengths(
         let sharing = per_die[c / hw.cube_per_die];
         let r = memo
             .entry((w.clone(), sharing))
-            .or_insert_with(|| simulate_pair(hw, sq, w, sharing, variant))
+            .or_insert_with(|| simulate_pair(hw, &tiles, heads, sq, w, sharing, variant))
             .clone();
         for (k, v) in &r.busy {
             *busy.entry(*k).or_default() += v;
@@ -295,7 +369,10 @@ pub fn simulate_lengths(
             slowest = Some(r);
         }
     }
-    let total_flops: f64 = seqlens_k.iter().map(|&sk| flops(1, sq, sk)).sum();
+    let total_flops: f64 = seqlens_k
+        .iter()
+        .map(|&sk| flops_heads(heads, 1, sq, sk))
+        .sum();
     let tflops = total_flops / duration / 1e12;
     let denom = duration * used as f64;
     let pct =
@@ -329,7 +406,7 @@ pub fn simulate_lengths(
         batch: seqlens_k.len(),
         sq,
         sk: seqlens_k.iter().copied().max().unwrap_or(0),
-        heads: HEADS,
+        heads,
         preload_count,
         core_pairs_used: used,
         duration_us: duration * 1e6,
@@ -369,24 +446,25 @@ struct Model<'a> {
     last: HashMap<(Core, Pipe), usize>,
     ops: Vec<Op>,
     seq: usize,
+    tiles: &'a Tiles,
     // ring / ping-pong buffers: last reader of each slot
-    qp_slot: [Option<usize>; 4],
-    kv_slot: [Option<usize>; 3],
+    qp_slot: Vec<Option<usize>>,
+    kv_slot: Vec<Option<usize>>,
     kv_next: usize,
-    l0_slot: [Option<usize>; 2],
+    l0_slot: Vec<Option<usize>>,
     l0_next: usize,
-    l0c_slot: [Option<usize>; 2],
+    l0c_slot: Vec<Option<usize>>,
     l0c_next: usize,
-    // per Vector core: ring 0 = V1's double buffer, ring 1 = the single buffer UB has left
-    // (AMLA's INT32 tile, Base's O + T chunk, the final normalisation)
-    ub_slot: [[[Option<usize>; 2]; 2]; 2],
+    // per Vector core: ring 0 = V1's buffers (ub_buffers), ring 1 = the single buffer UB has
+    // left (AMLA's INT32 tile, Base's O + T chunk, the final normalisation)
+    ub_slot: [[Vec<Option<usize>>; 2]; 2],
     ub_next: [[usize; 2]; 2],
 }
 
 /// UB ring of a Vector pass.
 #[derive(Clone, Copy)]
 enum Ring {
-    /// `[V1]`'s S/P chunks, double-buffered (tiling `ub_buffers = 2`).
+    /// `[V1]`'s S/P chunks (tiling `ub_buffers`, 2 in the paper).
     Softmax,
     /// The one buffer left beside them.
     Aux,
@@ -483,19 +561,22 @@ impl<'a> Model<'a> {
         out_mem: Mem,
         out_ready_wait: &[usize],
     ) -> Vec<usize> {
-        let stripes = rows.div_ceil(BASE);
+        let (base_m, base_n) = (self.tiles.base_m, self.tiles.base_n);
+        let (qp_bufs, kv_bufs) = (self.tiles.qp_bufs, self.tiles.kv_bufs);
+        let (l0_bufs, l0c_bufs) = (self.tiles.l0_bufs, self.tiles.l0c_bufs);
+        let stripes = rows.div_ceil(base_m);
         let kcs = k_total.div_ceil(single_k);
         // A stripes go into the Q/P buffers at their first use (inside the first N tile), so
         // the in-order MTE2 queue is never blocked behind a stripe whose slot is still busy.
         let mut a_load: Vec<Vec<Option<usize>>> = vec![vec![None; kcs]; stripes];
         let mut last_fixp = vec![0usize; stripes];
         let mut a_last_read = vec![vec![None; kcs]; stripes];
-        for n in 0..n_total.div_ceil(BASE) {
-            let nw = (n_total - n * BASE).min(BASE);
+        for n in 0..n_total.div_ceil(base_n) {
+            let nw = (n_total - n * base_n).min(base_n);
             let mut b_load = Vec::with_capacity(kcs);
             for kc in 0..kcs {
                 let kw = (k_total - kc * single_k).min(single_k);
-                let slot = self.kv_next % 3;
+                let slot = self.kv_next % kv_bufs;
                 self.kv_next += 1;
                 let dur = self.transfer((nw * kw * 2) as f64, self.hw.mte2_bytes_per_clock, b_mem);
                 let id = self.issue(
@@ -510,12 +591,12 @@ impl<'a> Model<'a> {
             }
             let mut b_last_read = vec![None; kcs];
             for m in 0..stripes {
-                let mr = (rows - m * BASE).min(BASE);
+                let mr = (rows - m * base_m).min(base_m);
                 #[allow(clippy::needless_range_loop)] // kc also picks the slot and the K range
                 for kc in 0..kcs {
                     if a_load[m][kc].is_none() {
                         let kw = (k_total - kc * single_k).min(single_k);
-                        let slot = (m * kcs + kc) % 4;
+                        let slot = (m * kcs + kc) % qp_bufs;
                         let dur = self.transfer(
                             (mr * kw * 2) as f64,
                             self.hw.mte2_bytes_per_clock,
@@ -527,7 +608,7 @@ impl<'a> Model<'a> {
                             Some(self.issue(Core::Cube, Pipe::Mte2, dur, &deps, stage, block));
                     }
                 }
-                let c_slot = self.l0c_next % 2;
+                let c_slot = self.l0c_next % l0c_bufs;
                 self.l0c_next += 1;
                 let mut first = true;
                 let mut last_mmad = 0;
@@ -535,7 +616,7 @@ impl<'a> Model<'a> {
                     let kw = (k_total - kc * single_k).min(single_k);
                     for ks in 0..kw.div_ceil(base_k) {
                         let bk = (kw - ks * base_k).min(base_k);
-                        let l0 = self.l0_next % 2;
+                        let l0 = self.l0_next % l0_bufs;
                         self.l0_next += 1;
                         let dur = self.transfer(
                             ((mr + nw) * bk * 2) as f64,
@@ -580,7 +661,7 @@ impl<'a> Model<'a> {
         }
         for (m, reads) in a_last_read.iter().enumerate() {
             for (kc, &read) in reads.iter().enumerate() {
-                self.qp_slot[(m * kcs + kc) % 4] = read;
+                self.qp_slot[(m * kcs + kc) % qp_bufs] = read;
             }
         }
         last_fixp
@@ -601,7 +682,7 @@ impl<'a> Model<'a> {
     ) -> usize {
         let core = Core::Vector(v);
         let (r, slots) = match ring {
-            Ring::Softmax => (0, 2),
+            Ring::Softmax => (0, self.tiles.ub_bufs),
             Ring::Aux => (1, 1),
         };
         let slot = self.ub_next[v as usize][r] % slots;
@@ -628,11 +709,10 @@ impl<'a> Model<'a> {
     }
 }
 
-/// Row chunk a Vector core takes into UB at once (the tiling's `vector_rows`).
-const VROWS: usize = 16;
-
 fn simulate_pair(
     hw: &Ascend910,
+    tl: &Tiles,
+    heads: usize,
     sq: usize,
     seqs: &[usize],
     sharing: usize,
@@ -648,31 +728,34 @@ fn simulate_pair(
         last: HashMap::new(),
         ops: Vec::new(),
         seq: 0,
-        qp_slot: [None; 4],
-        kv_slot: [None; 3],
+        tiles: tl,
+        qp_slot: vec![None; tl.qp_bufs],
+        kv_slot: vec![None; tl.kv_bufs],
         kv_next: 0,
-        l0_slot: [None; 2],
+        l0_slot: vec![None; tl.l0_bufs],
         l0_next: 0,
-        l0c_slot: [None; 2],
+        l0c_slot: vec![None; tl.l0c_bufs],
         l0c_next: 0,
-        ub_slot: [[[None; 2]; 2]; 2],
+        ub_slot: std::array::from_fn(|_| [vec![None; tl.ub_bufs], vec![None; 1]]),
         ub_next: [[0; 2]; 2],
     };
-    let rows = sq * HEADS;
+    let rows = sq * heads;
+    let (block, base_m, vrows) = (tl.block, tl.base_m, tl.vrows);
     let pipeline = match variant {
         Variant::Amla => PreloadPipeline::amla_default(),
-        Variant::Base => PreloadPipeline::construct(&base_stage_estimates(hw, rows))
+        Variant::Base => PreloadPipeline::construct(&base_stage_estimates_block(hw, rows, block))
             .expect("stage estimates are finite and non-negative"),
     };
     let v_rows = [0..rows.div_ceil(2), rows.div_ceil(2)..rows];
     let v1_passes = 6.0 + hw.vec_exp_cost; // muls, max, sub, exp, sum, muls S16, cast
     for (si, &sk) in seqs.iter().enumerate() {
         md.seq = si;
-        let blocks = sk.div_ceil(BLOCK);
-        let width = |t: usize| (sk - t * BLOCK).min(BLOCK);
-        let stripe_of = |r: usize| r / BASE;
+        let blocks = sk.div_ceil(block);
+        let width = |t: usize| (sk - t * block).min(block);
+        let stripe_of = |r: usize| r / base_m;
         let mut c1_done: Vec<Vec<usize>> = vec![Vec::new(); blocks];
-        let mut v1_done: Vec<Vec<Vec<usize>>> = vec![vec![Vec::new(); rows.div_ceil(BASE)]; blocks];
+        let mut v1_done: Vec<Vec<Vec<usize>>> =
+            vec![vec![Vec::new(); rows.div_ceil(base_m)]; blocks];
         let mut c2_done: Vec<Vec<usize>> = vec![Vec::new(); blocks];
         let mut v2_done: Vec<Vec<usize>> = vec![Vec::new(); blocks];
         for cycle in pipeline.cycles(blocks) {
@@ -689,8 +772,8 @@ fn simulate_pair(
                             rows,
                             w,
                             DK,
-                            288,
-                            96,
+                            tl.c1_single_k,
+                            tl.c1_base_k,
                             q_mem,
                             &[],
                             Mem::Hbm,
@@ -702,7 +785,7 @@ fn simulate_pair(
                         for (v, range) in v_rows.iter().enumerate() {
                             let mut r = range.start;
                             while r < range.end {
-                                let n = (range.end - r).min(VROWS);
+                                let n = (range.end - r).min(vrows);
                                 let dep = Some(c1_done[t][stripe_of(r)]);
                                 let p_store = [((n * w * 2) as f64, Mem::L2)];
                                 let last = md.vector_pass(
@@ -755,8 +838,8 @@ fn simulate_pair(
                             rows,
                             DV,
                             w,
-                            256,
-                            128,
+                            tl.c2_single_k,
+                            tl.c2_base_k,
                             Mem::L2,
                             &v1_done[t],
                             Mem::L2,
@@ -769,7 +852,7 @@ fn simulate_pair(
                         for (v, range) in v_rows.iter().enumerate() {
                             let mut r = range.start;
                             while r < range.end {
-                                let n = (range.end - r).min(VROWS);
+                                let n = (range.end - r).min(vrows);
                                 let bytes = (n * DV * 4) as f64;
                                 let load: Vec<(f64, Mem)> = if t == 0 {
                                     vec![(bytes, Mem::L2)]
@@ -800,7 +883,7 @@ fn simulate_pair(
         for (v, range) in v_rows.iter().enumerate() {
             let mut r = range.start;
             while r < range.end {
-                let n = (range.end - r).min(VROWS);
+                let n = (range.end - r).min(vrows);
                 let deps: Vec<Option<usize>> = match (variant, blocks.checked_sub(1)) {
                     (_, None) => vec![],
                     (Variant::Amla, Some(t)) => vec![Some(c2_done[t][stripe_of(r)])],
@@ -834,16 +917,22 @@ fn simulate_pair(
 }
 
 /// Rough per-block stage durations of Base on this model (seconds), for constructing its
-/// Preload Pipeline (Theorem B.1 needs only their order of magnitude to pick `k`).
+/// Preload Pipeline (Theorem B.1 needs only their order of magnitude to pick `k`), with the
+/// paper's 512-token blocks.
 pub fn base_stage_estimates(hw: &Ascend910, rows: usize) -> StageDurations {
+    base_stage_estimates_block(hw, rows, 512)
+}
+
+/// [`base_stage_estimates`] for blocks of `block` KV tokens.
+pub fn base_stage_estimates_block(hw: &Ascend910, rows: usize, block: usize) -> StageDurations {
     let clock = hw.clock();
     let rate = hw.target.cube_flops_per_clock * hw.mmad_efficiency * clock;
-    let c1 = 2.0 * (rows * BLOCK * DK) as f64 / rate;
-    let c2 = 2.0 * (rows * BLOCK * DV) as f64 / rate;
+    let c1 = 2.0 * (rows * block * DK) as f64 / rate;
+    let c2 = 2.0 * (rows * block * DV) as f64 / rate;
     let vrows = rows.div_ceil(2) as f64;
     let vbw = hw.vec_gm_bytes_per_clock * clock;
-    let v1 = vrows * BLOCK as f64 * (6.0 + hw.vec_exp_cost) / hw.vec_fp32_lanes / clock
-        + vrows * BLOCK as f64 * 6.0 / vbw;
+    let v1 = vrows * block as f64 * (6.0 + hw.vec_exp_cost) / hw.vec_fp32_lanes / clock
+        + vrows * block as f64 * 6.0 / vbw;
     let v2 = vrows * DV as f64 * 2.0 / hw.vec_fp32_lanes / clock + vrows * DV as f64 * 12.0 / vbw;
     StageDurations {
         cube: vec![c1, c2],

@@ -1,0 +1,1833 @@
+//! TurboQuant on CUDA (issue 10): compression kernels and a fused decode over the compressed
+//! cache (`cuda-kernels/turboquant_compress.cu`, `cuda-kernels/turboquant_decode.cu`; the kernel
+//! files' headers give the dataflow). The contract is `ferrattn_core::turboquant`:
+//!
+//! * codes and norms equal [`TurboQuantCodec::compress`] bit for bit ([`DeviceTurboQuantCache::download`]
+//!   turns the device layout back into the core's [`CompressedKv`]);
+//! * the decode equals [`TurboQuantCodec::attend`] up to the f16 rounding of the tensor-core
+//!   operands (centroids, `p ‖v‖`, `S q`; `Π q` goes in as two f16 halves), split over the KV length with the core's stream-K
+//!   schedule (`ferrattn_core::lean::Schedule::stream_k` over a `TileSpace` of 16-token
+//!   iterations) and merged in key order by a second kernel.
+//!
+//! Closed list ([`check_supported`]): f16 inputs, `head_dim_qk = head_dim_v ∈ {64, 128}`, keys of
+//! 2-4 bits with QJL (`m = d`) or without, values of 2-4 bits. Anything else is `Unsupported`.
+//!
+//! The cache ([`DeviceTurboQuantCache`]) is contiguous per (sequence, KV head) with a fixed
+//! capacity; [`TurboQuantCuda::compress`] writes a prefill's tokens and
+//! [`TurboQuantCuda::append`] a decode step's new tokens at each sequence's end.
+
+use crate::device::{DeviceBuffer, Gpu};
+use crate::error::{check, CudaError, Result};
+use crate::kernels::{self, Function};
+use crate::launch::{launch_raw, DeviceOutputs};
+use crate::CudaBackend;
+use cudarc::driver::sys;
+use ferrattn_core::lean::{Schedule, TileSpace};
+use ferrattn_core::turboquant::{CompressedKv, TurboQuantCodec, TurboQuantConfig};
+use ferrattn_core::{
+    AttentionInputs, AttentionOutput, AttentionProblem, DType, KvLayout, Provenance,
+};
+use half::f16;
+use std::sync::Arc;
+
+/// MMA rows of one output tile (query heads of a KV group x query tokens).
+pub const ROWS: usize = 16;
+/// Tokens per decode iteration (one `n8` pair of `mma.m16n8k16`).
+pub const TILE_K: usize = 16;
+/// Warps (units) per CTA of the decode kernel.
+pub const UNIT_WARPS: usize = 4;
+/// Destination tokens per work item of the compression kernels.
+pub const COMPRESS_TOKENS: usize = 16;
+
+/// Entry points of one configuration (the closed list of `turboquant_*.cu`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelNames {
+    /// Keys: `TurboQuant_prod` (QJL) or `TurboQuant_mse`.
+    pub compress_keys: String,
+    /// Values: `TurboQuant_mse`.
+    pub compress_values: String,
+    /// `Π q`, `S q` into A fragments.
+    pub prepare_q: String,
+    /// Fused decode with rows 8-15 of the MMA unused.
+    pub decode_r8: String,
+    /// Fused decode with all 16 MMA rows.
+    pub decode_r16: String,
+    /// Merge of the partials and `Πᵀ`.
+    pub combine: String,
+}
+
+/// Checks a configuration against the closed list of the kernels.
+pub fn check_supported(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<()> {
+    let unsupported = |what: String, supported: &str| CudaError::Unsupported {
+        what,
+        supported: supported.into(),
+    };
+    if p.dtype != DType::F16 {
+        return Err(unsupported(
+            format!("TurboQuant on CUDA with {} inputs", p.dtype),
+            "f16",
+        ));
+    }
+    if p.kv_layout != KvLayout::Separate {
+        return Err(unsupported(
+            "TurboQuant on CUDA over an MLA latent cache".into(),
+            "separate K and V",
+        ));
+    }
+    let d = p.head_dim_qk;
+    if p.head_dim_v != d || !matches!(d, 64 | 128) {
+        return Err(unsupported(
+            format!(
+                "TurboQuant on CUDA with head dims qk = {d}, v = {}",
+                p.head_dim_v
+            ),
+            "qk = v = 64 or 128",
+        ));
+    }
+    if !(2..=4).contains(&cfg.key_bits) || !(2..=4).contains(&cfg.value_bits) {
+        return Err(unsupported(
+            format!(
+                "TurboQuant on CUDA with {} key bits and {} value bits",
+                cfg.key_bits, cfg.value_bits
+            ),
+            "2, 3 or 4 bits for keys (QJL bit included) and values",
+        ));
+    }
+    if cfg.key_qjl && cfg.qjl_dim != d {
+        return Err(unsupported(
+            format!(
+                "TurboQuant on CUDA with qjl_dim = {} at d = {d}",
+                cfg.qjl_dim
+            ),
+            "qjl_dim = head dim (the paper's m = d)",
+        ));
+    }
+    Ok(())
+}
+
+/// Kernel names for a configuration; `Unsupported` outside the closed list.
+pub fn kernel_names(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<KernelNames> {
+    check_supported(cfg, p)?;
+    let d = p.head_dim_qk;
+    let k = match (cfg.key_qjl, cfg.key_codebook_bits()) {
+        (true, 1..=3) => "kqjl",
+        (false, 2..=3) => "kn8",
+        (false, 4) => "kn16",
+        (qjl, b) => {
+            return Err(CudaError::Unsupported {
+                what: format!("key codebook of {b} bits (QJL {qjl})"),
+                supported: "1-3 bits with QJL, 2-4 without".into(),
+            })
+        }
+    };
+    let v = if cfg.value_bits == 4 { "v16" } else { "v8" };
+    Ok(KernelNames {
+        compress_keys: format!(
+            "turboquant_compress_keys_{}_d{d}",
+            if cfg.key_qjl { "qjl" } else { "mse" }
+        ),
+        compress_values: format!("turboquant_compress_values_d{d}"),
+        prepare_q: format!("turboquant_prepare_q_d{d}"),
+        decode_r8: format!("turboquant_decode_d{d}_{k}_{v}_r8"),
+        decode_r16: format!("turboquant_decode_d{d}_{k}_{v}_r16"),
+        combine: format!("turboquant_combine_d{d}"),
+    })
+}
+
+/// The device layout of the compressed cache and its host twin (what the kernels write and read;
+/// see the header of `cuda-kernels/turboquant_compress.cu`).
+pub mod layout {
+    /// First channel of key code byte `beta` of a token row (the second is the next channel):
+    /// lane block `q = beta / (d/8)` holds the channels of lane `4g + q`'s B fragments.
+    pub fn key_byte_channel(d: usize, beta: usize) -> usize {
+        let (q, bl) = (beta / (d / 8), beta % (d / 8));
+        16 * (bl / 2) + 8 * (bl % 2) + 2 * q
+    }
+
+    /// Channel of sign bit `bit` (0 .. d) of a token row's sign bytes.
+    pub fn sign_bit_channel(d: usize, bit: usize) -> usize {
+        let per_lane = d / 4; // bits per lane block
+        let (q, b) = (bit / per_lane, bit % per_lane);
+        let (jj, e) = (b % (d / 8), b / (d / 8));
+        16 * (jj / 2) + 8 * (jj % 2) + 2 * q + e
+    }
+
+    /// Channel of value code byte `beta` of a token pair (both tokens' nibbles share it).
+    pub fn value_byte_channel(d: usize, beta: usize) -> usize {
+        let (g, nu) = (beta / (d / 8), beta % (d / 8));
+        8 * nu + g
+    }
+
+    /// One key row (`d` indices) as its `d / 2` device bytes.
+    pub fn pack_key_codes(idx: &[u8]) -> Vec<u8> {
+        let d = idx.len();
+        (0..d / 2)
+            .map(|beta| {
+                let c = key_byte_channel(d, beta);
+                idx[c] | (idx[c + 1] << 4)
+            })
+            .collect()
+    }
+
+    /// The core's packed signs (bit `i % 8` of byte `i / 8` is channel `i`) as device bytes.
+    pub fn pack_signs(d: usize, signs: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; d / 8];
+        for bit in 0..d {
+            let c = sign_bit_channel(d, bit);
+            // lane block of d/32 bytes, little-endian word
+            if signs[c / 8] >> (c % 8) & 1 == 1 {
+                out[bit / 8] |= 1 << (bit % 8);
+            }
+        }
+        out
+    }
+
+    /// Inverse of [`pack_signs`].
+    pub fn unpack_signs(d: usize, dev: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; d / 8];
+        for bit in 0..d {
+            if dev[bit / 8] >> (bit % 8) & 1 == 1 {
+                let c = sign_bit_channel(d, bit);
+                out[c / 8] |= 1 << (c % 8);
+            }
+        }
+        out
+    }
+
+    /// Inverse of [`pack_key_codes`].
+    pub fn unpack_key_codes(dev: &[u8]) -> Vec<u8> {
+        let d = dev.len() * 2;
+        let mut idx = vec![0u8; d];
+        for (beta, &byte) in dev.iter().enumerate() {
+            let c = key_byte_channel(d, beta);
+            idx[c] = byte & 15;
+            idx[c + 1] = byte >> 4;
+        }
+        idx
+    }
+
+    /// Token `e` (0: even, 1: odd) of a value pair record (`d` bytes) as `d` indices.
+    pub fn unpack_value_codes(rec: &[u8], e: usize) -> Vec<u8> {
+        let d = rec.len();
+        let mut idx = vec![0u8; d];
+        for (beta, &byte) in rec.iter().enumerate() {
+            idx[value_byte_channel(d, beta)] = (byte >> (4 * e)) & 15;
+        }
+        idx
+    }
+}
+
+// ---- kernel parameters (mirrors of the structs in the .cu files) --------------------------------
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct CompressParams {
+    src: u64,
+    dst0: u64,
+    count: u64,
+    pi: u64,
+    s: u64,
+    codes: u64,
+    signs: u64,
+    norms: u64,
+    batch: i32,
+    src_len: i32,
+    heads_kv: i32,
+    cap: i32,
+    groups: i32,
+    n_bounds: i32,
+    bounds: [f32; 15],
+    cents: [f32; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct DecodeParams {
+    qf: u64,
+    qf_lo: u64,
+    pf: u64,
+    kcodes: u64,
+    ksigns: u64,
+    knorms: u64,
+    vcodes: u64,
+    vnorms: u64,
+    segs: u64,
+    unit_segs: u64,
+    part_o: u64,
+    part_ml: u64,
+    seqlens_q: u64,
+    seqlens_k: u64,
+    units: i32,
+    heads_kv: i32,
+    cap: i32,
+    qgroups: i32,
+    group: i32,
+    max_sq: i32,
+    causal: i32,
+    pad: i32,
+    ktab: [u32; 8],
+    vtab: [u32; 8],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct PrepareParams {
+    q: u64,
+    pit: u64,
+    st: u64,
+    qf: u64,
+    qf_lo: u64,
+    pf: u64,
+    seqlens_q: u64,
+    heads_kv: i32,
+    group: i32,
+    max_sq: i32,
+    qgroups: i32,
+    heads_q: i32,
+    qjl: i32,
+    batch_tiles: i32,
+    qscale: f32,
+    pscale: f32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct CombineParams {
+    part_o: u64,
+    part_ml: u64,
+    tile_segs: u64,
+    pi: u64,
+    o: u64,
+    lse: u64,
+    seqlens_q: u64,
+    heads_kv: i32,
+    group: i32,
+    max_sq: i32,
+    qgroups: i32,
+    heads_q: i32,
+    tiles: i32,
+    oscale: f32,
+}
+
+fn arg<T>(x: &mut T) -> *mut std::ffi::c_void {
+    x as *mut T as *mut std::ffi::c_void
+}
+
+/// Byte tables of up to 16 f16 centroids: words 0-3 the low bytes, 4-7 the high bytes.
+pub fn centroid_tables(cents: &[f32]) -> [u32; 8] {
+    let mut t = [0u32; 8];
+    for (i, &c) in cents.iter().enumerate().take(16) {
+        let bits = f16::from_f32(c).to_bits();
+        t[i / 4] |= ((bits & 0xff) as u32) << (8 * (i % 4));
+        t[4 + i / 4] |= ((bits >> 8) as u32) << (8 * (i % 4));
+    }
+    t
+}
+
+/// A factor `σ` in `[1, 2)` for which the f16 roundings of `σ c_i` are smallest (largest
+/// relative error over the nonzero centroids). The kernels hold `σ c` in f16 and divide `σ` out
+/// in f32 (keys: in the query scale; values: in the merge), so a codebook's f16 rounding, a
+/// systematic error shared by every coordinate with the same index, drops from up to 2^-11
+/// relative to under 2^-13 for the 1-8 distinct magnitudes of these codebooks.
+pub fn f16_friendly_scale(cents: &[f32]) -> f32 {
+    let err = |sigma: f32| {
+        cents
+            .iter()
+            .filter(|c| **c != 0.0)
+            .map(|&c| {
+                let x = sigma * c;
+                ((f16::from_f32(x).to_f32() - x) / x).abs()
+            })
+            .fold(0.0f32, f32::max)
+    };
+    let steps = 1u32 << 18;
+    let mut best = (err(1.0), 1.0f32);
+    for i in 1..steps {
+        let sigma = 1.0 + i as f32 / steps as f32;
+        let e = err(sigma);
+        if e < best.0 {
+            best = (e, sigma);
+        }
+    }
+    best.1
+}
+
+fn codebook_arrays(cb: &ferrattn_core::turboquant::Codebook) -> (i32, [f32; 15], [f32; 16]) {
+    let mut bounds = [0f32; 15];
+    let mut cents = [0f32; 16];
+    let b = cb.boundaries_f32();
+    bounds[..b.len()].copy_from_slice(b);
+    cents[..cb.centroids_f32().len()].copy_from_slice(cb.centroids_f32());
+    (b.len() as i32, bounds, cents)
+}
+
+fn set_smem(f: &Function, bytes: usize) -> Result<()> {
+    // SAFETY: valid function handle; the size is within the device's opt-in limit (checked by
+    // the launch, which fails with a driver error otherwise).
+    check("cuFuncSetAttribute", unsafe {
+        sys::cuFuncSetAttribute(
+            f.f,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+    })
+}
+
+fn occupancy(f: &Function, threads: usize, smem: usize) -> Result<usize> {
+    let mut occ = 0i32;
+    // SAFETY: out-parameter query on a valid function.
+    check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
+        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut occ, f.f, threads as i32, smem)
+    })?;
+    Ok(occ.max(1) as usize)
+}
+
+/// The decode schedule as the kernels read it (host-side, pure).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduleTables {
+    /// 16-row query groups per (sequence, KV head).
+    pub qgroups: usize,
+    /// Output tiles `(b · Hk + h) · qgroups + qg`.
+    pub tiles: usize,
+    /// Units (warps).
+    pub units: usize,
+    /// Per segment: tile, first token, end token, 0.
+    pub segs: Vec<i32>,
+    /// `units + 1` first segments of each unit.
+    pub unit_segs: Vec<i32>,
+    /// `tiles + 1` first segments of each tile (a tile's segments are consecutive).
+    pub tile_segs: Vec<i32>,
+}
+
+/// Stream-K over `units` warps of the iteration space of `p` (`lean::TileSpace` with
+/// [`TILE_K`]-token iterations and 16-row query groups), as segments the decode kernel walks.
+pub fn schedule_tables(p: &AttentionProblem, units: usize) -> ScheduleTables {
+    let qgroups = (p.group_size() * p.max_seqlen_q).div_ceil(ROWS);
+    let space = TileSpace::new(p, TILE_K, qgroups);
+    let schedule = Schedule::stream_k(&space, units.max(1));
+    let segs = schedule.segments(&space);
+    let units = schedule.num_ctas();
+    let tiles = space.num_tiles();
+    let mut seg_tab = Vec::with_capacity(segs.len() * 4);
+    let mut unit_segs = vec![0i32; units + 1];
+    let mut tile_segs = vec![-1i32; tiles + 1];
+    for (i, s) in segs.iter().enumerate() {
+        let (b, _, _) = space.tile_coords(s.tile);
+        let sk = p.seqlens_k[b];
+        let t0 = (s.local_begin as usize * TILE_K).min(sk);
+        let t1 = (s.local_end as usize * TILE_K).min(sk);
+        seg_tab.extend_from_slice(&[s.tile as i32, t0 as i32, t1 as i32, 0]);
+        unit_segs[s.cta + 1] = i as i32 + 1;
+        if tile_segs[s.tile] < 0 {
+            tile_segs[s.tile] = i as i32;
+        }
+    }
+    for u in 1..=units {
+        unit_segs[u] = unit_segs[u].max(unit_segs[u - 1]);
+    }
+    tile_segs[tiles] = segs.len() as i32;
+    ScheduleTables {
+        qgroups,
+        tiles,
+        units,
+        segs: seg_tab,
+        unit_segs,
+        tile_segs,
+    }
+}
+
+/// The compressed cache on the device, contiguous per (sequence, KV head), `capacity` tokens.
+#[derive(Debug)]
+pub struct DeviceTurboQuantCache {
+    batch: usize,
+    heads_kv: usize,
+    head_dim: usize,
+    capacity: usize,
+    key_qjl: bool,
+    lens: Vec<usize>,
+    kcodes: DeviceBuffer,
+    ksigns: DeviceBuffer,
+    knorms: DeviceBuffer,
+    vcodes: DeviceBuffer,
+    vnorms: DeviceBuffer,
+}
+
+impl DeviceTurboQuantCache {
+    /// Tokens held per sequence.
+    pub fn lens(&self) -> &[usize] {
+        &self.lens
+    }
+
+    /// Tokens each sequence can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes a decode step reads for the valid tokens (K codes, signs with QJL, norms, V codes
+    /// and norms).
+    pub fn bytes_read(&self) -> usize {
+        self.lens.iter().sum::<usize>() * self.heads_kv * self.bytes_per_token_head()
+    }
+
+    /// Device bytes a decode reads per token and KV head: `d/2 + 4` for keys (`+ d/8` of signs
+    /// with QJL), `d/2 + 2` for values (one nibble per coordinate whatever the bit width).
+    pub fn bytes_per_token_head(&self) -> usize {
+        let d = self.head_dim;
+        d / 2 + if self.key_qjl { d / 8 } else { 0 } + 4 + d / 2 + 2
+    }
+
+    /// Copies the cache back as the core's [`CompressedKv`] over `max_seqlen_k` padded tokens
+    /// (rows past each sequence's length are zero, as [`TurboQuantCodec::compress`] leaves them).
+    pub fn download(&self, max_seqlen_k: usize) -> Result<CompressedKv> {
+        let (b_, hk, d, cap) = (self.batch, self.heads_kv, self.head_dim, self.capacity);
+        let kc: Vec<u8> = self.kcodes.to_vec()?;
+        let ks: Vec<u8> = self.ksigns.to_vec()?;
+        let kn: Vec<u32> = self.knorms.to_vec()?;
+        let vc: Vec<u8> = self.vcodes.to_vec()?;
+        let vn: Vec<u16> = self.vnorms.to_vec()?;
+        let rows = b_ * max_seqlen_k * hk;
+        let mut kv = CompressedKv {
+            batch: b_,
+            max_seqlen_k,
+            heads_kv: hk,
+            head_dim_k: d,
+            head_dim_v: d,
+            qjl_dim: d,
+            seqlens_k: self.lens.clone(),
+            k_idx: vec![0; rows * d],
+            k_norm: vec![0.0; rows],
+            k_signs: vec![0; rows * d / 8],
+            r_norm: vec![0.0; rows],
+            v_idx: vec![0; rows * d],
+            v_norm: vec![0.0; rows],
+        };
+        let h2f = |b: u16| f16::from_bits(b).to_f32();
+        for b in 0..b_ {
+            for j in 0..self.lens[b].min(max_seqlen_k) {
+                for h in 0..hk {
+                    let src = (b * hk + h) * cap + j;
+                    let dst = (b * max_seqlen_k + j) * hk + h;
+                    kv.k_idx[dst * d..(dst + 1) * d].copy_from_slice(&layout::unpack_key_codes(
+                        &kc[src * d / 2..(src + 1) * d / 2],
+                    ));
+                    kv.k_signs[dst * d / 8..(dst + 1) * d / 8].copy_from_slice(
+                        &layout::unpack_signs(d, &ks[src * d / 8..(src + 1) * d / 8]),
+                    );
+                    kv.k_norm[dst] = h2f(kn[src] as u16);
+                    kv.r_norm[dst] = h2f((kn[src] >> 16) as u16);
+                    let pair = ((b * hk + h) * cap) / 2 + j / 2;
+                    kv.v_idx[dst * d..(dst + 1) * d].copy_from_slice(&layout::unpack_value_codes(
+                        &vc[pair * d..(pair + 1) * d],
+                        j % 2,
+                    ));
+                    kv.v_norm[dst] = h2f(vn[src]);
+                }
+            }
+        }
+        Ok(kv)
+    }
+}
+
+/// A decode step made ready to launch: schedule tables and workspaces on the device.
+#[derive(Debug)]
+pub struct PreparedTurboQuantDecode {
+    /// The problem (queries, and the cache's lengths as `seqlens_k`).
+    pub problem: AttentionProblem,
+    /// Units (warps) of the stream-K schedule.
+    pub units: usize,
+    /// Output tiles (sequence, KV head, 16-row query group).
+    pub tiles: usize,
+    /// Segments (partials) the units write.
+    pub segments: usize,
+    qgroups: usize,
+    decode: Function,
+    segs: DeviceBuffer,
+    unit_segs: DeviceBuffer,
+    tile_segs: DeviceBuffer,
+    qf: DeviceBuffer,
+    qf_lo: DeviceBuffer,
+    pf: DeviceBuffer,
+    part_o: DeviceBuffer,
+    part_ml: DeviceBuffer,
+    seqlens_q: DeviceBuffer,
+    seqlens_k: DeviceBuffer,
+}
+
+/// The TurboQuant kernels of one layer configuration, with `Π`, `S` and the codebooks on the
+/// device.
+#[derive(Debug)]
+pub struct TurboQuantCuda {
+    gpu: Arc<Gpu>,
+    /// The configuration.
+    pub cfg: TurboQuantConfig,
+    /// The CPU codec of the same configuration (the contract).
+    pub codec: TurboQuantCodec,
+    head_dim: usize,
+    poison: bool,
+    provenance: Provenance,
+    names: KernelNames,
+    compress_keys: Function,
+    compress_values: Function,
+    prepare_q: Function,
+    decode_r8: Function,
+    decode_r16: Function,
+    combine: Function,
+    pi: DeviceBuffer,
+    pit: DeviceBuffer,
+    s: DeviceBuffer,
+    st: DeviceBuffer,
+    key_cb: (i32, [f32; 15], [f32; 16]),
+    value_cb: (i32, [f32; 15], [f32; 16]),
+    ktab: [u32; 8],
+    vtab: [u32; 8],
+    /// Scale of the key table ([`f16_friendly_scale`]), divided out of the query scale.
+    sigma_k: f32,
+    /// Scale of the value table, divided out in the merge.
+    sigma_v: f32,
+    smem_keys: usize,
+    smem_values: usize,
+    smem_prepare: usize,
+    smem_combine: usize,
+}
+
+fn transpose(m: &[f32], d: usize) -> Vec<f32> {
+    let mut t = vec![0f32; d * d];
+    for i in 0..d {
+        for j in 0..d {
+            t[j * d + i] = m[i * d + j];
+        }
+    }
+    t
+}
+
+/// Shared memory of a compression kernel (`compress` in turboquant_compress.cu).
+pub fn compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
+    let s = d + 4;
+    let mats = if keys_with_qjl { 2 } else { 1 };
+    4 * (mats * d * s + 2 * COMPRESS_TOKENS * s + 2 * COMPRESS_TOKENS) + 2 * COMPRESS_TOKENS * d
+}
+
+impl TurboQuantCuda {
+    /// Loads the kernels of `cfg` for problems shaped like `p` (head dim, dtype) on `backend`.
+    pub fn new(
+        backend: &CudaBackend,
+        cfg: &TurboQuantConfig,
+        p: &AttentionProblem,
+    ) -> Result<TurboQuantCuda> {
+        let names = kernel_names(cfg, p)?;
+        let gpu = backend.gpu()?.clone();
+        let force = backend.options().force_nvrtc;
+        let load = |img: &str| {
+            kernels::Module::load(
+                &gpu,
+                kernels::image(img).expect("turboquant images are embedded by build.rs"),
+                force,
+            )
+        };
+        let cm = load("turboquant_compress")?;
+        let dm = load("turboquant_decode")?;
+        let d = p.head_dim_qk;
+        let codec = TurboQuantCodec::new(cfg, d, d);
+        let pi_h = codec.key_rotation().matrix().to_vec();
+        let s_h = codec.sketch().matrix().to_vec();
+        let key_cb = codebook_arrays(codec.key.mse().codebook());
+        let value_cb = codebook_arrays(codec.value.codebook());
+        let kc = codec.key.mse().codebook().centroids_f32();
+        let vc = codec.value.codebook().centroids_f32();
+        let (sigma_k, sigma_v) = (f16_friendly_scale(kc), f16_friendly_scale(vc));
+        let ktab = centroid_tables(&kc.iter().map(|c| c * sigma_k).collect::<Vec<_>>());
+        let vtab = centroid_tables(&vc.iter().map(|c| c * sigma_v).collect::<Vec<_>>());
+        let t = TurboQuantCuda {
+            compress_keys: cm.function(&names.compress_keys)?,
+            compress_values: cm.function(&names.compress_values)?,
+            prepare_q: dm.function(&names.prepare_q)?,
+            decode_r8: dm.function(&names.decode_r8)?,
+            decode_r16: dm.function(&names.decode_r16)?,
+            combine: dm.function(&names.combine)?,
+            pi: DeviceBuffer::from_slice(&gpu, &pi_h)?,
+            pit: DeviceBuffer::from_slice(&gpu, &transpose(&pi_h, d))?,
+            s: DeviceBuffer::from_slice(&gpu, &s_h)?,
+            st: DeviceBuffer::from_slice(&gpu, &transpose(&s_h, d))?,
+            smem_keys: compress_smem_bytes(d, cfg.key_qjl),
+            smem_values: compress_smem_bytes(d, false),
+            smem_prepare: 4 * ((if cfg.key_qjl { 2 } else { 1 }) * d * d + ROWS * d),
+            smem_combine: 4 * (d * d + ROWS * d),
+            gpu,
+            cfg: cfg.clone(),
+            codec,
+            head_dim: d,
+            poison: backend.options().poison_outputs,
+            provenance: Provenance {
+                backend: "cuda".into(),
+                device: backend.gpu()?.caps.name.clone(),
+                simulated: None,
+            },
+            names,
+            key_cb,
+            value_cb,
+            ktab,
+            vtab,
+            sigma_k,
+            sigma_v,
+        };
+        set_smem(&t.compress_keys, t.smem_keys)?;
+        set_smem(&t.compress_values, t.smem_values)?;
+        set_smem(&t.prepare_q, t.smem_prepare)?;
+        set_smem(&t.combine, t.smem_combine)?;
+        Ok(t)
+    }
+
+    /// The kernel names in use.
+    pub fn names(&self) -> &KernelNames {
+        &self.names
+    }
+
+    /// An empty cache for `batch` sequences of up to `capacity` tokens (rounded up to 16).
+    pub fn alloc_cache(
+        &self,
+        batch: usize,
+        heads_kv: usize,
+        capacity: usize,
+    ) -> Result<DeviceTurboQuantCache> {
+        let d = self.head_dim;
+        let cap = capacity.div_ceil(TILE_K).max(1) * TILE_K;
+        let rows = batch * heads_kv * cap;
+        let zeroed = |bytes: usize| -> Result<DeviceBuffer> {
+            let mut b = DeviceBuffer::alloc(&self.gpu, bytes.div_ceil(4) * 4)?;
+            // padding tokens are read (and masked) by the last tile of a sequence: keep them finite
+            b.fill_u32(0)?;
+            Ok(b)
+        };
+        Ok(DeviceTurboQuantCache {
+            batch,
+            heads_kv,
+            head_dim: d,
+            capacity: cap,
+            key_qjl: self.cfg.key_qjl,
+            lens: vec![0; batch],
+            kcodes: zeroed(rows * d / 2)?,
+            ksigns: zeroed(rows * d / 8)?,
+            knorms: zeroed(rows * 4)?,
+            vcodes: zeroed(rows * d / 2)?,
+            vnorms: zeroed(rows * 2)?,
+        })
+    }
+
+    /// Compresses `counts[b]` tokens of f16 `k`, `v` (`[batch, src_len, heads_kv, d]` on the
+    /// device) into the cache at each sequence's end.
+    pub fn append(
+        &self,
+        cache: &mut DeviceTurboQuantCache,
+        k: &DeviceBuffer,
+        v: &DeviceBuffer,
+        src_len: usize,
+        counts: &[usize],
+    ) -> Result<()> {
+        let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
+        if counts.len() != b_ {
+            return Err(CudaError::Plan(format!(
+                "{} token counts for a cache of {b_} sequences",
+                counts.len()
+            )));
+        }
+        for (b, (&c, &l)) in counts.iter().zip(&cache.lens).enumerate() {
+            if c > src_len || l + c > cache.capacity {
+                return Err(CudaError::Plan(format!(
+                    "sequence {b}: {c} new tokens (source holds {src_len}) onto {l} cached exceed the capacity of {}",
+                    cache.capacity
+                )));
+            }
+        }
+        let need = b_ * src_len * hk * d * 2;
+        if k.bytes() < need || v.bytes() < need {
+            return Err(CudaError::Plan(format!(
+                "k/v buffers of {} / {} bytes, {need} needed for [{b_}, {src_len}, {hk}, {d}] f16",
+                k.bytes(),
+                v.bytes()
+            )));
+        }
+        let groups = counts
+            .iter()
+            .zip(&cache.lens)
+            .map(|(&c, &l)| (l % COMPRESS_TOKENS + c).div_ceil(COMPRESS_TOKENS))
+            .max()
+            .unwrap_or(0);
+        if groups == 0 {
+            return Ok(());
+        }
+        let dst0: Vec<i32> = cache.lens.iter().map(|&l| l as i32).collect();
+        let cnt: Vec<i32> = counts.iter().map(|&c| c as i32).collect();
+        let dst0_b = DeviceBuffer::from_slice(&self.gpu, &dst0)?;
+        let cnt_b = DeviceBuffer::from_slice(&self.gpu, &cnt)?;
+        let items = b_ * hk * groups;
+        let sms = self.gpu.caps.compute_units;
+        for keys in [true, false] {
+            let (f, smem, cb) = if keys {
+                (&self.compress_keys, self.smem_keys, self.key_cb)
+            } else {
+                (&self.compress_values, self.smem_values, self.value_cb)
+            };
+            let per_sm = occupancy(f, d, smem)?;
+            let mut prm = CompressParams {
+                src: if keys { k.ptr() } else { v.ptr() },
+                dst0: dst0_b.ptr(),
+                count: cnt_b.ptr(),
+                pi: self.pi.ptr(),
+                s: self.s.ptr(),
+                codes: if keys {
+                    cache.kcodes.ptr()
+                } else {
+                    cache.vcodes.ptr()
+                },
+                signs: cache.ksigns.ptr(),
+                norms: if keys {
+                    cache.knorms.ptr()
+                } else {
+                    cache.vnorms.ptr()
+                },
+                batch: b_ as i32,
+                src_len: src_len as i32,
+                heads_kv: hk as i32,
+                cap: cache.capacity as i32,
+                groups: groups as i32,
+                n_bounds: cb.0,
+                bounds: cb.1,
+                cents: cb.2,
+            };
+            let grid = items.min(sms * per_sm) as u32;
+            launch_raw(
+                &self.gpu,
+                f,
+                (grid, d as u32),
+                smem as u32,
+                &mut [arg(&mut prm)],
+            )?;
+        }
+        // dst0 / count are freed on return: the launches must be done with them (an append is
+        // not part of a captured decode step)
+        self.gpu.synchronize()?;
+        for (l, &c) in cache.lens.iter_mut().zip(counts) {
+            *l += c;
+        }
+        Ok(())
+    }
+
+    /// Plans a decode of `p`'s queries over `cache` (`p.seqlens_k` must equal the cache's
+    /// lengths): stream-K over `units` warps (default: every resident warp, at most one per
+    /// 16-token iteration).
+    pub fn prepare_decode(
+        &self,
+        p: &AttentionProblem,
+        cache: &DeviceTurboQuantCache,
+        units: Option<usize>,
+    ) -> Result<PreparedTurboQuantDecode> {
+        check_supported(&self.cfg, p)?;
+        if p.seqlens_k != cache.lens || p.heads_kv != cache.heads_kv || p.batch != cache.batch {
+            return Err(CudaError::Plan(format!(
+                "the problem's keys (batch {}, {} KV heads, lengths {:?}) are not the cache's (batch {}, {} KV heads, lengths {:?})",
+                p.batch, p.heads_kv, p.seqlens_k, cache.batch, cache.heads_kv, cache.lens
+            )));
+        }
+        let d = self.head_dim;
+        let r16 = p.group_size() * p.max_seqlen_q > 8;
+        let decode = if r16 {
+            self.decode_r16.clone()
+        } else {
+            self.decode_r8.clone()
+        };
+        let resident =
+            occupancy(&decode, UNIT_WARPS * 32, 0)? * UNIT_WARPS * self.gpu.caps.compute_units;
+        let ScheduleTables {
+            qgroups,
+            tiles,
+            units,
+            segs: seg_tab,
+            unit_segs,
+            tile_segs,
+        } = schedule_tables(p, units.unwrap_or(resident));
+        let n_segs = seg_tab.len() / 4;
+        let lens = |l: &[usize]| l.iter().map(|&x| x as i32).collect::<Vec<i32>>();
+        let frag_bytes = tiles * 32 * d * 2;
+        Ok(PreparedTurboQuantDecode {
+            problem: p.clone(),
+            units,
+            tiles,
+            segments: n_segs,
+            qgroups,
+            decode,
+            segs: DeviceBuffer::from_slice(&self.gpu, &seg_tab)?,
+            unit_segs: DeviceBuffer::from_slice(&self.gpu, &unit_segs)?,
+            tile_segs: DeviceBuffer::from_slice(&self.gpu, &tile_segs)?,
+            qf: DeviceBuffer::alloc(&self.gpu, frag_bytes)?,
+            qf_lo: DeviceBuffer::alloc(&self.gpu, frag_bytes)?,
+            pf: DeviceBuffer::alloc(&self.gpu, if self.cfg.key_qjl { frag_bytes } else { 4 })?,
+            part_o: DeviceBuffer::alloc(&self.gpu, n_segs * ROWS * d * 4)?,
+            part_ml: DeviceBuffer::alloc(&self.gpu, n_segs * ROWS * 2 * 4)?,
+            seqlens_q: DeviceBuffer::from_slice(&self.gpu, &lens(&p.seqlens_q))?,
+            seqlens_k: DeviceBuffer::from_slice(&self.gpu, &lens(&p.seqlens_k))?,
+        })
+    }
+
+    /// Enqueues one decode: `q` (f16 `[batch, max_sq, heads_q, d]`) over `cache` into `out`.
+    /// Allocates nothing and does not synchronise (graph-capturable).
+    pub fn launch_decode(
+        &self,
+        prep: &PreparedTurboQuantDecode,
+        q: &DeviceBuffer,
+        cache: &DeviceTurboQuantCache,
+        out: &mut DeviceOutputs,
+    ) -> Result<()> {
+        let p = &prep.problem;
+        if p.seqlens_k != cache.lens {
+            return Err(CudaError::Plan(format!(
+                "the decode was planned for lengths {:?} but the cache holds {:?}",
+                p.seqlens_k, cache.lens
+            )));
+        }
+        let d = self.head_dim;
+        let need = p.batch * p.max_seqlen_q * p.heads_q * d * 2;
+        if q.bytes() < need || out.o.bytes() < need {
+            return Err(CudaError::Plan(format!(
+                "q / o buffers of {} / {} bytes, {need} needed",
+                q.bytes(),
+                out.o.bytes()
+            )));
+        }
+        if self.poison {
+            out.poison()?;
+        }
+        let sms = self.gpu.caps.compute_units;
+        let log2e = std::f32::consts::LOG2_E;
+        let mut pp = PrepareParams {
+            q: q.ptr(),
+            pit: self.pit.ptr(),
+            st: self.st.ptr(),
+            qf: prep.qf.ptr(),
+            qf_lo: prep.qf_lo.ptr(),
+            pf: prep.pf.ptr(),
+            seqlens_q: prep.seqlens_q.ptr(),
+            heads_kv: p.heads_kv as i32,
+            group: p.group_size() as i32,
+            max_sq: p.max_seqlen_q as i32,
+            qgroups: prep.qgroups as i32,
+            heads_q: p.heads_q as i32,
+            qjl: self.cfg.key_qjl as i32,
+            batch_tiles: prep.tiles as i32,
+            qscale: p.softmax_scale * log2e / self.sigma_k,
+            pscale: p.softmax_scale * log2e * self.codec.sketch().correction_scale(),
+        };
+        launch_raw(
+            &self.gpu,
+            &self.prepare_q,
+            (prep.tiles.min(sms) as u32, d as u32),
+            self.smem_prepare as u32,
+            &mut [arg(&mut pp)],
+        )?;
+        let mut dp = DecodeParams {
+            qf: prep.qf.ptr(),
+            qf_lo: prep.qf_lo.ptr(),
+            pf: prep.pf.ptr(),
+            kcodes: cache.kcodes.ptr(),
+            ksigns: cache.ksigns.ptr(),
+            knorms: cache.knorms.ptr(),
+            vcodes: cache.vcodes.ptr(),
+            vnorms: cache.vnorms.ptr(),
+            segs: prep.segs.ptr(),
+            unit_segs: prep.unit_segs.ptr(),
+            part_o: prep.part_o.ptr(),
+            part_ml: prep.part_ml.ptr(),
+            seqlens_q: prep.seqlens_q.ptr(),
+            seqlens_k: prep.seqlens_k.ptr(),
+            units: prep.units as i32,
+            heads_kv: p.heads_kv as i32,
+            cap: cache.capacity as i32,
+            qgroups: prep.qgroups as i32,
+            group: p.group_size() as i32,
+            max_sq: p.max_seqlen_q as i32,
+            causal: p.causal as i32,
+            pad: 0,
+            ktab: self.ktab,
+            vtab: self.vtab,
+        };
+        launch_raw(
+            &self.gpu,
+            &prep.decode,
+            (
+                prep.units.div_ceil(UNIT_WARPS) as u32,
+                (UNIT_WARPS * 32) as u32,
+            ),
+            0,
+            &mut [arg(&mut dp)],
+        )?;
+        let mut cp = CombineParams {
+            part_o: prep.part_o.ptr(),
+            part_ml: prep.part_ml.ptr(),
+            tile_segs: prep.tile_segs.ptr(),
+            pi: self.pi.ptr(),
+            o: out.o.ptr(),
+            lse: out.lse.ptr(),
+            seqlens_q: prep.seqlens_q.ptr(),
+            heads_kv: p.heads_kv as i32,
+            group: p.group_size() as i32,
+            max_sq: p.max_seqlen_q as i32,
+            qgroups: prep.qgroups as i32,
+            heads_q: p.heads_q as i32,
+            tiles: prep.tiles as i32,
+            oscale: 1.0 / self.sigma_v,
+        };
+        launch_raw(
+            &self.gpu,
+            &self.combine,
+            (prep.tiles.min(sms) as u32, d as u32),
+            self.smem_combine as u32,
+            &mut [arg(&mut cp)],
+        )
+    }
+
+    /// [`Self::append`] of device inputs' K and V (`x.problem.seqlens_k` tokens per sequence).
+    pub fn compress_inputs(
+        &self,
+        cache: &mut DeviceTurboQuantCache,
+        x: &crate::launch::DeviceInputs,
+    ) -> Result<()> {
+        let p = &x.problem;
+        self.append(cache, &x.k, &x.v, p.max_seqlen_k, &p.seqlens_k)
+    }
+
+    /// [`Self::launch_decode`] with the queries of device inputs.
+    pub fn launch_decode_inputs(
+        &self,
+        prep: &PreparedTurboQuantDecode,
+        x: &crate::launch::DeviceInputs,
+        cache: &DeviceTurboQuantCache,
+        out: &mut DeviceOutputs,
+    ) -> Result<()> {
+        self.launch_decode(prep, &x.q, cache, out)
+    }
+
+    /// Allocates outputs for `p`.
+    pub fn alloc_outputs(&self, p: &AttentionProblem) -> Result<DeviceOutputs> {
+        DeviceOutputs::alloc(&self.gpu, p)
+    }
+
+    /// Downloads outputs.
+    pub fn download(&self, out: &DeviceOutputs, p: &AttentionProblem) -> Result<AttentionOutput> {
+        out.download(p, self.provenance.clone())
+    }
+
+    /// Uploads host f16 data of `t` (values must be representable; they are rounded).
+    pub fn upload_f16(&self, data: &[f32]) -> Result<DeviceBuffer> {
+        let bits: Vec<u16> = data.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
+        DeviceBuffer::from_slice(&self.gpu, &bits)
+    }
+
+    /// [`ferrattn_core::turboquant::emulate`]'s semantics: compress K and V into a fresh cache
+    /// and attend every query row over it (`units`: stream-K width, default every resident warp).
+    pub fn run(
+        &self,
+        p: &AttentionProblem,
+        x: &AttentionInputs,
+        units: Option<usize>,
+    ) -> Result<(AttentionOutput, DeviceTurboQuantCache)> {
+        check_supported(&self.cfg, p)?;
+        p.validate()?;
+        let v = x.v.as_ref().ok_or_else(|| CudaError::Unsupported {
+            what: "TurboQuant without a separate v tensor".into(),
+            supported: "separate K and V".into(),
+        })?;
+        let k_d = self.upload_f16(&x.k.data)?;
+        let v_d = self.upload_f16(&v.data)?;
+        let q_d = self.upload_f16(&x.q.data)?;
+        let mut cache = self.alloc_cache(p.batch, p.heads_kv, p.max_seqlen_k)?;
+        self.append(&mut cache, &k_d, &v_d, p.max_seqlen_k, &p.seqlens_k)?;
+        let prep = self.prepare_decode(p, &cache, units)?;
+        let mut out = self.alloc_outputs(p)?;
+        self.launch_decode(&prep, &q_d, &cache, &mut out)?;
+        Ok((self.download(&out, p)?, cache))
+    }
+}
+
+impl CudaBackend {
+    /// The TurboQuant kernels of `cfg` for problems shaped like `p` (see [`TurboQuantCuda`]).
+    pub fn turboquant(
+        &self,
+        cfg: &TurboQuantConfig,
+        p: &AttentionProblem,
+    ) -> Result<TurboQuantCuda> {
+        TurboQuantCuda::new(self, cfg, p)
+    }
+}
+
+/// The decode kernels' slow twin: `turboquant_prepare_q`, `turboquant_decode` and
+/// `turboquant_combine` simulated lane by lane on the host, over the device layout of the cache
+/// (the bytes [`layout`] describes), with `prmt` byte selection and the `mma.m16n8k16` fragment
+/// layouts of the PTX ISA. The MMAs are exact products accumulated in f32 (the tensor cores'
+/// rounding differs in the last bits). Host tests hold it against the emulation, so the
+/// fragment bookkeeping is checked on every machine, GPU or not.
+#[allow(clippy::needless_range_loop)] // lane-indexed arrays mirror the kernel's registers
+pub mod twin {
+    use super::{layout, schedule_tables, ROWS, TILE_K};
+    use ferrattn_core::turboquant::{CompressedKv, TurboQuantCodec};
+    use ferrattn_core::{AttentionProblem, Tensor};
+    use half::f16;
+
+    /// The device bytes of a cache (capacity rounded to 16 tokens), as the compression kernels
+    /// write them.
+    pub struct DeviceImage {
+        cap: usize,
+        kcodes: Vec<u8>,
+        ksigns: Vec<u8>,
+        knorms: Vec<u32>,
+        vcodes: Vec<u8>,
+        vnorms: Vec<u16>,
+    }
+
+    fn h(x: f32) -> u16 {
+        f16::from_f32(x).to_bits()
+    }
+    fn f(x: u16) -> f32 {
+        f16::from_bits(x).to_f32()
+    }
+
+    /// Lays a [`CompressedKv`] out as the device does.
+    pub fn image(kv: &CompressedKv) -> DeviceImage {
+        let (b_, hk, d) = (kv.batch, kv.heads_kv, kv.head_dim_k);
+        let cap = kv.max_seqlen_k.div_ceil(TILE_K).max(1) * TILE_K;
+        let rows = b_ * hk * cap;
+        let mut im = DeviceImage {
+            cap,
+            kcodes: vec![0; rows * d / 2],
+            ksigns: vec![0; rows * d / 8],
+            knorms: vec![0; rows],
+            vcodes: vec![0; rows * d / 2],
+            vnorms: vec![0; rows],
+        };
+        for b in 0..b_ {
+            for j in 0..kv.seqlens_k[b] {
+                for hh in 0..hk {
+                    let src = (b * kv.max_seqlen_k + j) * hk + hh;
+                    let dst = (b * hk + hh) * cap + j;
+                    im.kcodes[dst * d / 2..(dst + 1) * d / 2].copy_from_slice(
+                        &layout::pack_key_codes(&kv.k_idx[src * d..(src + 1) * d]),
+                    );
+                    im.ksigns[dst * d / 8..(dst + 1) * d / 8].copy_from_slice(&layout::pack_signs(
+                        d,
+                        &kv.k_signs[src * d / 8..(src + 1) * d / 8],
+                    ));
+                    im.knorms[dst] = h(kv.k_norm[src]) as u32 | (h(kv.r_norm[src]) as u32) << 16;
+                    im.vnorms[dst] = h(kv.v_norm[src]);
+                    let pair = ((b * hk + hh) * cap) / 2 + j / 2;
+                    for beta in 0..d {
+                        let c = layout::value_byte_channel(d, beta);
+                        im.vcodes[pair * d + beta] |= kv.v_idx[src * d + c] << (4 * (j % 2));
+                    }
+                }
+            }
+        }
+        im
+    }
+
+    /// `prmt.b32` in its default mode.
+    pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+        let bytes = (a as u64 | (b as u64) << 32).to_le_bytes();
+        (0..4).fold(0u32, |r, i| {
+            let n = (sel >> (4 * i)) & 15;
+            let byte = bytes[(n & 7) as usize];
+            let v = if n & 8 != 0 {
+                if byte & 0x80 != 0 {
+                    0xff
+                } else {
+                    0
+                }
+            } else {
+                byte
+            };
+            r | (v as u32) << (8 * i)
+        })
+    }
+
+    /// `lookup4` of the kernel.
+    pub fn lookup4(w: u32, t: &[u32; 8], wide: bool) -> (u32, u32) {
+        let (lo, hi) = if !wide {
+            (prmt(t[0], t[1], w), prmt(t[4], t[5], w))
+        } else {
+            let sel = w & 0x7777;
+            let pick = ((w >> 1) & 0x4444) | 0x3210;
+            (
+                prmt(prmt(t[0], t[1], sel), prmt(t[2], t[3], sel), pick),
+                prmt(prmt(t[4], t[5], sel), prmt(t[6], t[7], sel), pick),
+            )
+        };
+        (prmt(lo, hi, 0x5140), prmt(lo, hi, 0x7362))
+    }
+
+    fn signs2(w: u32, jj: u32) -> u32 {
+        ((w << (15 - jj)) & 0x8000_8000) ^ 0xBC00_BC00
+    }
+
+    fn half2(w: u32) -> (f32, f32) {
+        (f(w as u16), f((w >> 16) as u16))
+    }
+
+    /// `mma.m16n8k16` over a warp: `d[lane] += A B` with the fragments of every lane.
+    fn mma(d: &mut [[f32; 4]; 32], a: &[[u32; 4]; 32], b0: &[u32; 32], b1: &[u32; 32]) {
+        let mut am = [[0f32; 16]; 16];
+        let mut bm = [[0f32; 8]; 16];
+        for lane in 0..32 {
+            let (g, t) = (lane / 4, lane % 4);
+            for (r, (row, col)) in [
+                (g, 2 * t),
+                (g + 8, 2 * t),
+                (g, 2 * t + 8),
+                (g + 8, 2 * t + 8),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let (x, y) = half2(a[lane][r]);
+                am[row][col] = x;
+                am[row][col + 1] = y;
+            }
+            let (x, y) = half2(b0[lane]);
+            bm[2 * t][g] = x;
+            bm[2 * t + 1][g] = y;
+            let (x, y) = half2(b1[lane]);
+            bm[2 * t + 8][g] = x;
+            bm[2 * t + 9][g] = y;
+        }
+        for lane in 0..32 {
+            let (g, t) = (lane / 4, lane % 4);
+            for (e, (row, col)) in [
+                (g, 2 * t),
+                (g, 2 * t + 1),
+                (g + 8, 2 * t),
+                (g + 8, 2 * t + 1),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let mut acc = d[lane][e];
+                for k in 0..16 {
+                    acc += (am[row][k] as f64 * bm[k][col] as f64) as f32;
+                }
+                d[lane][e] = acc;
+            }
+        }
+    }
+
+    fn words(bytes: &[u8]) -> Vec<u32> {
+        bytes
+            .chunks(4)
+            .map(|c| {
+                u32::from_le_bytes([
+                    c[0],
+                    c[1],
+                    c.get(2).copied().unwrap_or(0),
+                    c.get(3).copied().unwrap_or(0),
+                ])
+            })
+            .collect()
+    }
+
+    /// Attention of `q` over the cache image, as the three kernels compute it, with `units`
+    /// stream-K units. `p.seqlens_k` are the cache's lengths.
+    pub fn decode(
+        codec: &TurboQuantCodec,
+        p: &AttentionProblem,
+        q: &Tensor,
+        im: &DeviceImage,
+        units: usize,
+    ) -> (Tensor, Vec<f32>) {
+        let d = p.head_dim_qk;
+        let (ch, nb) = (d / 16, d / 8);
+        let group = p.group_size();
+        let st = schedule_tables(p, units);
+        let qjl = codec.key_qjl;
+        let kwide = codec.key.mse().bits() == 4;
+        let vwide = codec.value.bits() == 4;
+        let kc = codec.key.mse().codebook().centroids_f32();
+        let vc = codec.value.codebook().centroids_f32();
+        let (sk, sv) = (super::f16_friendly_scale(kc), super::f16_friendly_scale(vc));
+        let ktab = super::centroid_tables(&kc.iter().map(|c| c * sk).collect::<Vec<_>>());
+        let vtab = super::centroid_tables(&vc.iter().map(|c| c * sv).collect::<Vec<_>>());
+        let log2e = std::f32::consts::LOG2_E;
+        let qscale = p.softmax_scale * log2e / sk;
+        let pscale = p.softmax_scale * log2e * codec.sketch().correction_scale();
+        let pi = codec.key_rotation().matrix();
+        let sm = codec.sketch().matrix();
+        // ---- prepare_q: A fragments per tile, [tile][lane][chunk][reg] f16x2
+        let frag =
+            |tile: usize, lane: usize, c: usize, r: usize| ((tile * 32 + lane) * ch + c) * 4 + r;
+        let mut qf = vec![0u32; st.tiles * 32 * ch * 4];
+        let mut qlo = qf.clone();
+        let mut pf = qf.clone();
+        for tile in 0..st.tiles {
+            let (qg, hh, b) = (
+                tile % st.qgroups,
+                (tile / st.qgroups) % p.heads_kv,
+                tile / (st.qgroups * p.heads_kv),
+            );
+            for r in 0..ROWS {
+                let rr = qg * ROWS + r;
+                let (hl, i) = (rr / p.max_seqlen_q, rr % p.max_seqlen_q);
+                if hl >= group || i >= p.seqlens_q[b] {
+                    continue;
+                }
+                let qrow = q.row4(b, i, hh * group + hl);
+                for o in 0..d {
+                    let rot: f32 = (0..d).map(|k| pi[o * d + k] * qrow[k]).sum::<f32>() * qscale;
+                    let proj: f32 = (0..d).map(|k| sm[o * d + k] * qrow[k]).sum::<f32>() * pscale;
+                    let (c, cc) = (o / 16, o % 16);
+                    let (eta, e, t) = (cc / 8, cc % 2, (cc % 8) / 2);
+                    let (lane, reg) = ((r % 8) * 4 + t, r / 8 + 2 * eta);
+                    let hi = h(rot);
+                    let at = frag(tile, lane, c, reg);
+                    qf[at] |= (hi as u32) << (16 * e);
+                    qlo[at] |= (h(rot - f(hi)) as u32) << (16 * e);
+                    pf[at] |= (h(proj) as u32) << (16 * e);
+                }
+            }
+        }
+        // ---- decode: one warp per unit
+        let n_segs = st.segs.len() / 4;
+        let mut part_o = vec![0f32; n_segs * ROWS * d];
+        let mut part_ml = vec![0f32; n_segs * ROWS * 2];
+        for u in 0..st.units {
+            for sgi in st.unit_segs[u] as usize..st.unit_segs[u + 1] as usize {
+                let (tile, tok0, tok1) = (
+                    st.segs[4 * sgi] as usize,
+                    st.segs[4 * sgi + 1] as usize,
+                    st.segs[4 * sgi + 2] as usize,
+                );
+                let (qg, hh, b) = (
+                    tile % st.qgroups,
+                    (tile / st.qgroups) % p.heads_kv,
+                    tile / (st.qgroups * p.heads_kv),
+                );
+                let row_end = |r: usize| {
+                    let rr = qg * ROWS + r;
+                    let (hl, i) = (rr / p.max_seqlen_q, rr % p.max_seqlen_q);
+                    if hl >= group || i >= p.seqlens_q[b] {
+                        0
+                    } else {
+                        p.visible_keys(b, i)
+                    }
+                };
+                let row0 = (b * p.heads_kv + hh) * im.cap;
+                let mut o = [[[0f32; 4]; 32]; 32]; // [n-block][lane][e] (up to d = 256 / 8)
+                let (mut m, mut l) = ([[f32::NEG_INFINITY; 2]; 32], [[0f32; 2]; 32]);
+                let mut start = tok0;
+                while start < tok1 {
+                    let mut s0 = [[0f32; 4]; 32];
+                    let mut s1 = s0;
+                    let mut t0 = s0;
+                    let mut t1 = s0;
+                    let k0: Vec<Vec<u32>> = (0..32)
+                        .map(|lane| {
+                            let (g, q4) = (lane / 4, lane % 4);
+                            let at = (row0 + start + g) * d / 2 + q4 * d / 8;
+                            words(&im.kcodes[at..at + d / 8])
+                        })
+                        .collect();
+                    let k1: Vec<Vec<u32>> = (0..32)
+                        .map(|lane| {
+                            let (g, q4) = (lane / 4, lane % 4);
+                            let at = (row0 + start + g + 8) * d / 2 + q4 * d / 8;
+                            words(&im.kcodes[at..at + d / 8])
+                        })
+                        .collect();
+                    for w in 0..d / 32 {
+                        for (kk, sacc) in [(&k0, &mut s0), (&k1, &mut s1)] {
+                            let mut b_lo = [[0u32; 32]; 2];
+                            let mut b_hi = [[0u32; 32]; 2];
+                            for lane in 0..32 {
+                                let (x0, x1) = lookup4(kk[lane][w], &ktab, kwide);
+                                let (y0, y1) = lookup4(kk[lane][w] >> 16, &ktab, kwide);
+                                b_lo[0][lane] = x0;
+                                b_lo[1][lane] = x1;
+                                b_hi[0][lane] = y0;
+                                b_hi[1][lane] = y1;
+                            }
+                            for (chunk, bb) in [(2 * w, &b_lo), (2 * w + 1, &b_hi)] {
+                                for src in [&qf, &qlo] {
+                                    let a: [[u32; 4]; 32] = std::array::from_fn(|lane| {
+                                        std::array::from_fn(|r| src[frag(tile, lane, chunk, r)])
+                                    });
+                                    mma(sacc, &a, &bb[0], &bb[1]);
+                                }
+                            }
+                        }
+                    }
+                    if qjl {
+                        let sg = |tok: usize, lane: usize| -> u32 {
+                            let at = (row0 + tok) * d / 8 + (lane % 4) * d / 32;
+                            let wv = words(&im.ksigns[at..at + d / 32])[0];
+                            if d == 128 {
+                                wv
+                            } else {
+                                (wv & 0xff) | ((wv & 0xff00) << 8)
+                            }
+                        };
+                        for c in 0..ch {
+                            let a: [[u32; 4]; 32] = std::array::from_fn(|lane| {
+                                std::array::from_fn(|r| pf[frag(tile, lane, c, r)])
+                            });
+                            for (off, tacc) in [(0usize, &mut t0), (8, &mut t1)] {
+                                let b0: [u32; 32] = std::array::from_fn(|lane| {
+                                    signs2(sg(start + lane / 4 + off, lane), 2 * c as u32)
+                                });
+                                let b1: [u32; 32] = std::array::from_fn(|lane| {
+                                    signs2(sg(start + lane / 4 + off, lane), 2 * c as u32 + 1)
+                                });
+                                mma(tacc, &a, &b0, &b1);
+                            }
+                        }
+                    }
+                    // scores, masking, online softmax per lane (rows g, g + 8)
+                    let mut pa = [[0u32; 4]; 32];
+                    let mut sc_all = [[0f32; 8]; 32];
+                    for lane in 0..32 {
+                        let (g, q4) = (lane / 4, lane % 4);
+                        let j0 = start + 2 * q4;
+                        let kn = |t: usize| half2(im.knorms[row0 + t]);
+                        let toks = [j0, j0 + 1, j0 + 8, j0 + 9];
+                        let sv = [
+                            s0[lane][0],
+                            s0[lane][1],
+                            s1[lane][0],
+                            s1[lane][1],
+                            s0[lane][2],
+                            s0[lane][3],
+                            s1[lane][2],
+                            s1[lane][3],
+                        ];
+                        let tv = [
+                            t0[lane][0],
+                            t0[lane][1],
+                            t1[lane][0],
+                            t1[lane][1],
+                            t0[lane][2],
+                            t0[lane][3],
+                            t1[lane][2],
+                            t1[lane][3],
+                        ];
+                        let lims = [tok1.min(row_end(g)), tok1.min(row_end(g + 8))];
+                        for e in 0..8 {
+                            let (kk, rn) = kn(toks[e % 4]);
+                            let mut x = kk * sv[e] + if qjl { rn * tv[e] } else { 0.0 };
+                            if toks[e % 4] >= lims[e / 4] {
+                                x = f32::NEG_INFINITY;
+                            }
+                            sc_all[lane][e] = x;
+                        }
+                    }
+                    for lane in 0..32 {
+                        let quad = lane & !3;
+                        let mut pr = [0f32; 8];
+                        for half in 0..2 {
+                            let mx = (quad..quad + 4)
+                                .flat_map(|l2| sc_all[l2][4 * half..4 * half + 4].to_vec())
+                                .fold(f32::NEG_INFINITY, f32::max);
+                            let mn = m[lane][half].max(mx);
+                            let mu = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
+                            let al = (m[lane][half] - mu).exp2();
+                            m[lane][half] = mn;
+                            let mut sum = 0.0;
+                            for e in 0..4 {
+                                pr[4 * half + e] = (sc_all[lane][4 * half + e] - mu).exp2();
+                                sum += pr[4 * half + e];
+                            }
+                            l[lane][half] = l[lane][half] * al + sum;
+                            for nblk in o.iter_mut().take(nb) {
+                                nblk[lane][2 * half] *= al;
+                                nblk[lane][2 * half + 1] *= al;
+                            }
+                        }
+                        let j0 = start + 2 * (lane % 4);
+                        let vn = [j0, j0 + 1, j0 + 8, j0 + 9].map(|t| f(im.vnorms[row0 + t]));
+                        let pv: [f32; 8] =
+                            std::array::from_fn(
+                                |e| if pr[e] == 0.0 { 0.0 } else { pr[e] * vn[e % 4] },
+                            );
+                        let pk = |a: f32, b2: f32| h(a) as u32 | (h(b2) as u32) << 16;
+                        pa[lane] = [
+                            pk(pv[0], pv[1]),
+                            pk(pv[4], pv[5]),
+                            pk(pv[2], pv[3]),
+                            pk(pv[6], pv[7]),
+                        ];
+                    }
+                    // O_rot += P' · c[idx_v]
+                    let vw = |pair: usize, lane: usize| -> Vec<u32> {
+                        let at = (row0 / 2 + pair) * d + (lane / 4) * d / 8;
+                        words(&im.vcodes[at..at + d / 8])
+                    };
+                    let v0: Vec<Vec<u32>> =
+                        (0..32).map(|lane| vw(start / 2 + lane % 4, lane)).collect();
+                    let v1: Vec<Vec<u32>> = (0..32)
+                        .map(|lane| vw(start / 2 + lane % 4 + 4, lane))
+                        .collect();
+                    for w in 0..d / 32 {
+                        let mut bs = [[[0u32; 32]; 4]; 2];
+                        for lane in 0..32 {
+                            for (which, vv) in [(0usize, &v0), (1, &v1)] {
+                                let (a0, a1) = lookup4(vv[lane][w], &vtab, vwide);
+                                let (a2, a3) = lookup4(vv[lane][w] >> 16, &vtab, vwide);
+                                bs[which][0][lane] = a0;
+                                bs[which][1][lane] = a1;
+                                bs[which][2][lane] = a2;
+                                bs[which][3][lane] = a3;
+                            }
+                        }
+                        for k in 0..4 {
+                            mma(&mut o[4 * w + k], &pa, &bs[0][k], &bs[1][k]);
+                        }
+                    }
+                    start += TILE_K;
+                }
+                for lane in 0..32 {
+                    let (g, q4) = (lane / 4, lane % 4);
+                    let quad = lane & !3;
+                    for half in 0..2 {
+                        let row = g + 8 * half;
+                        let lsum: f32 = (quad..quad + 4).map(|l2| l[l2][half]).sum();
+                        if q4 == 0 {
+                            part_ml[(sgi * ROWS + row) * 2] = m[lane][half];
+                            part_ml[(sgi * ROWS + row) * 2 + 1] = lsum;
+                        }
+                        for (n, nblk) in o.iter().take(nb).enumerate() {
+                            part_o[(sgi * ROWS + row) * d + 8 * n + 2 * q4] = nblk[lane][2 * half];
+                            part_o[(sgi * ROWS + row) * d + 8 * n + 2 * q4 + 1] =
+                                nblk[lane][2 * half + 1];
+                        }
+                    }
+                }
+            }
+        }
+        // ---- combine
+        let mut out = Tensor::zeros(&[p.batch, p.max_seqlen_q, p.heads_q, d], p.dtype);
+        let mut lse = vec![f32::NEG_INFINITY; p.batch * p.heads_q * p.max_seqlen_q];
+        let piv = codec.value_rotation().matrix();
+        for tile in 0..st.tiles {
+            let (qg, hh, b) = (
+                tile % st.qgroups,
+                (tile / st.qgroups) % p.heads_kv,
+                tile / (st.qgroups * p.heads_kv),
+            );
+            let segs = st.tile_segs[tile] as usize..st.tile_segs[tile + 1] as usize;
+            for r in 0..ROWS {
+                let rr = qg * ROWS + r;
+                let (hl, i) = (rr / p.max_seqlen_q, rr % p.max_seqlen_q);
+                if hl >= group || i >= p.seqlens_q[b] {
+                    continue;
+                }
+                let m = segs
+                    .clone()
+                    .map(|s| part_ml[(s * ROWS + r) * 2])
+                    .fold(f32::NEG_INFINITY, f32::max);
+                if m == f32::NEG_INFINITY {
+                    continue;
+                }
+                let mut l = 0.0;
+                let mut orot = vec![0f32; d];
+                for s in segs.clone() {
+                    let fct = (part_ml[(s * ROWS + r) * 2] - m).exp2();
+                    l += part_ml[(s * ROWS + r) * 2 + 1] * fct;
+                    for c in 0..d {
+                        orot[c] += part_o[(s * ROWS + r) * d + c] * fct;
+                    }
+                }
+                if l <= 0.0 {
+                    continue;
+                }
+                let head = hh * group + hl;
+                let dst = out.row4_mut(b, i, head);
+                for (oo, x) in dst.iter_mut().enumerate() {
+                    *x = (0..d)
+                        .map(|k| piv[k * d + oo] * (orot[k] / l * (1.0 / sv)))
+                        .sum();
+                }
+                lse[(b * p.heads_q + head) * p.max_seqlen_q + i] =
+                    (m + l.log2()) * std::f32::consts::LN_2;
+            }
+        }
+        (out, lse)
+    }
+}
+
+impl ferrattn_core::backend::TurboQuantDecode for CudaBackend {
+    /// [`ferrattn_core::turboquant::emulate`]'s semantics: K and V compressed by the kernels,
+    /// every query row attended by the fused decode over the compressed cache (causal rows
+    /// bottom-right), stream-K over every resident warp.
+    fn run_turboquant(
+        &self,
+        plan: &ferrattn_core::AttentionPlan,
+        x: &AttentionInputs,
+    ) -> Result<AttentionOutput> {
+        let ferrattn_core::PlanDetail::TurboQuant(cfg) = &plan.detail else {
+            return Err(CudaError::Plan(format!(
+                "run_turboquant was given a {} plan",
+                plan.algorithm
+            )));
+        };
+        let t = TurboQuantCuda::new(self, cfg, &plan.problem)?;
+        Ok(t.run(&plan.problem, x, None)?.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_structs_match_the_kernel_layouts() {
+        // pointers, ints, then float arrays (see the structs in turboquant_*.cu)
+        assert_eq!(
+            std::mem::size_of::<CompressParams>(),
+            8 * 8 + 6 * 4 + 31 * 4 + 4
+        );
+        assert_eq!(std::mem::size_of::<DecodeParams>(), 14 * 8 + 8 * 4 + 16 * 4);
+        assert_eq!(
+            std::mem::size_of::<PrepareParams>(),
+            7 * 8 + 7 * 4 + 2 * 4 + 4
+        );
+        assert_eq!(std::mem::size_of::<CombineParams>(), 7 * 8 + 6 * 4 + 4 + 4);
+    }
+
+    #[test]
+    fn layouts_are_permutations_that_round_trip() {
+        for d in [64usize, 128] {
+            let mut seen = vec![false; d];
+            for beta in 0..d / 2 {
+                let c = layout::key_byte_channel(d, beta);
+                assert!(c.is_multiple_of(2) && !seen[c] && !seen[c + 1]);
+                seen[c] = true;
+                seen[c + 1] = true;
+            }
+            let mut seen = vec![false; d];
+            for bit in 0..d {
+                let c = layout::sign_bit_channel(d, bit);
+                assert!(!seen[c], "d {d} bit {bit}");
+                seen[c] = true;
+            }
+            let mut seen = vec![false; d];
+            for beta in 0..d {
+                let c = layout::value_byte_channel(d, beta);
+                assert!(!seen[c]);
+                seen[c] = true;
+            }
+            let idx: Vec<u8> = (0..d).map(|i| ((i * 7 + 3) % 16) as u8).collect();
+            assert_eq!(layout::unpack_key_codes(&layout::pack_key_codes(&idx)), idx);
+            let signs: Vec<u8> = (0..d / 8).map(|i| (i * 37 + 11) as u8).collect();
+            assert_eq!(
+                layout::unpack_signs(d, &layout::pack_signs(d, &signs)),
+                signs
+            );
+        }
+    }
+
+    #[test]
+    fn key_layout_gives_each_lane_its_b_fragments() {
+        // lane (g, q) reads bytes [q d/8, (q+1) d/8) of token g; its 32-bit word w holds, low 16
+        // bits first, the b0/b1 pairs of chunks 2w and 2w + 1: (16κ + 2q, +1) then (16κ + 8 + 2q, +1)
+        let d = 128;
+        for q in 0..4 {
+            for w in 0..d / 32 {
+                for (half, kappa) in [(0usize, 2 * w), (1, 2 * w + 1)] {
+                    let byte0 = q * d / 8 + 4 * w + 2 * half;
+                    assert_eq!(layout::key_byte_channel(d, byte0), 16 * kappa + 2 * q);
+                    assert_eq!(
+                        layout::key_byte_channel(d, byte0 + 1),
+                        16 * kappa + 8 + 2 * q
+                    );
+                }
+            }
+        }
+        // signs: pair jj = 2κ + η of lane q at bits jj and jj + d/8 of its block
+        for q in 0..4 {
+            for jj in 0..d / 8 {
+                let bit = q * d / 4 + jj;
+                let c = 16 * (jj / 2) + 8 * (jj % 2) + 2 * q;
+                assert_eq!(layout::sign_bit_channel(d, bit), c);
+                assert_eq!(layout::sign_bit_channel(d, bit + d / 8), c + 1);
+            }
+        }
+        // values: lane group g's byte ν is channel 8ν + g
+        for g in 0..8 {
+            for nu in 0..d / 8 {
+                assert_eq!(layout::value_byte_channel(d, g * d / 8 + nu), 8 * nu + g);
+            }
+        }
+    }
+
+    #[test]
+    fn centroid_tables_hold_low_then_high_bytes() {
+        let t = centroid_tables(&[1.0, -2.0, 0.5]);
+        // f16: 1.0 = 0x3c00, -2.0 = 0xc000, 0.5 = 0x3800
+        assert_eq!(t[0], 0x0000_0000);
+        assert_eq!(t[4], 0x0038_c03c);
+        assert_eq!(t[1..4], [0, 0, 0]);
+    }
+
+    #[test]
+    fn closed_list_of_configurations() {
+        let p = AttentionProblem::uniform(1, 1, 64, 8, 2, 128, 128, DType::F16);
+        let mut cfg = TurboQuantConfig::paper_default(&p);
+        let n = kernel_names(&cfg, &p).unwrap();
+        assert_eq!(n.decode_r8, "turboquant_decode_d128_kqjl_v8_r8");
+        assert_eq!(n.compress_keys, "turboquant_compress_keys_qjl_d128");
+        cfg.key_qjl = false;
+        assert_eq!(
+            kernel_names(&cfg, &p).unwrap().decode_r16,
+            "turboquant_decode_d128_kn16_v8_r16"
+        );
+        cfg.value_bits = 4;
+        cfg.key_bits = 2;
+        assert_eq!(
+            kernel_names(&cfg, &p).unwrap().decode_r8,
+            "turboquant_decode_d128_kn8_v16_r8"
+        );
+        let bad = |c: &TurboQuantConfig, p: &AttentionProblem| {
+            matches!(kernel_names(c, p), Err(CudaError::Unsupported { .. }))
+        };
+        assert!(bad(
+            &TurboQuantConfig {
+                key_bits: 1,
+                ..cfg.clone()
+            },
+            &p
+        ));
+        assert!(bad(
+            &TurboQuantConfig {
+                value_bits: 1,
+                ..cfg.clone()
+            },
+            &p
+        ));
+        assert!(bad(
+            &TurboQuantConfig {
+                key_qjl: true,
+                qjl_dim: 64,
+                ..cfg.clone()
+            },
+            &p
+        ));
+        let p96 = AttentionProblem::uniform(1, 1, 64, 8, 2, 96, 96, DType::F16);
+        assert!(bad(&cfg, &p96));
+        let pbf = AttentionProblem::uniform(1, 1, 64, 8, 2, 128, 128, DType::BF16);
+        assert!(bad(&cfg, &pbf));
+    }
+
+    /// LLM-like inputs rounded to f16, as the GPU tests use.
+    fn f16_inputs(p: &AttentionProblem, seed: u64) -> AttentionInputs {
+        let mut x = ferrattn_core::turbo::llm_like_inputs(p, seed);
+        for t in [&mut x.q, &mut x.k, x.v.as_mut().unwrap()] {
+            t.data.iter_mut().for_each(|v| *v = DType::F16.round(*v));
+        }
+        x.seqlens_q = Some(p.seqlens_q.iter().map(|&l| l as i64).collect());
+        x.seqlens_k = Some(p.seqlens_k.iter().map(|&l| l as i64).collect());
+        x
+    }
+
+    #[test]
+    fn the_kernels_twin_matches_the_emulation() {
+        use ferrattn_core::Comparison;
+        // (query lengths, key lengths, Hq, Hk, d, causal, units): GQA 4 at query length 1
+        // (rows 8-15 unused), 16 rows of GQA 3 x 5 tokens, two query groups, an empty sequence,
+        // lengths off the 16-token tile, causal, stream-K splits inside tiles
+        type Case = (Vec<usize>, Vec<usize>, usize, usize, usize, bool, usize);
+        let cases: Vec<Case> = vec![
+            (vec![1, 1, 1], vec![37, 0, 70], 8, 2, 64, false, 5),
+            (vec![5, 2], vec![45, 33], 12, 4, 64, true, 3),
+            (vec![4], vec![100], 16, 2, 128, true, 2),
+            (vec![1], vec![129], 8, 2, 128, false, 1),
+        ];
+        for (lq, lk, hq, hk, d, causal, units) in cases {
+            let mut p = AttentionProblem::uniform(
+                lq.len(),
+                *lq.iter().max().unwrap(),
+                *lk.iter().max().unwrap(),
+                hq,
+                hk,
+                d,
+                d,
+                DType::F16,
+            );
+            p.seqlens_q = lq.clone();
+            p.seqlens_k = lk.clone();
+            p.causal = causal;
+            let x = f16_inputs(&p, 3 + d as u64);
+            for (key_bits, key_qjl, value_bits) in
+                [(4u8, true, 3u8), (4, false, 4), (2, true, 2), (3, false, 2)]
+            {
+                let cfg = TurboQuantConfig {
+                    key_bits,
+                    key_qjl,
+                    value_bits,
+                    ..TurboQuantConfig::paper_default(&p)
+                };
+                let codec = TurboQuantCodec::new(&cfg, d, d);
+                let kv = codec.compress(&p, &x);
+                let (o, lse) = twin::decode(&codec, &p, &x.q, &twin::image(&kv), units);
+                let emu = codec.attend(&cfg, &p, &x.q, &kv);
+                let f64s = |v: &[f32]| v.iter().map(|&y| y as f64).collect::<Vec<_>>();
+                let co = Comparison::new(&f64s(&emu.o.data), &f64s(&o.data));
+                let cl = Comparison::new(&f64s(&emu.lse.data), &f64s(&lse));
+                let what = format!("k{key_bits} qjl {key_qjl} v{value_bits} lq {lq:?} lk {lk:?} {hq}/{hk} d {d} causal {causal} units {units}");
+                assert!(
+                    co.non_finite_mismatch.is_none() && cl.non_finite_mismatch.is_none(),
+                    "{what}"
+                );
+                assert!(co.rel_fro < 1e-3, "{what}: O rel_fro {:e}", co.rel_fro);
+                // LSE relative to max(1, |LSE|): each logit carries up to four f16 roundings
+                // (S q, the key centroid, and through P and the value centroid the weights),
+                // each at most 2^-11 relative, so 4 · 2^-11 ≈ 2e-3 of the logit scale
+                let worst_rel = emu
+                    .lse
+                    .data
+                    .iter()
+                    .zip(&lse)
+                    .filter(|(a, _)| a.is_finite())
+                    .map(|(a, b)| ((a - b).abs() / a.abs().max(1.0)) as f64)
+                    .fold(0.0, f64::max);
+                eprintln!(
+                    "{what}: O rel_fro {:.2e}, LSE max abs {:.2e}, max rel {worst_rel:.2e}",
+                    co.rel_fro, cl.max_abs
+                );
+                assert!(worst_rel < 2e-3, "{what}: LSE relative error {worst_rel:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn scaled_codebooks_round_to_f16_almost_exactly() {
+        // one factor per codebook brings every centroid within 2^-13 relative of an f16 value
+        // (plain f16 rounding: up to 2^-11)
+        for d in [64usize, 128] {
+            for bits in 1u8..=4 {
+                let c = ferrattn_core::turboquant::codebook(bits, d);
+                let cents = c.centroids_f32();
+                let sigma = f16_friendly_scale(cents);
+                assert!((1.0..2.0).contains(&sigma));
+                let worst = cents
+                    .iter()
+                    .map(|&x| {
+                        let y = sigma * x;
+                        ((f16::from_f32(y).to_f32() - y) / y).abs()
+                    })
+                    .fold(0.0f32, f32::max);
+                assert!(worst < 2f32.powi(-13), "d {d} bits {bits}: {worst:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn compression_kernels_fit_in_shared_memory() {
+        // keys with QJL at d = 128: Π and S padded, f32, plus the rows: within 227 KiB
+        assert!(compress_smem_bytes(128, true) <= 227 * 1024);
+        assert_eq!(
+            compress_smem_bytes(64, false),
+            4 * (64 * 68 + 32 * 68 + 32) + 32 * 64
+        );
+    }
+}

@@ -1,0 +1,398 @@
+//! Tests of TurboQuant on CUDA (`ferrattn_cuda::turboquant`, `cuda-kernels/turboquant_*.cu`)
+//! against `ferrattn_core::turboquant`, the CPU emulation that defines correctness:
+//! - codes and norms bit for bit: the whole compressed cache, after a prefill and after appends;
+//! - decode O within 1e-3 relative Frobenius error of the emulation, LSE within 2e-3 of
+//!   max(1, |LSE|) (four f16 roundings of 2^-11 each),
+//!   and against the f64 golden no worse than the emulation's own error by more than 10%;
+//! - N decode steps with appends equal the emulation step by step (ragged lengths, one sequence
+//!   that only joins later), the cache bit-exact at the end;
+//! - outputs poisoned with NaN before every launch (`common::backend`): none may survive.
+//!
+//! GPU tests print `SKIPPED <test>: <reason>` and pass without a GPU.
+//! `FERRATTN_GPU_TEST_SCALE=small` keeps only the small cases (compute-sanitizer).
+
+use ferrattn_core::turboquant::{self, TurboQuantCodec, TurboQuantConfig};
+use ferrattn_core::{golden, AttentionInputs, AttentionProblem, Comparison, DType, Tensor};
+use ferrattn_cuda::turboquant::TurboQuantCuda;
+use ferrattn_cuda::{CudaBackend, Options};
+
+mod common;
+use common::{backend, small_only};
+
+#[allow(clippy::too_many_arguments)] // the shape of one test case
+fn problem(
+    lq: &[usize],
+    lk: &[usize],
+    hq: usize,
+    hk: usize,
+    d: usize,
+    causal: bool,
+) -> AttentionProblem {
+    let mut p = AttentionProblem::uniform(
+        lq.len(),
+        *lq.iter().max().unwrap(),
+        (*lk.iter().max().unwrap()).max(1),
+        hq,
+        hk,
+        d,
+        d,
+        DType::F16,
+    );
+    p.seqlens_q = lq.to_vec();
+    p.seqlens_k = lk.to_vec();
+    p.causal = causal;
+    p
+}
+
+/// LLM-like inputs (outlier key channels) rounded to f16, padding set to large values: a kernel
+/// that reads padding shows up in the comparisons.
+fn inputs(p: &AttentionProblem, seed: u64) -> AttentionInputs {
+    let mut x = ferrattn_core::turbo::llm_like_inputs(p, seed);
+    let round = |t: &mut Tensor| t.data.iter_mut().for_each(|v| *v = DType::F16.round(*v));
+    round(&mut x.q);
+    round(&mut x.k);
+    round(x.v.as_mut().unwrap());
+    for b in 0..p.batch {
+        for j in p.seqlens_k[b]..p.max_seqlen_k {
+            for h in 0..p.heads_kv {
+                x.k.row4_mut(b, j, h).iter_mut().for_each(|v| *v = -3000.0);
+                x.v.as_mut()
+                    .unwrap()
+                    .row4_mut(b, j, h)
+                    .iter_mut()
+                    .for_each(|v| *v = 3000.0);
+            }
+        }
+    }
+    x.seqlens_q = Some(p.seqlens_q.iter().map(|&l| l as i64).collect());
+    x.seqlens_k = Some(p.seqlens_k.iter().map(|&l| l as i64).collect());
+    x
+}
+
+fn f64s(t: &Tensor) -> Vec<f64> {
+    t.data.iter().map(|&v| v as f64).collect()
+}
+
+fn configs(p: &AttentionProblem) -> Vec<TurboQuantConfig> {
+    let base = TurboQuantConfig::paper_default(p);
+    let mut v = Vec::new();
+    for (key_bits, key_qjl, value_bits) in [
+        (4u8, true, 3u8),
+        (3, true, 3),
+        (2, true, 2),
+        (4, false, 4),
+        (3, false, 3),
+        (2, false, 2),
+        (4, true, 4),
+    ] {
+        v.push(TurboQuantConfig {
+            key_bits,
+            key_qjl,
+            value_bits,
+            ..base.clone()
+        });
+    }
+    v
+}
+
+fn name(c: &TurboQuantConfig) -> String {
+    format!(
+        "k{}{} v{}",
+        c.key_bits,
+        if c.key_qjl { "+qjl" } else { "" },
+        c.value_bits
+    )
+}
+
+/// Decode O of the GPU against the emulation and the f64 golden.
+fn check_decode(
+    what: &str,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    cfg: &TurboQuantConfig,
+    got: &ferrattn_core::AttentionOutput,
+) {
+    let emu = turboquant::emulate(cfg, p, x).unwrap();
+    assert!(
+        got.o.data.iter().all(|v| v.is_finite()),
+        "{what}: non-finite O (a poisoned element survived?)"
+    );
+    assert!(!got.lse.data.iter().any(|v| v.is_nan()), "{what}: NaN LSE");
+    let c = Comparison::new(&f64s(&emu.o), &f64s(&got.o));
+    let cl = Comparison::new(&f64s(&emu.lse), &f64s(&got.lse));
+    assert!(
+        c.non_finite_mismatch.is_none() && cl.non_finite_mismatch.is_none(),
+        "{what}: -inf LSE in other places"
+    );
+    let (g_o, _) = golden::exact_attention_f64(p, x);
+    let e_emu = Comparison::new(&g_o, &f64s(&emu.o)).rel_fro;
+    let e_gpu = Comparison::new(&g_o, &f64s(&got.o)).rel_fro;
+    eprintln!(
+        "{what}: vs emulation O rel_fro {:.2e} (max abs {:.2e}), LSE max abs {:.2e}; vs golden GPU {e_gpu:.4e} emulation {e_emu:.4e}",
+        c.rel_fro, c.max_abs, cl.max_abs
+    );
+    assert!(
+        c.rel_fro <= 1e-3,
+        "{what}: O rel_fro {:e} vs the emulation",
+        c.rel_fro
+    );
+    // LSE relative to max(1, |LSE|): each logit carries up to four f16 roundings (S q, the key
+    // centroid, and through P and the value centroid the weights), each at most 2^-11 relative,
+    // so 4 · 2^-11 ≈ 2e-3 of the logit scale (the host twin `turboquant::twin` reaches 9.8e-4)
+    let lse_rel = emu
+        .lse
+        .data
+        .iter()
+        .zip(&got.lse.data)
+        .filter(|(a, _)| a.is_finite())
+        .map(|(a, b)| ((a - b).abs() / a.abs().max(1.0)) as f64)
+        .fold(0.0, f64::max);
+    assert!(
+        lse_rel <= 2e-3,
+        "{what}: LSE relative error {lse_rel:e} vs the emulation"
+    );
+    assert!(
+        e_gpu <= 1.1 * e_emu + 1e-6,
+        "{what}: GPU {e_gpu} vs emulation {e_emu} against the golden"
+    );
+}
+
+fn engine(b: &CudaBackend, cfg: &TurboQuantConfig, p: &AttentionProblem) -> TurboQuantCuda {
+    b.turboquant(cfg, p).unwrap()
+}
+
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
+fn gpu_codes_and_norms_are_bit_exact() {
+    let Some(b) = backend("gpu_codes_and_norms_are_bit_exact", Options::default()) else {
+        return;
+    };
+    let cases: &[(&[usize], usize)] = if small_only() {
+        &[(&[37, 0, 20], 64)]
+    } else {
+        &[(&[37, 0, 20], 64), (&[577, 65, 1, 130], 128), (&[33], 128)]
+    };
+    for &(lk, d) in cases {
+        let p = problem(&vec![1; lk.len()], lk, 8, 2, d, false);
+        let x = inputs(&p, 7 + d as u64);
+        for cfg in configs(&p) {
+            let t = engine(&b, &cfg, &p);
+            let (_, cache) = t.run(&p, &x, None).unwrap();
+            let got = cache.download(p.max_seqlen_k).unwrap();
+            let want = TurboQuantCodec::new(&cfg, d, d).compress(&p, &x);
+            let what = format!("{} d {d} lens {lk:?}", name(&cfg));
+            let diff = |a: &[u8], b: &[u8]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+            assert_eq!(diff(&got.k_idx, &want.k_idx), 0, "{what}: key indices");
+            assert_eq!(diff(&got.v_idx, &want.v_idx), 0, "{what}: value indices");
+            assert_eq!(diff(&got.k_signs, &want.k_signs), 0, "{what}: QJL signs");
+            let bits = |a: &[f32], b: &[f32]| {
+                a.iter()
+                    .zip(b)
+                    .filter(|(x, y)| x.to_bits() != y.to_bits())
+                    .count()
+            };
+            assert_eq!(bits(&got.k_norm, &want.k_norm), 0, "{what}: key norms");
+            assert_eq!(bits(&got.r_norm, &want.r_norm), 0, "{what}: residual norms");
+            assert_eq!(bits(&got.v_norm, &want.v_norm), 0, "{what}: value norms");
+            eprintln!(
+                "{what}: cache bit-exact ({} key rows)",
+                p.total_kv_tokens() * p.heads_kv
+            );
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
+fn gpu_decode_matches_the_emulation() {
+    let Some(b) = backend("gpu_decode_matches_the_emulation", Options::default()) else {
+        return;
+    };
+    // (query lengths, key lengths, Hq, Hk, d, causal, units)
+    type Case<'a> = (
+        &'a [usize],
+        &'a [usize],
+        usize,
+        usize,
+        usize,
+        bool,
+        Option<usize>,
+    );
+    let cases: Vec<Case> = if small_only() {
+        vec![(&[1, 1], &[37, 20], 8, 2, 64, false, None)]
+    } else {
+        vec![
+            (&[1, 1, 1], &[577, 0, 65], 32, 8, 128, false, None),
+            (&[1, 1, 1], &[577, 0, 65], 32, 8, 128, false, Some(3)),
+            (&[4, 2], &[300, 129], 32, 8, 128, true, None),
+            (&[8], &[1000], 16, 2, 128, true, Some(5)),
+            (&[3, 1], &[63, 4097], 8, 8, 64, true, None),
+            (&[1], &[32767], 32, 8, 128, false, None),
+            (&[5, 1], &[37, 1], 12, 4, 64, false, Some(2)),
+        ]
+    };
+    for (lq, lk, hq, hk, d, causal, units) in cases {
+        let p = problem(lq, lk, hq, hk, d, causal);
+        let x = inputs(&p, 11 + lk[0] as u64);
+        let cfgs = configs(&p);
+        let cfgs: Vec<_> = if lk[0] > 10000 {
+            cfgs[..2].to_vec()
+        } else {
+            cfgs
+        };
+        for cfg in cfgs {
+            let t = engine(&b, &cfg, &p);
+            let (out, _) = t.run(&p, &x, units).unwrap();
+            let what = format!(
+                "{} lq {lq:?} lk {lk:?} {hq}/{hk} d {d} causal {causal} units {units:?}",
+                name(&cfg)
+            );
+            check_decode(&what, &p, &x, &cfg, &out);
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
+fn gpu_decode_steps_with_appends_equal_the_emulation() {
+    let Some(b) = backend(
+        "gpu_decode_steps_with_appends_equal_the_emulation",
+        Options::default(),
+    ) else {
+        return;
+    };
+    // ragged prefill (one sequence empty), then one token per sequence per step
+    let (prefill, steps, d): (&[usize], usize, usize) = if small_only() {
+        (&[5, 0], 3, 64)
+    } else {
+        (&[130, 0, 47], 40, 128)
+    };
+    let total: Vec<usize> = prefill.iter().map(|&l| l + steps).collect();
+    let full = problem(&vec![1; total.len()], &total, 16, 4, d, false);
+    let x = inputs(&full, 99);
+    for cfg in [configs(&full)[0].clone(), configs(&full)[4].clone()] {
+        let t = engine(&b, &cfg, &full);
+        let mut cache = t
+            .alloc_cache(full.batch, full.heads_kv, full.max_seqlen_k)
+            .unwrap();
+        let k_all = t.upload_f16(&x.k.data).unwrap();
+        let v_all = t.upload_f16(&x.v.as_ref().unwrap().data).unwrap();
+        t.append(&mut cache, &k_all, &v_all, full.max_seqlen_k, prefill)
+            .unwrap();
+        for step in 0..steps {
+            // the new token of each sequence, at its current length
+            let mut kn = Tensor::zeros(&[full.batch, 1, full.heads_kv, d], DType::F16);
+            let mut vn = kn.clone();
+            for bi in 0..full.batch {
+                let j = cache.lens()[bi];
+                for h in 0..full.heads_kv {
+                    kn.row4_mut(bi, 0, h).copy_from_slice(x.k.row4(bi, j, h));
+                    vn.row4_mut(bi, 0, h)
+                        .copy_from_slice(x.v.as_ref().unwrap().row4(bi, j, h));
+                }
+            }
+            let counts = vec![1; full.batch];
+            t.append(
+                &mut cache,
+                &t.upload_f16(&kn.data).unwrap(),
+                &t.upload_f16(&vn.data).unwrap(),
+                1,
+                &counts,
+            )
+            .unwrap();
+            // the step's problem: one query token per sequence over the cache so far
+            let mut p = full.clone();
+            p.max_seqlen_q = 1;
+            p.seqlens_q = vec![1; p.batch];
+            p.seqlens_k = cache.lens().to_vec();
+            let mut xs = x.clone();
+            let mut q = Tensor::zeros(&[p.batch, 1, p.heads_q, d], DType::F16);
+            for bi in 0..p.batch {
+                for h in 0..p.heads_q {
+                    q.row4_mut(bi, 0, h)
+                        .copy_from_slice(x.q.row4(bi, step % full.max_seqlen_q, h));
+                }
+            }
+            xs.q = q.clone();
+            xs.seqlens_q = Some(vec![1; p.batch]);
+            xs.seqlens_k = Some(p.seqlens_k.iter().map(|&l| l as i64).collect());
+            let prep = t
+                .prepare_decode(&p, &cache, if step % 2 == 0 { None } else { Some(3) })
+                .unwrap();
+            let mut out = t.alloc_outputs(&p).unwrap();
+            t.launch_decode(&prep, &t.upload_f16(&q.data).unwrap(), &cache, &mut out)
+                .unwrap();
+            let got = t.download(&out, &p).unwrap();
+            check_decode(&format!("{} step {step}", name(&cfg)), &p, &xs, &cfg, &got);
+        }
+        // the cache after all appends equals one compression of everything
+        let got = cache.download(full.max_seqlen_k).unwrap();
+        let want = TurboQuantCodec::new(&cfg, d, d).compress(&full, &x);
+        assert_eq!(got.seqlens_k, total);
+        assert!(
+            got.k_idx == want.k_idx && got.v_idx == want.v_idx && got.k_signs == want.k_signs,
+            "{}: codes after appends",
+            name(&cfg)
+        );
+        assert!(
+            got.k_norm == want.k_norm && got.r_norm == want.r_norm && got.v_norm == want.v_norm,
+            "{}: norms after appends",
+            name(&cfg)
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
+fn gpu_unsupported_configs_are_refused() {
+    let Some(b) = backend("gpu_unsupported_configs_are_refused", Options::default()) else {
+        return;
+    };
+    let p = problem(&[1], &[16], 8, 2, 96, false);
+    let cfg = TurboQuantConfig::paper_default(&p);
+    let e = b.turboquant(&cfg, &p).unwrap_err().to_string();
+    assert!(e.contains("qk = v = 64 or 128"), "{e}");
+}
+
+/// The small grid under compute-sanitizer: compression (keys with and without QJL, values), a
+/// split decode over a ragged batch, one append and a second decode.
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
+fn gpu_turboquant_sanitizer_small() {
+    let Some(b) = backend("gpu_turboquant_sanitizer_small", Options::default()) else {
+        return;
+    };
+    let p = problem(&[2, 1], &[37, 20], 8, 2, 64, true);
+    let x = inputs(&p, 5);
+    for cfg in [configs(&p)[0].clone(), configs(&p)[3].clone()] {
+        let t = engine(&b, &cfg, &p);
+        let (out, mut cache) = t.run(&p, &x, Some(3)).unwrap();
+        check_decode(&format!("sanitizer {}", name(&cfg)), &p, &x, &cfg, &out);
+        let kn = t.upload_f16(&vec![0.5; 2 * 2 * 64]).unwrap();
+        let vn = t.upload_f16(&vec![-0.25; 2 * 2 * 64]).unwrap();
+        t.append(&mut cache, &kn, &vn, 1, &[1, 1]).unwrap();
+        let mut p2 = p.clone();
+        p2.seqlens_k = cache.lens().to_vec();
+        let prep = t.prepare_decode(&p2, &cache, None).unwrap();
+        let mut o2 = t.alloc_outputs(&p2).unwrap();
+        t.launch_decode(&prep, &t.upload_f16(&x.q.data).unwrap(), &cache, &mut o2)
+            .unwrap();
+        let got = t.download(&o2, &p2).unwrap();
+        assert!(got.o.data.iter().all(|v| v.is_finite()));
+    }
+}
