@@ -156,7 +156,8 @@ fn core_class(e: &CoreError) -> &'static str {
             "ShapeError"
         }
         CoreError::DTypeMismatch { .. } => "DTypeError",
-        CoreError::NonFinite { .. } => "InvalidValueError",
+        CoreError::NonFinite { .. } | CoreError::BadValue { .. } => "InvalidValueError",
+        CoreError::TooLarge { .. } => "UnsupportedError",
         CoreError::Unsupported { .. } | CoreError::InvalidPlan(_) => "UnsupportedError",
         CoreError::Io(_) => "BackendError",
     }
