@@ -22,6 +22,7 @@ from ._ferrattn import (
     PageTableError,
     ShapeError,
     UnsupportedError,
+    cpu_threads,
 )
 from ._api import ALGORITHMS, BatchDecodeWithPagedKVCacheWrapper, TurboCache, attention
 from . import _lazy
@@ -50,6 +51,7 @@ __all__ = [
     "DeviceError",
     "Error",
     "GIT_COMMIT",
+    "cpu_threads",
     "InvalidValueError",
     "LayoutError",
     "PageTableError",

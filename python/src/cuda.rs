@@ -48,10 +48,10 @@ pub fn view<'a>(v: &View<'_>, shape: &[usize], strides: &[usize]) -> Result<Tens
     let ordinal = ordinal(v)?;
     let dtype = match v.elem {
         Elem::Float(d) => d,
-        Elem::I32 => {
+        other @ (Elem::I32 | Elem::U8) => {
             return Err(BoundaryError::DType {
                 name: v.name,
-                got: "int32".into(),
+                got: other.to_string(),
                 expected: "float16, bfloat16 or float32".into(),
             })
         }

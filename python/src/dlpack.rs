@@ -28,6 +28,7 @@ const DL_CUDA_HOST: i32 = 3;
 const DL_CUDA_MANAGED: i32 = 13;
 /// `DLDataTypeCode` values.
 const DL_INT: u8 = 0;
+const DL_UINT: u8 = 1;
 const DL_FLOAT: u8 = 2;
 const DL_BFLOAT: u8 = 4;
 /// `DLPACK_FLAG_BITMASK_READ_ONLY` of a versioned tensor.
@@ -110,6 +111,9 @@ pub enum Elem {
     Float(DType),
     /// `int32` (page tables, sequence lengths).
     I32,
+    /// `uint8`: raw bytes, accepted only where a buffer is untyped (the decode workspace, a
+    /// `uint8` tensor as FlashInfer's wrappers take it).
+    U8,
 }
 
 impl Elem {
@@ -117,6 +121,7 @@ impl Elem {
         match self {
             Elem::Float(d) => d.size_bytes(),
             Elem::I32 => 4,
+            Elem::U8 => 1,
         }
     }
 
@@ -126,6 +131,7 @@ impl Elem {
             Elem::Float(DType::F16) => (DL_FLOAT, 16),
             Elem::Float(DType::BF16) => (DL_BFLOAT, 16),
             Elem::I32 => (DL_INT, 32),
+            Elem::U8 => (DL_UINT, 8),
         };
         DLDataType {
             code,
@@ -140,6 +146,7 @@ impl std::fmt::Display for Elem {
         match self {
             Elem::Float(d) => write!(f, "{d}"),
             Elem::I32 => write!(f, "int32"),
+            Elem::U8 => write!(f, "uint8"),
         }
     }
 }
@@ -268,13 +275,14 @@ impl<'py> View<'py> {
             (DL_FLOAT, 16, 1) => Elem::Float(DType::F16),
             (DL_BFLOAT, 16, 1) => Elem::Float(DType::BF16),
             (DL_INT, 32, 1) => Elem::I32,
-            _ => {
-                return Err(BoundaryError::DType {
-                    name,
-                    got: dtype_name(t.dtype),
-                    expected: "float16, bfloat16 or float32 (int32 for page tables)".into(),
-                })
-            }
+            (DL_UINT, 8, 1) => Elem::U8,
+            _ => return Err(BoundaryError::DType {
+                name,
+                got: dtype_name(t.dtype),
+                expected:
+                    "float16, bfloat16 or float32 (int32 for page tables, uint8 for a workspace)"
+                        .into(),
+            }),
         };
         if t.ndim < 0 || (t.ndim > 0 && t.shape.is_null()) {
             return Err(BoundaryError::NotDlpack {
@@ -351,7 +359,7 @@ impl<'py> View<'py> {
     pub fn dtype(&self) -> Option<DType> {
         match self.elem {
             Elem::Float(d) => Some(d),
-            Elem::I32 => None,
+            Elem::I32 | Elem::U8 => None,
         }
     }
 

@@ -19,6 +19,7 @@ fn _ferrattn(py: Python<'_>, m: &Bound<'_, PyModule>) -> PyResult<()> {
     error::register(py, m)?;
     m.add_function(wrap_pyfunction!(ops::attention, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::probe_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::cpu_threads, m)?)?;
     m.add_class::<ops::PagedDecodePlan>()?;
     m.add_class::<ops::TurboCache>()?;
     m.add_class::<ops::DeviceDecode>()?;

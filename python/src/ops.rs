@@ -39,6 +39,14 @@ fn cpu_runtime(algo: Algorithm) -> Result<Runtime> {
     Ok(Runtime::select(BackendChoice::Exactly(BackendKind::Cpu), algo)?.runtime)
 }
 
+/// Threads the CPU backend plans for (its `DeviceCaps::compute_units`, rayon's pool size): the
+/// CPU schedules (Lean's CTA count, the exact block split) depend on it, so a result compared bit
+/// for bit with another process needs the same count there (`RAYON_NUM_THREADS`).
+#[pyfunction]
+pub fn cpu_threads() -> PyResult<usize> {
+    Ok(cpu_runtime(Algorithm::Exact)?.caps().compute_units)
+}
+
 /// Writes `t` into the caller's `out` view when given, else hands it back as a new host tensor.
 fn deliver(out: Option<&View<'_>>, t: &Tensor) -> Result<Option<Exported>> {
     match out {

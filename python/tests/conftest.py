@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import ferrattn
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -141,7 +143,10 @@ def cli(tmp_path):
             cmd.append("--causal")
         if scale is not None:
             cmd += ["--scale", repr(float(scale))]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        # the CPU plans size their schedules by the threads rayon sees (DeviceCaps::cpu): give the
+        # CLI the thread count this process's rayon pool sees, so both make the same plan
+        env = dict(os.environ, RAYON_NUM_THREADS=str(ferrattn.cpu_threads()))
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         assert r.returncode == 0, f"{' '.join(cmd)}: {r.stderr}"
         o = read_safetensors(outp)
         return o["o"], o["lse"]

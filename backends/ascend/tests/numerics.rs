@@ -106,7 +106,7 @@ fn stage_order_does_not_change_the_numbers() {
 
 #[test]
 fn compensation_reduces_error_on_average() {
-    // Appendix A: compensated AMLA is at least as accurate as uncompensated, over many rows
+    // Appendix A: the compensation reduces the error of the uncompensated INT32 rescale, over many rows
     let (p, x) = mla_inputs(4, 1, 2048, 8, 64, 64, 1.0, None, false, 21);
     let gold = exact_attention(&p, &x);
     let err = |comp: bool| {
@@ -124,8 +124,10 @@ fn compensation_reduces_error_on_average() {
         Comparison::f32(&gold.o.data, &o).rel_fro
     };
     let (on, off) = (err(true), err(false));
+    // measured on these inputs (seed 21): 1.695e-3 compensated against 1.895e-3 without (0.894x);
+    // the test demands a real reduction, not "no worse than 2% more" as it once did
     assert!(
-        on <= off * 1.02,
+        on < off * 0.95,
         "compensated {on:.3e} vs uncompensated {off:.3e}"
     );
 }
