@@ -273,23 +273,11 @@ fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn::Result<()> {
     let q_all = Tensor::randn(&[b, total, hq, hd], a.dtype, 1.0, &mut rng);
     let k_all = Tensor::randn(&[b, total, hk, hd], a.dtype, 1.0, &mut rng);
     let v_all = Tensor::randn(&[b, total, hk, hd], a.dtype, 1.0, &mut rng);
-    let slice = |t: &Tensor, from: usize, len: usize| -> Tensor {
-        let (h, dd) = (t.shape[2], t.shape[3]);
-        let mut data = Vec::with_capacity(b * len * h * dd);
-        for bi in 0..b {
-            let row = (bi * total + from) * h * dd;
-            data.extend_from_slice(&t.data[row..row + len * h * dd]);
-        }
-        Tensor {
-            shape: vec![b, len, h, dd],
-            dtype: t.dtype,
-            data,
-        }
-    };
+
     let ctx = AttentionInputs::new(
-        slice(&q_all, 0, s),
-        slice(&k_all, 0, s),
-        slice(&v_all, 0, s),
+        q_all.seq_range(0, s),
+        k_all.seq_range(0, s),
+        v_all.seq_range(0, s),
     );
     let p = ctx.problem(
         AttentionOptions {
@@ -322,9 +310,9 @@ fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn::Result<()> {
     let (mut worst, mut decode_secs) = (0.0f64, 0.0f64);
     for t in 0..a.steps {
         let (q, k, v) = (
-            slice(&q_all, s + t, 1),
-            slice(&k_all, s + t, 1),
-            slice(&v_all, s + t, 1),
+            q_all.seq_range(s + t, 1),
+            k_all.seq_range(s + t, 1),
+            v_all.seq_range(s + t, 1),
         );
         let t1 = Instant::now();
         let out = match &mut dec {
@@ -338,7 +326,7 @@ fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn::Result<()> {
         decode_secs += t1.elapsed().as_secs_f64();
         if !a.no_check {
             let seen = s + t + 1;
-            let x = AttentionInputs::new(q, slice(&k_all, 0, seen), slice(&v_all, 0, seen));
+            let x = AttentionInputs::new(q, k_all.seq_range(0, seen), v_all.seq_range(0, seen));
             let px = x.problem(
                 AttentionOptions {
                     causal: false,

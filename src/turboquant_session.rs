@@ -66,20 +66,6 @@ pub struct SessionReport {
     pub prefill_error: f64,
 }
 
-fn slice(t: &Tensor, total: usize, from: usize, len: usize) -> Tensor {
-    let (b, h, d) = (t.shape[0], t.shape[2], t.shape[3]);
-    let mut data = Vec::with_capacity(b * len * h * d);
-    for bi in 0..b {
-        let row = (bi * total + from) * h * d;
-        data.extend_from_slice(&t.data[row..row + len * h * d]);
-    }
-    Tensor {
-        shape: vec![b, len, h, d],
-        dtype: t.dtype,
-        data,
-    }
-}
-
 fn rel_error(p: &AttentionProblem, x: &AttentionInputs, o: &Tensor) -> f64 {
     let (g, _) = ferrattn_core::golden::exact_attention_f64(p, x);
     Comparison::new(&g, &o.data.iter().map(|&v| v as f64).collect::<Vec<_>>()).rel_fro
@@ -94,9 +80,9 @@ pub fn run(a: &SessionArgs) -> Result<SessionReport> {
     let k_all = Tensor::randn(&[b, total, hk, d], DType::F16, 1.0, &mut rng);
     let v_all = Tensor::randn(&[b, total, hk, d], DType::F16, 1.0, &mut rng);
     let ctx = AttentionInputs::new(
-        slice(&q_all, total, 0, s),
-        slice(&k_all, total, 0, s),
-        slice(&v_all, total, 0, s),
+        q_all.seq_range(0, s),
+        k_all.seq_range(0, s),
+        v_all.seq_range(0, s),
     );
     let p = ctx.problem(
         AttentionOptions {
@@ -117,9 +103,9 @@ pub fn run(a: &SessionArgs) -> Result<SessionReport> {
     let step = |t: usize| -> Result<(AttentionProblem, AttentionInputs)> {
         let seen = s + t + 1;
         let x = AttentionInputs::new(
-            slice(&q_all, total, s + t, 1),
-            slice(&k_all, total, 0, seen),
-            slice(&v_all, total, 0, seen),
+            q_all.seq_range(s + t, 1),
+            k_all.seq_range(0, seen),
+            v_all.seq_range(0, seen),
         );
         let px = x.problem(
             AttentionOptions {
@@ -155,8 +141,8 @@ pub fn run(a: &SessionArgs) -> Result<SessionReport> {
             for i in 0..a.steps {
                 let (px, x) = step(i)?;
                 let t1 = Instant::now();
-                let kn = slice(&k_all, total, s + i, 1);
-                let vn = slice(&v_all, total, s + i, 1);
+                let kn = k_all.seq_range(s + i, 1);
+                let vn = v_all.seq_range(s + i, 1);
                 t.append(
                     &mut cache,
                     &t.upload_f16(&kn.data)?,

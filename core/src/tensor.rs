@@ -98,6 +98,25 @@ impl Tensor {
         &mut self.data[off..off + d]
     }
 
+    /// Positions `from..from + len` of axis 1 of a `[B, S, H, D]` tensor (every batch entry),
+    /// as a new `[B, len, H, D]` tensor: a sequence's prefix, or one decode step's tokens.
+    ///
+    /// Panics when the range passes the end of axis 1 (a caller's indexing bug, not input).
+    pub fn seq_range(&self, from: usize, len: usize) -> Tensor {
+        let (b, s, h, d) = (self.shape[0], self.shape[1], self.shape[2], self.shape[3]);
+        assert!(from + len <= s, "positions {from}..{} of {s}", from + len);
+        let mut data = Vec::with_capacity(b * len * h * d);
+        for bi in 0..b {
+            let row = (bi * s + from) * h * d;
+            data.extend_from_slice(&self.data[row..row + len * h * d]);
+        }
+        Tensor {
+            shape: vec![b, len, h, d],
+            dtype: self.dtype,
+            data,
+        }
+    }
+
     /// First non-finite element, if any.
     pub fn first_non_finite(&self) -> Option<(usize, f32)> {
         self.data

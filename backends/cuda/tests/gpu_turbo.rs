@@ -92,20 +92,6 @@ fn problem(
     p
 }
 
-/// `[B, 1, H, D]`: token `j` of every sequence of a `[B, S, H, D]` tensor.
-fn token(t: &Tensor, j: usize) -> Tensor {
-    let (b, s, h, d) = (t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
-    let mut data = Vec::with_capacity(b * h * d);
-    for bi in 0..b {
-        data.extend_from_slice(&t.data[(bi * s + j) * h * d..(bi * s + j + 1) * h * d]);
-    }
-    Tensor {
-        shape: vec![b, 1, h, d],
-        dtype: t.dtype,
-        data,
-    }
-}
-
 fn differing_bits(a: &[f32], b: &[f32]) -> usize {
     a.iter()
         .zip(b)
@@ -619,7 +605,7 @@ fn decode_case(
     let p = problem(&vec![1; lens.len()], lens, hq, hk, d, dtype, false);
     let x = inputs(&p, seed);
     let cache = TurboKvCache::from_context(&cfg, &x.k, x.v.as_ref().unwrap(), lens).unwrap();
-    let q = token(&x.q, 0);
+    let q = x.q.seq_range(0, 1);
     (cfg, cache, q, p, x)
 }
 
@@ -1346,9 +1332,9 @@ fn gpu_turbo_sanitizer_small() {
     let (gpu, mut cache) = b.turbo_prefill(&cfg, &p, &x, 64).unwrap();
     check_following("sanitizer prefill", &emu, &gpu, prefill_follows(&b));
     assert_cache_eq("sanitizer prefill", &emu_cache, &cache.download().unwrap());
-    let q = token(&x.q, 0);
-    let kn = token(&x.k, 0);
-    let vn = token(x.v.as_ref().unwrap(), 0);
+    let q = x.q.seq_range(0, 1);
+    let kn = x.k.seq_range(0, 1);
+    let vn = x.v.as_ref().unwrap().seq_range(0, 1);
     for s in [DecodeSchedule::PerTile, DecodeSchedule::StreamK(5)] {
         let out = b
             .turbo_decode_step(&cfg, &mut cache, &q, &kn, &vn, p.softmax_scale, Some(s))
