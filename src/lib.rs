@@ -71,6 +71,7 @@ pub mod golden_files;
 pub mod io;
 pub mod model;
 pub mod runtime;
+pub mod session;
 pub mod turboquant_session;
 
 pub use error::{FerrattnError, Result};

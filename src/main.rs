@@ -249,30 +249,17 @@ fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn::Result<()> {
     use ferrattn::turbo;
     let Dims(d) = &a.random;
     let (b, s, hq, hk, hd) = (d[0], d[1], d[2], d[3], d[4]);
-    let total = s.checked_add(a.steps).ok_or_else(|| CoreError::BadValue {
-        what: "--steps".into(),
-        value: a.steps.to_string(),
-        requirement: format!("at most {} with a context of {s} tokens", usize::MAX - s),
-    })?;
-    // the whole sequence is drawn up front: refuse before allocating what the host cannot hold
-    let mut bytes = 0u128;
-    for (name, shape) in [
-        ("q", [b, total, hq, hd]),
-        ("k", [b, total, hk, hd]),
-        ("v", [b, total, hk, hd]),
-    ] {
-        ferrattn::problem::check_buffer(name, &shape)?;
-        bytes += ferrattn::problem::buffer_bytes(&shape);
-    }
-    ferrattn::problem::check_host_memory(
-        &format!("turbo-session with B={b}, {total} tokens, Hq={hq}, Hk={hk}, D={hd} (q, k, v of every step)"),
-        bytes,
-    )?;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
+    let shape = ferrattn::session::SessionShape {
+        batch: b,
+        context: s,
+        steps: a.steps,
+        heads_q: hq,
+        heads_kv: hk,
+        head_dim: hd,
+    };
     // the whole sequence, so each step can be checked against exact attention over its prefix
-    let q_all = Tensor::randn(&[b, total, hq, hd], a.dtype, 1.0, &mut rng);
-    let k_all = Tensor::randn(&[b, total, hk, hd], a.dtype, 1.0, &mut rng);
-    let v_all = Tensor::randn(&[b, total, hk, hd], a.dtype, 1.0, &mut rng);
+    let [q_all, k_all, v_all] =
+        ferrattn::session::sequence("turbo-session", shape, a.dtype, a.seed)?;
 
     let ctx = AttentionInputs::new(
         q_all.seq_range(0, s),

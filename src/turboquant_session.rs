@@ -13,7 +13,6 @@ use ferrattn_core::turboquant::{self, TurboQuantConfig};
 use ferrattn_core::{
     AttentionInputs, AttentionOptions, AttentionProblem, BackendKind, Comparison, DType, Tensor,
 };
-use rand::SeedableRng;
 use std::time::Instant;
 
 /// What a session is asked to do.
@@ -74,11 +73,16 @@ fn rel_error(p: &AttentionProblem, x: &AttentionInputs, o: &Tensor) -> f64 {
 /// Runs a session.
 pub fn run(a: &SessionArgs) -> Result<SessionReport> {
     let (b, s, hq, hk, d) = (a.batch, a.context, a.heads_q, a.heads_kv, a.head_dim);
-    let total = s + a.steps;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
-    let q_all = Tensor::randn(&[b, total, hq, d], DType::F16, 1.0, &mut rng);
-    let k_all = Tensor::randn(&[b, total, hk, d], DType::F16, 1.0, &mut rng);
-    let v_all = Tensor::randn(&[b, total, hk, d], DType::F16, 1.0, &mut rng);
+    let shape = crate::session::SessionShape {
+        batch: b,
+        context: s,
+        steps: a.steps,
+        heads_q: hq,
+        heads_kv: hk,
+        head_dim: d,
+    };
+    let [q_all, k_all, v_all] =
+        crate::session::sequence("turboquant-session", shape, DType::F16, a.seed)?;
     let ctx = AttentionInputs::new(
         q_all.seq_range(0, s),
         k_all.seq_range(0, s),
@@ -123,7 +127,7 @@ pub fn run(a: &SessionArgs) -> Result<SessionReport> {
             let gpu = ferrattn_cuda::CudaBackend::new(0);
             let t = gpu.turboquant(&cfg, &p)?;
             let t0 = Instant::now();
-            let mut cache = t.alloc_cache(b, hk, total)?;
+            let mut cache = t.alloc_cache(b, hk, q_all.shape[1])?;
             let k_d = t.upload_f16(&ctx.k.data)?;
             let v_d = t.upload_f16(&ctx.v.as_ref().expect("separate v").data)?;
             t.append(&mut cache, &k_d, &v_d, s, &vec![s; b])?;

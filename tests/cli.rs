@@ -85,6 +85,26 @@ fn bad_sizes_and_values_are_refused_with_what_was_asked() {
             "--steps is 18446744073709551615",
         ),
         (
+            &[
+                "turboquant-session",
+                "--random",
+                "1,10,4,2,64",
+                "--steps",
+                "10000000000000",
+            ],
+            "needs 20480000000020480 bytes but the host has",
+        ),
+        (
+            &[
+                "turboquant-session",
+                "--random",
+                "1,10,4,2,64",
+                "--steps",
+                "18446744073709551615",
+            ],
+            "--steps is 18446744073709551615",
+        ),
+        (
             &["repro", "amla-accuracy", "--samples", "0"],
             "--samples is 0; it must be at least 1",
         ),
