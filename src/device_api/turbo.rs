@@ -172,6 +172,17 @@ impl TurboCacheSpec {
         )
     }
 
+    /// Tokens a cache made to this spec holds per sequence (at least `capacity_tokens`: whole
+    /// blocks plus a buffer one short of a block).
+    pub fn capacity(&self) -> usize {
+        self.blocks_capacity() + TURBO_BLOCK_TOKENS - 1
+    }
+
+    /// Checks that sequences of `lens` tokens fit a cache made to this spec (host only).
+    pub fn check_lengths(&self, lens: &[usize]) -> std::result::Result<(), ViewError> {
+        check_capacity(lens, self.capacity())
+    }
+
     /// Tokens of compressed blocks to allocate: enough blocks that the blocks plus a buffer one
     /// short of a block hold `capacity_tokens`.
     fn blocks_capacity(&self) -> usize {
@@ -179,6 +190,17 @@ impl TurboCacheSpec {
             .saturating_sub(TURBO_BLOCK_TOKENS)
             .div_ceil(TURBO_BLOCK_TOKENS)
             * TURBO_BLOCK_TOKENS
+    }
+}
+
+fn check_capacity(lens: &[usize], capacity: usize) -> std::result::Result<(), ViewError> {
+    match lens.iter().position(|&l| l > capacity) {
+        Some(b) => Err(ViewError::SequenceLongerThanCache {
+            sequence: b,
+            len: lens[b],
+            capacity,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -265,15 +287,7 @@ impl TurboCache {
     }
 
     fn check_capacity(&self, lens: &[usize]) -> std::result::Result<(), ViewError> {
-        let capacity = self.capacity_tokens();
-        match lens.iter().position(|&l| l > capacity) {
-            Some(b) => Err(ViewError::SequenceLongerThanCache {
-                sequence: b,
-                len: lens[b],
-                capacity,
-            }),
-            None => Ok(()),
-        }
+        check_capacity(lens, self.capacity_tokens())
     }
 
     fn check_lens(
