@@ -18,14 +18,12 @@ capture stream); ``REPLAYS`` replays are timed between CUDA events, ``REPEATS`` 
 median per step is reported (and p10/p90). Correctness in the same run: layer 0's output of
 each SDPA backend against ferrattn's (max abs difference; both fp16).
 
-Prints one JSON object (also written to ``$OUT/decode_graph.json`` when OUT is set).
+Prints one JSON object on stdout (a one-line summary per row on stderr).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import statistics
 import sys
 import time
 
@@ -157,11 +155,7 @@ def main():
             out["rows"].append(r)
             brief = {k: (round(v["median_us"], 1) if isinstance(v, dict) and "median_us" in v else v) for k, v in r.items()}
             print(json.dumps(brief), file=sys.stderr, flush=True)
-    text = json.dumps(out, indent=1)
-    print(text)
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "decode_graph.json"), "w") as f:
-            f.write(text)
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

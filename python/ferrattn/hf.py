@@ -85,14 +85,18 @@ def _turbo_cuda(module, q, k, v, causal, scale):
         z = torch.zeros(b, ctx, hq, d, dtype=q.dtype, device=q.device)
         cache.prefill(z, k[:, :ctx].contiguous(), v[:, :ctx].contiguous(), causal=True, softmax_scale=scale)
     out = torch.empty_like(q)
+
+    def token(x, i):  # one token of every sequence, dense (the device path reads dense rows)
+        return x[:, i : i + 1].contiguous()
+
     if not causal:
         # every query sees every key: the whole step goes in first
         for i in range(sq):
-            cache.append(k[:, ctx + i : ctx + i + 1], v[:, ctx + i : ctx + i + 1])
+            cache.append(token(k, ctx + i), token(v, ctx + i))
     for i in range(sq):
         if causal:
-            cache.append(k[:, ctx + i : ctx + i + 1], v[:, ctx + i : ctx + i + 1])
-        o, _ = cache.decode(q[:, i : i + 1], softmax_scale=scale)
+            cache.append(token(k, ctx + i), token(v, ctx + i))
+        o, _ = cache.decode(token(q, i), softmax_scale=scale)
         out[:, i : i + 1] = o
     return out
 
