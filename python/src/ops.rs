@@ -950,6 +950,7 @@ impl TurboCache {
             q.float_dtype()?,
         )?;
         if let Device::Cuda(_) = device {
+            crate::turbo_cuda::device_bits(&self.cfg.kv_bits, self.heads_kv)?;
             let (out, lse) = match (&out, &lse) {
                 (Some(o), Some(l)) => (o, l),
                 _ => {
@@ -1121,7 +1122,9 @@ impl TurboCache {
     ) -> PyResult<usize> {
         let heads = (self.batch, self.heads_kv, self.head_dim);
         let step = |append: bool| -> Result<usize> {
-            let like = View::parse("like", like.ok_or_else(TurboCache::empty)?)?;
+            // `like` is the call's k (append) or q (decode): its dtype picks the kernels
+            let name = if append { "k" } else { "q" };
+            let like = View::parse(name, like.ok_or_else(TurboCache::empty)?)?;
             let d = match self.held()? {
                 Held::Cuda(d) => d,
                 Held::Host(_) => return Ok(0),

@@ -232,11 +232,12 @@ def turbo_inputs(seed, b, s, hq, hk, d, dtype):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_turbo_cache_cuda_matches_the_host_cache(dtype):
     """The CUDA TurboCache (the device path) against the host TurboCache (the CPU emulation) on
-    the same tokens and bits: the compressed caches hold the same bytes (memory() equal), the
+    the same tokens and bits: the compressed caches count the same bytes (memory() equal), the
     prefill and decode outputs agree within the kernels' stated bounds (the warpgroup-MMA prefill
-    of sm_90 within 1e-3 of the emulation; stream-K decode merges partials in another order), a
-    full INT8 buffer is flushed into a block (sequence 1 crosses 64 tokens), and the outputs
-    match the float64 reference within TurboAttention's INT4 error."""
+    of sm_90 within 1e-3 of the emulation; stream-K decode merges partials in another order), and
+    full INT8 buffers are flushed into blocks (62 + 4 tokens cross 64). Accuracy against the
+    float64 reference is the host cache's test (test_cpu.py); the Rust GPU test compares the
+    device cache with the host path's bit for bit."""
     dt = getattr(torch, dtype)
     b, ctx, steps, hq, hk, d = 2, 62, 4, 8, 2, 128
     q, k, v = turbo_inputs(5, b, ctx + steps, hq, hk, d, dt)
@@ -258,8 +259,9 @@ def test_turbo_cache_cuda_matches_the_host_cache(dtype):
     outs = []
     with torch.cuda.stream(s):  # the caller's current stream is the one used
         for t in range(ctx, ctx + steps):
-            dev_c.append(k[:, t : t + 1], v[:, t : t + 1])
-            outs.append(dev_c.decode(q[:, t : t + 1]))
+            # one token of every sequence, dense: the device path reads dense rows
+            dev_c.append(k[:, t : t + 1].contiguous(), v[:, t : t + 1].contiguous())
+            outs.append(dev_c.decode(q[:, t : t + 1].contiguous()))
     s.synchronize()
     for i, t in enumerate(range(ctx, ctx + steps)):
         host_c.append(k[:, t : t + 1].cpu(), v[:, t : t + 1].cpu())
@@ -267,11 +269,7 @@ def test_turbo_cache_cuda_matches_the_host_cache(dtype):
         assert compare(f(outs[i][0]), f(hd)).max_abs < tol, (t, compare(f(outs[i][0]), f(hd)))
         assert compare(outs[i][1].cpu().numpy(), hdl.numpy()).max_abs < 1e-3
     assert dev_c.memory() == host_c.memory()
-    assert dev_c.memory()["compressed_bytes"] > 0, "sequence 1's buffer became a block"
-    ro, _ = reference(f(q), f(k), f(v), True)
-    got = np.stack([f(o_)[:, 0] for o_, _ in outs], axis=1)
-    c = compare(got, ro[:, ctx:])
-    assert c.cosine > 0.99, c
+    assert dev_c.memory()["compressed_bytes"] > 0, "the buffers became blocks at 64 tokens"
 
 
 def test_turbo_cache_cuda_boundary_errors():
