@@ -245,12 +245,17 @@ def test_turbo_cache_cuda_matches_the_host_cache(dtype):
     dev_c = ferrattn.TurboCache(b, hk, d, kv_bits=bits, max_tokens=ctx + steps)
     host_c = ferrattn.TurboCache(b, hk, d, kv_bits=bits)
     f = lambda t: t.float().cpu().numpy()
-    o, lse = dev_c.prefill(q[:, :ctx], k[:, :ctx], v[:, :ctx], causal=True)
-    ho, hl = host_c.prefill(q[:, :ctx].cpu(), k[:, :ctx].cpu(), v[:, :ctx].cpu(), causal=True)
+    # the prompt, dense (a slice of a longer batch is not: the device path reads dense rows)
+    pq, pk, pv = (t[:, :ctx].contiguous() for t in (q, k, v))
+    o, lse = dev_c.prefill(pq, pk, pv, causal=True)
+    ho, hl = host_c.prefill(pq.cpu(), pk.cpu(), pv.cpu(), causal=True)
     assert o.is_cuda and o.dtype == dt and lse.shape == (b, hq, ctx)
-    tol = TOL[dtype]
-    assert compare(f(o), f(ho)).max_abs < tol + 1e-3, compare(f(o), f(ho))
-    assert compare(lse.cpu().numpy(), hl.numpy()).max_abs < 1e-3
+    # the bounds gpu_turbo.rs holds the kernels to (Follows::Codes: the warpgroup prefill may
+    # land a P code one step apart, moving that row's ln l by up to about 1/119)
+    c = compare(f(o), f(ho))
+    assert c.rel_fro <= 1e-3, c
+    c = compare(lse.cpu().numpy(), hl.numpy())
+    assert c.rel_fro <= 1e-3 and c.max_abs <= 1e-2, c
     assert dev_c.bits == bits and dev_c.seq_len(1) == ctx
     assert dev_c.memory() == host_c.memory()
     assert dev_c.allocated_bytes() > dev_c.memory()["compressed_bytes"]
@@ -266,8 +271,11 @@ def test_turbo_cache_cuda_matches_the_host_cache(dtype):
     for i, t in enumerate(range(ctx, ctx + steps)):
         host_c.append(k[:, t : t + 1].cpu(), v[:, t : t + 1].cpu())
         hd, hdl = host_c.decode(q[:, t : t + 1].cpu())
-        assert compare(f(outs[i][0]), f(hd)).max_abs < tol, (t, compare(f(outs[i][0]), f(hd)))
-        assert compare(outs[i][1].cpu().numpy(), hdl.numpy()).max_abs < 1e-3
+        # Follows::Steps: integer steps equal, f32 steps possibly reordered (stream-K merges)
+        c = compare(f(outs[i][0]), f(hd))
+        assert c.rel_fro <= 1e-3, (t, c)
+        c = compare(outs[i][1].cpu().numpy(), hdl.numpy())
+        assert c.max_abs <= 1e-4, (t, c)
     assert dev_c.memory() == host_c.memory()
     assert dev_c.memory()["compressed_bytes"] > 0, "the buffers became blocks at 64 tokens"
 
