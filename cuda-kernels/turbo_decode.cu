@@ -86,7 +86,8 @@ constexpr int kStages = 2;     // staging buffers per unit
 constexpr int kUnitsPerCta = kThreads / 32;
 
 // One staging buffer: packed codes of K and V (room for 4 bits), both tensors' channel
-// parameters (D scales then D zero points each) and the two f32 block scales. Rows of codes are
+// parameters (D scales then D zero points each), the two f32 block scales and the two blocks' clamp
+// flags (CacheView::clamp). Rows of codes are
 // stored at row_slot(token) so that the lanes of one load hit different banks.
 // ferrattn_cuda::turbo::decode_smem_bytes mirrors these sizes.
 template <int D>
@@ -863,6 +864,8 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     }
     if (lane == 0) cp_async4(stages + st * S::kBytes + S::kScales, cp.k.bscale + pb);
     if (lane == 1) cp_async4(stages + st * S::kBytes + S::kScales + 4, cp.v.bscale + pb);
+    if (lane == 2) cp_async4(stages + st * S::kBytes + S::kScales + 8, cp.k.clamp + pb);
+    if (lane == 3) cp_async4(stages + st * S::kBytes + S::kScales + 12, cp.v.clamp + pb);
   };
 
   UnitState<D> st;
@@ -950,19 +953,12 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         int ntok = kBlock;
         if (compressed) {
           const int bits = cp.head_bits[hk];
-          // no clamp can bind when scale (2^bits - 1) + zero <= 127 for every channel of K and V
-          const u32 levels = (1u << bits) - 1;
-          u32 over = 0;
-          for (int i = lane; i < D / 2; i += 32) {
-            const u8* par = stg + (i < D / 4 ? S::kParK + 4 * i : S::kParV + 4 * (i - D / 4));
-            const u32 sw = lds32(par), zw = lds32(par + D) ^ 0x80808080u;
-            const u32 e = (sw & 0x00ff00ffu) * levels + (zw & 0x00ff00ffu);
-            const u32 o = ((sw >> 8) & 0x00ff00ffu) * levels + ((zw >> 8) & 0x00ff00ffu);
-            over |= (e | o) & 0xff00ff00u;
-          }
-          variant = (bits == 4 ? 0 : 2) + (warp_any(over != 0) ? 0 : 1);
-          s_k = *reinterpret_cast<const float*>(stg + S::kScales);
-          s_v = *reinterpret_cast<const float*>(stg + S::kScales + 4);
+          // the blocks' clamp flags (CacheView::clamp, exact, written with the blocks): the
+          // folded path unless some code of K or V dequantizes past 127
+          const uint4 sc = *reinterpret_cast<const uint4*>(stg + S::kScales);
+          variant = (bits == 4 ? 0 : 2) + ((sc.z | sc.w) != 0 ? 0 : 1);
+          s_k = __uint_as_float(sc.x);
+          s_v = __uint_as_float(sc.y);
         } else {
           s_k = cp.k.buf_scale[bh];
           s_v = cp.v.buf_scale[bh];
@@ -1115,7 +1111,7 @@ __device__ __forceinline__ void flush_body(const FlushParams& p) {
     __syncthreads();
     u8* codes = cv.codes + (u64)b * p.cache.seq_code_bytes + p.cache.head_off[hk] + (u64)j * block_bytes(D, bits);
     const u64 pb = bh * p.cache.cap_blocks + j;
-    compress_block<D>(sx, spar, bits, codes, cv.par + pb * 2 * D);
+    compress_block<D>(sx, spar, bits, codes, cv.par + pb * 2 * D, cv.clamp + pb);
     if (threadIdx.x == 0) cv.bscale[pb] = cv.buf_scale[bh];
     __syncthreads();
   }

@@ -90,6 +90,7 @@ pub(crate) struct CacheView {
     bscale: u64,
     buf: u64,
     buf_scale: u64,
+    clamp: u64,
 }
 
 /// `struct CacheParams`.
@@ -282,6 +283,9 @@ struct TensorArrays {
     bscale: DeviceBuffer,
     buf: DeviceBuffer,
     buf_scale: DeviceBuffer,
+    /// Per block: 1 when some code dequantizes past 127 (`CacheView::clamp` of
+    /// turbo_common.cuh); written with the block, read by the decode to pick its exact path.
+    clamp: DeviceBuffer,
 }
 
 impl TensorArrays {
@@ -300,6 +304,7 @@ impl TensorArrays {
             buf: DeviceBuffer::alloc(gpu, batch * hk * TURBO_BLOCK * d)?,
             // 0 = no universal scale yet (section 3.3): must start zeroed
             buf_scale: DeviceBuffer::from_slice(gpu, &vec![0f32; batch * hk])?,
+            clamp: DeviceBuffer::alloc(gpu, batch * hk * cap * 4)?,
         })
     }
 
@@ -310,6 +315,7 @@ impl TensorArrays {
             bscale: self.bscale.ptr(),
             buf: self.buf.ptr(),
             buf_scale: self.buf_scale.ptr(),
+            clamp: self.clamp.ptr(),
         }
     }
 }
@@ -429,6 +435,7 @@ impl DeviceTurboCache {
                     + t.bscale.bytes()
                     + t.buf.bytes()
                     + t.buf_scale.bytes()
+                    + t.clamp.bytes()
             })
             .sum()
     }
@@ -1534,18 +1541,18 @@ mod tests {
 
     #[test]
     fn param_blocks_match_the_kernel_structs() {
-        // CacheView: 5 pointers; CacheParams: 2 views, 3 x 8 bytes, 2 ints
-        assert_eq!(std::mem::size_of::<CacheView>(), 40);
-        assert_eq!(std::mem::size_of::<CacheParams>(), 112);
+        // CacheView: 6 pointers; CacheParams: 2 views, 3 x 8 bytes, 2 ints
+        assert_eq!(std::mem::size_of::<CacheView>(), 48);
+        assert_eq!(std::mem::size_of::<CacheParams>(), 128);
         // QuantParams: 7 pointers, cache, 5 ints, padded to 8
-        assert_eq!(std::mem::size_of::<QuantParams>(), 7 * 8 + 112 + 20 + 4);
+        assert_eq!(std::mem::size_of::<QuantParams>(), 7 * 8 + 128 + 20 + 4);
         // PrefillParams: 9 pointers, 9 ints, 1 float
         assert_eq!(std::mem::size_of::<PrefillParams>(), 9 * 8 + 10 * 4);
         // DecodeParams: 11 pointers, cache, 10 ints, 1 float, padded to 8
-        assert_eq!(std::mem::size_of::<DecodeParams>(), 11 * 8 + 112 + 44 + 4);
+        assert_eq!(std::mem::size_of::<DecodeParams>(), 11 * 8 + 128 + 44 + 4);
         // AppendParams: 4 pointers, cache, 3 ints, padded
-        assert_eq!(std::mem::size_of::<AppendParams>(), 4 * 8 + 112 + 12 + 4);
+        assert_eq!(std::mem::size_of::<AppendParams>(), 4 * 8 + 128 + 12 + 4);
         // FlushParams: 2 pointers, cache, 2 ints
-        assert_eq!(std::mem::size_of::<FlushParams>(), 2 * 8 + 112 + 8);
+        assert_eq!(std::mem::size_of::<FlushParams>(), 2 * 8 + 128 + 8);
     }
 }
