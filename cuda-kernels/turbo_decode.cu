@@ -14,12 +14,15 @@
 // A tile computed by one unit therefore goes through exactly the emulation's steps: O is
 // bit-identical to ferrattn_core::turbo (one unit per tile) or to decode_twin (stream-K).
 //
-// One iteration (one warp; the query heads of one KV head are rows 0-7 of mma.m16n8k32):
+// One iteration (one warp; the query heads of one KV head are rows 0-7 of mma.m16n8k32). A
+// compressed tile whose blocks' clamp flags are clear (no code dequantizes past 127, the common
+// case) takes the folded path instead of steps 1, 2 and 4 below: raw codes on the MMA, the
+// channel scales folded into the query, V's scale and zero point applied per output element
+// (see "Compressed tiles without clamping"); the integer sums, hence O, are the same. Otherwise:
 //   1. dequantize in registers (Alg. 2 "K_j^q1 = K_j^q2 s^int + z"): four tokens' packed codes
-//      are byte-transposed with prmt so that one register holds one channel of four tokens; one
-//      multiply-add then applies that channel's integer scale and zero point to all four (the
-//      bytes cannot carry when scale (2^bits - 1) + zero <= 127, checked per tile; otherwise
-//      the clamping path in 16-bit lanes). K is transposed back to four channels per token (the
+//      are byte-transposed with prmt so that one register holds one channel of four tokens;
+//      multiply-adds in 16-bit lanes with a min apply that channel's integer scale, zero point
+//      and clamp (dq4<true>). K is transposed back to four channels per token (the
 //      B fragment of q K^T), V stays four keys per channel (the B fragment of P V). The bytes
 //      hold value + 128 (u8 operands); the dot products subtract 128 x the row sums exactly.
 //   2. S = q^q1 K^q1 on mma.m16n8k32 s8 x u8 (the query row quantized once per segment, Alg. 2
