@@ -57,6 +57,7 @@ const _: () = assert!(
     DECODE_UNITS_PER_CTA == TURBO_THREADS as usize / 32,
     "one unit per warp"
 );
+const _: () = assert!(TURBO_BLOCK == ferrattn_core::turbo::decode_plan::DECODE_BLOCK);
 
 /// Dynamic shared memory of a decode CTA (mirrors `UnitStage<D>` and `kStages` of
 /// turbo_decode.cu): per warp two staging buffers, each the 4-bit codes of K and V for 64 tokens,

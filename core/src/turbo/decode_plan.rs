@@ -86,9 +86,10 @@ impl DecodePlan {
 
 /// Cache tiles a stream-K unit should get at least: below that the per-segment work (query
 /// quantization, partial write) and the combine's merge of many partials cost more than the
-/// extra parallelism gains. 4 since the folded decode (a 64-token tile costs about half the
-/// instructions of the first warp-unit kernel, so a unit's tiles finish sooner and batch 1
-/// needs more units in flight to keep the memory system busy).
+/// extra parallelism gains. 4 (was 8) since the folded decode of issue 11: a 64-token tile costs
+/// 1,796 warp instructions instead of about 3,000, so a unit's tiles finish sooner and batch 1
+/// needs more units in flight (1 x 16k on an H100: 72.6 us with 256 units, 67.0 us with 512,
+/// the kernel change included; docs/TURBO_CUDA.md).
 pub const DECODE_MIN_ITERS_PER_UNIT: u64 = 4;
 
 /// The automatic decode schedule for `resident` units (warps that fit on the GPU at once),
