@@ -807,8 +807,10 @@ pub fn turbo_cache_bytes(
 ) -> usize {
     let cap = capacity_tokens / TURBO_BLOCK;
     let (_, seq_code_bytes) = code_layout(head_dim, bits, cap);
+    // codes; per block: channel scales and zero points, the INT8 scale, the clamp flag; the
+    // INT8 buffer and its universal scale
     let per_tensor = batch * seq_code_bytes as usize
-        + batch * heads_kv * cap * (2 * head_dim + 4)
+        + batch * heads_kv * cap * (2 * head_dim + 4 + 4)
         + batch * heads_kv * (TURBO_BLOCK * head_dim + 4);
     2 * per_tensor
 }
