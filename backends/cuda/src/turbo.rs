@@ -33,6 +33,11 @@
 //! not, ragged lengths. Per-head bit widths are resolved on the host from the host tensors (the
 //! head priorities of section 3.2 are `f64` statistics of the context).
 
+// The launch-only entry points of the device path (issue 9): a child module, so it fills this
+// module's parameter blocks and cache fields without widening their visibility.
+#[path = "turbo_device.rs"]
+pub mod device;
+
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
 use crate::kernels::{self, Function, Module};
