@@ -476,6 +476,20 @@ impl DeviceTurboQuantCache {
         d / 2 + if self.key_qjl { d / 8 } else { 0 } + 4 + d / 2 + 2
     }
 
+    /// Forgets every token (lengths to 0); the bytes stay until overwritten by the next append.
+    pub fn clear(&mut self) {
+        self.lens.iter_mut().for_each(|l| *l = 0);
+    }
+
+    /// `‖k‖` of the first token of every (sequence, KV head), as f32 (a cheap look at a cache
+    /// written on the device, without downloading it all).
+    pub fn first_key_norms(&self) -> Result<Vec<f32>> {
+        let kn: Vec<u32> = self.knorms.to_vec()?;
+        Ok((0..self.batch * self.heads_kv)
+            .map(|bh| f16::from_bits(kn[bh * self.capacity] as u16).to_f32())
+            .collect())
+    }
+
     /// Copies the cache back as the core's [`CompressedKv`] over `max_seqlen_k` padded tokens
     /// (rows past each sequence's length are zero, as [`TurboQuantCodec::compress`] leaves them).
     pub fn download(&self, max_seqlen_k: usize) -> Result<CompressedKv> {
