@@ -44,7 +44,7 @@ namespace tq {
 constexpr int kUnitWarps = 4;     // warps (units) per CTA of the decode kernel
 constexpr int kRows = 16;         // MMA rows of an output tile
 constexpr int kTileK = 16;        // tokens per iteration
-constexpr int kStages = 4;        // cp.async ring of each warp: stages in flight + the one computed
+constexpr int kStages = 3;        // cp.async ring of each warp: stages in flight + the one computed
 constexpr int kSlots = 6;         // 16-byte slots per lane and stage (see Ring)
 constexpr int kCombineWarps = 8;  // warps of a merge CTA
 
@@ -182,29 +182,49 @@ struct Stage {
   u32 vn0, vn1;     // ‖v‖ of the same tokens
 };
 
-// Issues the copies of the 16 tokens at `start` into `st` (this warp's stage, [kSlots][32]).
+// A lane's source addresses at token 0 of its (sequence, KV head) row: computed once per segment,
+// so that a stage costs one offset per stream instead of the whole 64-bit index arithmetic.
+struct Bases {
+  const unsigned char* kc;  // K codes of token g, lane block q
+  const unsigned char* vc;  // V codes of token pair q, lane block g
+  const unsigned char* sg;  // sign word of token g
+  const u32* kn;            // {‖k‖, ‖r‖} of token 2q
+  const u16* vn;            // ‖v‖ of token 2q
+};
+
+template <int D>
+__device__ __forceinline__ Bases bases_of(const DecodeParams& p, size_t row0, int g, int q) {
+  Bases r;
+  r.kc = p.kcodes + (row0 + g) * (D / 2) + q * (D / 8);
+  r.vc = p.vcodes + (row0 / 2 + q) * D + g * (D / 8);
+  // D = 128: the lane's 4 sign bytes; D = 64: the aligned word holding its 2 bytes (picked later)
+  r.sg = p.ksigns + (row0 + g) * (D / 8) + (D == 128 ? q * 4 : (q >> 1) * 4);
+  r.kn = p.knorms + row0 + 2 * q;
+  r.vn = p.vnorms + row0 + 2 * q;
+  return r;
+}
+
+// Issues the copies of the 16 tokens at `tok` (a multiple of 16) into `st` ([kSlots][32]).
 template <int D, bool QJL>
-__device__ __forceinline__ void issue_stage(const DecodeParams& p, size_t row0, int start, int g, int q, int lane,
-                                            uint4* st) {
+__device__ __forceinline__ void issue_stage(const Bases& a, int tok, int lane, uint4* st) {
   constexpr int W = D / 8;  // bytes of a lane's words
-  const unsigned char* k = p.kcodes + (row0 + start + g) * (D / 2) + q * (D / 8);
+  const unsigned char* k = a.kc + tok * (D / 2);
   cp_async_n<W>(st + 0 * 32 + lane, k);
   cp_async_n<W>(st + 1 * 32 + lane, k + 8 * (D / 2));
-  const unsigned char* v = p.vcodes + (row0 / 2 + start / 2 + q) * D + g * (D / 8);
+  const unsigned char* v = a.vc + (tok / 2) * D;
   cp_async_n<W>(st + 2 * 32 + lane, v);
   cp_async_n<W>(st + 3 * 32 + lane, v + 4 * D);
   u32* small = reinterpret_cast<u32*>(st + 4 * 32 + lane);
   if (QJL) {
-    // D = 128: the lane's 4 sign bytes; D = 64: the aligned word holding its 2 bytes (picked later)
-    const unsigned char* sg = p.ksigns + (row0 + start + g) * (D / 8) + (D == 128 ? q * 4 : (q >> 1) * 4);
+    const unsigned char* sg = a.sg + tok * (D / 8);
     cp_async_n<4>(small + 0, sg);
     cp_async_n<4>(small + 1, sg + 8 * (D / 8));
   }
-  cp_async_n<4>(small + 2, p.vnorms + row0 + start + 2 * q);
-  cp_async_n<4>(small + 3, p.vnorms + row0 + start + 2 * q + 8);
+  cp_async_n<4>(small + 2, a.vn + tok);
+  cp_async_n<4>(small + 3, a.vn + tok + 8);
   u32* kn = reinterpret_cast<u32*>(st + 5 * 32 + lane);
-  cp_async_n<8>(kn, p.knorms + row0 + start + 2 * q);
-  cp_async_n<8>(kn + 2, p.knorms + row0 + start + 2 * q + 8);
+  cp_async_n<8>(kn, a.kn + tok);
+  cp_async_n<8>(kn + 2, a.kn + tok + 8);
 }
 
 template <int D>
@@ -260,16 +280,17 @@ template <int D, bool QJL, bool KWIDE, bool VWIDE, bool R16>
 __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   constexpr int CH = D / 16;  // k16 chunks of the head dim
   constexpr int NB = D / 8;   // n8 blocks of the output
-  constexpr int FW = R16 ? 4 : 2;  // u32 of a lane's A fragment kept in shared memory (8 rows: a0, a2)
   extern __shared__ uint4 ring_all[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int unit = blockIdx.x * kUnitWarps + warp;
   if (unit >= p.units) return;  // no CTA barrier below: a warp may leave
   uint4* ring = ring_all + (size_t)warp * kStages * kSlots * 32;
-  // the low halves of Π q and S q, [2][CH][32 lanes][FW] per warp after the rings: read once per
-  // MMA from shared memory, which keeps them out of registers (3 CTAs per SM without spills)
-  u32* qsm = reinterpret_cast<u32*>(ring_all + (size_t)kUnitWarps * kStages * kSlots * 32) +
-             (size_t)warp * 2 * CH * 32 * FW;
+  // query A fragments, [2][CH][32 lanes] uint4 per warp after the rings, read with one 16-byte
+  // load per MMA (whole register quads: no per-iteration moves to build them, and out of the
+  // register budget: 3 CTAs per SM). Array 0: 8 rows in use, {hi, lo, hi, lo} of Π q (the low
+  // halves stacked on MMA rows 8-15, so one MMA gives both products); 16 rows, the low halves
+  // (the high ones stay in registers). Array 1: S q (8 rows: rows 8-15 zero).
+  uint4* qsm = ring_all + (size_t)kUnitWarps * kStages * kSlots * 32 + (size_t)warp * 2 * CH * 32;
   const int g = lane >> 2, q = lane & 3;
   u32 ktab[8], vtab[8];
 #pragma unroll
@@ -283,45 +304,39 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     const int lim0 = min(tok1, row_end(p, qg, g, sq, sk));
     const int lim1 = min(tok1, row_end(p, qg, g + 8, sq, sk));
     const size_t row0 = ((size_t)b * p.heads_kv + h) * p.cap;
+    const Bases src = bases_of<D>(p, row0, g, q);
     // the loop bound must be the same in every lane (mma.sync and shfl.sync need the whole
     // warp): the segment's iterations, not a row's visible end (rows differ per lane; masked)
     const int iters = tok1 > tok0 ? (tok1 - tok0 + kTileK - 1) / kTileK : 0;
     // the ring's first kStages - 1 stages go out before the query fragments are read
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < iters) issue_stage<D, QJL>(p, row0, tok0 + s * kTileK, g, q, lane, ring + s * kSlots * 32);
+      if (s < iters) issue_stage<D, QJL>(src, tok0 + s * kTileK, lane, ring + s * kSlots * 32);
       cp_async_commit();
     }
-    // Π q as hi + lo (two f16 MMAs: the scores then carry the rounding of the centroids only):
-    // the high halves in registers, the low halves and S q in this lane's part of qsm (every lane
-    // reads only what it wrote, so no barrier; its reads of the previous segment are done).
-    u32 qa[CH][4];
+    // Π q as hi + lo (two f16 products: the scores then carry the rounding of the centroids
+    // only). Every lane reads only the qsm entries it wrote, so no barrier; its reads of the
+    // previous segment are done (program order).
+    u32 qa[R16 ? CH : 1][4];
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
       const size_t at = ((size_t)(tile * 32 + lane) * CH + c) * 4;
-      const uint4 v = ldg16(p.qf + at);
-      qa[c][0] = v.x, qa[c][1] = R16 ? v.y : 0u, qa[c][2] = v.z, qa[c][3] = R16 ? v.w : 0u;
-      const uint4 l = ldg16(p.qf_lo + at);
-      u32* dl = qsm + ((size_t)c * 32 + lane) * FW;
-      if (R16) *reinterpret_cast<uint4*>(dl) = l;
-      else *reinterpret_cast<uint2*>(dl) = make_uint2(l.x, l.z);
+      const uint4 v = ldg16(p.qf + at), l = ldg16(p.qf_lo + at);
+      if constexpr (R16) {
+        qa[c][0] = v.x, qa[c][1] = v.y, qa[c][2] = v.z, qa[c][3] = v.w;
+        qsm[c * 32 + lane] = l;
+      } else {
+        qsm[c * 32 + lane] = make_uint4(v.x, l.x, v.z, l.z);
+      }
       if (QJL) {
         const uint4 w = ldg16(p.pf + at);
-        u32* dp = qsm + ((size_t)(CH + c) * 32 + lane) * FW;
-        if (R16) *reinterpret_cast<uint4*>(dp) = w;
-        else *reinterpret_cast<uint2*>(dp) = make_uint2(w.x, w.z);
+        qsm[(CH + c) * 32 + lane] = R16 ? w : make_uint4(w.x, 0u, w.z, 0u);
       }
     }
-    // A fragment of array arr (0: low halves of Π q, 1: S q), chunk c, from qsm
+    // A fragment of array arr, chunk c, from qsm
     auto qfrag = [&](int arr, int c, u32 (&f)[4]) {
-      const u32* src = qsm + ((size_t)(arr * CH + c) * 32 + lane) * FW;
-      if (R16) {
-        const uint4 v = *reinterpret_cast<const uint4*>(src);
-        f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
-      } else {
-        const uint2 v = *reinterpret_cast<const uint2*>(src);
-        f[0] = v.x, f[1] = 0u, f[2] = v.y, f[3] = 0u;
-      }
+      const uint4 v = qsm[(arr * CH + c) * 32 + lane];
+      f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
     };
     float o[NB][4];
 #pragma unroll
@@ -334,7 +349,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       // refill the stage computed last iteration (every lane's reads of it are done: program order)
       const int ahead = it + kStages - 1;
       if (ahead < iters)
-        issue_stage<D, QJL>(p, row0, tok0 + ahead * kTileK, g, q, lane, ring + (ahead % kStages) * kSlots * 32);
+        issue_stage<D, QJL>(src, tok0 + ahead * kTileK, lane, ring + (ahead % kStages) * kSlots * 32);
       cp_async_commit();
       cp_async_wait<kStages - 1>();  // this lane's copies of stage `it` have landed
       Stage<D> cur;
@@ -354,20 +369,32 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         lookup4<KWIDE>(cur.k0.w[w] >> 16, ktab, b10, b11);
         lookup4<KWIDE>(cur.k1.w[w], ktab, c00, c01);
         lookup4<KWIDE>(cur.k1.w[w] >> 16, ktab, c10, c11);
-        u32 lo0[4], lo1[4];
-        qfrag(0, 2 * w, lo0);
-        qfrag(0, 2 * w + 1, lo1);
-        mma16816(F16{}, s0, qa[2 * w], b00, b01);
-        mma16816(F16{}, s0, qa[2 * w + 1], b10, b11);
-        mma16816(F16{}, s1, qa[2 * w], c00, c01);
-        mma16816(F16{}, s1, qa[2 * w + 1], c10, c11);
-        mma16816(F16{}, z0, lo0, b00, b01);
-        mma16816(F16{}, z0, lo1, b10, b11);
-        mma16816(F16{}, z1, lo0, c00, c01);
-        mma16816(F16{}, z1, lo1, c10, c11);
+        u32 f0[4], f1[4];
+        qfrag(0, 2 * w, f0);
+        qfrag(0, 2 * w + 1, f1);
+        if constexpr (R16) {
+          mma16816(F16{}, s0, qa[2 * w], b00, b01);
+          mma16816(F16{}, s0, qa[2 * w + 1], b10, b11);
+          mma16816(F16{}, s1, qa[2 * w], c00, c01);
+          mma16816(F16{}, s1, qa[2 * w + 1], c10, c11);
+          mma16816(F16{}, z0, f0, b00, b01);
+          mma16816(F16{}, z0, f1, b10, b11);
+          mma16816(F16{}, z1, f0, c00, c01);
+          mma16816(F16{}, z1, f1, c10, c11);
+        } else {
+          // rows 0-7: hi · c, rows 8-15: lo · c (summed below)
+          mma16816(F16{}, s0, f0, b00, b01);
+          mma16816(F16{}, s0, f1, b10, b11);
+          mma16816(F16{}, s1, f0, c00, c01);
+          mma16816(F16{}, s1, f1, c10, c11);
+        }
       }
+      if constexpr (R16) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s0[e] += z0[e], s1[e] += z1[e];
+        for (int e = 0; e < 4; ++e) s0[e] += z0[e], s1[e] += z1[e];
+      } else {
+        s0[0] += s0[2], s0[1] += s0[3], s1[0] += s1[2], s1[1] += s1[3];
+      }
       if (QJL) {
 #pragma unroll
         for (int c = 0; c < CH; ++c) {
@@ -389,10 +416,14 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       sc[1] = kB * s0[1] + (QJL ? rB * t0[1] : 0.f);
       sc[2] = kC * s1[0] + (QJL ? rC * t1[0] : 0.f);
       sc[3] = kD * s1[1] + (QJL ? rD * t1[1] : 0.f);
-      sc[4] = kA * s0[2] + (QJL ? rA * t0[2] : 0.f);
-      sc[5] = kB * s0[3] + (QJL ? rB * t0[3] : 0.f);
-      sc[6] = kC * s1[2] + (QJL ? rC * t1[2] : 0.f);
-      sc[7] = kD * s1[3] + (QJL ? rD * t1[3] : 0.f);
+      if constexpr (R16) {
+        sc[4] = kA * s0[2] + (QJL ? rA * t0[2] : 0.f);
+        sc[5] = kB * s0[3] + (QJL ? rB * t0[3] : 0.f);
+        sc[6] = kC * s1[2] + (QJL ? rC * t1[2] : 0.f);
+        sc[7] = kD * s1[3] + (QJL ? rD * t1[3] : 0.f);
+      } else {
+        sc[4] = sc[5] = sc[6] = sc[7] = neg_inf();  // rows 8-15 are not in use
+      }
       const int tok[4] = {j0, j0 + 1, j0 + 8, j0 + 9};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -403,28 +434,37 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       float mx1 = fmax2(fmax2(sc[4], sc[5]), fmax2(sc[6], sc[7]));
       mx0 = fmax2(mx0, shfl_xor(mx0, 1));
       mx0 = fmax2(mx0, shfl_xor(mx0, 2));
-      mx1 = fmax2(mx1, shfl_xor(mx1, 1));
-      mx1 = fmax2(mx1, shfl_xor(mx1, 2));
+      if (R16) {
+        mx1 = fmax2(mx1, shfl_xor(mx1, 1));
+        mx1 = fmax2(mx1, shfl_xor(mx1, 2));
+      }
       const float mn0 = fmax2(m0, mx0), mn1 = fmax2(m1, mx1);
       // a row with no visible key yet keeps m = -inf; subtract 0 instead so that exp2 gives 0
       const float mu0 = mn0 == neg_inf() ? 0.f : mn0, mu1 = mn1 == neg_inf() ? 0.f : mn1;
-      const float al0 = exp2_approx(m0 - mu0), al1 = exp2_approx(m1 - mu1);
+      const float al0 = exp2_approx(m0 - mu0), al1 = R16 ? exp2_approx(m1 - mu1) : 1.f;
       m0 = mn0, m1 = mn1;
       float pr[8];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         pr[e] = exp2_approx(sc[e] - mu0);
-        pr[4 + e] = exp2_approx(sc[4 + e] - mu1);
+        pr[4 + e] = R16 ? exp2_approx(sc[4 + e] - mu1) : 0.f;
       }
       l0 = l0 * al0 + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
       l1 = l1 * al1 + ((pr[4] + pr[5]) + (pr[6] + pr[7]));
+      // rescale O only when some row's running max moved (rare after the first tokens; the
+      // vote keeps the branch uniform over the warp)
+      if (__any_sync(0xffffffffu, al0 != 1.f || (R16 && al1 != 1.f))) {
 #pragma unroll
-      for (int n = 0; n < NB; ++n) {
-        o[n][0] *= al0, o[n][1] *= al0;
+        for (int n = 0; n < NB; ++n) {
+          o[n][0] *= al0, o[n][1] *= al0;
+          if (R16) o[n][2] *= al1, o[n][3] *= al1;
+        }
+      }
+      if (!R16) {
         // with 8 rows in use the upper accumulators are fed zeros and dropped: not live across
         // iterations, 32 registers fewer (3 CTAs per SM without spills)
-        if (R16) o[n][2] *= al1, o[n][3] *= al1;
-        else o[n][2] = o[n][3] = 0.f;
+#pragma unroll
+        for (int n = 0; n < NB; ++n) o[n][2] = o[n][3] = 0.f;
       }
       // P ‖v‖ as the A operand (p = 0 for masked tokens; the select keeps a garbage norm out)
       const float vA = half_lo(cur.vn0), vB = half_hi(cur.vn0), vC = half_lo(cur.vn1), vD = half_hi(cur.vn1);

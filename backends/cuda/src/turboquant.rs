@@ -37,7 +37,7 @@ pub const TILE_K: usize = 16;
 /// Warps (units) per CTA of the decode kernel.
 pub const UNIT_WARPS: usize = 4;
 /// Stages of each decode warp's cp.async ring (`kStages` in turboquant_decode.cu).
-pub const DECODE_STAGES: usize = 4;
+pub const DECODE_STAGES: usize = 3;
 /// Bytes of one ring stage: 6 slots of 16 bytes per lane (`kSlots`).
 pub const DECODE_STAGE_BYTES: usize = 6 * 32 * 16;
 /// Warps of a merge CTA (`kCombineWarps`).
@@ -625,12 +625,10 @@ fn transpose(m: &[f32], d: usize) -> Vec<f32> {
     t
 }
 
-/// Dynamic shared memory of a decode CTA: every warp's cp.async ring, then every warp's low
-/// halves of `Π q` and `S q` (`[2][d/16][32 lanes]` fragments of 8 bytes with 8 MMA rows in use,
-/// 16 with 16).
-pub fn decode_smem_bytes(head_dim: usize, rows16: bool) -> usize {
-    let frag = if rows16 { 16 } else { 8 };
-    UNIT_WARPS * (DECODE_STAGES * DECODE_STAGE_BYTES + 2 * (head_dim / 16) * 32 * frag)
+/// Dynamic shared memory of a decode CTA: every warp's cp.async ring, then every warp's query
+/// A fragments (`[2][d/16][32 lanes]` register quads of 16 bytes).
+pub fn decode_smem_bytes(head_dim: usize) -> usize {
+    UNIT_WARPS * (DECODE_STAGES * DECODE_STAGE_BYTES + 2 * (head_dim / 16) * 32 * 16)
 }
 
 /// 16-token iterations of `p`'s decode (every output tile over its sequence's keys).
@@ -735,8 +733,8 @@ impl TurboQuantCuda {
         };
         set_smem(&t.compress_keys, t.smem_keys)?;
         set_smem(&t.compress_values, t.smem_values)?;
-        for (f, r16) in [(&t.decode_r8, false), (&t.decode_r16, true)] {
-            set_smem(f, decode_smem_bytes(d, r16))?;
+        for f in [&t.decode_r8, &t.decode_r16] {
+            set_smem(f, decode_smem_bytes(d))?;
         }
         Ok(t)
     }
@@ -901,7 +899,7 @@ impl TurboQuantCuda {
         };
         let sms = self.gpu.caps.compute_units;
         let resident =
-            occupancy(&decode, UNIT_WARPS * 32, decode_smem_bytes(d, r16))? * UNIT_WARPS * sms;
+            occupancy(&decode, UNIT_WARPS * 32, decode_smem_bytes(d))? * UNIT_WARPS * sms;
         let ScheduleTables {
             qgroups,
             tiles,
@@ -1021,7 +1019,7 @@ impl TurboQuantCuda {
                 prep.units.div_ceil(UNIT_WARPS) as u32,
                 (UNIT_WARPS * 32) as u32,
             ),
-            decode_smem_bytes(d, p.group_size() * p.max_seqlen_q > 8) as u32,
+            decode_smem_bytes(d) as u32,
             &mut [arg(&mut dp)],
         )?;
         let mut cp = CombineParams {
