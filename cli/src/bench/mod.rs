@@ -245,7 +245,7 @@ pub fn run(a: &BenchArgs) -> BenchReport {
                             }
                             Family::TurboDecode => cuda::turbo_decode_rows(&c, &s, &mut jobs, at),
                             Family::TurboQuantDecode => {
-                                cuda::turboquant_decode_rows(&c, &s, a.suite, &mut jobs, at)
+                                cuda::turboquant_decode_rows(&c, &s, &mut jobs, at)
                             }
                             _ => cuda::lean_row(&c, &s, &mut jobs, at).map(|r| vec![r]),
                         };
