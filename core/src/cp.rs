@@ -351,6 +351,34 @@ pub fn plan(req: &CpRequest) -> Result<CpPlan> {
     })
 }
 
+/// As [`plan`] with the exchange forced (tests and benchmarks time both); refused where it cannot
+/// deliver the requested output.
+pub fn plan_with_exchange(req: &CpRequest, exchange: Exchange) -> Result<CpPlan> {
+    let mut p = plan(req)?;
+    if exchange == Exchange::ReduceScatterHeads && p.bytes.reduce_scatter_heads.is_none() {
+        return Err(CoreError::InvalidPlan(format!(
+            "cp: reduce-scatter by heads delivers head-sharded output with heads_q a multiple of the ranks; asked for {:?} output of {} heads over {} ranks",
+            req.output, req.shape.heads_q, p.ranks
+        )));
+    }
+    p.exchange = exchange;
+    Ok(p)
+}
+
+/// Checks a plan from outside (its fields are public for inspection): it must be exactly what
+/// [`plan_with_exchange`] makes from its own request and exchange, so shards, merge order and
+/// sizes that feed device offsets cannot disagree with the request.
+pub fn check(p: &CpPlan) -> Result<()> {
+    let rebuilt = plan_with_exchange(&p.request, p.exchange)?;
+    if rebuilt != *p {
+        return Err(CoreError::InvalidPlan(
+            "cp: the plan is not the one its request gives (edited shards, merge order or sizes?)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 impl CpPlan {
     /// Keys of every sequence rank `rank` holds (its local `seqlens_k`).
     pub fn local_lens(&self, rank: usize) -> Vec<usize> {
@@ -541,6 +569,16 @@ mod tests {
         let p = plan(&request(vec![vec![100]; 4], 8, OutputPlacement::Replicated)).unwrap();
         assert_eq!(p.exchange, Exchange::AllGather);
         assert_eq!(p.bytes.reduce_scatter_heads, None);
+        // forcing: allowed where it applies, refused where it cannot deliver the output
+        let req = request(vec![vec![100]; 2], 8, OutputPlacement::HeadSharded);
+        let f = plan_with_exchange(&req, Exchange::ReduceScatterHeads).unwrap();
+        assert_eq!(f.exchange, Exchange::ReduceScatterHeads);
+        check(&f).unwrap();
+        let mut edited = f.clone();
+        edited.merge_order = vec![0, 0];
+        assert!(check(&edited).is_err());
+        let req = request(vec![vec![100]; 2], 8, OutputPlacement::Replicated);
+        assert!(plan_with_exchange(&req, Exchange::ReduceScatterHeads).is_err());
         // one rank moves nothing
         let p = plan(&request(vec![vec![100]], 8, OutputPlacement::Replicated)).unwrap();
         assert_eq!(p.bytes.all_gather, 0);

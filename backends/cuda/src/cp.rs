@@ -207,7 +207,7 @@ pub struct CpTensors {
 /// One rank of a context-parallel decode: communicator, Lean kernels of the shape, merge kernels.
 #[derive(Debug)]
 pub struct CpRank {
-    comm: Communicator,
+    comm: Arc<Communicator>,
     shape: CpShape,
     lean: Arc<LeanKernels>,
     kernels: CpKernels,
@@ -215,8 +215,8 @@ pub struct CpRank {
 
 impl CpRank {
     /// Rank `comm.rank()` for decodes of `shape`, on `backend`'s GPU (which must be the
-    /// communicator's).
-    pub fn new(backend: &CudaBackend, comm: Communicator, shape: &CpShape) -> Result<CpRank> {
+    /// communicator's). One communicator serves any number of shapes.
+    pub fn new(backend: &CudaBackend, comm: Arc<Communicator>, shape: &CpShape) -> Result<CpRank> {
         let gpu = backend.gpu()?;
         if !Arc::ptr_eq(gpu, comm.gpu()) {
             return Err(CudaError::Plan(format!(
@@ -256,6 +256,7 @@ impl CpRank {
         max_local_k: usize,
     ) -> Result<CpStepPlan> {
         let rank = self.comm.rank();
+        ferrattn_core::cp::check(plan)?;
         if plan.ranks != self.comm.size() || plan.request.shape != self.shape {
             return Err(CudaError::Plan(format!(
                 "a plan for {} ranks and shape {:?} was given to rank {rank} of {} made for {:?}",
