@@ -25,11 +25,12 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.69314718055994531f;
 
 struct CpMergeParams {
-  const unsigned char* parts;  // [ranks][block_bytes]: O [B, Sq, Hq, D] at 0, LSE [B, Hq, Sq] at lse_offset
-  u16* o;                      // [B, Sq, nh, D]
-  float* lse;                  // [B, nh, Sq]
-  u64 block_bytes;
-  u64 lse_offset;
+  const unsigned char* part_o;    // rank r's O [B, Sq, Hq, D] at part_o + r * o_stride (bytes)
+  const unsigned char* part_lse;  // rank r's LSE [B, Hq, Sq] f32 at part_lse + r * lse_stride
+  u16* o;                         // [B, Sq, nh, D]
+  float* lse;                     // [B, nh, Sq]
+  u64 o_stride;
+  u64 lse_stride;
   int ranks, batch, sq, hq, d, h0, nh, reserved;
   int order[kCpMaxRanks];
 };
@@ -70,10 +71,10 @@ __device__ void merge_body(const CpMergeParams& p) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = 0.f;
   for (int k = 0; k < p.ranks; ++k) {
-    const unsigned char* blk = p.parts + (u64)p.order[k] * p.block_bytes;
-    const float mr = reinterpret_cast<const float*>(blk + p.lse_offset)[lrow];
+    const u64 r = (u64)p.order[k];
+    const float mr = reinterpret_cast<const float*>(p.part_lse + r * p.lse_stride)[lrow];
     if (mr == neg_inf()) continue;  // an empty slice merges to nothing
-    const u16* orr = reinterpret_cast<const u16*>(blk) + orow;
+    const u16* orr = reinterpret_cast<const u16*>(p.part_o + r * p.o_stride) + orow;
     const float mm = fmax2(m, mr);
     const float a = m == neg_inf() ? 0.f : exp_e(m - mm);
     const float c = exp_e(mr - mm);

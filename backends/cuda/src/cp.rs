@@ -47,11 +47,12 @@ const THREADS: u32 = 128;
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct MergeParams {
-    parts: u64,
+    part_o: u64,
+    part_lse: u64,
     o: u64,
     lse: u64,
-    block_bytes: u64,
-    lse_offset: u64,
+    o_stride: u64,
+    lse_stride: u64,
     ranks: i32,
     batch: i32,
     sq: i32,
@@ -122,6 +123,107 @@ impl CpKernels {
             finish: m.function(&format!("cp_finish_{dt}"))?,
         })
     }
+}
+
+/// Partials of every rank, gathered by anyone (this crate's NCCL exchange, or a framework's
+/// collective such as `torch.distributed.all_gather_into_tensor`): rank `r`'s O
+/// `[B, Sq, Hq, D]` (16-bit) at `o + r * o_stride` bytes and its LSE `[B, Hq, Sq]` (f32, natural
+/// log, `-inf` for an empty slice) at `lse + r * lse_stride` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GatheredPartials {
+    /// Device address of rank 0's O.
+    pub o: u64,
+    /// Bytes from one rank's O to the next.
+    pub o_stride: u64,
+    /// Device address of rank 0's LSE.
+    pub lse: u64,
+    /// Bytes from one rank's LSE to the next.
+    pub lse_stride: u64,
+}
+
+impl CpKernels {
+    /// Enqueues the merge of `parts` (ranks folded in `order`, a permutation of `0..ranks`)
+    /// into O `[B, Sq, heads.1, D]` at `out.0` and LSE `[B, heads.1, Sq]` at `out.1`, for heads
+    /// `heads.0 ..` of `shape`, on `stream`. Checks the order, the heads and the head dim.
+    ///
+    /// # Safety
+    /// Every address is device memory of `gpu` holding the shapes above, 2-byte aligned (O) and
+    /// 4-byte aligned (LSE); `stream` belongs to `gpu`'s context.
+    #[allow(clippy::too_many_arguments)] // one argument per tensor group, as the kernel takes them
+    pub unsafe fn merge_gathered(
+        &self,
+        gpu: &Arc<Gpu>,
+        shape: &CpShape,
+        parts: &GatheredPartials,
+        order: &[usize],
+        heads: (usize, usize),
+        out: (u64, u64),
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let ranks = order.len();
+        let mut seen = [false; MAX_RANKS];
+        if ranks == 0
+            || ranks > MAX_RANKS
+            || order
+                .iter()
+                .any(|&r| r >= ranks || std::mem::replace(&mut seen[r], true))
+        {
+            return Err(CudaError::Plan(format!(
+                "merge order {order:?} is not a permutation of 0..{ranks} (1 to {MAX_RANKS} ranks)"
+            )));
+        }
+        if heads.0 + heads.1 > shape.heads_q || shape.head_dim > 256 || shape.head_dim == 0 {
+            return Err(CudaError::Plan(format!(
+                "output heads {}..{} of {} with head dim {} (at most 256)",
+                heads.0,
+                heads.0 + heads.1,
+                shape.heads_q,
+                shape.head_dim
+            )));
+        }
+        let mut ord = [0i32; MAX_RANKS];
+        for (dst, &r) in ord.iter_mut().zip(order) {
+            *dst = r as i32;
+        }
+        let mut prm = MergeParams {
+            part_o: parts.o,
+            part_lse: parts.lse,
+            o: out.0,
+            lse: out.1,
+            o_stride: parts.o_stride,
+            lse_stride: parts.lse_stride,
+            ranks: ranks as i32,
+            batch: shape.batch as i32,
+            sq: shape.seqlen_q as i32,
+            hq: shape.heads_q as i32,
+            d: shape.head_dim as i32,
+            h0: heads.0 as i32,
+            nh: heads.1 as i32,
+            reserved: 0,
+            order: ord,
+        };
+        let rows = shape.batch * shape.seqlen_q * heads.1;
+        unsafe { launch_rows(gpu, &self.merge, rows, &mut prm, stream) }
+    }
+}
+
+/// Enqueues `f` with one warp per row.
+///
+/// # Safety
+/// `P` is `f`'s parameter struct (repr(C), mirrored in cp_merge.cu) with valid addresses.
+unsafe fn launch_rows<P>(
+    gpu: &Arc<Gpu>,
+    f: &Function,
+    rows: usize,
+    prm: &mut P,
+    stream: sys::CUstream,
+) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let grid = (rows * 32).div_ceil(THREADS as usize) as u32;
+    let mut args = [prm as *mut P as *mut std::ffi::c_void];
+    unsafe { launch_on(gpu, f, (grid, THREADS), 0, stream, false, &mut args) }
 }
 
 /// Byte offsets of one rank's workspace (every region 256-byte aligned).
@@ -240,6 +342,11 @@ impl CpRank {
             shape: shape.clone(),
             comm,
         })
+    }
+
+    /// The merge kernels (for partials gathered by another transport).
+    pub fn kernels(&self) -> &CpKernels {
+        &self.kernels
     }
 
     /// The communicator.
@@ -486,7 +593,13 @@ impl CpRank {
                     d: s.head_dim as i32,
                 };
                 unsafe {
-                    self.launch_rows(&self.kernels.scale, s.rows(), &mut prm, stream)?;
+                    launch_rows(
+                        self.comm.gpu(),
+                        &self.kernels.scale,
+                        s.rows(),
+                        &mut prm,
+                        stream,
+                    )?;
                     self.comm.reduce_scatter(
                         workspace + l.scaled as u64,
                         workspace + l.summed as u64,
@@ -518,27 +631,24 @@ impl CpRank {
         let out_rows = s.batch * s.seqlen_q * nh;
         match step.plan.exchange {
             Exchange::AllGather => {
-                let mut order = [0i32; MAX_RANKS];
-                for (dst, &r) in order.iter_mut().zip(&step.plan.merge_order) {
-                    *dst = r as i32;
-                }
-                let mut prm = MergeParams {
-                    parts: workspace + l.parts as u64,
-                    o: t.o,
-                    lse: t.lse,
-                    block_bytes: l.block_bytes as u64,
-                    lse_offset: l.lse_offset as u64,
-                    ranks: step.plan.ranks as i32,
-                    batch: s.batch as i32,
-                    sq: s.seqlen_q as i32,
-                    hq: s.heads_q as i32,
-                    d: s.head_dim as i32,
-                    h0: h0 as i32,
-                    nh: nh as i32,
-                    reserved: 0,
-                    order,
+                let parts = workspace + l.parts as u64;
+                let g = GatheredPartials {
+                    o: parts,
+                    o_stride: l.block_bytes as u64,
+                    lse: parts + l.lse_offset as u64,
+                    lse_stride: l.block_bytes as u64,
                 };
-                unsafe { self.launch_rows(&self.kernels.merge, out_rows, &mut prm, stream) }
+                unsafe {
+                    self.kernels.merge_gathered(
+                        self.comm.gpu(),
+                        s,
+                        &g,
+                        &step.plan.merge_order,
+                        (h0, nh),
+                        (t.o, t.lse),
+                        stream,
+                    )
+                }
             }
             Exchange::ReduceScatterHeads => {
                 let mut prm = FinishParams {
@@ -553,35 +663,16 @@ impl CpRank {
                     h0: h0 as i32,
                     nh: nh as i32,
                 };
-                unsafe { self.launch_rows(&self.kernels.finish, out_rows, &mut prm, stream) }
+                unsafe {
+                    launch_rows(
+                        self.comm.gpu(),
+                        &self.kernels.finish,
+                        out_rows,
+                        &mut prm,
+                        stream,
+                    )
+                }
             }
-        }
-    }
-
-    /// One warp per row.
-    unsafe fn launch_rows<P>(
-        &self,
-        f: &Function,
-        rows: usize,
-        prm: &mut P,
-        stream: sys::CUstream,
-    ) -> Result<()> {
-        if rows == 0 {
-            return Ok(());
-        }
-        let grid = (rows * 32).div_ceil(THREADS as usize) as u32;
-        let mut args = [prm as *mut P as *mut std::ffi::c_void];
-        // SAFETY: P is the kernel's parameter struct (repr(C), mirrored in cp_merge.cu).
-        unsafe {
-            launch_on(
-                self.comm.gpu(),
-                f,
-                (grid, THREADS),
-                0,
-                stream,
-                false,
-                &mut args,
-            )
         }
     }
 }
@@ -592,10 +683,10 @@ mod tests {
 
     #[test]
     fn params_structs_match_the_kernel_layout() {
-        // 5 pointers/u64, 8 ints, the order array (see cp_merge.cu)
+        // 6 pointers/u64, 8 ints, the order array (see cp_merge.cu)
         assert_eq!(
             std::mem::size_of::<MergeParams>(),
-            5 * 8 + 8 * 4 + MAX_RANKS * 4
+            6 * 8 + 8 * 4 + MAX_RANKS * 4
         );
         assert_eq!(std::mem::size_of::<ScaleParams>(), 4 * 8 + 4 * 4);
         assert_eq!(std::mem::size_of::<FinishParams>(), 4 * 8 + 6 * 4);
