@@ -37,15 +37,15 @@ run() { # name, then the command
   summary+=("$name: exit $rc, $((SECONDS - t0)) s")
 }
 
-run tests-all-gpus timeout 150 "$B/gpu_cp" --include-ignored --test-threads=1 --nocapture
-FERRATTN_CP_RANKS=1 run tests-one-rank timeout 120 "$B/gpu_cp" --include-ignored --test-threads=1 --nocapture
-FERRATTN_CP_RANKS=1 FERRATTN_GPU_TEST_SCALE=small run memcheck-one-rank timeout 120 \
+run tests-all-gpus timeout 80 "$B/gpu_cp" --include-ignored --test-threads=1 --nocapture
+FERRATTN_CP_RANKS=1 run tests-one-rank timeout 50 "$B/gpu_cp" --include-ignored --test-threads=1 --nocapture
+FERRATTN_CP_RANKS=1 FERRATTN_GPU_TEST_SCALE=small run memcheck-one-rank timeout 60 \
   compute-sanitizer --tool memcheck --error-exitcode 9 "$B/gpu_cp" gpu_cp_sanitizer_small --exact --include-ignored --test-threads=1
-FERRATTN_CP_RANKS=1 run memcheck-merge-kernels timeout 90 \
+FERRATTN_CP_RANKS=1 run memcheck-merge-kernels timeout 40 \
   compute-sanitizer --tool memcheck --error-exitcode 9 --kernel-name kns=cp_ "$B/gpu_cp" gpu_cp_sanitizer_small --exact --include-ignored --test-threads=1
 echo "== cp_decode benchmark"
 t0=$SECONDS
-timeout "${BENCH_TIMEOUT:-200}" "$B/cp_decode" --out "$OUT/cp_decode.json" 2>&1 | tee "$OUT/bench.txt"
+timeout "${BENCH_TIMEOUT:-110}" "$B/cp_decode" --out "$OUT/cp_decode.json" 2>&1 | tee "$OUT/bench.txt"
 rc=${PIPESTATUS[0]}
 [ $rc -eq 0 ] || { status=1; summary+=("bench: exit $rc"); }
 summary+=("bench: exit $rc, $((SECONDS - t0)) s")
