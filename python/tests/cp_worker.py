@@ -14,15 +14,19 @@ from ferrattn.context_parallel import context_parallel_attention
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 cuts = [int(x) for x in os.environ["CP_CUTS"].split(",")]  # world + 1 cut points
-dist.init_process_group("gloo", rank=rank, world_size=world)
+cuda = os.environ.get("CP_DEVICE") == "cuda"  # NCCL group, one GPU per rank, f16 Lean on CUDA
+if cuda:
+    torch.cuda.set_device(rank)
+dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
 rng = np.random.default_rng(14)
 b, sk, hq, hk, d = 2, cuts[-1], 8, 2, 64
-q = torch.from_numpy(rng.standard_normal((b, 1, hq, d)).astype(np.float32))
-k = torch.from_numpy(rng.standard_normal((b, sk, hk, d)).astype(np.float32))
-v = torch.from_numpy(rng.standard_normal((b, sk, hk, d)).astype(np.float32))
+dt, dev = (torch.float16, f"cuda:{rank}") if cuda else (torch.float32, "cpu")
+t = lambda shape: torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(dev, dt)
+q, k, v = t((b, 1, hq, d)), t((b, sk, hk, d)), t((b, sk, hk, d))
 lo, hi = cuts[rank], cuts[rank + 1]
 o, lse = context_parallel_attention(q, k[:, lo:hi].contiguous(), v[:, lo:hi].contiguous())
 wo, wl = ferrattn.attention(q, k, v, "lean", return_lse=True)
-np.savez(os.path.join(os.environ["CP_OUT"], f"rank{rank}.npz"), o=o.numpy(), lse=lse.numpy(), wo=wo.numpy(), wl=wl.numpy())
+h = lambda x: x.float().cpu().numpy()
+np.savez(os.path.join(os.environ["CP_OUT"], f"rank{rank}.npz"), o=h(o), lse=h(lse), wo=h(wo), wl=h(wl))
 dist.destroy_process_group()
 sys.exit(0)

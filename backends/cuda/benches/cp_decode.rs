@@ -10,7 +10,8 @@
 //!   head groups' sequences further);
 //! - `llama3-70b`: 64 / 8 heads, d 128 (no tensor parallelism: the largest per-GPU KV stream).
 //!
-//! Contexts 128k, 512k and 1M tokens, batch 1 and 8, bf16, contiguous K/V filled on the device.
+//! Contexts 128k, 1M and 512k tokens (in that order), batch 1 and 8, bf16, contiguous K/V filled
+//! on the device once per GPU (each configuration reads a prefix of it).
 //! Method: warm-up, then batches of back-to-back launches between CUDA events on each rank's
 //! stream (eager: NCCL calls and the cooperative Lean launch both capture, but eager keeps the
 //! phases separately timeable), all ranks released together by a barrier; the median over
@@ -21,13 +22,15 @@
 //!
 //! Usage: `cp_decode [--quick] [--out FILE]`
 
-use ferrattn_core::cp::{self, CpRequest, CpShape, Exchange, OutputPlacement};
+use ferrattn_core::cp::{self, CpPlan, CpRequest, CpShape, Exchange, OutputPlacement};
 use ferrattn_core::{lean, AttentionProblem, DType};
 use ferrattn_cuda::cp::{CpRank, CpTensors};
 use ferrattn_cuda::nccl::{self, Communicator};
-use ferrattn_cuda::{CudaBackend, DeviceBuffer, Event, KvStorage};
-use std::fmt::Write as _;
-use std::sync::{Arc, Barrier};
+use ferrattn_cuda::{
+    CudaBackend, DeviceBuffer, Event, KvStorage, LeanInstance, LeanStepPlan, LeanTensors,
+};
+use std::sync::{mpsc, Arc, Barrier};
+use std::time::Instant;
 
 fn median(mut x: Vec<f32>) -> f32 {
     x.sort_by(|a, b| a.total_cmp(b));
@@ -71,7 +74,116 @@ struct CpTimes {
     merge: f32,
 }
 
+/// One configuration: shape name, query heads, KV heads, context, batch.
+type Config = (&'static str, usize, usize, usize, usize);
+
+const D: usize = 128;
+const DTYPE: DType = DType::BF16;
+
+fn plan_of(c: &Config, ranks: usize, copy_gbs: f64) -> CpPlan {
+    let &(_, hq, hk, ctx, batch) = c;
+    let shape = CpShape {
+        batch,
+        seqlen_q: 1,
+        heads_q: hq,
+        heads_kv: hk,
+        head_dim: D,
+        dtype: DTYPE,
+        causal: false,
+    };
+    // equal GPUs: the keys split evenly, on 64-token boundaries
+    let bw = vec![copy_gbs / 2.0; ranks];
+    let req = CpRequest {
+        shape,
+        kv_lens: cp::split_by_bandwidth(&vec![ctx; batch], &bw, 64).expect("split"),
+        bandwidth_gbs: bw,
+        output: OutputPlacement::Replicated,
+    };
+    cp::plan(&req).expect("cp plan")
+}
+
+/// Single-GPU Lean over `[batch, ctx]` keys read from the prefix of `x`'s K/V (rank 0 only).
+fn single_gpu_ms(
+    be: &CudaBackend,
+    x: &ferrattn_cuda::DeviceInputs,
+    c: &Config,
+) -> ferrattn_cuda::Result<f32> {
+    let &(_, hq, hk, ctx, batch) = c;
+    let gpu = be.gpu()?.clone();
+    let p = AttentionProblem::uniform(batch, 1, ctx, hq, hk, D, D, DTYPE);
+    let lp = lean::plan(&p, &gpu.caps)?;
+    let lk = be.lean_kernels(LeanInstance::new(DTYPE, D, lp.tile_m)?)?;
+    let step = LeanStepPlan::new(&p, &lp, KvStorage::Contiguous, 0)?;
+    let ws = DeviceBuffer::alloc(&gpu, step.workspace_bytes())?;
+    let o = DeviceBuffer::alloc(&gpu, batch * hq * D * 2)?;
+    let l = DeviceBuffer::alloc(&gpu, batch * hq * 4)?;
+    let t = LeanTensors {
+        q: x.q().ptr(),
+        k: x.k().ptr(),
+        v: x.v().ptr(),
+        o: o.ptr(),
+        lse: l.ptr(),
+    };
+    let st = gpu.raw_stream();
+    // SAFETY: the prefix of x's K/V holds [batch, ctx, hk, D]; buffers allocated above.
+    unsafe { lk.upload(&step, ws.ptr(), st)? };
+    let run = || unsafe { lk.run(&step, &t, ws.ptr(), st) };
+    run()?;
+    let one = time_ms(&gpu, None, 1, 3, run)?;
+    time_ms(&gpu, None, iters_for(one), 7, run)
+}
+
+/// Rank `r`'s times for `c` (every rank calls it for the same configuration).
+fn cp_times(
+    be: &CudaBackend,
+    comm: &Arc<Communicator>,
+    x: &ferrattn_cuda::DeviceInputs,
+    plan: &CpPlan,
+    r: usize,
+    barrier: &Barrier,
+) -> ferrattn_cuda::Result<CpTimes> {
+    let gpu = be.gpu()?.clone();
+    let shape = &plan.request.shape;
+    let rank = CpRank::new(be, comm.clone(), shape)?;
+    let max_local = plan.local_lens(r).into_iter().max().unwrap_or(0).max(1);
+    let step = rank.plan_step(plan, KvStorage::Contiguous, max_local)?;
+    let (_, nh) = step.output_heads();
+    let o = DeviceBuffer::alloc(&gpu, shape.batch * nh * D * 2)?;
+    let l = DeviceBuffer::alloc(&gpu, shape.batch * nh * 4)?;
+    let ws = DeviceBuffer::alloc(&gpu, step.workspace_bytes())?;
+    let t = CpTensors {
+        q: x.q().ptr(),
+        k: x.k().ptr(),
+        v: x.v().ptr(),
+        o: o.ptr(),
+        lse: l.ptr(),
+    };
+    let st = gpu.raw_stream();
+    let w = ws.ptr();
+    // SAFETY: the prefix of x's K/V holds [batch, max_local, hk, D]; buffers allocated above.
+    unsafe { rank.upload(&step, w, st)? };
+    let run = || unsafe { rank.run(&step, &t, w, st) };
+    for _ in 0..3 {
+        run()?;
+    }
+    let one = time_ms(&gpu, Some(barrier), 1, 3, run)?;
+    let n = iters_for(one);
+    Ok(CpTimes {
+        step: time_ms(&gpu, Some(barrier), n, 7, run)?,
+        attend: time_ms(&gpu, Some(barrier), n, 5, || unsafe {
+            rank.attend(&step, &t, w, st)
+        })?,
+        exchange: time_ms(&gpu, Some(barrier), n, 5, || unsafe {
+            rank.exchange(&step, w, st)
+        })?,
+        merge: time_ms(&gpu, Some(barrier), n, 5, || unsafe {
+            rank.merge(&step, &t, w, st)
+        })?,
+    })
+}
+
 fn main() {
+    let start = Instant::now();
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let out_path = args
@@ -122,7 +234,11 @@ fn main() {
         "cp_decode: {ranks} x {}, NCCL {} ({}), copy ceiling {copy_gbs:.0} GB/s per GPU",
         g0.caps.name, nccl.version, nccl.source
     );
-    let shapes: Vec<(&str, usize, usize)> = vec![
+    eprintln!(
+        "[{:.1} s] communicator ready",
+        start.elapsed().as_secs_f32()
+    );
+    let shapes: [(&str, usize, usize); 3] = [
         ("llama3-8b", 32, 8),
         ("llama3-70b-tp8", 8, 1),
         ("llama3-70b", 64, 8),
@@ -130,170 +246,122 @@ fn main() {
     let contexts: &[usize] = if quick {
         &[131_072]
     } else {
-        &[131_072, 524_288, 1_048_576]
+        &[131_072, 1_048_576, 524_288]
     };
-    let batches: &[usize] = &[1, 8];
+    let mut configs: Vec<Config> = Vec::new();
+    for &ctx in contexts {
+        for &(name, hq, hk) in &shapes {
+            for batch in [1, 8] {
+                configs.push((name, hq, hk, ctx, batch));
+            }
+        }
+    }
+    let plans: Vec<CpPlan> = configs
+        .iter()
+        .map(|c| plan_of(c, ranks, copy_gbs))
+        .collect();
+    // K/V of every GPU filled once, each configuration reads a prefix: [8, max, 8, 128]
+    let max_heads = (8, 64, 8);
+    let max_ctx = *contexts.iter().max().unwrap();
+    let max_local = plans
+        .iter()
+        .flat_map(|p| (0..ranks).map(move |r| p.local_lens(r).into_iter().max().unwrap_or(0)))
+        .max()
+        .unwrap_or(1)
+        .max(1);
     println!(
         "{:<15} {:>2} {:>8} | {:>9} | {:>9} {:>8} {:>8} {:>8} | {:>6} {:>6} {:>6} | exchange",
         "shape", "B", "ctx", "1 GPU ms", "CP ms", "lean", "nccl", "merge", "eff", "%flr1", "%flrR"
     );
-    let mut json = String::from("[\n");
-    for &(name, hq, hk) in &shapes {
-        for &ctx in contexts {
-            for &batch in batches {
-                let d = 128;
-                let dtype = DType::BF16;
-                let kv_bytes = (batch * ctx * hk * d * 2 * dtype.size_bytes()) as f64;
-                // single GPU, whole cache
-                let t1 = {
-                    let b0 = &backends[0];
-                    let p = AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, dtype);
-                    let plan =
-                        ferrattn_core::plan(ferrattn_core::Algorithm::Lean, &p, &g0.caps).unwrap();
-                    let x = b0.random_inputs(&p, 1, 1.0).unwrap();
-                    let prep = b0.prepare(&plan).unwrap();
-                    let mut out = b0.alloc_outputs(&p).unwrap();
-                    let one = time_ms(g0, None, 1, 3, || b0.launch(&prep, &x, &mut out)).unwrap();
-                    time_ms(g0, None, iters_for(one), 7, || {
-                        b0.launch(&prep, &x, &mut out)
-                    })
-                    .unwrap()
-                };
-                // context parallel over every GPU, keys split evenly (equal bandwidths)
-                let shape = CpShape {
-                    batch,
-                    seqlen_q: 1,
-                    heads_q: hq,
-                    heads_kv: hk,
-                    head_dim: d,
-                    dtype,
-                    causal: false,
-                };
-                let bw = vec![copy_gbs / 2.0; ranks];
-                let req = CpRequest {
-                    shape: shape.clone(),
-                    kv_lens: cp::split_by_bandwidth(&vec![ctx; batch], &bw, 64).unwrap(),
-                    bandwidth_gbs: bw,
-                    output: OutputPlacement::Replicated,
-                };
-                let plan = cp::plan(&req).unwrap();
-                let barrier = Barrier::new(ranks);
-                let times: Vec<CpTimes> = std::thread::scope(|s| {
-                    let hs: Vec<_> = (0..ranks)
-                        .map(|r| {
-                            let (be, comm, plan, shape, barrier) =
-                                (&backends[r], comms[r].clone(), &plan, &shape, &barrier);
-                            s.spawn(move || -> ferrattn_cuda::Result<CpTimes> {
-                                let gpu = be.gpu()?.clone();
-                                let rank = CpRank::new(be, comm, shape)?;
-                                let lens = plan.local_lens(r);
-                                let max_local = lens.iter().copied().max().unwrap_or(0).max(1);
-                                let mut lp = AttentionProblem::uniform(
-                                    batch, 1, max_local, hq, hk, d, d, dtype,
-                                );
-                                lp.seqlens_k = lens;
-                                let x = be.random_inputs(&lp, 1, 1.0)?;
-                                let step =
-                                    rank.plan_step(plan, KvStorage::Contiguous, max_local)?;
-                                let (_, nh) = step.output_heads();
-                                let o = DeviceBuffer::alloc(&gpu, batch * nh * d * 2)?;
-                                let l = DeviceBuffer::alloc(&gpu, batch * nh * 4)?;
-                                let ws = DeviceBuffer::alloc(&gpu, step.workspace_bytes())?;
-                                let t = CpTensors {
-                                    q: x.q().ptr(),
-                                    k: x.k().ptr(),
-                                    v: x.v().ptr(),
-                                    o: o.ptr(),
-                                    lse: l.ptr(),
-                                };
-                                let st = gpu.raw_stream();
-                                let w = ws.ptr();
-                                // SAFETY: buffers allocated above for this step on this GPU.
-                                unsafe { rank.upload(&step, w, st)? };
-                                let run = || unsafe { rank.run(&step, &t, w, st) };
-                                for _ in 0..3 {
-                                    run()?;
-                                }
-                                let one = time_ms(&gpu, Some(barrier), 1, 3, run)?;
-                                let n = iters_for(one);
-                                let step_ms = time_ms(&gpu, Some(barrier), n, 7, run)?;
-                                let attend = time_ms(&gpu, Some(barrier), n, 5, || unsafe {
-                                    rank.attend(&step, &t, w, st)
-                                })?;
-                                let exchange = time_ms(&gpu, Some(barrier), n, 5, || unsafe {
-                                    rank.exchange(&step, w, st)
-                                })?;
-                                let merge = time_ms(&gpu, Some(barrier), n, 5, || unsafe {
-                                    rank.merge(&step, &t, w, st)
-                                })?;
-                                Ok(CpTimes {
-                                    step: step_ms,
-                                    attend,
-                                    exchange,
-                                    merge,
-                                })
-                            })
-                        })
-                        .collect();
-                    hs.into_iter()
-                        .map(|h| h.join().expect("rank thread").expect("rank run"))
-                        .collect()
+    let barrier = Barrier::new(ranks);
+    let (tx, rx) = mpsc::channel::<(usize, usize, CpTimes, Option<f32>)>();
+    let mut rows = Vec::new();
+    std::thread::scope(|s| {
+        for r in 0..ranks {
+            let (be, comm, plans, configs, barrier, tx) = (
+                &backends[r],
+                &comms[r],
+                &plans,
+                &configs,
+                &barrier,
+                tx.clone(),
+            );
+            s.spawn(move || {
+                let (b, hq, hk) = max_heads;
+                let local = AttentionProblem::uniform(b, 1, max_local, hq, hk, D, D, DTYPE);
+                let x = be.random_inputs(&local, 1, 1.0).expect("local K/V");
+                let whole = (r == 0).then(|| {
+                    let p = AttentionProblem::uniform(b, 1, max_ctx, hq, hk, D, D, DTYPE);
+                    be.random_inputs(&p, 2, 1.0).expect("whole K/V")
                 });
-                let slowest = |f: fn(&CpTimes) -> f32| times.iter().map(f).fold(0f32, f32::max);
-                let tr = CpTimes {
-                    step: slowest(|t| t.step),
-                    attend: slowest(|t| t.attend),
-                    exchange: slowest(|t| t.exchange),
-                    merge: slowest(|t| t.merge),
-                };
-                let floor1_ms = kv_bytes / (copy_gbs * 1e6);
-                let floor_r_ms = floor1_ms / ranks as f64;
-                let eff = t1 as f64 / (ranks as f64 * tr.step as f64);
-                println!(
-                    "{name:<15} {batch:>2} {ctx:>8} | {t1:>9.3} | {:>9.3} {:>8.3} {:>8.3} {:>8.3} | {:>6.2} {:>6.1} {:>6.1} | {:?}",
-                    tr.step,
-                    tr.attend,
-                    tr.exchange,
-                    tr.merge,
-                    eff,
-                    100.0 * floor1_ms / t1 as f64,
-                    100.0 * floor_r_ms / tr.step as f64,
-                    plan.exchange
-                );
-                let _ = writeln!(
-                    json,
-                    "  {{\"shape\": \"{name}\", \"heads_q\": {hq}, \"heads_kv\": {hk}, \"head_dim\": {d}, \"dtype\": \"bf16\", \"batch\": {batch}, \"context\": {ctx}, \"ranks\": {ranks}, \"kv_bytes\": {kv_bytes}, \"single_gpu_ms\": {t1}, \"cp_step_ms\": {}, \"cp_lean_ms\": {}, \"cp_exchange_ms\": {}, \"cp_merge_ms\": {}, \"per_rank_step_ms\": {:?}, \"scaling_efficiency\": {eff}, \"floor_1gpu_ms\": {floor1_ms}, \"floor_ranks_ms\": {floor_r_ms}, \"copy_gbs\": {copy_gbs}, \"exchange\": \"{:?}\", \"exchange_bytes_per_rank\": {}, \"lean_plan_ctas\": {}}},",
-                    tr.step,
-                    tr.attend,
-                    tr.exchange,
-                    tr.merge,
-                    times.iter().map(|t| t.step).collect::<Vec<_>>(),
-                    plan.exchange,
-                    match plan.exchange {
-                        Exchange::AllGather => plan.bytes.all_gather,
-                        Exchange::ReduceScatterHeads => plan.bytes.reduce_scatter_heads.unwrap_or(0),
-                    },
-                    lean::plan(
-                        &{
-                            let mut p = AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, dtype);
-                            p.seqlens_k = vec![ctx; batch];
-                            p
-                        },
-                        &g0.caps
-                    )
-                    .map(|l| l.num_ctas)
-                    .unwrap_or(0)
-                );
+                if r == 0 {
+                    eprintln!("[{:.1} s] K/V filled", start.elapsed().as_secs_f32());
+                }
+                for (i, (c, plan)) in configs.iter().zip(plans).enumerate() {
+                    let t1 = whole
+                        .as_ref()
+                        .map(|w| single_gpu_ms(be, w, c).expect("single-GPU Lean"));
+                    barrier.wait();
+                    let t = cp_times(be, comm, &x, plan, r, barrier).expect("cp step");
+                    tx.send((i, r, t, t1)).expect("report");
+                }
+            });
+        }
+        drop(tx);
+        let mut got: Vec<Vec<(usize, CpTimes)>> = vec![Vec::new(); configs.len()];
+        let mut single: Vec<f32> = vec![0.0; configs.len()];
+        for (i, r, t, t1) in rx {
+            if let Some(t1) = t1 {
+                single[i] = t1;
+            }
+            got[i].push((r, t));
+            if got[i].len() < ranks {
+                continue;
+            }
+            let &(name, hq, hk, ctx, batch) = &configs[i];
+            let plan = &plans[i];
+            let times: Vec<CpTimes> = {
+                let mut v = got[i].clone();
+                v.sort_by_key(|x| x.0);
+                v.into_iter().map(|x| x.1).collect()
+            };
+            let slowest = |f: fn(&CpTimes) -> f32| times.iter().map(f).fold(0f32, f32::max);
+            let tr = CpTimes {
+                step: slowest(|t| t.step),
+                attend: slowest(|t| t.attend),
+                exchange: slowest(|t| t.exchange),
+                merge: slowest(|t| t.merge),
+            };
+            let t1 = single[i];
+            let kv_bytes = (batch * ctx * hk * D * 2 * DTYPE.size_bytes()) as f64;
+            let floor1_ms = kv_bytes / (copy_gbs * 1e6);
+            let floor_r_ms = floor1_ms / ranks as f64;
+            let eff = t1 as f64 / (ranks as f64 * tr.step as f64);
+            println!(
+                "{name:<15} {batch:>2} {ctx:>8} | {t1:>9.3} | {:>9.3} {:>8.3} {:>8.3} {:>8.3} | {:>6.2} {:>6.1} {:>6.1} | {:?}",
+                tr.step, tr.attend, tr.exchange, tr.merge, eff,
+                100.0 * floor1_ms / t1 as f64,
+                100.0 * floor_r_ms / tr.step as f64,
+                plan.exchange
+            );
+            eprintln!("[{:.1} s] row {i} done", start.elapsed().as_secs_f32());
+            rows.push(format!(
+                "  {{\"shape\": \"{name}\", \"heads_q\": {hq}, \"heads_kv\": {hk}, \"head_dim\": {D}, \"dtype\": \"bf16\", \"batch\": {batch}, \"context\": {ctx}, \"ranks\": {ranks}, \"kv_bytes\": {kv_bytes}, \"single_gpu_ms\": {t1}, \"cp_step_ms\": {}, \"cp_lean_ms\": {}, \"cp_exchange_ms\": {}, \"cp_merge_ms\": {}, \"per_rank_step_ms\": {:?}, \"scaling_efficiency\": {eff}, \"floor_1gpu_ms\": {floor1_ms}, \"floor_ranks_ms\": {floor_r_ms}, \"copy_gbs\": {copy_gbs}, \"exchange\": \"{:?}\", \"exchange_bytes_per_rank\": {}}}",
+                tr.step, tr.attend, tr.exchange, tr.merge,
+                times.iter().map(|t| t.step).collect::<Vec<_>>(),
+                plan.exchange,
+                match plan.exchange {
+                    Exchange::AllGather => plan.bytes.all_gather,
+                    Exchange::ReduceScatterHeads => plan.bytes.reduce_scatter_heads.unwrap_or(0),
+                }
+            ));
+            // rewritten after every row: a run stopped by its time limit keeps what it measured
+            if let Some(p) = &out_path {
+                std::fs::write(p, format!("[\n{}\n]\n", rows.join(",\n"))).expect("write --out");
             }
         }
-    }
-    if json.ends_with(",\n") {
-        json.truncate(json.len() - 2);
-        json.push('\n');
-    }
-    json.push_str("]\n");
+    });
     if let Some(p) = out_path {
-        std::fs::write(&p, json).expect("write --out");
-        println!("wrote {p}");
+        println!("wrote {p} ({} rows)", rows.len());
     }
 }
