@@ -166,8 +166,12 @@ fn cp_times(
     for _ in 0..3 {
         run()?;
     }
-    let one = time_ms(&gpu, Some(barrier), 1, 3, run)?;
-    let n = iters_for(one);
+    // every rank must enqueue the same number of collectives: the count comes from the plan
+    // (the slowest rank's predicted attention time plus the exchange and merge, about 20 us),
+    // never from a rank's own measurement (2026-11-23: per-rank counts differed on one shape,
+    // the surplus all-gathers of one rank waited for collectives the other never issued)
+    let predicted_ms = plan.attention_us.iter().cloned().fold(0.0, f64::max) / 1e3 + 0.02;
+    let n = iters_for(predicted_ms as f32);
     Ok(CpTimes {
         step: time_ms(&gpu, Some(barrier), n, 7, run)?,
         attend: time_ms(&gpu, Some(barrier), n, 5, || unsafe {
