@@ -88,5 +88,8 @@ pub fn merge_states<'py>(
         dtype: DType::F32,
         data: ml,
     };
-    Ok((deliver(out.as_ref(), &o_t)?, deliver(out_lse.as_ref(), &l_t)?))
+    Ok((
+        deliver(out.as_ref(), &o_t)?,
+        deliver(out_lse.as_ref(), &l_t)?,
+    ))
 }
