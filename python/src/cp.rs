@@ -4,7 +4,7 @@
 //! partials with the caller's `torch.distributed` process group and merges them here.
 
 use crate::dlpack::{same_device, Device, View};
-use crate::error::{BoundaryError, Result};
+use crate::error::BoundaryError;
 use crate::host;
 use crate::ops::{deliver, Outputs};
 use ferrattn_core::cp::{merge_partials, CpShape};
