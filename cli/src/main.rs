@@ -29,8 +29,9 @@ struct Cli {
 enum Cmd {
     /// List the backends, their hardware, and why any is unavailable.
     Devices,
-    /// Print the plan for a problem as JSON.
-    Plan(ProblemArgs),
+    /// Print the plan for a problem as JSON (with --cp-ranks or --cp-kv-lens: the context-parallel
+    /// plan over several GPUs).
+    Plan(PlanArgs),
     /// Run attention and report its error against the exact f64 golden and its time. States the
     /// tolerance it judges against and exits with status 2 when the result misses it.
     Run(RunArgs),
@@ -88,6 +89,32 @@ struct ProblemArgs {
     /// Seed of random inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    problem: ProblemArgs,
+    #[command(flatten)]
+    cp: CpArgs,
+}
+
+/// Context-parallel decode (ferrattn_core::cp): the problem's sequences split over ranks.
+#[derive(Args)]
+struct CpArgs {
+    /// Ranks to split each sequence over, in proportion to --cp-bandwidth.
+    #[arg(long, conflicts_with = "cp_kv_lens")]
+    cp_ranks: Option<usize>,
+    /// Keys each rank already holds: one comma-separated row per rank, rows separated by ';'
+    /// (e.g. "4096,0;1000,37": rank 0 holds 4096 keys of sequence 0, none of sequence 1).
+    #[arg(long)]
+    cp_kv_lens: Option<String>,
+    /// Read bandwidth per rank in GB/s, comma separated (default 4800 each, an H200).
+    #[arg(long, value_delimiter = ',')]
+    cp_bandwidth: Option<Vec<f64>>,
+    /// Where the output goes: replicated (every rank) or head-sharded.
+    #[arg(long, default_value = "replicated", value_parser = ["replicated", "head-sharded"])]
+    cp_output: String,
 }
 
 #[derive(Args)]
@@ -781,11 +808,73 @@ fn select(a: &ProblemArgs) -> ferrattn_cli::Result<Runtime> {
 }
 
 /// `ferrattn plan`: the plan of the problem the arguments describe; draws no random tensors.
-fn cmd_plan(a: &ProblemArgs) -> ferrattn_cli::Result<()> {
+fn cmd_plan(args: &PlanArgs) -> ferrattn_cli::Result<()> {
+    let a = &args.problem;
     let (problem, _) = problem_of(a, false, 0)?;
+    if args.cp.cp_ranks.is_some() || args.cp.cp_kv_lens.is_some() {
+        let plan = cp_plan(&problem, &args.cp)?;
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&plan).expect("a plan serialises")
+        );
+        return Ok(());
+    }
     let plan = select(a)?.plan(a.algo, &problem)?;
     println!("{}", plan.to_json());
     Ok(())
+}
+
+fn cp_plan(p: &AttentionProblem, a: &CpArgs) -> ferrattn_cli::Result<ferrattn_core::cp::CpPlan> {
+    use ferrattn_core::cp;
+    let kv_lens = match (&a.cp_kv_lens, a.cp_ranks) {
+        (Some(rows), _) => rows
+            .split(';')
+            .map(|row| {
+                row.split(',')
+                    .map(|x| x.trim().parse::<usize>())
+                    .collect::<std::result::Result<Vec<usize>, _>>()
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| ferrattn_core::CoreError::BadValue {
+                what: "--cp-kv-lens".into(),
+                value: rows.clone(),
+                requirement: format!("rows of comma-separated key counts separated by ';' ({e})"),
+            })?,
+        (None, Some(r)) => {
+            let bw = a.cp_bandwidth.clone().unwrap_or(vec![4800.0; r]);
+            if bw.len() != r {
+                return Err(ferrattn_core::CoreError::BadLength {
+                    what: "--cp-bandwidth entries".into(),
+                    value: bw.len() as i64,
+                    requirement: format!("{r}, one per rank of --cp-ranks"),
+                }
+                .into());
+            }
+            // boundaries on 64 tokens: a page of FlashMLA's size, four of vLLM's
+            cp::split_by_bandwidth(&p.seqlens_k, &bw, 64)?
+        }
+        (None, None) => unreachable!("cmd_plan asks for a cp plan only with one of them"),
+    };
+    let ranks = kv_lens.len();
+    let req = cp::CpRequest {
+        shape: cp::CpShape {
+            batch: p.batch,
+            seqlen_q: p.max_seqlen_q,
+            heads_q: p.heads_q,
+            heads_kv: p.heads_kv,
+            head_dim: p.head_dim_v,
+            dtype: p.dtype,
+            causal: p.causal,
+        },
+        kv_lens,
+        bandwidth_gbs: a.cp_bandwidth.clone().unwrap_or(vec![4800.0; ranks]),
+        output: if a.cp_output == "head-sharded" {
+            cp::OutputPlacement::HeadSharded
+        } else {
+            cp::OutputPlacement::Replicated
+        },
+    };
+    Ok(cp::plan(&req)?)
 }
 
 fn cmd_devices() {

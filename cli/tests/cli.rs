@@ -299,3 +299,55 @@ fn every_run_says_what_ran_it() {
     let (ok, _, err) = ferrattn(&["sim", "amla", "--sq", "3"]);
     assert!(!ok && err.contains("sq 1 or 2"), "{err}");
 }
+
+/// Issue 14: `ferrattn plan` with context-parallel options prints the CP plan (split by
+/// bandwidth, or the shards given), and refuses bad options with the values.
+#[test]
+fn plan_prints_the_context_parallel_plan() {
+    let (ok, out, err) = ferrattn(&[
+        "plan",
+        "--algo",
+        "lean",
+        "--random",
+        "2,1,1000,8,2,64",
+        "--seqlens-k",
+        "1000,37",
+        "--cp-ranks",
+        "2",
+        "--cp-bandwidth",
+        "4800,2400",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ranks"], 2);
+    assert_eq!(v["exchange"], "all_gather");
+    // 2:1 of 1000 keys on 64-token boundaries: 640 + 360
+    assert_eq!(v["shards"][0][0]["len"], 640);
+    assert_eq!(v["shards"][1][0]["start"], 640);
+    let (ok, out, err) = ferrattn(&[
+        "plan",
+        "--algo",
+        "lean",
+        "--random",
+        "2,1,1000,8,2,64",
+        "--cp-kv-lens",
+        "1000,0;0,0;0,1000;0,0",
+        "--cp-output",
+        "head-sharded",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["exchange"], "reduce_scatter_heads", "{out}");
+    let (ok, _, err) = ferrattn(&[
+        "plan",
+        "--algo",
+        "lean",
+        "--random",
+        "1,1,100,8,2,64",
+        "--cp-ranks",
+        "3",
+        "--cp-bandwidth",
+        "1,2",
+    ]);
+    assert!(!ok && err.contains("--cp-bandwidth entries is 2"), "{err}");
+}

@@ -10,6 +10,7 @@ pub mod amla;
 pub mod backend;
 pub mod caps;
 pub mod compare;
+pub mod cp;
 pub mod dtype;
 pub mod error;
 pub mod golden;

@@ -25,6 +25,8 @@ from ._ferrattn import (
     cpu_threads,
 )
 from ._api import ALGORITHMS, BatchDecodeWithPagedKVCacheWrapper, TurboCache, attention
+from . import context_parallel
+from .context_parallel import merge_states
 from . import _lazy
 
 
@@ -59,4 +61,6 @@ __all__ = [
     "TurboCache",
     "UnsupportedError",
     "attention",
+    "context_parallel",
+    "merge_states",
 ]

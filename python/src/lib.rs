@@ -6,6 +6,7 @@
 //! picks the stream, allocates outputs through the caller's framework and registers the torch
 //! and transformers integrations.
 
+mod cp;
 mod cuda;
 mod dlpack;
 mod error;
@@ -21,6 +22,7 @@ fn _ferrattn(py: Python<'_>, m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::attention, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::probe_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(ops::cpu_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(cp::merge_states, m)?)?;
     m.add_class::<ops::PagedDecodePlan>()?;
     m.add_class::<ops::TurboCache>()?;
     m.add_class::<ops::DeviceDecode>()?;

@@ -17,7 +17,7 @@ use ferrattn_core::{AttentionInputs, AttentionOptions, AttentionOutput, DType, T
 use pyo3::prelude::*;
 
 /// Outputs of a call: each either written into the caller's tensor (`None`) or a new host tensor.
-type Outputs = (Option<Exported>, Option<Exported>);
+pub(crate) type Outputs = (Option<Exported>, Option<Exported>);
 
 fn algorithm(name: &str) -> Result<Algorithm> {
     match Algorithm::parse(name) {
@@ -49,7 +49,7 @@ pub fn cpu_threads() -> PyResult<usize> {
 }
 
 /// Writes `t` into the caller's `out` view when given, else hands it back as a new host tensor.
-fn deliver(out: Option<&View<'_>>, t: &Tensor) -> Result<Option<Exported>> {
+pub(crate) fn deliver(out: Option<&View<'_>>, t: &Tensor) -> Result<Option<Exported>> {
     match out {
         Some(v) => {
             host::write(v, t)?;

@@ -22,6 +22,16 @@ pub enum CudaError {
         /// `cuGetErrorName` of the code.
         name: String,
     },
+    /// An NCCL call failed.
+    #[error("{api} failed with ncclResult_t {code} ({message})")]
+    Nccl {
+        /// The NCCL entry point, e.g. `ncclAllGather`.
+        api: &'static str,
+        /// The numeric `ncclResult_t`.
+        code: u32,
+        /// `ncclGetErrorString` of the code.
+        message: String,
+    },
     /// NVRTC could not compile an embedded kernel source.
     #[error("NVRTC failed to compile {image} for {arch}: {log}")]
     Nvrtc {

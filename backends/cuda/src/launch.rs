@@ -287,7 +287,7 @@ pub(crate) fn launch_raw(
 /// # Safety
 /// `args` point at live values matching the kernel's parameter list; `stream` is a stream of
 /// this GPU's context (or null, the legacy default stream).
-unsafe fn launch_on(
+pub(crate) unsafe fn launch_on(
     gpu: &Arc<Gpu>,
     f: &Function,
     (grid, block): (u32, u32),

@@ -21,10 +21,12 @@
 //! println!("{:?}", gpu.availability());
 //! ```
 
+pub mod cp;
 pub mod device;
 pub mod error;
 pub mod kernels;
 pub mod launch;
+pub mod nccl;
 pub mod turbo;
 pub mod turboquant;
 

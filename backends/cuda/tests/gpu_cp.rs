@@ -1,0 +1,522 @@
+//! GPU tests of context-parallel decode (`ferrattn_cuda::cp`, NCCL): one thread and one GPU per
+//! rank, over every GPU the machine has (or `FERRATTN_CP_RANKS` of them). With one GPU a
+//! one-rank communicator runs the whole path (Lean, NCCL all-gather / all-reduce /
+//! reduce-scatter, merge); with more, the same cases split the keys over all of them.
+//!
+//! Each case checks, per rank:
+//! - the merge kernel against the CPU twin (`ferrattn_core::cp::merge_partials`) over the very
+//!   partials the ranks produced: within one rounding of the dtype;
+//! - the result against single-GPU Lean over the whole cache on GPU 0: within the rounding of
+//!   the partials to the dtype plus the output's own (see `docs/CONTEXT_PARALLEL.md`);
+//! - the result against the f64 golden reference (small cases) with the dtype's tolerance;
+//! - replicated outputs: every rank's O and LSE are the same bits (same merge order).
+//!
+//! Without a GPU or without libnccl every test prints `SKIPPED <test>: <reason>` and passes
+//! (`scripts/gpu-run.sh` fails a GPU run on that line).
+
+use ferrattn_core::backend::LeanDecode;
+use ferrattn_core::cp::{self, CpRequest, CpShape, Exchange, OutputPlacement};
+use ferrattn_core::{
+    golden, Algorithm, AttentionInputs, AttentionProblem, Comparison, DType, Tensor, Tolerance,
+};
+use ferrattn_cuda::cp::{CpRank, CpTensors};
+use ferrattn_cuda::nccl::{self, Communicator};
+use ferrattn_cuda::{CudaBackend, DeviceBuffer, KvStorage, Paging};
+use half::{bf16, f16};
+use rand::{Rng, SeedableRng};
+
+/// Every GPU (up to `FERRATTN_CP_RANKS`), or `None` after printing why the test is skipped.
+fn gpus(test: &str) -> Option<Vec<CudaBackend>> {
+    let want: usize = std::env::var("FERRATTN_CP_RANKS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64);
+    let mut out = Vec::new();
+    for i in 0..want {
+        let b = CudaBackend::new(i);
+        if b.gpu().is_err() {
+            break;
+        }
+        out.push(b);
+    }
+    if out.is_empty() {
+        eprintln!("SKIPPED {test}: {}", CudaBackend::new(0).gpu().unwrap_err());
+        return None;
+    }
+    if let Err(e) = nccl::library() {
+        eprintln!("SKIPPED {test}: {e}");
+        return None;
+    }
+    Some(out)
+}
+
+fn to_bits(dtype: DType, x: &[f32]) -> Vec<u16> {
+    match dtype {
+        DType::F16 => x.iter().map(|&v| f16::from_f32(v).to_bits()).collect(),
+        _ => x.iter().map(|&v| bf16::from_f32(v).to_bits()).collect(),
+    }
+}
+
+fn from_bits(dtype: DType, x: &[u16]) -> Vec<f32> {
+    match dtype {
+        DType::F16 => x.iter().map(|&b| f16::from_bits(b).to_f32()).collect(),
+        _ => x.iter().map(|&b| bf16::from_bits(b).to_f32()).collect(),
+    }
+}
+
+/// `err <= bound`, false for NaN (a NaN output fails every check).
+fn within(err: f32, bound: f32) -> bool {
+    err <= bound
+}
+
+/// Unit roundoff of the dtype (half an ulp, relative).
+fn unit_roundoff(dtype: DType) -> f32 {
+    match dtype {
+        DType::F16 => 2f32.powi(-11),
+        _ => 2f32.powi(-8),
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    name: &'static str,
+    totals: Vec<usize>,
+    sq: usize,
+    hq: usize,
+    hk: usize,
+    d: usize,
+    dtype: DType,
+    output: OutputPlacement,
+    exchange: Option<Exchange>,
+    /// Pages of this many tokens (shuffled pool), or contiguous K/V.
+    page: Option<usize>,
+    /// The last rank holds no key at all (when there are at least two ranks).
+    empty_rank: bool,
+}
+
+/// Ragged cuts of each sequence over `ranks` (random proportions, one sequence wholly on the
+/// last rank, one with nothing on rank 0), or the empty-rank layout.
+fn split(c: &Case, ranks: usize, rng: &mut impl Rng) -> Vec<Vec<usize>> {
+    let mut kv = vec![vec![0usize; c.totals.len()]; ranks];
+    let holders = if c.empty_rank && ranks > 1 {
+        ranks - 1
+    } else {
+        ranks
+    };
+    for (b, &t) in c.totals.iter().enumerate() {
+        let mut cuts: Vec<usize> = (0..holders - 1).map(|_| rng.gen_range(0..=t)).collect();
+        if b == 0 && !c.empty_rank {
+            cuts = vec![0; holders - 1]; // wholly on the last holder
+        }
+        if b == 1 && holders > 1 && !c.empty_rank {
+            cuts[0] = 0; // nothing of this sequence on rank 0
+        }
+        cuts.push(0);
+        cuts.push(t);
+        cuts.sort();
+        for r in 0..holders {
+            kv[r][b] = cuts[r + 1] - cuts[r];
+        }
+    }
+    kv
+}
+
+struct RankResult {
+    o: Vec<f32>,
+    lse: Vec<f32>,
+    /// This rank's own partial (O, LSE) as it entered the exchange.
+    part_o: Vec<f32>,
+    part_lse: Vec<f32>,
+}
+
+fn run_case(test: &str, backends: &[CudaBackend], c: &Case, seed: u64) -> Result<String, String> {
+    let ranks = backends.len();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let shape = CpShape {
+        batch: c.totals.len(),
+        seqlen_q: c.sq,
+        heads_q: c.hq,
+        heads_kv: c.hk,
+        head_dim: c.d,
+        dtype: c.dtype,
+        causal: false,
+    };
+    let req = CpRequest {
+        shape: shape.clone(),
+        kv_lens: split(c, ranks, &mut rng),
+        bandwidth_gbs: vec![4000.0; ranks],
+        output: c.output,
+    };
+    let plan = match c.exchange {
+        Some(e) => cp::plan_with_exchange(&req, e),
+        None => cp::plan(&req),
+    }
+    .map_err(|e| e.to_string())?;
+    let (b, hq, hk, d, sq) = (shape.batch, c.hq, c.hk, c.d, c.sq);
+    let maxt = *c.totals.iter().max().unwrap();
+    let q = Tensor::randn(&[b, sq, hq, d], c.dtype, 1.0, &mut rng);
+    let k = Tensor::randn(&[b, maxt, hk, d], c.dtype, 1.0, &mut rng);
+    let v = Tensor::randn(&[b, maxt, hk, d], c.dtype, 1.0, &mut rng);
+
+    // single-GPU Lean over the whole cache (GPU 0), and the f64 golden reference
+    let mut whole = AttentionProblem::uniform(b, sq, maxt, hq, hk, d, d, c.dtype);
+    whole.seqlens_k = c.totals.clone();
+    let x = AttentionInputs {
+        seqlens_k: Some(c.totals.iter().map(|&t| t as i64).collect()),
+        ..AttentionInputs::new(q.clone(), k.clone(), v.clone())
+    };
+    let single_plan = ferrattn_core::plan(
+        Algorithm::Lean,
+        &whole,
+        &backends[0].gpu().unwrap().caps.clone(),
+    )
+    .map_err(|e| e.to_string())?;
+    let single = backends[0]
+        .run_lean(&single_plan, &x)
+        .map_err(|e| format!("single-GPU Lean: {e}"))?;
+    // the same keys merged in another order on one GPU (fixed split instead of stream-K): how
+    // far f32 reassociation alone moves O here. With cancellation (|O| << the values it
+    // averages) that is far more than an ulp of O, so it, not u |O|, scales the comparison.
+    let caps = backends[0].gpu().unwrap().caps.clone();
+    let alt =
+        ferrattn_core::lean::plan_fixed_split(&whole, &caps, None).map_err(|e| e.to_string())?;
+    let alt_plan = ferrattn_core::AttentionPlan {
+        block_q: alt.tile_m,
+        block_k: alt.tile_k,
+        detail: ferrattn_core::PlanDetail::Lean(alt),
+        ..single_plan.clone()
+    };
+    let single_alt = backends[0]
+        .run_lean(&alt_plan, &x)
+        .map_err(|e| format!("single-GPU Lean, fixed split: {e}"))?;
+    let reorder = single
+        .o
+        .data
+        .iter()
+        .zip(&single_alt.o.data)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let macs: usize = c.totals.iter().sum::<usize>() * hq * sq * d;
+    let gold = (macs < 60_000_000).then(|| golden::exact_attention(&whole, &x));
+
+    let gpus: Vec<_> = backends
+        .iter()
+        .map(|be| be.gpu().unwrap().clone())
+        .collect();
+    let comms = Communicator::init_all(&gpus).map_err(|e| e.to_string())?;
+    let row = hk * d;
+    let results: Vec<Result<RankResult, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .zip(backends)
+            .enumerate()
+            .map(|(r, (comm, be))| {
+                let (plan, shape, q, k, v) = (&plan, &shape, &q, &k, &v);
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed * 31 + r as u64);
+                s.spawn(move || -> Result<RankResult, String> {
+                    let e = |e: ferrattn_cuda::CudaError| format!("rank {r}: {e}");
+                    let gpu = be.gpu().map_err(e)?.clone();
+                    let rank = CpRank::new(be, std::sync::Arc::new(comm), shape).map_err(e)?;
+                    let lens = plan.local_lens(r);
+                    let starts: Vec<usize> = plan.shards[r].iter().map(|x| x.start).collect();
+                    let max_local = lens.iter().copied().max().unwrap_or(0).max(1);
+                    // this rank's keys: contiguous [B, max_local, Hk, D] or a shuffled page pool
+                    let (kv_storage, kbuf, vbuf) = match c.page {
+                        None => {
+                            let mut kl = vec![0f32; b * max_local * row];
+                            let mut vl = kl.clone();
+                            for bi in 0..b {
+                                let src = (bi * maxt + starts[bi]) * row;
+                                let dst = bi * max_local * row;
+                                let n = lens[bi] * row;
+                                kl[dst..dst + n].copy_from_slice(&k.data[src..src + n]);
+                                vl[dst..dst + n].copy_from_slice(&v.data[src..src + n]);
+                            }
+                            (KvStorage::Contiguous, kl, vl)
+                        }
+                        Some(ps) => {
+                            let pages: Vec<usize> = lens.iter().map(|l| l.div_ceil(ps)).collect();
+                            let max_pages = pages.iter().copied().max().unwrap_or(0).max(1);
+                            let num_pages = pages.iter().sum::<usize>() + 3;
+                            let mut ids: Vec<usize> = (0..num_pages).collect();
+                            for i in (1..ids.len()).rev() {
+                                ids.swap(i, rng.gen_range(0..=i));
+                            }
+                            let mut table = vec![0i32; b * max_pages];
+                            let mut kl = vec![0f32; num_pages * ps * row];
+                            let mut vl = kl.clone();
+                            let mut next = 0;
+                            for bi in 0..b {
+                                for pg in 0..pages[bi] {
+                                    let id = ids[next];
+                                    next += 1;
+                                    table[bi * max_pages + pg] = id as i32;
+                                    let toks = (lens[bi] - pg * ps).min(ps);
+                                    let src = (bi * maxt + starts[bi] + pg * ps) * row;
+                                    let dst = id * ps * row;
+                                    kl[dst..dst + toks * row]
+                                        .copy_from_slice(&k.data[src..src + toks * row]);
+                                    vl[dst..dst + toks * row]
+                                        .copy_from_slice(&v.data[src..src + toks * row]);
+                                }
+                            }
+                            let paging =
+                                Paging::new(ps, num_pages, max_pages, table, &lens).map_err(e)?;
+                            (KvStorage::Paged(paging), kl, vl)
+                        }
+                    };
+                    let step = rank.plan_step(plan, kv_storage, max_local).map_err(e)?;
+                    let (_, nh) = step.output_heads();
+                    let qd =
+                        DeviceBuffer::from_slice(&gpu, &to_bits(c.dtype, &q.data)).map_err(e)?;
+                    let kd = DeviceBuffer::from_slice(&gpu, &to_bits(c.dtype, &kbuf)).map_err(e)?;
+                    let vd = DeviceBuffer::from_slice(&gpu, &to_bits(c.dtype, &vbuf)).map_err(e)?;
+                    let mut od = DeviceBuffer::alloc(&gpu, b * sq * nh * d * 2).map_err(e)?;
+                    let mut ld = DeviceBuffer::alloc(&gpu, b * nh * sq * 4).map_err(e)?;
+                    let ws = DeviceBuffer::alloc(&gpu, step.workspace_bytes()).map_err(e)?;
+                    od.fill_u16(0xffff).map_err(e)?; // NaN: unwritten outputs show
+                    ld.fill_u32(0xffff_ffff).map_err(e)?;
+                    let t = CpTensors {
+                        q: qd.ptr(),
+                        k: kd.ptr(),
+                        v: vd.ptr(),
+                        o: od.ptr(),
+                        lse: ld.ptr(),
+                    };
+                    let stream = gpu.raw_stream();
+                    // the partial is read back between the attention and the exchange
+                    let block = rank.partial_block(&step, ws.ptr()) - ws.ptr();
+                    let l = *step.layout();
+                    let (part_o, part_lse);
+                    // SAFETY: buffers allocated above for these shapes on this GPU; one stream.
+                    unsafe {
+                        rank.upload(&step, ws.ptr(), stream).map_err(e)?;
+                        rank.attend(&step, &t, ws.ptr(), stream).map_err(e)?;
+                        let bytes: Vec<u8> = ws.to_vec().map_err(e)?;
+                        let blk = &bytes[block as usize..block as usize + l.block_bytes];
+                        let rows = shape.rows();
+                        let ob: Vec<u16> = blk[..rows * d * 2]
+                            .chunks_exact(2)
+                            .map(|x| u16::from_ne_bytes([x[0], x[1]]))
+                            .collect();
+                        part_o = from_bits(c.dtype, &ob);
+                        part_lse = blk[l.lse_offset..l.lse_offset + rows * 4]
+                            .chunks_exact(4)
+                            .map(|x| f32::from_ne_bytes([x[0], x[1], x[2], x[3]]))
+                            .collect::<Vec<f32>>();
+                        rank.exchange(&step, ws.ptr(), stream).map_err(e)?;
+                        rank.merge(&step, &t, ws.ptr(), stream).map_err(e)?;
+                    }
+                    Ok(RankResult {
+                        o: from_bits(c.dtype, &od.to_vec::<u16>().map_err(e)?),
+                        lse: ld.to_vec::<f32>().map_err(e)?,
+                        part_o,
+                        part_lse,
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("rank thread panicked".into()))
+            })
+            .collect()
+    });
+    let results: Vec<RankResult> = results.into_iter().collect::<Result<_, _>>()?;
+
+    let u = unit_roundoff(c.dtype);
+    let part_o: Vec<Vec<f32>> = results.iter().map(|r| r.part_o.clone()).collect();
+    let part_l: Vec<Vec<f32>> = results.iter().map(|r| r.part_lse.clone()).collect();
+    let mut worst_single = 0f32;
+    let mut errors = Vec::new();
+    for (r, res) in results.iter().enumerate() {
+        let (h0, nh) = plan.output_heads(r);
+        let what = format!("{test} {} rank {r}/{ranks} {:?}", c.name, plan.exchange);
+        // the kernel implements the core's merge: one dtype rounding of the twin
+        let (to, tl) = cp::merge_partials(&shape, &part_o, &part_l, &plan.merge_order, (h0, nh))
+            .map_err(|e| e.to_string())?;
+        for (i, (&a, &t)) in res.o.iter().zip(&to).enumerate() {
+            if !within((a - t).abs(), 2.0 * u * t.abs().max(a.abs()) + 1e-6) {
+                errors.push(format!("{what}: O[{i}] = {a}, CPU twin {t}"));
+                break;
+            }
+        }
+        Comparison::f32(&tl, &res.lse)
+            .check(&format!("{what} LSE vs CPU twin"), &Tolerance::lse())
+            .map_err(|e| e.to_string())
+            .unwrap_or_else(|e| errors.push(e));
+        // against single-GPU Lean over the whole cache: each partial O was rounded to the dtype
+        // (u |O_r|), the merge is a convex combination of them, both outputs are rounded once
+        // more (u |O| each), and the keys are summed in another order than single-GPU Lean's
+        // (at most twice what another single-GPU order moves O: `reorder`)
+        for bi in 0..b {
+            for s in 0..sq {
+                for hl in 0..nh {
+                    let h = h0 + hl;
+                    let lo = ((bi * sq + s) * nh + hl) * d;
+                    let so = ((bi * sq + s) * hq + h) * d;
+                    for col in 0..d {
+                        let a = res.o[lo + col];
+                        let sref = single.o.data[so + col];
+                        let pmax = part_o
+                            .iter()
+                            .map(|p| p[so + col].abs())
+                            .fold(0f32, f32::max);
+                        let bound =
+                            u * pmax + 2.0 * u * sref.abs().max(a.abs()) + 2.0 * reorder + 2e-6;
+                        let err = (a - sref).abs();
+                        worst_single = worst_single.max(err);
+                        if !within(err, bound) {
+                            errors.push(format!(
+                                "{what}: O(b={bi}, s={s}, h={h}, c={col}) = {a}, single-GPU Lean {sref} (bound {bound})"
+                            ));
+                        }
+                    }
+                    let a = res.lse[(bi * nh + hl) * sq + s];
+                    let sref = single.lse.data[(bi * hq + h) * sq + s];
+                    if !((a - sref).abs() <= 1e-5 * (1.0 + sref.abs()) || a == sref) {
+                        errors.push(format!(
+                            "{what}: LSE(b={bi}, s={s}, h={h}) = {a}, single-GPU Lean {sref}"
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(g) = &gold {
+            let pick = |o: &[f32]| -> Vec<f32> {
+                (0..b * sq)
+                    .flat_map(|bs| (h0..h0 + nh).map(move |h| (bs, h)))
+                    .flat_map(|(bs, h)| o[(bs * hq + h) * d..(bs * hq + h + 1) * d].to_vec())
+                    .collect()
+            };
+            Comparison::f32(&pick(&g.o.data), &res.o)
+                .check(&format!("{what} O vs golden"), &Tolerance::output(c.dtype))
+                .unwrap_or_else(|e| errors.push(e));
+        }
+        if c.output == OutputPlacement::Replicated
+            && (res
+                .o
+                .iter()
+                .zip(&results[0].o)
+                .any(|(a, b)| a.to_bits() != b.to_bits())
+                || res
+                    .lse
+                    .iter()
+                    .zip(&results[0].lse)
+                    .any(|(a, b)| a.to_bits() != b.to_bits()))
+        {
+            errors.push(format!("{what}: replicated output differs from rank 0's"));
+        }
+    }
+    errors.truncate(8);
+    if errors.is_empty() {
+        Ok(format!(
+            "{} on {ranks} rank(s), {:?}, max |O - single-GPU Lean| = {worst_single:e} (single-GPU stream-K vs fixed split: {reorder:e})",
+            c.name, plan.exchange
+        ))
+    } else {
+        Err(errors.join("\n"))
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let base = Case {
+        name: "ragged f16 d128 32/8 contiguous, replicated",
+        totals: vec![4097, 577, 37, 1000],
+        sq: 1,
+        hq: 32,
+        hk: 8,
+        d: 128,
+        dtype: DType::F16,
+        output: OutputPlacement::Replicated,
+        exchange: None,
+        page: None,
+        empty_rank: false,
+    };
+    vec![
+        base.clone(),
+        Case {
+            name: "empty last rank, bf16 d64 8/1 paged 16, head-sharded",
+            totals: vec![300, 65],
+            hq: 8,
+            hk: 1,
+            d: 64,
+            dtype: DType::BF16,
+            output: OutputPlacement::HeadSharded,
+            page: Some(16),
+            empty_rank: true,
+            ..base.clone()
+        },
+        Case {
+            name: "reduce-scatter by heads, f16 d128 16/4 paged 64",
+            totals: vec![2049, 130, 7],
+            hq: 16,
+            hk: 4,
+            output: OutputPlacement::HeadSharded,
+            exchange: Some(Exchange::ReduceScatterHeads),
+            page: Some(64),
+            ..base.clone()
+        },
+        Case {
+            name: "two query tokens, bf16 d256 8/2",
+            totals: vec![700, 33],
+            sq: 2,
+            hq: 8,
+            hk: 2,
+            d: 256,
+            dtype: DType::BF16,
+            ..base.clone()
+        },
+        Case {
+            name: "long: 100k keys, f16 d128 32/8",
+            totals: vec![100_003],
+            ..base
+        },
+    ]
+}
+
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+#[test]
+fn gpu_cp_equals_single_gpu_lean_on_every_rank_count() {
+    let test = "gpu_cp_equals_single_gpu_lean_on_every_rank_count";
+    let Some(backends) = gpus(test) else {
+        return;
+    };
+    let mut failures = Vec::new();
+    for (i, c) in cases().iter().enumerate() {
+        match run_case(test, &backends, c, 1400 + i as u64) {
+            Ok(line) => eprintln!("ok: {line}"),
+            Err(e) => failures.push(e),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The small case for compute-sanitizer (memcheck of the merge kernels): all-gather and
+/// reduce-scatter, an empty rank where there are two.
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+#[test]
+fn gpu_cp_sanitizer_small() {
+    let test = "gpu_cp_sanitizer_small";
+    let Some(backends) = gpus(test) else {
+        return;
+    };
+    let all = cases();
+    for c in [&all[1], &all[2]] {
+        let c = Case {
+            totals: vec![130, 17],
+            ..c.clone()
+        };
+        if let Err(e) = run_case(test, &backends, &c, 7) {
+            panic!("{e}");
+        }
+    }
+}

@@ -1,0 +1,67 @@
+"""Context-parallel decode with a ``torch.distributed`` process group.
+
+Each rank holds a slice of every sequence's keys (ragged across ranks; a rank may hold none).
+``attention_partial`` computes the rank's partial state ``(O_r, LSE_r)`` through ferrattn;
+``context_parallel_attention`` gathers the partials of every rank with the group's collective
+(gloo on the CPU, NCCL on CUDA tensors) and ``merge_states`` merges them with ferrattn's merge
+of softmax states (LeanAttention appendix D across ranks; ``ferrattn_core::cp``), so the result is
+attention over the whole sequence within f32 rounding of the merge order.
+
+``merge_states`` runs on host tensors. The CUDA merge kernel, the NCCL exchange and the planner
+that splits sequences by bandwidth and picks all-gather or reduce-scatter by heads live in the
+Rust crate (``ferrattn_cuda::cp``); from Python, partials gathered on CUDA are merged on the host
+(one copy of ``ranks x B x Sq x H x D`` values each way), which is correct but not the fast path.
+"""
+
+from __future__ import annotations
+
+from . import _ferrattn as _native
+from . import _tensors as _t
+from ._api import attention, _finish
+
+
+def merge_states(o, lse, *, order=None, out=None, out_lse=None):
+    """Merges per-rank partials ``o [R, B, Sq, H, D]`` (normalised, any float dtype) and
+    ``lse [R, B, H, Sq]`` (float32, natural log, ``-inf`` where the rank saw no key), folding
+    ranks in ``order`` (default ``0 .. R-1``). Returns ``(O [B, Sq, H, D], LSE [B, H, Sq])``, O in
+    o's dtype; a row no rank saw comes out as zeros and ``-inf``. Host tensors only."""
+    oc, lc = _t.export(o, None, True), _t.export(lse, None, True)
+    outs = [None if x is None else _t.export(x, None, True) for x in (out, out_lse)]
+    mo, ml = _native.merge_states(oc, lc, None if order is None else list(order), outs[0], outs[1])
+    return _finish(o, out, mo), _finish(o, out_lse, ml)
+
+
+def attention_partial(q, k, v, *, softmax_scale=None, algo="lean"):
+    """This rank's partial state: ``(O_r [B, Sq, Hq, D], LSE_r [B, Hq, Sq])`` of ``q`` over the
+    local ``k``/``v`` ``[B, S_local, Hk, D]`` (non-causal: decode, every local key is in the
+    past). A rank with no key (``S_local == 0``) returns zeros and ``-inf``, which merge to
+    nothing."""
+    if k.shape[1] == 0:
+        import torch
+
+        b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
+        o = torch.zeros((b, sq, hq, v.shape[-1]), dtype=q.dtype, device=q.device)
+        lse = torch.full((b, hq, sq), float("-inf"), dtype=torch.float32, device=q.device)
+        return o, lse
+    return attention(q, k, v, algo, False, softmax_scale, True)
+
+
+def context_parallel_attention(q, k_local, v_local, group=None, *, softmax_scale=None, algo="lean"):
+    """Attention of ``q [B, Sq, Hq, D]`` (the same on every rank) over the keys of all ranks of
+    ``group``, each holding ``k_local``/``v_local`` ``[B, S_r, Hk, D]``: the partial through
+    ferrattn, an all-gather of ``(O_r, LSE_r)`` over the group, ferrattn's merge. Every rank
+    returns the same ``(O [B, Sq, Hq, D], LSE [B, Hq, Sq])`` (ranks merged in rank order)."""
+    import torch
+    import torch.distributed as dist
+
+    o, lse = attention_partial(q, k_local, v_local, softmax_scale=softmax_scale, algo=algo)
+    world = dist.get_world_size(group)
+    os_ = [torch.empty_like(o) for _ in range(world)]
+    ls_ = [torch.empty_like(lse) for _ in range(world)]
+    dist.all_gather(os_, o.contiguous(), group=group)
+    dist.all_gather(ls_, lse.contiguous(), group=group)
+    go, gl = torch.stack(os_), torch.stack(ls_)
+    if go.is_cuda:
+        mo, ml = merge_states(go.cpu(), gl.cpu())
+        return mo.to(q.device), ml.to(q.device)
+    return merge_states(go, gl)

@@ -1,0 +1,108 @@
+"""Context-parallel decode from Python: ``ferrattn.merge_states`` (the core's merge of softmax
+states) on host tensors against attention over the whole sequence, and, where torch is
+installed, ``ferrattn.context_parallel.context_parallel_attention`` over a gloo process group of
+several processes (one rank with no keys)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ferrattn
+from conftest import randn
+
+# Partials and whole attention both computed in f32 with online softmax; the merge adds a few
+# f32 roundings of the rescaling.
+F32_TOL = 2e-6
+
+
+def _partials(q, k, v, cuts):
+    """(O_r, LSE_r) of every slice ``cuts[r] .. cuts[r+1]``; an empty slice gives 0 and -inf."""
+    os_, ls_ = [], []
+    b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        if hi == lo:
+            os_.append(np.zeros((b, sq, hq, v.shape[-1]), np.float32))
+            ls_.append(np.full((b, hq, sq), -np.inf, np.float32))
+            continue
+        o, l = ferrattn.attention(q, np.ascontiguousarray(k[:, lo:hi]), np.ascontiguousarray(v[:, lo:hi]), "exact", return_lse=True)
+        os_.append(np.asarray(o))
+        ls_.append(np.asarray(l))
+    return np.stack(os_), np.stack(ls_)
+
+
+@pytest.mark.parametrize("cuts", [[0, 77], [0, 40, 40, 77], [0, 1, 63, 64, 130], [0, 0, 0, 5]])
+def test_merged_slices_equal_attention_over_the_whole_sequence(cuts):
+    rng = np.random.default_rng(len(cuts))
+    sk = cuts[-1]
+    q = randn(rng, (2, 1, 8, 64))
+    k = randn(rng, (2, sk, 2, 64))
+    v = randn(rng, (2, sk, 2, 64))
+    po, pl = _partials(q, k, v, cuts)
+    whole_o, whole_l = ferrattn.attention(q, k, v, "exact", return_lse=True)
+    for order in (None, list(range(len(cuts) - 1))[::-1]):
+        o, l = ferrattn.merge_states(po, pl, order=order)
+        np.testing.assert_allclose(np.asarray(o), np.asarray(whole_o), rtol=0, atol=F32_TOL)
+        np.testing.assert_allclose(np.asarray(l), np.asarray(whole_l), rtol=F32_TOL, atol=F32_TOL)
+
+
+def test_no_rank_saw_a_key_gives_zeros_and_neg_inf_and_outputs_go_where_asked():
+    po = np.zeros((2, 1, 1, 3, 8), np.float16)
+    pl = np.full((2, 1, 3, 1), -np.inf, np.float32)
+    out = np.full((1, 1, 3, 8), np.nan, np.float16)
+    out_lse = np.full((1, 3, 1), np.nan, np.float32)
+    o, l = ferrattn.merge_states(po, pl, out=out, out_lse=out_lse)
+    assert o is out and l is out_lse
+    assert (out == 0).all() and out.dtype == np.float16
+    assert np.isneginf(out_lse).all()
+
+
+def test_bad_partials_raise_typed_errors_with_the_values():
+    po = np.zeros((2, 1, 1, 3, 8), np.float32)
+    with pytest.raises(ferrattn.Error, match=r"\[2, 1, 3, 1\]"):
+        ferrattn.merge_states(po, np.zeros((2, 1, 1, 3), np.float32))
+    with pytest.raises(ferrattn.Error, match="permutation"):
+        ferrattn.merge_states(po, np.zeros((2, 1, 3, 1), np.float32), order=[0, 0])
+    with pytest.raises(ferrattn.Error):
+        ferrattn.merge_states(po[0], np.zeros((1, 3, 1), np.float32))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# f16 on CUDA: each partial O is rounded to f16 before the merge and the output once more, so
+# the comparison with single-GPU Lean is at f16's output tolerance (core's Tolerance::output).
+F16_TOL = 1e-2
+
+
+@pytest.mark.parametrize(
+    "device,cuts", [("cpu", [0, 64]), ("cpu", [0, 50, 50, 77]), ("cuda", [0, 1000]), ("cuda", [0, 700, 1300])]
+)
+def test_context_parallel_attention_over_a_process_group_equals_whole_attention(tmp_path, device, cuts):
+    torch = pytest.importorskip("torch", reason="torch.distributed is needed for the process group")
+    world = len(cuts) - 1
+    if device == "cuda" and torch.cuda.device_count() < world:
+        pytest.skip(f"{world} GPUs needed, {torch.cuda.device_count()} present")
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world),
+               CP_CUTS=",".join(map(str, cuts)), CP_OUT=str(tmp_path), CP_DEVICE=device)
+    worker = Path(__file__).with_name("cp_worker.py")
+    procs = [subprocess.Popen([sys.executable, str(worker)], env=dict(env, RANK=str(r))) for r in range(world)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * world
+    first = None
+    for r in range(world):
+        z = np.load(tmp_path / f"rank{r}.npz")
+        tol = F32_TOL if device == "cpu" else F16_TOL
+        np.testing.assert_allclose(z["o"], z["wo"], rtol=0, atol=tol)
+        np.testing.assert_allclose(z["lse"], z["wl"], rtol=1e-5, atol=1e-5)
+        if first is None:
+            first = z["o"]
+        assert (z["o"] == first).all(), "every rank merges in the same order: the same bits"
