@@ -212,7 +212,36 @@ pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
             pl.num_ctas = pl.schedule.num_ctas();
         }
     }
+    if tiles >= slots {
+        let whole = Schedule::whole_tiles(&space, slots);
+        if schedule_cost(&whole, &space) <= schedule_cost(&pl.schedule, &space) {
+            pl.schedule = whole;
+            pl.num_ctas = pl.schedule.num_ctas();
+        }
+    }
     Ok(pl)
+}
+
+/// What a CTA pays for each tile it touches, in LeanTile iterations: loading Q, reducing the
+/// warps' states, writing O or a partial (measured on an H100, `benches/lean_grid.rs`).
+pub const TILE_COST_ITERS: u64 = 2;
+/// What a host block pays to wait for and merge partials, in LeanTile iterations (same source).
+pub const MERGE_COST_ITERS: u64 = 2;
+
+/// Cost model of a schedule in LeanTile iterations: the slowest CTA's iterations plus
+/// [`TILE_COST_ITERS`] per tile it touches and [`MERGE_COST_ITERS`] when it merges partials. Used
+/// to choose whole tiles over stream-K when the tiles already fill the grid: whole tiles save the
+/// merges and the extra tile switches of the CTAs that straddle tiles, at the price of up to one
+/// tile of imbalance.
+pub fn schedule_cost(schedule: &Schedule, space: &TileSpace) -> u64 {
+    let mut cost = vec![0u64; schedule.num_ctas()];
+    for seg in schedule.segments(space) {
+        cost[seg.cta] += seg.local_end - seg.local_begin + TILE_COST_ITERS;
+        if seg.host && !seg.finishing {
+            cost[seg.cta] += MERGE_COST_ITERS;
+        }
+    }
+    cost.into_iter().max().unwrap_or(0)
 }
 
 /// A stream-K plan over exactly `min(ctas, I)` CTAs (no minimum work per CTA).
@@ -518,7 +547,35 @@ mod tests {
                 let pl = plan_fixed_split(&p, &cpu_caps(4), Some(splits)).unwrap();
                 check(&pl, &p, &x).map_err(|e| TestCaseError::fail(format!("{splits} splits: {e}")))?;
             }
+            for ctas in [1, 2, 3, 7] {
+                let mut pl = base.clone();
+                pl.schedule = Schedule::whole_tiles(&pl.tile_space(&p), ctas);
+                pl.num_ctas = pl.schedule.num_ctas();
+                check(&pl, &p, &x).map_err(|e| TestCaseError::fail(format!("whole tiles over {ctas}: {e}")))?;
+            }
         }
+    }
+
+    #[test]
+    fn planner_takes_whole_tiles_only_when_the_tiles_fill_the_grid() {
+        let caps = DeviceCaps::hopper_reference();
+        let slots = caps.compute_units * caps.ctas_per_unit;
+        let llama = |batch: usize, ctx: usize| {
+            AttentionProblem::uniform(batch, 1, ctx, 32, 8, 128, 128, DType::BF16)
+        };
+        // 8 tiles on 264 slots: stream-K splits them
+        let pl = plan(&llama(1, 8192), &caps).unwrap();
+        assert!(matches!(pl.schedule, Schedule::StreamK { .. }), "{pl:?}");
+        // 64 x 8 tiles of 16 iterations: whole tiles, at most one tile of imbalance
+        let p = llama(64, 1024);
+        let pl = plan(&p, &caps).unwrap();
+        assert!(matches!(pl.schedule, Schedule::WholeTiles { .. }), "{pl:?}");
+        assert!(pl.num_ctas <= slots);
+        pl.check(&p, &caps).unwrap();
+        // the choice follows the cost model
+        let space = pl.tile_space(&p);
+        let sk = Schedule::stream_k(&space, slots);
+        assert!(schedule_cost(&pl.schedule, &space) <= schedule_cost(&sk, &space));
     }
 
     #[test]
