@@ -3,7 +3,7 @@
 
 Usage: bench_sdpa.py jobs.json out.json
 
-jobs.json holds the timing method (src/bench/timing.rs `Method`, the one method of the suite) and
+jobs.json holds the timing method (cli/src/bench/timing.rs `Method`, the one method of the suite) and
 the jobs: decode (one query token; GQA run as MHA over the KV heads with the group of query heads
 as the query rows, so K/V are read once as a GQA kernel reads them; ragged batches padded to the
 longest sequence, which is all SDPA can do) and prefill (K/V expanded from Hk to Hq heads: every

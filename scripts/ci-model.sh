@@ -14,7 +14,7 @@ if [ ! -f "$text" ]; then
   exit 1
 fi
 # the harness needs no CUDA kernels: skip nvcc for this release build
-FERRATTN_NO_NVCC=1 cargo build --release --bin ferrattn
+FERRATTN_NO_NVCC=1 cargo build --release -p ferrattn-cli --bin ferrattn
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 ./target/release/ferrattn repro model-accuracy --model "$gguf" --text "$text" \

@@ -32,7 +32,7 @@ echo "built $WHEEL"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
 
 echo "== python: pytest"
-[ -x target/debug/ferrattn ] || cargo build --bin ferrattn
+[ -x target/debug/ferrattn ] || cargo build -p ferrattn-cli --bin ferrattn
 export FERRATTN_CLI="$PWD/target/debug/ferrattn"
 set +e
 # from the repository root, so that `import ferrattn` is the installed wheel, not python/ferrattn

@@ -20,7 +20,7 @@ fi
 echo "nvcc: $NVCC" >&2
 msgs="$(mktemp)"
 trap 'rm -f "$msgs"' EXIT
-cargo build --release -p ferrattn --bin ferrattn --message-format=json >"$msgs"
+cargo build --release -p ferrattn-cli --bin ferrattn --message-format=json >"$msgs"
 cargo test --release -p ferrattn-cuda --no-run --message-format=json >>"$msgs"
 cargo test --release -p ferrattn --test gpu_device_api --no-run --message-format=json >>"$msgs"
 rm -rf "$DEST"

@@ -44,9 +44,6 @@ pub enum FerrattnError {
     /// `ferrattn bench`: rows failed their correctness check or could not run.
     #[error("bench: {0}")]
     Bench(String),
-    /// Reading or running a model (`ferrattn::model`).
-    #[error("model: {0}")]
-    Model(#[from] crate::model::ModelError),
     /// Reading or writing a file.
     #[error("{path}: {message}")]
     File {

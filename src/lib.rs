@@ -64,15 +64,9 @@
 //! The work is split as FlashInfer splits it: [`Runtime::plan`] is pure and host-side and
 //! returns a serialisable [`AttentionPlan`]; [`Runtime::run`] executes it.
 
-pub mod bench;
 pub mod device_api;
 pub mod error;
-pub mod golden_files;
-pub mod io;
-pub mod model;
 pub mod runtime;
-pub mod session;
-pub mod turboquant_session;
 
 pub use error::{FerrattnError, Result};
 pub use ferrattn_core::*;

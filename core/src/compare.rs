@@ -200,7 +200,7 @@ impl RunTolerance {
                     max_abs: 5e-2,
                 },
                 lse: Tolerance::lse(),
-                basis: "AMLA BF16 Cube inputs (tests/golden.rs)",
+                basis: "AMLA BF16 Cube inputs (cli/tests/golden.rs)",
             },
             PlanDetail::Turbo(cfg) => {
                 let prefill_only = (0..p.batch).all(|b| p.seqlens_q[b] >= p.seqlens_k[b]);
@@ -249,7 +249,7 @@ impl RunTolerance {
 /// LSE bound of the default TurboQuant config on N(0, 1) inputs: the logit noise of 4-bit keys
 /// has variance sigma^2 = (pi/2) D_mse(3 bits) ~ 0.047 (core/src/turboquant/tests.rs), sigma ~
 /// 0.22, and a row's LSE moves by at most its largest logit shift, which for a 1-key row is its
-/// only one (tests/golden.rs measured 0.67 on such a row). 5 sigma.
+/// only one (cli/tests/golden.rs measured 0.67 on such a row). 5 sigma.
 const TURBOQUANT_LSE: f64 = 1.1;
 
 fn bound(x: f64) -> String {

@@ -130,7 +130,7 @@ def cli(tmp_path):
     """Runs the Rust CLI's CPU emulation on numpy inputs and returns its (o, lse)."""
     exe = cli_path()
     if exe is None or not exe.exists():
-        pytest.skip("the ferrattn CLI is not built (cargo build --bin ferrattn, or set FERRATTN_CLI)")
+        pytest.skip("the ferrattn CLI is not built (cargo build -p ferrattn-cli, or set FERRATTN_CLI)")
 
     def run(algo, q, k, v, causal=False, scale=None, seqlens_k=None):
         inp, outp = tmp_path / "x.safetensors", tmp_path / "o.safetensors"

@@ -1,6 +1,6 @@
 //! End-to-end runs of the `ferrattn` binary on small problems.
 
-use ferrattn::{DType, Tensor};
+use ferrattn_cli::{DType, Tensor};
 
 fn ferrattn(args: &[&str]) -> (bool, String, String) {
     let (code, out, err) = ferrattn_code(args);
@@ -154,7 +154,7 @@ fn plan_draws_no_tensors() {
         "64,1,1048576,32,8,128",
     ]);
     assert!(ok, "{err}");
-    let plan = ferrattn::AttentionPlan::from_json(&out).unwrap();
+    let plan = ferrattn_cli::AttentionPlan::from_json(&out).unwrap();
     assert_eq!(plan.problem.max_seqlen_k, 1 << 20);
     assert!(t0.elapsed().as_secs() < 20, "{:?}", t0.elapsed());
 }
@@ -201,7 +201,7 @@ fn run_states_its_tolerance_and_fails_on_a_miss() {
     let v: Vec<f32> = (0..50 * 64).map(|i| ((i * 37) % 11) as f32 - 5.0).collect();
     let v = Tensor::from_vec(&[1, 50, 1, 64], DType::F32, v).unwrap();
     let path = dir.join("near_ties.safetensors");
-    ferrattn::io::write_file(
+    ferrattn_cli::io::write_file(
         &path,
         &[("q", &q), ("k", &k), ("v", &v)],
         &[],

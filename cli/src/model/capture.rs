@@ -14,7 +14,7 @@
 
 use super::attention::Method;
 use super::{Model, ModelError};
-use crate::Result;
+use crate::error::Result;
 use ferrattn_core::{DType, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -165,13 +165,13 @@ pub fn load_real(dir: &Path) -> Result<Vec<RealCase>> {
             .file_stem()
             .map_or(String::new(), |s| s.to_string_lossy().into_owned());
         let get = |n: &str| -> Result<Tensor> {
-            f.tensors
-                .get(n)
-                .cloned()
-                .ok_or_else(|| crate::FerrattnError::File {
+            f.tensors.get(n).cloned().ok_or_else(|| {
+                crate::FerrattnError::File {
                     path: path.display().to_string(),
                     message: format!("no tensor {n}"),
-                })
+                }
+                .into()
+            })
         };
         let (qp, qd, k, v) = (get("q_prefill")?, get("q_decode")?, get("k")?, get("v")?);
         let prefix = |t: &Tensor, n: usize| -> Result<Tensor> {

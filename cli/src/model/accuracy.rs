@@ -17,7 +17,7 @@
 use super::attention::Method;
 use super::ops::{argmax, log_softmax};
 use super::{Model, ModelError};
-use crate::Result;
+use crate::error::Result;
 use ferrattn_core::turbo::{KvBits, TurboConfig};
 use ferrattn_core::turboquant::{TurboQuantConfig, DEFAULT_BLOCK_K, DEFAULT_SEED};
 use std::path::PathBuf;
@@ -445,7 +445,7 @@ pub struct ModelAccuracyArgs {
     #[arg(long)]
     pub dump_reference: Option<PathBuf>,
     /// Instead of the table, capture real Q/K/V golden files into this directory
-    /// (`tests/golden/real`; see `ferrattn::model::capture`).
+    /// (`tests/golden/real`; see `ferrattn_cli::model::capture`).
     #[arg(long)]
     pub capture_golden: Option<PathBuf>,
 }

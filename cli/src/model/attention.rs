@@ -12,9 +12,10 @@
 //! stateless `Runtime::run` does not model.
 
 use super::llama::KvAttention;
+use crate::error::Result;
 use crate::{
     turbo, Algorithm, AttentionInputs, AttentionOptions, AttentionProblem, BackendChoice,
-    BackendKind, DType, Result, Runtime, Tensor,
+    BackendKind, DType, Runtime, Tensor,
 };
 use ferrattn_core::turbo::{TurboConfig, TurboKvCache};
 use ferrattn_core::turboquant::{CompressedKv, TurboQuantCodec, TurboQuantConfig};
@@ -85,7 +86,7 @@ fn run(rt: &Runtime, algo: Algorithm, x: &AttentionInputs, causal: bool) -> Resu
     Ok(rt.run(&plan, x)?.o.data)
 }
 
-fn missing_prefill(layer: usize) -> crate::FerrattnError {
+fn missing_prefill(layer: usize) -> crate::error::CliError {
     super::ModelError::Unsupported(format!(
         "decode in layer {layer} before its prefill (the cache is empty)"
     ))

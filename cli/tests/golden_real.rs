@@ -8,23 +8,23 @@
 //! emulation itself must stay inside the bound its synthetic golden promises. Pairs that cannot
 //! run here are listed with the reason, never skipped silently.
 
-use ferrattn::model::capture::{load_real, RealCase};
-use ferrattn::runtime::supported_on;
-use ferrattn::{
+use ferrattn_cli::model::capture::{load_real, RealCase};
+use ferrattn_cli::runtime::supported_on;
+use ferrattn_cli::{
     Algorithm, AttentionOutput, BackendChoice, BackendKind, Comparison, DType, Runtime, Tolerance,
 };
 use ferrattn_core::golden::exact_attention_f64;
 use std::path::Path;
 
 fn real_dir() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/real"))
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden/real"))
 }
 
 fn as_f64(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
 }
 
-/// The bound each quantised emulation promises on its synthetic golden (tests/golden.rs):
+/// The bound each quantised emulation promises on its synthetic golden (cli/tests/golden.rs):
 /// 0.60 relative Frobenius error for TurboAttention's default mixed 2/4-bit cache, 0.48 for
 /// TurboQuant's 4-bit keys / 3-bit values.
 fn promised(algo: Algorithm) -> f64 {

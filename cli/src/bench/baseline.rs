@@ -13,7 +13,7 @@ use ferrattn_core::DType;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
-const SCRIPT: &str = include_str!("../../scripts/bench_sdpa.py");
+const SCRIPT: &str = include_str!("../../../scripts/bench_sdpa.py");
 
 /// Decode (one query token per sequence, GQA as MHA over the KV heads with the query group as
 /// rows) or prefill (K/V expanded to every query head).

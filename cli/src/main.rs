@@ -1,8 +1,9 @@
 //! The `ferrattn` command line: devices, plan, run, repro, sim, golden.
 
 use clap::{Args, Parser, Subcommand};
-use ferrattn::runtime::{describe, supported_on};
-use ferrattn::{
+use ferrattn_cli::error::CliError;
+use ferrattn_cli::runtime::{describe, supported_on};
+use ferrattn_cli::{
     devices, golden_files, io, Algorithm, AttentionInputs, AttentionOptions, AttentionPlan,
     AttentionProblem, Availability, BackendChoice, Comparison, CoreError, DType, FerrattnError,
     KvLayout, Runtime, Tensor,
@@ -45,7 +46,7 @@ enum Cmd {
     /// attention over everything cached so far.
     TurboSession(TurboSessionArgs),
     /// Benchmark every algorithm on every backend present (baselines, ceilings, report).
-    Bench(ferrattn::bench::BenchArgs),
+    Bench(ferrattn_cli::bench::BenchArgs),
     /// TurboQuant serving loop: compress a prefill into the TurboQuant cache, then decode N
     /// tokens one at a time (each appended first), reporting bytes per token, compression against
     /// fp16 and each step's error against exact attention.
@@ -155,13 +156,13 @@ struct TurboquantSessionArgs {
     no_check: bool,
 }
 
-fn cmd_turboquant_session(a: &TurboquantSessionArgs) -> ferrattn::Result<()> {
+fn cmd_turboquant_session(a: &TurboquantSessionArgs) -> ferrattn_cli::Result<()> {
     let Dims(d) = &a.random;
     let backend = match a.backend {
         BackendChoice::Exactly(k) => k,
-        BackendChoice::Auto => ferrattn::BackendKind::Cpu,
+        BackendChoice::Auto => ferrattn_cli::BackendKind::Cpu,
     };
-    let args = ferrattn::turboquant_session::SessionArgs {
+    let args = ferrattn_cli::turboquant_session::SessionArgs {
         backend,
         batch: d[0],
         context: d[1],
@@ -175,7 +176,7 @@ fn cmd_turboquant_session(a: &TurboquantSessionArgs) -> ferrattn::Result<()> {
         seed: a.seed,
         check: !a.no_check,
     };
-    let r = ferrattn::turboquant_session::run(&args)?;
+    let r = ferrattn_cli::turboquant_session::run(&args)?;
     println!(
         "turboquant session on {backend}: B={} context {} Hq={} Hk={} D={} f16, keys {} bits{}, values {} bits, {} decode steps",
         d[0], d[1], d[2], d[3], d[4], a.key_bits, if a.no_qjl { "" } else { " (QJL)" }, a.value_bits, a.steps
@@ -222,7 +223,7 @@ fn parse_session_dims(s: &str) -> Result<Dims, String> {
 
 /// The per-step decoder of a turbo session, on the cpu emulation or the cuda kernels.
 enum TurboDecoder {
-    Cpu(ferrattn::turbo::TurboKvCache),
+    Cpu(ferrattn_cli::turbo::TurboKvCache),
     Cuda(
         Box<ferrattn_cuda::CudaBackend>,
         Box<ferrattn_cuda::DeviceTurboCache>,
@@ -230,7 +231,7 @@ enum TurboDecoder {
 }
 
 impl TurboDecoder {
-    fn memory(&self) -> ferrattn::turbo::CacheMemory {
+    fn memory(&self) -> ferrattn_cli::turbo::CacheMemory {
         match self {
             TurboDecoder::Cpu(c) => c.memory(),
             TurboDecoder::Cuda(_, c) => c.memory(),
@@ -238,18 +239,18 @@ impl TurboDecoder {
     }
 }
 
-fn print_memory(when: &str, m: &ferrattn::turbo::CacheMemory) {
+fn print_memory(when: &str, m: &ferrattn_cli::turbo::CacheMemory) {
     println!(
         "cache {when}: {} tokens, {} B compressed + {} B INT8 buffer, {:.1} B/token, {:.2}x smaller than fp16 ({} B)",
         m.tokens, m.compressed_bytes, m.buffer_bytes, m.bytes_per_token, m.compression_ratio, m.fp16_bytes
     );
 }
 
-fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn::Result<()> {
-    use ferrattn::turbo;
+fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn_cli::Result<()> {
+    use ferrattn_cli::turbo;
     let Dims(d) = &a.random;
     let (b, s, hq, hk, hd) = (d[0], d[1], d[2], d[3], d[4]);
-    let shape = ferrattn::session::SessionShape {
+    let shape = ferrattn_cli::session::SessionShape {
         batch: b,
         context: s,
         steps: a.steps,
@@ -259,7 +260,7 @@ fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn::Result<()> {
     };
     // the whole sequence, so each step can be checked against exact attention over its prefix
     let [q_all, k_all, v_all] =
-        ferrattn::session::sequence("turbo-session", shape, a.dtype, a.seed)?;
+        ferrattn_cli::session::sequence("turbo-session", shape, a.dtype, a.seed)?;
 
     let ctx = AttentionInputs::new(
         q_all.seq_range(0, s),
@@ -321,7 +322,7 @@ fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn::Result<()> {
                 },
                 None,
             )?;
-            let (o, _) = ferrattn::golden::exact_attention_f64(&px, &x);
+            let (o, _) = ferrattn_cli::golden::exact_attention_f64(&px, &x);
             let c = Comparison::new(
                 &o,
                 &out.o.data.iter().map(|&v| v as f64).collect::<Vec<_>>(),
@@ -411,11 +412,11 @@ enum Repro {
     },
     /// SmolLM2-135M on each attention method: perplexity, KL and top-1 against exact attention,
     /// greedy generation (docs/ACCURACY.md, "Real model").
-    ModelAccuracy(ferrattn::model::accuracy::ModelAccuracyArgs),
+    ModelAccuracy(ferrattn_cli::model::accuracy::ModelAccuracyArgs),
 }
 
 fn amla_accuracy(samples: usize, seed: u64) {
-    use ferrattn::amla::accuracy::{reproduce, AccuracyTable};
+    use ferrattn_cli::amla::accuracy::{reproduce, AccuracyTable};
     println!(
         "AMLA accuracy (section 5.1): relative Frobenius error of the BF16 output against an f64 golden, \
          batch 1, 128 heads, Sq 1, Sk 8192, 576/512, mean over {samples} samples, seed {seed}"
@@ -462,7 +463,7 @@ const SIM_MAX_SK: usize = 1 << 20;
 /// 96 x sk 2^20 took 0.4 GB and 13 s on 2 cores, batch 65536 x sk 16384 5 GB and 167 s).
 const SIM_MAX_TOKENS: usize = 1 << 27;
 
-fn cmd_sim(s: &Sim) -> ferrattn::Result<()> {
+fn cmd_sim(s: &Sim) -> ferrattn_cli::Result<()> {
     let Sim::Amla {
         batch,
         sq,
@@ -479,7 +480,7 @@ fn cmd_sim(s: &Sim) -> ferrattn::Result<()> {
         || !(1..=2).contains(sq)
         || batch * sk > SIM_MAX_TOKENS
     {
-        return Err(ferrattn::CoreError::Unsupported {
+        return Err(ferrattn_cli::CoreError::Unsupported {
             what: format!("sim amla with batch {batch}, sq {sq}, sk {sk}"),
             supported: format!(
                 "batch 1..={SIM_MAX_BATCH}, sq 1 or 2, sk 1..={SIM_MAX_SK}, batch x sk up to {SIM_MAX_TOKENS}"
@@ -505,7 +506,7 @@ fn cmd_sim(s: &Sim) -> ferrattn::Result<()> {
     Ok(())
 }
 
-fn cmd_repro(r: &Repro) -> ferrattn::Result<()> {
+fn cmd_repro(r: &Repro) -> Result<(), Failure> {
     match r {
         Repro::AmlaPerformance { json } => {
             let rep = ferrattn_ascend::repro_performance();
@@ -538,7 +539,7 @@ fn cmd_repro(r: &Repro) -> ferrattn::Result<()> {
             json,
         } => {
             if *d < 3 || *samples == 0 {
-                return Err(ferrattn::CoreError::BadLength {
+                return Err(ferrattn_cli::CoreError::BadLength {
                     what: if *d < 3 {
                         "--d".into()
                     } else {
@@ -550,7 +551,7 @@ fn cmd_repro(r: &Repro) -> ferrattn::Result<()> {
                 .into());
             }
             let pb = progress_bar(4 * *samples as u64, "turboquant distortion");
-            let rows = ferrattn::turboquant::distortion_table(*d, *samples, *seed, &|done| {
+            let rows = ferrattn_cli::turboquant::distortion_table(*d, *samples, *seed, &|done| {
                 pb.set_position(done as u64)
             });
             pb.finish_and_clear();
@@ -583,11 +584,11 @@ fn cmd_repro(r: &Repro) -> ferrattn::Result<()> {
             Ok(())
         }
         Repro::TurboAccuracy { seed } => {
-            let rows = ferrattn::turbo::accuracy_table(*seed);
-            println!("{}", ferrattn::turbo::accuracy_markdown(&rows));
+            let rows = ferrattn_cli::turbo::accuracy_table(*seed);
+            println!("{}", ferrattn_cli::turbo::accuracy_markdown(&rows));
             Ok(())
         }
-        Repro::ModelAccuracy(a) => ferrattn::model::accuracy::repro(a),
+        Repro::ModelAccuracy(a) => Ok(ferrattn_cli::model::accuracy::repro(a)?),
     }
 }
 
@@ -630,7 +631,7 @@ fn parse_dims(s: &str) -> Result<Dims, String> {
 
 /// The problem `--random` describes, built from the numbers alone (no tensors), with its
 /// sizes checked before anything is allocated.
-fn random_problem(a: &ProblemArgs, d: &[usize]) -> ferrattn::Result<AttentionProblem> {
+fn random_problem(a: &ProblemArgs, d: &[usize]) -> ferrattn_cli::Result<AttentionProblem> {
     let (b, sq, sk, hq, hk, dqk) = (d[0], d[1], d[2], d[3], d[4], d[5]);
     let amla = a.algo == Algorithm::Amla;
     let dv = d
@@ -675,8 +676,8 @@ fn random_inputs(
     p: &AttentionProblem,
     seed: u64,
     extra: u128,
-) -> ferrattn::Result<AttentionInputs> {
-    ferrattn::problem::check_host_memory(
+) -> ferrattn_cli::Result<AttentionInputs> {
+    ferrattn_cli::problem::check_host_memory(
         &format!(
             "--random {} (inputs, outputs and the f64 check)",
             describe(p)
@@ -709,7 +710,7 @@ fn check_bytes(p: &AttentionProblem) -> u128 {
     p.buffer_shapes()
         .iter()
         .filter(|(n, _)| matches!(*n, "o" | "lse"))
-        .map(|(_, s)| 4 * ferrattn::problem::buffer_bytes(s))
+        .map(|(_, s)| 4 * ferrattn_cli::problem::buffer_bytes(s))
         .sum()
 }
 
@@ -726,7 +727,7 @@ fn problem_of(
     a: &ProblemArgs,
     with_tensors: bool,
     extra: u128,
-) -> ferrattn::Result<(AttentionProblem, Option<AttentionInputs>)> {
+) -> ferrattn_cli::Result<(AttentionProblem, Option<AttentionInputs>)> {
     if let Some(path) = &a.input {
         let x = io::read_inputs(path)?;
         // MLA files default to the FlashMLA split 576/512 when the latent dim is 576
@@ -756,7 +757,7 @@ fn problem_of(
     Ok((p, Some(x)))
 }
 
-fn select(a: &ProblemArgs) -> ferrattn::Result<Runtime> {
+fn select(a: &ProblemArgs) -> ferrattn_cli::Result<Runtime> {
     let sel = Runtime::select(a.backend, a.algo)?;
     for why in &sel.passed_over {
         eprintln!("note: passed over {why}");
@@ -765,7 +766,7 @@ fn select(a: &ProblemArgs) -> ferrattn::Result<Runtime> {
 }
 
 /// `ferrattn plan`: the plan of the problem the arguments describe; draws no random tensors.
-fn cmd_plan(a: &ProblemArgs) -> ferrattn::Result<()> {
+fn cmd_plan(a: &ProblemArgs) -> ferrattn_cli::Result<()> {
     let (problem, _) = problem_of(a, false, 0)?;
     let plan = select(a)?.plan(a.algo, &problem)?;
     println!("{}", plan.to_json());
@@ -798,13 +799,19 @@ fn cmd_devices() {
 
 /// Why a command failed: an error of the library, or a result that missed its tolerance.
 enum Failure {
-    Error(FerrattnError),
+    Error(CliError),
     Tolerance(String),
+}
+
+impl From<CliError> for Failure {
+    fn from(e: CliError) -> Failure {
+        Failure::Error(e)
+    }
 }
 
 impl From<FerrattnError> for Failure {
     fn from(e: FerrattnError) -> Failure {
-        Failure::Error(e)
+        Failure::Error(e.into())
     }
 }
 
@@ -827,7 +834,7 @@ fn spinner(msg: String) -> indicatif::ProgressBar {
 /// Reads `--plan` and checks it belongs to this invocation: its algorithm is `--algo` (a plan
 /// of another algorithm would silently run that algorithm instead). Every other field is checked
 /// by `Runtime::run` against the inputs and the device.
-fn read_plan(path: &std::path::Path, a: &ProblemArgs) -> ferrattn::Result<AttentionPlan> {
+fn read_plan(path: &std::path::Path, a: &ProblemArgs) -> ferrattn_cli::Result<AttentionPlan> {
     let text = std::fs::read_to_string(path).map_err(|e| FerrattnError::File {
         path: path.display().to_string(),
         message: e.to_string(),
@@ -887,7 +894,7 @@ fn cmd_run(r: &RunArgs) -> Result<(), Failure> {
             plan.problem.batch * plan.problem.max_seqlen_q * plan.problem.heads_q,
             plan.problem.max_seqlen_k
         ));
-        let (o, lse) = ferrattn::golden::exact_attention_f64(&plan.problem, &x);
+        let (o, lse) = ferrattn_cli::golden::exact_attention_f64(&plan.problem, &x);
         pb.finish_and_clear();
         let co = Comparison::new(
             &o,
@@ -897,7 +904,7 @@ fn cmd_run(r: &RunArgs) -> Result<(), Failure> {
             &lse,
             &out.lse.data.iter().map(|&v| v as f64).collect::<Vec<_>>(),
         );
-        let tol = ferrattn::compare::RunTolerance::of(&plan);
+        let tol = ferrattn_cli::compare::RunTolerance::of(&plan);
         println!("tolerance  {tol}");
         println!("O   vs exact  {co}");
         println!("LSE vs exact  {cl}");
@@ -915,7 +922,7 @@ fn cmd_run(r: &RunArgs) -> Result<(), Failure> {
         meta.insert("algorithm".to_string(), plan.algorithm.to_string());
         meta.insert("backend".to_string(), out.provenance.backend.clone());
         meta.insert("device".to_string(), out.provenance.device.clone());
-        meta.insert("commit".to_string(), ferrattn::GIT_COMMIT.to_string());
+        meta.insert("commit".to_string(), ferrattn_cli::GIT_COMMIT.to_string());
         if let Some(s) = &out.provenance.simulated {
             meta.insert("simulated".to_string(), s.clone());
         }
@@ -942,7 +949,7 @@ fn dispatch(cmd: &Cmd) -> Result<(), Failure> {
         Cmd::Repro(r) => cmd_repro(r)?,
         Cmd::Sim(s) => cmd_sim(s)?,
         Cmd::TurboSession(a) => cmd_turbo_session(a)?,
-        Cmd::Bench(a) => ferrattn::bench::main(a)?,
+        Cmd::Bench(a) => ferrattn_cli::bench::main(a)?,
         Cmd::TurboquantSession(a) => cmd_turboquant_session(a)?,
         Cmd::Golden { out } => {
             for p in golden_files::generate(out)? {

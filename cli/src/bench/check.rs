@@ -16,7 +16,7 @@ use ferrattn_core::{
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-/// What an algorithm promises against exact attention (the bounds of `tests/golden.rs`, where
+/// What an algorithm promises against exact attention (the bounds of `cli/tests/golden.rs`, where
 /// each is derived).
 pub fn tolerance(algo: Algorithm, dtype: DType) -> Tolerance {
     match algo {

@@ -1,6 +1,6 @@
 //! Bad input gives a clear error naming the values, never a panic.
 
-use ferrattn::{
+use ferrattn_cli::{
     Algorithm, AttentionInputs, AttentionOptions, BackendChoice, BackendKind, CoreError, DType,
     FerrattnError, Runtime, Tensor,
 };
@@ -167,7 +167,7 @@ fn plan_for_another_problem_is_refused() {
 
 #[test]
 fn corrupt_plan_json_is_an_error() {
-    let e = ferrattn::AttentionPlan::from_json("{\"algorithm\": \"exact\"").unwrap_err();
+    let e = ferrattn_cli::AttentionPlan::from_json("{\"algorithm\": \"exact\"").unwrap_err();
     assert!(e.to_string().starts_with("plan JSON:"), "{e}");
 }
 

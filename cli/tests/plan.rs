@@ -1,6 +1,6 @@
 //! Plans are values: they round-trip through JSON, and `run --plan` replays them.
 
-use ferrattn::{plan, Algorithm, AttentionPlan, AttentionProblem, DType, DeviceCaps, KvLayout};
+use ferrattn_cli::{plan, Algorithm, AttentionPlan, AttentionProblem, DType, DeviceCaps, KvLayout};
 
 fn problems() -> Vec<(Algorithm, AttentionProblem, DeviceCaps)> {
     let mut ragged = AttentionProblem::uniform(3, 1, 4097, 32, 8, 128, 128, DType::F16);
@@ -94,7 +94,7 @@ fn cli_plan_then_run_with_that_plan() {
         stdout.contains("check      ok: within tolerance"),
         "{stdout}"
     );
-    let f = ferrattn::io::read_file(&o_path).unwrap();
+    let f = ferrattn_cli::io::read_file(&o_path).unwrap();
     assert_eq!(f.tensors["o"].shape, vec![2, 1, 8, 64]);
     assert_eq!(f.tensors["lse"].shape, vec![2, 8, 1]);
     let fresh_path = dir.join("fresh.safetensors");
@@ -106,7 +106,7 @@ fn cli_plan_then_run_with_that_plan() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let fresh = ferrattn::io::read_file(&fresh_path).unwrap();
+    let fresh = ferrattn_cli::io::read_file(&fresh_path).unwrap();
     assert_eq!(fresh.tensors["o"], f.tensors["o"]);
     assert_eq!(fresh.tensors["lse"], f.tensors["lse"]);
     // a plan for another shape is refused

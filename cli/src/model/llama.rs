@@ -10,7 +10,7 @@
 use super::gguf::Gguf;
 use super::ops::{matmul, rms_norm, rope, swiglu};
 use super::ModelError;
-use crate::Result;
+use crate::error::Result;
 use ferrattn_core::{DType, Tensor};
 
 /// Hyper-parameters read from the GGUF metadata.

@@ -4,13 +4,13 @@
 //! matrix runs it, and pairs that cannot run here are listed as data with the reason, never
 //! skipped silently.
 
-use ferrattn::golden_files::{generate, load_dir, GoldenCase};
-use ferrattn::runtime::supported_on;
-use ferrattn::{Algorithm, BackendChoice, BackendKind, Comparison, DType, Runtime, Tolerance};
+use ferrattn_cli::golden_files::{generate, load_dir, GoldenCase};
+use ferrattn_cli::runtime::supported_on;
+use ferrattn_cli::{Algorithm, BackendChoice, BackendKind, Comparison, DType, Runtime, Tolerance};
 use std::path::Path;
 
 fn golden_dir() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden"))
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden"))
 }
 
 /// Accuracy an algorithm promises against exact attention on the golden inputs (unit-variance
@@ -118,7 +118,7 @@ fn check_case(case: &GoldenCase, algo: Algorithm, rt: &Runtime) -> Result<String
 #[test]
 fn every_backend_passes_the_golden_files() {
     let cases = load_dir(golden_dir()).unwrap();
-    assert_eq!(cases.len(), ferrattn::golden_files::CASES.len());
+    assert_eq!(cases.len(), ferrattn_cli::golden_files::CASES.len());
     let mut failures = vec![];
     let mut gaps = vec![];
     let mut ran = 0;

@@ -2,10 +2,10 @@
 //! products overflow, inputs whose logits overflow an `f32` softmax, tensors shorter than their
 //! shape, and input files with unknown or mistyped tensors. Each must fail with a typed error
 //! (or, where the input is representable, compute the right answer), never panic, abort, hang
-//! or return a wrong result. The CLI's side of the issue is in `tests/cli.rs`.
+//! or return a wrong result. The CLI's side of the issue is in `cli/tests/cli.rs`.
 
-use ferrattn::lean::Schedule;
-use ferrattn::{
+use ferrattn_cli::lean::Schedule;
+use ferrattn_cli::{
     Algorithm, AttentionInputs, AttentionOptions, AttentionPlan, AttentionProblem, BackendChoice,
     BackendKind, Comparison, CoreError, DType, FerrattnError, PlanDetail, Runtime, Tensor,
     Tolerance,
@@ -52,7 +52,10 @@ fn lean_case() -> (Runtime, AttentionInputs, AttentionPlan) {
     (rt, x, plan)
 }
 
-fn lean_mut(plan: &AttentionPlan, f: impl FnOnce(&mut ferrattn::lean::LeanPlan)) -> AttentionPlan {
+fn lean_mut(
+    plan: &AttentionPlan,
+    f: impl FnOnce(&mut ferrattn_cli::lean::LeanPlan),
+) -> AttentionPlan {
     let mut plan = plan.clone();
     let PlanDetail::Lean(d) = &mut plan.detail else {
         unreachable!()
@@ -178,7 +181,7 @@ fn sizes_whose_products_overflow_are_refused_before_allocating() {
     ] {
         let [b, sq, sk, hq, hk, d] = dims;
         let p = AttentionProblem::uniform(b, sq, sk, hq, hk, d, d, DType::F16);
-        match ferrattn::plan(Algorithm::Exact, &p, &ferrattn::DeviceCaps::cpu(2)) {
+        match ferrattn_cli::plan(Algorithm::Exact, &p, &ferrattn_cli::DeviceCaps::cpu(2)) {
             Err(CoreError::TooLarge {
                 what: w,
                 bytes_needed,
@@ -191,7 +194,7 @@ fn sizes_whose_products_overflow_are_refused_before_allocating() {
         }
     }
     // more than the host has: the error names the bytes needed and what is available
-    let e = ferrattn::problem::check_host_memory("a test buffer", 1 << 60).unwrap_err();
+    let e = ferrattn_cli::problem::check_host_memory("a test buffer", 1 << 60).unwrap_err();
     assert!(
         e.to_string().contains("needs 1152921504606846976 bytes"),
         "{e}"
@@ -262,7 +265,7 @@ fn scale_before_multiply_computes_huge_inputs_with_a_small_scale() {
         softmax_scale: Some(1e-40),
     };
     let p = x.problem(opts, None).unwrap();
-    let (o_ref, lse_ref) = ferrattn::golden::exact_attention_f64(&p, &x);
+    let (o_ref, lse_ref) = ferrattn_cli::golden::exact_attention_f64(&p, &x);
     assert!(lse_ref.iter().all(|l| l.is_finite()));
     for algo in [Algorithm::Exact, Algorithm::Lean] {
         let rt = cpu(algo);
@@ -298,25 +301,27 @@ fn input_files_with_unknown_or_mistyped_tensors_are_errors() {
             .copied()
             .chain(extra_f.iter().copied())
             .collect();
-        ferrattn::io::write_file(&path, &all, ints, Default::default()).unwrap();
+        ferrattn_cli::io::write_file(&path, &all, ints, Default::default()).unwrap();
         path
     };
     // the good file reads, with its lengths
     let good = write("good.safetensors", &[], &[("seqlens_k", &[10, 3])]);
     assert_eq!(
-        ferrattn::io::read_inputs(&good).unwrap().seqlens_k,
+        ferrattn_cli::io::read_inputs(&good).unwrap().seqlens_k,
         Some(vec![10, 3])
     );
     // misspelt seqlen_k was dropped and the full lengths used
     let misspelt = write("misspelt.safetensors", &[], &[("seqlen_k", &[10, 3])]);
-    let e = ferrattn::io::read_inputs(&misspelt)
+    let e = ferrattn_cli::io::read_inputs(&misspelt)
         .unwrap_err()
         .to_string();
     assert!(e.contains("unknown tensor \"seqlen_k\""), "{e}");
     // seqlens_k stored as f32 was dropped too
     let lens = Tensor::from_vec(&[2], DType::F32, vec![10.0, 3.0]).unwrap();
     let float = write("float.safetensors", &[("seqlens_k", &lens)], &[]);
-    let e = ferrattn::io::read_inputs(&float).unwrap_err().to_string();
+    let e = ferrattn_cli::io::read_inputs(&float)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("seqlens_k is f32; it must be I32 or I64"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -335,13 +340,18 @@ fn written_files_are_the_same_bytes_every_time() {
     let bytes: Vec<Vec<u8>> = (0..4)
         .map(|i| {
             let path = dir.join(format!("{i}.safetensors"));
-            ferrattn::io::write_file(&path, &[("q", &x.q), ("k", &x.k)], &[("n", &[5])], meta())
-                .unwrap();
+            ferrattn_cli::io::write_file(
+                &path,
+                &[("q", &x.q), ("k", &x.k)],
+                &[("n", &[5])],
+                meta(),
+            )
+            .unwrap();
             std::fs::read(&path).unwrap()
         })
         .collect();
     assert!(bytes.windows(2).all(|w| w[0] == w[1]));
-    let back = ferrattn::io::read_file(&dir.join("0.safetensors")).unwrap();
+    let back = ferrattn_cli::io::read_file(&dir.join("0.safetensors")).unwrap();
     assert_eq!(back.tensors["q"], x.q);
     assert_eq!(back.ints["n"], vec![5]);
     assert_eq!(back.metadata, meta());

@@ -1,7 +1,7 @@
 //! CI smoke of `ferrattn bench`: the quick suite on the CPU and the simulated 910 runs to the end
 //! on a machine without a GPU, within a time limit, and its JSON says what ran and what did not.
 
-use ferrattn::bench::report::BenchReport;
+use ferrattn_cli::bench::report::BenchReport;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
