@@ -44,8 +44,8 @@ fn main() {
     };
     let caps = b.caps().unwrap();
     let slots = caps.compute_units * caps.ctas_per_unit;
-    // (shape, batch, heads_q, heads_kv, head_dim, dtype, context): the Lean table's rows up to
-    // 1 GB of K/V read per call at the small end of each shape
+    // (shape, batch, heads_q, heads_kv, head_dim, dtype, context): the Lean table's rows at the
+    // small end of each shape, and one large row (4 x 65536) for the profiler
     let configs = [
         ("lean", 1, 56, 56, 64, DType::F16, 1024),
         ("lean", 1, 56, 56, 64, DType::F16, 4096),
@@ -54,6 +54,7 @@ fn main() {
         ("lean", 4, 56, 56, 64, DType::F16, 4096),
         ("lean", 16, 56, 56, 64, DType::F16, 1024),
         ("lean", 64, 56, 56, 64, DType::F16, 1024),
+        ("lean", 4, 56, 56, 64, DType::F16, 65536),
         ("llama", 1, 32, 8, 128, DType::BF16, 1024),
         ("llama", 1, 32, 8, 128, DType::BF16, 8192),
         ("llama", 1, 32, 8, 128, DType::BF16, 32768),

@@ -322,7 +322,10 @@ pub fn lean_row(c: &Cuda, s: &Shape, jobs: &mut Vec<SdpaJob>, row_index: usize) 
         variant: "stream-K".into(),
         backend: "cuda".into(),
         simulated: false,
-        plan: format!("{} CTAs", lp.num_ctas),
+        plan: match lp.schedule {
+            lean::Schedule::WholeTiles { .. } => format!("{} CTAs, whole tiles", lp.num_ctas),
+            _ => format!("{} CTAs", lp.num_ctas),
+        },
         bytes,
         flops: s.flops(),
         timed: "one decode launch (+ the combine launch when the plan needs it)".into(),
