@@ -46,7 +46,7 @@ struct LeanParams {
   float* part_o;          // [num_ctas, R, D] unnormalised partial O (base-2 max m)
   float* part_ml;         // [num_ctas, R, 2] partial (m in log2 units, l)
   u32* flags;             // [num_ctas]: 1 once the CTA's partial is visible; its host resets it to 0
-  u32 reserved;           // (padding, keeps the host mirror's layout)
+  u32 tile_per_cta;       // 1: CTA g computes exactly tile g (no per-CTA tables in the workspace)
   int num_ctas;
   int batch, max_sq, max_sk, heads_q, heads_kv, group;
   int tile_m;             // query rows per tile (<= R)
@@ -276,16 +276,28 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // The CTA's record (launch.rs, cta_info): everything the first K/V stage's addresses depend on,
   // in one 32-byte read, so the first copies wait for one round trip instead of two dependent ones
   // (range and first tile, then the sequence's lengths) on a latency-bound small problem.
-  const Vec16 info0 = ld_global_nc16(p.cta_info + 8 * (u64)cta);
-  const Vec16 info1 = ld_global_nc16(p.cta_info + 8 * (u64)cta + 4);
-  const u32 cs = info0.x, ce = info0.y;
-  const int first_tile = (int)info0.z;
-  const int host_last = (int)info0.w;  // the CTA holding the last iteration of its hosted tile
-  TileInfo first = tile_coords(p, first_tile);
-  first.start = info1.x;
-  first.end = info1.y;
-  first.len_k = (int)info1.z;
-  first.len_q = (int)info1.w;
+  // One CTA per tile (a grid larger than the co-resident slots, launched plainly): the tile is
+  // the CTA's index and its range that tile's, one round of reads too.
+  u32 cs, ce;
+  int host_last;  // the CTA holding the last iteration of the tile this CTA hosts
+  TileInfo first;
+  if (p.tile_per_cta) {
+    first = tile_by_index(p, cta);
+    cs = first.start;
+    ce = first.end;
+    host_last = cta;
+  } else {
+    const Vec16 info0 = ld_global_nc16(p.cta_info + 8 * (u64)cta);
+    const Vec16 info1 = ld_global_nc16(p.cta_info + 8 * (u64)cta + 4);
+    cs = info0.x;
+    ce = info0.y;
+    host_last = (int)info0.w;
+    first = tile_coords(p, (int)info0.z);
+    first.start = info1.x;
+    first.end = info1.y;
+    first.len_k = (int)info1.z;
+    first.len_q = (int)info1.w;
+  }
   const int sub = p.tile_k / SK;
   const u32 units = (ce - cs) * (u32)sub;
   const u64 kv_row = (u64)p.heads_kv * D;

@@ -76,8 +76,8 @@ fn main() {
         let space = planned.tile_space(&p);
         let tiles = space.num_tiles();
         let iters = space.total_iters() as usize;
-        // (label, plan): the planner's, stream-K over k * tiles CTAs and over every slot, and
-        // where the tiles fill the grid, whole tiles over the slots and one CTA per tile
+        // (label, plan): the planner's, stream-K over k * tiles CTAs, one per SM and one per slot,
+        // and where the tiles outnumber the SMs, one CTA per tile (a fixed split of one chunk)
         let mut variants: Vec<(String, lean::LeanPlan)> = vec![("plan".into(), planned.clone())];
         let mut grids = Vec::new();
         let mut k = 1;
@@ -85,16 +85,14 @@ fn main() {
             grids.push(k * tiles);
             k *= 2;
         }
+        grids.push(caps.compute_units.min(iters));
         grids.push(slots.min(iters));
+        grids.sort_unstable();
         grids.dedup();
         for g in grids {
             variants.push((format!("sk{g}"), lean::plan_with_ctas(&p, &caps, g).unwrap()));
         }
-        if tiles >= slots {
-            let mut wt = planned.clone();
-            wt.schedule = lean::Schedule::whole_tiles(&space, slots);
-            wt.num_ctas = wt.schedule.num_ctas();
-            variants.push((format!("wt{slots}"), wt));
+        if tiles >= caps.compute_units {
             variants.push((
                 format!("fx1({tiles})"),
                 lean::plan_fixed_split(&p, &caps, Some(1)).unwrap(),

@@ -41,7 +41,7 @@ pub(crate) struct LeanParams {
     part_o: u64,
     part_ml: u64,
     flags: u64,
-    reserved: u32,
+    tile_per_cta: u32,
     num_ctas: i32,
     batch: i32,
     max_sq: i32,
@@ -543,7 +543,6 @@ fn check_schedule(plan: &LeanPlan, p: &AttentionProblem, space: &TileSpace) -> R
     let rebuilt = match &plan.schedule {
         Schedule::StreamK { .. } => Schedule::stream_k(space, plan.schedule.num_ctas()),
         Schedule::FixedSplit { splits, .. } => Schedule::fixed_split(space, *splits),
-        Schedule::WholeTiles { ctas, .. } => Schedule::whole_tiles(space, *ctas),
     };
     if rebuilt != plan.schedule || plan.num_ctas != plan.schedule.num_ctas() {
         return Err(CudaError::Plan(format!(
@@ -617,7 +616,13 @@ impl LeanStepPlan {
                 what: format!("{} LeanTile iterations", space.total_iters()),
                 supported: "fewer than 2^32".into(),
             })?;
-        let g = tables.cta_bounds.len() - 1;
+        // one CTA per tile derives its range from its index: no per-CTA table, flag or partial
+        // (so a grid of more CTAs than slots fits the workspace a stream-K grid bounds)
+        let g = if plan.schedule.one_cta_per_tile(&space) {
+            0
+        } else {
+            tables.cta_bounds.len() - 1
+        };
         let pages = match &kv {
             KvStorage::Contiguous => 0,
             KvStorage::Paged(pg) => pg.table.len(),
@@ -636,6 +641,12 @@ impl LeanStepPlan {
         };
         step.header = step.header_image();
         Ok(step)
+    }
+
+    /// Whether CTA `g` computes exactly tile `g` (a fixed split of one chunk per tile): the
+    /// kernel then reads no per-CTA table and the workspace holds none.
+    fn tile_per_cta(&self) -> bool {
+        matches!(self.plan.schedule, Schedule::FixedSplit { .. }) && self.num_ctas() == self.num_tiles
     }
 
     /// Per CTA: `[begin, end, first tile, last CTA waited for, first tile's start and end,
@@ -684,8 +695,10 @@ impl LeanStepPlan {
             .collect();
         put(l.append_start, &starts);
         put(l.seq_start, &self.tables.seq_start);
-        put(l.cta_bounds, &self.tables.cta_bounds);
-        put(l.cta_info, &self.cta_info());
+        if !self.tile_per_cta() {
+            put(l.cta_bounds, &self.tables.cta_bounds);
+            put(l.cta_info, &self.cta_info());
+        }
         if let KvStorage::Paged(pg) = &self.kv {
             let t: Vec<u32> = pg.table.iter().map(|&x| x as u32).collect();
             put(l.page_table, &t);
@@ -760,7 +773,7 @@ impl LeanStepPlan {
             part_o: at(l.part_o),
             part_ml: at(l.part_ml),
             flags: at(l.flags),
-            reserved: 0,
+            tile_per_cta: self.tile_per_cta() as u32,
             num_ctas: self.num_ctas() as i32,
             batch: p.batch as i32,
             max_sq: p.max_seqlen_q as i32,

@@ -322,9 +322,10 @@ pub fn lean_row(c: &Cuda, s: &Shape, jobs: &mut Vec<SdpaJob>, row_index: usize) 
         variant: "stream-K".into(),
         backend: "cuda".into(),
         simulated: false,
-        plan: match lp.schedule {
-            lean::Schedule::WholeTiles { .. } => format!("{} CTAs, whole tiles", lp.num_ctas),
-            _ => format!("{} CTAs", lp.num_ctas),
+        plan: if lp.schedule.one_cta_per_tile(&lp.tile_space(&p)) {
+            format!("{} CTAs, one per tile", lp.num_ctas)
+        } else {
+            format!("{} CTAs", lp.num_ctas)
         },
         bytes,
         flops: s.flops(),

@@ -52,19 +52,6 @@ pub enum Schedule {
         /// CTAs launched: `sum over tiles of ceil(n(tile) / chunk_iters)`.
         num_ctas: usize,
     },
-    /// No split: each CTA owns a contiguous run of whole tiles, cut at the tile boundary nearest
-    /// to an equal share of the iterations, so no partial is stored or merged and no CTA waits
-    /// for another. What stream-K degenerates to when the tiles already fill the grid; chosen by
-    /// [`crate::lean::plan`] where the merges and tile switches of stream-K cost more than the
-    /// imbalance of whole tiles.
-    WholeTiles {
-        /// Total LeanTile iterations `I` over all output tiles.
-        total_iters: u64,
-        /// CTAs asked for (`G`); the grid has fewer when two cuts fall on the same boundary.
-        ctas: usize,
-        /// Ascending bounds, each a tile boundary: CTA `g` owns iterations `[b[g], b[g + 1])`.
-        cta_bounds: Vec<u64>,
-    },
 }
 
 /// The flat iteration space of a problem for given tile sizes (derived, never stored in a plan).
@@ -175,40 +162,6 @@ impl Schedule {
         }
     }
 
-    /// Whole tiles over at most `ctas` CTAs: cut `g` of `G` falls on the tile boundary nearest
-    /// to `g * I / G` (the lower one on a tie); cuts that coincide are merged.
-    pub fn whole_tiles(space: &TileSpace, ctas: usize) -> Schedule {
-        let total = space.total_iters();
-        let g = ctas.max(1);
-        // every tile boundary, ascending (tiles of a sequence are equally long)
-        let mut edges = Vec::with_capacity(space.num_tiles() + 1);
-        edges.push(0u64);
-        for (b, &n) in space.iters.iter().enumerate() {
-            let s = space.seq_start[b];
-            edges.extend((1..=space.tiles_per_seq as u64).map(|t| s + t * n));
-        }
-        let mut cta_bounds = vec![0u64];
-        for i in 1..g {
-            let target = ((i as u128 * total as u128) / g as u128) as u64;
-            let hi = edges.partition_point(|&e| e < target).min(edges.len() - 1);
-            let cut = if hi > 0 && target - edges[hi - 1] <= edges[hi].saturating_sub(target) {
-                edges[hi - 1]
-            } else {
-                edges[hi]
-            };
-            if cut > *cta_bounds.last().expect("starts with 0") && cut < total {
-                cta_bounds.push(cut);
-            }
-        }
-        // every tile has at least one iteration, so total > 0 and the last range is not empty
-        cta_bounds.push(total);
-        Schedule::WholeTiles {
-            total_iters: total,
-            ctas: g,
-            cta_bounds,
-        }
-    }
-
     /// FlashDecoding's fixed split with `splits` chunks for the longest sequence.
     pub fn fixed_split(space: &TileSpace, splits: usize) -> Schedule {
         let max_iters = space.iters.iter().copied().max().unwrap_or(1);
@@ -273,52 +226,34 @@ impl Schedule {
                 }
                 Ok(())
             }
-            Schedule::WholeTiles { ctas, .. } => {
-                let want = Schedule::whole_tiles(space, *ctas);
-                if *self != want {
-                    return bad(format!(
-                        "{} is not the whole-tile schedule of this problem over its ctas = {ctas}: {}",
-                        short(self.bounds_or_empty()),
-                        short(want.bounds_or_empty())
-                    ));
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn bounds_or_empty(&self) -> &[u64] {
-        match self {
-            Schedule::StreamK { cta_bounds, .. } | Schedule::WholeTiles { cta_bounds, .. } => {
-                cta_bounds
-            }
-            Schedule::FixedSplit { .. } => &[],
         }
     }
 
     /// CTAs in the grid.
     pub fn num_ctas(&self) -> usize {
         match self {
-            Schedule::StreamK { cta_bounds, .. } | Schedule::WholeTiles { cta_bounds, .. } => {
-                cta_bounds.len().saturating_sub(1)
-            }
+            Schedule::StreamK { cta_bounds, .. } => cta_bounds.len().saturating_sub(1),
             Schedule::FixedSplit { num_ctas, .. } => *num_ctas,
         }
     }
 
-    /// Whether partials are merged inside the same launch by host blocks (stream-K), so that the
-    /// grid must be co-resident; a fixed split merges in a second pass and whole tiles never merge.
+    /// Whether partials are merged inside the same launch by host blocks (stream-K) or by a
+    /// second pass (fixed split).
     pub fn merges_in_kernel(&self) -> bool {
         matches!(self, Schedule::StreamK { .. })
     }
 
+    /// Whether every CTA computes exactly one whole tile (a fixed split of one chunk per tile):
+    /// CTA `g` is tile `g`, nothing is stored as a partial or merged, and no table per CTA is
+    /// needed.
+    pub fn one_cta_per_tile(&self, space: &TileSpace) -> bool {
+        matches!(self, Schedule::FixedSplit { num_ctas, .. } if *num_ctas == space.num_tiles())
+    }
 
     /// The `num_ctas + 1` CTA bounds in the flat iteration space (expanded for fixed split).
     pub fn cta_bounds(&self, space: &TileSpace) -> Vec<u64> {
         match self {
-            Schedule::StreamK { cta_bounds, .. } | Schedule::WholeTiles { cta_bounds, .. } => {
-                cta_bounds.clone()
-            }
+            Schedule::StreamK { cta_bounds, .. } => cta_bounds.clone(),
             Schedule::FixedSplit {
                 chunk_iters,
                 num_ctas,
@@ -540,50 +475,18 @@ mod tests {
     }
 
     #[test]
-    fn whole_tiles_cut_only_at_tile_boundaries_and_pass_the_check() {
-        for (lens, hk, ctas) in [
-            (vec![1024; 64], 8, 264),
-            (vec![1024; 3], 2, 4),
-            (vec![300, 1, 0, 1000, 77], 3, 5),
-            (vec![4096], 1, 8),
-            (vec![64; 16], 56, 264),
-        ] {
-            let p = ragged(&lens, hk);
-            let space = TileSpace::new(&p, 64, 1);
-            let s = Schedule::whole_tiles(&space, ctas);
-            s.check(&space).unwrap();
-            assert!(s.num_ctas() >= 1 && s.num_ctas() <= ctas.min(space.num_tiles()));
-            let segs = s.segments(&space);
-            // every segment is a whole tile: no partial to store, nothing to merge
-            assert!(segs.iter().all(|x| x.host && x.finishing), "{segs:?}");
-            assert_eq!(segs.len(), space.num_tiles());
-            // equal tiles: the CTAs' tile counts differ by at most one
-            if lens.iter().all(|&l| l == lens[0]) {
-                let b = s.cta_bounds(&space);
-                let n = space.iters[0];
-                let per: Vec<u64> = b.windows(2).map(|w| (w[1] - w[0]) / n).collect();
-                let (lo, hi) = (per.iter().min().unwrap(), per.iter().max().unwrap());
-                assert!(hi - lo <= 1, "{per:?}");
-            }
-        }
-        // a schedule edited by hand is refused
-        let p = ragged(&[1024; 8], 8);
+    fn one_split_is_one_cta_per_tile() {
+        let p = ragged(&[1024, 100, 3000], 4);
         let space = TileSpace::new(&p, 64, 1);
-        let Schedule::WholeTiles {
-            total_iters,
-            ctas,
-            mut cta_bounds,
-        } = Schedule::whole_tiles(&space, 32)
-        else {
-            unreachable!()
-        };
-        cta_bounds[1] += 1;
-        let bad = Schedule::WholeTiles {
-            total_iters,
-            ctas,
-            cta_bounds,
-        };
-        assert!(bad.check(&space).is_err());
+        let s = Schedule::fixed_split(&space, 1);
+        assert!(s.one_cta_per_tile(&space));
+        s.check(&space).unwrap();
+        for (g, seg) in s.segments(&space).iter().enumerate() {
+            assert_eq!((seg.cta, seg.tile), (g, g));
+            assert!(seg.host && seg.finishing);
+        }
+        assert!(!Schedule::fixed_split(&space, 2).one_cta_per_tile(&space));
+        assert!(!Schedule::stream_k(&space, space.num_tiles()).one_cta_per_tile(&space));
     }
 
     #[test]
