@@ -137,8 +137,9 @@ struct Smem {
 // associative rescaling of appendix D). The partials were written by other CTAs moments ago, so
 // each read is an L2 round trip: every thread owns whole 16-byte vectors of the tile and issues the
 // loads of a chunk of partials (their O vectors and (m, l) of the vector's row) together before it
-// uses any, so a chunk costs one round trip (a batch pass, then an O pass element by element,
-// cost 1 + R * D / kThreads of them). Each thread rescales its vectors online across chunks;
+// uses any, so a chunk costs one round trip (the earlier row pass, then an O pass whose loop waited
+// for each element's loads, cost 1 + R * D / kThreads of them: 5 for Llama's 4 rows of d128,
+// before its first partial arrived). Each thread rescales its vectors online across chunks;
 // threads of one row compute the same (m, l) in the same order, and the order of the sum is
 // fixed, so results are reproducible. The thread owning a row's first vector writes fin.
 template <int D, int R>

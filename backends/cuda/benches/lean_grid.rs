@@ -90,7 +90,10 @@ fn main() {
         grids.sort_unstable();
         grids.dedup();
         for g in grids {
-            variants.push((format!("sk{g}"), lean::plan_with_ctas(&p, &caps, g).unwrap()));
+            variants.push((
+                format!("sk{g}"),
+                lean::plan_with_ctas(&p, &caps, g).unwrap(),
+            ));
         }
         if tiles >= caps.compute_units {
             variants.push((

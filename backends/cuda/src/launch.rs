@@ -646,7 +646,8 @@ impl LeanStepPlan {
     /// Whether CTA `g` computes exactly tile `g` (a fixed split of one chunk per tile): the
     /// kernel then reads no per-CTA table and the workspace holds none.
     fn tile_per_cta(&self) -> bool {
-        matches!(self.plan.schedule, Schedule::FixedSplit { .. }) && self.num_ctas() == self.num_tiles
+        matches!(self.plan.schedule, Schedule::FixedSplit { .. })
+            && self.num_ctas() == self.num_tiles
     }
 
     /// Per CTA: `[begin, end, first tile, last CTA waited for, first tile's start and end,
@@ -1030,9 +1031,7 @@ impl LeanKernels {
         let combine = matches!(step.plan.schedule, Schedule::FixedSplit { .. })
             && step.num_ctas() != step.num_tiles;
         if combine {
-            let smem = (self.instance.rows()
-                * (step.problem.head_dim_v + 2)
-                * 4) as u32;
+            let smem = (self.instance.rows() * (step.problem.head_dim_v + 2) * 4) as u32;
             unsafe {
                 launch_on(
                     &self.gpu,

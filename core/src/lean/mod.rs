@@ -582,7 +582,10 @@ mod tests {
         }
         // long tiles in 3.4 waves (efficiency 0.85): stream-K
         let p = uniform(16, 16384, 56, 56, 64);
-        assert!(matches!(plan(&p, &caps).unwrap().schedule, Schedule::StreamK { .. }));
+        assert!(matches!(
+            plan(&p, &caps).unwrap().schedule,
+            Schedule::StreamK { .. }
+        ));
         // long tiles in whole waves: one CTA per tile
         let p = uniform(64, 16384, 56, 56, 64);
         let pl = plan(&p, &caps).unwrap();
@@ -590,7 +593,10 @@ mod tests {
         // ragged batches keep stream-K
         let mut p = uniform(64, 1024, 32, 8, 128);
         p.seqlens_k[3] = 100;
-        assert!(matches!(plan(&p, &caps).unwrap().schedule, Schedule::StreamK { .. }));
+        assert!(matches!(
+            plan(&p, &caps).unwrap().schedule,
+            Schedule::StreamK { .. }
+        ));
     }
 
     #[test]
