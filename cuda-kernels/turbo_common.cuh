@@ -30,12 +30,16 @@ constexpr float kInt8Divisor = 119.0f;  // s = max|x| / 119 (Alg. 1)
 //   bscale [(b * Hk + h) * cap_blocks + j]: the block's f32 INT8 scale
 //   buf    + ((b * Hk + h) * 64 + t) * D: INT8 codes of buffer token t (the tokens after the last block)
 //   buf_scale [b * Hk + h]: the buffer's universal scale, 0 until non-zero data fixed it
+//   clamp [(b * Hk + h) * cap_blocks + j]: 1 when some code of block j dequantizes past 127
+//     (ChannelParams::decode clamps it), else 0; written with the block (compress_block) so
+//     that the decode knows per tile, exactly, whether the folded path (turbo_decode.cu) holds
 struct CacheView {
   u8* codes;
   u8* par;
   float* bscale;
   signed char* buf;
   float* buf_scale;
+  u32* clamp;
 };
 // Mirrors ferrattn_cuda::turbo::CacheParams (#[repr(C)]).
 struct CacheParams {
@@ -228,10 +232,13 @@ __device__ __forceinline__ float block_max(float v, float* red) {
 //
 // `x`: shared [64][D] INT8 codes (row-major, unswizzled); `par`: shared 2 * D bytes (scales, then
 // zero points) this call fills; `codes_out`: global, 64 * D * bits / 8 bytes; `par_out`: global
-// 2 * D bytes. All threads of the CTA call it.
+// 2 * D bytes; `clamp_out`: the block's clamp flag (CacheView::clamp). All threads of the CTA
+// call it.
 template <int D>
-__device__ __forceinline__ void compress_block(const i8* x, u8* par, int bits, u8* codes_out, u8* par_out) {
+__device__ __forceinline__ void compress_block(const i8* x, u8* par, int bits, u8* codes_out, u8* par_out,
+                                               u32* clamp_out) {
   const int levels = (1 << bits) - 1;
+  int clamps = 0;
   for (int c = threadIdx.x; c < D; c += kThreads) {
     int lo = 127, hi = -127;
     for (int t = 0; t < kBlock; ++t) {
@@ -243,8 +250,12 @@ __device__ __forceinline__ void compress_block(const i8* x, u8* par, int bits, u
     s = s < 1 ? 1 : s;
     par[c] = (u8)s;
     par[D + c] = (u8)(i8)lo;
+    // codes are monotone in x: the channel's largest code is hi's, decoded past 127 or not
+    const int top = clampi((2 * (hi - lo) + s) / (2 * s), 0, levels);
+    clamps |= top * s + lo > 127;
   }
-  __syncthreads();
+  clamps = __syncthreads_or(clamps);
+  if (threadIdx.x == 0) *clamp_out = clamps ? 1u : 0u;
   for (int i = threadIdx.x; i < 2 * D / 16; i += kThreads)
     reinterpret_cast<Vec16*>(par_out)[i] = reinterpret_cast<const Vec16*>(par)[i];
   // one 32-bit word of packed codes per step: 32 / bits consecutive codes of one token row

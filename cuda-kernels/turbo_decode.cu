@@ -14,12 +14,15 @@
 // A tile computed by one unit therefore goes through exactly the emulation's steps: O is
 // bit-identical to ferrattn_core::turbo (one unit per tile) or to decode_twin (stream-K).
 //
-// One iteration (one warp; the query heads of one KV head are rows 0-7 of mma.m16n8k32):
+// One iteration (one warp; the query heads of one KV head are rows 0-7 of mma.m16n8k32). A
+// compressed tile whose blocks' clamp flags are clear (no code dequantizes past 127, the common
+// case) takes the folded path instead of steps 1, 2 and 4 below: raw codes on the MMA, the
+// channel scales folded into the query, V's scale and zero point applied per output element
+// (see "Compressed tiles without clamping"); the integer sums, hence O, are the same. Otherwise:
 //   1. dequantize in registers (Alg. 2 "K_j^q1 = K_j^q2 s^int + z"): four tokens' packed codes
-//      are byte-transposed with prmt so that one register holds one channel of four tokens; one
-//      multiply-add then applies that channel's integer scale and zero point to all four (the
-//      bytes cannot carry when scale (2^bits - 1) + zero <= 127, checked per tile; otherwise
-//      the clamping path in 16-bit lanes). K is transposed back to four channels per token (the
+//      are byte-transposed with prmt so that one register holds one channel of four tokens;
+//      multiply-adds in 16-bit lanes with a min apply that channel's integer scale, zero point
+//      and clamp (dq4<true>). K is transposed back to four channels per token (the
 //      B fragment of q K^T), V stays four keys per channel (the B fragment of P V). The bytes
 //      hold value + 128 (u8 operands); the dot products subtract 128 x the row sums exactly.
 //   2. S = q^q1 K^q1 on mma.m16n8k32 s8 x u8 (the query row quantized once per segment, Alg. 2
@@ -86,7 +89,8 @@ constexpr int kStages = 2;     // staging buffers per unit
 constexpr int kUnitsPerCta = kThreads / 32;
 
 // One staging buffer: packed codes of K and V (room for 4 bits), both tensors' channel
-// parameters (D scales then D zero points each) and the two f32 block scales. Rows of codes are
+// parameters (D scales then D zero points each), the two f32 block scales and the two blocks' clamp
+// flags (CacheView::clamp). Rows of codes are
 // stored at row_slot(token) so that the lanes of one load hit different banks.
 // ferrattn_cuda::turbo::decode_smem_bytes mirrors these sizes.
 template <int D>
@@ -193,18 +197,20 @@ struct UnitState {
   float o[NT][2];                    // unnormalized O of row g (c0, c1 of each n-tile)
   float m, l;                        // running maximum and sum of row g
   u32 qa0[KS], qa2[KS];              // INT8 query row g (A fragments)
+  u32 qn[D / 16];                    // INT8 query row g, channels KCH t .. KCH t + KCH - 1 in order
   int qsum;                          // sum of the INT8 query row g (removes K's +128)
   float qs;                          // INT8 scale of query row g
 };
 
-// Maximum of a lane's 16 scores as a tree (the order of an exact max does not matter; no NaN
+// Maximum of a lane's scores as a tree (the order of an exact max does not matter; no NaN
 // reaches here).
-__device__ __forceinline__ float max16(const float (&x)[8][2]) {
-  float m[8];
+template <int J>
+__device__ __forceinline__ float max_tree(const float (&x)[J][2]) {
+  float m[J];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) m[j] = fmaxf(x[j][0], x[j][1]);
+  for (int j = 0; j < J; ++j) m[j] = fmaxf(x[j][0], x[j][1]);
 #pragma unroll
-  for (int w = 4; w > 0; w >>= 1)
+  for (int w = J / 2; w > 0; w >>= 1)
 #pragma unroll
     for (int j = 0; j < w; ++j) m[j] = fmaxf(m[j], m[j + w]);
   return m[0];
@@ -221,87 +227,146 @@ __device__ __forceinline__ int rne_quotient(float x, float rinv, bool& near) {
 }
 
 // SAS online softmax of one 64-key tile for row g (the emulation's attend_tile, op for op):
-// returns P's A fragments, the row sum of P codes, the rescale r and s_P s_V.
-template <int D>
-__device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8][2], int ntok, float s_k, float s_v,
-                                             float scale, const Exp& ex, int t, u32 (&pa0)[2], u32 (&pa2)[2], int& rs,
+// returns P's A fragments, the row sum of P codes, the rescale r and s_P s_V. `s - bias` is the
+// integer dot product of key 8 j + 2 t + e.
+//
+// J = 8: each lane scores its row's 16 keys. J = 4, for groups of at most 4 query heads: the
+// lanes of rows 4-7 (no query head there) take keys 32..63 of row g - 4 (lane ^ 16), so that
+// the exponentials, the only per-key work with long dependent chains, run on every lane once
+// instead of on half of them twice; row maxima and sums reduce over lane ^ 16 too (exact), and
+// P's fragments of keys 32..63 come back with one shuffle each. Both halves keep the same (m,
+// l) state.
+template <int D, int J>
+__device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8][2], int bias, int ntok, float s_k, float s_v,
+                                             float scale, const Exp& ex, int lane, u32 (&pa0)[2], u32 (&pa2)[2], int& rs,
                                              float& r, float& c) {
-  const float alpha = mul_rn(mul_rn(st.qs, s_k), scale);
-  float x[8][2];
+  static_assert(J == 8 || J == 4, "16 or 8 keys per lane");
+  const int t = lane & 3;
+  const bool upper = J == 4 && lane >= 16;
+  float alpha = mul_rn(mul_rn(st.qs, s_k), scale);
+  int sv[J][2];
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < J; ++j)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int key = 8 * j + 2 * t + e;
-      x[j][e] = key < ntok ? mul_rn(i2f(s[j][e] - 128 * st.qsum), alpha) : neg_inf();
+      if (J == 8) {
+        sv[j][e] = s[j][e] - bias;
+      } else {
+        const int other = shfl_xor_i(s[4 + j][e] - bias, 16);
+        sv[j][e] = upper ? other : s[j][e] - bias;
+      }
     }
-  float tmax = max16(x);
+  if (J == 4) {
+    const float other = shfl_xor(alpha, 16);
+    alpha = upper ? other : alpha;
+  }
+  const int j0 = upper ? 4 : 0;
+  float x[J][2];
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = 8 * (j0 + j) + 2 * t + e;
+      x[j][e] = key < ntok ? mul_rn(i2f(sv[j][e]), alpha) : neg_inf();
+    }
+  float tmax = max_tree<J>(x);
   tmax = fmax2(tmax, shfl_xor(tmax, 1));
   tmax = fmax2(tmax, shfl_xor(tmax, 2));
+  if (J == 4) tmax = fmax2(tmax, shfl_xor(tmax, 16));
   const float mn = fmax2(st.m, tmax);  // finite: key 0 is valid
   r = ex.rescale(st.m, mn);
   if (ex.sas) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < J; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) x[j][e] = ex.sas_exp(sub_rn(x[j][e], mn));  // -inf (masked key) gives 0
   } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < J; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) x[j][e] = x[j][e] == neg_inf() ? 0.0f : expf(sub_rn(x[j][e], mn));
   }
-  float pm = fmaxf(max16(x), 0.0f);
+  float pm = fmaxf(max_tree<J>(x), 0.0f);
   pm = fmax2(pm, shfl_xor(pm, 1));
   pm = fmax2(pm, shfl_xor(pm, 2));
+  if (J == 4) pm = fmax2(pm, shfl_xor(pm, 16));
   const float s_p = int8_scale(pm);
   // P codes rne(P~ / s_P) (quotients <= 119) as the emulation rounds them; the rare tiles with
   // a quotient near a rounding boundary, or a tiny s_P, divide every element
-  int code[8][2];
+  int code[J][2];
   bool exact = false;
   if (s_p != 0.0f) {
     const float rinv = div_rn(1.0f, s_p);
     exact = !(s_p >= 1.0e-30f);
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < J; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) code[j][e] = clampi(rne_quotient(x[j][e], rinv, exact), 0, 127);
   } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) code[j][0] = code[j][1] = 0;
+    for (int j = 0; j < J; ++j) code[j][0] = code[j][1] = 0;
   }
   if (warp_any(exact)) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < J; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) code[j][e] = s_p == 0.0f ? 0 : clampi(rne_int(div_rn(x[j][e], s_p)), 0, 127);
   }
   int sum = 0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) sum += code[j][0] + code[j][1];
+  for (int j = 0; j < J; ++j) sum += code[j][0] + code[j][1];
   sum += shfl_xor_i(sum, 1);
   sum += shfl_xor_i(sum, 2);
+  if (J == 4) sum += shfl_xor_i(sum, 16);
   rs = sum;
   st.l = fma_rn(i2f(sum), s_p, mul_rn(st.l, r));
   st.m = mn;
   c = mul_rn(s_p, s_v);
 #pragma unroll
-  for (int kk = 0; kk < 2; ++kk) {
+  for (int kk = 0; kk < J / 4; ++kk) {
     pa0[kk] = pack4_u8(code[4 * kk][0], code[4 * kk][1], code[4 * kk + 1][0], code[4 * kk + 1][1]);
     pa2[kk] = pack4_u8(code[4 * kk + 2][0], code[4 * kk + 2][1], code[4 * kk + 3][0], code[4 * kk + 3][1]);
   }
-}
-
-// O = O r + s_P s_V (P V) from the P V accumulators of every n-tile (acc[nt]: c0, c1 with V's
-// +128, removed here with the row sum of P).
-template <int D>
-__device__ __forceinline__ void unit_o_update(UnitState<D>& st, const int (&acc)[D / 8][2], int rs, float r, float c) {
-#pragma unroll
-  for (int nt = 0; nt < D / 8; ++nt) {
-    st.o[nt][0] = fma_rn(i2f(acc[nt][0] - 128 * rs), c, mul_rn(st.o[nt][0], r));
-    st.o[nt][1] = fma_rn(i2f(acc[nt][1] - 128 * rs), c, mul_rn(st.o[nt][1], r));
+  if (J == 4) {  // keys 32..63 of row g from lane ^ 16 (rows 4-7 of P are never read back)
+    pa0[1] = (u32)shfl_xor_i((int)pa0[0], 16);
+    pa2[1] = (u32)shfl_xor_i((int)pa2[0], 16);
   }
 }
+
+// Which O elements a lane keeps. Full rows (groups of more than 4 query heads): lane (g, t) keeps
+// row g, n-tiles 0 .. D/8 - 1 (o[nt][e]). Half rows (groups of at most 4, as unit_softmax<D, 4>):
+// rows 4-7 of the MMA hold no query head, so lane (g, t) keeps n-tiles 0 .. D/16 - 1 of row g
+// and lane (g + 4, t) n-tiles D/16 .. D/8 - 1 of row g, both in o[0 .. D/16 - 1]: each lane
+// updates half as many O elements, taking the upper n-tiles' accumulators from lane ^ 16.
+//
+// O = O r + s_P s_V dot, dot = fix(acc, nt, e) the exact integer P V of the element.
+template <int D, class Fix>
+__device__ __forceinline__ void unit_o_update(UnitState<D>& st, const int (&acc)[D / 8][2], bool half, int lane, float r,
+                                              float c, const Fix& fix) {
+  constexpr int NT = D / 8;
+  if (!half) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) st.o[nt][e] = fma_rn(i2f(fix(acc[nt][e], nt, e)), c, mul_rn(st.o[nt][e], r));
+  } else {
+    const bool upper = lane >= 16;
+#pragma unroll
+    for (int i = 0; i < NT / 2; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int other = shfl_xor_i(acc[NT / 2 + i][e], 16);
+        const int v = upper ? other : acc[i][e];
+        st.o[i][e] = fma_rn(i2f(fix.half(v, i, e)), c, mul_rn(st.o[i][e], r));
+      }
+  }
+}
+// The P V of the dequantizing paths carries V's + 128: dot = acc - 128 rs.
+struct PlusOffsetFix {
+  int rs;
+  __device__ __forceinline__ int operator()(int v, int, int) const { return v - 128 * rs; }
+  __device__ __forceinline__ int half(int v, int, int) const { return v - 128 * rs; }
+};
 
 // Channel constants of 8 channels: scale as an integer and (zero + 128) in every byte.
 __device__ __forceinline__ void channel_consts(const u8* par, int D, int c0, u32 (&s)[8], u32 (&zb)[8]) {
@@ -393,7 +458,7 @@ __device__ __forceinline__ void unit_qk_compressed(const UnitState<D>& st, const
 // k-slice loop rolled as in unit_qk_compressed.
 template <int D, int BITS, bool CLAMP>
 __device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* stg, int g, int t, const u32 (&pa0)[2],
-                                                   const u32 (&pa2)[2], int rs, float r, float c) {
+                                                   const u32 (&pa2)[2], int rs, float r, float c, bool half, int lane) {
   using S = UnitStage<D>;
   constexpr int VCH = D / 8;
   constexpr int RB = D * BITS / 8;
@@ -426,7 +491,235 @@ __device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* s
       for (int i = 0; i < 8; ++i) mma_pv(acc[8 * c8 + i][0], acc[8 * c8 + i][1], a0, a2, vb[i][0], vb[i][1]);
     }
   }
-  unit_o_update<D>(st, acc, rs, r, c);
+  unit_o_update<D>(st, acc, half, lane, r, c, PlusOffsetFix{rs});
+}
+
+// ---- Compressed tiles without clamping: scales and zero points folded, raw codes on the MMA ------
+// When no dequantized code can clamp (scale (2^bits - 1) + zero <= 127 for every channel of the
+// tile, checked per tile), Alg. 2's dequantization is affine per channel and folds out of the
+// element loop exactly, in integers:
+//   q . K_t = sum_c q_c (code_tc s_c + z_c) = sum_c (q_c s_c) code_tc + sum_c q_c z_c
+//   sum_t P_t V_tc = s_c sum_t P_t code_tc + z_c sum_t P_t
+// so the tensor cores read the raw 4-/2-bit codes (a mask and a shift per register, no
+// transposes for K, no multiply-add per element), the query carries the channel scales (once per
+// tile and lane: 32 products at d 128), and V's scales and zero points apply once per output
+// element with P's row sum. Every sum is the emulation's integer dot product exactly, so O stays
+// bit-identical to ferrattn_core::turbo.
+//
+// q_c s_c (|.| <= 127 x 255) does not fit one INT8 operand: it is split as 256 h + l with l, h in
+// -128..127 and the two planes ride on the MMA's rows: row g (lanes' a0 / a2) holds l of query
+// head g, row g + 8 (a1 / a3) holds h, so c0 + 256 c2 is the head's score in the lane that holds
+// both (mma.m16n8k32 C layout). Up to 8 query heads per output tile.
+//
+// Channel of byte b of B register half (0: b0, 1: b1) of k-slice ks, relative to the lane's first
+// channel KCH t (K rows are read as the lane's KCH contiguous channels, KCH BITS / 8 bytes):
+//   4 bits: word ks, nibble 2b + half  -> channel 8 ks + 2 b + half
+//   2 bits: word ks / 2, crumb 4b + 2 (ks % 2) + half -> channel 16 (ks / 2) + 4 b + 2 (ks % 2) + half
+template <int BITS>
+__device__ __forceinline__ constexpr int fold_channel(int ks, int half, int b) {
+  return BITS == 4 ? 8 * ks + 2 * b + half : 16 * (ks >> 1) + 4 * b + 2 * (ks & 1) + half;
+}
+// c + the dot product of the four s8 bytes of a and b.
+__device__ __forceinline__ int dp4a_s8(u32 a, u32 b, int c) {
+  int r;
+  asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+// Byte `i` of `w` zero- (u8) or sign-extended (s8) to 32 bits (one prmt).
+__device__ __forceinline__ int byte_u(u32 w, int i) { return (int)prmt(w, 0, 0x4440 | i); }
+__device__ __forceinline__ int byte_s(u32 w, int i) { return (int)prmt(w, 0, 0x8880 | i | (i << 4) | (i << 8) | (i << 12)); }
+
+// The B registers of k-slice ks from the lane's words of one K row: raw codes, one per byte.
+template <int BITS>
+__device__ __forceinline__ void raw_k_codes(const u32* w, int ks, u32& b0, u32& b1) {
+  if (BITS == 4) {
+    b0 = w[ks] & 0x0f0f0f0fu;
+    b1 = (w[ks] >> 4) & 0x0f0f0f0fu;
+  } else {
+    const u32 x = w[ks >> 1] >> (4 * (ks & 1));
+    b0 = x & 0x03030303u;
+    b1 = (x >> 2) & 0x03030303u;
+  }
+}
+
+// mma.m16n8k32 s8 x u8 with all 16 rows live (rows 8-15: the high planes of rows 0-7).
+__device__ __forceinline__ void mma_qk2(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Lane words of KCH channel bytes at `p` (16-byte aligned).
+template <int KCH>
+__device__ __forceinline__ void lds_lane_bytes(const u8* p, u32 (&w)[KCH / 4]) {
+#pragma unroll
+  for (int i = 0; i < KCH / 16; ++i) {
+    const Vec16 v = ld_shared16(p + 16 * i);
+    w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+  }
+}
+
+// q K^T of a compressed tile that cannot clamp, scales folded into the query (see above). `s`
+// receives the exact integer dot products (no offset to remove).
+template <int D, int BITS>
+__device__ __forceinline__ void unit_qk_folded(const UnitState<D>& st, const u8* stg, int g, int t, int (&s)[8][2]) {
+  using S = UnitStage<D>;
+  constexpr int KS = D / 32, KCH = D / 4;
+  constexpr int RB = D * BITS / 8;     // bytes of one token row of codes
+  constexpr int KLB = KCH * BITS / 8;  // bytes of the lane's channels in a row: 16, 8 or 4
+  u32 sw[KCH / 4], zw[KCH / 4];
+  lds_lane_bytes<KCH>(stg + S::kParK + KCH * t, sw);
+  lds_lane_bytes<KCH>(stg + S::kParK + D + KCH * t, zw);
+  // sum_c q_c z_c of query row g, over the four lanes of the row
+  int zq = 0;
+#pragma unroll
+  for (int i = 0; i < KCH / 4; ++i) zq = dp4a_s8(st.qn[i], zw[i], zq);
+  zq += shfl_xor_i(zq, 1);
+  zq += shfl_xor_i(zq, 2);
+  // the folded query q_c s_c + 128 = 256 h + (l + 128): bytes 0 (xor 0x80) and 1 are l and h
+  u32 a[KS][4];
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      int u[4];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int c = fold_channel<BITS>(ks, half, b);
+        u[b] = byte_s(st.qn[c >> 2], c & 3) * byte_u(sw[c >> 2], c & 3) + 128;
+      }
+      const u32 p01 = prmt((u32)u[0], (u32)u[1], 0x5140), p23 = prmt((u32)u[2], (u32)u[3], 0x5140);
+      a[ks][2 * half] = prmt(p01, p23, 0x5410) ^ 0x80808080u;  // l: row g
+      a[ks][2 * half + 1] = prmt(p01, p23, 0x7632);            // h: row g + 8
+    }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const u8* row = stg + S::kK + row_slot(8 * j + g) * RB + KLB * t;
+    u32 w[4];
+    if (KLB == 16) {
+      const Vec16 v = ld_shared16(row);
+      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else if (KLB == 8) {
+      const uint2 v = *reinterpret_cast<const uint2*>(row);
+      w[0] = v.x, w[1] = v.y;
+    } else {
+      w[0] = lds32(row);
+    }
+    int d[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      u32 b0, b1;
+      raw_k_codes<BITS>(w, ks, b0, b1);
+      // rows: l of head g (a0, a2), h of head g (a1, a3)
+      mma_qk2(d, a[ks][0], a[ks][1], a[ks][2], a[ks][3], b0, b1);
+    }
+    s[j][0] = d[0] + 256 * d[2] + zq;
+    s[j][1] = d[1] + 256 * d[3] + zq;
+  }
+}
+
+// The B registers of P V for k-slice kk, key half h (keys 32 kk + 16 h + 2 t + {0, 1, 8, 9} in
+// the slot order of P's A fragment), raw codes of the lane's VCH channels: vb[nt] holds channel
+// VCH g + nt of the four keys, one per byte.
+template <int D, int BITS>
+__device__ __forceinline__ void raw_v_codes(const u8* vrow, int kk, int h, int t, u32 (&vb)[D / 8]) {
+  constexpr int VCH = D / 8;
+  constexpr int RB = D * BITS / 8;
+  constexpr int VB = VCH * BITS / 8;  // bytes of the lane's channels in a row: 8, 4 or 2
+  constexpr int W = VB >= 4 ? VB / 4 : 1;
+  const int key0 = 32 * kk + 16 * h + 2 * t;
+  u32 w[4][W];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const u8* p = vrow + row_slot(key0 + (k & 1) + 8 * (k >> 1)) * RB;
+    if (VB == 8) {
+      const uint2 v = *reinterpret_cast<const uint2*>(p);
+      w[k][0] = v.x, w[k][W - 1] = v.y;
+    } else if (VB == 4) {
+      w[k][0] = lds32(p);
+    } else {
+      w[k][0] = *reinterpret_cast<const unsigned short*>(p);
+    }
+  }
+#pragma unroll
+  for (int wi = 0; wi < W; ++wi) {
+    u32 x[4];
+    transpose4(w[0][wi], w[1][wi], w[2][wi], w[3][wi], x);  // x[j]: byte j of the four keys
+    if (BITS == 4) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (8 * wi + 2 * j + 1 >= VCH) break;
+        vb[8 * wi + 2 * j] = x[j] & 0x0f0f0f0fu;
+        vb[8 * wi + 2 * j + 1] = (x[j] >> 4) & 0x0f0f0f0fu;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          if (16 * wi + 4 * j + k < VCH) vb[16 * wi + 4 * j + k] = (x[j] >> (2 * k)) & 0x03030303u;
+        }
+    }
+  }
+}
+
+// P V of a compressed tile that cannot clamp (raw V codes) and the O update with V's scale and
+// zero point per output channel: O = O r + s_P s_V (s_c (P code) + z_c rs).
+template <int D, int BITS>
+__device__ __forceinline__ void unit_pv_folded(UnitState<D>& st, const u8* stg, int g, int t, const u32 (&pa0)[2],
+                                               const u32 (&pa2)[2], int rs, float r, float c, bool half, int lane) {
+  using S = UnitStage<D>;
+  constexpr int VCH = D / 8;
+  int acc[D / 8][2];
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) acc[nt][0] = acc[nt][1] = 0;
+  const u8* vrow = stg + S::kV + (VCH * BITS / 8) * g;
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    u32 vb[2][D / 8];
+    raw_v_codes<D, BITS>(vrow, kk, 0, t, vb[0]);
+    raw_v_codes<D, BITS>(vrow, kk, 1, t, vb[1]);
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) mma_pv(acc[nt][0], acc[nt][1], pa0[kk], pa2[kk], vb[0][nt], vb[1][nt]);
+  }
+  // O channels of the lane: c0 of n-tile nt is channel 2 VCH t + nt, c1 is 2 VCH t + VCH + nt
+  const u8* ps = stg + S::kParV + 2 * VCH * t;
+  if (!half) {
+    struct Fix {
+      u32 sw[VCH / 2], zw[VCH / 2];
+      int rs;
+      __device__ __forceinline__ int operator()(int v, int nt, int e) const {
+        const int ch = VCH * e + nt;
+        return v * byte_u(sw[ch >> 2], ch & 3) + byte_s(zw[ch >> 2], ch & 3) * rs;
+      }
+      __device__ __forceinline__ int half(int v, int, int) const { return v; }  // not called
+    } fix;
+    lds_lane_bytes<2 * VCH>(ps, fix.sw);
+    lds_lane_bytes<2 * VCH>(ps + D, fix.zw);
+    fix.rs = rs;
+    unit_o_update<D>(st, acc, false, lane, r, c, fix);
+  } else {
+    // the lane's n-tiles start at nt0: channels 2 VCH t + VCH e + nt0 + i, i < VCH / 2
+    const int nt0 = lane >= 16 ? VCH / 2 : 0;
+    struct Fix {
+      u32 sw[2][VCH / 8], zw[2][VCH / 8];
+      int rs;
+      __device__ __forceinline__ int operator()(int v, int, int) const { return v; }  // not called
+      __device__ __forceinline__ int half(int v, int i, int e) const {
+        return v * byte_u(sw[e][i >> 2], i & 3) + byte_s(zw[e][i >> 2], i & 3) * rs;
+      }
+    } fix;
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int w = 0; w < VCH / 8; ++w) {
+        fix.sw[e][w] = lds32(ps + VCH * e + nt0 + 4 * w);
+        fix.zw[e][w] = lds32(ps + D + VCH * e + nt0 + 4 * w);
+      }
+    fix.rs = rs;
+    unit_o_update<D>(st, acc, true, lane, r, c, fix);
+  }
 }
 
 // q K^T of the INT8 buffer tile (`ntok` tokens, 1..64) straight from global memory.
@@ -457,7 +750,8 @@ __device__ __forceinline__ void unit_qk_buffer(const UnitState<D>& st, const i8*
 // P V of the INT8 buffer tile and the O update.
 template <int D>
 __device__ __forceinline__ void unit_pv_buffer(UnitState<D>& st, const i8* vbuf, int ntok, int g, int t,
-                                               const u32 (&pa0)[2], const u32 (&pa2)[2], int rs, float r, float c) {
+                                               const u32 (&pa0)[2], const u32 (&pa2)[2], int rs, float r, float c,
+                                               bool half, int lane) {
   constexpr int VCH = D / 8;
   int acc[D / 8][2];
 #pragma unroll
@@ -491,7 +785,7 @@ __device__ __forceinline__ void unit_pv_buffer(UnitState<D>& st, const i8* vbuf,
       for (int i = 0; i < 8; ++i)
         mma_pv(acc[8 * c8 + i][0], acc[8 * c8 + i][1], pa0[kk], pa2[kk], vb[i][0], vb[i][1]);
     }
-  unit_o_update<D>(st, acc, rs, r, c);
+  unit_o_update<D>(st, acc, half, lane, r, c, PlusOffsetFix{rs});
 }
 
 // Position of a unit in the iteration space: sequence, output tile of the sequence, cache tile.
@@ -519,6 +813,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   const u32 begin = p.cta_bounds[unit], end = p.cta_bounds[unit + 1];
   if (begin >= end) return;
   const int tiles_per_seq = p.heads_kv * p.qgroups;
+  const bool half = p.group <= kUnitRows / 2;  // unit_softmax<D, 4> and the half-row O layout
   auto n_it_of = [&](int b) { return max(1, (p.lens[b] + kBlock - 1) / kBlock); };
 
   UnitCursor cur;
@@ -572,6 +867,8 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     }
     if (lane == 0) cp_async4(stages + st * S::kBytes + S::kScales, cp.k.bscale + pb);
     if (lane == 1) cp_async4(stages + st * S::kBytes + S::kScales + 4, cp.v.bscale + pb);
+    if (lane == 2) cp_async4(stages + st * S::kBytes + S::kScales + 8, cp.k.clamp + pb);
+    if (lane == 3) cp_async4(stages + st * S::kBytes + S::kScales + 12, cp.v.clamp + pb);
   };
 
   UnitState<D> st;
@@ -635,6 +932,8 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
           }
           st.qa0[ks] = pack4_u8(qi[0], qi[2], qi[4], qi[6]);
           st.qa2[ks] = pack4_u8(qi[1], qi[3], qi[5], qi[7]);
+          st.qn[2 * ks] = pack4_u8(qi[0], qi[1], qi[2], qi[3]);
+          st.qn[2 * ks + 1] = pack4_u8(qi[4], qi[5], qi[6], qi[7]);
         }
         qsum += shfl_xor_i(qsum, 1);
         qsum += shfl_xor_i(qsum, 2);
@@ -657,19 +956,12 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         int ntok = kBlock;
         if (compressed) {
           const int bits = cp.head_bits[hk];
-          // no clamp can bind when scale (2^bits - 1) + zero <= 127 for every channel of K and V
-          const u32 levels = (1u << bits) - 1;
-          u32 over = 0;
-          for (int i = lane; i < D / 2; i += 32) {
-            const u8* par = stg + (i < D / 4 ? S::kParK + 4 * i : S::kParV + 4 * (i - D / 4));
-            const u32 sw = lds32(par), zw = lds32(par + D) ^ 0x80808080u;
-            const u32 e = (sw & 0x00ff00ffu) * levels + (zw & 0x00ff00ffu);
-            const u32 o = ((sw >> 8) & 0x00ff00ffu) * levels + ((zw >> 8) & 0x00ff00ffu);
-            over |= (e | o) & 0xff00ff00u;
-          }
-          variant = (bits == 4 ? 0 : 2) + (warp_any(over != 0) ? 0 : 1);
-          s_k = *reinterpret_cast<const float*>(stg + S::kScales);
-          s_v = *reinterpret_cast<const float*>(stg + S::kScales + 4);
+          // the blocks' clamp flags (CacheView::clamp, exact, written with the blocks): the
+          // folded path unless some code of K or V dequantizes past 127
+          const uint4 sc = *reinterpret_cast<const uint4*>(stg + S::kScales);
+          variant = (bits == 4 ? 0 : 2) + ((sc.z | sc.w) != 0 ? 0 : 1);
+          s_k = __uint_as_float(sc.x);
+          s_v = __uint_as_float(sc.y);
         } else {
           s_k = cp.k.buf_scale[bh];
           s_v = cp.v.buf_scale[bh];
@@ -680,33 +972,51 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         int s[8][2];
         switch (variant) {
           case 0: unit_qk_compressed<D, 4, true>(st, stg, g, t, s); break;
-          case 1: unit_qk_compressed<D, 4, false>(st, stg, g, t, s); break;
+          case 1: unit_qk_folded<D, 4>(st, stg, g, t, s); break;
           case 2: unit_qk_compressed<D, 2, true>(st, stg, g, t, s); break;
-          case 3: unit_qk_compressed<D, 2, false>(st, stg, g, t, s); break;
+          case 3: unit_qk_folded<D, 2>(st, stg, g, t, s); break;
           default: unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
         }
         u32 pa0[2], pa2[2];
         int rs;
         float r, c;
-        unit_softmax<D>(st, s, ntok, s_k, s_v, p.softmax_scale, ex, t, pa0, pa2, rs, r, c);
+        // the folded variants return the exact dot products; the others carry K's + 128
+        const int bias = variant == 1 || variant == 3 ? 0 : 128 * st.qsum;
+        if (half)
+          unit_softmax<D, 4>(st, s, bias, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
+        else
+          unit_softmax<D, 8>(st, s, bias, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
         switch (variant) {
-          case 0: unit_pv_compressed<D, 4, true>(st, stg, g, t, pa0, pa2, rs, r, c); break;
-          case 1: unit_pv_compressed<D, 4, false>(st, stg, g, t, pa0, pa2, rs, r, c); break;
-          case 2: unit_pv_compressed<D, 2, true>(st, stg, g, t, pa0, pa2, rs, r, c); break;
-          case 3: unit_pv_compressed<D, 2, false>(st, stg, g, t, pa0, pa2, rs, r, c); break;
-          default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+          case 0: unit_pv_compressed<D, 4, true>(st, stg, g, t, pa0, pa2, rs, r, c, half, lane); break;
+          case 1: unit_pv_folded<D, 4>(st, stg, g, t, pa0, pa2, rs, r, c, half, lane); break;
+          case 2: unit_pv_compressed<D, 2, true>(st, stg, g, t, pa0, pa2, rs, r, c, half, lane); break;
+          case 3: unit_pv_folded<D, 2>(st, stg, g, t, pa0, pa2, rs, r, c, half, lane); break;
+          default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c, half, lane);
         }
       }
-      if (seg_last && g < rows) {
-        // the segment's partial: row g, channels 2 VCH t .. 2 VCH t + 2 VCH - 1
-        float* po = p.part_o + ((u64)slot * kUnitRows + g) * D + 2 * VCH * t;
+      // the segment's partial: row g (half rows: row g mod 4, the lane's half of the n-tiles),
+      // channels 2 VCH t + VCH e + nt
+      const int prow = half ? (g & 3) : g;
+      if (seg_last && prow < rows) {
+        float* po = p.part_o + ((u64)slot * kUnitRows + prow) * D + 2 * VCH * t;
+        if (!half) {
 #pragma unroll
-        for (int i = 0; i < VCH; i += 4) {
-          *reinterpret_cast<float4*>(po + i) = make_float4(st.o[i][0], st.o[i + 1][0], st.o[i + 2][0], st.o[i + 3][0]);
-          *reinterpret_cast<float4*>(po + VCH + i) =
-              make_float4(st.o[i][1], st.o[i + 1][1], st.o[i + 2][1], st.o[i + 3][1]);
+          for (int i = 0; i < VCH; i += 4) {
+            *reinterpret_cast<float4*>(po + i) = make_float4(st.o[i][0], st.o[i + 1][0], st.o[i + 2][0], st.o[i + 3][0]);
+            *reinterpret_cast<float4*>(po + VCH + i) =
+                make_float4(st.o[i][1], st.o[i + 1][1], st.o[i + 2][1], st.o[i + 3][1]);
+          }
+        } else {
+          po += lane >= 16 ? VCH / 2 : 0;
+#pragma unroll
+          for (int i = 0; i < VCH / 2; i += 4) {
+            *reinterpret_cast<float4*>(po + i) = make_float4(st.o[i][0], st.o[i + 1][0], st.o[i + 2][0], st.o[i + 3][0]);
+            *reinterpret_cast<float4*>(po + VCH + i) =
+                make_float4(st.o[i][1], st.o[i + 1][1], st.o[i + 2][1], st.o[i + 3][1]);
+          }
         }
-        if (t == 0) *reinterpret_cast<float2*>(p.part_ml + ((u64)slot * kUnitRows + g) * 2) = make_float2(st.m, st.l);
+        if (t == 0 && g == prow)
+          *reinterpret_cast<float2*>(p.part_ml + ((u64)slot * kUnitRows + prow) * 2) = make_float2(st.m, st.l);
       }
     }
     if (seg_last) ++slot;
@@ -804,7 +1114,7 @@ __device__ __forceinline__ void flush_body(const FlushParams& p) {
     __syncthreads();
     u8* codes = cv.codes + (u64)b * p.cache.seq_code_bytes + p.cache.head_off[hk] + (u64)j * block_bytes(D, bits);
     const u64 pb = bh * p.cache.cap_blocks + j;
-    compress_block<D>(sx, spar, bits, codes, cv.par + pb * 2 * D);
+    compress_block<D>(sx, spar, bits, codes, cv.par + pb * 2 * D, cv.clamp + pb);
     if (threadIdx.x == 0) cv.bscale[pb] = cv.buf_scale[bh];
     __syncthreads();
   }

@@ -122,7 +122,7 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
       const int bits = p.cache.head_bits[hk];
       u8* codes = cv.codes + (u64)b * p.cache.seq_code_bytes + p.cache.head_off[hk] + (u64)j * (kBlock * D * bits / 8);
       const u64 pb = ((u64)b * p.heads_kv + hk) * p.cache.cap_blocks + j;
-      compress_block<D>(sx, spar, bits, codes, cv.par + pb * 2 * D);
+      compress_block<D>(sx, spar, bits, codes, cv.par + pb * 2 * D, cv.clamp + pb);
       if (threadIdx.x == 0) cv.bscale[pb] = s;
     }
     __syncthreads();  // sx and spar are rewritten for V

@@ -3,10 +3,13 @@
 // ferrattn_core::turboquant::attention), split over the KV length with LeanAttention's stream-K
 // schedule (ferrattn_core::lean) and merged by a second kernel.
 //
-// Three launches per step:
+// Three launches per step (graph-capturable: no host work between them):
 //   1. turboquant_prepare_q_*: every query row rotated (Π q) and projected (S q) once, scaled by
 //      softmax_scale · log2 e (and √(π/2)/m for S q), rounded to f16 and written straight in the
 //      A-fragment order of mma.m16n8k16: the units load their query tile with 16-byte loads.
+//      One CTA per (output tile, 32 output columns), the head dim split in four k-quarters
+//      reduced through shared memory, Πᵀ and Sᵀ read from L2 (no staging of the whole matrix:
+//      at batch 1 the 8 tiles would otherwise serialise on 128 KiB of staging each).
 //   2. turboquant_decode_*: one warp per *unit* of the stream-K schedule. An output tile is the
 //      16 MMA rows of one (sequence, KV head): the GQA group's query heads times the query
 //      tokens (rows r = head_in_group · max_sq + i), so every K/V byte is read once for all of
@@ -18,22 +21,32 @@
 //        O_rot += (p ‖v‖) · c[idx_v]    mma.m16n8k16, P from the S accumulators, V as B
 //      O is accumulated in the rotated basis: Π_vᵀ Σ_j p_j ‖v_j‖ c[idx_j] = Σ_j p_j v̂_j, so Πᵀ is
 //      applied once per output row (in the merge) instead of once per value tile.
-//      Codes are unpacked in registers, never through shared memory: one nibble per coordinate,
-//      laid out so that one lane's bytes are exactly its B fragments (see turboquant_compress.cu);
-//      `prmt` with the nibbles as selectors looks four centroids up in byte tables held in
-//      registers (low bytes and high bytes of the f16 centroids) and two more `prmt` interleave
-//      them into two f16x2 operands. Sign bits become ±1 f16 pairs with one shift and one LOP3.
-//   3. turboquant_combine_*: per output tile and row, the unit partials (O_rot, m, l) in key order
-//      (Lean's reduction), O = Πᵀ (O_rot / l), LSE = (m + log2 l) ln 2.
-// Launches 1 and 3 are persistent CTAs with Πᵀ, Sᵀ (resp. Π) staged in shared memory once.
+//      Bytes in flight: each warp streams its 16-token stages through a private ring of
+//      kStages stages in shared memory filled by cp.async (kStages - 1 stages ahead of the one it
+//      computes). Every lane copies exactly the bytes it later reads (its own B fragments,
+//      signs and norms), so the ring needs no barrier, only cp.async.wait_group.
+//      Codes are unpacked in registers, never looked up in shared memory: one nibble per
+//      coordinate, laid out so that one lane's bytes are exactly its B fragments (see
+//      turboquant_compress.cu); `prmt` with the nibbles as selectors looks four centroids up in
+//      byte tables held in registers (low bytes and high bytes of the f16 centroids) and two more
+//      `prmt` interleave them into two f16x2 operands. Sign bits become ±1 f16 pairs with one
+//      shift and one LOP3.
+//   3. turboquant_combine_*: per output row, the unit partials (O_rot, m, l) merged online by the
+//      CTA's warps (segments split among them, then the warps' states merged through shared
+//      memory: Lean's reduction, in a different association), O = Πᵀ (O_rot / l),
+//      LSE = (m + log2 l) ln 2. At small batch a tile's rows go to separate CTAs (row_split),
+//      so that batch 1 is not 8 CTAs walking ~100 partials each.
 #include "common.cuh"
 
 namespace ferrattn {
 namespace tq {
 
-constexpr int kUnitWarps = 4;  // warps (units) per CTA of the decode kernel
-constexpr int kRows = 16;      // MMA rows of an output tile
-constexpr int kTileK = 16;     // tokens per iteration
+constexpr int kUnitWarps = 4;     // warps (units) per CTA of the decode kernel
+constexpr int kRows = 16;         // MMA rows of an output tile
+constexpr int kTileK = 16;        // tokens per iteration
+constexpr int kStages = 3;        // cp.async ring of each warp: stages in flight + the one computed
+constexpr int kSlots = 6;         // 16-byte slots per lane and stage (see Ring)
+constexpr int kCombineWarps = 8;  // warps of a merge CTA
 
 // Mirrors ferrattn_cuda::turboquant::DecodeParams (#[repr(C)]).
 struct DecodeParams {
@@ -80,6 +93,7 @@ struct CombineParams {
   float* lse;            // [B, Hq, max_sq]
   const int* seqlens_q;
   int heads_kv, group, max_sq, qgroups, heads_q, tiles;
+  int row_split;  // CTAs per output tile: CTA part takes rows part, part + row_split, ...
   float oscale;  // 1 / σ_v: the value table holds σ_v c (ferrattn_cuda::turboquant::f16_friendly_scale)
 };
 
@@ -135,59 +149,119 @@ __device__ __forceinline__ u32 ldg2(const void* p) {
   return v;
 }
 
+// cp.async of N bytes (4, 8 or 16), through L1 for the small ones (.cg takes 16 bytes only)
+template <int N>
+__device__ __forceinline__ void cp_async_n(void* dst_smem, const void* src) {
+  if constexpr (N == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst_smem)), "l"(src) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(smem_addr(dst_smem)), "l"(src), "n"(N)
+                 : "memory");
+  }
+}
+
 // A lane's words of one token row (keys) or one token pair (values): D/32 words.
 template <int D>
 struct Words {
   u32 w[D / 32];
 };
-template <int D>
-__device__ __forceinline__ Words<D> ld_words(const unsigned char* p) {
-  Words<D> r;
-  if constexpr (D == 128) {
-    const uint4 v = ldg16(p);
-    r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
-  } else {
-    const uint2 v = ldg8(p);
-    r.w[0] = v.x, r.w[1] = v.y;
-  }
-  return r;
-}
-// a lane's sign bits of one token, pair jj's bits at jj and jj + 16
-template <int D>
-__device__ __forceinline__ u32 ld_signs(const unsigned char* p) {
-  if constexpr (D == 128) {
-    return ldg4(p);
-  } else {
-    const u32 h = ldg2(p);
-    return (h & 0xffu) | ((h & 0xff00u) << 8);
-  }
-}
 
-// Everything a lane loads for one 16-token iteration.
+// One stage of a warp's ring in shared memory: kSlots x 32 lanes x 16 bytes, slot-major so that
+// the 32 lanes' 16-byte reads of one slot are one conflict-free wavefront set:
+//   0, 1: K codes of tokens g and g + 8 (lane block q; D/8 bytes)
+//   2, 3: V codes of token pairs q and q + 4 (lane block g; D/8 bytes)
+//   4:    sign words of tokens g, g + 8 (QJL), ‖v‖ pairs of tokens 2q, 2q + 1 and 2q + 8, 2q + 9
+//   5:    {‖k‖, ‖r‖} of the same four tokens
+// Everything a lane loads for one 16-token iteration, read back from its stage.
 template <int D>
 struct Stage {
   Words<D> k0, k1;  // K codes of tokens g and g + 8 (lane block q)
   Words<D> v0, v1;  // V codes of token pairs q and q + 4 (lane block g)
-  u32 s0, s1;       // sign bits of tokens g and g + 8
+  u32 s0, s1;       // sign bits of tokens g and g + 8, pair jj's bits at jj and jj + 16
   uint2 kn0, kn1;   // {‖k‖, ‖r‖} of tokens 2q, 2q + 1 and 2q + 8, 2q + 9
   u32 vn0, vn1;     // ‖v‖ of the same tokens
 };
 
+// A lane's source addresses at token 0 of its (sequence, KV head) row: computed once per segment,
+// so that a stage costs one offset per stream instead of the whole 64-bit index arithmetic.
+struct Bases {
+  const unsigned char* kc;  // K codes of token g, lane block q
+  const unsigned char* vc;  // V codes of token pair q, lane block g
+  const unsigned char* sg;  // sign word of token g
+  const u32* kn;            // {‖k‖, ‖r‖} of token 2q
+  const u16* vn;            // ‖v‖ of token 2q
+};
+
+template <int D>
+__device__ __forceinline__ Bases bases_of(const DecodeParams& p, size_t row0, int g, int q) {
+  Bases r;
+  r.kc = p.kcodes + (row0 + g) * (D / 2) + q * (D / 8);
+  r.vc = p.vcodes + (row0 / 2 + q) * D + g * (D / 8);
+  // D = 128: the lane's 4 sign bytes; D = 64: the aligned word holding its 2 bytes (picked later)
+  r.sg = p.ksigns + (row0 + g) * (D / 8) + (D == 128 ? q * 4 : (q >> 1) * 4);
+  r.kn = p.knorms + row0 + 2 * q;
+  r.vn = p.vnorms + row0 + 2 * q;
+  return r;
+}
+
+// Issues the copies of the 16 tokens at `tok` (a multiple of 16) into `st` ([kSlots][32]).
 template <int D, bool QJL>
-__device__ __forceinline__ void load_stage(const DecodeParams& p, size_t row0, int start, int g, int q,
-                                           Stage<D>& st) {
-  st.k0 = ld_words<D>(p.kcodes + (row0 + start + g) * (D / 2) + q * (D / 8));
-  st.k1 = ld_words<D>(p.kcodes + (row0 + start + g + 8) * (D / 2) + q * (D / 8));
-  st.v0 = ld_words<D>(p.vcodes + (row0 / 2 + start / 2 + q) * D + g * (D / 8));
-  st.v1 = ld_words<D>(p.vcodes + (row0 / 2 + start / 2 + q + 4) * D + g * (D / 8));
+__device__ __forceinline__ void issue_stage(const Bases& a, int tok, int lane, uint4* st) {
+  constexpr int W = D / 8;  // bytes of a lane's words
+  const unsigned char* k = a.kc + tok * (D / 2);
+  cp_async_n<W>(st + 0 * 32 + lane, k);
+  cp_async_n<W>(st + 1 * 32 + lane, k + 8 * (D / 2));
+  const unsigned char* v = a.vc + (tok / 2) * D;
+  cp_async_n<W>(st + 2 * 32 + lane, v);
+  cp_async_n<W>(st + 3 * 32 + lane, v + 4 * D);
+  u32* small = reinterpret_cast<u32*>(st + 4 * 32 + lane);
   if (QJL) {
-    st.s0 = ld_signs<D>(p.ksigns + (row0 + start + g) * (D / 8) + q * (D / 32));
-    st.s1 = ld_signs<D>(p.ksigns + (row0 + start + g + 8) * (D / 8) + q * (D / 32));
+    const unsigned char* sg = a.sg + tok * (D / 8);
+    cp_async_n<4>(small + 0, sg);
+    cp_async_n<4>(small + 1, sg + 8 * (D / 8));
   }
-  st.kn0 = ldg8(p.knorms + row0 + start + 2 * q);
-  st.kn1 = ldg8(p.knorms + row0 + start + 2 * q + 8);
-  st.vn0 = ldg4(p.vnorms + row0 + start + 2 * q);
-  st.vn1 = ldg4(p.vnorms + row0 + start + 2 * q + 8);
+  cp_async_n<4>(small + 2, a.vn + tok);
+  cp_async_n<4>(small + 3, a.vn + tok + 8);
+  u32* kn = reinterpret_cast<u32*>(st + 5 * 32 + lane);
+  cp_async_n<8>(kn, a.kn + tok);
+  cp_async_n<8>(kn + 2, a.kn + tok + 8);
+}
+
+template <int D>
+__device__ __forceinline__ Words<D> words_of(uint4 v) {
+  Words<D> r;
+  if constexpr (D == 128) {
+    r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
+  } else {
+    r.w[0] = v.x, r.w[1] = v.y;
+  }
+  return r;
+}
+
+// D = 64: the lane's two sign bytes out of the aligned word, spread to bits 0-7 and 16-23
+template <int D>
+__device__ __forceinline__ u32 signs_of(u32 w, int q) {
+  if constexpr (D == 128) {
+    return w;
+  } else {
+    const u32 h = (w >> (16 * (q & 1))) & 0xffffu;
+    return (h & 0xffu) | ((h & 0xff00u) << 8);
+  }
+}
+
+template <int D, bool QJL>
+__device__ __forceinline__ void read_stage(const uint4* st, int lane, int q, Stage<D>& r) {
+  r.k0 = words_of<D>(st[0 * 32 + lane]);
+  r.k1 = words_of<D>(st[1 * 32 + lane]);
+  r.v0 = words_of<D>(st[2 * 32 + lane]);
+  r.v1 = words_of<D>(st[3 * 32 + lane]);
+  const uint4 small = st[4 * 32 + lane], kn = st[5 * 32 + lane];
+  if (QJL) {
+    r.s0 = signs_of<D>(small.x, q);
+    r.s1 = signs_of<D>(small.y, q);
+  }
+  r.vn0 = small.z, r.vn1 = small.w;
+  r.kn0 = make_uint2(kn.x, kn.y), r.kn1 = make_uint2(kn.z, kn.w);
 }
 
 __device__ __forceinline__ float half_lo(u32 w) { return F16::to_f32((u16)(w & 0xffffu)); }
@@ -206,9 +280,17 @@ template <int D, bool QJL, bool KWIDE, bool VWIDE, bool R16>
 __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   constexpr int CH = D / 16;  // k16 chunks of the head dim
   constexpr int NB = D / 8;   // n8 blocks of the output
-  const int lane = threadIdx.x & 31;
-  const int unit = blockIdx.x * kUnitWarps + (threadIdx.x >> 5);
-  if (unit >= p.units) return;
+  extern __shared__ uint4 ring_all[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int unit = blockIdx.x * kUnitWarps + warp;
+  if (unit >= p.units) return;  // no CTA barrier below: a warp may leave
+  uint4* ring = ring_all + (size_t)warp * kStages * kSlots * 32;
+  // query A fragments, [2][CH][32 lanes] uint4 per warp after the rings, read with one 16-byte
+  // load per MMA (whole register quads: no per-iteration moves to build them, and out of the
+  // register budget: 3 CTAs per SM). Array 0: 8 rows in use, {hi, lo, hi, lo} of Π q (the low
+  // halves stacked on MMA rows 8-15, so one MMA gives both products); 16 rows, the low halves
+  // (the high ones stay in registers). Array 1: S q (8 rows: rows 8-15 zero).
+  uint4* qsm = ring_all + (size_t)kUnitWarps * kStages * kSlots * 32 + (size_t)warp * 2 * CH * 32;
   const int g = lane >> 2, q = lane & 3;
   u32 ktab[8], vtab[8];
 #pragma unroll
@@ -221,38 +303,65 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
     const int lim0 = min(tok1, row_end(p, qg, g, sq, sk));
     const int lim1 = min(tok1, row_end(p, qg, g + 8, sq, sk));
-    u32 qa[CH][4], pa[CH][4];
+    const size_t row0 = ((size_t)b * p.heads_kv + h) * p.cap;
+    const Bases src = bases_of<D>(p, row0, g, q);
+    // the loop bound must be the same in every lane (mma.sync and shfl.sync need the whole
+    // warp): the segment's iterations, not a row's visible end (rows differ per lane; masked)
+    const int iters = tok1 > tok0 ? (tok1 - tok0 + kTileK - 1) / kTileK : 0;
+    // the ring's first kStages - 1 stages go out before the query fragments are read
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < iters) issue_stage<D, QJL>(src, tok0 + s * kTileK, lane, ring + s * kSlots * 32);
+      cp_async_commit();
+    }
+    // Π q as hi + lo (two f16 products: the scores then carry the rounding of the centroids
+    // only). Every lane reads only the qsm entries it wrote, so no barrier; its reads of the
+    // previous segment are done (program order).
+    u32 qa[R16 ? CH : 1][4];
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
-      const uint4 v = ldg16(p.qf + ((size_t)(tile * 32 + lane) * CH + c) * 4);
-      qa[c][0] = v.x, qa[c][1] = R16 ? v.y : 0u, qa[c][2] = v.z, qa[c][3] = R16 ? v.w : 0u;
+      const size_t at = ((size_t)(tile * 32 + lane) * CH + c) * 4;
+      const uint4 v = ldg16(p.qf + at), l = ldg16(p.qf_lo + at);
+      if constexpr (R16) {
+        qa[c][0] = v.x, qa[c][1] = v.y, qa[c][2] = v.z, qa[c][3] = v.w;
+        qsm[c * 32 + lane] = l;
+      } else {
+        qsm[c * 32 + lane] = make_uint4(v.x, l.x, v.z, l.z);
+      }
       if (QJL) {
-        const uint4 w = ldg16(p.pf + ((size_t)(tile * 32 + lane) * CH + c) * 4);
-        pa[c][0] = w.x, pa[c][1] = R16 ? w.y : 0u, pa[c][2] = w.z, pa[c][3] = R16 ? w.w : 0u;
+        const uint4 w = ldg16(p.pf + at);
+        qsm[(CH + c) * 32 + lane] = R16 ? w : make_uint4(w.x, 0u, w.z, 0u);
       }
     }
+    // A fragment of array arr, chunk c, from qsm
+    auto qfrag = [&](int arr, int c, u32 (&f)[4]) {
+      const uint4 v = qsm[(arr * CH + c) * 32 + lane];
+      f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+    };
     float o[NB][4];
 #pragma unroll
     for (int n = 0; n < NB; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
-    const size_t row0 = ((size_t)b * p.heads_kv + h) * p.cap;
-    // the loop bound must be the same in every lane (mma.sync and shfl.sync need the whole
-    // warp): the segment's end, not a row's visible end (rows differ per lane; masked below)
-    const int last = tok1;
 
-    Stage<D> cur;
-    if (tok0 < last) load_stage<D, QJL>(p, row0, tok0, g, q, cur);
-    for (int start = tok0; start < last; start += kTileK) {
-      Stage<D> nxt;
-      const bool more = start + kTileK < last;
-      if (more) load_stage<D, QJL>(p, row0, start + kTileK, g, q, nxt);
+#pragma unroll 1
+    for (int it = 0; it < iters; ++it) {
+      const int start = tok0 + it * kTileK;
+      // refill the stage computed last iteration (every lane's reads of it are done: program order)
+      const int ahead = it + kStages - 1;
+      if (ahead < iters)
+        issue_stage<D, QJL>(src, tok0 + ahead * kTileK, lane, ring + (ahead % kStages) * kSlots * 32);
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();  // this lane's copies of stage `it` have landed
+      Stage<D> cur;
+      read_stage<D, QJL>(ring + (it % kStages) * kSlots * 32, lane, q, cur);
 
-      // ---- S = (Π q) · c[idx]ᵀ and T = (S q) · signsᵀ, tokens 0-7 (s0) and 8-15 (s1)
+    // ---- S = (Π q) · c[idx]ᵀ and T = (S q) · signsᵀ, tokens 0-7 (s0) and 8-15 (s1)
       float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
       float t0[4] = {0.f, 0.f, 0.f, 0.f}, t1[4] = {0.f, 0.f, 0.f, 0.f};
       // q = hi + lo in two f16 MMAs: the scores then carry the rounding of the centroids only
       // (the low halves come from L1: the registers hold the high halves and O)
-      const u32* lo_base = p.qf_lo + (size_t)(tile * 32 + lane) * CH * 4;
+      // hi and lo products in separate accumulators: two dependency chains per token half
+      float z0[4] = {0.f, 0.f, 0.f, 0.f}, z1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) {
         u32 b00, b01, b10, b11, c00, c01, c10, c11;
@@ -260,26 +369,39 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         lookup4<KWIDE>(cur.k0.w[w] >> 16, ktab, b10, b11);
         lookup4<KWIDE>(cur.k1.w[w], ktab, c00, c01);
         lookup4<KWIDE>(cur.k1.w[w] >> 16, ktab, c10, c11);
-        u32 lo0[4], lo1[4];
-        {
-          const uint4 a = ldg16(lo_base + 8 * w), b = ldg16(lo_base + 8 * w + 4);
-          lo0[0] = a.x, lo0[1] = R16 ? a.y : 0u, lo0[2] = a.z, lo0[3] = R16 ? a.w : 0u;
-          lo1[0] = b.x, lo1[1] = R16 ? b.y : 0u, lo1[2] = b.z, lo1[3] = R16 ? b.w : 0u;
+        u32 f0[4], f1[4];
+        qfrag(0, 2 * w, f0);
+        qfrag(0, 2 * w + 1, f1);
+        if constexpr (R16) {
+          mma16816(F16{}, s0, qa[2 * w], b00, b01);
+          mma16816(F16{}, s0, qa[2 * w + 1], b10, b11);
+          mma16816(F16{}, s1, qa[2 * w], c00, c01);
+          mma16816(F16{}, s1, qa[2 * w + 1], c10, c11);
+          mma16816(F16{}, z0, f0, b00, b01);
+          mma16816(F16{}, z0, f1, b10, b11);
+          mma16816(F16{}, z1, f0, c00, c01);
+          mma16816(F16{}, z1, f1, c10, c11);
+        } else {
+          // rows 0-7: hi · c, rows 8-15: lo · c (summed below)
+          mma16816(F16{}, s0, f0, b00, b01);
+          mma16816(F16{}, s0, f1, b10, b11);
+          mma16816(F16{}, s1, f0, c00, c01);
+          mma16816(F16{}, s1, f1, c10, c11);
         }
-        mma16816(F16{}, s0, qa[2 * w], b00, b01);
-        mma16816(F16{}, s0, qa[2 * w + 1], b10, b11);
-        mma16816(F16{}, s1, qa[2 * w], c00, c01);
-        mma16816(F16{}, s1, qa[2 * w + 1], c10, c11);
-        mma16816(F16{}, s0, lo0, b00, b01);
-        mma16816(F16{}, s0, lo1, b10, b11);
-        mma16816(F16{}, s1, lo0, c00, c01);
-        mma16816(F16{}, s1, lo1, c10, c11);
+      }
+      if constexpr (R16) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s0[e] += z0[e], s1[e] += z1[e];
+      } else {
+        s0[0] += s0[2], s0[1] += s0[3], s1[0] += s1[2], s1[1] += s1[3];
       }
       if (QJL) {
 #pragma unroll
         for (int c = 0; c < CH; ++c) {
-          mma16816(F16{}, t0, pa[c], signs2(cur.s0, 2 * c), signs2(cur.s0, 2 * c + 1));
-          mma16816(F16{}, t1, pa[c], signs2(cur.s1, 2 * c), signs2(cur.s1, 2 * c + 1));
+          u32 pa[4];
+          qfrag(1, c, pa);
+          mma16816(F16{}, t0, pa, signs2(cur.s0, 2 * c), signs2(cur.s0, 2 * c + 1));
+          mma16816(F16{}, t1, pa, signs2(cur.s1, 2 * c), signs2(cur.s1, 2 * c + 1));
         }
       }
 
@@ -294,10 +416,14 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       sc[1] = kB * s0[1] + (QJL ? rB * t0[1] : 0.f);
       sc[2] = kC * s1[0] + (QJL ? rC * t1[0] : 0.f);
       sc[3] = kD * s1[1] + (QJL ? rD * t1[1] : 0.f);
-      sc[4] = kA * s0[2] + (QJL ? rA * t0[2] : 0.f);
-      sc[5] = kB * s0[3] + (QJL ? rB * t0[3] : 0.f);
-      sc[6] = kC * s1[2] + (QJL ? rC * t1[2] : 0.f);
-      sc[7] = kD * s1[3] + (QJL ? rD * t1[3] : 0.f);
+      if constexpr (R16) {
+        sc[4] = kA * s0[2] + (QJL ? rA * t0[2] : 0.f);
+        sc[5] = kB * s0[3] + (QJL ? rB * t0[3] : 0.f);
+        sc[6] = kC * s1[2] + (QJL ? rC * t1[2] : 0.f);
+        sc[7] = kD * s1[3] + (QJL ? rD * t1[3] : 0.f);
+      } else {
+        sc[4] = sc[5] = sc[6] = sc[7] = neg_inf();  // rows 8-15 are not in use
+      }
       const int tok[4] = {j0, j0 + 1, j0 + 8, j0 + 9};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -308,24 +434,37 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       float mx1 = fmax2(fmax2(sc[4], sc[5]), fmax2(sc[6], sc[7]));
       mx0 = fmax2(mx0, shfl_xor(mx0, 1));
       mx0 = fmax2(mx0, shfl_xor(mx0, 2));
-      mx1 = fmax2(mx1, shfl_xor(mx1, 1));
-      mx1 = fmax2(mx1, shfl_xor(mx1, 2));
+      if (R16) {
+        mx1 = fmax2(mx1, shfl_xor(mx1, 1));
+        mx1 = fmax2(mx1, shfl_xor(mx1, 2));
+      }
       const float mn0 = fmax2(m0, mx0), mn1 = fmax2(m1, mx1);
       // a row with no visible key yet keeps m = -inf; subtract 0 instead so that exp2 gives 0
       const float mu0 = mn0 == neg_inf() ? 0.f : mn0, mu1 = mn1 == neg_inf() ? 0.f : mn1;
-      const float al0 = exp2_approx(m0 - mu0), al1 = exp2_approx(m1 - mu1);
+      const float al0 = exp2_approx(m0 - mu0), al1 = R16 ? exp2_approx(m1 - mu1) : 1.f;
       m0 = mn0, m1 = mn1;
       float pr[8];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         pr[e] = exp2_approx(sc[e] - mu0);
-        pr[4 + e] = exp2_approx(sc[4 + e] - mu1);
+        pr[4 + e] = R16 ? exp2_approx(sc[4 + e] - mu1) : 0.f;
       }
       l0 = l0 * al0 + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
       l1 = l1 * al1 + ((pr[4] + pr[5]) + (pr[6] + pr[7]));
+      // rescale O only when some row's running max moved (rare after the first tokens; the
+      // vote keeps the branch uniform over the warp)
+      if (__any_sync(0xffffffffu, al0 != 1.f || (R16 && al1 != 1.f))) {
 #pragma unroll
-      for (int n = 0; n < NB; ++n) {
-        o[n][0] *= al0, o[n][1] *= al0, o[n][2] *= al1, o[n][3] *= al1;
+        for (int n = 0; n < NB; ++n) {
+          o[n][0] *= al0, o[n][1] *= al0;
+          if (R16) o[n][2] *= al1, o[n][3] *= al1;
+        }
+      }
+      if (!R16) {
+        // with 8 rows in use the upper accumulators are fed zeros and dropped: not live across
+        // iterations, 32 registers fewer (3 CTAs per SM without spills)
+#pragma unroll
+        for (int n = 0; n < NB; ++n) o[n][2] = o[n][3] = 0.f;
       }
       // P ‖v‖ as the A operand (p = 0 for masked tokens; the select keeps a garbage norm out)
       const float vA = half_lo(cur.vn0), vB = half_hi(cur.vn0), vC = half_lo(cur.vn1), vD = half_hi(cur.vn1);
@@ -352,7 +491,6 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         mma16816(F16{}, o[4 * w + 2], pa_, a2, b2);
         mma16816(F16{}, o[4 * w + 3], pa_, a3, b3);
       }
-      if (more) cur = nxt;
     }
 
     // ---- the segment's partial: (m, l) per row and the unnormalized O_rot
@@ -374,115 +512,207 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   }
 }
 
-// Persistent: Πᵀ and Sᵀ are staged in shared memory once per CTA (128 KiB at D = 128), then the
-// CTA walks output tiles; each thread owns one output coordinate of every valid row of a tile.
+// A fragment position of (row r, column o) in mma.m16n8k16 (common.cuh), as a u16 index into the
+// tile's [32][D/16][4] f16x2 fragments
 template <int D>
-__device__ __forceinline__ void prepare_q(const PrepareParams& p) {
-  extern __shared__ float4 smem4[];
-  float* pit_s = reinterpret_cast<float*>(smem4);  // [D][D] Πᵀ
-  float* st_s = pit_s + D * D;                      // [D][D] Sᵀ (QJL keys)
-  float* q_s = st_s + (p.qjl ? D * D : 0);          // [16][D]
-  const int o = threadIdx.x;
-  for (int i = o; i < D * D; i += D) {
-    pit_s[i] = p.pit[i];
-    if (p.qjl) st_s[i] = p.st[i];
-  }
-  const int tiles = p.batch_tiles;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
-    const int sq = p.seqlens_q[b];
-    u32 valid = 0;
-    __syncthreads();  // staging done / the previous tile's rows consumed
+__device__ __forceinline__ size_t frag_at(int tile, int r, int o) {
+  const int c = o / 16, cc = o % 16, eta = cc / 8, e = cc % 2, t = (cc % 8) / 2;
+  const int lane = (r % 8) * 4 + t, reg = r / 8 + 2 * eta;
+  return ((((size_t)tile * 32 + lane) * (D / 16) + c) * 4 + reg) * 2 + e;
+}
+
+// Rows 0 .. N-1 of q_s times a quarter of Πᵀ (and Sᵀ) at column col: rows past the last valid
+// one are skipped by picking N >= that row at run time (invalid rows in between hold zeros).
+template <int D, int N>
+__device__ __forceinline__ void project_rows(const PrepareParams& p, const float (*q_s)[D], int quarter, int col,
+                                             float (&rot)[kRows], float (&proj)[kRows]) {
+  constexpr int KQ = D / 4;
+  const float* pit = p.pit + (size_t)quarter * KQ * D + col;
+  const float* st = p.st + (size_t)quarter * KQ * D + col;
+#pragma unroll 8
+  for (int kk = 0; kk < KQ; ++kk) {
+    const float a = pit[(size_t)kk * D];
+    const float c = p.qjl ? st[(size_t)kk * D] : 0.f;
+    const int k = quarter * KQ + kk;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
-      const bool ok = hl < p.group && i < sq;
-      valid |= (u32)ok << r;
-      q_s[r * D + o] = ok ? F16::to_f32(p.q[(((size_t)b * p.max_sq + i) * p.heads_q + h * p.group + hl) * D + o]) : 0.f;
-    }
-    __syncthreads();
-    float rot[kRows], proj[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) rot[r] = 0.f, proj[r] = 0.f;
-    for (int k = 0; k < D; ++k) {
-      const float a = pit_s[k * D + o];
-      const float c = p.qjl ? st_s[k * D + o] : 0.f;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (valid >> r & 1u) {
-          const float x = q_s[r * D + k];
-          rot[r] = fmaf(a, x, rot[r]);
-          proj[r] = fmaf(c, x, proj[r]);
-        }
-      }
-    }
-    // A fragment position of (row r, column o) in mma.m16n8k16 (common.cuh)
-    const int c = o / 16, cc = o % 16, eta = cc / 8, e = cc % 2, t = (cc % 8) / 2;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int lane = (r % 8) * 4 + t, reg = r / 8 + 2 * eta;
-      const size_t at = ((((size_t)tile * 32 + lane) * (D / 16) + c) * 4 + reg) * 2 + e;
-      const float x = rot[r] * p.qscale;
-      const u16 hi = F16::from_f32(x);
-      reinterpret_cast<u16*>(p.qf)[at] = hi;
-      reinterpret_cast<u16*>(p.qf_lo)[at] = F16::from_f32(x - F16::to_f32(hi));
-      if (p.qjl) reinterpret_cast<u16*>(p.pf)[at] = F16::from_f32(proj[r] * p.pscale);
+    for (int r = 0; r < N; ++r) {
+      const float x = q_s[r][k];
+      rot[r] = fmaf(a, x, rot[r]);
+      proj[r] = fmaf(c, x, proj[r]);
     }
   }
 }
 
-// Persistent as prepare_q, with Π in shared memory: per output tile, each row's partials are
-// merged in segment (= key) order, then O = Πᵀ O_rot for every row of the tile at once.
+// CTA (tile, chunk) of 128 threads: output columns chunk·32 .. +32 of the tile's 16 rows; thread
+// (quarter, column) sums a quarter of the head dim, Πᵀ / Sᵀ read from L2 with coalesced loads.
+template <int D>
+__device__ __forceinline__ void prepare_q(const PrepareParams& p) {
+  __shared__ float q_s[kRows][D];
+  __shared__ float red[2][4][kRows][33];
+  __shared__ long long src_s[kRows];  // element offset of row r's query in q, -1: padding row
+  const int tile = blockIdx.x / (D / 32), chunk = blockIdx.x % (D / 32);
+  if (tile >= p.batch_tiles) return;
+  const int t = threadIdx.x, cl = t & 31, quarter = t >> 5, col = chunk * 32 + cl;
+  const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
+  if (t < kRows) {  // one thread per row: the integer divisions once per row, not per element
+    const int R = qg * kRows + t, hl = R / p.max_sq, i = R % p.max_sq;
+    src_s[t] = hl < p.group && i < p.seqlens_q[b]
+                   ? (((long long)b * p.max_sq + i) * p.heads_q + h * p.group + hl) * D
+                   : -1;
+  }
+  __syncthreads();
+  int last = 0;  // rows 0 .. last-1 hold every valid row
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const long long src = src_s[r];
+    if (src >= 0) last = r + 1;
+    for (int k = t; k < D; k += 128) q_s[r][k] = src >= 0 ? F16::to_f32(p.q[src + k]) : 0.f;
+  }
+  __syncthreads();
+  float rot[kRows], proj[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) rot[r] = 0.f, proj[r] = 0.f;
+  if (last <= 4) {
+    project_rows<D, 4>(p, q_s, quarter, col, rot, proj);
+  } else if (last <= 8) {
+    project_rows<D, 8>(p, q_s, quarter, col, rot, proj);
+  } else {
+    project_rows<D, kRows>(p, q_s, quarter, col, rot, proj);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) red[0][quarter][r][cl] = rot[r], red[1][quarter][r][cl] = proj[r];
+  __syncthreads();
+  for (int x = t; x < kRows * 32; x += 128) {
+    const int r = x / 32, c2 = x % 32, o = chunk * 32 + c2;
+    const float xr = ((red[0][0][r][c2] + red[0][1][r][c2]) + (red[0][2][r][c2] + red[0][3][r][c2])) * p.qscale;
+    const size_t at = frag_at<D>(tile, r, o);
+    const u16 hi = F16::from_f32(xr);
+    reinterpret_cast<u16*>(p.qf)[at] = hi;
+    reinterpret_cast<u16*>(p.qf_lo)[at] = F16::from_f32(xr - F16::to_f32(hi));
+    if (p.qjl) {
+      const float xp = (red[1][0][r][c2] + red[1][1][r][c2]) + (red[1][2][r][c2] + red[1][3][r][c2]);
+      reinterpret_cast<u16*>(p.pf)[at] = F16::from_f32(xp * p.pscale);
+    }
+  }
+}
+
+// (Πᵀ O_rot) of the CTA's first N merged rows, over the k-slice `ks` of KS: thread column o.
+template <int D, int N, int KS>
+__device__ __forceinline__ void unrotate_rows(const CombineParams& p, const float (*orot)[D], int o, int ks,
+                                              float (&y)[kRows]) {
+  constexpr int KL = D / KS;
+#pragma unroll 4
+  for (int kk = 0; kk < KL; ++kk) {
+    const int k = ks * KL + kk;
+    const float a = p.pi[(size_t)k * D + o];
+#pragma unroll
+    for (int j = 0; j < N; ++j) y[j] = fmaf(a, orot[j][k], y[j]);
+  }
+}
+
+// CTA (tile, part) of kCombineWarps warps merges rows part, part + row_split, ... of its tile:
+// per row, the warps take every kCombineWarps-th segment and merge them online (lane: D/32
+// coordinates of O_rot), the warps' states are merged through shared memory, then
+// O = Πᵀ (O_rot / l) for the CTA's rows at once (Π read from L2 once per CTA and column, the
+// head dim split over the CTA's threads in KS slices and summed through shared memory).
 template <int D>
 __device__ __forceinline__ void combine(const CombineParams& p) {
-  extern __shared__ float4 smem4[];
-  float* pi_s = reinterpret_cast<float*>(smem4);  // [D][D] Π
-  float* orot = pi_s + D * D;                      // [16][D]
+  constexpr int PER = D / 32;
+  constexpr int KS = kCombineWarps * 32 / D;  // k-slices of the un-rotation
+  __shared__ float wm[kCombineWarps], wl[kCombineWarps];
+  __shared__ float wacc[kCombineWarps][D];
+  __shared__ float orot[kRows][D];
+  __shared__ float ypart[KS][kRows][D];
   __shared__ float ms[kRows], ls[kRows];
-  const int o = threadIdx.x;
-  for (int i = o; i < D * D; i += D) pi_s[i] = p.pi[i];
-  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-    const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
-    const int s0 = p.tile_segs[tile], s1 = p.tile_segs[tile + 1];
-    const int sq = p.seqlens_q[b];
-    __syncthreads();  // staging done / the previous tile's rows consumed
-    for (int r = 0; r < kRows; ++r) {
-      const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
-      float m = neg_inf(), l = 0.f, acc = 0.f;
-      if (hl < p.group && i < sq) {
-        for (int s = s0; s < s1; ++s) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
-        if (m != neg_inf()) {
-          for (int s = s0; s < s1; ++s) {
-            const float f = exp2_approx(p.part_ml[((size_t)s * kRows + r) * 2] - m);
-            l += p.part_ml[((size_t)s * kRows + r) * 2 + 1] * f;
-            acc += p.part_o[((size_t)s * kRows + r) * D + o] * f;
-          }
+  const int tile = blockIdx.x / p.row_split, part = blockIdx.x % p.row_split;
+  if (tile >= p.tiles) return;
+  const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+  const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
+  const int s0 = p.tile_segs[tile], s1 = p.tile_segs[tile + 1];
+  const int sq = p.seqlens_q[b];
+  int nr = 0;  // rows of this CTA so far (uniform)
+  for (int r = part; r < kRows; r += p.row_split) {
+    const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
+    if (hl >= p.group) break;  // padding rows of the last tile: every later row is padding too
+    float m = neg_inf(), l = 0.f, acc[PER];
+#pragma unroll
+    for (int j = 0; j < PER; ++j) acc[j] = 0.f;
+    if (i < sq) {
+#pragma unroll 2
+      for (int s = s0 + warp; s < s1; s += kCombineWarps) {
+        const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
+        const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
+        float ov[PER];
+        if constexpr (PER == 4) {
+          const float4 v = *reinterpret_cast<const float4*>(po);
+          ov[0] = v.x, ov[1] = v.y, ov[2] = v.z, ov[3] = v.w;
+        } else {
+          const float2 v = *reinterpret_cast<const float2*>(po);
+          ov[0] = v.x, ov[1] = v.y;
+        }
+        if (ml.x == neg_inf()) continue;  // no visible key of this row in the segment
+        const float mn = fmax2(m, ml.x);
+        const float fa = exp2_approx(m - mn), fb = exp2_approx(ml.x - mn);  // m = -inf: fa = 0
+        l = l * fa + ml.y * fb;
+#pragma unroll
+        for (int j = 0; j < PER; ++j) acc[j] = acc[j] * fa + ov[j] * fb;
+        m = mn;
+      }
+    }
+    if (lane == 0) wm[warp] = m, wl[warp] = l;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) wacc[warp][lane * PER + j] = acc[j];
+    __syncthreads();
+    if (t < D) {
+      float M = neg_inf();
+#pragma unroll
+      for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
+      float L = 0.f, A = 0.f;
+      if (M != neg_inf()) {
+#pragma unroll
+        for (int w = 0; w < kCombineWarps; ++w) {
+          const float f = exp2_approx(wm[w] - M);
+          L += wl[w] * f;
+          A += wacc[w][t] * f;
         }
       }
-      orot[r * D + o] = l > 0.f ? acc / l * p.oscale : 0.f;
-      if (o == 0) ms[r] = m, ls[r] = l;
+      orot[nr][t] = L > 0.f ? A / L * p.oscale : 0.f;
+      if (t == 0) ms[nr] = M, ls[nr] = L;
     }
-    __syncthreads();
-    float y[kRows];
+    __syncthreads();  // wm / wacc are rewritten by the next row; orot is read below
+    ++nr;
+  }
+  if (nr == 0) return;
+  const int o = t % D, ks = t / D;
+  float y[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) y[r] = 0.f;
-    for (int k = 0; k < D; ++k) {
-      const float a = pi_s[k * D + o];
+  for (int j = 0; j < kRows; ++j) y[j] = 0.f;
+  if (nr == 1) {
+    unrotate_rows<D, 1, KS>(p, orot, o, ks, y);
+  } else if (nr <= 4) {
+    unrotate_rows<D, 4, KS>(p, orot, o, ks, y);
+  } else {
+    unrotate_rows<D, kRows, KS>(p, orot, o, ks, y);
+  }
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) y[r] = fmaf(a, orot[r * D + k], y[r]);  // (Πᵀ O_rot)_o
-    }
+  for (int j = 0; j < kRows; ++j)
+    if (j < nr) ypart[ks][j][o] = y[j];
+  __syncthreads();
+  // thread (row j, column o) of the first nr · D: sum the k-slices, write O and LSE
+  for (int x = t; x < nr * D; x += kCombineWarps * 32) {
+    const int j = x / D, oc = x % D;
+    const int r = part + j * p.row_split;
+    const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
+    const int head = h * p.group + hl;
+    float yj = 0.f;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
-      if (hl >= p.group) continue;  // padding rows of the last tile
-      const int head = h * p.group + hl;
-      // padded query rows and rows with no visible key: O = 0 and LSE = -inf, as the emulation
-      const float l = ls[r];
-      p.o[(((size_t)b * p.max_sq + i) * p.heads_q + head) * D + o] = F16::from_f32(i < sq && l > 0.f ? y[r] : 0.f);
-      if (o == 0)
-        p.lse[((size_t)b * p.heads_q + head) * p.max_sq + i] =
-            i < sq && l > 0.f ? (ms[r] + log2_approx(l)) * 0.6931471805599453f : neg_inf();
-    }
+    for (int k2 = 0; k2 < KS; ++k2) yj += ypart[k2][j][oc];
+    // padded query rows and rows with no visible key: O = 0 and LSE = -inf, as the emulation
+    const float l = ls[j];
+    p.o[(((size_t)b * p.max_sq + i) * p.heads_q + head) * D + oc] = F16::from_f32(i < sq && l > 0.f ? yj : 0.f);
+    if (oc == 0)
+      p.lse[((size_t)b * p.heads_q + head) * p.max_sq + i] =
+          i < sq && l > 0.f ? (ms[j] + log2_approx(l)) * 0.6931471805599453f : neg_inf();
   }
 }
 
@@ -493,7 +723,7 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
 // bit codebook (8-entry tables), or without QJL with 2-3 bits (n8) or 4 bits (n16); values with
 // 2-3 bits (v8) or 4 bits (v16); 8 or 16 MMA rows in use.
 #define FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, RN, R16)                                     \
-  extern "C" __global__ void __launch_bounds__(ferrattn::tq::kUnitWarps * 32)                  \
+  extern "C" __global__ void __launch_bounds__(ferrattn::tq::kUnitWarps * 32, R16 ? 2 : 3)    \
       turboquant_decode_d##D##_##KN##_##VN##_##RN(const ferrattn::tq::DecodeParams p) {          \
     ferrattn::tq::decode_unit<D, QJL, KW, VW, R16>(p);                                          \
   }
@@ -507,12 +737,12 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   FERRATTN_TQ_DECODE_V(D, kqjl, true, false)                                                    \
   FERRATTN_TQ_DECODE_V(D, kn8, false, false)                                                    \
   FERRATTN_TQ_DECODE_V(D, kn16, false, true)                                                    \
-  extern "C" __global__ void __launch_bounds__(D) turboquant_prepare_q_d##D(                    \
+  extern "C" __global__ void __launch_bounds__(128) turboquant_prepare_q_d##D(                  \
       const ferrattn::tq::PrepareParams p) {                                                    \
     ferrattn::tq::prepare_q<D>(p);                                                              \
   }                                                                                             \
-  extern "C" __global__ void __launch_bounds__(D) turboquant_combine_d##D(                      \
-      const ferrattn::tq::CombineParams p) {                                                    \
+  extern "C" __global__ void __launch_bounds__(ferrattn::tq::kCombineWarps * 32)               \
+      turboquant_combine_d##D(const ferrattn::tq::CombineParams p) {                            \
     ferrattn::tq::combine<D>(p);                                                                \
   }
 

@@ -34,6 +34,15 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use thiserror::Error;
 
+mod turbo;
+/// The decode schedules of the TurboAttention cache (re-exported from the CUDA backend).
+pub use ferrattn_cuda::DecodeSchedule as TurboSchedule;
+pub use turbo::{
+    validate_append, validate_decode, validate_prefill, TurboCache, TurboCacheSpec,
+    TurboDecodePlan, TurboDecodeStep, TurboDecodeViews, TurboDevice, TurboPrefillPlan,
+    TurboPrefillStep, TurboPrefillViews, TurboShape, TURBO_BLOCK_TOKENS, TURBO_HEAD_DIMS,
+};
+
 /// Alignment the kernels need of every tensor's address, bytes (16-byte vector loads).
 pub const TENSOR_ALIGN: u64 = 16;
 
@@ -407,6 +416,16 @@ pub enum ViewError {
         max_pages: usize,
         /// Tokens per page.
         page_size: usize,
+    },
+    /// A sequence longer than its compressed cache can hold.
+    #[error("sequence {sequence} would hold {len} tokens but its cache holds at most {capacity}")]
+    SequenceLongerThanCache {
+        /// Sequence.
+        sequence: usize,
+        /// Its length.
+        len: usize,
+        /// Tokens the cache holds per sequence.
+        capacity: usize,
     },
     /// A page table of the wrong length.
     #[error("page table has {got} entries; {batch} sequences x {max_pages} pages need {}", batch * max_pages)]

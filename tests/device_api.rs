@@ -415,3 +415,368 @@ fn workspace_and_host_views_are_checked() {
     assert!(!w.is_contiguous());
     assert_eq!(w.extent_bytes(), (3 + 2 * 4 + 1) * 4);
 }
+
+/// The TurboAttention cache's boundary on the CPU: the same typed errors, from host-only checks.
+mod turbo {
+    use super::dev;
+    use ferrattn::device_api::{
+        validate_append, validate_decode, validate_prefill, Location, TensorView, TurboCacheSpec,
+        TurboDecodePlan, TurboDecodeViews, TurboPrefillPlan, TurboPrefillViews, TurboSchedule,
+        TurboShape, ViewError, TURBO_BLOCK_TOKENS,
+    };
+    use ferrattn::turbo::TurboConfig;
+    use ferrattn::{DType, FerrattnError};
+
+    const B: usize = 2;
+    const HQ: usize = 8;
+    const HK: usize = 2;
+    const D: usize = 128;
+    const S: usize = 100;
+
+    fn shape() -> TurboShape {
+        TurboShape {
+            batch: B,
+            heads_q: HQ,
+            heads_kv: HK,
+            head_dim: D,
+            dtype: DType::BF16,
+            softmax_scale: None,
+        }
+    }
+
+    fn decode_plan(before: &[usize]) -> TurboDecodePlan {
+        TurboDecodePlan::new(
+            &TurboConfig::default(),
+            &shape(),
+            before,
+            true,
+            TurboSchedule::PerTile,
+        )
+        .expect("a valid plan")
+    }
+
+    fn prefill_plan() -> TurboPrefillPlan {
+        TurboPrefillPlan::new(&TurboConfig::default(), &shape(), &[S, 37], S, true)
+            .expect("a valid plan")
+    }
+
+    struct Decode<'a> {
+        q: TensorView<'a>,
+        o: TensorView<'a>,
+        lse: TensorView<'a>,
+        k_new: TensorView<'a>,
+        v_new: TensorView<'a>,
+    }
+
+    impl<'a> Decode<'a> {
+        fn new() -> Decode<'a> {
+            Decode {
+                q: dev(0x1000_0000, DType::BF16, &[B, 1, HQ, D]),
+                o: dev(0x2000_0000, DType::BF16, &[B, 1, HQ, D]),
+                lse: dev(0x3000_0000, DType::F32, &[B, HQ, 1]),
+                k_new: dev(0x4000_0000, DType::BF16, &[B, 1, HK, D]),
+                v_new: dev(0x5000_0000, DType::BF16, &[B, 1, HK, D]),
+            }
+        }
+        fn check(&self, p: &TurboDecodePlan) -> Result<(), ViewError> {
+            validate_append(p, &self.k_new, &self.v_new, Location::Cuda(0))?;
+            let x = TurboDecodeViews {
+                q: &self.q,
+                o: &self.o,
+                lse: &self.lse,
+            };
+            validate_decode(p, &x, Location::Cuda(0))
+        }
+    }
+
+    fn prefill_views<'a>() -> [TensorView<'a>; 5] {
+        [
+            dev(0x1000_0000, DType::BF16, &[B, S, HQ, D]),
+            dev(0x2000_0000, DType::BF16, &[B, S, HK, D]),
+            dev(0x3000_0000, DType::BF16, &[B, S, HK, D]),
+            dev(0x4000_0000, DType::BF16, &[B, S, HQ, D]),
+            dev(0x5000_0000, DType::F32, &[B, HQ, S]),
+        ]
+    }
+
+    fn check_prefill(p: &TurboPrefillPlan, t: &[TensorView<'_>; 5]) -> Result<(), ViewError> {
+        let x = TurboPrefillViews {
+            q: &t[0],
+            k: &t[1],
+            v: &t[2],
+            o: &t[3],
+            lse: &t[4],
+        };
+        validate_prefill(p, &x, Location::Cuda(0))
+    }
+
+    #[test]
+    fn good_views_and_plans_pass() {
+        let p = decode_plan(&[63, 200]);
+        Decode::new().check(&p).unwrap();
+        assert_eq!(p.seqlens_after(), &[64, 201]);
+        // sequence 0's buffer fills at 64 tokens and becomes its block 0
+        assert_eq!(p.step().flushes(), &[(0, 0)]);
+        assert!(p.workspace_bytes() > 0 && p.workspace_bytes().is_multiple_of(256));
+        // a later step with the same grids may replay a graph captured from this one
+        let later = decode_plan(&[64, 201]);
+        assert!(!p.same_launch(&later), "the flush count differs (1 vs 0)");
+        assert!(later.same_launch(&decode_plan(&[65, 202])));
+        let pf = prefill_plan();
+        check_prefill(&pf, &prefill_views()).unwrap();
+        // the INT8 K and V tiles of 2 sequences x 2 heads x 2 blocks of 64 x 128
+        assert!(pf.workspace_bytes() >= 2 * (B * HK * 2 * TURBO_BLOCK_TOKENS * D));
+        let spec = TurboCacheSpec {
+            batch: B,
+            heads_kv: HK,
+            head_dim: D,
+            bits: vec![4, 2],
+            capacity_tokens: 1000,
+        };
+        spec.validate().unwrap();
+        assert!(spec.capacity() >= 1000 && spec.capacity() < 1000 + TURBO_BLOCK_TOKENS);
+        spec.check_lengths(&[1000, 1]).unwrap();
+        // codes: 4 + 2 bits of 15 blocks x 64 x 128 per sequence and tensor, plus parameters
+        let codes = 2 * B * 15 * 64 * D * 6 / 8;
+        assert!(spec.allocated_bytes() > codes, "{}", spec.allocated_bytes());
+    }
+
+    #[test]
+    fn short_buffer_is_rejected_with_the_byte_counts() {
+        let p = decode_plan(&[10, 20]);
+        let mut s = Decode::new();
+        let need = B * HQ * D * 2;
+        // SAFETY: never dereferenced.
+        s.o = unsafe {
+            TensorView::cuda(
+                0x2000_0000,
+                need - 16,
+                0,
+                DType::BF16,
+                &[B, 1, HQ, D],
+                &[HQ * D, HQ * D, D, 1],
+            )
+        }
+        .unwrap();
+        match s.check(&p) {
+            Err(ViewError::ShortBuffer {
+                tensor: "o",
+                needed,
+                declared,
+                ..
+            }) => assert_eq!((needed, declared), (need, need - 16)),
+            other => panic!("expected ShortBuffer, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn wrong_stride_is_rejected_with_the_strides() {
+        let p = prefill_plan();
+        let mut t = prefill_views();
+        // K with heads and tokens swapped in memory ([B, Hk, S, D] read as [B, S, Hk, D])
+        let strides = [HK * S * D, D, S * D, 1];
+        // SAFETY: never dereferenced.
+        t[1] = unsafe {
+            TensorView::cuda(
+                0x2000_0000,
+                B * S * HK * D * 2,
+                0,
+                DType::BF16,
+                &[B, S, HK, D],
+                &strides,
+            )
+        }
+        .unwrap();
+        match check_prefill(&p, &t) {
+            Err(ViewError::NotContiguous {
+                tensor: "k", got, ..
+            }) => assert_eq!(got, strides),
+            other => panic!("expected NotContiguous, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn wrong_device_is_rejected_with_both_devices() {
+        let p = decode_plan(&[10, 20]);
+        let mut s = Decode::new();
+        let strides = ferrattn::device_api::contiguous_strides(&[B, 1, HK, D]);
+        // SAFETY: never dereferenced.
+        s.v_new = unsafe {
+            TensorView::cuda(
+                0x5000_0000,
+                B * HK * D * 2,
+                1,
+                DType::BF16,
+                &[B, 1, HK, D],
+                &strides,
+            )
+        }
+        .unwrap();
+        assert_eq!(
+            s.check(&p),
+            Err(ViewError::Device {
+                tensor: "v_new",
+                got: Location::Cuda(1),
+                expected: Location::Cuda(0),
+            })
+        );
+        // host memory where device memory is needed
+        let host = vec![half::bf16::ZERO; B * HQ * D];
+        let mut s = Decode::new();
+        s.q = TensorView::host(&host, &[B, 1, HQ, D]).unwrap();
+        assert_eq!(
+            s.check(&p),
+            Err(ViewError::Device {
+                tensor: "q",
+                got: Location::Cpu,
+                expected: Location::Cuda(0),
+            })
+        );
+    }
+
+    #[test]
+    fn misaligned_pointer_is_rejected_with_the_address() {
+        let p = prefill_plan();
+        let mut t = prefill_views();
+        t[4] = dev(0x5000_0004, DType::F32, &[B, HQ, S]);
+        assert_eq!(
+            check_prefill(&p, &t),
+            Err(ViewError::Misaligned {
+                tensor: "lse",
+                addr: 0x5000_0004,
+                align: 16,
+            })
+        );
+    }
+
+    #[test]
+    fn wrong_dtype_is_rejected_with_both_dtypes() {
+        let p = decode_plan(&[10, 20]);
+        let mut s = Decode::new();
+        s.k_new = dev(0x4000_0000, DType::F16, &[B, 1, HK, D]);
+        assert_eq!(
+            s.check(&p),
+            Err(ViewError::DType {
+                tensor: "k_new",
+                got: DType::F16,
+                expected: DType::BF16,
+            })
+        );
+        let mut s = Decode::new();
+        s.lse = dev(0x3000_0000, DType::BF16, &[B, HQ, 1]);
+        assert!(matches!(
+            s.check(&p),
+            Err(ViewError::DType {
+                tensor: "lse",
+                got: DType::BF16,
+                expected: DType::F32,
+            })
+        ));
+    }
+
+    #[test]
+    fn wrong_shape_is_rejected_with_both_shapes() {
+        let p = decode_plan(&[10, 20]);
+        let mut s = Decode::new();
+        // two query tokens: the TurboAttention decode takes one per sequence
+        s.q = dev(0x1000_0000, DType::BF16, &[B, 2, HQ, D]);
+        match s.check(&p) {
+            Err(ViewError::Shape {
+                tensor: "q",
+                got,
+                expected,
+                ..
+            }) => assert_eq!((got, expected), (vec![B, 2, HQ, D], vec![B, 1, HQ, D])),
+            other => panic!("expected Shape, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sequence_longer_than_its_capacity_is_rejected() {
+        let spec = TurboCacheSpec {
+            batch: B,
+            heads_kv: HK,
+            head_dim: D,
+            bits: vec![4, 4],
+            capacity_tokens: 128,
+        };
+        let cap = spec.capacity();
+        assert_eq!(
+            spec.check_lengths(&[cap, cap + 1]),
+            Err(ViewError::SequenceLongerThanCache {
+                sequence: 1,
+                len: cap + 1,
+                capacity: cap,
+            })
+        );
+        // a prompt longer than its padded extent
+        let e = TurboPrefillPlan::new(&TurboConfig::default(), &shape(), &[S + 1, 1], S, true)
+            .unwrap_err();
+        assert!(
+            matches!(e, FerrattnError::View(ViewError::Length { got, .. }) if got == S + 1),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_specs_and_shapes_are_rejected_with_the_values() {
+        let spec = |bits: Vec<u8>, head_dim: usize| TurboCacheSpec {
+            batch: B,
+            heads_kv: HK,
+            head_dim,
+            bits,
+            capacity_tokens: 64,
+        };
+        assert!(matches!(
+            spec(vec![4, 3], D).validate(),
+            Err(ViewError::Length { got: 3, .. })
+        ));
+        assert!(matches!(
+            spec(vec![4], D).validate(),
+            Err(ViewError::Length { got: 1, .. })
+        ));
+        assert!(matches!(
+            spec(vec![4, 4], 96).validate(),
+            Err(ViewError::Length { got: 96, .. })
+        ));
+        let mut s = shape();
+        s.heads_q = 7;
+        let e = TurboDecodePlan::new(
+            &TurboConfig::default(),
+            &s,
+            &[1, 1],
+            true,
+            TurboSchedule::PerTile,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, FerrattnError::View(ViewError::Length { got: 7, .. })),
+            "{e}"
+        );
+        let e = TurboDecodePlan::new(
+            &TurboConfig::default(),
+            &shape(),
+            &[1, 1, 1],
+            true,
+            TurboSchedule::PerTile,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, FerrattnError::View(ViewError::Length { got: 3, .. })),
+            "{e}"
+        );
+        // a decode with no append over an empty sequence has nothing to attend to
+        let e = TurboDecodePlan::new(
+            &TurboConfig::default(),
+            &shape(),
+            &[0, 5],
+            false,
+            TurboSchedule::PerTile,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, FerrattnError::View(ViewError::Length { got: 0, .. })),
+            "{e}"
+        );
+    }
+}

@@ -130,3 +130,281 @@ fn gpu_facade_step_matches_the_prepared_path() {
         );
     }
 }
+
+/// The TurboAttention cache through the facade on a GPU (skips without one): a ragged prefill,
+/// then decode steps that cross a block boundary (a buffer flushed into a block), each through
+/// [`TurboDevice`] on caller-owned buffers and the caller's stream, equal the host path
+/// (`turbo_prefill`, `turbo_decode_step`) bit for bit: O, LSE and the whole compressed cache.
+/// Then one step (append + decode of several layers' caches) captured in a CUDA graph and
+/// replayed 100 times equals its eager run bit for bit, and leaves the caches as one run did.
+#[test]
+fn gpu_turbo_cache_matches_the_host_path_and_replays_in_a_graph() {
+    use ferrattn::device_api::{
+        Stream, TurboCacheSpec, TurboDecodePlan, TurboDecodeViews, TurboDevice, TurboPrefillPlan,
+        TurboPrefillViews, TurboShape, Workspace,
+    };
+    use ferrattn::turbo::{KvBits, TurboConfig};
+    use ferrattn::{AttentionInputs, AttentionProblem, Tensor};
+    use ferrattn_cuda::{DeviceBuffer, Graph};
+    use half::bf16;
+    use rand::SeedableRng;
+    let dev = match TurboDevice::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIPPED gpu_turbo_cache_matches_the_host_path_and_replays_in_a_graph: {e}");
+            return;
+        }
+    };
+    let host = dev.backend();
+    let g = host.gpu().unwrap().clone();
+    // SAFETY: the backend's own stream, alive as long as `dev`.
+    let stream = unsafe { Stream::from_raw(g.raw_stream() as *mut std::ffi::c_void) };
+    let (b, hq, hk, d, max) = (3usize, 16usize, 4usize, 128usize, 130usize);
+    let lens = [100usize, 62, 130];
+    let cfg = TurboConfig {
+        kv_bits: KvBits::Mixed {
+            two_bit_fraction: 0.5,
+        },
+        ..TurboConfig::default()
+    };
+    let shape = TurboShape {
+        batch: b,
+        heads_q: hq,
+        heads_kv: hk,
+        head_dim: d,
+        dtype: DType::BF16,
+        softmax_scale: None,
+    };
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut randn = |s: &[usize]| Tensor::randn(s, DType::BF16, 1.0, &mut rng);
+    let bits16 = |t: &Tensor| -> Vec<u16> {
+        t.data
+            .iter()
+            .map(|&x| bf16::from_f32(x).to_bits())
+            .collect()
+    };
+    let upload = |t: &Tensor| DeviceBuffer::from_slice(&g, &bits16(t)).unwrap();
+    let view = |buf: &DeviceBuffer, dtype: DType, s: &[usize]| {
+        // SAFETY: `buf` holds at least these bytes of device 0 and outlives the work.
+        unsafe {
+            TensorView::cuda(
+                buf.ptr(),
+                buf.bytes(),
+                0,
+                dtype,
+                s,
+                &ferrattn::device_api::contiguous_strides(s),
+            )
+        }
+        .unwrap()
+    };
+    let f32_bits = |v: &[f32]| -> Vec<u32> { v.iter().map(|x| x.to_bits()).collect() };
+    let o_bits = |buf: &DeviceBuffer| -> Vec<u32> {
+        buf.to_vec::<u16>()
+            .unwrap()
+            .iter()
+            .map(|&x| bf16::from_bits(x).to_f32().to_bits())
+            .collect()
+    };
+
+    // ---- prefill: the host path, then the device path on the same inputs
+    let (q, k, v) = (
+        randn(&[b, max, hq, d]),
+        randn(&[b, max, hk, d]),
+        randn(&[b, max, hk, d]),
+    );
+    let mut p = AttentionProblem::uniform(b, max, max, hq, hk, d, d, DType::BF16);
+    p.seqlens_q = lens.to_vec();
+    p.seqlens_k = lens.to_vec();
+    p.causal = true;
+    let x = AttentionInputs::new(q.clone(), k.clone(), v.clone());
+    let steps = 4;
+    let (want, mut ref_cache) = host.turbo_prefill(&cfg, &p, &x, steps + 2).unwrap();
+    let spec = TurboCacheSpec {
+        batch: b,
+        heads_kv: hk,
+        head_dim: d,
+        bits: ref_cache.bits.clone(), // the host path's head priorities (section 3.2)
+        capacity_tokens: max + steps + 2,
+    };
+    let layers = 3;
+    let mut caches: Vec<_> = (0..layers).map(|_| dev.cache(&spec).unwrap()).collect();
+    assert_eq!(caches[0].allocated_bytes(), spec.allocated_bytes());
+    let plan = TurboPrefillPlan::new(&cfg, &shape, &lens, max, true).unwrap();
+    let ws_buf = DeviceBuffer::alloc(&g, plan.workspace_bytes().max(1 << 20)).unwrap();
+    // SAFETY: a fresh allocation of device 0, used only by these steps.
+    let mut ws = unsafe { Workspace::cuda(ws_buf.ptr(), ws_buf.bytes(), 0) };
+    let (qb, kb, vb) = (upload(&q), upload(&k), upload(&v));
+    let ob = DeviceBuffer::alloc(&g, b * max * hq * d * 2).unwrap();
+    let lb = DeviceBuffer::alloc(&g, b * hq * max * 4).unwrap();
+    let (qv, kv_, vv) = (
+        view(&qb, DType::BF16, &[b, max, hq, d]),
+        view(&kb, DType::BF16, &[b, max, hk, d]),
+        view(&vb, DType::BF16, &[b, max, hk, d]),
+    );
+    let (ov, lv) = (
+        view(&ob, DType::BF16, &[b, max, hq, d]),
+        view(&lb, DType::F32, &[b, hq, max]),
+    );
+    {
+        let step = dev.begin_prefill(&plan, &mut ws, stream).unwrap();
+        let xv = TurboPrefillViews {
+            q: &qv,
+            k: &kv_,
+            v: &vv,
+            o: &ov,
+            lse: &lv,
+        };
+        for c in caches.iter_mut() {
+            step.run(&xv, c, stream).unwrap();
+        }
+    }
+    assert_eq!(o_bits(&ob), f32_bits(&want.o.data), "prefill O");
+    assert_eq!(
+        lb.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect::<Vec<_>>(),
+        f32_bits(&want.lse.data),
+        "prefill LSE"
+    );
+    let want_cache = ref_cache.download().unwrap();
+    for c in &caches {
+        assert!(c.download().unwrap() == want_cache, "prefill cache");
+        assert_eq!(c.lens(), &lens);
+    }
+    let mem = caches[0].memory();
+    assert_eq!(mem.tokens, lens.iter().sum::<usize>());
+    assert!(mem.compression_ratio > 3.0, "{mem:?}");
+
+    // ---- decode steps: append + decode, sequence 1 crosses 64 tokens (a flush) on step 2
+    let (mut qd, od, ld) = (
+        DeviceBuffer::alloc(&g, b * hq * d * 2).unwrap(),
+        DeviceBuffer::alloc(&g, b * hq * d * 2).unwrap(),
+        DeviceBuffer::alloc(&g, b * hq * 4).unwrap(),
+    );
+    let (mut kn, mut vn) = (
+        DeviceBuffer::alloc(&g, b * hk * d * 2).unwrap(),
+        DeviceBuffer::alloc(&g, b * hk * d * 2).unwrap(),
+    );
+    let (qdv, odv, ldv) = (
+        view(&qd, DType::BF16, &[b, 1, hq, d]),
+        view(&od, DType::BF16, &[b, 1, hq, d]),
+        view(&ld, DType::F32, &[b, hq, 1]),
+    );
+    let (knv, vnv) = (
+        view(&kn, DType::BF16, &[b, 1, hk, d]),
+        view(&vn, DType::BF16, &[b, 1, hk, d]),
+    );
+    for s in 0..steps {
+        let (qs, ks, vs) = (
+            randn(&[b, 1, hq, d]),
+            randn(&[b, 1, hk, d]),
+            randn(&[b, 1, hk, d]),
+        );
+        let before = caches[0].lens().to_vec();
+        let after: Vec<usize> = before.iter().map(|l| l + 1).collect();
+        let want = host
+            .turbo_decode_step(&cfg, &mut ref_cache, &qs, &ks, &vs, scale, None)
+            .unwrap();
+        let schedule = dev.decode_schedule(&shape, &after).unwrap();
+        let plan = TurboDecodePlan::new(&cfg, &shape, &before, true, schedule).unwrap();
+        // the step's inputs into the fixed buffers the views point at
+        for (buf, t) in [(&mut qd, &qs), (&mut kn, &ks), (&mut vn, &vs)] {
+            buf.copy_from(&upload(t)).unwrap();
+        }
+        let step = dev.begin_decode(&plan, &mut ws, stream).unwrap();
+        for c in caches.iter_mut() {
+            step.append(&knv, &vnv, c, stream).unwrap();
+            let xv = TurboDecodeViews {
+                q: &qdv,
+                o: &odv,
+                lse: &ldv,
+            };
+            step.decode(&xv, c, stream).unwrap();
+        }
+        assert_eq!(o_bits(&od), f32_bits(&want.o.data), "step {s} O");
+        assert_eq!(
+            ld.to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>(),
+            f32_bits(&want.lse.data),
+            "step {s} LSE"
+        );
+        let want_cache = ref_cache.download().unwrap();
+        for c in &caches {
+            assert!(c.download().unwrap() == want_cache, "step {s} cache");
+        }
+    }
+
+    // ---- one more step, eager, then captured and replayed 100 times
+    let before = caches[0].lens().to_vec();
+    let after: Vec<usize> = before.iter().map(|l| l + 1).collect();
+    let plan = TurboDecodePlan::new(
+        &cfg,
+        &shape,
+        &before,
+        true,
+        dev.decode_schedule(&shape, &after).unwrap(),
+    )
+    .unwrap();
+    let mut outs: Vec<_> = (0..layers)
+        .map(|_| {
+            (
+                DeviceBuffer::alloc(&g, b * hq * d * 2).unwrap(),
+                DeviceBuffer::alloc(&g, b * hq * 4).unwrap(),
+            )
+        })
+        .collect();
+    let out_views: Vec<_> = outs
+        .iter()
+        .map(|(o, l)| {
+            (
+                view(o, DType::BF16, &[b, 1, hq, d]),
+                view(l, DType::F32, &[b, hq, 1]),
+            )
+        })
+        .collect();
+    let step = dev.begin_decode(&plan, &mut ws, stream).unwrap();
+    let enqueue = |caches: &mut Vec<ferrattn::device_api::TurboCache>| -> ferrattn::Result<()> {
+        for (c, (o, l)) in caches.iter_mut().zip(&out_views) {
+            step.append(&knv, &vnv, c, stream)?;
+            step.decode(&TurboDecodeViews { q: &qdv, o, lse: l }, c, stream)?;
+        }
+        Ok(())
+    };
+    enqueue(&mut caches).unwrap();
+    let eager: Vec<_> = outs
+        .iter()
+        .map(|(o, l)| (o_bits(o), l.to_vec::<u32>().unwrap()))
+        .collect();
+    let eager_cache: Vec<_> = caches.iter().map(|c| c.download().unwrap()).collect();
+    let graph = Graph::capture(&g, || {
+        enqueue(&mut caches).map_err(|e| ferrattn_cuda::CudaError::Plan(e.to_string()))
+    })
+    .expect("capture of the decode step");
+    // poisoned outputs: every element a replay does not write shows
+    for (o, l) in outs.iter_mut() {
+        o.fill_u16(0xffff).unwrap();
+        l.fill_u32(0xffff_ffff).unwrap();
+    }
+    for _ in 0..100 {
+        graph.launch().unwrap();
+    }
+    g.synchronize().unwrap();
+    for (i, (o, l)) in outs.iter().enumerate() {
+        assert_eq!(o_bits(o), eager[i].0, "layer {i} O after 100 replays");
+        assert_eq!(
+            l.to_vec::<u32>().unwrap(),
+            eager[i].1,
+            "layer {i} LSE after 100 replays"
+        );
+    }
+    for (c, want) in caches.iter().zip(&eager_cache) {
+        assert!(c.download().unwrap() == *want, "cache after 100 replays");
+    }
+}

@@ -410,6 +410,13 @@ enum Repro {
         #[arg(long, default_value_t = 2025)]
         seed: u64,
     },
+    /// TurboQuant at each bit width, with and without QJL, against exact attention and against
+    /// TurboAttention on the same LLM-like inputs: O and LSE error, top-1 key agreement.
+    TurboquantAccuracy {
+        /// RNG seed (the TurboAttention decode rows' inputs for the same seed).
+        #[arg(long, default_value_t = 2025)]
+        seed: u64,
+    },
     /// SmolLM2-135M on each attention method: perplexity, KL and top-1 against exact attention,
     /// greedy generation (docs/ACCURACY.md, "Real model").
     ModelAccuracy(ferrattn_cli::model::accuracy::ModelAccuracyArgs),
@@ -586,6 +593,14 @@ fn cmd_repro(r: &Repro) -> Result<(), Failure> {
         Repro::TurboAccuracy { seed } => {
             let rows = ferrattn_cli::turbo::accuracy_table(*seed);
             println!("{}", ferrattn_cli::turbo::accuracy_markdown(&rows));
+            Ok(())
+        }
+        Repro::TurboquantAccuracy { seed } => {
+            let rows = ferrattn_cli::turboquant::accuracy::accuracy_table(*seed)?;
+            println!(
+                "{}",
+                ferrattn_cli::turboquant::accuracy::accuracy_markdown(&rows)
+            );
             Ok(())
         }
         Repro::ModelAccuracy(a) => Ok(ferrattn_cli::model::accuracy::repro(a)?),

@@ -301,31 +301,67 @@ class TurboCache:
     ``append(k, v)`` adds one token per sequence (``[B, 1, Hk, D]``; a full buffer of 64 tokens
     becomes a block); ``decode(q)`` attends ``q [B, 1, Hq, D]`` over everything held (Alg. 2) and
     returns ``(out [B, 1, Hq, D], lse float32 [B, Hq, 1])``. ``kv_bits`` is ``"int4"``,
-    ``"int2"`` or ``"mixed"`` (the lower-priority half of the KV heads at 2 bits, section 3.2).
+    ``"int2"``, ``"mixed"`` (the lower-priority half of the KV heads at 2 bits, section 3.2) or a
+    list of 2 and 4, one per KV head.
+
+    The cache lives where the last ``prefill``'s tensors are. On CUDA tensors (float16/bfloat16,
+    head dim 64 or 128) it is a device object of ferrattn's device path: its memory is allocated
+    once, at the first CUDA prefill, for ``max_tokens`` tokens per sequence (default: the prompt
+    plus 4096); every call runs on the caller's current stream (or ``stream=``) with outputs and
+    a workspace from the caller's framework, and nothing is synchronised or copied to the host.
+    Each CUDA call plans its own step and copies that step's small tables into the workspace,
+    so it is not a call to capture in a CUDA graph (the Rust device path's ``TurboDecodeStep``
+    is). ``"mixed"`` needs host statistics of the prompt and is refused on CUDA: pass the bits
+    per KV head (e.g. a host prefill's ``bits``) or ``"int4"`` / ``"int2"``.
     """
 
-    def __init__(self, batch, heads_kv, head_dim, kv_bits="mixed", sas=True):
-        self._c = _native.TurboCache(int(batch), int(heads_kv), int(head_dim), kv_bits, bool(sas))
+    def __init__(self, batch, heads_kv, head_dim, kv_bits="mixed", sas=True, max_tokens=None):
+        bits = kv_bits if isinstance(kv_bits, str) else [int(b) for b in kv_bits]
+        mt = None if max_tokens is None else int(max_tokens)
+        self._c = _native.TurboCache(int(batch), int(heads_kv), int(head_dim), bits, bool(sas), mt)
         self.batch, self.heads_kv, self.head_dim = int(batch), int(heads_kv), int(head_dim)
+        self._ws = None
+
+    def _workspace(self, like, nbytes):
+        """The cache's CUDA workspace, from ``like``'s framework, grown when a call needs more.
+        Kept on the cache so it outlives the work enqueued with it."""
+        ws = self._ws
+        if ws is None or ws.shape[0] < nbytes or _t.device_of(ws) != _t.device_of(like):
+            ws = _t.empty_device(like, (max(int(nbytes), 1),), "uint8")
+            self._ws = ws
+        return ws
 
     def prefill(self, q, k, v, causal=True, softmax_scale=None, *, out=None, lse=None, stream=None):
         dev = _t.device_of(q)
         if dev[0] == _t.DL_CUDA:
             b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
             out, lse = _device_outputs(q, dev, out, lse, (b, sq, hq, v.shape[-1]), (b, hq, sq), True)
+            ws = self._workspace(q, self._c.workspace_bytes("prefill", int(sq)))
+            dev, handle, (qc, kc, vc), (oc, lc) = _prepare((q, k, v), (out, lse), stream)
+            self._c.prefill(qc, kc, vc, bool(causal), softmax_scale, oc, lc, handle, _t.export(ws, handle))
+            return out, lse
         dev, handle, (qc, kc, vc), (oc, lc) = _prepare((q, k, v), (out, lse), stream)
         o, l = self._c.prefill(qc, kc, vc, bool(causal), softmax_scale, oc, lc, handle)
         return _finish(q, out, o), _finish(q, lse, l)
 
     def append(self, k, v, *, stream=None):
         dev, handle, (kc, vc), _ = _prepare((k, v), (), stream)
-        self._c.append(kc, vc, handle)
+        ws = None
+        if dev[0] == _t.DL_CUDA:
+            need = self._c.workspace_bytes("append", 0, 0, _t.export(k, handle))
+            ws = _t.export(self._workspace(k, need), handle)
+        self._c.append(kc, vc, handle, ws)
 
     def decode(self, q, softmax_scale=None, *, out=None, lse=None, stream=None):
         dev = _t.device_of(q)
         if dev[0] == _t.DL_CUDA:
             b, hq = q.shape[0], q.shape[2]
             out, lse = _device_outputs(q, dev, out, lse, (b, 1, hq, self.head_dim), (b, hq, 1), True)
+            dev, handle, (qc,), (oc, lc) = _prepare((q,), (out, lse), stream)
+            need = self._c.workspace_bytes("decode", 0, int(hq), _t.export(q, handle))
+            ws = _t.export(self._workspace(q, need), handle)
+            self._c.decode(qc, softmax_scale, oc, lc, handle, ws)
+            return out, lse
         dev, handle, (qc,), (oc, lc) = _prepare((q,), (out, lse), stream)
         o, l = self._c.decode(qc, softmax_scale, oc, lc, handle)
         return _finish(q, out, o), _finish(q, lse, l)
@@ -342,3 +378,7 @@ class TurboCache:
     def memory(self):
         """Bytes held (compressed blocks, INT8 buffers), the fp16 equivalent and the ratio."""
         return self._c.memory()
+
+    def allocated_bytes(self):
+        """Device bytes allocated for a CUDA cache (its capacity); 0 for a host cache."""
+        return self._c.allocated_bytes()

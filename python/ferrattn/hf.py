@@ -12,8 +12,15 @@ is not supported and raises ``UnsupportedError``.
 ``ferrattn_lean`` runs LeanAttention for decode steps (at most 8 query tokens); Lean is a decode
 kernel, so longer queries (the prompt) run exact attention: ferrattn's on host tensors, torch's
 ``scaled_dot_product_attention`` on CUDA tensors (ferrattn's device path has no exact prefill).
-``ferrattn_exact`` and ``ferrattn_turbo`` run host tensors (their CUDA device path does not exist
-yet and they raise ``UnsupportedError`` on CUDA tensors).
+``ferrattn_turbo`` on CUDA tensors runs a ``TurboCache`` per attention layer through the device
+path (INT4 blocks on every KV head: the paper's mixed 2/4 split picks heads from host statistics
+of the prompt, which the device path does not copy to the host): the prompt is a prefill that
+compresses K/V into the layer's cache, and each decode step appends the step's tokens to it and
+decodes against it, as ``attention(algo="turbo")`` does with ``Sq < Sk`` (the keys before the
+step compressed, then the step's tokens appended and decoded one at a time). A step whose cache
+does not hold exactly the keys before it (a new sequence, a rewound cache) rebuilds the cache
+from the keys transformers hands over. ``ferrattn_exact`` runs host tensors (its CUDA device
+path does not exist and it raises ``UnsupportedError`` on CUDA tensors).
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ def _forward_for(algo):
         if q.is_cuda:
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         causal = bool(causal) and q.shape[1] > 1
+        if algo == "turbo" and q.is_cuda:
+            return _turbo_cuda(module, q, k, v, causal, scaling), None
         if algo == "lean" and q.shape[1] > 8:
             if q.is_cuda:
                 return _sdpa_prompt(query, key, value, causal, scaling), None
@@ -49,6 +58,47 @@ def _forward_for(algo):
 
     forward.__name__ = f"ferrattn_{algo}_attention_forward"
     return forward
+
+
+def _turbo_cuda(module, q, k, v, causal, scale):
+    """TurboAttention on CUDA tensors ``[B, S, H, D]`` through the layer's ``TurboCache``."""
+    import torch
+
+    from . import _api
+
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    cache = getattr(module, "_ferrattn_turbo_cache", None)
+    if sq == sk:
+        # the prompt: Alg. 1, and its keys and values compressed into a fresh cache
+        cache = _api.TurboCache(b, hk, d, kv_bits="int4")
+        module._ferrattn_turbo_cache = cache
+        out, _ = cache.prefill(q, k, v, causal=causal, softmax_scale=scale)
+        return out
+    ctx = sk - sq
+    fresh = cache is None or cache.batch != b or cache.heads_kv != hk or cache.head_dim != d
+    if fresh or any(cache.seq_len(i) != ctx for i in range(b)):
+        # rebuild from the keys before the step (their queries are not needed: the prefill's
+        # output is dropped, only its cache is kept)
+        cache = _api.TurboCache(b, hk, d, kv_bits="int4")
+        module._ferrattn_turbo_cache = cache
+        z = torch.zeros(b, ctx, hq, d, dtype=q.dtype, device=q.device)
+        cache.prefill(z, k[:, :ctx].contiguous(), v[:, :ctx].contiguous(), causal=True, softmax_scale=scale)
+    out = torch.empty_like(q)
+
+    def token(x, i):  # one token of every sequence, dense (the device path reads dense rows)
+        return x[:, i : i + 1].contiguous()
+
+    if not causal:
+        # every query sees every key: the whole step goes in first
+        for i in range(sq):
+            cache.append(token(k, ctx + i), token(v, ctx + i))
+    for i in range(sq):
+        if causal:
+            cache.append(token(k, ctx + i), token(v, ctx + i))
+        o, _ = cache.decode(token(q, i), softmax_scale=scale)
+        out[:, i : i + 1] = o
+    return out
 
 
 def _sdpa_prompt(query, key, value, causal, scale):

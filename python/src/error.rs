@@ -188,6 +188,7 @@ fn view_class(e: &ViewError) -> &'static str {
         ViewError::Device { .. } => "DeviceError",
         ViewError::PageOutOfPool { .. }
         | ViewError::SequenceLongerThanPages { .. }
+        | ViewError::SequenceLongerThanCache { .. }
         | ViewError::PageTableLength { .. }
         | ViewError::PageSize { .. } => "PageTableError",
     }

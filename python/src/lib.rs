@@ -11,6 +11,7 @@ mod dlpack;
 mod error;
 mod host;
 mod ops;
+mod turbo_cuda;
 
 use pyo3::prelude::*;
 

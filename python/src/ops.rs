@@ -9,6 +9,7 @@ use crate::cuda::{self, DeviceStep};
 use crate::dlpack::{same_device, Device, Exported, View};
 use crate::error::{BoundaryError, Result};
 use crate::host;
+use crate::turbo_cuda::DeviceTurbo;
 use ferrattn::device_api::{DecodeShape, DecodeViews, KvCache};
 use ferrattn::{Algorithm, BackendChoice, BackendKind, Runtime};
 use ferrattn_core::turbo::{self, KvBits, TurboConfig, TurboKvCache};
@@ -30,8 +31,8 @@ fn algorithm(name: &str) -> Result<Algorithm> {
 fn cuda_unsupported(what: &str) -> BoundaryError {
     BoundaryError::Unsupported(format!(
         "{what} on CUDA tensors: the device path runs LeanAttention decode (ferrattn.attention \
-         with algo=\"lean\", BatchDecodeWithPagedKVCacheWrapper); other algorithms run on host \
-         tensors"
+         with algo=\"lean\", BatchDecodeWithPagedKVCacheWrapper) and the TurboAttention cache \
+         (ferrattn.TurboCache); other algorithms run on host tensors"
     ))
 }
 
@@ -757,16 +758,62 @@ pub struct TurboCache {
     batch: usize,
     heads_kv: usize,
     head_dim: usize,
+    /// Tokens per sequence a CUDA cache holds (`None`: its prompt plus
+    /// [`crate::turbo_cuda::DEFAULT_RESERVE_TOKENS`]).
+    max_tokens: Option<usize>,
+    /// The cache of the last host prefill.
     cache: Option<TurboKvCache>,
+    /// The cache of the last CUDA prefill (one of the two is live).
+    device: Option<DeviceTurbo>,
+}
+
+/// Which cache a [`TurboCache`] holds now.
+enum Held<'a> {
+    Host(&'a TurboKvCache),
+    Cuda(&'a DeviceTurbo),
 }
 
 impl TurboCache {
+    fn empty() -> BoundaryError {
+        BoundaryError::Unsupported(
+            "the TurboCache is empty: call prefill(q, k, v) before append or decode".into(),
+        )
+    }
+
     fn filled(&self) -> Result<&TurboKvCache> {
-        self.cache.as_ref().ok_or_else(|| {
+        self.cache.as_ref().ok_or_else(TurboCache::empty)
+    }
+
+    fn held(&self) -> Result<Held<'_>> {
+        match (&self.cache, &self.device) {
+            (Some(c), _) => Ok(Held::Host(c)),
+            (None, Some(d)) => Ok(Held::Cuda(d)),
+            (None, None) => Err(TurboCache::empty()),
+        }
+    }
+
+    /// The CUDA cache for a call on CUDA tensors, or why there is none.
+    fn on_device(&mut self) -> Result<&mut DeviceTurbo> {
+        match (&self.cache, &mut self.device) {
+            (None, Some(d)) => Ok(d),
+            (Some(_), _) => Err(BoundaryError::Device {
+                name: "TurboCache",
+                message: "holds a host cache (its last prefill ran on host tensors); append and \
+                          decode take tensors on the device of the last prefill"
+                    .into(),
+            }),
+            (None, None) => Err(TurboCache::empty()),
+        }
+    }
+
+    /// The caller's workspace argument of a CUDA call.
+    fn workspace<'py>(ws: Option<&Bound<'py, PyAny>>) -> Result<View<'py>> {
+        let ws = ws.ok_or_else(|| {
             BoundaryError::Unsupported(
-                "the TurboCache is empty: call prefill(q, k, v) before append or decode".into(),
+                "a CUDA call needs workspace= (the Python wrapper allocates it)".into(),
             )
-        })
+        })?;
+        View::parse("workspace", ws)
     }
 
     fn check_kv(&self, k: &View<'_>, v: &View<'_>, tokens: Option<usize>) -> Result<()> {
@@ -803,16 +850,44 @@ impl TurboCache {
 #[pymethods]
 impl TurboCache {
     #[new]
-    #[pyo3(signature = (batch, heads_kv, head_dim, kv_bits="mixed", sas=true))]
+    #[pyo3(signature = (batch, heads_kv, head_dim, kv_bits=None, sas=true, max_tokens=None))]
     fn new(
         batch: usize,
         heads_kv: usize,
         head_dim: usize,
-        kv_bits: &str,
+        kv_bits: Option<&Bound<'_, PyAny>>,
         sas: bool,
+        max_tokens: Option<usize>,
     ) -> PyResult<TurboCache> {
+        // a name ("int4", "int2", "mixed") or one bit width per KV head
+        let policy = match kv_bits {
+            None => self::kv_bits("mixed")?,
+            Some(x) => match x.extract::<String>() {
+                Ok(name) => self::kv_bits(&name)?,
+                Err(_) => KvBits::PerHead {
+                    bits: x.extract::<Vec<u8>>().map_err(|_| {
+                        BoundaryError::Unsupported(format!(
+                            "kv_bits={x}; expected \"int4\", \"int2\", \"mixed\" or a list of \
+                             2 and 4, one per KV head"
+                        ))
+                    })?,
+                },
+            },
+        };
+        if let KvBits::PerHead { bits } = &policy {
+            if bits.len() != heads_kv {
+                return Err(BoundaryError::Shape {
+                    name: "kv_bits",
+                    message: format!(
+                        "has {} entries ({bits:?}); one per KV head ({heads_kv}) is needed",
+                        bits.len()
+                    ),
+                }
+                .into());
+            }
+        }
         let cfg = TurboConfig {
-            kv_bits: self::kv_bits(kv_bits)?,
+            kv_bits: policy,
             sas,
             ..TurboConfig::default()
         };
@@ -831,14 +906,16 @@ impl TurboCache {
             batch,
             heads_kv,
             head_dim,
+            max_tokens,
             cache: None,
+            device: None,
         })
     }
 
     /// Prefill (Alg. 1) of `q [B, S, Hq, D]` against `k`, `v` `[B, S, Hk, D]`, and the cache of
     /// all of `k`, `v` (full blocks compressed, the tail in the INT8 buffer). Replaces whatever
     /// the cache held.
-    #[pyo3(signature = (q, k, v, causal=true, softmax_scale=None, out=None, lse=None, stream=None))]
+    #[pyo3(signature = (q, k, v, causal=true, softmax_scale=None, out=None, lse=None, stream=None, workspace=None))]
     #[allow(clippy::too_many_arguments)] // the Python signature
     fn prefill<'py>(
         &mut self,
@@ -851,8 +928,8 @@ impl TurboCache {
         out: Option<&Bound<'py, PyAny>>,
         lse: Option<&Bound<'py, PyAny>>,
         stream: Option<usize>,
+        workspace: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Outputs> {
-        let _ = stream; // the cache runs on host tensors (CUDA ones are refused below)
         let (q, k, v) = (
             View::parse("q", q)?,
             View::parse("k", k)?,
@@ -873,7 +950,42 @@ impl TurboCache {
             q.float_dtype()?,
         )?;
         if let Device::Cuda(_) = device {
-            return Err(cuda_unsupported("TurboCache.prefill").into());
+            crate::turbo_cuda::device_bits(&self.cfg.kv_bits, self.heads_kv)?;
+            let (out, lse) = match (&out, &lse) {
+                (Some(o), Some(l)) => (o, l),
+                _ => {
+                    return Err(BoundaryError::Unsupported(
+                        "TurboCache.prefill on CUDA writes into out= and lse= (the Python \
+                         wrapper allocates them)"
+                            .into(),
+                    )
+                    .into())
+                }
+            };
+            if q.shape[1] != k.shape[1] {
+                return Err(BoundaryError::Shape {
+                    name: "q",
+                    message: format!(
+                        "has {} tokens but k has {}; a CUDA prefill attends a prompt to itself",
+                        q.shape[1], k.shape[1]
+                    ),
+                }
+                .into());
+            }
+            let ws = TurboCache::workspace(workspace)?;
+            self.cache = None;
+            DeviceTurbo::prefill(
+                &mut self.device,
+                &self.cfg,
+                (self.batch, self.heads_kv, self.head_dim),
+                self.max_tokens,
+                [&q, &k, &v, out, lse],
+                &ws,
+                causal,
+                softmax_scale,
+                cuda::stream(stream),
+            )?;
+            return Ok((None, None));
         }
         let x = AttentionInputs::new(host::read(&q)?, host::read(&k)?, host::read(&v)?);
         let cfg = self.cfg.clone();
@@ -887,26 +999,31 @@ impl TurboCache {
         });
         let (r, cache) = result?;
         self.cache = Some(cache);
+        self.device = None;
         Ok((deliver(out.as_ref(), &r.o)?, deliver(lse.as_ref(), &r.lse)?))
     }
 
     /// Appends one token per sequence, `k`, `v` `[B, 1, Hk, D]` (a full INT8 buffer is
     /// compressed into a block).
-    #[pyo3(signature = (k, v, stream=None))]
+    #[pyo3(signature = (k, v, stream=None, workspace=None))]
     fn append(
         &mut self,
         k: &Bound<'_, PyAny>,
         v: &Bound<'_, PyAny>,
         stream: Option<usize>,
+        workspace: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let _ = stream; // host tensors only, as in prefill
         let (k, v) = (View::parse("k", k)?, View::parse("v", v)?);
         let device = same_device(&[&k, &v])?;
         self.check_kv(&k, &v, Some(1))?;
-        self.filled()?;
         if let Device::Cuda(_) = device {
-            return Err(cuda_unsupported("TurboCache.append").into());
+            let ws = TurboCache::workspace(workspace)?;
+            let cfg = self.cfg.clone();
+            self.on_device()?
+                .append(&cfg, &k, &v, &ws, cuda::stream(stream))?;
+            return Ok(());
         }
+        self.filled()?;
         let (kt, vt) = (host::read(&k)?, host::read(&v)?);
         let cache = self.cache.as_mut().expect("checked by filled()");
         cache.append(&kt, &vt).map_err(BoundaryError::from)?;
@@ -915,17 +1032,18 @@ impl TurboCache {
 
     /// Decode (Alg. 2) of `q [B, 1, Hq, D]` over everything the cache holds. O is
     /// `[B, 1, Hq, D]`, LSE `f32 [B, Hq, 1]`.
-    #[pyo3(signature = (q, softmax_scale=None, out=None, lse=None, stream=None))]
+    #[pyo3(signature = (q, softmax_scale=None, out=None, lse=None, stream=None, workspace=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature
     fn decode<'py>(
-        &self,
+        &mut self,
         py: Python<'py>,
         q: &Bound<'py, PyAny>,
         softmax_scale: Option<f32>,
         out: Option<&Bound<'py, PyAny>>,
         lse: Option<&Bound<'py, PyAny>>,
         stream: Option<usize>,
+        workspace: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Outputs> {
-        let _ = stream; // host tensors only, as in prefill
         let q = View::parse("q", q)?;
         let (out, lse) = (parse_opt("out", out)?, parse_opt("lse", lse)?);
         let mut all = vec![&q];
@@ -941,10 +1059,32 @@ impl TurboCache {
             &[b, hq, 1],
             q.float_dtype()?,
         )?;
-        let cache = self.filled()?;
         if let Device::Cuda(_) = device {
-            return Err(cuda_unsupported("TurboCache.decode").into());
+            let (out, lse) = match (&out, &lse) {
+                (Some(o), Some(l)) => (o, l),
+                _ => {
+                    return Err(BoundaryError::Unsupported(
+                        "TurboCache.decode on CUDA writes into out= and lse= (the Python \
+                         wrapper allocates them)"
+                            .into(),
+                    )
+                    .into())
+                }
+            };
+            let ws = TurboCache::workspace(workspace)?;
+            let cfg = self.cfg.clone();
+            self.on_device()?.decode(
+                &cfg,
+                &q,
+                out,
+                lse,
+                &ws,
+                softmax_scale,
+                cuda::stream(stream),
+            )?;
+            return Ok((None, None));
         }
+        let cache = self.filled()?;
         let qt = host::read(&q)?;
         let scale = softmax_scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt());
         let cfg = &self.cfg;
@@ -956,26 +1096,79 @@ impl TurboCache {
 
     /// Tokens held for sequence `b`.
     fn seq_len(&self, b: usize) -> PyResult<usize> {
-        let c = self.filled()?;
-        if b >= c.batch() {
-            return Err(BoundaryError::Shape {
+        let lens: Vec<usize> = match self.held()? {
+            Held::Host(c) => (0..c.batch()).map(|i| c.len(i)).collect(),
+            Held::Cuda(d) => d.lens().to_vec(),
+        };
+        match lens.get(b) {
+            Some(&l) => Ok(l),
+            None => Err(BoundaryError::Shape {
                 name: "b",
-                message: format!("is {b} but the cache holds {} sequences", c.batch()),
+                message: format!("is {b} but the cache holds {} sequences", lens.len()),
             }
-            .into());
+            .into()),
         }
-        Ok(c.len(b))
+    }
+
+    /// Workspace bytes a CUDA call needs: `prefill` of `seqlen` tokens, or the next `append`
+    /// / `decode` (with `heads_q` query heads; `like`: a tensor of the call's dtype).
+    #[pyo3(signature = (kind, seqlen=0, heads_q=0, like=None))]
+    fn workspace_bytes(
+        &self,
+        kind: &str,
+        seqlen: usize,
+        heads_q: usize,
+        like: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let heads = (self.batch, self.heads_kv, self.head_dim);
+        let step = |append: bool| -> Result<usize> {
+            // `like` is the call's k (append) or q (decode): its dtype picks the kernels
+            let name = if append { "k" } else { "q" };
+            let like = View::parse(name, like.ok_or_else(TurboCache::empty)?)?;
+            let d = match self.held()? {
+                Held::Cuda(d) => d,
+                Held::Host(_) => return Ok(0),
+            };
+            let hq = if append { self.heads_kv } else { heads_q };
+            d.step_workspace_bytes(&self.cfg, hq, &like, append)
+        };
+        Ok(match kind {
+            "prefill" => DeviceTurbo::prefill_workspace_bytes(&self.cfg, heads, seqlen)?,
+            "append" => step(true)?,
+            "decode" => step(false)?,
+            other => {
+                return Err(BoundaryError::Unsupported(format!(
+                    "workspace_bytes({other:?}); expected \"prefill\", \"append\" or \"decode\""
+                ))
+                .into())
+            }
+        })
+    }
+
+    /// Device bytes allocated for a CUDA cache (its capacity), 0 for a host one.
+    fn allocated_bytes(&self) -> PyResult<usize> {
+        Ok(match self.held()? {
+            Held::Host(_) => 0,
+            Held::Cuda(d) => d.allocated_bytes(),
+        })
     }
 
     /// Bits of each KV head's compressed blocks (fixed by the prefill's head priorities).
     #[getter]
     fn bits(&self) -> PyResult<Vec<u32>> {
-        Ok(self.filled()?.bits.iter().map(|&b| u32::from(b)).collect())
+        let bits = match self.held()? {
+            Held::Host(c) => &c.bits[..],
+            Held::Cuda(d) => d.bits(),
+        };
+        Ok(bits.iter().map(|&b| u32::from(b)).collect())
     }
 
     /// Memory held, counted from the stored buffers: a dict of bytes and ratios.
     fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-        let m = self.filled()?.memory();
+        let m = match self.held()? {
+            Held::Host(c) => c.memory(),
+            Held::Cuda(d) => d.memory(),
+        };
         let d = pyo3::types::PyDict::new(py);
         d.set_item("tokens", m.tokens)?;
         d.set_item("compressed_bytes", m.compressed_bytes)?;

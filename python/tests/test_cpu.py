@@ -290,3 +290,20 @@ def test_import_does_not_pull_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "False"]
+
+
+def test_turbo_cache_per_head_bits_on_the_host():
+    """kv_bits as a list fixes each KV head's width (the form the CUDA cache takes): the host
+    cache keeps it, and equals a "mixed" cache whose head split came out the same."""
+    rng = np.random.default_rng(15)
+    b, ctx, hq, hk, d = 1, 80, 4, 2, 64
+    q, k, v = randn(rng, (b, ctx, hq, d)), randn(rng, (b, ctx, hk, d)), randn(rng, (b, ctx, hk, d))
+    mixed = ferrattn.TurboCache(b, hk, d)
+    mo, ml = mixed.prefill(q, k, v)
+    fixed = ferrattn.TurboCache(b, hk, d, kv_bits=list(mixed.bits))
+    fo, fl = fixed.prefill(q, k, v)
+    assert fixed.bits == mixed.bits and sorted(fixed.bits) == [2, 4]
+    np.testing.assert_array_equal(fo, mo)
+    np.testing.assert_array_equal(fl, ml)
+    assert fixed.memory() == mixed.memory()
+    assert fixed.allocated_bytes() == 0, "a host cache holds no device memory"

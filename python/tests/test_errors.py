@@ -249,6 +249,8 @@ def test_turbo_cache_misuse():
         cache.decode(np.zeros((1, 1, 4, 64), np.float32))
     with pytest.raises(ferrattn.UnsupportedError, match='kv_bits="int3"'):
         ferrattn.TurboCache(1, 2, 64, kv_bits="int3")
+    with pytest.raises(ferrattn.ShapeError, match=r"kv_bits has 3 entries \(\[4, 2, 4\]\); one per KV head \(2\)"):
+        ferrattn.TurboCache(1, 2, 64, kv_bits=[4, 2, 4])
     rng = np.random.default_rng(2)
     k = rng.standard_normal((1, 8, 2, 64)).astype(np.float32)
     cache.prefill(rng.standard_normal((1, 8, 4, 64)).astype(np.float32), k, k)

@@ -1,5 +1,5 @@
 """CUDA tensors (torch): Lean decode through the device path against the float64 reference and the
-CPU emulation, the caller's stream, a 32-layer Llama-shape decode step captured in a CUDA graph
+CPU emulation, the TurboAttention cache on the device against the host cache, the caller's stream, a 32-layer Llama-shape decode step captured in a CUDA graph
 and replayed 100 times against eager runs (bit for bit), and the boundary errors on device
 tensors. Skipped without torch or without a GPU."""
 
@@ -219,8 +219,113 @@ def test_algorithms_without_a_device_path_say_so():
     for algo in ("exact", "turbo", "turboquant"):
         with pytest.raises(ferrattn.UnsupportedError, match="device path runs LeanAttention"):
             ferrattn.attention(q, k, v, algo=algo)
-    with pytest.raises(ferrattn.UnsupportedError, match="TurboCache.prefill on CUDA"):
-        ferrattn.TurboCache(1, 2, 64).prefill(q, k[:, :1], v[:, :1])
+    # the TurboAttention cache has a device path, but not for the host-statistics bit split
+    with pytest.raises(ferrattn.UnsupportedError, match='kv_bits="mixed" on CUDA'):
+        ferrattn.TurboCache(q.shape[0], k.shape[2], q.shape[3]).prefill(q, k[:, :1], v[:, :1])
+
+
+def turbo_inputs(seed, b, s, hq, hk, d, dtype):
+    g = torch.Generator().manual_seed(seed)
+    return randn(g, (b, s, hq, d), dtype), randn(g, (b, s, hk, d), dtype), randn(g, (b, s, hk, d), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_turbo_cache_cuda_matches_the_host_cache(dtype):
+    """The CUDA TurboCache (the device path) against the host TurboCache (the CPU emulation) on
+    the same tokens and bits: the compressed caches count the same bytes (memory() equal), the
+    prefill and decode outputs agree within the kernels' stated bounds (the warpgroup-MMA prefill
+    of sm_90 within 1e-3 of the emulation; stream-K decode merges partials in another order), and
+    full INT8 buffers are flushed into blocks (62 + 4 tokens cross 64). Accuracy against the
+    float64 reference is the host cache's test (test_cpu.py); the Rust GPU test compares the
+    device cache with the host path's bit for bit."""
+    dt = getattr(torch, dtype)
+    b, ctx, steps, hq, hk, d = 2, 62, 4, 8, 2, 128
+    q, k, v = turbo_inputs(5, b, ctx + steps, hq, hk, d, dt)
+    bits = [4, 2]
+    dev_c = ferrattn.TurboCache(b, hk, d, kv_bits=bits, max_tokens=ctx + steps)
+    host_c = ferrattn.TurboCache(b, hk, d, kv_bits=bits)
+    f = lambda t: t.float().cpu().numpy()
+    # the prompt, dense (a slice of a longer batch is not: the device path reads dense rows)
+    pq, pk, pv = (t[:, :ctx].contiguous() for t in (q, k, v))
+    o, lse = dev_c.prefill(pq, pk, pv, causal=True)
+    ho, hl = host_c.prefill(pq.cpu(), pk.cpu(), pv.cpu(), causal=True)
+    assert o.is_cuda and o.dtype == dt and lse.shape == (b, hq, ctx)
+    # the bounds gpu_turbo.rs holds the kernels to (Follows::Codes: the warpgroup prefill may
+    # land a P code one step apart, moving that row's ln l by up to about 1/119)
+    c = compare(f(o), f(ho))
+    assert c.rel_fro <= 1e-3, c
+    c = compare(lse.cpu().numpy(), hl.numpy())
+    assert c.rel_fro <= 1e-3 and c.max_abs <= 1e-2, c
+    assert dev_c.bits == bits and dev_c.seq_len(1) == ctx
+    assert dev_c.memory() == host_c.memory()
+    assert dev_c.allocated_bytes() > dev_c.memory()["compressed_bytes"]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    outs = []
+    with torch.cuda.stream(s):  # the caller's current stream is the one used
+        for t in range(ctx, ctx + steps):
+            # one token of every sequence, dense: the device path reads dense rows
+            dev_c.append(k[:, t : t + 1].contiguous(), v[:, t : t + 1].contiguous())
+            outs.append(dev_c.decode(q[:, t : t + 1].contiguous()))
+    s.synchronize()
+    for i, t in enumerate(range(ctx, ctx + steps)):
+        host_c.append(k[:, t : t + 1].cpu(), v[:, t : t + 1].cpu())
+        hd, hdl = host_c.decode(q[:, t : t + 1].cpu())
+        # Follows::Steps: integer steps equal, f32 steps possibly reordered (stream-K merges)
+        c = compare(f(outs[i][0]), f(hd))
+        assert c.rel_fro <= 1e-3, (t, c)
+        c = compare(outs[i][1].cpu().numpy(), hdl.numpy())
+        assert c.max_abs <= 1e-4, (t, c)
+    assert dev_c.memory() == host_c.memory()
+    assert dev_c.memory()["compressed_bytes"] > 0, "the buffers became blocks at 64 tokens"
+
+
+def test_turbo_cache_cuda_boundary_errors():
+    q, k, v = turbo_inputs(6, 1, 70, 4, 2, 64, torch.float16)
+    c = ferrattn.TurboCache(1, 2, 64, kv_bits="int4", max_tokens=70)
+    with pytest.raises(ferrattn.DTypeError, match="f32"):
+        c.prefill(q.float(), k.float(), v.float())
+    c.prefill(q, k, v)
+    with pytest.raises(ferrattn.ShapeError, match=r"k has shape \[1, 2, 2, 64\]"):
+        c.append(k[:, :2], v[:, :2])
+    with pytest.raises(ferrattn.DTypeError, match="f32"):
+        c.append(k[:, :1].float(), v[:, :1].float())
+    # a pointer 2 bytes past a 16-byte boundary
+    raw = torch.zeros(2 * 64 + 1, dtype=torch.float16, device="cuda")
+    with pytest.raises(ferrattn.LayoutError, match="multiple of"):
+        c.append(raw[1:].view(1, 1, 2, 64), v[:, :1])
+    # capacity: 70 tokens asked for, 127 made (one block and a buffer one short of a block)
+    for t in range(127 - 70):
+        c.append(k[:, :1], v[:, :1])
+    with pytest.raises(ferrattn.PageTableError, match="would hold 128 tokens but its cache holds at most 127"):
+        c.append(k[:, :1], v[:, :1])
+    assert c.seq_len(0) == 127
+    host = ferrattn.TurboCache(1, 2, 64, kv_bits="int4")
+    host.prefill(q.cpu(), k.cpu(), v.cpu())
+    with pytest.raises(ferrattn.DeviceError, match="holds a host cache"):
+        host.append(k[:, :1], v[:, :1])
+
+
+def test_transformers_turbo_on_cuda():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    ref = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval().half().cuda()
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="ferrattn_turbo").eval().half().cuda()
+    model.load_state_dict(ref.state_dict())
+    ids = torch.randint(0, 128, (1, 70), generator=torch.Generator().manual_seed(1)).cuda()
+    with torch.no_grad():
+        want = ref(ids).logits
+        got = model(ids).logits  # the prompt: TurboAttention prefill on the GPU
+        past = model(ids[:, :-1], use_cache=True).past_key_values
+        step = model(ids[:, -1:], past_key_values=past).logits[:, -1]  # append + decode
+    c = compare(got.float().cpu().numpy(), want.float().cpu().numpy())
+    s = compare(step.float().cpu().numpy(), want[:, -1].float().cpu().numpy())
+    # INT8 attention and INT4 K/V move the logits of a random model a little (test_torch.py)
+    assert c.cosine > 0.99 and s.cosine > 0.99, (c, s)
 
 
 def test_transformers_lean_on_cuda():

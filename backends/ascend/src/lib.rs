@@ -37,7 +37,9 @@ use ferrattn_core::{
     AttentionInputs, AttentionOutput, AttentionPlan, BackendKind, DeviceCaps, PlanDetail,
     Provenance,
 };
-use std::path::{Path, PathBuf};
+#[cfg(feature = "svg")]
+use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// Where to look for AscendCL and the kernel; `None` means the default search.
@@ -150,6 +152,7 @@ impl AscendBackend {
     }
 
     /// Writes a Gantt chart of one core pair's pipes over its first `blocks` KV blocks.
+    #[cfg(feature = "svg")]
     pub fn timeline_svg(report: &SimReport, blocks: usize, path: &Path) -> Result<()> {
         sim::timeline::timeline_svg(report, blocks, path)
     }
@@ -167,6 +170,7 @@ pub fn simulate(batch: usize, sq: usize, sk: usize, variant: Variant) -> SimRepo
 }
 
 /// Gantt chart of a report (same as [`AscendBackend::timeline_svg`]).
+#[cfg(feature = "svg")]
 pub fn timeline_svg(report: &SimReport, blocks: usize, path: &Path) -> Result<()> {
     AscendBackend::timeline_svg(report, blocks, path)
 }

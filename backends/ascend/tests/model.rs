@@ -2,7 +2,7 @@
 
 use ferrattn_ascend::config::{Ascend910, MMAD_EFFICIENCY_FIT};
 use ferrattn_ascend::sim::repro::{repro_performance, SK};
-use ferrattn_ascend::{simulate, timeline_svg, Variant};
+use ferrattn_ascend::{simulate, Variant};
 
 #[test]
 fn fitted_constant_reproduces_the_public_point() {
@@ -131,7 +131,9 @@ fn ragged_and_small_batches_use_fewer_cores() {
 }
 
 #[test]
+#[cfg(feature = "svg")]
 fn timeline_svg_is_written_and_labelled() {
+    use ferrattn_ascend::timeline_svg;
     let r = simulate(96, 2, 4096, Variant::Amla);
     let dir = std::env::temp_dir().join(format!("ferrattn-ascend-timeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

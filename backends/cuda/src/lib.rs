@@ -36,6 +36,10 @@ pub use launch::{
     DeviceInputs, DeviceOutputs, KvStorage, LeanKernels, LeanStepPlan, LeanTensors, Paging,
     PreparedLean, WorkspaceLayout, PAGE_SIZES, WORKSPACE_ALIGN,
 };
+pub use turbo::device::{
+    turbo_cache_bytes, turbo_reset_cache, TurboDecodeStepPlan, TurboPrefillStepPlan,
+    TurboPrefillTensors, TurboStepKernels, TURBO_WORKSPACE_ALIGN,
+};
 pub use turbo::{DecodeSchedule, DeviceTurboCache};
 
 use ferrattn_core::backend::{Availability, Device, ExactAttention, LeanDecode, TurboAttention};

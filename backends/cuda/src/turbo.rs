@@ -33,16 +33,19 @@
 //! not, ragged lengths. Per-head bit widths are resolved on the host from the host tensors (the
 //! head priorities of section 3.2 are `f64` statistics of the context).
 
+// The launch-only entry points of the device path (issue 9): a child module, so it fills this
+// module's parameter blocks and cache fields without widening their visibility.
+#[path = "turbo_device.rs"]
+pub mod device;
+
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
 use crate::kernels::{self, Function, Module};
 use crate::launch::{DeviceInputs, DeviceOutputs};
 use crate::CudaBackend;
 use cudarc::driver::sys;
-use ferrattn_core::lean::{Schedule, Segment, TileSpace};
-use ferrattn_core::turbo::attention::{attend_tile, RowState};
 use ferrattn_core::turbo::cache::{resolve_bits, Int8Buffer, SeqCache, TensorCache};
-use ferrattn_core::turbo::quant::{packed_block_bytes, ChannelParams, Int8Block, PackedBlock};
+use ferrattn_core::turbo::quant::{packed_block_bytes, ChannelParams, PackedBlock};
 use ferrattn_core::turbo::{self, CacheMemory, TurboConfig, TurboKvCache};
 use ferrattn_core::{
     AttentionInputs, AttentionOutput, AttentionProblem, DType, Provenance, Tensor,
@@ -54,11 +57,12 @@ use std::sync::Arc;
 pub const TURBO_BLOCK: usize = 64;
 /// Threads per CTA of every TurboAttention kernel (`kThreads`).
 pub const TURBO_THREADS: u32 = 128;
-/// Query heads of one KV head that one decode unit (warp) holds as MMA rows (`kUnitRows` of
-/// turbo_decode.cu; a larger GQA group is split into several output tiles).
-pub const DECODE_ROWS: usize = 8;
-/// Warps per decode CTA: each warp is one unit of the decode schedule (`kUnitsPerCta`).
-pub const DECODE_UNITS_PER_CTA: usize = TURBO_THREADS as usize / 32;
+pub use ferrattn_core::turbo::decode_plan::{DECODE_ROWS, DECODE_UNITS_PER_CTA};
+const _: () = assert!(
+    DECODE_UNITS_PER_CTA == TURBO_THREADS as usize / 32,
+    "one unit per warp"
+);
+const _: () = assert!(TURBO_BLOCK == ferrattn_core::turbo::decode_plan::DECODE_BLOCK);
 
 /// Dynamic shared memory of a decode CTA (mirrors `UnitStage<D>` and `kStages` of
 /// turbo_decode.cu): per warp two staging buffers, each the 4-bit codes of K and V for 64 tokens,
@@ -92,6 +96,7 @@ pub(crate) struct CacheView {
     bscale: u64,
     buf: u64,
     buf_scale: u64,
+    clamp: u64,
 }
 
 /// `struct CacheParams`.
@@ -284,6 +289,9 @@ struct TensorArrays {
     bscale: DeviceBuffer,
     buf: DeviceBuffer,
     buf_scale: DeviceBuffer,
+    /// Per block: 1 when some code dequantizes past 127 (`CacheView::clamp` of
+    /// turbo_common.cuh); written with the block, read by the decode to pick its exact path.
+    clamp: DeviceBuffer,
 }
 
 impl TensorArrays {
@@ -302,6 +310,7 @@ impl TensorArrays {
             buf: DeviceBuffer::alloc(gpu, batch * hk * TURBO_BLOCK * d)?,
             // 0 = no universal scale yet (section 3.3): must start zeroed
             buf_scale: DeviceBuffer::from_slice(gpu, &vec![0f32; batch * hk])?,
+            clamp: DeviceBuffer::alloc(gpu, batch * hk * cap * 4)?,
         })
     }
 
@@ -312,6 +321,7 @@ impl TensorArrays {
             bscale: self.bscale.ptr(),
             buf: self.buf.ptr(),
             buf_scale: self.buf_scale.ptr(),
+            clamp: self.clamp.ptr(),
         }
     }
 }
@@ -431,6 +441,7 @@ impl DeviceTurboCache {
                     + t.bscale.bytes()
                     + t.buf.bytes()
                     + t.buf_scale.bytes()
+                    + t.clamp.bytes()
             })
             .sum()
     }
@@ -504,89 +515,14 @@ impl DeviceTurboCache {
     }
 }
 
-// ---- decode schedule (pure, host side) ---------------------------------------------------------
+// ---- decode schedule: pure host code, in the core beside its CPU twin ---------------------------
 
-/// How the decode iterations (cache tiles of every output tile) are cut into CTA work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DecodeSchedule {
-    /// One unit (warp) per output tile: the emulation's tile order, O bit for bit.
-    PerTile,
-    /// Stream-K (Lean appendix E, Alg. 2 line 9) over this many units (warps, four per CTA):
-    /// equal contiguous ranges of the iteration space, partials merged in key order; equals
-    /// [`decode_twin`] bit for bit.
-    StreamK(usize),
-}
+pub use ferrattn_core::turbo::decode_plan::{
+    decode_twin, decode_units, DecodePlan, DecodeSchedule, DECODE_MIN_ITERS_PER_UNIT,
+};
 
-/// A decode launch planned on the host: the iteration space over the cache tiles
-/// (`ferrattn_core::lean::TileSpace` with 64-token tiles), the ranges of the schedule's units and
-/// the partial slots. A unit of the schedule is one warp of the decode kernel (warp `w` of CTA
-/// `c` is unit `4 c + w`); the core's "CTA" fields below count units.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DecodePlan {
-    /// Query heads.
-    pub heads_q: usize,
-    /// KV heads.
-    pub heads_kv: usize,
-    /// Cache tokens per sequence; 0 for a sequence this launch does not decode.
-    pub lens: Vec<usize>,
-    /// Query token each sequence decodes, -1 for none.
-    pub q_tok: Vec<i32>,
-    /// Output tiles per KV head: `ceil(group / 16)`.
-    pub qgroups: usize,
-    /// The iteration space.
-    pub space: TileSpace,
-    /// The CTA ranges.
-    pub schedule: Schedule,
-    /// `num_ctas + 1` bounds of the units' ranges.
-    pub cta_bounds: Vec<u64>,
-    /// Every segment in slot order (unit order, then iteration order).
-    pub segments: Vec<Segment>,
-    /// Slot of each unit's first segment.
-    pub cta_slot: Vec<u32>,
-    /// `num_tiles + 1`: the slots of tile `t` are `tile_slot[t] .. tile_slot[t + 1]`.
-    pub tile_slot: Vec<u32>,
-}
-
-impl DecodePlan {
-    /// Units (warps) of the decode launch.
-    pub fn num_ctas(&self) -> usize {
-        self.cta_bounds.len() - 1
-    }
-    /// CTAs of the decode launch: four units each.
-    pub fn grid_ctas(&self) -> usize {
-        self.num_ctas().div_ceil(DECODE_UNITS_PER_CTA)
-    }
-    /// Output tiles (and CTAs of the combine launch).
-    pub fn num_tiles(&self) -> usize {
-        self.space.num_tiles()
-    }
-    /// Partial slots.
-    pub fn slots(&self) -> usize {
-        self.segments.len()
-    }
-}
-
-/// Cache tiles a stream-K unit should get at least: below that the per-segment work (query
-/// quantization, partial write) and the combine's merge of many partials cost more than the
-/// extra parallelism gains.
-pub const DECODE_MIN_ITERS_PER_UNIT: u64 = 8;
-
-/// The automatic decode schedule for `resident` units (warps that fit on the GPU at once),
-/// `tiles` output tiles and `iters` cache tiles in all: one unit per output tile when the tiles
-/// fill the GPU (the emulation's order), else stream-K over as many units as give each at least
-/// [`DECODE_MIN_ITERS_PER_UNIT`] cache tiles, at most `resident`.
-pub fn decode_units(resident: usize, tiles: usize, iters: u64) -> DecodeSchedule {
-    if tiles >= resident {
-        return DecodeSchedule::PerTile;
-    }
-    let by_work = iters
-        .div_ceil(DECODE_MIN_ITERS_PER_UNIT)
-        .min(resident as u64) as usize;
-    DecodeSchedule::StreamK(by_work.max(tiles).max(1))
-}
-
-/// Plans a decode launch. `lens[b]`: tokens the cache holds for sequence `b`; `q_tok[b]`: the
-/// query token it decodes, or -1 (its length is then treated as 0).
+/// Plans a decode launch ([`ferrattn_core::turbo::decode_plan::plan_decode`]). `lens[b]`: tokens
+/// the cache holds for sequence `b`; `q_tok[b]`: the query token it decodes, or -1.
 pub fn plan_decode(
     lens: &[usize],
     q_tok: &[i32],
@@ -594,136 +530,9 @@ pub fn plan_decode(
     heads_kv: usize,
     schedule: DecodeSchedule,
 ) -> Result<DecodePlan> {
-    assert_eq!(lens.len(), q_tok.len(), "one query token per sequence");
-    let batch = lens.len();
-    let lens: Vec<usize> = lens
-        .iter()
-        .zip(q_tok)
-        .map(|(&l, &t)| if t < 0 { 0 } else { l })
-        .collect();
-    let group = heads_q / heads_kv;
-    let qgroups = group.div_ceil(DECODE_ROWS);
-    let max = lens.iter().copied().max().unwrap_or(0).max(1);
-    // the core's iteration space needs only lengths and head counts from a problem
-    let mut p = AttentionProblem::uniform(batch, 1, max, heads_q, heads_kv, 64, 64, DType::F16);
-    p.seqlens_k = lens.clone();
-    let space = TileSpace::new(&p, TURBO_BLOCK, qgroups);
-    if space.total_iters() >= u32::MAX as u64 {
-        return Err(CudaError::Unsupported {
-            what: format!("{} decode iterations", space.total_iters()),
-            supported: "fewer than 2^32".into(),
-        });
-    }
-    let schedule = match schedule {
-        DecodeSchedule::PerTile => Schedule::fixed_split(&space, 1),
-        DecodeSchedule::StreamK(ctas) => Schedule::stream_k(&space, ctas.max(1)),
-    };
-    let cta_bounds = schedule.cta_bounds(&space);
-    let segments = schedule.segments(&space);
-    let mut cta_slot = vec![u32::MAX; cta_bounds.len() - 1];
-    let mut tile_slot = vec![u32::MAX; space.num_tiles() + 1];
-    for (i, s) in segments.iter().enumerate() {
-        if cta_slot[s.cta] == u32::MAX {
-            cta_slot[s.cta] = i as u32;
-        }
-        if tile_slot[s.tile] == u32::MAX {
-            tile_slot[s.tile] = i as u32;
-        }
-    }
-    tile_slot[space.num_tiles()] = segments.len() as u32;
-    debug_assert!(
-        cta_slot.iter().chain(&tile_slot).all(|&s| s != u32::MAX),
-        "every CTA and tile has a segment"
-    );
-    Ok(DecodePlan {
-        heads_q,
-        heads_kv,
-        lens,
-        q_tok: q_tok.to_vec(),
-        qgroups,
-        space,
-        schedule,
-        cta_bounds,
-        segments,
-        cta_slot,
-        tile_slot,
-    })
-}
-
-/// CPU twin of the decode kernel and its combine under `plan`: for each segment the core's
-/// [`attend_tile`] over its cache tiles, then the partials of a tile merged in slot order with
-/// the configuration's exponential exactly as `turbo_combine_*` merges them. `q` is
-/// `[B, Sq, Hq, D]`; the rows `(b, plan.q_tok[b], h)` of `o` (`[B, Sq, Hq, D]`) and `lse`
-/// (`[B, Hq, Sq]`) are written, O rounded to `o`'s dtype.
-pub fn decode_twin(
-    cfg: &TurboConfig,
-    cache: &TurboKvCache,
-    plan: &DecodePlan,
-    q: &Tensor,
-    softmax_scale: f32,
-    o: &mut Tensor,
-    lse: &mut Tensor,
-) {
-    let exp = cfg.exp_kind();
-    let rescale = |m_old: f32, m_new: f32| {
-        if m_old == m_new {
-            1.0
-        } else {
-            exp.exp(m_old - m_new)
-        }
-    };
-    let (hq, hk, d, sq) = (plan.heads_q, plan.heads_kv, cache.head_dim, q.shape[1]);
-    let group = hq / hk;
-    for t in 0..plan.num_tiles() {
-        let (b, h_kv, qg) = plan.space.tile_coords(t);
-        if plan.q_tok[b] < 0 {
-            continue;
-        }
-        let qt = plan.q_tok[b] as usize;
-        let (kt, vt) = cache.int8_tiles(b, h_kv);
-        let rows = DECODE_ROWS.min(group - qg * DECODE_ROWS);
-        for r in 0..rows {
-            let h = h_kv * group + qg * DECODE_ROWS + r;
-            let qb = Int8Block::quantize(&[q.row4(b, qt, h)]);
-            let (mut m, mut l, mut a) = (f32::NEG_INFINITY, 0.0f32, vec![0.0f32; d]);
-            for s in &plan.segments[plan.tile_slot[t] as usize..plan.tile_slot[t + 1] as usize] {
-                let mut st = [RowState::new(d)];
-                for ti in s.local_begin as usize..(s.local_end as usize).min(kt.len()) {
-                    attend_tile(
-                        &qb,
-                        softmax_scale,
-                        &[usize::MAX],
-                        &kt[ti],
-                        &vt[ti],
-                        0,
-                        exp,
-                        &mut st,
-                    );
-                }
-                let [st] = st;
-                if st.m == f32::NEG_INFINITY {
-                    continue;
-                }
-                if m == f32::NEG_INFINITY {
-                    (m, l, a) = (st.m, st.l, st.acc);
-                    continue;
-                }
-                let mn = m.max(st.m);
-                let (r1, r2) = (rescale(m, mn), rescale(st.m, mn));
-                l = st.l.mul_add(r2, l * r1);
-                for (x, y) in a.iter_mut().zip(&st.acc) {
-                    *x = y.mul_add(r2, *x * r1);
-                }
-                m = mn;
-            }
-            let empty = m == f32::NEG_INFINITY || l == 0.0;
-            let dtype = o.dtype;
-            for (c, dst) in o.row4_mut(b, qt, h).iter_mut().enumerate() {
-                *dst = if empty { 0.0 } else { dtype.round(a[c] / l) };
-            }
-            lse.data[(b * hq + h) * sq + qt] = if empty { f32::NEG_INFINITY } else { m + l.ln() };
-        }
-    }
+    Ok(ferrattn_core::turbo::decode_plan::plan_decode(
+        lens, q_tok, heads_q, heads_kv, schedule,
+    )?)
 }
 
 // ---- launches ----------------------------------------------------------------------------------
@@ -1738,18 +1547,18 @@ mod tests {
 
     #[test]
     fn param_blocks_match_the_kernel_structs() {
-        // CacheView: 5 pointers; CacheParams: 2 views, 3 x 8 bytes, 2 ints
-        assert_eq!(std::mem::size_of::<CacheView>(), 40);
-        assert_eq!(std::mem::size_of::<CacheParams>(), 112);
+        // CacheView: 6 pointers; CacheParams: 2 views, 3 x 8 bytes, 2 ints
+        assert_eq!(std::mem::size_of::<CacheView>(), 48);
+        assert_eq!(std::mem::size_of::<CacheParams>(), 128);
         // QuantParams: 7 pointers, cache, 5 ints, padded to 8
-        assert_eq!(std::mem::size_of::<QuantParams>(), 7 * 8 + 112 + 20 + 4);
+        assert_eq!(std::mem::size_of::<QuantParams>(), 7 * 8 + 128 + 20 + 4);
         // PrefillParams: 9 pointers, 9 ints, 1 float
         assert_eq!(std::mem::size_of::<PrefillParams>(), 9 * 8 + 10 * 4);
         // DecodeParams: 11 pointers, cache, 10 ints, 1 float, padded to 8
-        assert_eq!(std::mem::size_of::<DecodeParams>(), 11 * 8 + 112 + 44 + 4);
+        assert_eq!(std::mem::size_of::<DecodeParams>(), 11 * 8 + 128 + 44 + 4);
         // AppendParams: 4 pointers, cache, 3 ints, padded
-        assert_eq!(std::mem::size_of::<AppendParams>(), 4 * 8 + 112 + 12 + 4);
+        assert_eq!(std::mem::size_of::<AppendParams>(), 4 * 8 + 128 + 12 + 4);
         // FlushParams: 2 pointers, cache, 2 ints
-        assert_eq!(std::mem::size_of::<FlushParams>(), 2 * 8 + 112 + 8);
+        assert_eq!(std::mem::size_of::<FlushParams>(), 2 * 8 + 128 + 8);
     }
 }

@@ -36,6 +36,16 @@ pub const ROWS: usize = 16;
 pub const TILE_K: usize = 16;
 /// Warps (units) per CTA of the decode kernel.
 pub const UNIT_WARPS: usize = 4;
+/// Stages of each decode warp's cp.async ring (`kStages` in turboquant_decode.cu).
+pub const DECODE_STAGES: usize = 3;
+/// Bytes of one ring stage: 6 slots of 16 bytes per lane (`kSlots`).
+pub const DECODE_STAGE_BYTES: usize = 6 * 32 * 16;
+/// Warps of a merge CTA (`kCombineWarps`).
+pub const COMBINE_WARPS: usize = 8;
+/// Fewest 16-token iterations per decode unit the schedule aims at: fewer units than resident
+/// warps when the work is small (batch 1), so that each warp's ring runs long enough to pay for
+/// its fill and the merge has fewer partials to read.
+pub const MIN_UNIT_ITERS: usize = 16;
 /// Destination tokens per work item of the compression kernels.
 pub const COMPRESS_TOKENS: usize = 16;
 
@@ -306,6 +316,7 @@ struct CombineParams {
     qgroups: i32,
     heads_q: i32,
     tiles: i32,
+    row_split: i32,
     oscale: f32,
 }
 
@@ -476,6 +487,20 @@ impl DeviceTurboQuantCache {
         d / 2 + if self.key_qjl { d / 8 } else { 0 } + 4 + d / 2 + 2
     }
 
+    /// Forgets every token (lengths to 0); the bytes stay until overwritten by the next append.
+    pub fn clear(&mut self) {
+        self.lens.iter_mut().for_each(|l| *l = 0);
+    }
+
+    /// `‖k‖` of the first token of every (sequence, KV head), as f32 (a cheap look at a cache
+    /// written on the device, without downloading it all).
+    pub fn first_key_norms(&self) -> Result<Vec<f32>> {
+        let kn: Vec<u32> = self.knorms.to_vec()?;
+        Ok((0..self.batch * self.heads_kv)
+            .map(|bh| f16::from_bits(kn[bh * self.capacity] as u16).to_f32())
+            .collect())
+    }
+
     /// Copies the cache back as the core's [`CompressedKv`] over `max_seqlen_k` padded tokens
     /// (rows past each sequence's length are zero, as [`TurboQuantCodec::compress`] leaves them).
     pub fn download(&self, max_seqlen_k: usize) -> Result<CompressedKv> {
@@ -539,6 +564,8 @@ pub struct PreparedTurboQuantDecode {
     pub tiles: usize,
     /// Segments (partials) the units write.
     pub segments: usize,
+    /// Merge CTAs per output tile (each takes every `row_split`-th row).
+    pub row_split: usize,
     qgroups: usize,
     decode: Function,
     segs: DeviceBuffer,
@@ -586,8 +613,6 @@ pub struct TurboQuantCuda {
     sigma_v: f32,
     smem_keys: usize,
     smem_values: usize,
-    smem_prepare: usize,
-    smem_combine: usize,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -598,6 +623,44 @@ fn transpose(m: &[f32], d: usize) -> Vec<f32> {
         }
     }
     t
+}
+
+/// Dynamic shared memory of a decode CTA: every warp's cp.async ring, then every warp's query
+/// A fragments (`[2][d/16][32 lanes]` register quads of 16 bytes).
+pub fn decode_smem_bytes(head_dim: usize) -> usize {
+    UNIT_WARPS * (DECODE_STAGES * DECODE_STAGE_BYTES + 2 * (head_dim / 16) * 32 * 16)
+}
+
+/// 16-token iterations of `p`'s decode (every output tile over its sequence's keys).
+pub fn decode_iterations(p: &AttentionProblem) -> usize {
+    let qgroups = (p.group_size() * p.max_seqlen_q).div_ceil(ROWS);
+    p.seqlens_k
+        .iter()
+        .map(|&l| l.div_ceil(TILE_K))
+        .sum::<usize>()
+        * p.heads_kv
+        * qgroups
+}
+
+/// Default stream-K width: every resident warp when there is work for each to run
+/// [`MIN_UNIT_ITERS`] iterations, else fewer, in whole waves of `UNIT_WARPS` per SM (at least
+/// one CTA per SM).
+pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize) -> usize {
+    let wave = UNIT_WARPS * sms;
+    let want = decode_iterations(p).div_ceil(MIN_UNIT_ITERS).div_ceil(wave) * wave;
+    want.clamp(wave, resident.max(wave))
+}
+
+/// Merge CTAs per output tile: with fewer tiles than half the SMs (small batch), one CTA per
+/// row in use (rows `r ≡ part mod row_split`), else one CTA per tile (its rows share the reads
+/// of `Π`).
+pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
+    if 2 * tiles > sms {
+        return 1;
+    }
+    (p.group_size() * p.max_seqlen_q)
+        .min(ROWS)
+        .next_power_of_two()
 }
 
 /// Shared memory of a compression kernel (`compress` in turboquant_compress.cu).
@@ -650,8 +713,6 @@ impl TurboQuantCuda {
             st: DeviceBuffer::from_slice(&gpu, &transpose(&s_h, d))?,
             smem_keys: compress_smem_bytes(d, cfg.key_qjl),
             smem_values: compress_smem_bytes(d, false),
-            smem_prepare: 4 * ((if cfg.key_qjl { 2 } else { 1 }) * d * d + ROWS * d),
-            smem_combine: 4 * (d * d + ROWS * d),
             gpu,
             cfg: cfg.clone(),
             codec,
@@ -672,8 +733,9 @@ impl TurboQuantCuda {
         };
         set_smem(&t.compress_keys, t.smem_keys)?;
         set_smem(&t.compress_values, t.smem_values)?;
-        set_smem(&t.prepare_q, t.smem_prepare)?;
-        set_smem(&t.combine, t.smem_combine)?;
+        for f in [&t.decode_r8, &t.decode_r16] {
+            set_smem(f, decode_smem_bytes(d))?;
+        }
         Ok(t)
     }
 
@@ -835,8 +897,9 @@ impl TurboQuantCuda {
         } else {
             self.decode_r8.clone()
         };
+        let sms = self.gpu.caps.compute_units;
         let resident =
-            occupancy(&decode, UNIT_WARPS * 32, 0)? * UNIT_WARPS * self.gpu.caps.compute_units;
+            occupancy(&decode, UNIT_WARPS * 32, decode_smem_bytes(d))? * UNIT_WARPS * sms;
         let ScheduleTables {
             qgroups,
             tiles,
@@ -844,7 +907,7 @@ impl TurboQuantCuda {
             segs: seg_tab,
             unit_segs,
             tile_segs,
-        } = schedule_tables(p, units.unwrap_or(resident));
+        } = schedule_tables(p, units.unwrap_or_else(|| default_units(p, resident, sms)));
         let n_segs = seg_tab.len() / 4;
         let lens = |l: &[usize]| l.iter().map(|&x| x as i32).collect::<Vec<i32>>();
         let frag_bytes = tiles * 32 * d * 2;
@@ -853,6 +916,7 @@ impl TurboQuantCuda {
             units,
             tiles,
             segments: n_segs,
+            row_split: row_split(p, tiles, sms),
             qgroups,
             decode,
             segs: DeviceBuffer::from_slice(&self.gpu, &seg_tab)?,
@@ -896,7 +960,6 @@ impl TurboQuantCuda {
         if self.poison {
             out.poison()?;
         }
-        let sms = self.gpu.caps.compute_units;
         let log2e = std::f32::consts::LOG2_E;
         let mut pp = PrepareParams {
             q: q.ptr(),
@@ -919,8 +982,8 @@ impl TurboQuantCuda {
         launch_raw(
             &self.gpu,
             &self.prepare_q,
-            (prep.tiles.min(sms) as u32, d as u32),
-            self.smem_prepare as u32,
+            ((prep.tiles * d / 32) as u32, 128),
+            0,
             &mut [arg(&mut pp)],
         )?;
         let mut dp = DecodeParams {
@@ -956,7 +1019,7 @@ impl TurboQuantCuda {
                 prep.units.div_ceil(UNIT_WARPS) as u32,
                 (UNIT_WARPS * 32) as u32,
             ),
-            0,
+            decode_smem_bytes(d) as u32,
             &mut [arg(&mut dp)],
         )?;
         let mut cp = CombineParams {
@@ -973,13 +1036,17 @@ impl TurboQuantCuda {
             qgroups: prep.qgroups as i32,
             heads_q: p.heads_q as i32,
             tiles: prep.tiles as i32,
+            row_split: prep.row_split as i32,
             oscale: 1.0 / self.sigma_v,
         };
         launch_raw(
             &self.gpu,
             &self.combine,
-            (prep.tiles.min(sms) as u32, d as u32),
-            self.smem_combine as u32,
+            (
+                (prep.tiles * prep.row_split) as u32,
+                (COMBINE_WARPS * 32) as u32,
+            ),
+            0,
             &mut [arg(&mut cp)],
         )
     }
@@ -1591,7 +1658,7 @@ mod tests {
             std::mem::size_of::<PrepareParams>(),
             7 * 8 + 7 * 4 + 2 * 4 + 4
         );
-        assert_eq!(std::mem::size_of::<CombineParams>(), 7 * 8 + 6 * 4 + 4 + 4);
+        assert_eq!(std::mem::size_of::<CombineParams>(), 7 * 8 + 7 * 4 + 4);
     }
 
     #[test]

@@ -8,9 +8,9 @@
 //! graph. PyTorch SDPA jobs for the same shapes are collected here and run after the Rust rows
 //! (`baseline.rs`), when this process holds no large buffers.
 //!
-//! TurboQuant has no CUDA kernels yet (issue 10): when `ferrattn-cuda` exports them, add a
-//! `turboquant_decode_rows` beside [`turbo_decode_rows`] over
-//! `shapes::turboquant_decode_shapes(suite, true)` and call it from `bench::run`.
+//! TurboQuant (issue 10): [`turboquant_decode_rows`] times the fused decode over the compressed
+//! cache beside our Lean over the same fp16 K/V and SDPA, and one row per configuration times the
+//! compression of the whole context.
 
 use crate::bench::baseline::{JobKind, SdpaJob};
 use crate::bench::check::{
@@ -625,6 +625,208 @@ pub fn turbo_decode_rows(
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// TurboQuant configurations the decode rows time: (label, key bits, QJL keys, value bits). Only
+/// those within `check::tolerance(TurboQuant)` of the f64 golden on the suite's uniform inputs:
+/// fewer key bits (k3q-v3: rel. Frobenius 0.58-0.65, k2q-v2: 1.0-1.13 on the H200 run of
+/// 6e416a6) would fail a check that was never derived for them, and their decode runs the same
+/// kernel on the same bytes (`turboquant_decode --config k3q-v3,k2q-v2` times them).
+fn turboquant_configs() -> Vec<(&'static str, u8, bool, u8)> {
+    vec![("k4q-v3", 4, true, 3), ("k4-v3", 4, false, 3)]
+}
+
+/// TurboQuant decode rows of one shape (issue 10): for each configuration the fused decode over
+/// the compressed cache (prepare + decode + merge launches), checked against the f64 golden with
+/// TurboQuant's tolerance, then the compression of the whole context (keys + values launches, one
+/// `append`) as its own row. Baselines: our Lean over the same fp16 K/V and SDPA over fp16.
+pub fn turboquant_decode_rows(
+    c: &Cuda,
+    s: &Shape,
+    jobs: &mut Vec<SdpaJob>,
+    first_row: usize,
+) -> R<Vec<Row>> {
+    use ferrattn_core::turboquant::TurboQuantConfig;
+    let p = s.problem();
+    let seed = 17;
+    let x = c.b.random_inputs(&p, seed, 2.0)?;
+    let lean_plan =
+        plan(Algorithm::Lean, &p, &c.caps).map_err(|e| CudaError::Plan(e.to_string()))?;
+    let lean_prep = c.b.prepare(&lean_plan)?;
+    let mut lean_out = c.b.alloc_outputs(&p)?;
+    lean_out.poison()?;
+    lean_prep.launch(&c.gpu, &x, &mut lean_out)?;
+    c.gpu.synchronize()?;
+    let lean_check = check_outputs(
+        "lean baseline",
+        &p,
+        seed,
+        None,
+        &lean_out,
+        1,
+        Algorithm::Lean,
+        true,
+    )?;
+    let lean_sets = rotation_sets(x.kv_bytes_read(), c.caps.l2_bytes);
+    let extra: Vec<DeviceInputs> = (1..lean_sets)
+        .map(|i| c.b.random_inputs(&p, seed + 100 + i as u32, 2.0))
+        .collect::<R<_>>()?;
+    let lean_t = if lean_check.passed {
+        Some(time(&c.gpu, lean_sets, |i| {
+            lean_prep.launch(
+                &c.gpu,
+                if i == 0 { &x } else { &extra[i - 1] },
+                &mut lean_out,
+            )
+        })?)
+    } else {
+        None
+    };
+    drop((extra, lean_out, lean_prep));
+    let lean_base = Baseline {
+        name: "lean-exact".into(),
+        time: lean_t,
+        note: Some("exact attention, Lean stream-K over the same fp16 K/V".into()),
+        error: (!lean_check.passed)
+            .then(|| format!("check failed: {}", lean_check.failure.unwrap_or_default())),
+    };
+    let mut rows = vec![];
+    for (label, key_bits, key_qjl, value_bits) in turboquant_configs() {
+        let cfg = TurboQuantConfig {
+            key_bits,
+            key_qjl,
+            value_bits,
+            ..TurboQuantConfig::paper_default(&p)
+        };
+        let tq = c.b.turboquant(&cfg, &p)?;
+        let mut caches = vec![tq.alloc_cache(p.batch, p.heads_kv, p.max_seqlen_k)?];
+        tq.compress_inputs(&mut caches[0], &x)?;
+        let cache_bytes = caches[0].bytes_read();
+        let sets = rotation_sets(cache_bytes, c.caps.l2_bytes);
+        for _ in 1..sets {
+            let mut cache = tq.alloc_cache(p.batch, p.heads_kv, p.max_seqlen_k)?;
+            tq.compress_inputs(&mut cache, &x)?;
+            caches.push(cache);
+        }
+        let preps = caches
+            .iter()
+            .map(|cache| tq.prepare_decode(&p, cache, None))
+            .collect::<R<Vec<_>>>()?;
+        let mut out = tq.alloc_outputs(&p)?;
+        out.poison()?;
+        tq.launch_decode_inputs(&preps[0], &x, &caches[0], &mut out)?;
+        c.gpu.synchronize()?;
+        let check = check_outputs(
+            "turboquant decode",
+            &p,
+            seed,
+            None,
+            &out,
+            1,
+            Algorithm::TurboQuant,
+            false,
+        )?;
+        let mut row = Row {
+            shape: s.clone(),
+            algorithm: "turboquant".into(),
+            variant: label.into(),
+            backend: "cuda".into(),
+            simulated: false,
+            plan: format!(
+                "stream-K over {} warps, {} segments",
+                preps[0].units, preps[0].segments
+            ),
+            bytes: cache_bytes as f64,
+            flops: s.flops(),
+            timed: "query preparation + fused decode + merge launches over the compressed cache"
+                .into(),
+            check,
+            time: None,
+            baselines: vec![],
+            floor_ms: None,
+            floor_bound: None,
+        };
+        if row.check.passed {
+            row.time = Some(time(&c.gpu, sets, |i| {
+                tq.launch_decode_inputs(&preps[i], &x, &caches[i], &mut out)
+            })?);
+            c.gpu.synchronize()?;
+            row.baselines = vec![lean_base.clone()];
+            row.baselines
+                .extend(sdpa_baselines(Some("fp16 cache of the same length")));
+            jobs.push(SdpaJob::new(
+                first_row + rows.len(),
+                JobKind::Decode,
+                s,
+                s.max_ctx(),
+                1,
+            ));
+        }
+        rows.push(row);
+        drop((preps, out));
+        // compression of the whole context: fp16 K/V read, the compressed cache written
+        let mut cache = caches.swap_remove(0);
+        drop(caches);
+        let compress_bytes = (x.kv_bytes_read() + cache_bytes) as f64;
+        let t = measure(
+            &Method::DEVICE,
+            &mut GpuClock::new(&c.gpu, false),
+            1,
+            |_| {
+                cache.clear();
+                tq.compress_inputs(&mut cache, &x)
+            },
+        )?;
+        let compress_check = cache_check(&cache, &p);
+        rows.push(Row {
+            shape: s.clone(),
+            algorithm: "turboquant".into(),
+            variant: format!("{label} compress"),
+            backend: "cuda".into(),
+            simulated: false,
+            plan: tq.names().compress_keys.clone(),
+            bytes: compress_bytes,
+            flops: 0.0,
+            timed: "compression of the whole context (keys + values launches, one append; bytes: fp16 K/V read + cache written)".into(),
+            time: compress_check.passed.then_some(t),
+            check: compress_check,
+            baselines: vec![],
+            floor_ms: None,
+            floor_bound: None,
+        });
+    }
+    Ok(rows)
+}
+
+/// The compressed cache after a timed compression: every sequence holds its whole context and
+/// the key norms of each (sequence, KV head)'s first token are finite and positive (the bit-exact
+/// checks against the emulation are `gpu_turboquant`'s).
+fn cache_check(
+    cache: &ferrattn_cuda::turboquant::DeviceTurboQuantCache,
+    p: &AttentionProblem,
+) -> Check {
+    let lens_ok = cache.lens() == p.seqlens_k.as_slice();
+    let norms = cache.first_key_norms();
+    let norms_ok = matches!(&norms, Ok(n) if n.iter().all(|v| v.is_finite() && *v > 0.0));
+    let failure = (!lens_ok || !norms_ok).then(|| {
+        format!(
+            "cache lengths {:?} (want {:?}), first-token key norms {:?}",
+            cache.lens(),
+            p.seqlens_k,
+            norms.map(|n| n.into_iter().take(8).collect::<Vec<_>>())
+        )
+    });
+    Check {
+        reference: "cache lengths and key norms (bit-exactness: gpu_turboquant)".into(),
+        rel_fro: 0.0,
+        max_abs: 0.0,
+        cosine: 1.0,
+        lse_max_abs: None,
+        tol_rel_fro: 0.0,
+        tol_max_abs: 0.0,
+        passed: failure.is_none(),
+        failure,
+    }
 }
 
 /// The GPU, or why there is none.

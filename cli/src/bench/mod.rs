@@ -244,6 +244,9 @@ pub fn run(a: &BenchArgs) -> BenchReport {
                                 cuda::turbo_prefill_row(&c, &s, &mut jobs, at).map(|r| vec![r])
                             }
                             Family::TurboDecode => cuda::turbo_decode_rows(&c, &s, &mut jobs, at),
+                            Family::TurboQuantDecode => {
+                                cuda::turboquant_decode_rows(&c, &s, &mut jobs, at)
+                            }
                             _ => cuda::lean_row(&c, &s, &mut jobs, at).map(|r| vec![r]),
                         };
                         match got {
@@ -299,12 +302,13 @@ pub fn run(a: &BenchArgs) -> BenchReport {
                     );
                 }
                 if algo(Algorithm::TurboQuant) {
-                    missing.push(not_run(
+                    gpu_rows(
                         Family::TurboQuantDecode,
                         "turboquant",
-                        "cuda",
-                        "no CUDA kernels in this build (issue 10); the CPU rows stand in",
-                    ));
+                        shapes::turboquant_decode_shapes(a.suite, true),
+                        &mut rows,
+                        &mut missing,
+                    );
                 }
                 c.gpu.synchronize().ok();
                 if a.no_torch || jobs.is_empty() {

@@ -430,17 +430,24 @@ pub fn turbo_decode_shapes(suite: Suite) -> Vec<Shape> {
         .collect()
 }
 
-/// TurboQuant decode shapes. On the CPU (the emulation) these are small; a CUDA backend gets the
-/// TurboAttention decode sizes once its TurboQuant kernels exist (issue 10): add its rows in
-/// `cuda.rs` beside `turbo_decode_rows` and list the backend in `turboquant_backends`.
+/// TurboQuant decode shapes. On the CPU (the emulation) these are small; on CUDA (issue 10's
+/// targets: batch 1 at 32k, and >= 1 GB of fp16-equivalent K/V) Llama-3-8B heads, f16.
 pub fn turboquant_decode_shapes(suite: Suite, on_gpu: bool) -> Vec<Shape> {
     if on_gpu {
-        return turbo_decode_shapes(suite)
-            .into_iter()
-            .map(|s| Shape {
-                family: Family::TurboQuantDecode,
-                ..s
-            })
+        let sizes: &[(usize, usize)] = match suite {
+            Suite::Quick => &[(1, 32768), (16, 16384)],
+            Suite::Standard | Suite::Full => &[
+                (1, 32768),
+                (1, 131072),
+                (4, 16384),
+                (16, 16384),
+                (64, 4096),
+                (32, 32768),
+            ],
+        };
+        return sizes
+            .iter()
+            .map(|&(b, c)| Shape::decode(Family::TurboQuantDecode, b, c, 32, 8, 128, DType::F16))
             .collect();
     }
     let sizes: &[(usize, usize)] = match suite {

@@ -90,6 +90,7 @@
 pub mod accuracy;
 pub mod attention;
 pub mod cache;
+pub mod decode_plan;
 pub mod heads;
 pub mod quant;
 pub mod sas;

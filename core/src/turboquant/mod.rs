@@ -15,6 +15,7 @@
 //! and a KV block that fits the device; [`emulate`] compresses K and V and runs the fused loop on
 //! the CPU; [`TurboQuantConfig::compression`] accounts the bytes per token against fp16.
 
+pub mod accuracy;
 pub mod attention;
 pub mod codebook;
 pub mod distortion;

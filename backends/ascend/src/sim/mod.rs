@@ -4,5 +4,6 @@
 
 pub mod numerics;
 pub mod repro;
+#[cfg(feature = "svg")]
 pub mod timeline;
 pub mod timing;

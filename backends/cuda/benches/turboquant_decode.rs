@@ -1,0 +1,99 @@
+//! One TurboQuant decode shape on the GPU, for profilers (`ncu`) and quick looks: the cache is
+//! compressed once from device-filled K/V, then the decode step (query preparation, fused decode,
+//! merge) is launched `--iters` times and replayed from a CUDA graph between events. Not a test
+//! and not the suite: `ferrattn bench --algo turboquant` gives the documented rows, checked and
+//! beside their baselines. Prints one line per configuration.
+//!
+//! Usage: `turboquant_decode BATCH CONTEXT [--config k4q-v3,k4-v3,...] [--iters N]`
+//! (`kBq-vC`: B key bits with QJL, `kB-vC` without; Llama-3-8B heads, d 128, f16).
+//! Under ncu: the first `3 x configs` launches are the warm-up calls, one step per config.
+
+use ferrattn_core::turboquant::TurboQuantConfig;
+use ferrattn_core::{AttentionProblem, DType};
+use ferrattn_cuda::{CudaBackend, Event, Graph};
+
+fn parse_config(s: &str) -> Option<(u8, bool, u8)> {
+    let (k, v) = s.split_once("-v")?;
+    let k = k.strip_prefix('k')?;
+    let (kb, qjl) = match k.strip_suffix('q') {
+        Some(b) => (b, true),
+        None => (k, false),
+    };
+    Some((kb.parse().ok()?, qjl, v.parse().ok()?))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let pos: Vec<usize> = args
+        .iter()
+        .take_while(|a| !a.starts_with("--"))
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let (batch, ctx) = match pos[..] {
+        [b, c] => (b, c),
+        _ => {
+            eprintln!("usage: turboquant_decode BATCH CONTEXT [--config k4q-v3,...] [--iters N]");
+            std::process::exit(2);
+        }
+    };
+    let configs = flag("--config").unwrap_or_else(|| "k4q-v3".into());
+    let iters: usize = flag("--iters").and_then(|s| s.parse().ok()).unwrap_or(20);
+    let b = CudaBackend::new(0);
+    let gpu = match b.gpu() {
+        Ok(g) => g.clone(),
+        Err(e) => {
+            eprintln!("turboquant_decode: no GPU ({e}); nothing measured");
+            return;
+        }
+    };
+    let p = AttentionProblem::uniform(batch, 1, ctx, 32, 8, 128, 128, DType::F16);
+    let x = b.random_inputs(&p, 5, 2.0).expect("device inputs");
+    for name in configs.split(',') {
+        let Some((key_bits, key_qjl, value_bits)) = parse_config(name) else {
+            eprintln!("turboquant_decode: bad config {name:?} (e.g. k4q-v3)");
+            std::process::exit(2);
+        };
+        let cfg = TurboQuantConfig {
+            key_bits,
+            key_qjl,
+            value_bits,
+            ..TurboQuantConfig::paper_default(&p)
+        };
+        let run = || -> ferrattn_cuda::Result<(f32, usize, usize)> {
+            let tq = b.turboquant(&cfg, &p)?;
+            let mut cache = tq.alloc_cache(batch, 8, ctx)?;
+            tq.compress_inputs(&mut cache, &x)?;
+            let prep = tq.prepare_decode(&p, &cache, None)?;
+            let mut out = tq.alloc_outputs(&p)?;
+            tq.launch_decode_inputs(&prep, &x, &cache, &mut out)?;
+            gpu.synchronize()?;
+            let graph = Graph::capture(&gpu, || {
+                (0..iters).try_for_each(|_| tq.launch_decode_inputs(&prep, &x, &cache, &mut out))
+            })?;
+            graph.launch()?;
+            let mut ts = vec![];
+            for _ in 0..9 {
+                let s = Event::record(&gpu)?;
+                graph.launch()?;
+                let e = Event::record(&gpu)?;
+                ts.push(s.elapsed_ms(&e)? / iters as f32);
+            }
+            ts.sort_by(|a, b| a.total_cmp(b));
+            Ok((ts[ts.len() / 2], cache.bytes_read(), prep.units))
+        };
+        match run() {
+            Ok((ms, bytes, units)) => println!(
+                "turboquant B={batch} ctx={ctx} {name}: {ms:.4} ms per step, {:.0} GB/s of {:.1} MB compressed, {units} units",
+                bytes as f64 / (ms as f64 * 1e-3) / 1e9,
+                bytes as f64 / 1e6
+            ),
+            Err(e) => println!("turboquant B={batch} ctx={ctx} {name}: error: {e}"),
+        }
+    }
+}

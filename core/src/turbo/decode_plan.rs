@@ -1,0 +1,248 @@
+//! The schedule of the TurboAttention decode kernel (`cuda-kernels/turbo_decode.cu`), planned on
+//! the host, and its CPU twin.
+//!
+//! Alg. 2 of TurboAttention walks, per (sequence, KV head, group of query heads) -- an *output
+//! tile* -- the cache tiles in token order: every compressed block of [`DECODE_BLOCK`] tokens,
+//! then the INT8 buffer. The decode kernel lays those iterations end to end
+//! ([`crate::lean::TileSpace`] with 64-token tiles) and cuts the space into the ranges of
+//! *units* (one warp each): one unit per output tile (the emulation's order, O bit for bit) or
+//! stream-K (LeanAttention appendix E) with the partials merged in key order. [`decode_twin`]
+//! replays a plan on the CPU with the emulation's [`attend_tile`], so a stream-K launch has an
+//! exact reference too. Everything here is pure host code; the CUDA backend re-exports it.
+
+use super::attention::{attend_tile, RowState};
+use super::quant::Int8Block;
+use super::{TurboConfig, TurboKvCache};
+use crate::lean::{Schedule, Segment, TileSpace};
+use crate::{AttentionProblem, CoreError, DType, Tensor};
+
+/// Tokens per cache tile of the decode (`kBlock`; `n_b` and the buffer capacity of the CUDA cache).
+pub const DECODE_BLOCK: usize = 64;
+/// Query heads of one KV head that one decode unit (warp) holds as MMA rows (`kUnitRows` of
+/// turbo_decode.cu; a larger GQA group is split into several output tiles).
+pub const DECODE_ROWS: usize = 8;
+/// Warps per decode CTA: each warp is one unit of the decode schedule (`kUnitsPerCta`).
+pub const DECODE_UNITS_PER_CTA: usize = 4;
+
+/// How the decode iterations (cache tiles of every output tile) are cut into CTA work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeSchedule {
+    /// One unit (warp) per output tile: the emulation's tile order, O bit for bit.
+    PerTile,
+    /// Stream-K (Lean appendix E, Alg. 2 line 9) over this many units (warps, four per CTA):
+    /// equal contiguous ranges of the iteration space, partials merged in key order; equals
+    /// [`decode_twin`] bit for bit.
+    StreamK(usize),
+}
+
+/// A decode launch planned on the host: the iteration space over the cache tiles
+/// (`ferrattn_core::lean::TileSpace` with 64-token tiles), the ranges of the schedule's units and
+/// the partial slots. A unit of the schedule is one warp of the decode kernel (warp `w` of CTA
+/// `c` is unit `4 c + w`); the core's "CTA" fields below count units.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodePlan {
+    /// Query heads.
+    pub heads_q: usize,
+    /// KV heads.
+    pub heads_kv: usize,
+    /// Cache tokens per sequence; 0 for a sequence this launch does not decode.
+    pub lens: Vec<usize>,
+    /// Query token each sequence decodes, -1 for none.
+    pub q_tok: Vec<i32>,
+    /// Output tiles per KV head: `ceil(group / 16)`.
+    pub qgroups: usize,
+    /// The iteration space.
+    pub space: TileSpace,
+    /// The CTA ranges.
+    pub schedule: Schedule,
+    /// `num_ctas + 1` bounds of the units' ranges.
+    pub cta_bounds: Vec<u64>,
+    /// Every segment in slot order (unit order, then iteration order).
+    pub segments: Vec<Segment>,
+    /// Slot of each unit's first segment.
+    pub cta_slot: Vec<u32>,
+    /// `num_tiles + 1`: the slots of tile `t` are `tile_slot[t] .. tile_slot[t + 1]`.
+    pub tile_slot: Vec<u32>,
+}
+
+impl DecodePlan {
+    /// Units (warps) of the decode launch.
+    pub fn num_ctas(&self) -> usize {
+        self.cta_bounds.len() - 1
+    }
+    /// CTAs of the decode launch: [`DECODE_UNITS_PER_CTA`] units each.
+    pub fn grid_ctas(&self) -> usize {
+        self.num_ctas().div_ceil(DECODE_UNITS_PER_CTA)
+    }
+    /// Output tiles (and CTAs of the combine launch).
+    pub fn num_tiles(&self) -> usize {
+        self.space.num_tiles()
+    }
+    /// Partial slots.
+    pub fn slots(&self) -> usize {
+        self.segments.len()
+    }
+}
+
+/// Cache tiles a stream-K unit should get at least: below that the per-segment work (query
+/// quantization, partial write) and the combine's merge of many partials cost more than the
+/// extra parallelism gains. 4 (was 8) since the folded decode of issue 11: a 64-token tile costs
+/// 1,796 warp instructions instead of about 3,000, so a unit's tiles finish sooner and batch 1
+/// needs more units in flight (1 x 16k on an H100: 72.6 us with 256 units, 67.0 us with 512,
+/// the kernel change included; docs/TURBO_CUDA.md).
+pub const DECODE_MIN_ITERS_PER_UNIT: u64 = 4;
+
+/// The automatic decode schedule for `resident` units (warps that fit on the GPU at once),
+/// `tiles` output tiles and `iters` cache tiles in all: one unit per output tile when the tiles
+/// fill the GPU (the emulation's order), else stream-K over as many units as give each at least
+/// [`DECODE_MIN_ITERS_PER_UNIT`] cache tiles, at most `resident`.
+pub fn decode_units(resident: usize, tiles: usize, iters: u64) -> DecodeSchedule {
+    if tiles >= resident {
+        return DecodeSchedule::PerTile;
+    }
+    let by_work = iters
+        .div_ceil(DECODE_MIN_ITERS_PER_UNIT)
+        .min(resident as u64) as usize;
+    DecodeSchedule::StreamK(by_work.max(tiles).max(1))
+}
+
+/// Plans a decode launch. `lens[b]`: tokens the cache holds for sequence `b`; `q_tok[b]`: the
+/// query token it decodes, or -1 (its length is then treated as 0).
+pub fn plan_decode(
+    lens: &[usize],
+    q_tok: &[i32],
+    heads_q: usize,
+    heads_kv: usize,
+    schedule: DecodeSchedule,
+) -> Result<DecodePlan, CoreError> {
+    assert_eq!(lens.len(), q_tok.len(), "one query token per sequence");
+    let batch = lens.len();
+    let lens: Vec<usize> = lens
+        .iter()
+        .zip(q_tok)
+        .map(|(&l, &t)| if t < 0 { 0 } else { l })
+        .collect();
+    let group = heads_q / heads_kv;
+    let qgroups = group.div_ceil(DECODE_ROWS);
+    let max = lens.iter().copied().max().unwrap_or(0).max(1);
+    // the core's iteration space needs only lengths and head counts from a problem
+    let mut p = AttentionProblem::uniform(batch, 1, max, heads_q, heads_kv, 64, 64, DType::F16);
+    p.seqlens_k = lens.clone();
+    let space = TileSpace::new(&p, DECODE_BLOCK, qgroups);
+    if space.total_iters() >= u32::MAX as u64 {
+        return Err(CoreError::Unsupported {
+            what: format!("{} decode iterations", space.total_iters()),
+            supported: "fewer than 2^32".into(),
+        });
+    }
+    let schedule = match schedule {
+        DecodeSchedule::PerTile => Schedule::fixed_split(&space, 1),
+        DecodeSchedule::StreamK(ctas) => Schedule::stream_k(&space, ctas.max(1)),
+    };
+    let cta_bounds = schedule.cta_bounds(&space);
+    let segments = schedule.segments(&space);
+    let mut cta_slot = vec![u32::MAX; cta_bounds.len() - 1];
+    let mut tile_slot = vec![u32::MAX; space.num_tiles() + 1];
+    for (i, s) in segments.iter().enumerate() {
+        if cta_slot[s.cta] == u32::MAX {
+            cta_slot[s.cta] = i as u32;
+        }
+        if tile_slot[s.tile] == u32::MAX {
+            tile_slot[s.tile] = i as u32;
+        }
+    }
+    tile_slot[space.num_tiles()] = segments.len() as u32;
+    debug_assert!(
+        cta_slot.iter().chain(&tile_slot).all(|&s| s != u32::MAX),
+        "every CTA and tile has a segment"
+    );
+    Ok(DecodePlan {
+        heads_q,
+        heads_kv,
+        lens,
+        q_tok: q_tok.to_vec(),
+        qgroups,
+        space,
+        schedule,
+        cta_bounds,
+        segments,
+        cta_slot,
+        tile_slot,
+    })
+}
+
+/// CPU twin of the decode kernel and its combine under `plan`: for each segment the core's
+/// [`attend_tile`] over its cache tiles, then the partials of a tile merged in slot order with
+/// the configuration's exponential exactly as `turbo_combine_*` merges them. `q` is
+/// `[B, Sq, Hq, D]`; the rows `(b, plan.q_tok[b], h)` of `o` (`[B, Sq, Hq, D]`) and `lse`
+/// (`[B, Hq, Sq]`) are written, O rounded to `o`'s dtype.
+pub fn decode_twin(
+    cfg: &TurboConfig,
+    cache: &TurboKvCache,
+    plan: &DecodePlan,
+    q: &Tensor,
+    softmax_scale: f32,
+    o: &mut Tensor,
+    lse: &mut Tensor,
+) {
+    let exp = cfg.exp_kind();
+    let rescale = |m_old: f32, m_new: f32| {
+        if m_old == m_new {
+            1.0
+        } else {
+            exp.exp(m_old - m_new)
+        }
+    };
+    let (hq, hk, d, sq) = (plan.heads_q, plan.heads_kv, cache.head_dim, q.shape[1]);
+    let group = hq / hk;
+    for t in 0..plan.num_tiles() {
+        let (b, h_kv, qg) = plan.space.tile_coords(t);
+        if plan.q_tok[b] < 0 {
+            continue;
+        }
+        let qt = plan.q_tok[b] as usize;
+        let (kt, vt) = cache.int8_tiles(b, h_kv);
+        let rows = DECODE_ROWS.min(group - qg * DECODE_ROWS);
+        for r in 0..rows {
+            let h = h_kv * group + qg * DECODE_ROWS + r;
+            let qb = Int8Block::quantize(&[q.row4(b, qt, h)]);
+            let (mut m, mut l, mut a) = (f32::NEG_INFINITY, 0.0f32, vec![0.0f32; d]);
+            for s in &plan.segments[plan.tile_slot[t] as usize..plan.tile_slot[t + 1] as usize] {
+                let mut st = [RowState::new(d)];
+                for ti in s.local_begin as usize..(s.local_end as usize).min(kt.len()) {
+                    attend_tile(
+                        &qb,
+                        softmax_scale,
+                        &[usize::MAX],
+                        &kt[ti],
+                        &vt[ti],
+                        0,
+                        exp,
+                        &mut st,
+                    );
+                }
+                let [st] = st;
+                if st.m == f32::NEG_INFINITY {
+                    continue;
+                }
+                if m == f32::NEG_INFINITY {
+                    (m, l, a) = (st.m, st.l, st.acc);
+                    continue;
+                }
+                let mn = m.max(st.m);
+                let (r1, r2) = (rescale(m, mn), rescale(st.m, mn));
+                l = st.l.mul_add(r2, l * r1);
+                for (x, y) in a.iter_mut().zip(&st.acc) {
+                    *x = y.mul_add(r2, *x * r1);
+                }
+                m = mn;
+            }
+            let empty = m == f32::NEG_INFINITY || l == 0.0;
+            let dtype = o.dtype;
+            for (c, dst) in o.row4_mut(b, qt, h).iter_mut().enumerate() {
+                *dst = if empty { 0.0 } else { dtype.round(a[c] / l) };
+            }
+            lse.data[(b * hq + h) * sq + qt] = if empty { f32::NEG_INFINITY } else { m + l.ln() };
+        }
+    }
+}
