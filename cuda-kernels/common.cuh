@@ -19,7 +19,6 @@ constexpr int kMinCtasPerSm = 2;         // occupancy the Lean plan assumes (Dev
 constexpr int kKeysPerGroupStage = 8;    // keys one key group handles per pipeline stage
 constexpr int kMaxRows = 16;             // = ferrattn_core::lean::MAX_TILE_M
 constexpr int kSmemBudget = 110 * 1024;  // per CTA, so that kMinCtasPerSm CTAs share one SM (228 KiB)
-constexpr int kMergeBatch = 32;          // partials a host merges per pass (loads in flight together)
 
 // One key is handled by D/8 lanes, each owning 8 consecutive columns (one 16-byte vector).
 template <int D> __host__ __device__ constexpr int lanes_per_key() { return D / 8; }
@@ -199,6 +198,23 @@ __device__ __forceinline__ void nanosleep(u32 ns) { asm volatile("nanosleep.u32 
 __device__ __forceinline__ float ld_cg(const float* p) {
   float v;
   asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+// (own vector types: NVRTC has no vector_types.h)
+struct Flt2 {
+  float x, y;
+};
+struct alignas(16) Flt4 {
+  float x, y, z, w;
+};
+__device__ __forceinline__ Flt2 ld_cg2(const float* p) {
+  Flt2 v;
+  asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ Flt4 ld_cg4(const float* p) {
+  Flt4 v;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
   return v;
 }
 

@@ -3,8 +3,9 @@
 //
 // The host side (ferrattn_core::lean) flattens every output tile's KV iterations into one
 // iteration space and uploads three small tables: `seq_start` (where each sequence's tiles
-// begin), `cta_bounds` (CTA g owns iterations [cta_bounds[g], cta_bounds[g+1])) and `cta_tiles`
-// (each CTA's first tile and the last CTA its host tile waits for), so no CTA searches a table.
+// begin), `cta_bounds` (CTA g owns iterations [cta_bounds[g], cta_bounds[g+1])) and `cta_info`
+// (per CTA: its range, its first tile with that tile's range and lengths, and the last CTA its
+// host tile waits for), so no CTA searches a table.
 // A CTA walks its range as a stream of K/V stages in a cp.async shared-memory pipeline that runs
 // across tile boundaries. Output tile = (sequence, KV head, query-tile group): up to 16 query
 // rows (the query heads of one KV head times the query tokens) share each K/V load (GQA).
@@ -41,11 +42,11 @@ struct LeanParams {
   const int* seqlens_k;   // [batch]
   const u32* seq_start;   // [batch + 1] first flat iteration of each sequence's tiles
   const u32* cta_bounds;  // [num_ctas + 1]
-  const u32* cta_tiles;   // [num_ctas, 2]: first tile of the CTA; last CTA its last host tile waits for
+  const u32* cta_info;    // [num_ctas, 8]: range, first tile, last CTA waited for, first tile's range and lengths
   float* part_o;          // [num_ctas, R, D] unnormalised partial O (base-2 max m)
   float* part_ml;         // [num_ctas, R, 2] partial (m in log2 units, l)
   u32* flags;             // [num_ctas]: 1 once the CTA's partial is visible; its host resets it to 0
-  u32 reserved;           // (padding, keeps the host mirror's layout)
+  u32 tile_per_cta;       // 1: CTA g computes exactly tile g (no per-CTA tables in the workspace)
   int num_ctas;
   int batch, max_sq, max_sk, heads_q, heads_kv, group;
   int tile_m;             // query rows per tile (<= R)
@@ -80,12 +81,22 @@ struct TileInfo {
   int len_k, len_q;
 };
 
-// Tile `tile` without a search (the host uploads each CTA's first tile; later tiles follow in order).
-__device__ __forceinline__ TileInfo tile_by_index(const LeanParams& p, int tile) {
+// Coordinates of tile `tile` (no memory read).
+__device__ __forceinline__ TileInfo tile_coords(const LeanParams& p, int tile) {
   const int tps = p.heads_kv * p.query_groups;
   TileInfo t;
   t.tile = tile;
   t.b = tile / tps;
+  const int r = tile % tps;
+  t.hk = r / p.query_groups;
+  t.qg = r % p.query_groups;
+  return t;
+}
+
+// Tile `tile` without a search (the host uploads each CTA's first tile; later tiles follow in order).
+__device__ __forceinline__ TileInfo tile_by_index(const LeanParams& p, int tile) {
+  const int tps = p.heads_kv * p.query_groups;
+  TileInfo t = tile_coords(p, tile);
   const int r = tile % tps;
   t.len_k = p.seqlens_k[t.b];
   t.len_q = p.seqlens_q[t.b];
@@ -93,8 +104,6 @@ __device__ __forceinline__ TileInfo tile_by_index(const LeanParams& p, int tile)
   n = n < 1u ? 1u : n;
   t.start = p.seq_start[t.b] + (u32)r * n;
   t.end = t.start + n;
-  t.hk = r / p.query_groups;
-  t.qg = r % p.query_groups;
   return t;
 }
 
@@ -116,53 +125,99 @@ struct Smem {
   static constexpr bool kMma = D <= 128;
   // SIMT with 16 rows: q would not fit in registers beside O
   static constexpr bool kQInSmem = R >= 16 && !kMma;
-  static constexpr int kMergeBytes = (cfg::kMergeBatch + 1) * R * 4;
   static constexpr int bytes_for(int stages) {
-    return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0) + kMergeBytes;
+    return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0);
   }
   static constexpr int kStages = bytes_for(3) <= cfg::kSmemBudget ? 3 : 2;
   static constexpr int kBytes = bytes_for(kStages);
   static constexpr int kKvBytes = kStages * 2 * kSk * D * 2;
 };
 
-// Merges the partials in slots first..=last into (obuf, fin) in place (Alg. 2 lines 29-35), in
-// batches of cfg::kMergeBatch whose loads are all in flight at once: one pass computes each
-// row's new max and the scale of every partial, the next rescales and sums the O elements. The
-// order of the sum is fixed, so results are reproducible. `sc` holds (kMergeBatch + 1) * R floats.
+// Merges the partials in slots first..=last into (obuf, fin) in place (Alg. 2 lines 29-35, the
+// associative rescaling of appendix D). The partials were written by other CTAs moments ago, so
+// each read is an L2 round trip: every thread owns whole 16-byte vectors of the tile and issues the
+// loads of a chunk of partials (their O vectors and (m, l) of the vector's row) together before it
+// uses any, so a chunk costs one round trip (the earlier row pass, then an O pass whose loop waited
+// for each element's loads, cost 1 + R * D / kThreads of them: 5 for Llama's 4 rows of d128,
+// before its first partial arrived). Each thread rescales its vectors online across chunks;
+// threads of one row compute the same (m, l) in the same order, and the order of the sum is
+// fixed, so results are reproducible. The thread owning a row's first vector writes fin.
 template <int D, int R>
-__device__ __forceinline__ void merge_partials(const LeanParams& p, int first, int last, float* obuf, float* fin, float* sc) {
-  for (int c0 = first; c0 <= last; c0 += cfg::kMergeBatch) {
-    const int n = (last - c0 + 1) < cfg::kMergeBatch ? (last - c0 + 1) : cfg::kMergeBatch;
-    if (threadIdx.x < R) {  // row pass; only thread r touches fin[2r..2r+1] while merging
-      const int r = threadIdx.x;
-      const float m0 = fin[2 * r], l0 = fin[2 * r + 1];
-      float mm = m0;
-#pragma unroll 8
-      for (int i = 0; i < n; ++i) mm = fmax2(mm, ld_cg(p.part_ml + ((u64)(c0 + i) * R + r) * 2));
-      const float a0 = m0 == neg_inf() ? 0.f : exp2_approx(m0 - mm);
-      float ll = l0 * a0;
-#pragma unroll 8
-      for (int i = 0; i < n; ++i) {
-        const float mi = ld_cg(p.part_ml + ((u64)(c0 + i) * R + r) * 2);
-        const float li = ld_cg(p.part_ml + ((u64)(c0 + i) * R + r) * 2 + 1);
-        const float si = mi == neg_inf() ? 0.f : exp2_approx(mi - mm);
-        sc[(i + 1) * R + r] = si;
-        ll += li * si;
-      }
-      sc[r] = a0;
-      fin[2 * r] = mm;
-      fin[2 * r + 1] = ll;
+__device__ __forceinline__ void merge_partials(const LeanParams& p, int first, int last, float* obuf, float* fin) {
+  constexpr int NV = R * D / 4;                                 // 16-byte vectors of a tile
+  constexpr int VPT = (NV + cfg::kThreads - 1) / cfg::kThreads;  // vectors per thread (1..8)
+  // partials per round trip: 8 vectors (and as many (m, l) pairs) in flight per thread, fewer
+  // for head dim 256, whose SIMT main loop leaves no registers to spare (spills measured with
+  // nvcc -Xptxas -v)
+  constexpr int CH = D > 128 ? 1 : (VPT >= 8 ? 1 : (VPT >= 4 ? 2 : (VPT >= 2 ? 4 : 8)));
+  Flt4 acc[VPT];
+  float mr[VPT], lr[VPT];
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    const int v = threadIdx.x + j * cfg::kThreads;
+    if (v < NV) {
+      const int r = 4 * v / D;
+      acc[j] = *reinterpret_cast<const Flt4*>(obuf + 4 * v);
+      mr[j] = fin[2 * r];
+      lr[j] = fin[2 * r + 1];
     }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < R * D; idx += cfg::kThreads) {
-      const int r = idx / D;
-      float acc = obuf[idx] * sc[r];
-#pragma unroll 8
-      for (int i = 0; i < n; ++i) acc += ld_cg(p.part_o + (u64)(c0 + i) * R * D + idx) * sc[(i + 1) * R + r];
-      obuf[idx] = acc;
-    }
-    __syncthreads();
   }
+  for (int c0 = first; c0 <= last; c0 += CH) {
+    const int n = (last - c0 + 1) < CH ? (last - c0 + 1) : CH;
+    Flt2 ml[CH][VPT];
+    Flt4 po[CH][VPT];
+#pragma unroll
+    for (int i = 0; i < CH; ++i)
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+        const int v = threadIdx.x + j * cfg::kThreads;
+        if (i < n && v < NV) {
+          const int r = 4 * v / D;
+          ml[i][j] = ld_cg2(p.part_ml + ((u64)(c0 + i) * R + r) * 2);
+          po[i][j] = ld_cg4(p.part_o + (u64)(c0 + i) * R * D + 4 * v);
+        }
+      }
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int v = threadIdx.x + j * cfg::kThreads;
+      if (v >= NV) continue;
+      float mm = mr[j];
+#pragma unroll
+      for (int i = 0; i < CH; ++i)
+        if (i < n) mm = fmax2(mm, ml[i][j].x);
+      const float a0 = mr[j] == neg_inf() ? 0.f : exp2_approx(mr[j] - mm);
+      Flt4 o = {acc[j].x * a0, acc[j].y * a0, acc[j].z * a0, acc[j].w * a0};
+      float ll = lr[j] * a0;
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        if (i < n) {
+          const float si = ml[i][j].x == neg_inf() ? 0.f : exp2_approx(ml[i][j].x - mm);
+          ll += ml[i][j].y * si;
+          o.x += po[i][j].x * si;
+          o.y += po[i][j].y * si;
+          o.z += po[i][j].z * si;
+          o.w += po[i][j].w * si;
+        }
+      }
+      acc[j] = o;
+      mr[j] = mm;
+      lr[j] = ll;
+    }
+  }
+  __syncthreads();  // every thread has read fin before any row's new (m, l) replaces it
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    const int v = threadIdx.x + j * cfg::kThreads;
+    if (v < NV) {
+      *reinterpret_cast<Flt4*>(obuf + 4 * v) = acc[j];
+      if ((4 * v) % D == 0) {
+        const int r = 4 * v / D;
+        fin[2 * r] = mr[j];
+        fin[2 * r + 1] = lr[j];
+      }
+    }
+  }
+  __syncthreads();
 }
 
 // Writes O = obuf / l and LSE for every row of the tile, padding rows included (zeros, -inf).
@@ -213,21 +268,43 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   float* obuf = reinterpret_cast<float*>(smem_raw + S::kKvBytes);     // [R][D]
   float* wml = obuf + R * D;                                          // [kWarps][R][2]
   float* fin = wml + cfg::kWarps * R * 2;                             // [R][2]
-  float* sc = fin + R * 2;                                            // [kMergeBatch + 1][R]
-  float* q_s = sc + (cfg::kMergeBatch + 1) * R;                       // [R][D] when kQInSmem
+  float* q_s = fin + R * 2;                                           // [R][D] when kQInSmem
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int grp = warp * G + lane / L;  // key group
   const int gl = lane % L;              // columns gl*8 .. gl*8+7
   const int cta = blockIdx.x;
-  const u32 cs = p.cta_bounds[cta], ce = p.cta_bounds[cta + 1];
+  // The CTA's record (launch.rs, cta_info): everything the first K/V stage's addresses depend on,
+  // in one 32-byte read, so the first copies wait for one round trip instead of two dependent ones
+  // (range and first tile, then the sequence's lengths) on a latency-bound small problem.
+  // One CTA per tile (a grid larger than the co-resident slots, launched plainly): the tile is
+  // the CTA's index and its range that tile's, one round of reads too.
+  u32 cs, ce;
+  int host_last;  // the CTA holding the last iteration of the tile this CTA hosts
+  TileInfo first;
+  if (p.tile_per_cta) {
+    first = tile_by_index(p, cta);
+    cs = first.start;
+    ce = first.end;
+    host_last = cta;
+  } else {
+    const Vec16 info0 = ld_global_nc16(p.cta_info + 8 * (u64)cta);
+    const Vec16 info1 = ld_global_nc16(p.cta_info + 8 * (u64)cta + 4);
+    cs = info0.x;
+    ce = info0.y;
+    host_last = (int)info0.w;
+    first = tile_coords(p, (int)info0.z);
+    first.start = info1.x;
+    first.end = info1.y;
+    first.len_k = (int)info1.z;
+    first.len_q = (int)info1.w;
+  }
   const int sub = p.tile_k / SK;
   const u32 units = (ce - cs) * (u32)sub;
   const u64 kv_row = (u64)p.heads_kv * D;
 
   // ---- producer: stage loads of the whole CTA range, across tiles ----
-  const int first_tile = (int)p.cta_tiles[2 * cta];
-  TileInfo pt = tile_by_index(p, first_tile);
+  TileInfo pt = first;
   auto prefetch_q = [&](const LeanParams& pp, const TileInfo& t) {
     // one 128-byte line per thread into L2: the tile's query rows are contiguous per token
     const int rows = pp.group * pp.max_sq - t.qg * pp.tile_m < pp.tile_m ? pp.group * pp.max_sq - t.qg * pp.tile_m : pp.tile_m;
@@ -276,9 +353,8 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   }
 
   // ---- consumer state ----
-  TileInfo ct;
-  ct.end = 0;
-  u32 seg_begin = 0;
+  TileInfo ct = first;  // the consumer's tile (the first one's fields die here, not in the loop)
+  u32 seg_begin = cs;
   float q[(S::kQInSmem || kMma) ? 1 : R][8];
   float o[RS][8], m[RS], l[RS];
   int vis[RS];
@@ -289,77 +365,80 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   int vis2[2];
   const int g = lane >> 2, t4 = lane & 3, mat = lane >> 3, r8 = lane & 7;
 
-  for (u32 u = 0; u < units; ++u) {
-    const u32 it = cs + u / (u32)sub;
-    // a new segment (Alg. 2 lines 11-16): its Q loads overlap the wait for the K/V stage
-    if (u == 0 || it >= ct.end) {
-      ct = tile_by_index(p, u == 0 ? first_tile : ct.tile + 1);
-      seg_begin = it;
-      if constexpr (kMma) {
+  // A new segment (Alg. 2 lines 11-16): Q, the row states and the accumulators of tile ct. It runs
+  // after the previous segment's role (store or merge), so the accumulators are dead during a
+  // merge and its registers serve the merge's loads; the Q loads still overlap the wait for the
+  // next K/V stage.
+  auto start_segment = [&]() {
+    if constexpr (kMma) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = g + 8 * h;
-          const int row = ct.qg * p.tile_m + r;
-          const int i = row / p.group, hh = ct.hk * p.group + row % p.group;
-          const bool valid = r < p.tile_m && row < p.group * p.max_sq && i < ct.len_q;
-          int v_end = ct.len_k;
-          if (p.causal) {
-            v_end = i + ct.len_k - ct.len_q + 1;
-            v_end = v_end < 0 ? 0 : (v_end > ct.len_k ? ct.len_k : v_end);
-          }
-          vis2[h] = valid ? v_end : 0;
-          m2[h] = neg_inf();
-          l2[h] = 0.f;
-          const u16* qrow = p.q + (((u64)ct.b * p.max_sq + (valid ? i : 0)) * p.heads_q + (valid ? hh : 0)) * D;
-#pragma unroll
-          for (int k2 = 0; k2 < KS; ++k2) {
-            qa[k2][h] = valid ? ld_global_u32(qrow + k2 * 16 + 2 * t4) : 0u;
-            qa[k2][2 + h] = valid ? ld_global_u32(qrow + k2 * 16 + 8 + 2 * t4) : 0u;
-          }
-        }
-#pragma unroll
-        for (int n = 0; n < (kMma ? D / 8 : 1); ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) oa[n][e] = 0.f;
-      } else {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        int row = ct.qg * p.tile_m + r;
-        int i = row / p.group, h = ct.hk * p.group + row % p.group;
-        bool valid = r < p.tile_m && row < p.group * p.max_sq && i < ct.len_q;
+      for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        const int row = ct.qg * p.tile_m + r;
+        const int i = row / p.group, hh = ct.hk * p.group + row % p.group;
+        const bool valid = r < p.tile_m && row < p.group * p.max_sq && i < ct.len_q;
         int v_end = ct.len_k;
         if (p.causal) {
           v_end = i + ct.len_k - ct.len_q + 1;
           v_end = v_end < 0 ? 0 : (v_end > ct.len_k ? ct.len_k : v_end);
         }
-        vis[r] = valid ? v_end : 0;
-        m[r] = neg_inf();
-        l[r] = 0.f;
+        vis2[h] = valid ? v_end : 0;
+        m2[h] = neg_inf();
+        l2[h] = 0.f;
+        const u16* qrow = p.q + (((u64)ct.b * p.max_sq + (valid ? i : 0)) * p.heads_q + (valid ? hh : 0)) * D;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) o[r][e] = 0.f;
-        if constexpr (!S::kQInSmem) {
-          const u16* qrow = p.q + (((u64)ct.b * p.max_sq + (valid ? i : 0)) * p.heads_q + (valid ? h : 0)) * D;
-          float f[8];
-          unpack8<T>(ld_global_nc16(qrow + gl * 8), f);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) q[r][e] = valid ? f[e] : 0.f;
+        for (int k2 = 0; k2 < KS; ++k2) {
+          qa[k2][h] = valid ? ld_global_u32(qrow + k2 * 16 + 2 * t4) : 0u;
+          qa[k2][2 + h] = valid ? ld_global_u32(qrow + k2 * 16 + 8 + 2 * t4) : 0u;
         }
       }
-      if constexpr (S::kQInSmem) {  // one 16-byte vector per thread and pass
-        for (int c = tid; c < R * D / 8; c += cfg::kThreads) {
-          const int r = c / (D / 8), col = (c % (D / 8)) * 8;
-          const int row = ct.qg * p.tile_m + r;
-          const int i = row / p.group, h = ct.hk * p.group + row % p.group;
-          const bool valid = r < p.tile_m && row < p.group * p.max_sq && i < ct.len_q;
-          float f[8];
-          unpack8<T>(ld_global_nc16(p.q + (((u64)ct.b * p.max_sq + (valid ? i : 0)) * p.heads_q + (valid ? h : 0)) * D + col), f);
 #pragma unroll
-          for (int e = 0; e < 8; ++e) q_s[r * D + col + e] = valid ? f[e] : 0.f;
-        }
-        __syncthreads();
+      for (int n = 0; n < (kMma ? D / 8 : 1); ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) oa[n][e] = 0.f;
+    } else {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      int row = ct.qg * p.tile_m + r;
+      int i = row / p.group, h = ct.hk * p.group + row % p.group;
+      bool valid = r < p.tile_m && row < p.group * p.max_sq && i < ct.len_q;
+      int v_end = ct.len_k;
+      if (p.causal) {
+        v_end = i + ct.len_k - ct.len_q + 1;
+        v_end = v_end < 0 ? 0 : (v_end > ct.len_k ? ct.len_k : v_end);
       }
-      }  // SIMT init
+      vis[r] = valid ? v_end : 0;
+      m[r] = neg_inf();
+      l[r] = 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[r][e] = 0.f;
+      if constexpr (!S::kQInSmem) {
+        const u16* qrow = p.q + (((u64)ct.b * p.max_sq + (valid ? i : 0)) * p.heads_q + (valid ? h : 0)) * D;
+        float f[8];
+        unpack8<T>(ld_global_nc16(qrow + gl * 8), f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q[r][e] = valid ? f[e] : 0.f;
+      }
     }
+    if constexpr (S::kQInSmem) {  // one 16-byte vector per thread and pass
+      for (int c = tid; c < R * D / 8; c += cfg::kThreads) {
+        const int r = c / (D / 8), col = (c % (D / 8)) * 8;
+        const int row = ct.qg * p.tile_m + r;
+        const int i = row / p.group, h = ct.hk * p.group + row % p.group;
+        const bool valid = r < p.tile_m && row < p.group * p.max_sq && i < ct.len_q;
+        float f[8];
+        unpack8<T>(ld_global_nc16(p.q + (((u64)ct.b * p.max_sq + (valid ? i : 0)) * p.heads_q + (valid ? h : 0)) * D + col), f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q_s[r * D + col + e] = valid ? f[e] : 0.f;
+      }
+      __syncthreads();
+    }
+    }  // SIMT init
+  };
+  start_segment();
+
+  for (u32 u = 0; u < units; ++u) {
+    const u32 it = cs + u / (u32)sub;
     cp_async_wait<ST - 2>();
     __syncthreads();
     if (u + ST - 1 < units) load_unit(u + ST - 1);
@@ -657,7 +736,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       }
     } else {
       if (!finishing) {  // lines 25-36: wait for and merge the CTAs that continue this tile
-        const int last = (int)p.cta_tiles[2 * cta + 1];  // the CTA holding iteration ct.end - 1
+        const int last = host_last;  // the CTA holding iteration ct.end - 1
         for (int c = cta + 1 + tid; c <= last; c += cfg::kThreads) {  // all flags in parallel
           while (load_acquire(p.flags + c) != 1u) nanosleep(32);
           // each flag has exactly one waiter: re-arm it for the next launch, so that launches need
@@ -665,10 +744,15 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
           p.flags[c] = 0u;
         }
         __syncthreads();  // the pollers' acquires order every thread's partial reads after it
-        merge_partials<D, R>(p, cta + 1, last, obuf, fin, sc);
+        merge_partials<D, R>(p, cta + 1, last, obuf, fin);
       }
       write_output<T, D, R>(p, ct, obuf, fin);  // lines 38-39
       __syncthreads();
+    }
+    if (u + 1 < units) {
+      ct = tile_by_index(p, ct.tile + 1);
+      seg_begin = cs + (u + 1) / (u32)sub;
+      start_segment();
     }
   }
   cp_async_wait<0>();
@@ -681,14 +765,13 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
   unsigned char* smem_raw = reinterpret_cast<unsigned char*>(smem_v16);
   float* obuf = reinterpret_cast<float*>(smem_raw);  // [R][D]
   float* fin = obuf + R * D;                         // [R][2]
-  float* sc = fin + 2 * R;                           // [kMergeBatch + 1][R]
   const TileInfo t = tile_by_index(p, blockIdx.x);
   const int first = cta_of_iter(p, t.start), last = cta_of_iter(p, t.end - 1);
   if (first == last) return;  // one chunk: the main kernel wrote the tile
   for (int idx = threadIdx.x; idx < R * D; idx += cfg::kThreads) obuf[idx] = p.part_o[(u64)first * R * D + idx];
   if (threadIdx.x < 2 * R) fin[threadIdx.x] = p.part_ml[(u64)first * R * 2 + threadIdx.x];
   __syncthreads();
-  merge_partials<D, R>(p, first + 1, last, obuf, fin, sc);
+  merge_partials<D, R>(p, first + 1, last, obuf, fin);
   write_output<T, D, R>(p, t, obuf, fin);
 }
 

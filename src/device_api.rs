@@ -503,7 +503,9 @@ pub enum KvCache<'t> {
 /// Which schedule a step uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LeanSchedule {
-    /// Stream-K (Lean appendix E), the default.
+    /// The Lean planner's schedule, the default: stream-K (Lean appendix E), or one CTA per tile
+    /// when equally long tiles already fill the grid (`ferrattn_core::lean::plan`); either fits
+    /// [`DecodePlan::stream_k_workspace_bound`].
     #[default]
     StreamK,
     /// FlashDecoding's fixed split (`None`: FlashAttention-2's split heuristic).

@@ -1,6 +1,10 @@
-//! GPU benchmark of the Lean device path: paged K/V (pages of 16 and 64, shuffled, NHD) against
-//! contiguous K/V, and the cooperative stream-K launch against a plain launch, in the same run on
-//! the same data. Not a test; prints one line per configuration and, with `--out`, JSON records.
+//! GPU benchmark of the Lean device path: paged K/V (pages of 16 and 64, NHD) against contiguous
+//! K/V, and the cooperative stream-K launch against a plain launch, in the same run on the same
+//! data. Pages are laid out two ways: shuffled at random over the pool (the worst case for DRAM
+//! and TLB locality) and in allocation order (page `k` of sequence `b` is pool page
+//! `k * batch + b`, what an allocator handing out free pages in order gives when every sequence
+//! grows by one page in turn, as vLLM's does for a running batch). Not a test; prints one line
+//! per configuration and, with `--out`, JSON records.
 //!
 //! Method (see /work/.library/device/METHOD.md): K/V filled on the device and copied into the
 //! page pool by the append kernel; warm-up; batches of launches captured in a CUDA graph and
@@ -56,16 +60,20 @@ fn main() {
     }
     let mut json = String::from("[\n");
     println!(
-        "{:<6} {:>3} {:>6} | {:>9} {:>9} {:>9} {:>9} | {:>7} {:>7} {:>7}",
+        "{:<6} {:>3} {:>6} | {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>7} {:>7} {:>7} {:>7} {:>7}",
         "shape",
         "B",
         "ctx",
         "contig us",
         "page16 us",
         "page64 us",
+        "p16 ord",
+        "p64 ord",
         "plain us",
         "p16/c",
         "p64/c",
+        "p16o/c",
+        "p64o/c",
         "coop/pl"
     );
     for (name, batch, hq, hk, d, ctx) in configs {
@@ -79,11 +87,16 @@ fn main() {
         let row = hk * d * 2;
         let s = gpu.raw_stream();
         let mut pools = Vec::new();
-        for page in [16usize, 64] {
+        for (page, shuffled) in [(16usize, true), (64, true), (16, false), (64, false)] {
             let max_pages = ctx.div_ceil(page);
             let num_pages = batch * max_pages;
-            let mut ids: Vec<i32> = (0..num_pages as i32).collect();
-            ids.shuffle(&mut rand::rngs::StdRng::seed_from_u64(page as u64));
+            // row b of the table: logical page k of sequence b
+            let mut ids: Vec<i32> = (0..num_pages)
+                .map(|i| ((i % max_pages) * batch + i / max_pages) as i32)
+                .collect();
+            if shuffled {
+                ids.shuffle(&mut rand::rngs::StdRng::seed_from_u64(page as u64));
+            }
             let paging = Paging::new(page, num_pages, max_pages, ids, &p.seqlens_k).unwrap();
             let kb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
             let vb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
@@ -179,13 +192,13 @@ fn main() {
         }
         let t: Vec<f32> = times.into_iter().map(median).collect();
         println!(
-            "{name:<6} {batch:>3} {ctx:>6} | {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>7.3} {:>7.3} {:>7.3}",
-            t[0], t[1], t[2], t[3], t[1] / t[0], t[2] / t[0], t[0] / t[3]
+            "{name:<6} {batch:>3} {ctx:>6} | {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
+            t[0], t[1], t[2], t[3], t[4], t[5], t[1] / t[0], t[2] / t[0], t[3] / t[0], t[4] / t[0], t[0] / t[5]
         );
         let _ = writeln!(
             json,
-            "  {{\"shape\": \"{name}\", \"batch\": {batch}, \"heads_q\": {hq}, \"heads_kv\": {hk}, \"head_dim\": {d}, \"ctx\": {ctx}, \"ctas\": {}, \"contiguous_us\": {:.3}, \"paged16_us\": {:.3}, \"paged64_us\": {:.3}, \"plain_launch_us\": {:.3}}},",
-            lp.num_ctas, t[0], t[1], t[2], t[3]
+            "  {{\"shape\": \"{name}\", \"batch\": {batch}, \"heads_q\": {hq}, \"heads_kv\": {hk}, \"head_dim\": {d}, \"ctx\": {ctx}, \"ctas\": {}, \"contiguous_us\": {:.3}, \"paged16_us\": {:.3}, \"paged64_us\": {:.3}, \"paged16_ordered_us\": {:.3}, \"paged64_ordered_us\": {:.3}, \"plain_launch_us\": {:.3}}},",
+            lp.num_ctas, t[0], t[1], t[2], t[3], t[4], t[5]
         );
     }
     if json.ends_with(",\n") {

@@ -27,8 +27,6 @@ include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 
 /// CTAs per SM the Lean kernel is built for (`cfg::kMinCtasPerSm` in `cuda-kernels/common.cuh`).
 pub const LEAN_CTAS_PER_SM: usize = 2;
-/// Partials merged per pass (`cfg::kMergeBatch`).
-pub const LEAN_MERGE_BATCH: usize = 32;
 /// Threads per CTA (`cfg::kThreads`).
 pub const LEAN_THREADS: u32 = 128;
 

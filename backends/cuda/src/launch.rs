@@ -37,11 +37,11 @@ pub(crate) struct LeanParams {
     seqlens_k: u64,
     seq_start: u64,
     cta_bounds: u64,
-    cta_tiles: u64,
+    cta_info: u64,
     part_o: u64,
     part_ml: u64,
     flags: u64,
-    reserved: u32,
+    tile_per_cta: u32,
     num_ctas: i32,
     batch: i32,
     max_sq: i32,
@@ -435,7 +435,7 @@ pub struct WorkspaceLayout {
     append_start: usize,
     seq_start: usize,
     cta_bounds: usize,
-    cta_tiles: usize,
+    cta_info: usize,
     page_table: usize,
     flags: usize,
     header_bytes: usize,
@@ -443,6 +443,12 @@ pub struct WorkspaceLayout {
     part_ml: usize,
     total: usize,
 }
+
+/// Words of a CTA's record in the workspace (`cta_info` in `cuda-kernels/lean_decode.cu`): its
+/// iteration range, first tile, the last CTA its host tile waits for, and that first tile's range
+/// and sequence lengths, so that a CTA finds where to load its first K/V stage with one 32-byte
+/// read instead of two dependent rounds of table reads.
+pub const CTA_INFO_WORDS: usize = 8;
 
 /// Alignment of every region of the workspace (the workspace itself must be 256-aligned, as
 /// `cudaMalloc` returns it).
@@ -461,7 +467,7 @@ impl WorkspaceLayout {
         let (append_start, _) = region(4 * batch);
         let (seq_start, _) = region(4 * (batch + 1));
         let (cta_bounds, _) = region(4 * (num_ctas + 1));
-        let (cta_tiles, _) = region(4 * 2 * num_ctas);
+        let (cta_info, _) = region(4 * CTA_INFO_WORDS * num_ctas);
         let (page_table, _) = region(4 * pages);
         let (flags, header_bytes) = region(4 * num_ctas);
         let (part_o, _) = region(4 * num_ctas * rows * head_dim);
@@ -472,7 +478,7 @@ impl WorkspaceLayout {
             append_start,
             seq_start,
             cta_bounds,
-            cta_tiles,
+            cta_info,
             page_table,
             flags,
             header_bytes,
@@ -610,7 +616,13 @@ impl LeanStepPlan {
                 what: format!("{} LeanTile iterations", space.total_iters()),
                 supported: "fewer than 2^32".into(),
             })?;
-        let g = tables.cta_bounds.len() - 1;
+        // one CTA per tile derives its range from its index: no per-CTA table, flag or partial
+        // (so a grid of more CTAs than slots fits the workspace a stream-K grid bounds)
+        let g = if plan.schedule.one_cta_per_tile(&space) {
+            0
+        } else {
+            tables.cta_bounds.len() - 1
+        };
         let pages = match &kv {
             KvStorage::Contiguous => 0,
             KvStorage::Paged(pg) => pg.table.len(),
@@ -629,6 +641,39 @@ impl LeanStepPlan {
         };
         step.header = step.header_image();
         Ok(step)
+    }
+
+    /// Whether CTA `g` computes exactly tile `g` (a fixed split of one chunk per tile): the
+    /// kernel then reads no per-CTA table and the workspace holds none.
+    fn tile_per_cta(&self) -> bool {
+        matches!(self.plan.schedule, Schedule::FixedSplit { .. })
+            && self.num_ctas() == self.num_tiles
+    }
+
+    /// Per CTA: `[begin, end, first tile, last CTA waited for, first tile's start and end,
+    /// its sequence's key and query lengths]` (see [`CTA_INFO_WORDS`]).
+    fn cta_info(&self) -> Vec<u32> {
+        let t = &self.tables;
+        let p = &self.problem;
+        let space = self.plan.tile_space(p);
+        let g = t.cta_bounds.len() - 1;
+        let mut info = Vec::with_capacity(CTA_INFO_WORDS * g);
+        for c in 0..g {
+            let tile = t.cta_tiles[2 * c] as usize;
+            let (start, end) = space.tile_range(tile);
+            let b = space.tile_coords(tile).0;
+            info.extend_from_slice(&[
+                t.cta_bounds[c],
+                t.cta_bounds[c + 1],
+                t.cta_tiles[2 * c],
+                t.cta_tiles[2 * c + 1],
+                start as u32,
+                end as u32,
+                p.seqlens_k[b] as u32,
+                p.seqlens_q[b] as u32,
+            ]);
+        }
+        info
     }
 
     /// The host image of the workspace's table region (flags zeroed).
@@ -651,8 +696,10 @@ impl LeanStepPlan {
             .collect();
         put(l.append_start, &starts);
         put(l.seq_start, &self.tables.seq_start);
-        put(l.cta_bounds, &self.tables.cta_bounds);
-        put(l.cta_tiles, &self.tables.cta_tiles);
+        if !self.tile_per_cta() {
+            put(l.cta_bounds, &self.tables.cta_bounds);
+            put(l.cta_info, &self.cta_info());
+        }
         if let KvStorage::Paged(pg) = &self.kv {
             let t: Vec<u32> = pg.table.iter().map(|&x| x as u32).collect();
             put(l.page_table, &t);
@@ -723,11 +770,11 @@ impl LeanStepPlan {
             seqlens_k: at(l.seqlens_k),
             seq_start: at(l.seq_start),
             cta_bounds: at(l.cta_bounds),
-            cta_tiles: at(l.cta_tiles),
+            cta_info: at(l.cta_info),
             part_o: at(l.part_o),
             part_ml: at(l.part_ml),
             flags: at(l.flags),
-            reserved: 0,
+            tile_per_cta: self.tile_per_cta() as u32,
             num_ctas: self.num_ctas() as i32,
             batch: p.batch as i32,
             max_sq: p.max_seqlen_q as i32,
@@ -980,10 +1027,11 @@ impl LeanKernels {
                 &mut args,
             )?;
         }
-        if !stream_k {
-            let smem = (self.instance.rows()
-                * (step.problem.head_dim_v + 2 + kernels::LEAN_MERGE_BATCH + 1)
-                * 4) as u32;
+        // a fixed split whose every chunk is a whole tile left nothing to merge; whole tiles never do
+        let combine = matches!(step.plan.schedule, Schedule::FixedSplit { .. })
+            && step.num_ctas() != step.num_tiles;
+        if combine {
+            let smem = (self.instance.rows() * (step.problem.head_dim_v + 2) * 4) as u32;
             unsafe {
                 launch_on(
                     &self.gpu,
@@ -1233,7 +1281,7 @@ mod tests {
         for off in [
             l.seqlens_k,
             l.seq_start,
-            l.cta_tiles,
+            l.cta_info,
             l.page_table,
             l.flags,
             l.part_o,

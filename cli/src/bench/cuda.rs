@@ -322,7 +322,11 @@ pub fn lean_row(c: &Cuda, s: &Shape, jobs: &mut Vec<SdpaJob>, row_index: usize) 
         variant: "stream-K".into(),
         backend: "cuda".into(),
         simulated: false,
-        plan: format!("{} CTAs", lp.num_ctas),
+        plan: if lp.schedule.one_cta_per_tile(&lp.tile_space(&p)) {
+            format!("{} CTAs, one per tile", lp.num_ctas)
+        } else {
+            format!("{} CTAs", lp.num_ctas)
+        },
         bytes,
         flops: s.flops(),
         timed: "one decode launch (+ the combine launch when the plan needs it)".into(),

@@ -191,29 +191,60 @@ fn tile_rows(p: &AttentionProblem) -> (usize, usize) {
 /// Iterations per CTA slot up to which [`plan`] may shrink the grid to align CTAs with tiles.
 pub const ALIGN_MAX_ITERS_PER_SLOT: u64 = 32;
 
-/// Plans a stream-K decode: a persistent grid of `compute_units * ctas_per_unit` CTAs (Alg. 2
-/// `G`). One refinement, measured on an H200 (docs/BENCHMARKS.md): a CTA pays about as much for
-/// each tile it touches (loading Q, reducing, storing or merging) as for several KV iterations, so
-/// when every tile has the same length, there are fewer tiles than slots and little work per slot
-/// (at most [`ALIGN_MAX_ITERS_PER_SLOT`] iterations), the grid is cut to a multiple of the tile
-/// count (`tiles * floor(slots / tiles)`) so that no CTA straddles two tiles. With more work per
-/// slot every co-resident CTA slot is worth more than the alignment.
+/// Plans a decode: a persistent stream-K grid of `compute_units * ctas_per_unit` CTAs (Alg. 2
+/// `G`), refined by three rules measured on an H100 (`benches/lean_grid.rs`, results in
+/// `docs/results/lean-h100-2026-11-23-run1/grid.json`), all for batches whose sequences are
+/// equally long:
+///
+/// - **Aligned, one CTA per SM.** With fewer tiles than multiprocessors and little work (at most
+///   [`ALIGN_MAX_ITERS_PER_SLOT`] iterations per slot), the grid is `tiles * floor(SMs / tiles)`:
+///   every CTA stays inside one tile (no tile switch, at most one merge), the CTAs of a tile's
+///   neighbours read the same key positions of other heads at the same time (whole K/V rows of
+///   the NHD layout per DRAM page), and no SM runs two CTAs while another runs one. 112 CTAs at
+///   the Lean-paper shape B=1 ctx 16k took 81.3 us against 89.0 us for 224 and 88.9 us for 264.
+/// - **Aligned, every slot.** With at least as many tiles as SMs but fewer than slots and little
+///   work, `tiles * floor(slots / tiles)` CTAs, the same alignment (the earlier rule).
+/// - **One CTA per tile.** With at least as many tiles as slots, when tiles are short
+///   ([`SHORT_TILE_ITERS`] iterations or fewer) or fill whole waves (wave efficiency
+///   `(tiles / slots) / ceil(tiles / slots)` at least [`FULL_WAVES`]), a fixed split of one chunk
+///   per tile: no partial, no merge, no second launch, CTAs in tile order (neighbouring heads of
+///   one sequence run together). Lean-paper B=64 ctx 1k: 313 us against 336 us for stream-K.
+///   Not persistent, so not launched cooperatively; its workspace has no per-CTA region.
 pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
-    let slots = caps.compute_units * caps.ctas_per_unit.max(1);
+    let sms = caps.compute_units.max(1);
+    let slots = sms * caps.ctas_per_unit.max(1);
     let mut pl = plan_with_ctas(p, caps, slots)?;
     let space = pl.tile_space(p);
     let tiles = space.num_tiles();
     let uniform = space.iters.windows(2).all(|w| w[0] == w[1]);
     let light = space.total_iters() <= ALIGN_MAX_ITERS_PER_SLOT * slots as u64;
-    if uniform && tiles < slots && light {
-        let aligned = tiles * (slots / tiles);
+    if !uniform {
+        return Ok(pl);
+    }
+    let n = space.iters[0];
+    if tiles < slots && light {
+        let per = if tiles <= sms { sms } else { slots } / tiles;
+        let aligned = tiles * per;
         if aligned < pl.num_ctas {
             pl.schedule = Schedule::stream_k(&space, aligned);
+            pl.num_ctas = pl.schedule.num_ctas();
+        }
+    } else if tiles >= slots {
+        let waves = tiles as f64 / slots as f64;
+        if n <= SHORT_TILE_ITERS || waves / waves.ceil() >= FULL_WAVES {
+            pl.schedule = Schedule::fixed_split(&space, 1);
             pl.num_ctas = pl.schedule.num_ctas();
         }
     }
     Ok(pl)
 }
+
+/// Tiles of at most this many iterations are "short" for [`plan`]: stream-K's per-tile costs
+/// (a CTA straddling tiles loads Q, reduces and stores or merges once more) outweigh its balance.
+pub const SHORT_TILE_ITERS: u64 = 16;
+/// Wave efficiency from which [`plan`] runs one CTA per tile when tiles fill the grid (measured:
+/// 0.97 with B=64 x 8 KV heads on 264 slots won by 1-2%, 0.85 with 896 tiles lost by 1-2%).
+pub const FULL_WAVES: f64 = 0.95;
 
 /// A stream-K plan over exactly `min(ctas, I)` CTAs (no minimum work per CTA).
 pub fn plan_with_ctas(p: &AttentionProblem, caps: &DeviceCaps, ctas: usize) -> Result<LeanPlan> {
@@ -522,6 +553,53 @@ mod tests {
     }
 
     #[test]
+    fn planner_aligns_small_grids_and_runs_one_cta_per_tile_when_tiles_fill_the_grid() {
+        let caps = DeviceCaps::hopper_reference();
+        let sms = caps.compute_units;
+        let slots = sms * caps.ctas_per_unit;
+        let uniform = |batch: usize, ctx: usize, hq: usize, hk: usize, d: usize| {
+            AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, DType::F16)
+        };
+        // 56 tiles, light: a multiple of the tiles that fits one CTA per SM
+        let p = uniform(1, 16384, 56, 56, 64);
+        let pl = plan(&p, &caps).unwrap();
+        assert!(matches!(pl.schedule, Schedule::StreamK { .. }));
+        assert_eq!(pl.num_ctas, 56 * (sms / 56));
+        // 224 tiles (more than SMs, fewer than slots), light: one CTA per tile, stream-K tables
+        let pl = plan(&uniform(4, 1024, 56, 56, 64), &caps).unwrap();
+        assert_eq!(pl.num_ctas, 224);
+        // heavy: every slot
+        let pl = plan(&uniform(1, 262144, 56, 56, 64), &caps).unwrap();
+        assert_eq!(pl.num_ctas, slots);
+        // short tiles filling the grid: one CTA per tile, no merge
+        for (b, ctx, hq, hk, d) in [(64, 1024, 32, 8, 128), (16, 1024, 56, 56, 64)] {
+            let p = uniform(b, ctx, hq, hk, d);
+            let pl = plan(&p, &caps).unwrap();
+            let space = pl.tile_space(&p);
+            assert!(pl.schedule.one_cta_per_tile(&space), "{pl:?}");
+            assert!(!pl.schedule.merges_in_kernel());
+            pl.check(&p, &caps).unwrap();
+        }
+        // long tiles in 3.4 waves (efficiency 0.85): stream-K
+        let p = uniform(16, 16384, 56, 56, 64);
+        assert!(matches!(
+            plan(&p, &caps).unwrap().schedule,
+            Schedule::StreamK { .. }
+        ));
+        // long tiles in whole waves: one CTA per tile
+        let p = uniform(64, 16384, 56, 56, 64);
+        let pl = plan(&p, &caps).unwrap();
+        assert!(pl.schedule.one_cta_per_tile(&pl.tile_space(&p)));
+        // ragged batches keep stream-K
+        let mut p = uniform(64, 1024, 32, 8, 128);
+        p.seqlens_k[3] = 100;
+        assert!(matches!(
+            plan(&p, &caps).unwrap().schedule,
+            Schedule::StreamK { .. }
+        ));
+    }
+
+    #[test]
     fn half_precision_within_output_tolerance_and_tiles_group_queries() {
         // 16 query heads per KV head x 2 tokens = 32 rows: two query-tile groups of 16
         let mut p = AttentionProblem::uniform(3, 2, 577, 32, 2, 128, 128, DType::BF16);
@@ -602,19 +680,20 @@ mod tests {
 
     #[test]
     fn plan_round_trips_through_json_and_stays_small() {
-        let p = AttentionProblem::uniform(64, 1, 262_144, 32, 8, 128, 128, DType::F16);
+        let p = AttentionProblem::uniform(32, 1, 262_144, 32, 8, 128, 128, DType::F16);
         let pl = plan(&p, &DeviceCaps::hopper_reference()).unwrap();
         assert_eq!(pl.num_ctas, 264);
-        // few uniform tiles: the grid is a multiple of the tile count, no CTA straddles two tiles
+        // few uniform tiles: the grid is a multiple of the tile count that runs one CTA per SM,
+        // no CTA straddles two tiles
         let small = AttentionProblem::uniform(1, 1, 1024, 56, 56, 64, 64, DType::F16);
         let ps = plan(&small, &DeviceCaps::hopper_reference()).unwrap();
         assert_eq!(
             (ps.tile_space(&small).total_iters(), ps.num_ctas),
-            (448, 224)
+            (448, 112)
         );
         let segs = ps.schedule.segments(&ps.tile_space(&small));
-        assert_eq!(segs.len(), 224, "one segment per CTA");
-        assert!(segs.iter().all(|s| s.local_end - s.local_begin == 2));
+        assert_eq!(segs.len(), 112, "one segment per CTA");
+        assert!(segs.iter().all(|s| s.local_end - s.local_begin == 4));
         // fewer iterations than slots: one CTA per iteration
         let tiny = AttentionProblem::uniform(1, 1, 1024, 32, 8, 128, 128, DType::F16);
         assert_eq!(

@@ -243,6 +243,13 @@ impl Schedule {
         matches!(self, Schedule::StreamK { .. })
     }
 
+    /// Whether every CTA computes exactly one whole tile (a fixed split of one chunk per tile):
+    /// CTA `g` is tile `g`, nothing is stored as a partial or merged, and no table per CTA is
+    /// needed.
+    pub fn one_cta_per_tile(&self, space: &TileSpace) -> bool {
+        matches!(self, Schedule::FixedSplit { num_ctas, .. } if *num_ctas == space.num_tiles())
+    }
+
     /// The `num_ctas + 1` CTA bounds in the flat iteration space (expanded for fixed split).
     pub fn cta_bounds(&self, space: &TileSpace) -> Vec<u64> {
         match self {
@@ -465,6 +472,21 @@ mod tests {
             assert!(seg.local_end - seg.local_begin <= chunk_iters);
             assert_eq!(seg.host, seg.local_begin == 0);
         }
+    }
+
+    #[test]
+    fn one_split_is_one_cta_per_tile() {
+        let p = ragged(&[1024, 100, 3000], 4);
+        let space = TileSpace::new(&p, 64, 1);
+        let s = Schedule::fixed_split(&space, 1);
+        assert!(s.one_cta_per_tile(&space));
+        s.check(&space).unwrap();
+        for (g, seg) in s.segments(&space).iter().enumerate() {
+            assert_eq!((seg.cta, seg.tile), (g, g));
+            assert!(seg.host && seg.finishing);
+        }
+        assert!(!Schedule::fixed_split(&space, 2).one_cta_per_tile(&space));
+        assert!(!Schedule::stream_k(&space, space.num_tiles()).one_cta_per_tile(&space));
     }
 
     #[test]
