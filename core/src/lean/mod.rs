@@ -190,18 +190,27 @@ fn tile_rows(p: &AttentionProblem) -> (usize, usize) {
 
 /// Iterations per CTA slot up to which [`plan`] may shrink the grid to align CTAs with tiles.
 pub const ALIGN_MAX_ITERS_PER_SLOT: u64 = 32;
+/// Iterations in all up to which [`plan`] runs one CTA per SM when there are fewer tiles than SMs
+/// (measured on an H100 and an H200: Lean-paper B=1 ctx 1k, 448 iterations, and Llama B=1 ctx 8k,
+/// 1024, are as fast or faster there on both; Lean-paper B=1 ctx 4k, 1792, is 13% slower on the
+/// H200).
+pub const ONE_PER_SM_MAX_ITERS: u64 = 1024;
 
 /// Plans a decode: a persistent stream-K grid of `compute_units * ctas_per_unit` CTAs (Alg. 2
 /// `G`), refined by three rules measured on an H100 (`benches/lean_grid.rs`, results in
 /// `docs/results/lean-h100-2026-11-23-run1/grid.json`), all for batches whose sequences are
 /// equally long:
 ///
-/// - **Aligned, one CTA per SM.** With fewer tiles than multiprocessors and little work (at most
-///   [`ALIGN_MAX_ITERS_PER_SLOT`] iterations per slot), the grid is `tiles * floor(SMs / tiles)`:
+/// - **Aligned, one CTA per SM.** With fewer tiles than multiprocessors and very little work (at
+///   most [`ONE_PER_SM_MAX_ITERS`] iterations in all), the grid is `tiles * floor(SMs / tiles)`:
 ///   every CTA stays inside one tile (no tile switch, at most one merge), the CTAs of a tile's
 ///   neighbours read the same key positions of other heads at the same time (whole K/V rows of
-///   the NHD layout per DRAM page), and no SM runs two CTAs while another runs one. 112 CTAs at
-///   the Lean-paper shape B=1 ctx 16k took 81.3 us against 89.0 us for 224 and 88.9 us for 264.
+///   the NHD layout per DRAM page), and no SM runs two CTAs while another runs one. Beyond that
+///   the H100 and the H200 disagree (`docs/results/lean-h200-2026-11-23-grid/`): at the
+///   Lean-paper shape B=1 ctx 16k 112 CTAs took 81.3 us against 89.0 us for 224 on the H100, but
+///   72.2 us against 63.9 us on the H200, whose higher bandwidth needs more loads in flight; a
+///   paged cache at 128 CTAs ran 23-34% slower than contiguous on the H200 (Llama B=8 ctx 8k,
+///   B=1 ctx 32k). Heavier grids take the next rule, which the H200 prefers.
 /// - **Aligned, every slot.** With at least as many tiles as SMs but fewer than slots and little
 ///   work, `tiles * floor(slots / tiles)` CTAs, the same alignment (the earlier rule).
 /// - **One CTA per tile.** With at least as many tiles as slots, when tiles are short
@@ -223,7 +232,8 @@ pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
     }
     let n = space.iters[0];
     if tiles < slots && light {
-        let per = if tiles <= sms { sms } else { slots } / tiles;
+        let one_per_sm = tiles <= sms && space.total_iters() <= ONE_PER_SM_MAX_ITERS;
+        let per = if one_per_sm { sms } else { slots } / tiles;
         let aligned = tiles * per;
         if aligned < pl.num_ctas {
             pl.schedule = Schedule::stream_k(&space, aligned);
@@ -560,11 +570,18 @@ mod tests {
         let uniform = |batch: usize, ctx: usize, hq: usize, hk: usize, d: usize| {
             AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, DType::F16)
         };
-        // 56 tiles, light: a multiple of the tiles that fits one CTA per SM
-        let p = uniform(1, 16384, 56, 56, 64);
+        // 56 tiles, very light: a multiple of the tiles that fits one CTA per SM
+        let p = uniform(1, 1024, 56, 56, 64);
         let pl = plan(&p, &caps).unwrap();
         assert!(matches!(pl.schedule, Schedule::StreamK { .. }));
         assert_eq!(pl.num_ctas, 56 * (sms / 56));
+        // 56 tiles, light but more than ONE_PER_SM_MAX_ITERS: a multiple that fills the slots
+        for ctx in [4096, 16384] {
+            let pl = plan(&uniform(1, ctx, 56, 56, 64), &caps).unwrap();
+            assert_eq!(pl.num_ctas, 56 * (slots / 56), "ctx {ctx}");
+        }
+        // Llama B=8 ctx 8k (64 tiles, 8192 iterations): every slot the tiles divide
+        assert_eq!(plan(&uniform(8, 8192, 32, 8, 128), &caps).unwrap().num_ctas, 256);
         // 224 tiles (more than SMs, fewer than slots), light: one CTA per tile, stream-K tables
         let pl = plan(&uniform(4, 1024, 56, 56, 64), &caps).unwrap();
         assert_eq!(pl.num_ctas, 224);
