@@ -581,7 +581,10 @@ mod tests {
             assert_eq!(pl.num_ctas, 56 * (slots / 56), "ctx {ctx}");
         }
         // Llama B=8 ctx 8k (64 tiles, 8192 iterations): every slot the tiles divide
-        assert_eq!(plan(&uniform(8, 8192, 32, 8, 128), &caps).unwrap().num_ctas, 256);
+        assert_eq!(
+            plan(&uniform(8, 8192, 32, 8, 128), &caps).unwrap().num_ctas,
+            256
+        );
         // 224 tiles (more than SMs, fewer than slots), light: one CTA per tile, stream-K tables
         let pl = plan(&uniform(4, 1024, 56, 56, 64), &caps).unwrap();
         assert_eq!(pl.num_ctas, 224);
