@@ -565,6 +565,20 @@ fn launch_with<P>(
     smem_bytes: u32,
     params: &mut P,
 ) -> Result<()> {
+    launch_on_stream(gpu, f, grid, threads, smem_bytes, gpu.stream, params)
+}
+
+/// Launches `f` with its single by-value parameter block on `stream` (the backend's own stream,
+/// or a caller's for the device path in `device`). An empty grid launches nothing.
+fn launch_on_stream<P>(
+    gpu: &Arc<Gpu>,
+    f: &Function,
+    grid: (usize, usize, usize),
+    threads: u32,
+    smem_bytes: u32,
+    stream: sys::CUstream,
+    params: &mut P,
+) -> Result<()> {
     if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
         return Ok(());
     }
@@ -576,7 +590,10 @@ fn launch_with<P>(
     }
     gpu.bind()?;
     let mut args = [params as *mut P as *mut std::ffi::c_void];
-    // SAFETY: `params` is the #[repr(C)] mirror of the kernel's single by-value parameter.
+    // SAFETY: `params` is the #[repr(C)] mirror of the kernel's single by-value parameter; the
+    // callers' (unsafe) entry points vouched for the addresses inside it and for the stream.
+    // Raw `cuLaunchKernel`: cudarc's safe launch builder takes its own stream type, not a
+    // caller's raw `CUstream`.
     check("cuLaunchKernel", unsafe {
         sys::cuLaunchKernel(
             f.f,
@@ -587,7 +604,7 @@ fn launch_with<P>(
             1,
             1,
             smem_bytes,
-            gpu.stream,
+            stream,
             args.as_mut_ptr(),
             std::ptr::null_mut(),
         )

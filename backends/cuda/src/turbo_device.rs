@@ -415,36 +415,7 @@ impl TurboStepKernels {
         stream: sys::CUstream,
         params: &mut P,
     ) -> Result<()> {
-        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
-            return Ok(());
-        }
-        if grid.1 > 65535 || grid.2 > 65535 || grid.0 > i32::MAX as usize {
-            return Err(CudaError::Unsupported {
-                what: format!("grid {grid:?} for {}", f.name),
-                supported: "x < 2^31, y and z <= 65535".into(),
-            });
-        }
-        self.gpu.bind()?;
-        let mut args = [params as *mut P as *mut std::ffi::c_void];
-        // SAFETY: `params` is the #[repr(C)] mirror of the kernel's single by-value parameter;
-        // the caller of the (unsafe) entry point vouched for the addresses inside it and for
-        // the stream. Raw `cuLaunchKernel`: cudarc's safe launch builder takes its own stream
-        // type, not the caller's raw `CUstream`.
-        check("cuLaunchKernel", unsafe {
-            sys::cuLaunchKernel(
-                f.f,
-                grid.0 as u32,
-                grid.1 as u32,
-                grid.2 as u32,
-                threads,
-                1,
-                1,
-                smem,
-                stream,
-                args.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        })
+        super::launch_on_stream(&self.gpu, f, grid, threads, smem, stream, params)
     }
 
     fn upload_image(&self, image: &[u8], workspace: u64, stream: sys::CUstream) -> Result<()> {
