@@ -475,46 +475,7 @@ pub fn turbo_decode_rows(
     };
 
     // our exact baseline: the Lean kernel over the same bf16 K/V
-    let lean_plan =
-        plan(Algorithm::Lean, &pk, &c.caps).map_err(|e| CudaError::Plan(e.to_string()))?;
-    let lean_prep = c.b.prepare(&lean_plan)?;
-    let mut lean_out = c.b.alloc_outputs(&pk)?;
-    lean_out.poison()?;
-    lean_prep.launch(&c.gpu, &x, &mut lean_out)?;
-    c.gpu.synchronize()?;
-    let lean_check = check_outputs(
-        "lean baseline",
-        &pk,
-        11,
-        None,
-        &lean_out,
-        1,
-        Algorithm::Lean,
-        true,
-    )?;
-    let lean_sets = rotation_sets(x.kv_bytes_read(), c.caps.l2_bytes);
-    let extra: Vec<DeviceInputs> = (1..lean_sets)
-        .map(|i| c.b.random_inputs(&pk, 11 + i as u32, 2.0))
-        .collect::<R<_>>()?;
-    let lean_t = if lean_check.passed {
-        Some(time(&c.gpu, lean_sets, |i| {
-            lean_prep.launch(
-                &c.gpu,
-                if i == 0 { &x } else { &extra[i - 1] },
-                &mut lean_out,
-            )
-        })?)
-    } else {
-        None
-    };
-    drop(extra);
-    let lean_base = Baseline {
-        name: "lean-exact".into(),
-        time: lean_t,
-        note: Some("exact attention, Lean stream-K over the bf16 K/V".into()),
-        error: (!lean_check.passed)
-            .then(|| format!("check failed: {}", lean_check.failure.unwrap_or_default())),
-    };
+    let lean_base = lean_baseline(c, &pk, &x, 11, 11, "bf16")?;
     let job = SdpaJob::new(first_row, JobKind::Decode, &shape, ctx, 1);
     let mut rows = vec![];
     for (label, bits) in [
@@ -650,46 +611,7 @@ pub fn turboquant_decode_rows(
     let p = s.problem();
     let seed = 17;
     let x = c.b.random_inputs(&p, seed, 2.0)?;
-    let lean_plan =
-        plan(Algorithm::Lean, &p, &c.caps).map_err(|e| CudaError::Plan(e.to_string()))?;
-    let lean_prep = c.b.prepare(&lean_plan)?;
-    let mut lean_out = c.b.alloc_outputs(&p)?;
-    lean_out.poison()?;
-    lean_prep.launch(&c.gpu, &x, &mut lean_out)?;
-    c.gpu.synchronize()?;
-    let lean_check = check_outputs(
-        "lean baseline",
-        &p,
-        seed,
-        None,
-        &lean_out,
-        1,
-        Algorithm::Lean,
-        true,
-    )?;
-    let lean_sets = rotation_sets(x.kv_bytes_read(), c.caps.l2_bytes);
-    let extra: Vec<DeviceInputs> = (1..lean_sets)
-        .map(|i| c.b.random_inputs(&p, seed + 100 + i as u32, 2.0))
-        .collect::<R<_>>()?;
-    let lean_t = if lean_check.passed {
-        Some(time(&c.gpu, lean_sets, |i| {
-            lean_prep.launch(
-                &c.gpu,
-                if i == 0 { &x } else { &extra[i - 1] },
-                &mut lean_out,
-            )
-        })?)
-    } else {
-        None
-    };
-    drop((extra, lean_out, lean_prep));
-    let lean_base = Baseline {
-        name: "lean-exact".into(),
-        time: lean_t,
-        note: Some("exact attention, Lean stream-K over the same fp16 K/V".into()),
-        error: (!lean_check.passed)
-            .then(|| format!("check failed: {}", lean_check.failure.unwrap_or_default())),
-    };
+    let lean_base = lean_baseline(c, &p, &x, seed, seed + 100, "fp16")?;
     let mut rows = vec![];
     for (label, key_bits, key_qjl, value_bits) in turboquant_configs() {
         let cfg = TurboQuantConfig {
@@ -840,6 +762,60 @@ pub fn open() -> std::result::Result<Cuda, String> {
 }
 
 /// `cuDriverGetVersion` and how the kernels were built.
+/// Our exact baseline for a compressed-cache decode row: the Lean kernel over the same
+/// uncompressed K/V `x` (inputs of `p` drawn with `seed`), checked against the golden, then timed
+/// over input sets rotated past L2 (extra sets drawn with seeds `extra_seed + 1, ..`).
+fn lean_baseline(
+    c: &Cuda,
+    p: &AttentionProblem,
+    x: &DeviceInputs,
+    seed: u32,
+    extra_seed: u32,
+    kv_dtype: &str,
+) -> R<Baseline> {
+    let lean_plan =
+        plan(Algorithm::Lean, p, &c.caps).map_err(|e| CudaError::Plan(e.to_string()))?;
+    let lean_prep = c.b.prepare(&lean_plan)?;
+    let mut lean_out = c.b.alloc_outputs(p)?;
+    lean_out.poison()?;
+    lean_prep.launch(&c.gpu, x, &mut lean_out)?;
+    c.gpu.synchronize()?;
+    let lean_check = check_outputs(
+        "lean baseline",
+        p,
+        seed,
+        None,
+        &lean_out,
+        1,
+        Algorithm::Lean,
+        true,
+    )?;
+    let lean_sets = rotation_sets(x.kv_bytes_read(), c.caps.l2_bytes);
+    let extra: Vec<DeviceInputs> = (1..lean_sets)
+        .map(|i| c.b.random_inputs(p, extra_seed + i as u32, 2.0))
+        .collect::<R<_>>()?;
+    let lean_t = if lean_check.passed {
+        Some(time(&c.gpu, lean_sets, |i| {
+            lean_prep.launch(
+                &c.gpu,
+                if i == 0 { x } else { &extra[i - 1] },
+                &mut lean_out,
+            )
+        })?)
+    } else {
+        None
+    };
+    Ok(Baseline {
+        name: "lean-exact".into(),
+        time: lean_t,
+        note: Some(format!(
+            "exact attention, Lean stream-K over the same {kv_dtype} K/V"
+        )),
+        error: (!lean_check.passed)
+            .then(|| format!("check failed: {}", lean_check.failure.unwrap_or_default())),
+    })
+}
+
 pub fn describe(c: &Cuda) -> (i32, String) {
     (c.gpu.driver_version, ferrattn_cuda::BUILD_NOTE.to_string())
 }
