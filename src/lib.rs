@@ -10,7 +10,17 @@
 //!     LeanSchedule, Stream, TensorView, Workspace,
 //! };
 //! use ferrattn::DType;
-//! # fn device_alloc(_bytes: usize) -> u64 { unimplemented!() }
+//! use cudarc::driver::{CudaContext, CudaSlice, DevicePtr};
+//! // device memory from the engine's allocator: here cudarc (cudaMalloc, torch's caching
+//! // allocator, ... work the same); the buffers live as long as `buffers`
+//! let cu = CudaContext::new(0)?.default_stream();
+//! let mut buffers: Vec<CudaSlice<u8>> = Vec::new();
+//! let mut device_alloc = |bytes: usize| -> Result<u64, Box<dyn std::error::Error>> {
+//!     let buf = cu.alloc_zeros::<u8>(bytes)?;
+//!     let addr = buf.device_ptr(&cu).0;
+//!     buffers.push(buf);
+//!     Ok(addr)
+//! };
 //! let (batch, heads_q, heads_kv, d, page, pages) = (4, 32, 8, 128, 16, 4096);
 //! let gpu = LeanDecoder::new(0)?;
 //! let shape = DecodeShape {
@@ -23,11 +33,11 @@
 //! let table: Vec<i32> = (0..(batch * max_pages) as i32).map(|i| i % pages as i32).collect();
 //! let kv = KvCache::Paged { page_size: page, num_pages: pages, max_pages, page_table: &table };
 //! let plan = DecodePlan::new(&shape, &gpu.caps()?, &lens, kv, 1, LeanSchedule::StreamK)?;
-//! // device memory from the engine's allocator (cudaMalloc, torch's caching allocator, ...)
-//! let view = |shape: &[usize], dtype: DType| {
+//! let mut view = |shape: &[usize], dtype: DType| -> Result<TensorView, Box<dyn std::error::Error>> {
 //!     let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
+//!     let addr = device_alloc(bytes)?;
 //!     // SAFETY: `bytes` bytes of device 0 memory that outlive the work enqueued on them
-//!     unsafe { TensorView::cuda(device_alloc(bytes), bytes, 0, dtype, shape, &contiguous_strides(shape)) }
+//!     Ok(unsafe { TensorView::cuda(addr, bytes, 0, dtype, shape, &contiguous_strides(shape)) }?)
 //! };
 //! let q = view(&[batch, 1, heads_q, d], DType::F16)?;
 //! let (k_new, v_new) = (view(&[batch, 1, heads_kv, d], DType::F16)?, view(&[batch, 1, heads_kv, d], DType::F16)?);
@@ -35,14 +45,15 @@
 //! let o = view(&[batch, 1, heads_q, d], DType::F16)?;
 //! let lse = view(&[batch, heads_q, 1], DType::F32)?;
 //! // SAFETY: the allocation holds `workspace_bytes()` bytes of device 0
-//! let mut ws = unsafe { Workspace::cuda(device_alloc(plan.workspace_bytes()), plan.workspace_bytes(), 0) };
+//! let ws_addr = device_alloc(plan.workspace_bytes())?;
+//! let mut ws = unsafe { Workspace::cuda(ws_addr, plan.workspace_bytes(), 0) };
 //! let stream = Stream::LEGACY_DEFAULT; // or the engine's stream: unsafe { Stream::from_raw(..) }
 //! let step = gpu.begin_step(&plan, &mut ws, stream)?; // one small table upload per step
 //! for _layer in 0..32 {
 //!     step.append(&k_new, &v_new, &k, &v, stream)?; // the step's new token into the cache
 //!     step.run(&DecodeViews { q: &q, k: &k, v: &v, o: &o, lse: &lse }, stream)?;
 //! }
-//! # Ok::<(), ferrattn::FerrattnError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! **The host path**: [`Runtime`] on host tensors, for every algorithm and backend.
