@@ -125,8 +125,11 @@ struct Smem {
   static constexpr bool kMma = D <= 128;
   // SIMT with 16 rows: q would not fit in registers beside O
   static constexpr bool kQInSmem = R >= 16 && !kMma;
+  // Paged kernels: the pool rows of the next unit's keys, double-buffered (lean_decode_body), last.
+  static constexpr int kRowsBytes = 2 * kSk * 4;
   static constexpr int bytes_for(int stages) {
-    return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0);
+    return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0) +
+           kRowsBytes;
   }
   static constexpr int kStages = bytes_for(3) <= cfg::kSmemBudget ? 3 : 2;
   static constexpr int kBytes = bytes_for(kStages);
@@ -315,40 +318,99 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       prefetch_l2(pp.q + (((u64)t.b * pp.max_sq + i) * pp.heads_q + h) * D + (tid * 64) % D);
     }
   };
-  auto load_unit = [&](u32 u) {
-    u32 it = cs + u / (u32)sub;
+  // The tile of unit u (pt follows the units in order) and the unit's first key.
+  auto unit_key0 = [&](u32 u) -> int {
+    const u32 it = cs + u / (u32)sub;
     if (it >= pt.end) {
       pt = tile_by_index(p, pt.tile + 1);
       prefetch_q(p, pt);  // the consumer reaches this tile a few stages later
     }
-    int key0 = (int)(it - pt.start) * p.tile_k + (int)(u % (u32)sub) * SK;
+    return (int)(it - pt.start) * p.tile_k + (int)(u % (u32)sub) * SK;
+  };
+  constexpr int CH = SK * D / 8 / cfg::kThreads;  // 16-byte chunks per thread per stage
+  static_assert(CH * cfg::kThreads == SK * D / 8, "a stage splits evenly over the threads");
+  // Copies of one unit into its ring slot from the rows of its keys (key c / (D/8) of the stage
+  // for chunk c); keys past the sequence are zero-filled (src-size 0) from row 0, an always-valid
+  // address.
+  auto copy_unit = [&](u32 u, int hk, const u64 (&rows)[CH], const bool (&ok)[CH]) {
     u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
     u16* vs = ks + SK * D;
-    const u64 base = (u64)pt.hk * D;
-    // Rows first, copies second: cp_async16's "memory" clobber keeps the compiler from hoisting a
-    // page-table load above an earlier copy, so interleaved they would wait one load latency each.
-    constexpr int CH = SK * D / 8 / cfg::kThreads;  // 16-byte chunks per thread per stage
-    static_assert(CH * cfg::kThreads == SK * D / 8, "a stage splits evenly over the threads");
-    u64 rows[CH];
-#pragma unroll
-    for (int i = 0; i < CH; ++i) {
-      const int j = key0 + (tid + i * cfg::kThreads) / (D / 8);
-      // keys past the sequence are zero-filled (src-size 0) from row 0, an always-valid address
-      rows[i] = j < pt.len_k ? kv_row_of<PAGED>(p, pt.b, j) : (u64)0;
-    }
+    const u64 base = (u64)hk * D;
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
       const int c = tid + i * cfg::kThreads;
       const int key = c / (D / 8), col = (c % (D / 8)) * 8;
-      const bool ok = key0 + key < pt.len_k;
       const u64 off = base + rows[i] * kv_row + col;
-      cp_async16(ks + swz<D>(key, col >> 3), p.k + off, ok);
-      cp_async16(vs + swz<D>(key, col >> 3), p.v + off, ok);
+      cp_async16(ks + swz<D>(key, col >> 3), p.k + off, ok[i]);
+      cp_async16(vs + swz<D>(key, col >> 3), p.v + off, ok[i]);
     }
   };
+  // Contiguous caches: a key's row is arithmetic, computed where the copy is issued.
+  auto load_unit = [&](u32 u) {
+    const int key0 = unit_key0(u);
+    u64 rows[CH];
+    bool ok[CH];
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+      const int j = key0 + (tid + i * cfg::kThreads) / (D / 8);
+      ok[i] = j < pt.len_k;
+      rows[i] = ok[i] ? kv_row_of<PAGED>(p, pt.b, j) : (u64)0;
+    }
+    copy_unit(u, pt.hk, rows, ok);
+  };
+  // Paged caches: a key's row is a page-table read, a global load whose result the copy's address
+  // needs. Read in the same step as the copies, every stage would wait one L2 round trip before its
+  // copies are issued, and with one CTA per SM nothing else hides it (H200, 54f6dab: Llama B=1 and
+  // B=8 ctx 8k and B=1 ctx 32k at 128 CTAs 12-34% behind contiguous, at 264 CTAs 0-4%). So the rows
+  // of unit u + 1 are read (thread k < SK reads key k's row into a register) right after unit u's
+  // copies are issued, and stored to shared memory (rows_s, two slots) just before the next
+  // iteration's barrier: the read overlaps a stage of compute, at the cost of one register.
+  // Rows are u32: page * page_size + offset, below 2^32 for any pool the host accepts.
+  constexpr u32 kNoRow = 0xffffffffu;
+  u32* rows_s = reinterpret_cast<u32*>(smem_raw + S::kBytes - S::kRowsBytes);  // [2][SK]
+  u32 pending_row = kNoRow;
+  auto fetch_rows = [&](u32 u) {
+    const int key0 = unit_key0(u);  // pt is unit u's tile until copy_fetched(u)
+    if (tid < SK) {
+      const int j = key0 + tid;
+      pending_row = j < pt.len_k ? (u32)kv_row_of<PAGED>(p, pt.b, j) : kNoRow;
+    }
+  };
+  auto store_fetched = [&](u32 u) {
+    if (tid < SK) rows_s[(u & 1) * SK + tid] = pending_row;
+  };
+  auto copy_fetched = [&](u32 u) {
+    const u32* rs = rows_s + (u & 1) * SK;
+    u64 rows[CH];
+    bool ok[CH];
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+      const u32 r = rs[(tid + i * cfg::kThreads) / (D / 8)];
+      ok[i] = r != kNoRow;
+      rows[i] = ok[i] ? (u64)r : (u64)0;
+    }
+    copy_unit(u, pt.hk, rows, ok);
+  };
+  // Issues unit u's copies (its rows stored and visible after a barrier, for a paged cache), and
+  // for a paged cache reads the rows of unit u + 1.
+  auto issue_unit = [&](u32 u) {
+    if constexpr (PAGED) {
+      copy_fetched(u);
+      if (u + 1 < units) fetch_rows(u + 1);
+    } else {
+      load_unit(u);
+    }
+  };
+  if constexpr (PAGED) {
+    if (units > 0) fetch_rows(0);
+  }
 #pragma unroll
   for (int s = 0; s < ST - 1; ++s) {
-    if ((u32)s < units) load_unit((u32)s);
+    if constexpr (PAGED) {
+      if ((u32)s < units) store_fetched((u32)s);
+      __syncthreads();
+    }
+    if ((u32)s < units) issue_unit((u32)s);
     cp_async_commit();
   }
 
@@ -440,8 +502,11 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   for (u32 u = 0; u < units; ++u) {
     const u32 it = cs + u / (u32)sub;
     cp_async_wait<ST - 2>();
+    if constexpr (PAGED) {
+      if (u + ST - 1 < units) store_fetched(u + ST - 1);
+    }
     __syncthreads();
-    if (u + ST - 1 < units) load_unit(u + ST - 1);
+    if (u + ST - 1 < units) issue_unit(u + ST - 1);
     cp_async_commit();
 
     // ---- LeanTile on this stage (Alg. 1 lines 20-25), keys grp*8 .. grp*8+7 of the stage ----

@@ -27,7 +27,7 @@ use crate::{FerrattnError, Result};
 use ferrattn_core::{lean, AttentionProblem, DType, DeviceCaps, KvLayout};
 use ferrattn_cuda::{
     CudaBackend, KvStorage, LeanKernels, LeanStepPlan, LeanTensors, Paging, WorkspaceLayout,
-    PAGE_SIZES, WORKSPACE_ALIGN,
+    MAX_POOL_ROWS, PAGE_SIZES, WORKSPACE_ALIGN,
 };
 use serde::Serialize;
 use std::marker::PhantomData;
@@ -600,6 +600,13 @@ pub fn validate_lengths(
                 return Err(ViewError::PageSize {
                     got: page_size,
                     supported: PAGE_SIZES.to_vec(),
+                });
+            }
+            if num_pages.saturating_mul(page_size) > MAX_POOL_ROWS {
+                return Err(ViewError::Length {
+                    what: "num_pages * page_size (token rows of the pool)".into(),
+                    got: num_pages.saturating_mul(page_size),
+                    requirement: format!("at most {MAX_POOL_ROWS}"),
                 });
             }
             if max_pages == 0 || page_table.len() != shape.batch * max_pages {

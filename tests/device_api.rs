@@ -371,6 +371,18 @@ fn sequence_longer_than_its_pages_is_rejected() {
         validate_lengths(&shape(), &[100, 128], &odd),
         Err(ViewError::PageSize { got: 32, .. })
     ));
+    // a pool whose token rows the paged kernels cannot address in 32 bits
+    let huge = KvCache::Paged {
+        page_size: PAGE,
+        num_pages: (u32::MAX as usize) / PAGE + 1,
+        max_pages: MAX_PAGES,
+        page_table: &t,
+    };
+    let rows = ((u32::MAX as usize) / PAGE + 1) * PAGE;
+    assert!(matches!(
+        validate_lengths(&shape(), &[100, 128], &huge),
+        Err(ViewError::Length { got, .. }) if got == rows
+    ));
     assert!(matches!(
         validate_lengths(
             &shape(),

@@ -355,6 +355,11 @@ pub struct Paging {
 /// Page sizes the paged kernels take (a power of two; 16 is vLLM's default, 64 FlashMLA's).
 pub const PAGE_SIZES: [usize; 2] = [16, 64];
 
+/// Token rows (`num_pages * page_size`) a page pool may hold: the paged decode carries a key's
+/// pool row in 32 bits with `u32::MAX` meaning "no key" (`lean_decode.cu`, `rows_s`). A pool of
+/// this many rows is far beyond any GPU's memory (at least 128 bytes per row for K alone).
+pub const MAX_POOL_ROWS: usize = u32::MAX as usize - 1;
+
 impl Paging {
     /// `table` is `[batch, max_pages]` row-major: entry `(b, i)` is the pool page holding tokens
     /// `i * page_size ..` of sequence `b`. Checks what the kernels rely on: the page size is one
@@ -370,6 +375,12 @@ impl Paging {
         let bad = |m: String| Err(CudaError::Plan(m));
         if !PAGE_SIZES.contains(&page_size) {
             return bad(format!("page size {page_size}; supported: {PAGE_SIZES:?}"));
+        }
+        if num_pages.saturating_mul(page_size) > MAX_POOL_ROWS {
+            return bad(format!(
+                "a pool of {num_pages} pages of {page_size} tokens; the paged kernels address \
+                 at most {MAX_POOL_ROWS} token rows"
+            ));
         }
         if max_pages == 0 || table.len() != seqlens_k.len() * max_pages {
             return bad(format!(

@@ -36,7 +36,7 @@ pub use kernels::{LeanEntry, LeanInstance};
 pub use kernels::{ModuleOrigin, BUILD_NOTE};
 pub use launch::{
     DeviceInputs, DeviceOutputs, KvStorage, LeanKernels, LeanStepPlan, LeanTensors, Paging,
-    PreparedLean, WorkspaceLayout, PAGE_SIZES, WORKSPACE_ALIGN,
+    PreparedLean, WorkspaceLayout, MAX_POOL_ROWS, PAGE_SIZES, WORKSPACE_ALIGN,
 };
 pub use turbo::device::{
     turbo_cache_bytes, turbo_reset_cache, TurboDecodeStepPlan, TurboPrefillStepPlan,
