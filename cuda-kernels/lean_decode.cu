@@ -58,6 +58,8 @@ struct LeanParams {
   const int* page_table;  // paged kernels: [batch, max_pages] pool page of each logical page
   int max_pages;          // page-table row length
   int page_shift;         // log2(page size)
+  int rows_ahead;         // paged kernels: 1 reads the next unit's pool rows a stage ahead (lean_decode_body)
+  int reserved;
 };
 
 // Row of the K/V buffer that holds key j of sequence b (NHD: a row is heads_kv * D values).
@@ -345,7 +347,8 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       cp_async16(vs + swz<D>(key, col >> 3), p.v + off, ok[i]);
     }
   };
-  // Contiguous caches: a key's row is arithmetic, computed where the copy is issued.
+  // Rows computed where the copy is issued: arithmetic for a contiguous cache, a page-table read
+  // for a paged one that does not read a stage ahead.
   auto load_unit = [&](u32 u) {
     const int key0 = unit_key0(u);
     u64 rows[CH];
@@ -393,20 +396,22 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   };
   // Issues unit u's copies (its rows stored and visible after a barrier, for a paged cache), and
   // for a paged cache reads the rows of unit u + 1.
+  // Which of the two is faster depends on the grid (the host decides, launch.rs `rows_ahead`):
+  // ahead wins with one CTA per SM and with pages of 64; with pages of 16 at two CTAs per SM it lost
+  // 5-9% against reading in place (H200, 2026-11-23, docs/DEVICE_PATH.md).
+  const bool ahead = PAGED && p.rows_ahead != 0;  // uniform over the CTA: barriers stay uniform
   auto issue_unit = [&](u32 u) {
-    if constexpr (PAGED) {
+    if (ahead) {
       copy_fetched(u);
       if (u + 1 < units) fetch_rows(u + 1);
     } else {
       load_unit(u);
     }
   };
-  if constexpr (PAGED) {
-    if (units > 0) fetch_rows(0);
-  }
+  if (ahead && units > 0) fetch_rows(0);
 #pragma unroll
   for (int s = 0; s < ST - 1; ++s) {
-    if constexpr (PAGED) {
+    if (ahead) {
       if ((u32)s < units) store_fetched((u32)s);
       __syncthreads();
     }
@@ -502,9 +507,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   for (u32 u = 0; u < units; ++u) {
     const u32 it = cs + u / (u32)sub;
     cp_async_wait<ST - 2>();
-    if constexpr (PAGED) {
-      if (u + ST - 1 < units) store_fetched(u + ST - 1);
-    }
+    if (ahead && u + ST - 1 < units) store_fetched(u + ST - 1);
     __syncthreads();
     if (u + ST - 1 < units) issue_unit(u + ST - 1);
     cp_async_commit();

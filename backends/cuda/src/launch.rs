@@ -58,6 +58,8 @@ pub(crate) struct LeanParams {
     page_table: u64,
     max_pages: i32,
     page_shift: i32,
+    rows_ahead: i32,
+    reserved: i32,
 }
 
 /// Q, K, V and sequence lengths on the device, as 16-bit values.
@@ -802,8 +804,21 @@ impl LeanStepPlan {
             page_table,
             max_pages,
             page_shift,
+            rows_ahead: 0,
+            reserved: 0,
         }
     }
+}
+
+/// Whether a paged decode reads the next unit's pool rows a stage ahead (`rows_ahead` in
+/// `lean_decode.cu`) instead of where the copies are issued. Measured on an H200 (2026-11-23,
+/// `benches/lean_paged.rs`, both kernels in one run): ahead removes the page-table round trip that
+/// each stage waited for where nothing else hides it, one CTA per SM (Llama B=1 ctx 8k at 128 CTAs:
+/// 1.12-1.14x contiguous -> 1.02-1.03x with pages of 64, 1.13 -> 1.05-1.06x with pages of 16), and
+/// is as fast or faster with pages of 64 everywhere; with pages of 16 and two CTAs per SM it was
+/// 5-9% slower (Llama B=64 ctx 8k 1.05-1.08x -> 1.12x, Lean-paper B=4 ctx 16k 1.06 -> 1.13-1.15x).
+fn paged_rows_ahead(page_size: usize, num_ctas: usize, sms: usize) -> bool {
+    page_size >= 64 || num_ctas <= sms
 }
 
 /// Device addresses of one layer's tensors, all contiguous: Q and O `[batch, max_seqlen_q,
@@ -859,6 +874,8 @@ pub struct LeanKernels {
     stages: u32,
     ctas_per_sm: [u32; 2],
     cooperative: std::sync::atomic::AtomicBool,
+    /// 0: [`paged_rows_ahead`] decides; 1: never ahead; 2: always ahead.
+    rows_ahead: std::sync::atomic::AtomicU8,
 }
 
 impl LeanKernels {
@@ -919,6 +936,7 @@ impl LeanKernels {
             stages,
             ctas_per_sm,
             cooperative: std::sync::atomic::AtomicBool::new(true),
+            rows_ahead: std::sync::atomic::AtomicU8::new(0),
         })
     }
 
@@ -928,6 +946,20 @@ impl LeanKernels {
     pub fn set_cooperative(&self, on: bool) {
         self.cooperative
             .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How a paged decode reads its page table: `None` (the default) lets the grid decide (a
+    /// stage ahead with one CTA per SM or pages of 64, in place otherwise: measured, see
+    /// `paged_rows_ahead`); `Some(ahead)` forces one way. Both give the same bits. For tests and
+    /// `benches/lean_paged.rs`; serving keeps the default.
+    pub fn set_paged_rows_ahead(&self, mode: Option<bool>) {
+        let m = match mode {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => 2,
+        };
+        self.rows_ahead
+            .store(m, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The instance these kernels serve.
@@ -1016,6 +1048,14 @@ impl LeanKernels {
         stream: sys::CUstream,
     ) -> Result<()> {
         let mut prm = step.params(t, workspace);
+        if let KvStorage::Paged(pg) = &step.kv {
+            let ahead = match self.rows_ahead.load(std::sync::atomic::Ordering::Relaxed) {
+                1 => false,
+                2 => true,
+                _ => paged_rows_ahead(pg.page_size, step.num_ctas(), self.gpu.caps.compute_units),
+            };
+            prm.rows_ahead = ahead as i32;
+        }
         let mut args = [&mut prm as *mut LeanParams as *mut std::ffi::c_void];
         let paged = matches!(step.kv, KvStorage::Paged(_));
         let decode = if paged {

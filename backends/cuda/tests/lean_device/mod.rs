@@ -247,8 +247,18 @@ fn device_cases(test: &str) {
                 let pool = paged_copy(&b, &x, &p, &lp, page, 5 + i as u64);
                 let step =
                     LeanStepPlan::new(&p, &lp, KvStorage::Paged(pool.paging.clone()), 0).unwrap();
-                let paged = run_step(&b, &step, x.q().ptr(), pool.k.ptr(), pool.v.ptr());
-                assert_bits_eq(&format!("paged {page} vs contiguous, {what}"), &paged, &dev);
+                // the grid's choice, then both ways of reading the page table forced
+                let kern = kernels(&b, &p, &lp);
+                for mode in [None, Some(false), Some(true)] {
+                    kern.set_paged_rows_ahead(mode);
+                    let paged = run_step(&b, &step, x.q().ptr(), pool.k.ptr(), pool.v.ptr());
+                    assert_bits_eq(
+                        &format!("paged {page} (rows ahead: {mode:?}) vs contiguous, {what}"),
+                        &paged,
+                        &dev,
+                    );
+                }
+                kern.set_paged_rows_ahead(None);
             }
         }
     }
