@@ -58,8 +58,6 @@ struct LeanParams {
   const int* page_table;  // paged kernels: [batch, max_pages] pool page of each logical page
   int max_pages;          // page-table row length
   int page_shift;         // log2(page size)
-  int rows_ahead;         // paged kernels: 1 reads the next unit's pool rows a stage ahead (lean_decode_body)
-  int reserved;
 };
 
 // Row of the K/V buffer that holds key j of sequence b (NHD: a row is heads_kv * D values).
@@ -250,7 +248,7 @@ __device__ __forceinline__ void write_output(const LeanParams& p, const TileInfo
   }
 }
 
-template <class T, int D, int R, bool PAGED>
+template <class T, int D, int R, bool PAGED, bool AHEAD = false>
 __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   using S = Smem<D, R>;
   constexpr int L = cfg::lanes_per_key<D>();
@@ -396,22 +394,26 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   };
   // Issues unit u's copies (its rows stored and visible after a barrier, for a paged cache), and
   // for a paged cache reads the rows of unit u + 1.
-  // Which of the two is faster depends on the grid (the host decides, launch.rs `rows_ahead`):
-  // ahead wins with one CTA per SM and with pages of 64; with pages of 16 at two CTAs per SM it lost
-  // 5-9% against reading in place (H200, 2026-11-23, docs/DEVICE_PATH.md).
-  const bool ahead = PAGED && p.rows_ahead != 0;  // uniform over the CTA: barriers stay uniform
+  // Which of the two is faster depends on the grid (the host picks the instance, launch.rs
+  // `paged_rows_ahead`): ahead wins with one CTA per SM and with pages of 64; with pages of 16 at
+  // two CTAs per SM it lost 5-9% against reading in place (H200, 2026-11-23, docs/DEVICE_PATH.md).
+  // A template parameter, not a launch parameter: a run-time switch between the two cost 2-5% on
+  // both (the same H200 measurements).
+  constexpr bool ahead = PAGED && AHEAD;
   auto issue_unit = [&](u32 u) {
-    if (ahead) {
+    if constexpr (ahead) {
       copy_fetched(u);
       if (u + 1 < units) fetch_rows(u + 1);
     } else {
       load_unit(u);
     }
   };
-  if (ahead && units > 0) fetch_rows(0);
+  if constexpr (ahead) {
+    if (units > 0) fetch_rows(0);
+  }
 #pragma unroll
   for (int s = 0; s < ST - 1; ++s) {
-    if (ahead) {
+    if constexpr (ahead) {
       if ((u32)s < units) store_fetched((u32)s);
       __syncthreads();
     }
@@ -507,7 +509,9 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   for (u32 u = 0; u < units; ++u) {
     const u32 it = cs + u / (u32)sub;
     cp_async_wait<ST - 2>();
-    if (ahead && u + ST - 1 < units) store_fetched(u + ST - 1);
+    if constexpr (ahead) {
+      if (u + ST - 1 < units) store_fetched(u + ST - 1);
+    }
     __syncthreads();
     if (u + ST - 1 < units) issue_unit(u + ST - 1);
     cp_async_commit();
@@ -854,6 +858,10 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
   extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, ferrattn::cfg::kMinCtasPerSm) \
       lean_decode_paged_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                           \
     ferrattn::lean_decode_body<ferrattn::T, D, R, true>(p);                                          \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, ferrattn::cfg::kMinCtasPerSm) \
+      lean_decode_paged_ahead_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                     \
+    ferrattn::lean_decode_body<ferrattn::T, D, R, true, true>(p);                                    \
   }                                                                                                  \
   extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads)                              \
       lean_combine_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                                \

@@ -339,6 +339,8 @@ pub enum LeanEntry {
     Decode,
     /// The same over a paged K/V pool.
     DecodePaged,
+    /// The same, reading the page table a stage ahead (chosen by the grid, `launch.rs`).
+    DecodePagedAhead,
     /// Second pass of the fixed split.
     Combine,
     /// Reports the decode kernel's shared memory and stage count.
@@ -351,9 +353,10 @@ pub enum LeanEntry {
 
 impl LeanEntry {
     /// Every entry, in the order [`LeanInstance::names`] returns them.
-    pub const ALL: [LeanEntry; 6] = [
+    pub const ALL: [LeanEntry; 7] = [
         LeanEntry::Decode,
         LeanEntry::DecodePaged,
+        LeanEntry::DecodePagedAhead,
         LeanEntry::Combine,
         LeanEntry::SmemQuery,
         LeanEntry::Append,
@@ -399,6 +402,7 @@ impl LeanInstance {
         match entry {
             LeanEntry::Decode => format!("lean_decode_{dt}_d{d}_r{r}"),
             LeanEntry::DecodePaged => format!("lean_decode_paged_{dt}_d{d}_r{r}"),
+            LeanEntry::DecodePagedAhead => format!("lean_decode_paged_ahead_{dt}_d{d}_r{r}"),
             LeanEntry::Combine => format!("lean_combine_{dt}_d{d}_r{r}"),
             LeanEntry::SmemQuery => format!("lean_smem_{dt}_d{d}_r{r}"),
             LeanEntry::Append => "lean_append".into(),

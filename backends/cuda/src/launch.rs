@@ -58,8 +58,6 @@ pub(crate) struct LeanParams {
     page_table: u64,
     max_pages: i32,
     page_shift: i32,
-    rows_ahead: i32,
-    reserved: i32,
 }
 
 /// Q, K, V and sequence lengths on the device, as 16-bit values.
@@ -804,14 +802,13 @@ impl LeanStepPlan {
             page_table,
             max_pages,
             page_shift,
-            rows_ahead: 0,
-            reserved: 0,
         }
     }
 }
 
-/// Whether a paged decode reads the next unit's pool rows a stage ahead (`rows_ahead` in
-/// `lean_decode.cu`) instead of where the copies are issued. Measured on an H200 (2026-11-23,
+/// Whether a paged decode runs the instance that reads the next unit's pool rows a stage ahead
+/// (`lean_decode_paged_ahead_*`, `AHEAD` in `lean_decode.cu`) instead of the one that reads them
+/// where the copies are issued. Measured on an H200 (2026-11-23,
 /// `benches/lean_paged.rs`, both kernels in one run): ahead removes the page-table round trip that
 /// each stage waited for where nothing else hides it, one CTA per SM (Llama B=1 ctx 8k at 128 CTAs:
 /// 1.12-1.14x contiguous -> 1.02-1.03x with pages of 64, 1.13 -> 1.05-1.06x with pages of 16), and
@@ -867,6 +864,8 @@ pub struct LeanKernels {
     instance: LeanInstance,
     decode: Function,
     decode_paged: Function,
+    /// The paged decode that reads the page table a stage ahead (`paged_rows_ahead`).
+    decode_paged_ahead: Function,
     combine: Function,
     append: Function,
     append_paged: Function,
@@ -888,6 +887,7 @@ impl LeanKernels {
         let f = |e: LeanEntry| module.function(&instance.name(e));
         let decode = f(LeanEntry::Decode)?;
         let decode_paged = f(LeanEntry::DecodePaged)?;
+        let decode_paged_ahead = f(LeanEntry::DecodePagedAhead)?;
         // the kernel reports its own shared-memory size and stage count
         let smem_q = f(LeanEntry::SmemQuery)?;
         let out = DeviceBuffer::alloc(gpu, 8)?;
@@ -902,8 +902,8 @@ impl LeanKernels {
         let info: Vec<i32> = out.to_vec()?;
         let (smem_bytes, stages) = (info[0] as u32, info[1] as u32);
         gpu.bind()?;
-        let mut ctas_per_sm = [0u32; 2];
-        for (i, k) in [&decode, &decode_paged].into_iter().enumerate() {
+        let mut ctas_per_sm = [u32::MAX; 2];
+        for (i, k) in [(0, &decode), (1, &decode_paged), (1, &decode_paged_ahead)] {
             // SAFETY: valid function handle; attribute value in range.
             check("cuFuncSetAttribute", unsafe {
                 sys::cuFuncSetAttribute(
@@ -922,13 +922,14 @@ impl LeanKernels {
                     smem_bytes as usize,
                 )
             })?;
-            ctas_per_sm[i] = occ as u32;
+            ctas_per_sm[i] = ctas_per_sm[i].min(occ as u32);
         }
         Ok(LeanKernels {
             gpu: gpu.clone(),
             instance,
             decode,
             decode_paged,
+            decode_paged_ahead,
             combine: f(LeanEntry::Combine)?,
             append: f(LeanEntry::Append)?,
             append_paged: f(LeanEntry::AppendPaged)?,
@@ -1048,20 +1049,23 @@ impl LeanKernels {
         stream: sys::CUstream,
     ) -> Result<()> {
         let mut prm = step.params(t, workspace);
-        if let KvStorage::Paged(pg) = &step.kv {
-            let ahead = match self.rows_ahead.load(std::sync::atomic::Ordering::Relaxed) {
-                1 => false,
-                2 => true,
-                _ => paged_rows_ahead(pg.page_size, step.num_ctas(), self.gpu.caps.compute_units),
-            };
-            prm.rows_ahead = ahead as i32;
-        }
         let mut args = [&mut prm as *mut LeanParams as *mut std::ffi::c_void];
-        let paged = matches!(step.kv, KvStorage::Paged(_));
-        let decode = if paged {
-            &self.decode_paged
-        } else {
-            &self.decode
+        let decode = match &step.kv {
+            KvStorage::Contiguous => &self.decode,
+            KvStorage::Paged(pg) => {
+                let ahead = match self.rows_ahead.load(std::sync::atomic::Ordering::Relaxed) {
+                    1 => false,
+                    2 => true,
+                    _ => {
+                        paged_rows_ahead(pg.page_size, step.num_ctas(), self.gpu.caps.compute_units)
+                    }
+                };
+                if ahead {
+                    &self.decode_paged_ahead
+                } else {
+                    &self.decode_paged
+                }
+            }
         };
         let stream_k = step.plan.schedule.merges_in_kernel();
         let cooperative = stream_k && self.cooperative.load(std::sync::atomic::Ordering::Relaxed);
