@@ -125,14 +125,18 @@ struct Smem {
   static constexpr bool kMma = D <= 128;
   // SIMT with 16 rows: q would not fit in registers beside O
   static constexpr bool kQInSmem = R >= 16 && !kMma;
-  // Paged kernels: the pool rows of the next unit's keys, double-buffered (lean_decode_body), last.
+  // Paged kernels that read a stage ahead: the pool rows of the next unit's keys, double-buffered
+  // (lean_decode_body), last. Only those instances reserve it (kBytesAhead): a kilobyte more per
+  // CTA slowed the contiguous one-CTA-per-tile rows (Lean-paper B=16 ctx 1k, 64.8-66.6 -> 69.6-70.9
+  // us on an H200) by moving two CTAs per SM into a larger shared-memory carveout (less L1).
   static constexpr int kRowsBytes = 2 * kSk * 4;
   static constexpr int bytes_for(int stages) {
-    return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0) +
-           kRowsBytes;
+    return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0);
   }
-  static constexpr int kStages = bytes_for(3) <= cfg::kSmemBudget ? 3 : 2;
+  // the same stage count with or without the rows (decided with them)
+  static constexpr int kStages = bytes_for(3) + kRowsBytes <= cfg::kSmemBudget ? 3 : 2;
   static constexpr int kBytes = bytes_for(kStages);
+  static constexpr int kBytesAhead = kBytes + kRowsBytes;
   static constexpr int kKvBytes = kStages * 2 * kSk * D * 2;
 };
 
@@ -368,7 +372,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // iteration's barrier: the read overlaps a stage of compute, at the cost of one register.
   // Rows are u32: page * page_size + offset, below 2^32 for any pool the host accepts.
   constexpr u32 kNoRow = 0xffffffffu;
-  u32* rows_s = reinterpret_cast<u32*>(smem_raw + S::kBytes - S::kRowsBytes);  // [2][SK]
+  u32* rows_s = reinterpret_cast<u32*>(smem_raw + S::kBytes);  // [2][SK], ahead instances only
   u32 pending_row = kNoRow;
   auto fetch_rows = [&](u32 u) {
     const int key0 = unit_key0(u);  // pt is unit u's tile until copy_fetched(u)
@@ -870,6 +874,7 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
   extern "C" __global__ void lean_smem_##TN##_d##D##_r##R(int* out) {                                \
     out[0] = ferrattn::Smem<D, R>::kBytes;                                                           \
     out[1] = ferrattn::Smem<D, R>::kStages;                                                          \
+    out[2] = ferrattn::Smem<D, R>::kBytesAhead;                                                      \
   }
 #define FERRATTN_LEAN_ROWS(TN, T, D) \
   FERRATTN_LEAN(TN, T, D, 1)         \

@@ -870,6 +870,8 @@ pub struct LeanKernels {
     append: Function,
     append_paged: Function,
     smem_bytes: u32,
+    /// Dynamic shared memory of `decode_paged_ahead` (its next-unit rows on top).
+    smem_bytes_ahead: u32,
     stages: u32,
     ctas_per_sm: [u32; 2],
     cooperative: std::sync::atomic::AtomicBool,
@@ -888,9 +890,9 @@ impl LeanKernels {
         let decode = f(LeanEntry::Decode)?;
         let decode_paged = f(LeanEntry::DecodePaged)?;
         let decode_paged_ahead = f(LeanEntry::DecodePagedAhead)?;
-        // the kernel reports its own shared-memory size and stage count
+        // the kernel reports its own shared-memory sizes (in place, ahead) and stage count
         let smem_q = f(LeanEntry::SmemQuery)?;
-        let out = DeviceBuffer::alloc(gpu, 8)?;
+        let out = DeviceBuffer::alloc(gpu, 12)?;
         let mut ptr = out.ptr();
         launch_raw(
             gpu,
@@ -900,10 +902,15 @@ impl LeanKernels {
             &mut [&mut ptr as *mut u64 as *mut std::ffi::c_void],
         )?;
         let info: Vec<i32> = out.to_vec()?;
-        let (smem_bytes, stages) = (info[0] as u32, info[1] as u32);
+        let (smem_bytes, stages, smem_bytes_ahead) =
+            (info[0] as u32, info[1] as u32, info[2] as u32);
         gpu.bind()?;
         let mut ctas_per_sm = [u32::MAX; 2];
-        for (i, k) in [(0, &decode), (1, &decode_paged), (1, &decode_paged_ahead)] {
+        for (i, k, smem_bytes) in [
+            (0, &decode, smem_bytes),
+            (1, &decode_paged, smem_bytes),
+            (1, &decode_paged_ahead, smem_bytes_ahead),
+        ] {
             // SAFETY: valid function handle; attribute value in range.
             check("cuFuncSetAttribute", unsafe {
                 sys::cuFuncSetAttribute(
@@ -934,6 +941,7 @@ impl LeanKernels {
             append: f(LeanEntry::Append)?,
             append_paged: f(LeanEntry::AppendPaged)?,
             smem_bytes,
+            smem_bytes_ahead,
             stages,
             ctas_per_sm,
             cooperative: std::sync::atomic::AtomicBool::new(true),
@@ -1050,8 +1058,8 @@ impl LeanKernels {
     ) -> Result<()> {
         let mut prm = step.params(t, workspace);
         let mut args = [&mut prm as *mut LeanParams as *mut std::ffi::c_void];
-        let decode = match &step.kv {
-            KvStorage::Contiguous => &self.decode,
+        let (decode, smem) = match &step.kv {
+            KvStorage::Contiguous => (&self.decode, self.smem_bytes),
             KvStorage::Paged(pg) => {
                 let ahead = match self.rows_ahead.load(std::sync::atomic::Ordering::Relaxed) {
                     1 => false,
@@ -1061,9 +1069,9 @@ impl LeanKernels {
                     }
                 };
                 if ahead {
-                    &self.decode_paged_ahead
+                    (&self.decode_paged_ahead, self.smem_bytes_ahead)
                 } else {
-                    &self.decode_paged
+                    (&self.decode_paged, self.smem_bytes)
                 }
             }
         };
@@ -1076,7 +1084,7 @@ impl LeanKernels {
                 &self.gpu,
                 decode,
                 (step.num_ctas() as u32, LEAN_THREADS),
-                self.smem_bytes,
+                smem,
                 stream,
                 cooperative,
                 &mut args,

@@ -9,7 +9,9 @@
 //! - the result against single-GPU Lean over the whole cache on GPU 0: within the rounding of
 //!   the partials to the dtype plus the output's own (see `docs/CONTEXT_PARALLEL.md`);
 //! - the result against the f64 golden reference (small cases) with the dtype's tolerance;
-//! - replicated outputs: every rank's O and LSE are the same bits (same merge order).
+//! - replicated outputs: every rank's O and LSE are the same bits (same merge order);
+//! - the whole step (attend, exchange, merge) captured in a CUDA graph on every rank and replayed
+//!   100 times: the eager step's bits.
 //!
 //! Without a GPU or without libnccl every test prints `SKIPPED <test>: <reason>` and passes
 //! (`scripts/gpu-run.sh` fails a GPU run on that line).
@@ -21,7 +23,7 @@ use ferrattn_core::{
 };
 use ferrattn_cuda::cp::{CpRank, CpTensors};
 use ferrattn_cuda::nccl::{self, Communicator};
-use ferrattn_cuda::{CudaBackend, DeviceBuffer, KvStorage, Paging};
+use ferrattn_cuda::{CudaBackend, DeviceBuffer, Graph, KvStorage, Paging};
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
 
@@ -128,6 +130,9 @@ struct RankResult {
     part_o: Vec<f32>,
     part_lse: Vec<f32>,
 }
+
+/// Replays of the captured context-parallel step that must give the eager step's bits.
+const GRAPH_REPLAYS: usize = 100;
 
 fn run_case(test: &str, backends: &[CudaBackend], c: &Case, seed: u64) -> Result<String, String> {
     let ranks = backends.len();
@@ -307,9 +312,31 @@ fn run_case(test: &str, backends: &[CudaBackend], c: &Case, seed: u64) -> Result
                         rank.exchange(&step, ws.ptr(), stream).map_err(e)?;
                         rank.merge(&step, &t, ws.ptr(), stream).map_err(e)?;
                     }
+                    let o_bits = od.to_vec::<u16>().map_err(e)?;
+                    let lse_bits = ld.to_vec::<u32>().map_err(e)?;
+                    // The whole step (attend, NCCL exchange, merge) captured in one CUDA graph on
+                    // every rank and replayed, as an engine replays a decode step: the eager bits.
+                    od.fill_u16(0xffff).map_err(e)?;
+                    ld.fill_u32(0xffff_ffff).map_err(e)?;
+                    // SAFETY: as above (tables uploaded; the graph re-enqueues the same step).
+                    let graph = Graph::capture(&gpu, || unsafe {
+                        rank.run(&step, &t, ws.ptr(), stream)
+                    })
+                    .map_err(|x| format!("rank {r}: capture of the step: {x}"))?;
+                    for _ in 0..GRAPH_REPLAYS {
+                        graph.launch().map_err(e)?;
+                    }
+                    gpu.synchronize().map_err(e)?;
+                    if od.to_vec::<u16>().map_err(e)? != o_bits
+                        || ld.to_vec::<u32>().map_err(e)? != lse_bits
+                    {
+                        return Err(format!(
+                            "rank {r}: O or LSE after {GRAPH_REPLAYS} graph replays differ from the eager step"
+                        ));
+                    }
                     Ok(RankResult {
-                        o: from_bits(c.dtype, &od.to_vec::<u16>().map_err(e)?),
-                        lse: ld.to_vec::<f32>().map_err(e)?,
+                        o: from_bits(c.dtype, &o_bits),
+                        lse: lse_bits.iter().map(|&x| f32::from_bits(x)).collect(),
                         part_o,
                         part_lse,
                     })
