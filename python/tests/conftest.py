@@ -168,3 +168,19 @@ def cuda_available():
     import torch
 
     return torch.cuda.is_available()
+
+
+@pytest.fixture(autouse=True)
+def current_cuda_device_is_left_alone():
+    """No test (no ferrattn call) may change the caller's current CUDA device: an engine's
+    allocations follow it. On 2 x H200 (2026-11-23, d8e3115) some test left cuda:1 current, which
+    a test expecting cuda:0 then showed; this names the test that does it. No-op without CUDA."""
+    if not cuda_available():
+        yield
+        return
+    import torch
+
+    before = torch.cuda.current_device()
+    yield
+    after = torch.cuda.current_device()
+    assert after == before, f"the current CUDA device moved from cuda:{before} to cuda:{after}"
