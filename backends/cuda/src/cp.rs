@@ -531,7 +531,7 @@ impl CpRank {
             }
             None => {
                 // no key here: an empty partial (LSE = -inf; the merge never reads its O)
-                self.comm.gpu().bind()?;
+                let _bound = self.comm.gpu().bind()?;
                 check("cuMemsetD32Async", unsafe {
                     sys::cuMemsetD32Async(
                         lse,

@@ -13,7 +13,9 @@ use std::sync::Arc;
 pub const MIN_COMPUTE_CAPABILITY: (u32, u32) = (8, 0);
 
 /// An opened GPU: primary context and a non-blocking stream. Handles are usable from any thread
-/// once the context is bound ([`Gpu::bind`]); every public entry point binds it first.
+/// while the context is bound ([`Gpu::bind`]); every public entry point binds it for its own
+/// duration and then gives the calling thread back the context it had, so a framework sharing
+/// the thread (torch, jax) never finds its current device moved.
 #[derive(Debug)]
 pub struct Gpu {
     pub(crate) ordinal: usize,
@@ -114,7 +116,7 @@ impl Gpu {
                 "cuDevicePrimaryCtxRetain",
                 sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
             )?;
-            check("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
+            let _bound = Bound::make_current(ctx)?;
             let mut stream = std::ptr::null_mut();
             check(
                 "cuStreamCreate",
@@ -134,10 +136,10 @@ impl Gpu {
         }
     }
 
-    /// Makes this GPU's context current on the calling thread.
-    pub fn bind(&self) -> Result<()> {
-        // SAFETY: ctx is a retained primary context.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+    /// Makes this GPU's context current on the calling thread until the returned guard drops,
+    /// which restores the thread's previous context (none, or another device's).
+    pub fn bind(&self) -> Result<Bound> {
+        Bound::make_current(self.ctx)
     }
 
     /// The backend's own non-blocking stream, for callers that enqueue work beside the
@@ -148,7 +150,7 @@ impl Gpu {
 
     /// Waits for all work on the stream.
     pub fn synchronize(&self) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: valid stream.
         check("cuStreamSynchronize", unsafe {
             sys::cuStreamSynchronize(self.stream)
@@ -157,7 +159,7 @@ impl Gpu {
 
     /// Free and total device memory in bytes.
     pub fn mem_info(&self) -> Result<(usize, usize)> {
-        self.bind()?;
+        let _bound = self.bind()?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: out-parameters.
         check("cuMemGetInfo_v2", unsafe {
@@ -167,11 +169,54 @@ impl Gpu {
     }
 }
 
+/// A context made current for a scope. Dropping it gives the thread back the context that was
+/// current before (a null one included), so ferrattn never changes which device a framework on
+/// the same thread sees as current. Contexts are per thread: the guard is neither `Send` nor
+/// `Sync`.
+#[must_use = "the context is current only while the guard lives"]
+#[derive(Debug)]
+pub struct Bound {
+    /// The caller's context, `None` when ours was already current (nothing to restore).
+    previous: Option<sys::CUcontext>,
+    _per_thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Bound {
+    fn make_current(ctx: sys::CUcontext) -> Result<Bound> {
+        let mut previous = std::ptr::null_mut();
+        // SAFETY: out-parameter query of the calling thread's current context.
+        check("cuCtxGetCurrent", unsafe {
+            sys::cuCtxGetCurrent(&mut previous)
+        })?;
+        let previous = if previous == ctx {
+            None
+        } else {
+            // SAFETY: ctx is a retained primary context.
+            check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })?;
+            Some(previous)
+        };
+        Ok(Bound {
+            previous,
+            _per_thread: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        if let Some(previous) = self.previous {
+            // SAFETY: `previous` was current on this thread when the guard was made (the guard
+            // cannot leave the thread); null unbinds. A failure here cannot be reported.
+            let _ = unsafe { sys::cuCtxSetCurrent(previous) };
+        }
+    }
+}
+
 impl Drop for Gpu {
     fn drop(&mut self) {
+        let _bound = Bound::make_current(self.ctx);
         // SAFETY: handles created in open(); errors at teardown are ignored on purpose.
         unsafe {
-            let _ = sys::cuCtxSetCurrent(self.ctx);
             let _ = sys::cuStreamDestroy_v2(self.stream);
             let _ = sys::cuDevicePrimaryCtxRelease_v2(self.dev);
         }
@@ -189,7 +234,7 @@ pub struct DeviceBuffer {
 impl DeviceBuffer {
     /// Uninitialised device memory (at least one byte is allocated).
     pub fn alloc(gpu: &Arc<Gpu>, bytes: usize) -> Result<DeviceBuffer> {
-        gpu.bind()?;
+        let _bound = gpu.bind()?;
         let mut ptr = 0;
         // SAFETY: out-parameter; size is positive.
         check("cuMemAlloc_v2", unsafe {
@@ -207,6 +252,7 @@ impl DeviceBuffer {
         let bytes = std::mem::size_of_val(data);
         let b = DeviceBuffer::alloc(gpu, bytes)?;
         if bytes > 0 {
+            let _bound = gpu.bind()?;
             // SAFETY: the buffer holds `bytes` bytes; the host slice is valid for reads.
             check("cuMemcpyHtoD_v2", unsafe {
                 sys::cuMemcpyHtoD_v2(b.ptr, data.as_ptr() as *const std::ffi::c_void, bytes)
@@ -235,6 +281,7 @@ impl DeviceBuffer {
         let mut v = vec![T::default(); n];
         self.gpu.synchronize()?;
         if n > 0 {
+            let _bound = self.gpu.bind()?;
             // SAFETY: v holds n * size_of::<T>() <= bytes bytes.
             check("cuMemcpyDtoH_v2", unsafe {
                 sys::cuMemcpyDtoH_v2(
@@ -249,7 +296,7 @@ impl DeviceBuffer {
 
     /// Fills with a repeated 16-bit pattern (asynchronous on the stream).
     pub fn fill_u16(&mut self, value: u16) -> Result<()> {
-        self.gpu.bind()?;
+        let _bound = self.gpu.bind()?;
         // SAFETY: bytes / 2 u16 elements lie in the allocation.
         check("cuMemsetD16Async", unsafe {
             sys::cuMemsetD16Async(self.ptr, value, self.bytes / 2, self.gpu.stream)
@@ -258,17 +305,23 @@ impl DeviceBuffer {
 
     /// Fills with a repeated 32-bit pattern (asynchronous on the stream).
     pub fn fill_u32(&mut self, value: u32) -> Result<()> {
-        self.gpu.bind()?;
+        let _bound = self.gpu.bind()?;
         // SAFETY: bytes / 4 u32 elements lie in the allocation.
         check("cuMemsetD32Async", unsafe {
             sys::cuMemsetD32Async(self.ptr, value, self.bytes / 4, self.gpu.stream)
         })
     }
 
-    /// Copies `src` into this buffer on the stream (sizes must match).
+    /// Copies `src` into this buffer on the stream; sizes and GPUs must match (a typed error
+    /// otherwise).
     pub fn copy_from(&mut self, src: &DeviceBuffer) -> Result<()> {
-        assert_eq!(self.bytes, src.bytes, "device copy needs equal sizes");
-        self.gpu.bind()?;
+        if self.bytes != src.bytes || self.gpu.ordinal != src.gpu.ordinal {
+            return Err(CudaError::Plan(format!(
+                "a device copy needs equal sizes on one GPU: {} bytes on GPU {} into {} bytes on GPU {}",
+                src.bytes, src.gpu.ordinal, self.bytes, self.gpu.ordinal
+            )));
+        }
+        let _bound = self.gpu.bind()?;
         // SAFETY: both allocations hold `bytes` bytes.
         check("cuMemcpyDtoDAsync_v2", unsafe {
             sys::cuMemcpyDtoDAsync_v2(self.ptr, src.ptr, self.bytes, self.gpu.stream)
@@ -278,11 +331,9 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        let _bound = self.gpu.bind();
         // SAFETY: ptr came from cuMemAlloc_v2 in this context; a failure here cannot be reported.
-        unsafe {
-            let _ = sys::cuCtxSetCurrent(self.gpu.ctx);
-            let _ = sys::cuMemFree_v2(self.ptr);
-        }
+        let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
     }
 }
 
@@ -296,7 +347,7 @@ pub struct Event {
 impl Event {
     /// Records a new timing event on the stream now.
     pub fn record(gpu: &Arc<Gpu>) -> Result<Event> {
-        gpu.bind()?;
+        let _bound = gpu.bind()?;
         let mut ev = std::ptr::null_mut();
         // SAFETY: out-parameter, then record on a valid stream.
         unsafe {
@@ -314,7 +365,7 @@ impl Event {
 
     /// Milliseconds from `self` to `end` (waits for `end`).
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
-        self.gpu.bind()?;
+        let _bound = self.gpu.bind()?;
         let mut ms = 0f32;
         // SAFETY: both events were recorded on this context's stream.
         unsafe {
@@ -330,11 +381,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        let _bound = self.gpu.bind();
         // SAFETY: created in record().
-        unsafe {
-            let _ = sys::cuCtxSetCurrent(self.gpu.ctx);
-            let _ = sys::cuEventDestroy_v2(self.ev);
-        }
+        let _ = unsafe { sys::cuEventDestroy_v2(self.ev) };
     }
 }
 
@@ -350,7 +399,7 @@ pub struct Graph {
 impl Graph {
     /// Captures what `record` enqueues on the stream (nothing runs during capture).
     pub fn capture(gpu: &Arc<Gpu>, record: impl FnOnce() -> Result<()>) -> Result<Graph> {
-        gpu.bind()?;
+        let _bound = gpu.bind()?;
         // SAFETY: capture brackets on a valid stream; the graph handles are checked.
         unsafe {
             check(
@@ -383,7 +432,7 @@ impl Graph {
 
     /// Enqueues one replay on the stream.
     pub fn launch(&self) -> Result<()> {
-        self.gpu.bind()?;
+        let _bound = self.gpu.bind()?;
         // SAFETY: instantiated graph, valid stream.
         check("cuGraphLaunch", unsafe {
             sys::cuGraphLaunch(self.exec, self.gpu.stream)
@@ -393,9 +442,9 @@ impl Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
+        let _bound = self.gpu.bind();
         // SAFETY: handles created in capture().
         unsafe {
-            let _ = self.gpu.bind();
             let _ = sys::cuGraphExecDestroy(self.exec);
             let _ = sys::cuGraphDestroy(self.graph);
         }

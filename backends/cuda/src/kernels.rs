@@ -73,7 +73,7 @@ impl Drop for Module {
     fn drop(&mut self) {
         // SAFETY: module loaded in this GPU's context.
         unsafe {
-            let _ = self.gpu.bind();
+            let _bound = self.gpu.bind();
             let _ = sys::cuModuleUnload(self.module);
         }
     }
@@ -85,13 +85,21 @@ pub struct Function {
     pub(crate) f: sys::CUfunction,
     /// The `extern "C"` name.
     pub name: String,
-    _module: Arc<Module>,
+    module: Arc<Module>,
 }
 
 // SAFETY: function handles are context-wide.
 unsafe impl Send for Function {}
 // SAFETY: as above.
 unsafe impl Sync for Function {}
+
+impl Function {
+    /// Makes the context of the function's GPU current until the guard drops (attribute and
+    /// occupancy queries need it).
+    pub(crate) fn bind(&self) -> Result<crate::device::Bound> {
+        self.module.gpu.bind()
+    }
+}
 
 impl Module {
     /// Loads `img` on `gpu`: the fatbin, or NVRTC when `force_nvrtc`, when there is no fatbin, or
@@ -101,7 +109,7 @@ impl Module {
         img: &'static EmbeddedImage,
         force_nvrtc: bool,
     ) -> Result<Arc<Module>> {
-        gpu.bind()?;
+        let _bound = gpu.bind()?;
         if let (Some(fb), false) = (img.fatbin, force_nvrtc) {
             let mut m = std::ptr::null_mut();
             // SAFETY: fb is a complete fatbin image embedded at build time.
@@ -146,7 +154,7 @@ impl Module {
 
     /// The entry point `name`.
     pub fn function(self: &Arc<Self>, name: &str) -> Result<Function> {
-        self.gpu.bind()?;
+        let _bound = self.gpu.bind()?;
         let c = std::ffi::CString::new(name).expect("kernel names have no NUL bytes");
         let mut f = std::ptr::null_mut();
         // SAFETY: valid module, NUL-terminated name.
@@ -156,7 +164,7 @@ impl Module {
         Ok(Function {
             f,
             name: name.to_string(),
-            _module: self.clone(),
+            module: self.clone(),
         })
     }
 }

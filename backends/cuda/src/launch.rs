@@ -296,7 +296,7 @@ pub(crate) unsafe fn launch_on(
     cooperative: bool,
     args: &mut [*mut std::ffi::c_void],
 ) -> Result<()> {
-    gpu.bind()?;
+    let _bound = gpu.bind()?;
     if cooperative {
         check("cuLaunchCooperativeKernel", unsafe {
             sys::cuLaunchCooperativeKernel(
@@ -904,7 +904,7 @@ impl LeanKernels {
         let info: Vec<i32> = out.to_vec()?;
         let (smem_bytes, stages, smem_bytes_ahead) =
             (info[0] as u32, info[1] as u32, info[2] as u32);
-        gpu.bind()?;
+        let _bound = gpu.bind()?;
         let mut ctas_per_sm = [u32::MAX; 2];
         for (i, k, smem_bytes) in [
             (0, &decode, smem_bytes),
@@ -1030,7 +1030,7 @@ impl LeanKernels {
         stream: sys::CUstream,
     ) -> Result<()> {
         self.check(step)?;
-        self.gpu.bind()?;
+        let _bound = self.gpu.bind()?;
         check("cuMemcpyHtoDAsync_v2", unsafe {
             sys::cuMemcpyHtoDAsync_v2(
                 workspace,

@@ -314,7 +314,7 @@ impl Communicator {
                 "rank {rank} of a communicator of {size}"
             )));
         }
-        gpu.bind()?;
+        let _bound = gpu.bind()?;
         let mut comm = std::ptr::null_mut();
         // SAFETY: out-parameter; NCCL uses the current (primary) context of `gpu`.
         n.check("ncclCommInitRank", unsafe {
@@ -401,7 +401,7 @@ impl Communicator {
         e: Element,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<()> {
-        self.gpu.bind()?;
+        let _bound = self.gpu.bind()?;
         self.nccl.check("ncclAllGather", unsafe {
             (self.nccl.all_gather)(
                 send as *const c_void,
@@ -428,7 +428,7 @@ impl Communicator {
         op: Reduce,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<()> {
-        self.gpu.bind()?;
+        let _bound = self.gpu.bind()?;
         self.nccl.check("ncclAllReduce", unsafe {
             (self.nccl.all_reduce)(
                 send as *const c_void,
@@ -457,7 +457,7 @@ impl Communicator {
         op: Reduce,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<()> {
-        self.gpu.bind()?;
+        let _bound = self.gpu.bind()?;
         self.nccl.check("ncclReduceScatter", unsafe {
             (self.nccl.reduce_scatter)(
                 send as *const c_void,
@@ -485,7 +485,7 @@ impl Drop for Communicator {
     fn drop(&mut self) {
         // SAFETY: comm was created by init; errors at teardown cannot be reported.
         unsafe {
-            let _ = self.gpu.bind();
+            let _bound = self.gpu.bind();
             let _ = (self.nccl.comm_destroy)(self.comm);
         }
     }

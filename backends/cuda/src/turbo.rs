@@ -588,7 +588,7 @@ fn launch_on_stream<P>(
             supported: "x < 2^31, y and z <= 65535".into(),
         });
     }
-    gpu.bind()?;
+    let _bound = gpu.bind()?;
     let mut args = [params as *mut P as *mut std::ffi::c_void];
     // SAFETY: `params` is the #[repr(C)] mirror of the kernel's single by-value parameter; the
     // callers' (unsafe) entry points vouched for the addresses inside it and for the stream.
@@ -715,7 +715,7 @@ impl CudaBackend {
         let kernels = self.turbo_kernels(p.dtype, d)?;
         let wgmma = match (&kernels.prefill_wg, self.options.exact_turbo_prefill) {
             (Some(f), false) => {
-                gpu.bind()?;
+                let _bound = gpu.bind()?;
                 // SAFETY: a valid function handle; the size (89 KiB at head dim 128) is within
                 // the 227 KiB an sm_90 block may opt into.
                 check("cuFuncSetAttribute", unsafe {
@@ -1043,7 +1043,7 @@ impl CudaBackend {
         let sms = gpu.caps.compute_units;
         let f = self.turbo_decode_function(dtype, head_dim)?;
         let mut occ = 0i32;
-        gpu.bind()?;
+        let _bound = gpu.bind()?;
         // SAFETY: out-parameter query on a loaded function.
         check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
             sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -1060,7 +1060,7 @@ impl CudaBackend {
     fn turbo_decode_function(&self, dtype: DType, head_dim: usize) -> Result<Function> {
         let f = self.turbo_kernels(dtype, head_dim)?.decode;
         let gpu = self.gpu()?;
-        gpu.bind()?;
+        let _bound = gpu.bind()?;
         // SAFETY: a loaded function; the size is below the device's opt-in maximum (227 KiB).
         check("cuFuncSetAttribute", unsafe {
             sys::cuFuncSetAttribute(

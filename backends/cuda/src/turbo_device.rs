@@ -329,7 +329,7 @@ impl CudaBackend {
         kernels.decode = self.turbo_decode_function(dtype, head_dim)?;
         let wgmma = match (&kernels.prefill_wg, self.options.exact_turbo_prefill) {
             (Some(f), false) => {
-                gpu.bind()?;
+                let _bound = gpu.bind()?;
                 // SAFETY: a valid function handle; the size (89 KiB at head dim 128) is within
                 // the 227 KiB an sm_90 block may opt into.
                 check("cuFuncSetAttribute", unsafe {
@@ -419,7 +419,7 @@ impl TurboStepKernels {
     }
 
     fn upload_image(&self, image: &[u8], workspace: u64, stream: sys::CUstream) -> Result<()> {
-        self.gpu.bind()?;
+        let _bound = self.gpu.bind()?;
         // SAFETY: the caller vouched for `workspace` (device memory of this GPU, at least the
         // plan's bytes); `image` lives in the plan, which outlives the step. A pageable source
         // is staged by the driver before the call returns.
@@ -755,7 +755,7 @@ pub unsafe fn turbo_reset_cache(
     cache: &mut DeviceTurboCache,
     stream: sys::CUstream,
 ) -> Result<()> {
-    gpu.bind()?;
+    let _bound = gpu.bind()?;
     for t in [&cache.k, &cache.v] {
         // SAFETY: the cache's own allocation of batch * heads_kv f32 scales. Raw
         // `cuMemsetD32Async`: cudarc's safe memset runs on its own stream type.

@@ -373,6 +373,7 @@ fn codebook_arrays(cb: &ferrattn_core::turboquant::Codebook) -> (i32, [f32; 15],
 }
 
 fn set_smem(f: &Function, bytes: usize) -> Result<()> {
+    let _bound = f.bind()?;
     // SAFETY: valid function handle; the size is within the device's opt-in limit (checked by
     // the launch, which fails with a driver error otherwise).
     check("cuFuncSetAttribute", unsafe {
@@ -385,6 +386,7 @@ fn set_smem(f: &Function, bytes: usize) -> Result<()> {
 }
 
 fn occupancy(f: &Function, threads: usize, smem: usize) -> Result<usize> {
+    let _bound = f.bind()?;
     let mut occ = 0i32;
     // SAFETY: out-parameter query on a valid function.
     check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {

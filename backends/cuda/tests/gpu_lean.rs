@@ -459,3 +459,69 @@ fn gpu_sanitizer_small_grid() {
         check_plans(&b, &[sk, fx], 11, true).unwrap();
     }
 }
+
+/// The thread's current CUDA context (null when none), as a framework sharing the thread sees it.
+fn current_context() -> cudarc::driver::sys::CUcontext {
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: out-parameter query; the driver was initialised by the backend's open.
+    let r = unsafe { cudarc::driver::sys::cuCtxGetCurrent(&mut ctx) };
+    assert_eq!(r, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
+    ctx
+}
+
+/// Opening the backend, running, reading back and dropping everything leave the calling thread's
+/// current context as it was: none, or a context the caller made (torch and jax keep their
+/// current device in it; a library that moves it breaks them, as a 2 x H200 run showed).
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+fn gpu_callers_current_context_is_left_alone() {
+    use cudarc::driver::sys;
+    // a fresh thread starts with no current context
+    std::thread::spawn(|| {
+        let Some(b) = backend(
+            "gpu_callers_current_context_is_left_alone",
+            Options::default(),
+        ) else {
+            return;
+        };
+        assert!(
+            current_context().is_null(),
+            "opening the GPU left a context current"
+        );
+        let caps = b.caps().unwrap();
+        let p = Case::new(vec![300, 37], 8, 2, 128, DType::F16).problem();
+        let sk = plan(Algorithm::Lean, &p, &caps).unwrap();
+        check_plans(&b, std::slice::from_ref(&sk), 5, false).unwrap();
+        assert!(current_context().is_null(), "a run left a context current");
+
+        // a context of the caller's own (not the primary one the backend uses) stays current
+        let mut mine = std::ptr::null_mut();
+        let mut params = sys::CUctxCreateParams {
+            execAffinityParams: std::ptr::null_mut(),
+            numExecAffinityParams: 0,
+            cigParams: std::ptr::null_mut(),
+        };
+        // SAFETY: out-parameter; device 0 exists (the backend opened it); zeroed parameters.
+        let r = unsafe { sys::cuCtxCreate_v4(&mut mine, &mut params, 0, 0) };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+        assert_eq!(current_context(), mine);
+        check_plans(&b, &[sk], 6, false).unwrap();
+        assert_eq!(
+            current_context(),
+            mine,
+            "a run replaced the caller's context"
+        );
+        drop(b);
+        assert_eq!(current_context(), mine, "dropping the backend replaced it");
+        // SAFETY: created above, current on this thread, no work pending.
+        assert_eq!(
+            unsafe { sys::cuCtxDestroy_v2(mine) },
+            sys::CUresult::CUDA_SUCCESS
+        );
+    })
+    .join()
+    .unwrap();
+}
