@@ -34,9 +34,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use thiserror::Error;
 
+mod merge;
 mod turbo;
 /// The decode schedules of the TurboAttention cache (re-exported from the CUDA backend).
 pub use ferrattn_cuda::DecodeSchedule as TurboSchedule;
+pub use merge::{validate_merge, MergeViews};
 pub use turbo::{
     validate_append, validate_decode, validate_prefill, TurboCache, TurboCacheSpec,
     TurboDecodePlan, TurboDecodeStep, TurboDecodeViews, TurboDevice, TurboPrefillPlan,
@@ -948,6 +950,8 @@ fn check_workspace(
 pub struct LeanDecoder {
     backend: CudaBackend,
     ordinal: usize,
+    /// The state-merge kernels of f16 and bf16, loaded at first use ([`LeanDecoder::merge_states`]).
+    merge: [std::sync::OnceLock<std::result::Result<ferrattn_cuda::cp::CpKernels, String>>; 2],
 }
 
 impl LeanDecoder {
@@ -955,7 +959,11 @@ impl LeanDecoder {
     pub fn new(ordinal: usize) -> Result<LeanDecoder> {
         let backend = CudaBackend::new(ordinal);
         backend.gpu()?;
-        Ok(LeanDecoder { backend, ordinal })
+        Ok(LeanDecoder {
+            backend,
+            ordinal,
+            merge: Default::default(),
+        })
     }
 
     /// What the planner needs to know of the device.

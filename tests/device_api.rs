@@ -792,3 +792,113 @@ mod turbo {
         );
     }
 }
+
+mod merge {
+    use super::dev;
+    use ferrattn::device_api::{validate_merge, Location, MergeViews, ViewError};
+    use ferrattn::DType;
+
+    const R: usize = 3;
+    const B: usize = 2;
+    const SQ: usize = 1;
+    const H: usize = 8;
+    const D: usize = 64;
+
+    fn check(
+        o: [usize; 5],
+        lse: &[usize],
+        out_dtype: DType,
+        order: Option<&[usize]>,
+    ) -> Result<(), ViewError> {
+        let o = dev(0x1000_0000, DType::BF16, &o);
+        let lse = dev(0x2000_0000, DType::F32, lse);
+        let out = dev(0x3000_0000, out_dtype, &[B, SQ, H, D]);
+        let out_lse = dev(0x4000_0000, DType::F32, &[B, H, SQ]);
+        let x = MergeViews {
+            o: &o,
+            lse: &lse,
+            out: &out,
+            out_lse: &out_lse,
+        };
+        validate_merge(&x, order, Location::Cuda(0)).map(|_| ())
+    }
+
+    #[test]
+    fn good_merge_views_pass_and_give_the_shape() {
+        check(
+            [R, B, SQ, H, D],
+            &[R, B, H, SQ],
+            DType::BF16,
+            Some(&[2, 0, 1]),
+        )
+        .unwrap();
+        check([R, B, SQ, H, D], &[R, B, H, SQ], DType::BF16, None).unwrap();
+    }
+
+    #[test]
+    fn bad_merge_views_are_typed_errors_with_the_values() {
+        // lse of the wrong shape
+        match check([R, B, SQ, H, D], &[R, B, SQ, H], DType::BF16, None) {
+            Err(ViewError::Shape {
+                tensor: "lse",
+                got,
+                expected,
+                ..
+            }) => {
+                assert_eq!(got, vec![R, B, SQ, H]);
+                assert_eq!(expected, vec![R, B, H, SQ]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // out in another dtype than the partials
+        match check([R, B, SQ, H, D], &[R, B, H, SQ], DType::F16, None) {
+            Err(ViewError::DType {
+                tensor: "out",
+                got: DType::F16,
+                expected: DType::BF16,
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        // an order that is not a permutation
+        assert!(matches!(
+            check(
+                [R, B, SQ, H, D],
+                &[R, B, H, SQ],
+                DType::BF16,
+                Some(&[0, 0, 1])
+            ),
+            Err(ViewError::Length { got: 3, .. })
+        ));
+        assert!(matches!(
+            check([R, B, SQ, H, D], &[R, B, H, SQ], DType::BF16, Some(&[0, 1])),
+            Err(ViewError::Length { got: 2, .. })
+        ));
+        // no partial, and a head dim the kernel does not hold
+        assert!(matches!(
+            check([0, B, SQ, H, D], &[0, B, H, SQ], DType::BF16, None),
+            Err(ViewError::Length { got: 0, .. })
+        ));
+        assert!(matches!(
+            check([R, B, SQ, H, 512], &[R, B, H, SQ], DType::BF16, None),
+            Err(ViewError::Length { got: 512, .. })
+        ));
+        // o of rank 4
+        let o = dev(0x1000_0000, DType::BF16, &[B, SQ, H, D]);
+        let lse = dev(0x2000_0000, DType::F32, &[B, H, SQ]);
+        let x = MergeViews {
+            o: &o,
+            lse: &lse,
+            out: &o,
+            out_lse: &lse,
+        };
+        assert!(matches!(
+            validate_merge(&x, None, Location::Cuda(0)),
+            Err(ViewError::Rank {
+                tensor: "o",
+                got: 4,
+                expected: 5,
+                ..
+            })
+        ));
+    }
+}

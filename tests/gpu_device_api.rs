@@ -408,3 +408,133 @@ fn gpu_turbo_cache_matches_the_host_path_and_replays_in_a_graph() {
         assert!(c.download().unwrap() == *want, "cache after 100 replays");
     }
 }
+
+/// The device merge of partial states through the facade (skips without a GPU): three ranks'
+/// partials (one rank empty on some rows: LSE `-inf`), folded in a given order on the caller's
+/// stream, equal the core's CPU merge of the same partials within one rounding of the dtype (O)
+/// and the LSE tolerance; bad views are typed errors before any launch.
+#[test]
+fn gpu_merge_states_matches_the_core_merge() {
+    use ferrattn::device_api::{contiguous_strides, LeanDecoder, MergeViews, Stream};
+    use ferrattn::{Comparison, FerrattnError, Tolerance};
+    use ferrattn_core::cp::{merge_partials, CpShape};
+    use ferrattn_cuda::{CudaBackend, DeviceBuffer};
+    use rand::{Rng, SeedableRng};
+    let gpu = match LeanDecoder::new(0) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("SKIPPED gpu_merge_states_matches_the_core_merge: {e}");
+            return;
+        }
+    };
+    let b = CudaBackend::new(0);
+    let g = b.gpu().unwrap().clone();
+    // SAFETY: the backend's own stream, alive as long as `b`.
+    let stream = unsafe { Stream::from_raw(g.raw_stream() as *mut std::ffi::c_void) };
+    let (r, bt, sq, h, d) = (3usize, 2usize, 2usize, 8usize, 128usize);
+    for dtype in [DType::F16, DType::BF16] {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let rows = bt * sq * h;
+        let part_o: Vec<Vec<f32>> = (0..r)
+            .map(|_| {
+                (0..rows * d)
+                    .map(|_| dtype.round(rng.gen_range(-1.0f32..1.0)))
+                    .collect()
+            })
+            .collect();
+        // rank 1 saw no key on its first rows
+        let part_l: Vec<Vec<f32>> = (0..r)
+            .map(|k| {
+                (0..rows)
+                    .map(|i| {
+                        if k == 1 && i < 5 {
+                            f32::NEG_INFINITY
+                        } else {
+                            rng.gen_range(-4.0f32..12.0)
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let order = [2usize, 0, 1];
+        let shape = CpShape {
+            batch: bt,
+            seqlen_q: sq,
+            heads_q: h,
+            heads_kv: 1,
+            head_dim: d,
+            dtype,
+            causal: false,
+        };
+        let (want_o, want_l) = merge_partials(&shape, &part_o, &part_l, &order, (0, h)).unwrap();
+        let bits = |x: &[f32]| -> Vec<u16> {
+            x.iter()
+                .map(|&v| match dtype {
+                    DType::F16 => half::f16::from_f32(v).to_bits(),
+                    _ => half::bf16::from_f32(v).to_bits(),
+                })
+                .collect()
+        };
+        let o_buf = DeviceBuffer::from_slice(&g, &bits(&part_o.concat())).unwrap();
+        let l_buf = DeviceBuffer::from_slice(&g, &part_l.concat()).unwrap();
+        let mut out = DeviceBuffer::alloc(&g, rows * d * 2).unwrap();
+        let mut out_l = DeviceBuffer::alloc(&g, rows * 4).unwrap();
+        out.fill_u16(0x7e00).unwrap(); // poison: NaN in f16 and bf16 alike
+        out_l.fill_u32(0x7fc0_0000).unwrap();
+        let view = |buf: &DeviceBuffer, dt: DType, shape: &[usize]| {
+            // SAFETY: `buf` holds these bytes of device 0 and outlives the work.
+            unsafe {
+                ferrattn::device_api::TensorView::cuda(
+                    buf.ptr(),
+                    buf.bytes(),
+                    0,
+                    dt,
+                    shape,
+                    &contiguous_strides(shape),
+                )
+            }
+            .unwrap()
+        };
+        let (ov, lv) = (
+            view(&o_buf, dtype, &[r, bt, sq, h, d]),
+            view(&l_buf, DType::F32, &[r, bt, h, sq]),
+        );
+        let (outv, outlv) = (
+            view(&out, dtype, &[bt, sq, h, d]),
+            view(&out_l, DType::F32, &[bt, h, sq]),
+        );
+        let x = MergeViews {
+            o: &ov,
+            lse: &lv,
+            out: &outv,
+            out_lse: &outlv,
+        };
+        gpu.merge_states(&x, Some(&order), stream).unwrap();
+        let got_o: Vec<f32> = out
+            .to_vec::<u16>()
+            .unwrap()
+            .iter()
+            .map(|&v| match dtype {
+                DType::F16 => half::f16::from_bits(v).to_f32(),
+                _ => half::bf16::from_bits(v).to_f32(),
+            })
+            .collect();
+        let got_l: Vec<f32> = out_l.to_vec().unwrap();
+        let u = match dtype {
+            DType::F16 => 2f32.powi(-11),
+            _ => 2f32.powi(-8),
+        };
+        for (i, (&a, &t)) in got_o.iter().zip(&want_o).enumerate() {
+            assert!(
+                (a - t).abs() <= 2.0 * u * t.abs().max(a.abs()) + 1e-6,
+                "{dtype} O[{i}] = {a}, core merge {t}"
+            );
+        }
+        Comparison::f32(&want_l, &got_l)
+            .check(&format!("{dtype} merged LSE"), &Tolerance::lse())
+            .unwrap();
+        // a bad order is a typed error, and nothing is written
+        let err = gpu.merge_states(&x, Some(&[0, 1, 1]), stream).unwrap_err();
+        assert!(matches!(err, FerrattnError::View(_)), "{err}");
+    }
+}

@@ -7,10 +7,11 @@ Each rank holds a slice of every sequence's keys (ragged across ranks; a rank ma
 of softmax states (LeanAttention appendix D across ranks; ``ferrattn_core::cp``), so the result is
 attention over the whole sequence within f32 rounding of the merge order.
 
-``merge_states`` runs on host tensors. The CUDA merge kernel, the NCCL exchange and the planner
-that splits sequences by bandwidth and picks all-gather or reduce-scatter by heads live in the
-Rust crate (``ferrattn_cuda::cp``); from Python, partials gathered on CUDA are merged on the host
-(one copy of ``ranks x B x Sq x H x D`` values each way), which is correct but not the fast path.
+``merge_states`` runs where its tensors are: host tensors through the core's merge, CUDA tensors
+(f16/bf16 partials) through ferrattn's merge kernel on the caller's current stream, without a
+copy or a synchronisation. ferrattn's own NCCL exchange and the planner that splits sequences by
+bandwidth and picks all-gather or reduce-scatter by heads live in the Rust crate
+(``ferrattn_cuda::cp``); from Python the exchange is the process group's all-gather.
 """
 
 from __future__ import annotations
@@ -20,15 +21,37 @@ from . import _tensors as _t
 from ._api import attention, _finish
 
 
-def merge_states(o, lse, *, order=None, out=None, out_lse=None):
-    """Merges per-rank partials ``o [R, B, Sq, H, D]`` (normalised, any float dtype) and
-    ``lse [R, B, H, Sq]`` (float32, natural log, ``-inf`` where the rank saw no key), folding
-    ranks in ``order`` (default ``0 .. R-1``). Returns ``(O [B, Sq, H, D], LSE [B, H, Sq])``, O in
-    o's dtype; a row no rank saw comes out as zeros and ``-inf``. Host tensors only."""
+def merge_states(o, lse, *, order=None, out=None, out_lse=None, stream=None):
+    """Merges per-rank partials ``o [R, B, Sq, H, D]`` (normalised) and ``lse [R, B, H, Sq]``
+    (float32, natural log, ``-inf`` where the rank saw no key), folding ranks in ``order``
+    (default ``0 .. R-1``). Returns ``(O [B, Sq, H, D], LSE [B, H, Sq])``, O in o's dtype; a row
+    no rank saw comes out as zeros and ``-inf``.
+
+    Host tensors (any float dtype) merge on the CPU. CUDA tensors (float16/bfloat16 ``o``, all
+    contiguous) merge on the device, on the caller's current stream (or ``stream``), into
+    ``out``/``out_lse`` or tensors allocated through the caller's framework."""
+    if _t.device_of(o)[0] == _t.DL_CUDA:
+        return _merge_states_cuda(o, lse, order, out, out_lse, stream)
     oc, lc = _t.export(o, None, True), _t.export(lse, None, True)
     outs = [None if x is None else _t.export(x, None, True) for x in (out, out_lse)]
     mo, ml = _native.merge_states(oc, lc, None if order is None else list(order), outs[0], outs[1])
     return _finish(o, out, mo), _finish(o, out_lse, ml)
+
+
+def _merge_states_cuda(o, lse, order, out, out_lse, stream):
+    # a partial tensor of the wrong rank gets empty outputs: the native check names o's rank
+    r, b, sq, h, d = o.shape if len(o.shape) == 5 else (0,) * 5
+    if out is None:
+        out = _t.empty_device(o, (b, sq, h, d))
+    if out_lse is None:
+        out_lse = _t.empty_device(o, (b, h, sq), "float32")
+    handle = _t.current_stream(o, stream)
+    own = stream is None
+    caps = [_t.export(x, handle, own) for x in (o, lse, out, out_lse)]
+    _native.merge_states(
+        caps[0], caps[1], None if order is None else list(order), caps[2], caps[3], handle
+    )
+    return out, out_lse
 
 
 def attention_partial(q, k, v, *, softmax_scale=None, algo="lean"):
@@ -61,7 +84,8 @@ def context_parallel_attention(q, k_local, v_local, group=None, *, softmax_scale
     dist.all_gather(os_, o.contiguous(), group=group)
     dist.all_gather(ls_, lse.contiguous(), group=group)
     go, gl = torch.stack(os_), torch.stack(ls_)
-    if go.is_cuda:
+    if go.is_cuda and go.dtype not in (torch.float16, torch.bfloat16):
+        # the device merge has f16/bf16 kernels; f32 partials merge on the host
         mo, ml = merge_states(go.cpu(), gl.cpu())
         return mo.to(q.device), ml.to(q.device)
     return merge_states(go, gl)

@@ -3,10 +3,12 @@
 //! (`ferrattn.context_parallel`) runs each rank's attention through ferrattn, gathers the
 //! partials with the caller's `torch.distributed` process group and merges them here.
 
+use crate::cuda;
 use crate::dlpack::{same_device, Device, View};
 use crate::error::BoundaryError;
 use crate::host;
 use crate::ops::{deliver, Outputs};
+use ferrattn::device_api::MergeViews;
 use ferrattn_core::cp::{merge_partials, CpShape};
 use ferrattn_core::{DType, Tensor};
 use pyo3::prelude::*;
@@ -14,8 +16,10 @@ use pyo3::prelude::*;
 /// `ferrattn.merge_states`: partials `o [R, B, Sq, H, D]` (normalised, any float dtype) and
 /// `lse [R, B, H, Sq]` (f32, natural log, `-inf` where a rank saw no key), ranks folded in
 /// `order` (default `0..R`); returns O `[B, Sq, H, D]` in o's dtype and LSE `[B, H, Sq]`.
+/// CUDA tensors merge on the device, on `stream` (the caller's current stream), into `out` and
+/// `out_lse`, which the Python wrapper allocates through the framework.
 #[pyfunction]
-#[pyo3(signature = (o, lse, order=None, out=None, out_lse=None))]
+#[pyo3(signature = (o, lse, order=None, out=None, out_lse=None, stream=None))]
 pub fn merge_states<'py>(
     py: Python<'py>,
     o: &Bound<'py, PyAny>,
@@ -23,6 +27,7 @@ pub fn merge_states<'py>(
     order: Option<Vec<usize>>,
     out: Option<&Bound<'py, PyAny>>,
     out_lse: Option<&Bound<'py, PyAny>>,
+    stream: Option<usize>,
 ) -> PyResult<Outputs> {
     let (o, lse) = (View::parse("o", o)?, View::parse("lse", lse)?);
     let out = out.map(|x| View::parse("out", x)).transpose()?;
@@ -31,13 +36,7 @@ pub fn merge_states<'py>(
     all.extend(out.iter());
     all.extend(out_lse.iter());
     if let Device::Cuda(_) = same_device(&all)? {
-        return Err(BoundaryError::Unsupported(
-            "merge_states on CUDA tensors from Python: the CUDA merge kernel runs inside \
-             ferrattn_cuda::cp (Rust, NCCL); move the gathered partials to the host, or use \
-             the Rust path"
-                .into(),
-        )
-        .into());
+        return merge_on_device(py, &o, &lse, order, out.as_ref(), out_lse.as_ref(), stream);
     }
     o.expect_rank(5, "[ranks, batch, seq_q, heads, head_dim]")?;
     lse.expect_rank(4, "[ranks, batch, heads, seq_q]")?;
@@ -92,4 +91,40 @@ pub fn merge_states<'py>(
         deliver(out.as_ref(), &o_t)?,
         deliver(out_lse.as_ref(), &l_t)?,
     ))
+}
+
+/// The device merge (`LeanDecoder::merge_states`): checks every view at the facade's boundary,
+/// then launches on the caller's stream without a copy, an allocation or a synchronisation.
+fn merge_on_device(
+    py: Python<'_>,
+    o: &View<'_>,
+    lse: &View<'_>,
+    order: Option<Vec<usize>>,
+    out: Option<&View<'_>>,
+    out_lse: Option<&View<'_>>,
+    stream: Option<usize>,
+) -> PyResult<Outputs> {
+    let (Some(out), Some(out_lse)) = (out, out_lse) else {
+        return Err(BoundaryError::Unsupported(
+            "merge_states on CUDA tensors writes into out= and out_lse= (the Python wrapper \
+             allocates them through the framework)"
+                .into(),
+        )
+        .into());
+    };
+    let ordinal = cuda::ordinal(o)?;
+    let views = [o, lse, out, out_lse].map(cuda::whole);
+    let [o_v, lse_v, out_v, out_lse_v] = views;
+    let (o_v, lse_v, out_v, out_lse_v) = (o_v?, lse_v?, out_v?, out_lse_v?);
+    let x = MergeViews {
+        o: &o_v,
+        lse: &lse_v,
+        out: &out_v,
+        out_lse: &out_lse_v,
+    };
+    let decoder = cuda::decoder(ordinal)?;
+    let stream = cuda::stream(stream);
+    py.detach(|| decoder.merge_states(&x, order.as_deref(), stream))
+        .map_err(BoundaryError::from)?;
+    Ok((None, None))
 }

@@ -106,3 +106,57 @@ def test_context_parallel_attention_over_a_process_group_equals_whole_attention(
         if first is None:
             first = z["o"]
         assert (z["o"] == first).all(), "every rank merges in the same order: the same bits"
+
+
+def _cuda_torch():
+    from conftest import cuda_available
+
+    if not cuda_available():
+        pytest.skip("needs torch with a CUDA GPU")
+    import torch
+
+    return torch
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_merge_states_on_cuda_tensors_runs_on_the_device_and_equals_the_host_merge(dtype):
+    torch = _cuda_torch()
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(5)
+    r, b, sq, h, d = 3, 2, 2, 8, 128
+    po = torch.randn((r, b, sq, h, d), generator=gen).to(dt)
+    pl = torch.randn((r, b, h, sq), generator=gen) * 4
+    pl[1, 0, :3, 0] = float("-inf")  # rank 1 saw no key on three rows
+    order = [2, 0, 1]
+    want_o, want_l = ferrattn.merge_states(po.float().numpy(), pl.numpy(), order=order)
+    want_o, want_l = torch.from_numpy(np.asarray(want_o)), torch.from_numpy(np.asarray(want_l))
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # the caller's current stream is the one used
+        o, l = ferrattn.merge_states(po.cuda(), pl.cuda(), order=order)
+    side.synchronize()
+    assert o.is_cuda and o.dtype == dt and o.shape == (b, sq, h, d)
+    assert l.is_cuda and l.dtype == torch.float32 and l.shape == (b, h, sq)
+    u = 2.0**-11 if dtype == "float16" else 2.0**-8
+    err = (o.float().cpu() - want_o).abs()
+    bound = 2 * u * torch.maximum(o.float().cpu().abs(), want_o.abs()) + 1e-6
+    assert (err <= bound).all(), f"max error {err.max().item()}"
+    torch.testing.assert_close(l.cpu(), want_l, rtol=1e-5, atol=1e-5)
+    # into the caller's tensors
+    out = torch.full((b, sq, h, d), float("nan"), dtype=dt, device="cuda")
+    out_lse = torch.full((b, h, sq), float("nan"), device="cuda")
+    o2, l2 = ferrattn.merge_states(po.cuda(), pl.cuda(), order=order, out=out, out_lse=out_lse)
+    assert o2 is out and l2 is out_lse
+    assert torch.equal(out, o) and torch.equal(out_lse, l)
+
+
+def test_bad_cuda_partials_raise_typed_errors_before_any_launch():
+    torch = _cuda_torch()
+    po = torch.zeros((2, 1, 1, 3, 8), dtype=torch.float16, device="cuda")
+    with pytest.raises(ferrattn.Error, match=r"\[2, 1, 3, 1\]"):
+        ferrattn.merge_states(po, torch.zeros((2, 1, 1, 3), device="cuda"))
+    with pytest.raises(ferrattn.Error, match="permutation"):
+        ferrattn.merge_states(po, torch.zeros((2, 1, 3, 1), device="cuda"), order=[0, 0])
+    with pytest.raises(ferrattn.Error, match="rank 4"):
+        ferrattn.merge_states(po[0], torch.zeros((1, 3, 1), device="cuda"))
+    with pytest.raises(ferrattn.Error, match="f16, bf16"):
+        ferrattn.merge_states(po.float(), torch.zeros((2, 1, 3, 1), device="cuda"))
