@@ -34,9 +34,12 @@ use crate::error::{check, CudaError, Result};
 use crate::kernels::{self, Function, LeanInstance};
 use crate::launch::{launch_on, KvStorage, LeanKernels, LeanStepPlan, LeanTensors};
 use crate::nccl::{Communicator, Element, Reduce};
+use crate::turbo::device::{TurboDecodeStepPlan, TurboStepKernels};
+use crate::turbo::DeviceTurboCache;
 use crate::CudaBackend;
 use cudarc::driver::sys;
 use ferrattn_core::cp::{CpPlan, CpShape, Exchange, MAX_RANKS};
+use ferrattn_core::turbo::TurboConfig;
 use ferrattn_core::{lean, AttentionProblem, DType};
 use std::sync::Arc;
 
@@ -541,6 +544,84 @@ impl CpRank {
                     )
                 })
             }
+        }
+    }
+
+    /// TurboAttention decode (Alg. 2) of this rank's slice into its partial block, in place of
+    /// [`CpRank::attend`]: `cache` is the compressed cache of this rank's keys of every
+    /// sequence (built by its own prefill and appends, on 64-token block boundaries:
+    /// [`ferrattn_core::cp::split_by_bandwidth`] with `align = 64` keeps them there), `plan` a
+    /// [`TurboDecodeStepPlan::slice`] over the CP plan's local lengths, uploaded into
+    /// `turbo_workspace` ([`TurboStepKernels::upload_decode`]). A sequence with no key here
+    /// gives an empty row (LSE `-inf`), which [`CpRank::merge`] skips; a rank with no key at all
+    /// writes only `-inf`. The partials merge like Lean's: TurboAttention's O is normalised and
+    /// its LSE in natural log, in the Lean layout.
+    ///
+    /// # Safety
+    /// As for [`CpRank::run`] for `q` and `workspace`; `turbo_workspace` as for
+    /// [`TurboStepKernels::decode`], with `plan`'s tables uploaded on `stream` (or before it).
+    #[allow(clippy::too_many_arguments)] // the decode's own settings beside the CP step's
+    pub unsafe fn attend_turbo(
+        &self,
+        step: &CpStepPlan,
+        turbo: &TurboStepKernels,
+        plan: &TurboDecodeStepPlan,
+        cfg: &TurboConfig,
+        q: u64,
+        softmax_scale: f32,
+        cache: &DeviceTurboCache,
+        workspace: u64,
+        turbo_workspace: u64,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        self.check(step)?;
+        let s = &self.shape;
+        let local = step.plan.local_lens(step.rank);
+        let want = (s.heads_q, s.heads_kv, s.head_dim, s.dtype, 1usize, false);
+        let got = (
+            plan.heads_q(),
+            plan.heads_kv(),
+            plan.head_dim(),
+            plan.dtype(),
+            s.seqlen_q,
+            s.causal,
+        );
+        if got != want || plan.appends() || plan.lens_after() != local.as_slice() {
+            return Err(CudaError::Plan(format!(
+                "a TurboAttention decode of {} query / {} KV heads, d {}, {:?}, over {:?} tokens \
+                 (append: {}) for rank {} of a CP step of shape {:?} (one query token, not \
+                 causal) whose local lengths are {local:?}",
+                plan.heads_q(),
+                plan.heads_kv(),
+                plan.head_dim(),
+                plan.dtype(),
+                plan.lens_after(),
+                plan.appends(),
+                step.rank,
+                s
+            )));
+        }
+        let block = self.partial_block(step, workspace);
+        let lse = block + step.layout.lse_offset as u64;
+        if local.iter().all(|&l| l == 0) {
+            // no key here: an empty partial, as in attend
+            let _bound = self.comm.gpu().bind()?;
+            return check("cuMemsetD32Async", unsafe {
+                sys::cuMemsetD32Async(lse, f32::NEG_INFINITY.to_bits(), s.rows(), stream)
+            });
+        }
+        unsafe {
+            turbo.decode(
+                plan,
+                cfg,
+                q,
+                block,
+                lse,
+                softmax_scale,
+                cache,
+                turbo_workspace,
+                stream,
+            )
         }
     }
 

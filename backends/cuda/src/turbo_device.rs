@@ -161,6 +161,39 @@ impl TurboDecodeStepPlan {
         append: bool,
         schedule: DecodeSchedule,
     ) -> Result<Self> {
+        Self::build(
+            heads_q, heads_kv, head_dim, dtype, before, append, schedule, false,
+        )
+    }
+
+    /// A decode (no append) over one rank's slice of every sequence in context-parallel
+    /// decode (`crate::cp::CpRank::attend_turbo`): a sequence may hold no token on this rank;
+    /// its rows come out empty (O 0, LSE `-inf`: the kernel's buffer tile sees no key), which
+    /// the merge skips.
+    pub fn slice(
+        heads_q: usize,
+        heads_kv: usize,
+        head_dim: usize,
+        dtype: DType,
+        lens: &[usize],
+        schedule: DecodeSchedule,
+    ) -> Result<Self> {
+        Self::build(
+            heads_q, heads_kv, head_dim, dtype, lens, false, schedule, true,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)] // the two constructors' settings
+    fn build(
+        heads_q: usize,
+        heads_kv: usize,
+        head_dim: usize,
+        dtype: DType,
+        before: &[usize],
+        append: bool,
+        schedule: DecodeSchedule,
+        allow_empty: bool,
+    ) -> Result<Self> {
         if heads_kv == 0 || heads_q == 0 || !heads_q.is_multiple_of(heads_kv) {
             return Err(CudaError::Plan(format!(
                 "{heads_q} query heads over {heads_kv} KV heads; the query heads must be a \
@@ -172,7 +205,7 @@ impl TurboDecodeStepPlan {
         }
         crate::kernels::turbo_kernel_names(dtype, head_dim)?;
         let after: Vec<usize> = before.iter().map(|&l| l + append as usize).collect();
-        if let Some(b) = after.iter().position(|&l| l == 0) {
+        if let Some(b) = after.iter().position(|&l| l == 0 && !allow_empty) {
             return Err(CudaError::Plan(format!(
                 "sequence {b} holds no token to attend to (decode needs at least one)"
             )));

@@ -547,3 +547,325 @@ fn gpu_cp_sanitizer_small() {
         }
     }
 }
+
+/// What one rank of the TurboAttention case returns: merged O, merged LSE, its partial LSE.
+type TurboRankResult = (Vec<f32>, Vec<f32>, Vec<f32>);
+
+/// One rank's TurboAttention decode over its slice, through [`CpRank::attend_turbo`], then the
+/// exchange and merge.
+#[allow(clippy::too_many_arguments)] // one rank's share of the case
+fn turbo_rank(
+    be: &CudaBackend,
+    comm: Communicator,
+    plan: &cp::CpPlan,
+    shape: &CpShape,
+    cfg: &ferrattn_core::turbo::TurboConfig,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+) -> Result<TurboRankResult, String> {
+    use ferrattn_cuda::{DecodeSchedule, TurboDecodeStepPlan};
+    let r = comm.rank();
+    let e = |e: ferrattn_cuda::CudaError| format!("rank {r}: {e}");
+    let gpu = be.gpu().map_err(e)?.clone();
+    let (b, hq, hk, d, dtype) = (
+        shape.batch,
+        shape.heads_q,
+        shape.heads_kv,
+        shape.head_dim,
+        shape.dtype,
+    );
+    let rank = CpRank::new(be, std::sync::Arc::new(comm), shape).map_err(e)?;
+    let lens = plan.local_lens(r);
+    let starts: Vec<usize> = plan.shards[r].iter().map(|x| x.start).collect();
+    let max_local = lens.iter().copied().max().unwrap_or(0).max(1);
+    let maxt = k.shape[1];
+    let row = hk * d;
+    // this rank's keys and values, prefilled into its own compressed cache (the prompt's
+    // queries are zeros: the prefill's output is not used, only the cache it writes)
+    let (mut kl, ql) = (
+        vec![0f32; b * max_local * row],
+        vec![0f32; b * max_local * hq * d],
+    );
+    let mut vl = kl.clone();
+    for bi in 0..b {
+        let (src, dst, n) = (
+            (bi * maxt + starts[bi]) * row,
+            bi * max_local * row,
+            lens[bi] * row,
+        );
+        kl[dst..dst + n].copy_from_slice(&k.data[src..src + n]);
+        vl[dst..dst + n].copy_from_slice(&v.data[src..src + n]);
+    }
+    let tensor = |data: Vec<f32>, h: usize| Tensor {
+        shape: vec![b, max_local, h, d],
+        dtype,
+        data,
+    };
+    let mut pp = AttentionProblem::uniform(b, max_local, max_local, hq, hk, d, d, dtype);
+    pp.seqlens_q = lens.clone();
+    pp.seqlens_k = lens.clone();
+    let mut px = AttentionInputs::new(tensor(ql, hq), tensor(kl, hk), tensor(vl, hk));
+    px.seqlens_q = Some(lens.iter().map(|&l| l as i64).collect());
+    px.seqlens_k = px.seqlens_q.clone();
+    let cache = if lens.iter().any(|&l| l > 0) {
+        Some(be.turbo_prefill(cfg, &pp, &px, 0).map_err(e)?.1)
+    } else {
+        None
+    };
+    let kernels = be.turbo_step_kernels(dtype, d).map_err(e)?;
+    let tplan =
+        TurboDecodeStepPlan::slice(hq, hk, d, dtype, &lens, DecodeSchedule::PerTile).map_err(e)?;
+    let step = rank
+        .plan_step(plan, KvStorage::Contiguous, max_local)
+        .map_err(e)?;
+    let qd = DeviceBuffer::from_slice(&gpu, &to_bits(dtype, &q.data)).map_err(e)?;
+    let mut od = DeviceBuffer::alloc(&gpu, b * hq * d * 2).map_err(e)?;
+    let mut ld = DeviceBuffer::alloc(&gpu, b * hq * 4).map_err(e)?;
+    od.fill_u16(0xffff).map_err(e)?;
+    ld.fill_u32(0xffff_ffff).map_err(e)?;
+    let ws = DeviceBuffer::alloc(&gpu, step.workspace_bytes()).map_err(e)?;
+    let tws = DeviceBuffer::alloc(&gpu, tplan.workspace_bytes()).map_err(e)?;
+    let t = CpTensors {
+        q: qd.ptr(),
+        k: 0,
+        v: 0,
+        o: od.ptr(),
+        lse: ld.ptr(),
+    };
+    let stream = gpu.raw_stream();
+    let l = *step.layout();
+    let block = (rank.partial_block(&step, ws.ptr()) - ws.ptr()) as usize;
+    let scale = 1.0 / (d as f32).sqrt();
+    let part_lse;
+    // SAFETY: buffers allocated above for these shapes on this GPU; one stream.
+    unsafe {
+        match &cache {
+            Some(c) => {
+                kernels
+                    .upload_decode(&tplan, tws.ptr(), stream)
+                    .map_err(e)?;
+                rank.attend_turbo(
+                    &step,
+                    &kernels,
+                    &tplan,
+                    cfg,
+                    qd.ptr(),
+                    scale,
+                    c,
+                    ws.ptr(),
+                    tws.ptr(),
+                    stream,
+                )
+                .map_err(e)?;
+            }
+            // no key of any sequence here: attend writes the empty partial
+            None => rank.attend(&step, &t, ws.ptr(), stream).map_err(e)?,
+        }
+        let bytes: Vec<u8> = ws.to_vec().map_err(e)?;
+        part_lse = bytes[block + l.lse_offset..][..b * hq * 4]
+            .chunks_exact(4)
+            .map(|x| f32::from_ne_bytes([x[0], x[1], x[2], x[3]]))
+            .collect::<Vec<f32>>();
+        rank.exchange(&step, ws.ptr(), stream).map_err(e)?;
+        rank.merge(&step, &t, ws.ptr(), stream).map_err(e)?;
+    }
+    let o = from_bits(dtype, &od.to_vec::<u16>().map_err(e)?);
+    let lse = ld.to_vec::<f32>().map_err(e)?;
+    Ok((o, lse, part_lse))
+}
+
+/// TurboAttention's compressed cache over context parallelism: every rank prefills its own
+/// slice (64-token block boundaries, one sequence with no key on rank 0 where there are two
+/// ranks or more) into its own INT4 cache, decodes it through `CpRank::attend_turbo` into its
+/// partial block, and the partials are exchanged and merged as Lean's are. Checks: a sequence
+/// with no key on a rank gives that rank an LSE of `-inf`; with one rank the result is
+/// single-GPU TurboAttention over the whole cache bit for bit; with more, its error against
+/// exact attention (f64 golden) is within 10% of the whole-cache decode's (TurboAttention
+/// quantises P per slice, so context parallelism keeps its accuracy, not its bits:
+/// `docs/CONTEXT_PARALLEL.md`); every rank holds the same bits.
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+#[test]
+fn gpu_cp_turbo_slices_merge_like_the_whole_cache() {
+    use ferrattn_core::turbo::{KvBits, TurboConfig};
+    use ferrattn_cuda::{DecodeSchedule, TurboDecodeStepPlan};
+    let test = "gpu_cp_turbo_slices_merge_like_the_whole_cache";
+    let Some(backends) = gpus(test) else {
+        return;
+    };
+    let ranks = backends.len();
+    let (hq, hk, d, dtype) = (8usize, 2usize, 128usize, DType::BF16);
+    let totals = [320usize, 64 * ranks.max(2), 200];
+    let b = totals.len();
+    let shape = CpShape {
+        batch: b,
+        seqlen_q: 1,
+        heads_q: hq,
+        heads_kv: hk,
+        head_dim: d,
+        dtype,
+        causal: false,
+    };
+    // whole 64-token blocks per rank, the last rank the rest; sequence 1 has nothing on rank 0
+    let mut kv_lens = vec![vec![0usize; b]; ranks];
+    for (bi, &t) in totals.iter().enumerate() {
+        let holders: Vec<usize> = if bi == 1 && ranks > 1 {
+            (1..ranks).collect()
+        } else {
+            (0..ranks).collect()
+        };
+        let share = (t / 64 / holders.len()) * 64;
+        for (i, &r) in holders.iter().enumerate() {
+            kv_lens[r][bi] = if i + 1 == holders.len() {
+                t - share * i
+            } else {
+                share
+            };
+        }
+    }
+    let req = CpRequest {
+        shape: shape.clone(),
+        kv_lens,
+        bandwidth_gbs: vec![4000.0; ranks],
+        output: OutputPlacement::Replicated,
+    };
+    let plan = cp::plan_with_exchange(&req, Exchange::AllGather).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(2026);
+    let maxt = *totals.iter().max().unwrap();
+    let q = Tensor::randn(&[b, 1, hq, d], dtype, 1.0, &mut rng);
+    let k = Tensor::randn(&[b, maxt, hk, d], dtype, 1.0, &mut rng);
+    let v = Tensor::randn(&[b, maxt, hk, d], dtype, 1.0, &mut rng);
+    let cfg = TurboConfig {
+        kv_bits: KvBits::Int4,
+        ..TurboConfig::default()
+    };
+
+    // single-GPU TurboAttention over the whole cache (GPU 0), the same kernels, and the golden
+    let be = &backends[0];
+    let gpu = be.gpu().unwrap().clone();
+    let mut pw = AttentionProblem::uniform(b, maxt, maxt, hq, hk, d, d, dtype);
+    pw.seqlens_q = totals.to_vec();
+    pw.seqlens_k = totals.to_vec();
+    let qw = vec![0f32; b * maxt * hq * d];
+    let mut xw = AttentionInputs::new(
+        Tensor {
+            shape: vec![b, maxt, hq, d],
+            dtype,
+            data: qw,
+        },
+        k.clone(),
+        v.clone(),
+    );
+    xw.seqlens_q = Some(totals.iter().map(|&l| l as i64).collect());
+    xw.seqlens_k = xw.seqlens_q.clone();
+    let (_, whole_cache) = be.turbo_prefill(&cfg, &pw, &xw, 0).unwrap();
+    let kernels = be.turbo_step_kernels(dtype, d).unwrap();
+    let wplan = TurboDecodeStepPlan::new(hq, hk, d, dtype, &totals, false, DecodeSchedule::PerTile)
+        .unwrap();
+    let qd = DeviceBuffer::from_slice(&gpu, &to_bits(dtype, &q.data)).unwrap();
+    let od = DeviceBuffer::alloc(&gpu, b * hq * d * 2).unwrap();
+    let ld = DeviceBuffer::alloc(&gpu, b * hq * 4).unwrap();
+    let tws = DeviceBuffer::alloc(&gpu, wplan.workspace_bytes()).unwrap();
+    // SAFETY: buffers of these shapes on GPU 0; the backend's stream.
+    unsafe {
+        let s = gpu.raw_stream();
+        kernels.upload_decode(&wplan, tws.ptr(), s).unwrap();
+        let scale = 1.0 / (d as f32).sqrt();
+        kernels
+            .decode(
+                &wplan,
+                &cfg,
+                qd.ptr(),
+                od.ptr(),
+                ld.ptr(),
+                scale,
+                &whole_cache,
+                tws.ptr(),
+                s,
+            )
+            .unwrap();
+    }
+    let whole_o = from_bits(dtype, &od.to_vec::<u16>().unwrap());
+    let whole_lse: Vec<f32> = ld.to_vec().unwrap();
+    let mut gp = AttentionProblem::uniform(b, 1, maxt, hq, hk, d, d, dtype);
+    gp.seqlens_k = totals.to_vec();
+    let gx = AttentionInputs {
+        seqlens_k: Some(totals.iter().map(|&t| t as i64).collect()),
+        ..AttentionInputs::new(q.clone(), k.clone(), v.clone())
+    };
+    let gold = golden::exact_attention(&gp, &gx);
+
+    let gpus: Vec<_> = backends.iter().map(|x| x.gpu().unwrap().clone()).collect();
+    let comms = Communicator::init_all(&gpus).unwrap();
+    let results: Vec<Result<TurboRankResult, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .zip(&backends)
+            .map(|(comm, be)| {
+                let (plan, shape, cfg, q, k, v) = (&plan, &shape, &cfg, &q, &k, &v);
+                s.spawn(move || turbo_rank(be, comm, plan, shape, cfg, q, k, v))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("rank thread panicked".into()))
+            })
+            .collect()
+    });
+    let rms = |a: &[f32], b: &[f32]| {
+        (a.iter()
+            .zip(b)
+            .map(|(x, y)| ((x - y) as f64).powi(2))
+            .sum::<f64>()
+            / a.len().max(1) as f64)
+            .sqrt()
+    };
+    let whole_err = rms(&gold.o.data, &whole_o);
+    let whole_lse_err = rms(&gold.lse.data, &whole_lse);
+    let mut first: Option<(Vec<f32>, Vec<f32>)> = None;
+    for (r, res) in results.into_iter().enumerate() {
+        let (o, lse, part_lse) = res.unwrap();
+        for (bi, &n) in plan.local_lens(r).iter().enumerate() {
+            let rows = &part_lse[bi * hq..(bi + 1) * hq];
+            if n == 0 {
+                assert!(
+                    rows.iter().all(|&x| x == f32::NEG_INFINITY),
+                    "rank {r}: sequence {bi} has no key here but its partial LSE is {rows:?}"
+                );
+            } else {
+                assert!(rows.iter().all(|x| x.is_finite()), "rank {r}: {rows:?}");
+            }
+        }
+        if ranks == 1 {
+            assert!(
+                o == whole_o && lse == whole_lse,
+                "one rank: O or LSE differ from the whole-cache decode"
+            );
+        }
+        let (err, lse_err) = (rms(&gold.o.data, &o), rms(&gold.lse.data, &lse));
+        eprintln!(
+            "{test}: rank {r}/{ranks}: O rms error vs golden {err:.3e} (whole cache {whole_err:.3e}), \
+             LSE {lse_err:.3e} (whole cache {whole_lse_err:.3e})"
+        );
+        assert!(
+            err <= 1.1 * whole_err,
+            "rank {r}: O error {err:.3e} vs {whole_err:.3e}"
+        );
+        assert!(
+            lse_err <= 1.1 * whole_lse_err + 1e-6,
+            "rank {r}: LSE error {lse_err:.3e} vs {whole_lse_err:.3e}"
+        );
+        match &first {
+            None => first = Some((o, lse)),
+            Some((fo, fl)) => assert!(
+                *fo == o && *fl == lse,
+                "rank {r}: replicated outputs differ from rank 0's"
+            ),
+        }
+    }
+}
