@@ -8,8 +8,9 @@
 //! from L2), batches of launches captured in a CUDA graph and replayed between CUDA events, the
 //! variants interleaved batch by batch, the median over batches of the time per launch.
 //!
-//! Usage: `lean_grid [--out FILE] [--only SHAPE,B,CTX] [--eager N]`. `--eager N` launches the
-//! planner's grid of the selected rows N times without graphs or timing (for `ncu`).
+//! Usage: `lean_grid [--out FILE] [--only SHAPE,B,CTX] [--names lean,pair] [--eager N]`.
+//! `--eager N` launches the planner's grid of the selected rows N times without graphs or timing
+//! (for `ncu`).
 
 use ferrattn_core::{lean, AttentionProblem, DType, Device};
 use ferrattn_cuda::{
@@ -63,9 +64,28 @@ fn main() {
         ("llama", 32, 32, 8, 128, DType::BF16, 1024),
         ("llama", 64, 32, 8, 128, DType::BF16, 1024),
         ("llama", 128, 32, 8, 128, DType::BF16, 1024),
+        // the Lean-paper rows below 0.95x on the H200 (d8e3115), and the same bytes read as
+        // "pairs": two d64 heads side by side as one d128 KV head of a GQA group of 2 (56 query
+        // heads over 28 KV heads), so a CTA reads 256 contiguous bytes per token instead of 128
+        ("lean", 1, 56, 56, 64, DType::F16, 65536),
+        ("lean", 4, 56, 56, 64, DType::F16, 16384),
+        ("pair", 1, 56, 28, 128, DType::F16, 1024),
+        ("pair", 1, 56, 28, 128, DType::F16, 4096),
+        ("pair", 1, 56, 28, 128, DType::F16, 16384),
+        ("pair", 1, 56, 28, 128, DType::F16, 65536),
+        ("pair", 4, 56, 28, 128, DType::F16, 1024),
+        ("pair", 4, 56, 28, 128, DType::F16, 4096),
+        ("pair", 4, 56, 28, 128, DType::F16, 16384),
+        ("pair", 4, 56, 28, 128, DType::F16, 65536),
+        ("pair", 16, 56, 28, 128, DType::F16, 1024),
     ];
+    let names: Option<Vec<String>> =
+        arg(&args, "--names").map(|s| s.split(',').map(str::to_string).collect());
     let mut json = String::from("[\n");
     for (name, batch, hq, hk, d, dtype, ctx) in configs {
+        if names.as_ref().is_some_and(|n| !n.iter().any(|x| x == name)) {
+            continue;
+        }
         if let Some(o) = &only {
             if *o != format!("{name},{batch},{ctx}") {
                 continue;
