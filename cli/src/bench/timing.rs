@@ -1,6 +1,10 @@
 //! The one timing method of `ferrattn bench`, for every row on every backend.
 //!
-//! 1. Warm-up: [`Method::warmup`] calls (module load, JIT, first-touch allocation stay out).
+//! 1. Warm-up: [`Method::warmup`] calls (module load, JIT, first-touch allocation stay out),
+//!    then calls for about [`Method::warmup_ms`] more, so the clocks a GPU lowered while the host
+//!    built and checked the row are back up before anything is timed (the `do_bench` way: its
+//!    warm-up is milliseconds too). Without it the first variant timed after a slow host check
+//!    read up to 11% slower than the same grid timed right after it (H200, 2026-11-24).
 //! 2. Size: one call timed alone estimates the cost; a batch holds enough calls to last about
 //!    [`Method::batch_ms`] (between [`Method::min_per_batch`] and [`Method::max_per_batch`]), and enough batches
 //!    are timed to fill about [`Method::budget_ms`] (between [`Method::min_batches`] and
@@ -25,6 +29,10 @@ use serde::{Deserialize, Serialize};
 pub struct Method {
     /// Untimed calls before sizing.
     pub warmup: usize,
+    /// Untimed calls for about this many milliseconds after those (a result file written
+    /// before this field existed reads as 0).
+    #[serde(default)]
+    pub warmup_ms: f64,
     /// Target duration of one timed batch, milliseconds.
     pub batch_ms: f64,
     /// Fewest calls in one batch.
@@ -43,6 +51,7 @@ impl Method {
     /// The method every suite uses on a device.
     pub const DEVICE: Method = Method {
         warmup: 3,
+        warmup_ms: 100.0,
         batch_ms: 2.0,
         min_per_batch: 3,
         max_per_batch: 200,
@@ -55,6 +64,7 @@ impl Method {
     /// call and the quick suite must run on a two-core CI machine in seconds.
     pub const HOST: Method = Method {
         warmup: 1,
+        warmup_ms: 0.0,
         batch_ms: 5.0,
         min_per_batch: 1,
         max_per_batch: 50,
@@ -160,7 +170,14 @@ pub fn measure<C: Clock>(
     for i in 0..method.warmup {
         call(i)?;
     }
-    let est = clock.once(&mut call)?;
+    let mut est = clock.once(&mut call)?;
+    if method.warmup_ms > 0.0 {
+        let more = (method.warmup_ms / est.max(0.002)).ceil().min(5000.0) as usize;
+        for i in 0..more {
+            call(i)?;
+        }
+        est = clock.once(&mut call)?;
+    }
     let (per_batch, batches) = method.sizes(est);
     let per_call: Vec<f64> = clock
         .batches(per_batch, batches, &mut call)?
