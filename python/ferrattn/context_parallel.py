@@ -74,10 +74,20 @@ def context_parallel_attention(q, k_local, v_local, group=None, *, softmax_scale
     ``group``, each holding ``k_local``/``v_local`` ``[B, S_r, Hk, D]``: the partial through
     ferrattn, an all-gather of ``(O_r, LSE_r)`` over the group, ferrattn's merge. Every rank
     returns the same ``(O [B, Sq, Hq, D], LSE [B, Hq, Sq])`` (ranks merged in rank order)."""
+    o, lse = attention_partial(q, k_local, v_local, softmax_scale=softmax_scale, algo=algo)
+    return merge_across(o, lse, group)
+
+
+def merge_across(o, lse, group=None):
+    """Attention over the keys of every rank of ``group`` from each rank's own partial state
+    ``(o [B, Sq, H, D], lse [B, H, Sq])`` (torch tensors): an all-gather of the partials over the
+    group, then ``merge_states`` in rank order (on the device for CUDA f16/bf16 partials). Any
+    decode that returns its LSE gives such a partial: ``attention_partial``, or a
+    ``TurboCache`` holding this rank's slice of each sequence (``cache.decode(q)``; its 64-token
+    blocks should not straddle the slice boundaries). Every rank returns the same bits."""
     import torch
     import torch.distributed as dist
 
-    o, lse = attention_partial(q, k_local, v_local, softmax_scale=softmax_scale, algo=algo)
     world = dist.get_world_size(group)
     os_ = [torch.empty_like(o) for _ in range(world)]
     ls_ = [torch.empty_like(lse) for _ in range(world)]
@@ -87,5 +97,5 @@ def context_parallel_attention(q, k_local, v_local, group=None, *, softmax_scale
     if go.is_cuda and go.dtype not in (torch.float16, torch.bfloat16):
         # the device merge has f16/bf16 kernels; f32 partials merge on the host
         mo, ml = merge_states(go.cpu(), gl.cpu())
-        return mo.to(q.device), ml.to(q.device)
+        return mo.to(o.device), ml.to(o.device)
     return merge_states(go, gl)
