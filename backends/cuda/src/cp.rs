@@ -36,6 +36,7 @@ use crate::launch::{launch_on, KvStorage, LeanKernels, LeanStepPlan, LeanTensors
 use crate::nccl::{Communicator, Element, Reduce};
 use crate::turbo::device::{TurboDecodeStepPlan, TurboStepKernels};
 use crate::turbo::DeviceTurboCache;
+use crate::turboquant::{DeviceTurboQuantCache, PreparedTurboQuantDecode, TurboQuantCuda};
 use crate::CudaBackend;
 use cudarc::driver::sys;
 use ferrattn_core::cp::{CpPlan, CpShape, Exchange, MAX_RANKS};
@@ -623,6 +624,78 @@ impl CpRank {
                 stream,
             )
         }
+    }
+
+    /// TurboQuant decode of this rank's slice into its partial block, in place of
+    /// [`CpRank::attend`]: `cache` holds this rank's keys of every sequence (compressed by its own
+    /// appends; TurboQuant compresses each token alone, so any split works), `prep` a
+    /// [`TurboQuantCuda::prepare_decode`] of one query token per sequence over the CP plan's
+    /// local lengths. A sequence with no key here gives an empty row (LSE `-inf`), which
+    /// [`CpRank::merge`] skips; a rank with no key at all writes only `-inf`. TurboQuant's O is
+    /// normalised f16 and its LSE natural-log f32, in the Lean layout, so the partials merge like
+    /// Lean's (f16 steps only: TurboQuant's kernels are f16).
+    ///
+    /// # Safety
+    /// As for [`CpRank::run`] for `q` (f16 `[B, 1, Hq, D]`) and `workspace`.
+    pub unsafe fn attend_turboquant(
+        &self,
+        step: &CpStepPlan,
+        tq: &TurboQuantCuda,
+        prep: &PreparedTurboQuantDecode,
+        q: u64,
+        cache: &DeviceTurboQuantCache,
+        workspace: u64,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        self.check(step)?;
+        let s = &self.shape;
+        let local = step.plan.local_lens(step.rank);
+        let p = &prep.problem;
+        let want = (s.heads_q, s.heads_kv, s.head_dim, s.dtype, 1usize, false);
+        let got = (
+            p.heads_q,
+            p.heads_kv,
+            p.head_dim_qk,
+            p.dtype,
+            p.max_seqlen_q,
+            p.causal,
+        );
+        if got != want || p.head_dim_v != s.head_dim || p.seqlens_k != local {
+            return Err(CudaError::Plan(format!(
+                "a TurboQuant decode of {} query / {} KV heads, d {}, {:?}, {} query tokens \
+                 (causal: {}) over {:?} tokens for rank {} of a CP step of shape {:?} (one \
+                 query token, not causal) whose local lengths are {local:?}",
+                p.heads_q,
+                p.heads_kv,
+                p.head_dim_qk,
+                p.dtype,
+                p.max_seqlen_q,
+                p.causal,
+                p.seqlens_k,
+                step.rank,
+                s
+            )));
+        }
+        if tq.gpu().ordinal != self.comm.gpu().ordinal {
+            return Err(CudaError::Plan(format!(
+                "TurboQuant kernels of GPU {} for rank {} on GPU {}",
+                tq.gpu().ordinal,
+                step.rank,
+                self.comm.gpu().ordinal
+            )));
+        }
+        let block = self.partial_block(step, workspace);
+        let lse = block + step.layout.lse_offset as u64;
+        if local.iter().all(|&l| l == 0) {
+            // no key here: an empty partial, as in attend
+            let _bound = self.comm.gpu().bind()?;
+            return check("cuMemsetD32Async", unsafe {
+                sys::cuMemsetD32Async(lse, f32::NEG_INFINITY.to_bits(), s.rows(), stream)
+            });
+        }
+        // SAFETY: q as the caller promises; the block holds O and LSE of this shape
+        // (CpLayout), 16-byte aligned.
+        unsafe { tq.enqueue_decode(prep, q, cache, block, lse, stream) }
     }
 
     /// The exchange: in-place all-gather of the partial blocks, or all-reduce (max) of LSE,

@@ -19,7 +19,7 @@
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
 use crate::kernels::{self, Function};
-use crate::launch::{launch_raw, DeviceOutputs};
+use crate::launch::{launch_on, launch_raw, DeviceOutputs};
 use crate::CudaBackend;
 use cudarc::driver::sys;
 use ferrattn_core::lean::{Schedule, TileSpace};
@@ -746,6 +746,11 @@ impl TurboQuantCuda {
         &self.names
     }
 
+    /// The GPU the kernels and their tables live on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
     /// An empty cache for `batch` sequences of up to `capacity` tokens (rounded up to 16).
     pub fn alloc_cache(
         &self,
@@ -944,14 +949,7 @@ impl TurboQuantCuda {
         out: &mut DeviceOutputs,
     ) -> Result<()> {
         let p = &prep.problem;
-        if p.seqlens_k != cache.lens {
-            return Err(CudaError::Plan(format!(
-                "the decode was planned for lengths {:?} but the cache holds {:?}",
-                p.seqlens_k, cache.lens
-            )));
-        }
-        let d = self.head_dim;
-        let need = p.batch * p.max_seqlen_q * p.heads_q * d * 2;
+        let need = p.batch * p.max_seqlen_q * p.heads_q * self.head_dim * 2;
         if q.bytes() < need || out.o.bytes() < need {
             return Err(CudaError::Plan(format!(
                 "q / o buffers of {} / {} bytes, {need} needed",
@@ -962,9 +960,53 @@ impl TurboQuantCuda {
         if self.poison {
             out.poison()?;
         }
+        // SAFETY: q, o and lse are live buffers of this GPU of the sizes checked above (lse:
+        // DeviceOutputs::alloc sizes it for the problem); the backend's own stream.
+        unsafe {
+            self.enqueue_decode(
+                prep,
+                q.ptr(),
+                cache,
+                out.o.ptr(),
+                out.lse.ptr(),
+                self.gpu.stream,
+            )
+        }
+    }
+
+    /// [`Self::launch_decode`] on raw device addresses and the caller's stream (context
+    /// parallelism writes O and LSE into a rank's partial block): prepare, decode and combine
+    /// enqueued on `stream`, nothing allocated, nothing synchronised.
+    ///
+    /// # Safety
+    /// `q` holds f16 `[batch, max_sq, heads_q, d]`, `o` room for f16 `[batch, max_sq, heads_q,
+    /// d]` and `lse` for f32 `[batch, heads_q, max_sq]` of `prep`'s problem, all on this GPU,
+    /// 16-byte aligned; `stream` is a stream of this GPU's context (or null).
+    pub unsafe fn enqueue_decode(
+        &self,
+        prep: &PreparedTurboQuantDecode,
+        q: u64,
+        cache: &DeviceTurboQuantCache,
+        o: u64,
+        lse: u64,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let p = &prep.problem;
+        if p.seqlens_k != cache.lens {
+            return Err(CudaError::Plan(format!(
+                "the decode was planned for lengths {:?} but the cache holds {:?}",
+                p.seqlens_k, cache.lens
+            )));
+        }
+        if [q, o, lse].iter().any(|&a| a == 0 || a % 16 != 0) {
+            return Err(CudaError::Plan(format!(
+                "q, o and lse must be non-null and 16-byte aligned (got {q:#x}, {o:#x}, {lse:#x})"
+            )));
+        }
+        let d = self.head_dim;
         let log2e = std::f32::consts::LOG2_E;
         let mut pp = PrepareParams {
-            q: q.ptr(),
+            q,
             pit: self.pit.ptr(),
             st: self.st.ptr(),
             qf: prep.qf.ptr(),
@@ -981,13 +1023,17 @@ impl TurboQuantCuda {
             qscale: p.softmax_scale * log2e / self.sigma_k,
             pscale: p.softmax_scale * log2e * self.codec.sketch().correction_scale(),
         };
-        launch_raw(
-            &self.gpu,
-            &self.prepare_q,
-            ((prep.tiles * d / 32) as u32, 128),
-            0,
-            &mut [arg(&mut pp)],
-        )?;
+        unsafe {
+            launch_on(
+                &self.gpu,
+                &self.prepare_q,
+                ((prep.tiles * d / 32) as u32, 128),
+                0,
+                stream,
+                false,
+                &mut [arg(&mut pp)],
+            )
+        }?;
         let mut dp = DecodeParams {
             qf: prep.qf.ptr(),
             qf_lo: prep.qf_lo.ptr(),
@@ -1014,23 +1060,27 @@ impl TurboQuantCuda {
             ktab: self.ktab,
             vtab: self.vtab,
         };
-        launch_raw(
-            &self.gpu,
-            &prep.decode,
-            (
-                prep.units.div_ceil(UNIT_WARPS) as u32,
-                (UNIT_WARPS * 32) as u32,
-            ),
-            decode_smem_bytes(d) as u32,
-            &mut [arg(&mut dp)],
-        )?;
+        unsafe {
+            launch_on(
+                &self.gpu,
+                &prep.decode,
+                (
+                    prep.units.div_ceil(UNIT_WARPS) as u32,
+                    (UNIT_WARPS * 32) as u32,
+                ),
+                decode_smem_bytes(d) as u32,
+                stream,
+                false,
+                &mut [arg(&mut dp)],
+            )
+        }?;
         let mut cp = CombineParams {
             part_o: prep.part_o.ptr(),
             part_ml: prep.part_ml.ptr(),
             tile_segs: prep.tile_segs.ptr(),
             pi: self.pi.ptr(),
-            o: out.o.ptr(),
-            lse: out.lse.ptr(),
+            o,
+            lse,
             seqlens_q: prep.seqlens_q.ptr(),
             heads_kv: p.heads_kv as i32,
             group: p.group_size() as i32,
@@ -1041,16 +1091,20 @@ impl TurboQuantCuda {
             row_split: prep.row_split as i32,
             oscale: 1.0 / self.sigma_v,
         };
-        launch_raw(
-            &self.gpu,
-            &self.combine,
-            (
-                (prep.tiles * prep.row_split) as u32,
-                (COMBINE_WARPS * 32) as u32,
-            ),
-            0,
-            &mut [arg(&mut cp)],
-        )
+        unsafe {
+            launch_on(
+                &self.gpu,
+                &self.combine,
+                (
+                    (prep.tiles * prep.row_split) as u32,
+                    (COMBINE_WARPS * 32) as u32,
+                ),
+                0,
+                stream,
+                false,
+                &mut [arg(&mut cp)],
+            )
+        }
     }
 
     /// [`Self::append`] of device inputs' K and V (`x.problem.seqlens_k` tokens per sequence).

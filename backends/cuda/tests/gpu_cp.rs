@@ -869,3 +869,243 @@ fn gpu_cp_turbo_slices_merge_like_the_whole_cache() {
         }
     }
 }
+
+/// One rank's TurboQuant decode over its slice, through [`CpRank::attend_turboquant`], then the
+/// exchange and merge.
+#[allow(clippy::too_many_arguments)] // one rank's share of the case
+fn turboquant_rank(
+    be: &CudaBackend,
+    comm: Communicator,
+    plan: &cp::CpPlan,
+    shape: &CpShape,
+    cfg: &ferrattn_core::turboquant::TurboQuantConfig,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+) -> Result<TurboRankResult, String> {
+    let r = comm.rank();
+    let e = |e: ferrattn_cuda::CudaError| format!("rank {r}: {e}");
+    let gpu = be.gpu().map_err(e)?.clone();
+    let (b, hq, hk, d) = (shape.batch, shape.heads_q, shape.heads_kv, shape.head_dim);
+    let rank = CpRank::new(be, std::sync::Arc::new(comm), shape).map_err(e)?;
+    let lens = plan.local_lens(r);
+    let starts: Vec<usize> = plan.shards[r].iter().map(|x| x.start).collect();
+    let max_local = lens.iter().copied().max().unwrap_or(0).max(1);
+    let maxt = k.shape[1];
+    let row = hk * d;
+    // this rank's keys and values, compressed into its own cache
+    let mut kl = vec![0f32; b * max_local * row];
+    let mut vl = kl.clone();
+    for bi in 0..b {
+        let (src, dst, n) = (
+            (bi * maxt + starts[bi]) * row,
+            bi * max_local * row,
+            lens[bi] * row,
+        );
+        kl[dst..dst + n].copy_from_slice(&k.data[src..src + n]);
+        vl[dst..dst + n].copy_from_slice(&v.data[src..src + n]);
+    }
+    let mut pl = AttentionProblem::uniform(b, 1, max_local, hq, hk, d, d, DType::F16);
+    pl.seqlens_k = lens.clone();
+    let tq = be.turboquant(cfg, &pl).map_err(e)?;
+    let mut cache = tq.alloc_cache(b, hk, max_local).map_err(e)?;
+    let (kd, vd) = (
+        tq.upload_f16(&kl).map_err(e)?,
+        tq.upload_f16(&vl).map_err(e)?,
+    );
+    tq.append(&mut cache, &kd, &vd, max_local, &lens)
+        .map_err(e)?;
+    let prep = tq.prepare_decode(&pl, &cache, None).map_err(e)?;
+    let step = rank
+        .plan_step(plan, KvStorage::Contiguous, max_local)
+        .map_err(e)?;
+    let qd = tq.upload_f16(&q.data).map_err(e)?;
+    let mut od = DeviceBuffer::alloc(&gpu, b * hq * d * 2).map_err(e)?;
+    let mut ld = DeviceBuffer::alloc(&gpu, b * hq * 4).map_err(e)?;
+    od.fill_u16(0xffff).map_err(e)?;
+    ld.fill_u32(0xffff_ffff).map_err(e)?;
+    let mut ws = DeviceBuffer::alloc(&gpu, step.workspace_bytes()).map_err(e)?;
+    ws.fill_u32(0xffff_ffff).map_err(e)?; // poison: the partial block must be written
+    let t = CpTensors {
+        q: qd.ptr(),
+        k: 0,
+        v: 0,
+        o: od.ptr(),
+        lse: ld.ptr(),
+    };
+    let stream = gpu.raw_stream();
+    let l = *step.layout();
+    let block = (rank.partial_block(&step, ws.ptr()) - ws.ptr()) as usize;
+    let part_lse;
+    // SAFETY: buffers allocated above for these shapes on this GPU; one stream.
+    unsafe {
+        rank.attend_turboquant(&step, &tq, &prep, qd.ptr(), &cache, ws.ptr(), stream)
+            .map_err(e)?;
+        let bytes: Vec<u8> = ws.to_vec().map_err(e)?;
+        part_lse = bytes[block + l.lse_offset..][..b * hq * 4]
+            .chunks_exact(4)
+            .map(|x| f32::from_ne_bytes([x[0], x[1], x[2], x[3]]))
+            .collect::<Vec<f32>>();
+        rank.exchange(&step, ws.ptr(), stream).map_err(e)?;
+        rank.merge(&step, &t, ws.ptr(), stream).map_err(e)?;
+    }
+    let o = from_bits(DType::F16, &od.to_vec::<u16>().map_err(e)?);
+    let lse = ld.to_vec::<f32>().map_err(e)?;
+    Ok((o, lse, part_lse))
+}
+
+/// TurboQuant's compressed cache over context parallelism: every rank compresses its own slice
+/// (any split: TurboQuant compresses each token alone; here uneven shares and, with two ranks
+/// or more, a sequence with no key on rank 0), decodes it through `CpRank::attend_turboquant`
+/// into its partial block, and the partials are exchanged and merged as Lean's are. Checks: a
+/// sequence with no key on a rank gives that rank an LSE of `-inf`; with one rank the result is
+/// single-GPU TurboQuant over the whole cache bit for bit; with more, every element is within
+/// the rounding the merge adds (the f16 partials and outputs: 4 units of f16 roundoff of
+/// `max(|O|, 1)`; LSE within 1e-4 of `max(|LSE|, 1)`) of the whole-cache decode; every rank
+/// holds the same bits.
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+#[test]
+fn gpu_cp_turboquant_slices_merge_like_the_whole_cache() {
+    use ferrattn_core::turboquant::TurboQuantConfig;
+    let test = "gpu_cp_turboquant_slices_merge_like_the_whole_cache";
+    let Some(backends) = gpus(test) else {
+        return;
+    };
+    let ranks = backends.len();
+    let (hq, hk, d) = (8usize, 2usize, 128usize);
+    let totals = [333usize, 97 * ranks.max(2), 1];
+    let b = totals.len();
+    let shape = CpShape {
+        batch: b,
+        seqlen_q: 1,
+        heads_q: hq,
+        heads_kv: hk,
+        head_dim: d,
+        dtype: DType::F16,
+        causal: false,
+    };
+    // uneven shares; sequence 1 has nothing on rank 0, sequence 2 (one token) lives on one rank
+    let mut kv_lens = vec![vec![0usize; b]; ranks];
+    for (bi, &t) in totals.iter().enumerate() {
+        let holders: Vec<usize> = if bi == 1 && ranks > 1 {
+            (1..ranks).collect()
+        } else if bi == 2 {
+            vec![ranks - 1]
+        } else {
+            (0..ranks).collect()
+        };
+        let share = t / holders.len() + 3;
+        let mut left = t;
+        for (i, &r) in holders.iter().enumerate() {
+            let n = if i + 1 == holders.len() {
+                left
+            } else {
+                share.min(left)
+            };
+            kv_lens[r][bi] = n;
+            left -= n;
+        }
+    }
+    let req = CpRequest {
+        shape: shape.clone(),
+        kv_lens,
+        bandwidth_gbs: vec![4000.0; ranks],
+        output: OutputPlacement::Replicated,
+    };
+    let plan = cp::plan_with_exchange(&req, Exchange::AllGather).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(2027);
+    let maxt = *totals.iter().max().unwrap();
+    let q = Tensor::randn(&[b, 1, hq, d], DType::F16, 1.0, &mut rng);
+    let k = Tensor::randn(&[b, maxt, hk, d], DType::F16, 1.0, &mut rng);
+    let v = Tensor::randn(&[b, maxt, hk, d], DType::F16, 1.0, &mut rng);
+
+    // single-GPU TurboQuant over the whole cache (GPU 0)
+    let be = &backends[0];
+    let mut pw = AttentionProblem::uniform(b, 1, maxt, hq, hk, d, d, DType::F16);
+    pw.seqlens_k = totals.to_vec();
+    let cfg = TurboQuantConfig::paper_default(&pw);
+    let tq = be.turboquant(&cfg, &pw).unwrap();
+    let mut cache = tq.alloc_cache(b, hk, maxt).unwrap();
+    let (kd, vd) = (
+        tq.upload_f16(&k.data).unwrap(),
+        tq.upload_f16(&v.data).unwrap(),
+    );
+    tq.append(&mut cache, &kd, &vd, maxt, &totals).unwrap();
+    let prep = tq.prepare_decode(&pw, &cache, None).unwrap();
+    let mut out = tq.alloc_outputs(&pw).unwrap();
+    tq.launch_decode(&prep, &tq.upload_f16(&q.data).unwrap(), &cache, &mut out)
+        .unwrap();
+    let whole = tq.download(&out, &pw).unwrap();
+
+    let gpus: Vec<_> = backends.iter().map(|x| x.gpu().unwrap().clone()).collect();
+    let comms = Communicator::init_all(&gpus).unwrap();
+    let results: Vec<Result<TurboRankResult, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .zip(&backends)
+            .map(|(comm, be)| {
+                let (plan, shape, cfg, q, k, v) = (&plan, &shape, &cfg, &q, &k, &v);
+                s.spawn(move || turboquant_rank(be, comm, plan, shape, cfg, q, k, v))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("rank thread panicked".into()))
+            })
+            .collect()
+    });
+    let u = 2f32.powi(-11);
+    let mut first: Option<(Vec<f32>, Vec<f32>)> = None;
+    for (r, res) in results.into_iter().enumerate() {
+        let (o, lse, part_lse) = res.unwrap();
+        for (bi, &n) in plan.local_lens(r).iter().enumerate() {
+            let rows = &part_lse[bi * hq..(bi + 1) * hq];
+            if n == 0 {
+                assert!(
+                    rows.iter().all(|&x| x == f32::NEG_INFINITY),
+                    "rank {r}: sequence {bi} has no key here but its partial LSE is {rows:?}"
+                );
+            } else {
+                assert!(rows.iter().all(|x| x.is_finite()), "rank {r}: {rows:?}");
+            }
+        }
+        if ranks == 1 {
+            assert!(
+                o == whole.o.data && lse == whole.lse.data,
+                "one rank: O or LSE differ from the whole-cache decode"
+            );
+        }
+        let (mut worst_o, mut worst_l) = (0f32, 0f32);
+        for (i, (&x, &w)) in o.iter().zip(&whole.o.data).enumerate() {
+            let bound = 4.0 * u * w.abs().max(1.0);
+            assert!(
+                (x - w).abs() <= bound,
+                "rank {r}: O[{i}] = {x} against the whole cache's {w} (bound {bound:.2e})"
+            );
+            worst_o = worst_o.max((x - w).abs());
+        }
+        for (i, (&x, &w)) in lse.iter().zip(&whole.lse.data).enumerate() {
+            let bound = 1e-4 * w.abs().max(1.0);
+            assert!(
+                (x - w).abs() <= bound,
+                "rank {r}: LSE[{i}] = {x} against the whole cache's {w} (bound {bound:.2e})"
+            );
+            worst_l = worst_l.max((x - w).abs());
+        }
+        eprintln!(
+            "{test}: rank {r}/{ranks}: largest difference from the whole-cache decode: O {worst_o:.3e}, LSE {worst_l:.3e}"
+        );
+        match &first {
+            None => first = Some((o, lse)),
+            Some((fo, fl)) => assert!(
+                *fo == o && *fl == lse,
+                "rank {r}: replicated outputs differ from rank 0's"
+            ),
+        }
+    }
+}
