@@ -637,6 +637,7 @@ impl CpRank {
     ///
     /// # Safety
     /// As for [`CpRank::run`] for `q` (f16 `[B, 1, Hq, D]`) and `workspace`.
+    #[allow(clippy::too_many_arguments)] // the decode's own objects beside the CP step's
     pub unsafe fn attend_turboquant(
         &self,
         step: &CpStepPlan,
