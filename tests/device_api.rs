@@ -835,7 +835,8 @@ mod turboquant {
     }
 
     fn plan(before: &[usize], append: bool) -> TurboQuantDecodePlan {
-        TurboQuantDecodePlan::new(&config(D), &shape(), before, append, None).expect("a valid plan")
+        let new = vec![append as usize; before.len()];
+        TurboQuantDecodePlan::new(&config(D), &shape(), before, &new, None).expect("a valid plan")
     }
 
     struct Step<'a> {
@@ -872,7 +873,23 @@ mod turboquant {
         let p = plan(&[63, 0], true);
         Step::new().check(&p).unwrap();
         assert_eq!(p.lens_after(), &[64, 1]);
-        assert!(p.appends());
+        assert_eq!(p.new_rows(), 1);
+        // a prefill of ragged prompts: k_new / v_new of the longest
+        let pf =
+            TurboQuantDecodePlan::new(&config(D), &shape(), &[0, 0], &[37, 130], Some(8)).unwrap();
+        assert_eq!((pf.lens_after(), pf.new_rows()), (&[37, 130][..], 130));
+        let mut s = Step::new();
+        s.k_new = dev(0x4000_0000, DType::F16, &[B, 130, HK, D]);
+        s.v_new = dev(0x5000_0000, DType::F16, &[B, 130, HK, D]);
+        s.check(&pf).unwrap();
+        // and its one-token views are the wrong shape for it
+        assert!(matches!(
+            Step::new().check(&pf),
+            Err(ViewError::Shape {
+                tensor: "k_new",
+                ..
+            })
+        ));
         assert!(p.to_json().contains("\"lens_before\""), "{}", p.to_json());
         let s = spec(1000);
         s.validate().unwrap();
@@ -1147,34 +1164,36 @@ mod turboquant {
         // plans
         let mut s = shape();
         s.heads_q = 7;
-        let e = TurboQuantDecodePlan::new(&config(D), &s, &[1, 1], true, None).unwrap_err();
+        let e = TurboQuantDecodePlan::new(&config(D), &s, &[1, 1], &[1, 1], None).unwrap_err();
         assert!(
             matches!(e, FerrattnError::View(ViewError::Length { got: 7, .. })),
             "{e}"
         );
-        let e =
-            TurboQuantDecodePlan::new(&config(D), &shape(), &[1, 1, 1], true, None).unwrap_err();
+        let e = TurboQuantDecodePlan::new(&config(D), &shape(), &[1, 1, 1], &[1, 1, 1], None)
+            .unwrap_err();
         assert!(
             matches!(e, FerrattnError::View(ViewError::Length { got: 3, .. })),
             "{e}"
         );
         // nothing to attend to: an empty sequence without an append
-        let e = TurboQuantDecodePlan::new(&config(D), &shape(), &[0, 5], false, None).unwrap_err();
+        let e =
+            TurboQuantDecodePlan::new(&config(D), &shape(), &[0, 5], &[0, 0], None).unwrap_err();
         assert!(
             matches!(e, FerrattnError::View(ViewError::Length { got: 0, .. })),
             "{e}"
         );
         let e =
-            TurboQuantDecodePlan::new(&config(D), &shape(), &[1, 5], false, Some(0)).unwrap_err();
+            TurboQuantDecodePlan::new(&config(D), &shape(), &[1, 5], &[0, 0], Some(0)).unwrap_err();
         assert!(
             matches!(e, FerrattnError::View(ViewError::Length { got: 0, .. })),
             "{e}"
         );
         let mut s = shape();
         s.softmax_scale = Some(f32::NAN);
-        assert!(TurboQuantDecodePlan::new(&config(D), &s, &[1, 1], true, None).is_err());
+        assert!(TurboQuantDecodePlan::new(&config(D), &s, &[1, 1], &[1, 1], None).is_err());
         // the config at another head dim than the shape's (qjl_dim 64 at d 128)
-        let e = TurboQuantDecodePlan::new(&config(64), &shape(), &[1, 1], true, None).unwrap_err();
+        let e =
+            TurboQuantDecodePlan::new(&config(64), &shape(), &[1, 1], &[1, 1], None).unwrap_err();
         assert!(e.to_string().contains("qjl_dim"), "{e}");
     }
 }

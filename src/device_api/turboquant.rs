@@ -8,7 +8,8 @@
 //!   allocated once, when it is made; [`TurboQuantCache::memory`] and
 //!   [`TurboQuantCache::allocated_bytes`] account for it.
 //! - [`TurboQuantDecodePlan`] is a pure host value made once per step: the caches' lengths
-//!   before it, whether each sequence appends a token, the stream-K width. Every layer of a
+//!   before it, the tokens each sequence appends (one per decode step, a whole prompt for a
+//!   prefill, none), the stream-K width. Every layer of a
 //!   model has its own cache holding the same lengths, so one plan serves them all.
 //! - [`TurboQuantDevice::begin_decode`] makes the step ready: it **allocates** the step's
 //!   schedule tables, the append's two index tables and the scratch of the split decode's
@@ -337,29 +338,31 @@ impl TurboQuantCache {
     }
 }
 
-/// A decode step: the caches' lengths before it, whether it appends a token per sequence, and
-/// the stream-K width. Pure host data.
+/// A decode step: the caches' lengths before it, the tokens each sequence appends, and the
+/// stream-K width. Pure host data.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TurboQuantDecodePlan {
     shape: TurboQuantShape,
     config: TurboQuantConfig,
     lens_before: Vec<usize>,
+    new_tokens: Vec<usize>,
     lens_after: Vec<usize>,
-    append: bool,
     units: Option<usize>,
 }
 
 impl TurboQuantDecodePlan {
     /// Plans one decode step (one query token per sequence) over caches holding
-    /// `lens_before[b]` tokens of sequence `b`; with `append` each sequence takes the step's
-    /// token first and its query sees it. Every sequence must hold a token when the decode
-    /// runs. `units`: the stream-K width in warps (`None`: the backend's default, every
-    /// resident warp the work can keep busy).
+    /// `lens_before[b]` tokens of sequence `b`; sequence `b` first appends `new_tokens[b]`
+    /// tokens (1 in a decode step, its prompt in a prefill, 0 for none; the step's `k_new`,
+    /// `v_new` are `[batch, max(new_tokens), heads_kv, head_dim]`, sequence `b` taking its
+    /// first `new_tokens[b]` rows), which its query then sees. Every sequence must hold a
+    /// token when the decode runs. `units`: the stream-K width in warps (`None`: the backend's
+    /// default, every resident warp the work can keep busy).
     pub fn new(
         config: &TurboQuantConfig,
         shape: &TurboQuantShape,
         lens_before: &[usize],
-        append: bool,
+        new_tokens: &[usize],
         units: Option<usize>,
     ) -> Result<TurboQuantDecodePlan> {
         shape.check()?;
@@ -372,7 +375,27 @@ impl TurboQuantDecodePlan {
             }
             .into());
         }
-        let lens_after: Vec<usize> = lens_before.iter().map(|&l| l + append as usize).collect();
+        if new_tokens.len() != shape.batch {
+            return Err(ViewError::Length {
+                what: "the number of new-token counts".into(),
+                got: new_tokens.len(),
+                requirement: format!("one per sequence of the batch ({})", shape.batch),
+            }
+            .into());
+        }
+        let lens_after: Vec<usize> = lens_before
+            .iter()
+            .zip(new_tokens)
+            .map(|(&l, &n)| l.saturating_add(n))
+            .collect();
+        if let Some(b) = lens_after.iter().position(|&l| l > i32::MAX as usize) {
+            return Err(ViewError::Length {
+                what: format!("tokens of sequence {b} after the step's append"),
+                got: lens_after[b],
+                requirement: format!("at most {} (the kernels' int32 tables)", i32::MAX),
+            }
+            .into());
+        }
         if let Some(b) = lens_after.iter().position(|&l| l == 0) {
             return Err(ViewError::Length {
                 what: format!("tokens of sequence {b} when the decode runs"),
@@ -393,8 +416,8 @@ impl TurboQuantDecodePlan {
             shape: *shape,
             config: config.clone(),
             lens_before: lens_before.to_vec(),
+            new_tokens: new_tokens.to_vec(),
             lens_after,
-            append,
             units,
         })
     }
@@ -415,9 +438,14 @@ impl TurboQuantDecodePlan {
     pub fn lens_after(&self) -> &[usize] {
         &self.lens_after
     }
-    /// Whether the step appends one token per sequence.
-    pub fn appends(&self) -> bool {
-        self.append
+    /// Tokens each sequence appends in the step.
+    pub fn new_tokens(&self) -> &[usize] {
+        &self.new_tokens
+    }
+    /// Rows of the step's `k_new` and `v_new` (the most tokens a sequence appends; 0: the
+    /// step appends nothing).
+    pub fn new_rows(&self) -> usize {
+        self.new_tokens.iter().copied().max().unwrap_or(0)
     }
     /// The plan as JSON (to inspect or reproduce a step).
     pub fn to_json(&self) -> String {
@@ -465,8 +493,8 @@ pub fn validate_turboquant_append(
     location: Location,
 ) -> std::result::Result<(), ViewError> {
     let s = &plan.shape;
-    let kv = [s.batch, 1, s.heads_kv, s.head_dim];
-    const KL: &str = "[batch, 1, heads_kv, head_dim], f16";
+    let kv = [s.batch, plan.new_rows(), s.heads_kv, s.head_dim];
+    const KL: &str = "[batch, new_tokens, heads_kv, head_dim], f16";
     check_view("k_new", k_new, &kv, KL, DType::F16, location)?;
     check_view("v_new", v_new, &kv, KL, DType::F16, location)
 }
@@ -500,6 +528,11 @@ impl TurboQuantDevice {
     /// What the planner needs to know of the device.
     pub fn caps(&self) -> Result<DeviceCaps> {
         Ok(self.backend.gpu()?.caps.clone())
+    }
+
+    /// The backend (for its buffers, its stream and graph capture in tests).
+    pub fn backend(&self) -> &CudaBackend {
+        &self.backend
     }
 
     /// The kernels of `config` at head dim `d` (loaded once, then cached).
@@ -544,11 +577,11 @@ impl TurboQuantDevice {
         plan: &'p TurboQuantDecodePlan,
     ) -> Result<TurboQuantDecodeStep<'p>> {
         let engine = self.engine(&plan.config, plan.shape.head_dim)?;
-        let append = if plan.append {
+        let append = if plan.new_rows() > 0 {
             Some(engine.prepare_append(
                 &plan.lens_before,
-                &vec![1; plan.shape.batch],
-                1,
+                &plan.new_tokens,
+                plan.new_rows(),
                 usize::MAX,
             )?)
         } else {
@@ -599,8 +632,10 @@ impl TurboQuantDecodeStep<'_> {
         self.decode.units
     }
 
-    /// Validates and enqueues the append of one layer's new token per sequence (`k_new`,
-    /// `v_new`: f16 `[batch, 1, heads_kv, head_dim]`) into its `cache` on `stream`. The cache
+    /// Validates and enqueues the append of one layer's new tokens (`k_new`, `v_new`: f16
+    /// `[batch, new_rows, heads_kv, head_dim]`, see [`TurboQuantDecodePlan::new`]) into its
+    /// `cache` on `stream`: each token compressed alone (codes and norms equal the core's
+    /// `TurboQuantCodec::compress` bit for bit). The cache
     /// must hold the plan's lengths before the step, or after it (the same step appended
     /// again: an eager run followed by its capture; the slots are rewritten). No allocation,
     /// synchronisation or copy.
@@ -623,7 +658,7 @@ impl TurboQuantDecodeStep<'_> {
             &self.plan.lens_before,
             Some(&self.plan.lens_after),
         )?;
-        // SAFETY: k_new / v_new were checked against the plan (f16 [batch, 1, heads_kv, d],
+        // SAFETY: k_new / v_new were checked against the plan (f16 [batch, rows, heads_kv, d],
         // contiguous, long enough, 16-byte aligned, on this device); the cache against the plan
         // (device, shape, configuration, lengths, capacity); the caller promised the stream is
         // of this device (Stream::from_raw); `prep` lives in the step, which waits for the
