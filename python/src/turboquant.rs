@@ -128,7 +128,11 @@ impl TurboQuantCache {
     }
 
     fn append_cuda(&mut self, k: &View<'_>, v: &View<'_>, stream: Stream) -> Result<()> {
-        if self.host.as_ref().is_some_and(|h| h.lens.iter().any(|&l| l > 0)) {
+        if self
+            .host
+            .as_ref()
+            .is_some_and(|h| h.lens.iter().any(|&l| l > 0))
+        {
             return Err(BoundaryError::Device {
                 name: "TurboQuantCache",
                 message: "holds a host cache (its tokens came as host tensors); append and \
@@ -367,9 +371,8 @@ impl TurboQuantCache {
             };
             let shape = self.shape(hq, softmax_scale);
             let before = d.cache.lens().to_vec();
-            let plan =
-                TurboQuantDecodePlan::new(&self.cfg, &shape, &before, &vec![0; b], None)
-                    .map_err(BoundaryError::from)?;
+            let plan = TurboQuantDecodePlan::new(&self.cfg, &shape, &before, &vec![0; b], None)
+                .map_err(BoundaryError::from)?;
             let views = [cuda::whole(&q)?, cuda::whole(out)?, cuda::whole(lse)?];
             let step = d.device.begin_decode(&plan).map_err(BoundaryError::from)?;
             let x = TurboQuantDecodeViews {
@@ -434,7 +437,9 @@ impl TurboQuantCache {
 
     /// Device bytes allocated for a CUDA cache (its capacity), 0 for a host one.
     fn allocated_bytes(&self) -> usize {
-        self.device.as_ref().map_or(0, |d| d.cache.allocated_bytes())
+        self.device
+            .as_ref()
+            .map_or(0, |d| d.cache.allocated_bytes())
     }
 
     /// Bytes of the compressed tokens on the device (what a decode reads), the fp16 bytes they
@@ -465,7 +470,12 @@ impl TurboQuantCache {
 }
 
 /// An output the caller passed: on the call's device, of the right shape and dtype.
-fn host_or_device_output(v: &View<'_>, shape: &[usize], dtype: DType, device: Device) -> Result<()> {
+fn host_or_device_output(
+    v: &View<'_>,
+    shape: &[usize],
+    dtype: DType,
+    device: Device,
+) -> Result<()> {
     match device {
         Device::Cpu => host::check_output(v, shape, dtype),
         // the device path checks shape, dtype, contiguity and alignment before its launch
