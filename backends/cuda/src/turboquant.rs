@@ -625,6 +625,9 @@ pub struct PreparedTurboQuantAppend {
     src_len: usize,
     /// 16-token destination groups per (sequence, KV head) of the widest sequence.
     groups: usize,
+    /// Resident CTAs per SM of the key and the value compression kernels (queried here, so
+    /// that enqueueing makes no driver query: it may run inside a graph capture).
+    per_sm: [usize; 2],
     dst0: DeviceBuffer,
     count: DeviceBuffer,
 }
@@ -923,7 +926,13 @@ impl TurboQuantCuda {
             .unwrap_or(0);
         let dst0: Vec<i32> = lens_before.iter().map(|&l| l as i32).collect();
         let cnt: Vec<i32> = counts.iter().map(|&c| c as i32).collect();
+        let d = self.head_dim;
+        let per_sm = [
+            occupancy(&self.compress_keys, d, self.smem_keys)?,
+            occupancy(&self.compress_values, d, self.smem_values)?,
+        ];
         Ok(PreparedTurboQuantAppend {
+            per_sm,
             before: lens_before.to_vec(),
             after: lens_before.iter().zip(counts).map(|(l, c)| l + c).collect(),
             src_len,
@@ -977,12 +986,21 @@ impl TurboQuantCuda {
         let items = b_ * hk * prep.groups;
         let sms = self.gpu.caps.compute_units;
         for keys in [true, false] {
-            let (f, smem, cb) = if keys {
-                (&self.compress_keys, self.smem_keys, self.key_cb)
+            let (f, smem, cb, per_sm) = if keys {
+                (
+                    &self.compress_keys,
+                    self.smem_keys,
+                    self.key_cb,
+                    prep.per_sm[0],
+                )
             } else {
-                (&self.compress_values, self.smem_values, self.value_cb)
+                (
+                    &self.compress_values,
+                    self.smem_values,
+                    self.value_cb,
+                    prep.per_sm[1],
+                )
             };
-            let per_sm = occupancy(f, d, smem)?;
             let mut prm = CompressParams {
                 src: if keys { k } else { v },
                 dst0: prep.dst0.ptr(),
