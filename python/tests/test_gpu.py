@@ -1,5 +1,5 @@
 """CUDA tensors (torch): Lean decode through the device path against the float64 reference and the
-CPU emulation, the TurboAttention cache on the device against the host cache, the caller's stream, a 32-layer Llama-shape decode step captured in a CUDA graph
+CPU emulation, the TurboAttention and TurboQuant caches on the device against the host caches, the caller's stream, a 32-layer Llama-shape decode step captured in a CUDA graph
 and replayed 100 times against eager runs (bit for bit), and the boundary errors on device
 tensors. Skipped without torch or without a GPU."""
 
