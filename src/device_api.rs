@@ -36,6 +36,7 @@ use thiserror::Error;
 
 mod merge;
 mod turbo;
+mod turboquant;
 /// The decode schedules of the TurboAttention cache (re-exported from the CUDA backend).
 pub use ferrattn_cuda::DecodeSchedule as TurboSchedule;
 pub use merge::{validate_merge, MergeViews};
@@ -43,6 +44,11 @@ pub use turbo::{
     validate_append, validate_decode, validate_prefill, TurboCache, TurboCacheSpec,
     TurboDecodePlan, TurboDecodeStep, TurboDecodeViews, TurboDevice, TurboPrefillPlan,
     TurboPrefillStep, TurboPrefillViews, TurboShape, TURBO_BLOCK_TOKENS, TURBO_HEAD_DIMS,
+};
+pub use turboquant::{
+    validate_turboquant_append, validate_turboquant_decode, TurboQuantCache, TurboQuantCacheSpec,
+    TurboQuantDecodePlan, TurboQuantDecodeStep, TurboQuantDecodeViews, TurboQuantDevice,
+    TurboQuantMemory, TurboQuantShape, TURBOQUANT_HEAD_DIMS, TURBOQUANT_TILE_TOKENS,
 };
 
 /// Alignment the kernels need of every tensor's address, bytes (16-byte vector loads).

@@ -793,6 +793,411 @@ mod turbo {
     }
 }
 
+/// The TurboQuant cache's boundary on the CPU: specs, plans and views, host-only checks.
+mod turboquant {
+    use super::dev;
+    use ferrattn::device_api::{
+        validate_turboquant_append, validate_turboquant_decode, Location, TensorView,
+        TurboQuantCacheSpec, TurboQuantDecodePlan, TurboQuantDecodeViews, TurboQuantShape,
+        ViewError, TURBOQUANT_TILE_TOKENS,
+    };
+    use ferrattn::turboquant::TurboQuantConfig;
+    use ferrattn::{AttentionProblem, DType, FerrattnError};
+
+    const B: usize = 2;
+    const HQ: usize = 8;
+    const HK: usize = 2;
+    const D: usize = 128;
+
+    fn config(d: usize) -> TurboQuantConfig {
+        let p = AttentionProblem::uniform(1, 1, 1, 1, 1, d, d, DType::F16);
+        TurboQuantConfig::paper_default(&p)
+    }
+
+    fn shape() -> TurboQuantShape {
+        TurboQuantShape {
+            batch: B,
+            heads_q: HQ,
+            heads_kv: HK,
+            head_dim: D,
+            softmax_scale: None,
+        }
+    }
+
+    fn spec(capacity_tokens: usize) -> TurboQuantCacheSpec {
+        TurboQuantCacheSpec {
+            batch: B,
+            heads_kv: HK,
+            head_dim: D,
+            capacity_tokens,
+            config: config(D),
+        }
+    }
+
+    fn plan(before: &[usize], append: bool) -> TurboQuantDecodePlan {
+        let new = vec![append as usize; before.len()];
+        TurboQuantDecodePlan::new(&config(D), &shape(), before, &new, None).expect("a valid plan")
+    }
+
+    struct Step<'a> {
+        q: TensorView<'a>,
+        o: TensorView<'a>,
+        lse: TensorView<'a>,
+        k_new: TensorView<'a>,
+        v_new: TensorView<'a>,
+    }
+
+    impl<'a> Step<'a> {
+        fn new() -> Step<'a> {
+            Step {
+                q: dev(0x1000_0000, DType::F16, &[B, 1, HQ, D]),
+                o: dev(0x2000_0000, DType::F16, &[B, 1, HQ, D]),
+                lse: dev(0x3000_0000, DType::F32, &[B, HQ, 1]),
+                k_new: dev(0x4000_0000, DType::F16, &[B, 1, HK, D]),
+                v_new: dev(0x5000_0000, DType::F16, &[B, 1, HK, D]),
+            }
+        }
+        fn check(&self, p: &TurboQuantDecodePlan) -> Result<(), ViewError> {
+            validate_turboquant_append(p, &self.k_new, &self.v_new, Location::Cuda(0))?;
+            let x = TurboQuantDecodeViews {
+                q: &self.q,
+                o: &self.o,
+                lse: &self.lse,
+            };
+            validate_turboquant_decode(p, &x, Location::Cuda(0))
+        }
+    }
+
+    #[test]
+    fn good_views_specs_and_plans_pass() {
+        let p = plan(&[63, 0], true);
+        Step::new().check(&p).unwrap();
+        assert_eq!(p.lens_after(), &[64, 1]);
+        assert_eq!(p.new_rows(), 1);
+        // a prefill of ragged prompts: k_new / v_new of the longest
+        let pf =
+            TurboQuantDecodePlan::new(&config(D), &shape(), &[0, 0], &[37, 130], Some(8)).unwrap();
+        assert_eq!((pf.lens_after(), pf.new_rows()), (&[37, 130][..], 130));
+        let mut s = Step::new();
+        s.k_new = dev(0x4000_0000, DType::F16, &[B, 130, HK, D]);
+        s.v_new = dev(0x5000_0000, DType::F16, &[B, 130, HK, D]);
+        s.check(&pf).unwrap();
+        // and its one-token views are the wrong shape for it
+        assert!(matches!(
+            Step::new().check(&pf),
+            Err(ViewError::Shape {
+                tensor: "k_new",
+                ..
+            })
+        ));
+        assert!(p.to_json().contains("\"lens_before\""), "{}", p.to_json());
+        let s = spec(1000);
+        s.validate().unwrap();
+        // rounded up to whole 16-token decode iterations
+        assert_eq!(s.capacity(), 1008);
+        assert_eq!(s.capacity() % TURBOQUANT_TILE_TOKENS, 0);
+        s.check_lengths(&[1008, 0]).unwrap();
+        // per token and head: d/2 key codes, d/8 signs, 4 norm bytes, d/2 value codes, 2
+        let rows = B * HK * 1008;
+        assert_eq!(s.allocated_bytes(), rows * (D / 2 + D / 8 + 4 + D / 2 + 2));
+        // MSE-only keys and d 64 are on the kernels' list too
+        let mut c = config(64);
+        c.key_qjl = false;
+        TurboQuantCacheSpec {
+            head_dim: 64,
+            config: c,
+            ..spec(16)
+        }
+        .validate()
+        .unwrap();
+    }
+
+    #[test]
+    fn short_buffer_is_rejected_with_the_byte_counts() {
+        let p = plan(&[10, 20], true);
+        let mut s = Step::new();
+        let need = B * HQ * D * 2;
+        // SAFETY: never dereferenced.
+        s.q = unsafe {
+            TensorView::cuda(
+                0x1000_0000,
+                need - 2,
+                0,
+                DType::F16,
+                &[B, 1, HQ, D],
+                &[HQ * D, HQ * D, D, 1],
+            )
+        }
+        .unwrap();
+        match s.check(&p) {
+            Err(ViewError::ShortBuffer {
+                tensor: "q",
+                needed,
+                declared,
+                ..
+            }) => assert_eq!((needed, declared), (need, need - 2)),
+            other => panic!("expected ShortBuffer, got {other:?}"),
+        }
+        let mut s = Step::new();
+        // SAFETY: never dereferenced.
+        s.lse =
+            unsafe { TensorView::cuda(0x3000_0000, 4, 0, DType::F32, &[B, HQ, 1], &[HQ, 1, 1]) }
+                .unwrap();
+        assert!(matches!(
+            s.check(&p),
+            Err(ViewError::ShortBuffer {
+                tensor: "lse",
+                declared: 4,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn wrong_dtype_is_rejected_with_both_dtypes() {
+        let p = plan(&[10, 20], true);
+        // the TurboQuant kernels are f16 only
+        let mut s = Step::new();
+        s.q = dev(0x1000_0000, DType::BF16, &[B, 1, HQ, D]);
+        assert_eq!(
+            s.check(&p),
+            Err(ViewError::DType {
+                tensor: "q",
+                got: DType::BF16,
+                expected: DType::F16,
+            })
+        );
+        let mut s = Step::new();
+        s.v_new = dev(0x5000_0000, DType::F32, &[B, 1, HK, D]);
+        assert_eq!(
+            s.check(&p),
+            Err(ViewError::DType {
+                tensor: "v_new",
+                got: DType::F32,
+                expected: DType::F16,
+            })
+        );
+        let mut s = Step::new();
+        s.lse = dev(0x3000_0000, DType::F16, &[B, HQ, 1]);
+        assert!(matches!(
+            s.check(&p),
+            Err(ViewError::DType { tensor: "lse", .. })
+        ));
+    }
+
+    #[test]
+    fn wrong_device_is_rejected_with_both_devices() {
+        let p = plan(&[10, 20], true);
+        let mut s = Step::new();
+        let strides = ferrattn::device_api::contiguous_strides(&[B, 1, HQ, D]);
+        // SAFETY: never dereferenced.
+        s.o = unsafe {
+            TensorView::cuda(
+                0x2000_0000,
+                B * HQ * D * 2,
+                1,
+                DType::F16,
+                &[B, 1, HQ, D],
+                &strides,
+            )
+        }
+        .unwrap();
+        assert_eq!(
+            s.check(&p),
+            Err(ViewError::Device {
+                tensor: "o",
+                got: Location::Cuda(1),
+                expected: Location::Cuda(0),
+            })
+        );
+        let host = vec![half::f16::ZERO; B * HK * D];
+        let mut s = Step::new();
+        s.k_new = TensorView::host(&host, &[B, 1, HK, D]).unwrap();
+        assert_eq!(
+            s.check(&p),
+            Err(ViewError::Device {
+                tensor: "k_new",
+                got: Location::Cpu,
+                expected: Location::Cuda(0),
+            })
+        );
+    }
+
+    #[test]
+    fn misaligned_and_strided_views_are_rejected() {
+        let p = plan(&[10, 20], true);
+        let mut s = Step::new();
+        s.o = dev(0x2000_0008, DType::F16, &[B, 1, HQ, D]);
+        assert_eq!(
+            s.check(&p),
+            Err(ViewError::Misaligned {
+                tensor: "o",
+                addr: 0x2000_0008,
+                align: 16,
+            })
+        );
+        let mut s = Step::new();
+        // heads strided by 2 rows: the kernels read dense rows
+        let strides = [2 * HQ * D, 2 * HQ * D, 2 * D, 1];
+        // SAFETY: never dereferenced.
+        s.q = unsafe {
+            TensorView::cuda(
+                0x1000_0000,
+                2 * B * HQ * D * 2,
+                0,
+                DType::F16,
+                &[B, 1, HQ, D],
+                &strides,
+            )
+        }
+        .unwrap();
+        assert!(matches!(
+            s.check(&p),
+            Err(ViewError::NotContiguous { tensor: "q", .. })
+        ));
+    }
+
+    #[test]
+    fn q_shape_disagreeing_with_the_plan_is_rejected() {
+        let p = plan(&[10, 20], true);
+        let mut s = Step::new();
+        // two query tokens: the decode takes one per sequence
+        s.q = dev(0x1000_0000, DType::F16, &[B, 2, HQ, D]);
+        match s.check(&p) {
+            Err(ViewError::Shape {
+                tensor: "q",
+                got,
+                expected,
+                ..
+            }) => assert_eq!((got, expected), (vec![B, 2, HQ, D], vec![B, 1, HQ, D])),
+            other => panic!("expected Shape, got {other:?}"),
+        }
+        // query heads other than the plan's
+        let mut s = Step::new();
+        s.q = dev(0x1000_0000, DType::F16, &[B, 1, 2 * HQ, D]);
+        assert!(matches!(
+            s.check(&p),
+            Err(ViewError::Shape { tensor: "q", .. })
+        ));
+        // a rank-3 q
+        let mut s = Step::new();
+        s.q = dev(0x1000_0000, DType::F16, &[B, HQ, D]);
+        assert!(matches!(
+            s.check(&p),
+            Err(ViewError::Rank {
+                tensor: "q",
+                got: 3,
+                expected: 4,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn lengths_over_capacity_are_rejected() {
+        let s = spec(100);
+        let cap = s.capacity();
+        assert_eq!(cap, 112);
+        assert_eq!(
+            s.check_lengths(&[cap, cap + 1]),
+            Err(ViewError::SequenceLongerThanCache {
+                sequence: 1,
+                len: cap + 1,
+                capacity: cap,
+            })
+        );
+        assert!(matches!(
+            s.check_lengths(&[1]),
+            Err(ViewError::Length { got: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn bad_specs_plans_and_configs_are_rejected_with_the_values() {
+        let view = |r: ferrattn::Result<()>| match r {
+            Err(FerrattnError::View(v)) => v,
+            other => panic!("expected a ViewError, got {other:?}"),
+        };
+        assert!(matches!(
+            view(
+                TurboQuantCacheSpec {
+                    head_dim: 96,
+                    ..spec(64)
+                }
+                .validate()
+            ),
+            ViewError::Length { got: 96, .. }
+        ));
+        assert!(matches!(
+            view(
+                TurboQuantCacheSpec {
+                    batch: 0,
+                    ..spec(64)
+                }
+                .validate()
+            ),
+            ViewError::Length { got: 0, .. }
+        ));
+        assert!(matches!(
+            view(spec(0).validate()),
+            ViewError::Length { got: 0, .. }
+        ));
+        // configurations off the kernels' closed list: typed, with what is supported
+        let mut c = config(D);
+        c.value_bits = 1;
+        let e = TurboQuantCacheSpec {
+            config: c,
+            ..spec(64)
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().contains("2, 3 or 4 bits"), "{e}");
+        let mut c = config(D);
+        c.qjl_dim = 64;
+        let e = TurboQuantCacheSpec {
+            config: c,
+            ..spec(64)
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().contains("qjl_dim"), "{e}");
+        // plans
+        let mut s = shape();
+        s.heads_q = 7;
+        let e = TurboQuantDecodePlan::new(&config(D), &s, &[1, 1], &[1, 1], None).unwrap_err();
+        assert!(
+            matches!(e, FerrattnError::View(ViewError::Length { got: 7, .. })),
+            "{e}"
+        );
+        let e = TurboQuantDecodePlan::new(&config(D), &shape(), &[1, 1, 1], &[1, 1, 1], None)
+            .unwrap_err();
+        assert!(
+            matches!(e, FerrattnError::View(ViewError::Length { got: 3, .. })),
+            "{e}"
+        );
+        // nothing to attend to: an empty sequence without an append
+        let e =
+            TurboQuantDecodePlan::new(&config(D), &shape(), &[0, 5], &[0, 0], None).unwrap_err();
+        assert!(
+            matches!(e, FerrattnError::View(ViewError::Length { got: 0, .. })),
+            "{e}"
+        );
+        let e =
+            TurboQuantDecodePlan::new(&config(D), &shape(), &[1, 5], &[0, 0], Some(0)).unwrap_err();
+        assert!(
+            matches!(e, FerrattnError::View(ViewError::Length { got: 0, .. })),
+            "{e}"
+        );
+        let mut s = shape();
+        s.softmax_scale = Some(f32::NAN);
+        assert!(TurboQuantDecodePlan::new(&config(D), &s, &[1, 1], &[1, 1], None).is_err());
+        // the config at another head dim than the shape's (qjl_dim 64 at d 128)
+        let e =
+            TurboQuantDecodePlan::new(&config(64), &shape(), &[1, 1], &[1, 1], None).unwrap_err();
+        assert!(e.to_string().contains("qjl_dim"), "{e}");
+    }
+}
+
 mod merge {
     use super::dev;
     use ferrattn::device_api::{validate_merge, Location, MergeViews, ViewError};

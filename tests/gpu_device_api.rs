@@ -538,3 +538,330 @@ fn gpu_merge_states_matches_the_core_merge() {
         assert!(matches!(err, FerrattnError::View(_)), "{err}");
     }
 }
+
+/// The TurboQuant cache through the facade (skips without a GPU): two layers' caches filled by
+/// a ragged prefill step and two one-token steps of `TurboQuantDecodeStep::append` on
+/// caller-owned buffers and the caller's stream, each step decoded by `run` into poisoned
+/// outputs; O within 1e-3 relative Frobenius error and LSE within 2e-3 of max(1, |LSE|) of the
+/// core's emulation (the tolerances of `backends/cuda/tests/gpu_turboquant.rs`), the caches'
+/// codes and norms equal the core's compression bit for bit. Then one more step, eager, then
+/// captured in a CUDA graph and replayed 20 times into poisoned outputs: equal to the eager run
+/// bit for bit. Bad views and a cache of another configuration are typed errors.
+#[test]
+fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
+    use ferrattn::device_api::{
+        contiguous_strides, Stream, TurboQuantCacheSpec, TurboQuantDecodePlan,
+        TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, ViewError,
+    };
+    use ferrattn::turboquant::{self, TurboQuantCodec, TurboQuantConfig};
+    use ferrattn::{AttentionInputs, AttentionProblem, Comparison, FerrattnError, Tensor};
+    use ferrattn_cuda::{DeviceBuffer, Graph};
+    use half::f16;
+    use rand::{Rng, SeedableRng};
+    let name = "gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph";
+    let dev = match TurboQuantDevice::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    let g = dev.backend().gpu().unwrap().clone();
+    // SAFETY: the backend's own stream, alive as long as `dev`.
+    let stream = unsafe { Stream::from_raw(g.raw_stream() as *mut std::ffi::c_void) };
+    let (b, hq, hk, d, layers) = (3usize, 16usize, 4usize, 128usize, 2usize);
+    let prompt = [37usize, 1, 130];
+    let steps = 2;
+    let total: Vec<usize> = prompt.iter().map(|&l| l + steps + 1).collect();
+    let max_total = *total.iter().max().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut randn = |shape: &[usize]| {
+        let mut t = Tensor::zeros(shape, DType::F16);
+        t.data
+            .iter_mut()
+            .for_each(|v| *v = DType::F16.round(rng.gen_range(-2.0f32..2.0)));
+        t
+    };
+    // every token any step appends, [b, max_total, hk, d]; the query of each step
+    let (k_all, v_all) = (randn(&[b, max_total, hk, d]), randn(&[b, max_total, hk, d]));
+    let queries: Vec<Tensor> = (0..=steps + 1).map(|_| randn(&[b, 1, hq, d])).collect();
+    let probe = AttentionProblem::uniform(1, 1, 1, 1, 1, d, d, DType::F16);
+    let mut cfg = TurboQuantConfig::paper_default(&probe);
+    cfg.value_bits = 3;
+    let shape = TurboQuantShape {
+        batch: b,
+        heads_q: hq,
+        heads_kv: hk,
+        head_dim: d,
+        softmax_scale: None,
+    };
+    let spec = TurboQuantCacheSpec {
+        batch: b,
+        heads_kv: hk,
+        head_dim: d,
+        capacity_tokens: max_total,
+        config: cfg.clone(),
+    };
+    let mut caches: Vec<_> = (0..layers).map(|_| dev.cache(&spec).unwrap()).collect();
+    assert_eq!(caches[0].allocated_bytes(), spec.allocated_bytes());
+    assert_eq!(caches[0].capacity_tokens(), spec.capacity());
+    let upload = |t: &Tensor| {
+        let bits: Vec<u16> = t.data.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
+        DeviceBuffer::from_slice(&g, &bits).unwrap()
+    };
+    let view = |buf: &DeviceBuffer, dtype: DType, shape: &[usize]| {
+        // SAFETY: `buf` holds at least these bytes of device 0 and outlives the work.
+        unsafe {
+            ferrattn::device_api::TensorView::cuda(
+                buf.ptr(),
+                buf.bytes(),
+                0,
+                dtype,
+                shape,
+                &contiguous_strides(shape),
+            )
+        }
+        .unwrap()
+    };
+    // rows [from, from + n[b]) of each sequence of `all`, padded to the longest
+    let rows = |all: &Tensor, from: &[usize], n: &[usize]| {
+        let m = *n.iter().max().unwrap();
+        let mut t = Tensor::zeros(&[b, m, hk, d], DType::F16);
+        for bi in 0..b {
+            for j in 0..n[bi] {
+                for h in 0..hk {
+                    t.row4_mut(bi, j, h)
+                        .copy_from_slice(all.row4(bi, from[bi] + j, h));
+                }
+            }
+        }
+        t
+    };
+    // the emulation's decode of query `q` over the first `lens[b]` tokens of each sequence
+    let emulate = |q: &Tensor, lens: &[usize]| {
+        let m = *lens.iter().max().unwrap();
+        let mut p = AttentionProblem::uniform(b, 1, m, hq, hk, d, d, DType::F16);
+        p.seqlens_k = lens.to_vec();
+        let zero = vec![0; b];
+        let mut x = AttentionInputs::new(
+            q.clone(),
+            rows(&k_all, &zero, lens),
+            rows(&v_all, &zero, lens),
+        );
+        x.seqlens_k = Some(lens.iter().map(|&l| l as i64).collect());
+        let codec = TurboQuantCodec::new(&cfg, d, d);
+        let kv = codec.compress(&p, &x);
+        (turboquant::emulate(&cfg, &p, &x).unwrap(), kv)
+    };
+    let outs: Vec<_> = (0..layers)
+        .map(|_| {
+            (
+                DeviceBuffer::alloc(&g, b * hq * d * 2).unwrap(),
+                DeviceBuffer::alloc(&g, b * hq * 4).unwrap(),
+            )
+        })
+        .collect();
+    let out_views: Vec<_> = outs
+        .iter()
+        .map(|(o, l)| {
+            (
+                view(o, DType::F16, &[b, 1, hq, d]),
+                view(l, DType::F32, &[b, hq, 1]),
+            )
+        })
+        .collect();
+    let read = |outs: &[(DeviceBuffer, DeviceBuffer)]| -> Vec<(Vec<u16>, Vec<u32>)> {
+        outs.iter()
+            .map(|(o, l)| (o.to_vec::<u16>().unwrap(), l.to_vec::<u32>().unwrap()))
+            .collect()
+    };
+    let mut outs = outs;
+
+    // ---- a ragged prefill step, then one-token steps, each decoded and checked
+    let mut lens = vec![0usize; b];
+    for (s, query) in queries.iter().enumerate().take(steps + 1) {
+        let new: Vec<usize> = if s == 0 { prompt.to_vec() } else { vec![1; b] };
+        let plan = TurboQuantDecodePlan::new(
+            &cfg,
+            &shape,
+            &lens,
+            &new,
+            if s == 1 { Some(5) } else { None },
+        )
+        .unwrap();
+        let (kn, vn) = (
+            upload(&rows(&k_all, &lens, &new)),
+            upload(&rows(&v_all, &lens, &new)),
+        );
+        let m = plan.new_rows();
+        let (knv, vnv) = (
+            view(&kn, DType::F16, &[b, m, hk, d]),
+            view(&vn, DType::F16, &[b, m, hk, d]),
+        );
+        let qd = upload(query);
+        let qdv = view(&qd, DType::F16, &[b, 1, hq, d]);
+        for (o, l) in outs.iter_mut() {
+            o.fill_u16(0x7e00).unwrap(); // NaN
+            l.fill_u32(0x7fc0_0000).unwrap();
+        }
+        let step = dev.begin_decode(&plan).unwrap();
+        for (c, (o, l)) in caches.iter_mut().zip(&out_views) {
+            step.append(&knv, &vnv, c, stream).unwrap();
+            step.run(&TurboQuantDecodeViews { q: &qdv, o, lse: l }, c, stream)
+                .unwrap();
+        }
+        lens = plan.lens_after().to_vec();
+        let (want, want_kv) = emulate(query, &lens);
+        for (i, (o, l)) in read(&outs).into_iter().enumerate() {
+            let what = format!("step {s} layer {i}");
+            let o: Vec<f64> = o.iter().map(|&x| f16::from_bits(x).to_f64()).collect();
+            let l: Vec<f64> = l.iter().map(|&x| f32::from_bits(x) as f64).collect();
+            assert!(
+                o.iter().all(|v| v.is_finite()),
+                "{what}: non-finite O (poison survived?)"
+            );
+            assert!(l.iter().all(|v| v.is_finite()), "{what}: non-finite LSE");
+            let wo: Vec<f64> = want.o.data.iter().map(|&x| x as f64).collect();
+            let c = Comparison::new(&wo, &o);
+            let lse_rel = want
+                .lse
+                .data
+                .iter()
+                .zip(&l)
+                .map(|(&a, &b)| (a as f64 - b).abs() / (a.abs() as f64).max(1.0))
+                .fold(0.0, f64::max);
+            eprintln!("{what}: O rel_fro {:.2e}, LSE rel {lse_rel:.2e}", c.rel_fro);
+            assert!(c.rel_fro <= 1e-3, "{what}: O rel_fro {:e}", c.rel_fro);
+            assert!(lse_rel <= 2e-3, "{what}: LSE relative error {lse_rel:e}");
+        }
+        for c in &caches {
+            assert_eq!(c.lens(), &lens[..]);
+            let got = c.download().unwrap();
+            assert!(
+                got.k_idx == want_kv.k_idx && got.v_idx == want_kv.v_idx,
+                "step {s}: codes"
+            );
+            assert!(got.k_signs == want_kv.k_signs, "step {s}: QJL signs");
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert!(
+                bits(&got.k_norm) == bits(&want_kv.k_norm)
+                    && bits(&got.r_norm) == bits(&want_kv.r_norm)
+                    && bits(&got.v_norm) == bits(&want_kv.v_norm),
+                "step {s}: norms"
+            );
+        }
+        let m = caches[0].memory();
+        assert_eq!(m.tokens, lens.iter().sum::<usize>());
+        assert!(m.compression_ratio > 3.0, "{m:?}");
+        drop(step);
+    }
+
+    // ---- typed errors before any launch
+    let plan = TurboQuantDecodePlan::new(&cfg, &shape, &lens, &[1; 3], None).unwrap();
+    let step = dev.begin_decode(&plan).unwrap();
+    let qd = upload(&queries[steps + 1]);
+    let qdv = view(&qd, DType::F16, &[b, 1, hq, d]);
+    // decode before the step's append: the cache is one token short
+    let e = step
+        .run(
+            &TurboQuantDecodeViews {
+                q: &qdv,
+                o: &out_views[0].0,
+                lse: &out_views[0].1,
+            },
+            &caches[0],
+            stream,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, FerrattnError::View(ViewError::Length { .. })),
+        "{e}"
+    );
+    // q in bf16
+    let e = step
+        .run(
+            &TurboQuantDecodeViews {
+                q: &view(&qd, DType::BF16, &[b, 1, hq, d]),
+                o: &out_views[0].0,
+                lse: &out_views[0].1,
+            },
+            &caches[0],
+            stream,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, FerrattnError::View(ViewError::DType { tensor: "q", .. })),
+        "{e}"
+    );
+    // a cache of another configuration (MSE-only keys)
+    let mut other_cfg = cfg.clone();
+    other_cfg.key_qjl = false;
+    let mut other = dev
+        .cache(&TurboQuantCacheSpec {
+            config: other_cfg,
+            ..spec.clone()
+        })
+        .unwrap();
+    let kn1 = upload(&rows(&k_all, &lens, &[1; 3]));
+    let kn1v = view(&kn1, DType::F16, &[b, 1, hk, d]);
+    let e = step.append(&kn1v, &kn1v, &mut other, stream).unwrap_err();
+    assert!(matches!(e, FerrattnError::PlanMismatch(_)), "{e}");
+    // lengths over the capacity: a cache made for fewer tokens
+    let mut small = dev
+        .cache(&TurboQuantCacheSpec {
+            capacity_tokens: 16,
+            ..spec.clone()
+        })
+        .unwrap();
+    let e = step.append(&kn1v, &kn1v, &mut small, stream).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            FerrattnError::View(ViewError::SequenceLongerThanCache { .. })
+        ),
+        "{e}"
+    );
+    drop(step);
+
+    // ---- one more step, eager, then captured and replayed 20 times
+    let vn1 = upload(&rows(&v_all, &lens, &[1; 3]));
+    let vn1v = view(&vn1, DType::F16, &[b, 1, hk, d]);
+    let step = dev.begin_decode(&plan).unwrap();
+    let enqueue =
+        |caches: &mut Vec<ferrattn::device_api::TurboQuantCache>| -> ferrattn::Result<()> {
+            for (c, (o, l)) in caches.iter_mut().zip(&out_views) {
+                step.append(&kn1v, &vn1v, c, stream)?;
+                step.run(&TurboQuantDecodeViews { q: &qdv, o, lse: l }, c, stream)?;
+            }
+            Ok(())
+        };
+    enqueue(&mut caches).unwrap();
+    let eager = read(&outs);
+    let (want, _) = emulate(&queries[steps + 1], plan.lens_after());
+    let wo: Vec<f64> = want.o.data.iter().map(|&x| x as f64).collect();
+    let got: Vec<f64> = eager[0]
+        .0
+        .iter()
+        .map(|&x| f16::from_bits(x).to_f64())
+        .collect();
+    assert!(
+        Comparison::new(&wo, &got).rel_fro <= 1e-3,
+        "eager step vs the emulation"
+    );
+    let graph = Graph::capture(&g, || {
+        enqueue(&mut caches).map_err(|e| ferrattn_cuda::CudaError::Plan(e.to_string()))
+    })
+    .expect("capture of the decode step");
+    for (o, l) in outs.iter_mut() {
+        o.fill_u16(0xffff).unwrap();
+        l.fill_u32(0xffff_ffff).unwrap();
+    }
+    for _ in 0..20 {
+        graph.launch().unwrap();
+    }
+    g.synchronize().unwrap();
+    assert!(read(&outs) == eager, "outputs after 20 replays");
+    assert_eq!(caches[0].lens(), plan.lens_after());
+    drop(graph);
+    drop(step);
+}

@@ -2,7 +2,7 @@
 
 Tensors go in and out through DLPack (torch, numpy, cupy, jax), on the CPU (the emulations, in
 float32) or on CUDA (zero-copy, on the caller's current stream). See ``attention``,
-``BatchDecodeWithPagedKVCacheWrapper`` and ``TurboCache``. Every error is a subclass of
+``BatchDecodeWithPagedKVCacheWrapper``, ``TurboCache`` and ``TurboQuantCache``. Every error is a subclass of
 ``ferrattn.Error`` and of the builtin you would catch (``ValueError``, ``TypeError``,
 ``RuntimeError``), with the offending values in its message.
 
@@ -24,7 +24,7 @@ from ._ferrattn import (
     UnsupportedError,
     cpu_threads,
 )
-from ._api import ALGORITHMS, BatchDecodeWithPagedKVCacheWrapper, TurboCache, attention
+from ._api import ALGORITHMS, BatchDecodeWithPagedKVCacheWrapper, TurboCache, TurboQuantCache, attention
 from . import context_parallel
 from .context_parallel import merge_states
 from . import _lazy
@@ -59,6 +59,7 @@ __all__ = [
     "PageTableError",
     "ShapeError",
     "TurboCache",
+    "TurboQuantCache",
     "UnsupportedError",
     "attention",
     "context_parallel",

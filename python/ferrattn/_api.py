@@ -382,3 +382,79 @@ class TurboCache:
     def allocated_bytes(self):
         """Device bytes allocated for a CUDA cache (its capacity); 0 for a host cache."""
         return self._c.allocated_bytes()
+
+
+class TurboQuantCache:
+    """The TurboQuant compressed KV cache of a batch (Zandieh et al.): every token's key and
+    value rotated and quantized coordinate by coordinate on a Lloyd-Max codebook, keys with the
+    QJL sign sketch of their residual (``key_qjl``; unbiased inner products), norms in float16.
+
+    ``append(k, v)`` compresses ``k``, ``v`` ``[B, S, Hk, D]`` (``S >= 1`` tokens added to every
+    sequence: a prompt, or one token per decode step); ``decode(q)`` attends ``q [B, 1, Hq, D]``
+    over everything held and returns ``(out [B, 1, Hq, D], lse float32 [B, Hq, 1])``, LSE in the
+    natural log as flash-attn returns it. ``key_bits`` counts the QJL bit when ``key_qjl``;
+    ``seed`` picks the rotation and the sketch (a cache is always decoded with its own).
+
+    The cache lives where its first ``append``'s tensors are. On CUDA tensors (float16, head dim
+    64 or 128, 2-4 bits) it is a device object of ferrattn's device path
+    (``ferrattn::device_api::TurboQuantCache``): its memory is allocated at the first append for
+    ``max_tokens`` tokens per sequence (default 4096, rounded up to 16), every call runs on the
+    caller's current stream (or ``stream=``) with outputs from the caller's framework, and
+    nothing is copied to the host. Each CUDA call plans its own step, allocates that step's
+    small tables and scratch and waits for the device when it is done with them, so it is not a
+    call to capture in a CUDA graph (the Rust device path's ``TurboQuantDecodeStep`` is). On
+    host tensors (float32/float16/bfloat16) ``decode`` runs the CPU emulation, which defines
+    what the kernels compute.
+    """
+
+    def __init__(self, batch, heads_kv, head_dim, key_bits=4, value_bits=3, key_qjl=True, seed=None, max_tokens=None):
+        mt = None if max_tokens is None else int(max_tokens)
+        sd = None if seed is None else int(seed)
+        self._c = _native.TurboQuantCache(
+            int(batch), int(heads_kv), int(head_dim), int(key_bits), int(value_bits), bool(key_qjl), sd, mt
+        )
+        self.batch, self.heads_kv, self.head_dim = int(batch), int(heads_kv), int(head_dim)
+
+    def append(self, k, v, *, stream=None):
+        """Compresses ``k``, ``v`` ``[B, S, Hk, D]`` into the cache (S tokens per sequence)."""
+        dev, handle, (kc, vc), _ = _prepare((k, v), (), stream)
+        self._c.append(kc, vc, handle)
+
+    def decode(self, q, softmax_scale=None, *, out=None, lse=None, stream=None):
+        """Attention of ``q [B, 1, Hq, D]`` over every token held: ``(out, lse)``. On CUDA,
+        ``out`` and ``lse`` are allocated by ``q``'s framework unless given."""
+        dev = _t.device_of(q)
+        if dev[0] == _t.DL_CUDA:
+            b, hq = q.shape[0], q.shape[2]
+            out, lse = _device_outputs(q, dev, out, lse, (b, 1, hq, self.head_dim), (b, hq, 1), True)
+            dev, handle, (qc,), (oc, lc) = _prepare((q,), (out, lse), stream)
+            self._c.decode(qc, softmax_scale, oc, lc, handle)
+            return out, lse
+        dev, handle, (qc,), (oc, lc) = _prepare((q,), (out, lse), stream)
+        o, l = self._c.decode(qc, softmax_scale, oc, lc, handle)
+        return _finish(q, out, o), _finish(q, lse, l)
+
+    @property
+    def lens(self):
+        """Tokens held per sequence."""
+        return self._c.lens
+
+    def seq_len(self, b):
+        """Tokens held for sequence ``b``."""
+        return self._c.seq_len(int(b))
+
+    def reset(self):
+        """Forgets every token (a CUDA cache keeps its memory)."""
+        self._c.reset()
+
+    def config(self):
+        """The configuration: key/value bits, QJL, its sketch size and the seed."""
+        return self._c.config()
+
+    def memory(self):
+        """Bytes of the compressed tokens (device layout), the fp16 bytes they stand for, the ratio."""
+        return self._c.memory()
+
+    def allocated_bytes(self):
+        """Device bytes allocated for a CUDA cache (its capacity); 0 for a host cache."""
+        return self._c.allocated_bytes()

@@ -170,6 +170,7 @@ fn library_class(e: &FerrattnError) -> &'static str {
         FerrattnError::NotSupported { .. } => "UnsupportedError",
         FerrattnError::View(v) => view_class(v),
         FerrattnError::PlanMismatch(_) => "ShapeError",
+        FerrattnError::Cuda(ferrattn_cuda::CudaError::Unsupported { .. }) => "UnsupportedError",
         _ => "BackendError",
     }
 }

@@ -13,6 +13,7 @@ mod error;
 mod host;
 mod ops;
 mod turbo_cuda;
+mod turboquant;
 
 use pyo3::prelude::*;
 
@@ -25,6 +26,7 @@ fn _ferrattn(py: Python<'_>, m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cp::merge_states, m)?)?;
     m.add_class::<ops::PagedDecodePlan>()?;
     m.add_class::<ops::TurboCache>()?;
+    m.add_class::<turboquant::TurboQuantCache>()?;
     m.add_class::<ops::DeviceDecode>()?;
     m.add_class::<dlpack::Exported>()?;
     m.add("GIT_COMMIT", ferrattn::GIT_COMMIT)?;

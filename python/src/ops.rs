@@ -31,8 +31,9 @@ fn algorithm(name: &str) -> Result<Algorithm> {
 fn cuda_unsupported(what: &str) -> BoundaryError {
     BoundaryError::Unsupported(format!(
         "{what} on CUDA tensors: the device path runs LeanAttention decode (ferrattn.attention \
-         with algo=\"lean\", BatchDecodeWithPagedKVCacheWrapper) and the TurboAttention cache \
-         (ferrattn.TurboCache); other algorithms run on host tensors"
+         with algo=\"lean\", BatchDecodeWithPagedKVCacheWrapper), the TurboAttention cache \
+         (ferrattn.TurboCache) and the TurboQuant cache (ferrattn.TurboQuantCache); other \
+         algorithms run on host tensors"
     ))
 }
 

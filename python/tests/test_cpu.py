@@ -307,3 +307,63 @@ def test_turbo_cache_per_head_bits_on_the_host():
     np.testing.assert_array_equal(fl, ml)
     assert fixed.memory() == mixed.memory()
     assert fixed.allocated_bytes() == 0, "a host cache holds no device memory"
+
+
+def test_turboquant_cache_append_decode_equals_attention():
+    """TurboQuantCache on host tensors: a prompt appended, then one token per step, each step's
+    query decoded over everything held, equals attention(algo="turboquant") over the same tokens
+    bit for bit (TurboQuant compresses every token alone, so appending equals compressing all at
+    once), and stays within the TurboQuant bounds of the float64 reference."""
+    rng = np.random.default_rng(21)
+    b, ctx, steps, hq, hk, d = 2, 37, 3, 8, 2, 64
+    sk = ctx + steps
+    q, k, v = randn(rng, (b, steps, hq, d)), randn(rng, (b, sk, hk, d)), randn(rng, (b, sk, hk, d))
+    cache = ferrattn.TurboQuantCache(b, hk, d)
+    cache.append(k[:, :ctx], v[:, :ctx])
+    assert cache.lens == [ctx, ctx] and cache.allocated_bytes() == 0
+    for s in range(steps):
+        t = ctx + s
+        cache.append(k[:, t : t + 1], v[:, t : t + 1])
+        o, lse = cache.decode(q[:, s : s + 1])
+        assert o.shape == (b, 1, hq, d) and lse.shape == (b, hq, 1) and lse.dtype == np.float32
+        ao, al = ferrattn.attention(q[:, s : s + 1], k[:, : t + 1], v[:, : t + 1], algo="turboquant", return_lse=True)
+        np.testing.assert_array_equal(o, ao)
+        np.testing.assert_array_equal(lse, al)
+        c = compare(o, reference(q[:, s : s + 1], k[:, : t + 1], v[:, : t + 1])[0])
+        assert c.rel_fro < TURBOQUANT["rel_fro"] and c.cosine > TURBOQUANT["cosine"], c
+    assert cache.seq_len(1) == sk
+    m = cache.memory()
+    # device layout per token and KV head: d/2 key codes + d/8 signs + 4 norm bytes + d/2 value codes + 2
+    assert m["tokens"] == b * sk and m["compressed_bytes"] == b * sk * hk * (32 + 8 + 4 + 32 + 2)
+    assert m["fp16_bytes"] == b * sk * hk * d * 4 and m["compression_ratio"] > 3.0
+    assert cache.config()["key_bits"] == 4 and cache.config()["key_qjl"] is True
+    # outputs into the caller's arrays
+    out, lse_out = np.empty((b, 1, hq, d), np.float32), np.empty((b, hq, 1), np.float32)
+    r = cache.decode(q[:, :1], out=out, lse=lse_out)
+    assert r[0] is out and r[1] is lse_out
+    cache.reset()
+    assert cache.lens == [0, 0]
+
+
+def test_turboquant_cache_errors():
+    rng = np.random.default_rng(22)
+    k, v = randn(rng, (2, 5, 2, 64)), randn(rng, (2, 5, 2, 64))
+    q = randn(rng, (2, 1, 8, 64))
+    cache = ferrattn.TurboQuantCache(2, 2, 64)
+    with pytest.raises(ferrattn.UnsupportedError, match="append"):
+        cache.decode(q)
+    with pytest.raises(ferrattn.ShapeError, match=r"k has shape \[2, 5, 3, 64\]"):
+        cache.append(randn(rng, (2, 5, 3, 64)), randn(rng, (2, 5, 3, 64)))
+    with pytest.raises(ferrattn.ShapeError, match=r"v has shape"):
+        cache.append(k, v[:, :4])
+    with pytest.raises(ferrattn.ShapeError, match=r"new_tokens >= 1"):
+        cache.append(k[:, :0], v[:, :0])
+    cache.append(k, v)
+    with pytest.raises(ferrattn.ShapeError, match=r"q has shape \[2, 2, 8, 64\]"):
+        cache.decode(randn(rng, (2, 2, 8, 64)))
+    with pytest.raises(ferrattn.ShapeError):
+        cache.decode(q, out=np.empty((2, 1, 8, 32), np.float32))
+    with pytest.raises(ferrattn.UnsupportedError, match="key_bits = 7"):
+        ferrattn.TurboQuantCache(2, 2, 64, key_bits=7)
+    with pytest.raises(ferrattn.ShapeError, match="must be positive"):
+        ferrattn.TurboQuantCache(0, 2, 64)

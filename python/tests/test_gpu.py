@@ -1,5 +1,5 @@
 """CUDA tensors (torch): Lean decode through the device path against the float64 reference and the
-CPU emulation, the TurboAttention cache on the device against the host cache, the caller's stream, a 32-layer Llama-shape decode step captured in a CUDA graph
+CPU emulation, the TurboAttention and TurboQuant caches on the device against the host caches, the caller's stream, a 32-layer Llama-shape decode step captured in a CUDA graph
 and replayed 100 times against eager runs (bit for bit), and the boundary errors on device
 tensors. Skipped without torch or without a GPU."""
 
@@ -358,3 +358,72 @@ def test_cupy_arrays_in_and_out():
     ro, rl = reference(*(x.astype(np.float32) for x in host))
     assert compare(cupy.asnumpy(o).astype(np.float32), ro).max_abs < TOL["float16"]
     assert compare(cupy.asnumpy(lse), rl).max_abs < 1e-3
+
+
+def test_turboquant_cache_cuda_matches_the_host_cache():
+    """The CUDA TurboQuantCache (the device path) against the host TurboQuantCache (the CPU
+    emulation) on the same float16 tokens: a prompt and one token per step appended on the
+    caller's current (non-default) stream, each step decoded; O within 1e-3 relative Frobenius
+    error and LSE within 2e-3 of max(1, |LSE|) (the bounds backends/cuda/tests/gpu_turboquant.rs
+    holds the kernels to), the same memory counts. The Rust GPU test compares the device
+    cache's codes with the emulation's bit for bit."""
+    b, ctx, steps, hq, hk, d = 2, 45, 3, 16, 4, 128
+    g = torch.Generator().manual_seed(31)
+    q = randn(g, (b, steps, hq, d), torch.float16)
+    k, v = randn(g, (b, ctx + steps, hk, d), torch.float16), randn(g, (b, ctx + steps, hk, d), torch.float16)
+    dev_c = ferrattn.TurboQuantCache(b, hk, d, max_tokens=ctx + steps)
+    host_c = ferrattn.TurboQuantCache(b, hk, d)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    outs = []
+    with torch.cuda.stream(s):  # the caller's current stream is the one used
+        dev_c.append(k[:, :ctx].contiguous(), v[:, :ctx].contiguous())
+        for i in range(steps):
+            t = ctx + i
+            dev_c.append(k[:, t : t + 1].contiguous(), v[:, t : t + 1].contiguous())
+            outs.append(dev_c.decode(q[:, i : i + 1].contiguous()))
+    s.synchronize()
+    host_c.append(k[:, :ctx].cpu(), v[:, :ctx].cpu())
+    for i in range(steps):
+        t = ctx + i
+        host_c.append(k[:, t : t + 1].cpu(), v[:, t : t + 1].cpu())
+        ho, hl = host_c.decode(q[:, i : i + 1].cpu())
+        o, lse = outs[i]
+        assert o.is_cuda and o.dtype == torch.float16 and lse.dtype == torch.float32 and lse.shape == (b, hq, 1)
+        c = compare(o.float().cpu().numpy(), ho.float().numpy())
+        assert c.rel_fro <= 1e-3, (i, c)
+        hl = hl.numpy().astype(np.float64)
+        rel = np.max(np.abs(lse.cpu().numpy() - hl) / np.maximum(1.0, np.abs(hl)))
+        assert rel <= 2e-3, (i, rel)
+    assert dev_c.lens == [ctx + steps] * b and dev_c.memory() == host_c.memory()
+    assert dev_c.allocated_bytes() >= dev_c.memory()["compressed_bytes"] > 0
+
+
+def test_turboquant_cache_cuda_boundary_errors():
+    g = torch.Generator().manual_seed(32)
+    k, v = randn(g, (1, 20, 2, 64), torch.float16), randn(g, (1, 20, 2, 64), torch.float16)
+    q = randn(g, (1, 1, 4, 64), torch.float16)
+    c = ferrattn.TurboQuantCache(1, 2, 64, max_tokens=20)
+    with pytest.raises(ferrattn.UnsupportedError, match="append"):
+        c.decode(q)
+    with pytest.raises(ferrattn.DTypeError, match="f16"):
+        c.append(k.bfloat16(), v.bfloat16())
+    c.append(k[:, :16].contiguous(), v[:, :16].contiguous())
+    with pytest.raises(ferrattn.DTypeError, match="f16"):
+        c.decode(q.bfloat16())
+    # a pointer 2 bytes past a 16-byte boundary
+    raw = torch.zeros(4 * 64 + 1, dtype=torch.float16, device="cuda")
+    with pytest.raises(ferrattn.LayoutError, match="multiple of"):
+        c.decode(raw[1:].view(1, 1, 4, 64))
+    # capacity: 20 tokens asked for, 32 made (whole 16-token iterations)
+    c.append(k[:, :16].contiguous(), v[:, :16].contiguous())
+    with pytest.raises(ferrattn.PageTableError, match="would hold 33 tokens but its cache holds at most 32"):
+        c.append(k[:, :1].contiguous(), v[:, :1].contiguous())
+    assert c.seq_len(0) == 32
+    o, lse = c.decode(q)
+    torch.cuda.synchronize()
+    assert torch.isfinite(o).all() and torch.isfinite(lse).all()
+    host = ferrattn.TurboQuantCache(1, 2, 64)
+    host.append(k.cpu(), v.cpu())
+    with pytest.raises(ferrattn.DeviceError, match="holds a host cache"):
+        host.append(k[:, :1].contiguous(), v[:, :1].contiguous())

@@ -157,6 +157,13 @@ impl Gpu {
         })
     }
 
+    /// Waits for all work of the context, on every stream (the backend's and the caller's).
+    pub fn synchronize_context(&self) -> Result<()> {
+        let _bound = self.bind()?;
+        // SAFETY: no arguments; the context is current.
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+    }
+
     /// Free and total device memory in bytes.
     pub fn mem_info(&self) -> Result<(usize, usize)> {
         let _bound = self.bind()?;

@@ -19,7 +19,7 @@
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
 use crate::kernels::{self, Function};
-use crate::launch::{launch_on, launch_raw, DeviceOutputs};
+use crate::launch::{launch_on, DeviceOutputs};
 use crate::CudaBackend;
 use cudarc::driver::sys;
 use ferrattn_core::lean::{Schedule, TileSpace};
@@ -489,6 +489,40 @@ impl DeviceTurboQuantCache {
         d / 2 + if self.key_qjl { d / 8 } else { 0 } + 4 + d / 2 + 2
     }
 
+    /// Sequences.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// KV heads.
+    pub fn heads_kv(&self) -> usize {
+        self.heads_kv
+    }
+
+    /// Head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    /// Whether keys carry QJL signs and residual norms.
+    pub fn key_qjl(&self) -> bool {
+        self.key_qjl
+    }
+
+    /// Device bytes allocated for the cache (its capacity, every buffer).
+    pub fn allocated_bytes(&self) -> usize {
+        [
+            &self.kcodes,
+            &self.ksigns,
+            &self.knorms,
+            &self.vcodes,
+            &self.vnorms,
+        ]
+        .iter()
+        .map(|b| b.bytes())
+        .sum()
+    }
+
     /// Forgets every token (lengths to 0); the bytes stay until overwritten by the next append.
     pub fn clear(&mut self) {
         self.lens.iter_mut().for_each(|l| *l = 0);
@@ -582,6 +616,37 @@ pub struct PreparedTurboQuantDecode {
     seqlens_k: DeviceBuffer,
 }
 
+/// An append made ready to launch: where each sequence's new tokens go, on the device
+/// ([`TurboQuantCuda::prepare_append`]).
+#[derive(Debug)]
+pub struct PreparedTurboQuantAppend {
+    before: Vec<usize>,
+    after: Vec<usize>,
+    src_len: usize,
+    /// 16-token destination groups per (sequence, KV head) of the widest sequence.
+    groups: usize,
+    /// Resident CTAs per SM of the key and the value compression kernels (queried here, so
+    /// that enqueueing makes no driver query: it may run inside a graph capture).
+    per_sm: [usize; 2],
+    dst0: DeviceBuffer,
+    count: DeviceBuffer,
+}
+
+impl PreparedTurboQuantAppend {
+    /// Tokens per sequence before the append.
+    pub fn lens_before(&self) -> &[usize] {
+        &self.before
+    }
+    /// Tokens per sequence after it.
+    pub fn lens_after(&self) -> &[usize] {
+        &self.after
+    }
+    /// Tokens per sequence of the source tensors.
+    pub fn src_len(&self) -> usize {
+        self.src_len
+    }
+}
+
 /// The TurboQuant kernels of one layer configuration, with `Π`, `S` and the codebooks on the
 /// device.
 #[derive(Debug)]
@@ -625,6 +690,22 @@ fn transpose(m: &[f32], d: usize) -> Vec<f32> {
         }
     }
     t
+}
+
+/// Tokens per sequence a cache made for `capacity` tokens holds ([`TurboQuantCuda::alloc_cache`]
+/// rounds up to whole 16-token decode iterations).
+pub fn cache_capacity(capacity: usize) -> usize {
+    capacity.div_ceil(TILE_K).max(1) * TILE_K
+}
+
+/// Device bytes [`TurboQuantCuda::alloc_cache`] allocates for `batch` sequences of `capacity`
+/// tokens, `heads_kv` heads of dimension `d` (sign bytes are allocated with or without QJL).
+pub fn cache_bytes(batch: usize, heads_kv: usize, d: usize, capacity: usize) -> usize {
+    let rows = batch * heads_kv * cache_capacity(capacity);
+    [rows * d / 2, rows * d / 8, rows * 4, rows * d / 2, rows * 2]
+        .iter()
+        .map(|b| b.div_ceil(4) * 4)
+        .sum()
 }
 
 /// Dynamic shared memory of a decode CTA: every warp's cp.async ring, then every warp's query
@@ -752,6 +833,8 @@ impl TurboQuantCuda {
     }
 
     /// An empty cache for `batch` sequences of up to `capacity` tokens (rounded up to 16).
+    /// Its buffers are zeroed on the backend's stream: synchronise it before work on another
+    /// stream reads the cache.
     pub fn alloc_cache(
         &self,
         batch: usize,
@@ -759,7 +842,7 @@ impl TurboQuantCuda {
         capacity: usize,
     ) -> Result<DeviceTurboQuantCache> {
         let d = self.head_dim;
-        let cap = capacity.div_ceil(TILE_K).max(1) * TILE_K;
+        let cap = cache_capacity(capacity);
         let rows = batch * heads_kv * cap;
         let zeroed = |bytes: usize| -> Result<DeviceBuffer> {
             let mut b = DeviceBuffer::alloc(&self.gpu, bytes.div_ceil(4) * 4)?;
@@ -783,7 +866,9 @@ impl TurboQuantCuda {
     }
 
     /// Compresses `counts[b]` tokens of f16 `k`, `v` (`[batch, src_len, heads_kv, d]` on the
-    /// device) into the cache at each sequence's end.
+    /// device) into the cache at each sequence's end, on the backend's stream. Allocates the
+    /// append's two small tables ([`Self::prepare_append`]) and waits for the launches (the
+    /// tables are freed on return); [`Self::enqueue_append`] is the launch-only form.
     pub fn append(
         &self,
         cache: &mut DeviceTurboQuantCache,
@@ -793,20 +878,6 @@ impl TurboQuantCuda {
         counts: &[usize],
     ) -> Result<()> {
         let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
-        if counts.len() != b_ {
-            return Err(CudaError::Plan(format!(
-                "{} token counts for a cache of {b_} sequences",
-                counts.len()
-            )));
-        }
-        for (b, (&c, &l)) in counts.iter().zip(&cache.lens).enumerate() {
-            if c > src_len || l + c > cache.capacity {
-                return Err(CudaError::Plan(format!(
-                    "sequence {b}: {c} new tokens (source holds {src_len}) onto {l} cached exceed the capacity of {}",
-                    cache.capacity
-                )));
-            }
-        }
         let need = b_ * src_len * hk * d * 2;
         if k.bytes() < need || v.bytes() < need {
             return Err(CudaError::Plan(format!(
@@ -815,32 +886,125 @@ impl TurboQuantCuda {
                 v.bytes()
             )));
         }
+        let prep = self.prepare_append(&cache.lens, counts, src_len, cache.capacity)?;
+        // SAFETY: k and v are live buffers of this GPU holding [batch, src_len, heads_kv, d]
+        // f16 (checked above); the backend's own stream.
+        unsafe { self.enqueue_append(&prep, cache, k.ptr(), v.ptr(), self.gpu.stream)? };
+        // the tables are freed on return: the launches must be done with them
+        self.gpu.synchronize()
+    }
+
+    /// The tables of an append of `counts[b]` tokens (of `src_len` per sequence in the
+    /// source) onto caches holding `lens_before[b]` tokens of at most `capacity`: allocated
+    /// and copied to the device here (synchronously), read by [`Self::enqueue_append`].
+    pub fn prepare_append(
+        &self,
+        lens_before: &[usize],
+        counts: &[usize],
+        src_len: usize,
+        capacity: usize,
+    ) -> Result<PreparedTurboQuantAppend> {
+        let b_ = lens_before.len();
+        if counts.len() != b_ {
+            return Err(CudaError::Plan(format!(
+                "{} token counts for a cache of {b_} sequences",
+                counts.len()
+            )));
+        }
+        for (b, (&c, &l)) in counts.iter().zip(lens_before).enumerate() {
+            if c > src_len || l + c > capacity {
+                return Err(CudaError::Plan(format!(
+                    "sequence {b}: {c} new tokens (source holds {src_len}) onto {l} cached exceed the capacity of {capacity}"
+                )));
+            }
+        }
         let groups = counts
             .iter()
-            .zip(&cache.lens)
+            .zip(lens_before)
             .map(|(&c, &l)| (l % COMPRESS_TOKENS + c).div_ceil(COMPRESS_TOKENS))
             .max()
             .unwrap_or(0);
-        if groups == 0 {
+        let dst0: Vec<i32> = lens_before.iter().map(|&l| l as i32).collect();
+        let cnt: Vec<i32> = counts.iter().map(|&c| c as i32).collect();
+        let d = self.head_dim;
+        let per_sm = [
+            occupancy(&self.compress_keys, d, self.smem_keys)?,
+            occupancy(&self.compress_values, d, self.smem_values)?,
+        ];
+        Ok(PreparedTurboQuantAppend {
+            per_sm,
+            before: lens_before.to_vec(),
+            after: lens_before.iter().zip(counts).map(|(l, c)| l + c).collect(),
+            src_len,
+            groups,
+            dst0: DeviceBuffer::from_slice(&self.gpu, &dst0)?,
+            count: DeviceBuffer::from_slice(&self.gpu, &cnt)?,
+        })
+    }
+
+    /// Enqueues the compression of an append prepared by [`Self::prepare_append`] into
+    /// `cache` on `stream`: launches only (no allocation, no synchronisation). The cache must
+    /// hold the append's lengths before it, or after it (the same append enqueued again, e.g.
+    /// an eager run and then its graph capture: the same slots are rewritten); it then holds
+    /// the lengths after it.
+    ///
+    /// # Safety
+    /// `k` and `v` are 16-byte aligned device addresses of this GPU holding f16 `[batch,
+    /// src_len, heads_kv, d]` of `prep` and the cache; `stream` is a stream of this GPU's
+    /// context (or null); `prep` outlives the launches.
+    pub unsafe fn enqueue_append(
+        &self,
+        prep: &PreparedTurboQuantAppend,
+        cache: &mut DeviceTurboQuantCache,
+        k: u64,
+        v: u64,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
+        if cache.head_dim != d || cache.key_qjl != self.cfg.key_qjl {
+            return Err(CudaError::Plan(format!(
+                "a cache of head dim {} (QJL {}) on kernels of head dim {d} (QJL {})",
+                cache.head_dim, cache.key_qjl, self.cfg.key_qjl
+            )));
+        }
+        if cache.lens != prep.before && cache.lens != prep.after {
+            return Err(CudaError::Plan(format!(
+                "the append was prepared for lengths {:?} but the cache holds {:?}",
+                prep.before, cache.lens
+            )));
+        }
+        if let Some(b) = prep.after.iter().position(|&l| l > cache.capacity) {
+            return Err(CudaError::Plan(format!(
+                "sequence {b} would hold {} tokens; the cache holds {}",
+                prep.after[b], cache.capacity
+            )));
+        }
+        if prep.groups == 0 {
+            cache.lens.clone_from(&prep.after);
             return Ok(());
         }
-        let dst0: Vec<i32> = cache.lens.iter().map(|&l| l as i32).collect();
-        let cnt: Vec<i32> = counts.iter().map(|&c| c as i32).collect();
-        let dst0_b = DeviceBuffer::from_slice(&self.gpu, &dst0)?;
-        let cnt_b = DeviceBuffer::from_slice(&self.gpu, &cnt)?;
-        let items = b_ * hk * groups;
+        let items = b_ * hk * prep.groups;
         let sms = self.gpu.caps.compute_units;
         for keys in [true, false] {
-            let (f, smem, cb) = if keys {
-                (&self.compress_keys, self.smem_keys, self.key_cb)
+            let (f, smem, cb, per_sm) = if keys {
+                (
+                    &self.compress_keys,
+                    self.smem_keys,
+                    self.key_cb,
+                    prep.per_sm[0],
+                )
             } else {
-                (&self.compress_values, self.smem_values, self.value_cb)
+                (
+                    &self.compress_values,
+                    self.smem_values,
+                    self.value_cb,
+                    prep.per_sm[1],
+                )
             };
-            let per_sm = occupancy(f, d, smem)?;
             let mut prm = CompressParams {
-                src: if keys { k.ptr() } else { v.ptr() },
-                dst0: dst0_b.ptr(),
-                count: cnt_b.ptr(),
+                src: if keys { k } else { v },
+                dst0: prep.dst0.ptr(),
+                count: prep.count.ptr(),
                 pi: self.pi.ptr(),
                 s: self.s.ptr(),
                 codes: if keys {
@@ -855,29 +1019,30 @@ impl TurboQuantCuda {
                     cache.vnorms.ptr()
                 },
                 batch: b_ as i32,
-                src_len: src_len as i32,
+                src_len: prep.src_len as i32,
                 heads_kv: hk as i32,
                 cap: cache.capacity as i32,
-                groups: groups as i32,
+                groups: prep.groups as i32,
                 n_bounds: cb.0,
                 bounds: cb.1,
                 cents: cb.2,
             };
             let grid = items.min(sms * per_sm) as u32;
-            launch_raw(
-                &self.gpu,
-                f,
-                (grid, d as u32),
-                smem as u32,
-                &mut [arg(&mut prm)],
-            )?;
+            // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
+            // (k, v, stream) or owned by `prep`, the cache and `self`.
+            unsafe {
+                launch_on(
+                    &self.gpu,
+                    f,
+                    (grid, d as u32),
+                    smem as u32,
+                    stream,
+                    false,
+                    &mut [arg(&mut prm)],
+                )?;
+            }
         }
-        // dst0 / count are freed on return: the launches must be done with them (an append is
-        // not part of a captured decode step)
-        self.gpu.synchronize()?;
-        for (l, &c) in cache.lens.iter_mut().zip(counts) {
-            *l += c;
-        }
+        cache.lens.clone_from(&prep.after);
         Ok(())
     }
 
@@ -890,13 +1055,24 @@ impl TurboQuantCuda {
         cache: &DeviceTurboQuantCache,
         units: Option<usize>,
     ) -> Result<PreparedTurboQuantDecode> {
-        check_supported(&self.cfg, p)?;
         if p.seqlens_k != cache.lens || p.heads_kv != cache.heads_kv || p.batch != cache.batch {
             return Err(CudaError::Plan(format!(
                 "the problem's keys (batch {}, {} KV heads, lengths {:?}) are not the cache's (batch {}, {} KV heads, lengths {:?})",
                 p.batch, p.heads_kv, p.seqlens_k, cache.batch, cache.heads_kv, cache.lens
             )));
         }
+        self.prepare_decode_for(p, units)
+    }
+
+    /// [`Self::prepare_decode`] for caches that will hold `p.seqlens_k` tokens when the decode
+    /// runs (a step planned before its append): the schedule tables are copied to the device
+    /// and the partials' scratch allocated here, synchronously.
+    pub fn prepare_decode_for(
+        &self,
+        p: &AttentionProblem,
+        units: Option<usize>,
+    ) -> Result<PreparedTurboQuantDecode> {
+        check_supported(&self.cfg, p)?;
         let d = self.head_dim;
         let r16 = p.group_size() * p.max_seqlen_q > 8;
         let decode = if r16 {

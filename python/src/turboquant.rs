@@ -1,0 +1,484 @@
+//! `ferrattn.TurboQuantCache`: the TurboQuant compressed KV cache of a batch (Zandieh et al.;
+//! rotated Lloyd-Max codes, QJL signs of the key residual), fed by `append(k, v)` and read by
+//! `decode(q)`.
+//!
+//! On CUDA tensors (float16, head dim 64 or 128) the cache is a
+//! [`ferrattn::device_api::TurboQuantCache`] in device memory it owns, allocated at the first
+//! append for `max_tokens` tokens per sequence; each call plans its own step
+//! ([`TurboQuantDecodePlan`]), makes it ready ([`TurboQuantDevice::begin_decode`]: the step's
+//! tables and scratch are allocated and copied synchronously) and enqueues the append or the
+//! decode on the caller's stream, then drops the step (which waits for the context's work). So
+//! a call costs a few small allocations and a synchronisation, and is not one to capture in a
+//! CUDA graph (the capturable per-layer launches are `TurboQuantDecodeStep::append` / `run` of
+//! the Rust device path).
+//!
+//! On host tensors it keeps the tokens as given (widened to f32) and `decode` runs the CPU
+//! emulation (`ferrattn_core::turboquant::emulate`) over everything held: each token is
+//! compressed alone, so that equals compressing them as they arrive.
+
+use crate::cuda::{self, ordinal};
+use crate::dlpack::{same_device, Device, View};
+use crate::error::{BoundaryError, Result};
+use crate::host;
+use crate::ops::{deliver, Outputs};
+use ferrattn::device_api::{
+    Location, Stream, TurboQuantCache as DeviceCache, TurboQuantCacheSpec, TurboQuantDecodePlan,
+    TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape,
+};
+use ferrattn_core::turboquant::{self, TurboQuantConfig};
+use ferrattn_core::{AttentionInputs, AttentionProblem, DType, Tensor};
+use pyo3::prelude::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Tokens per sequence a CUDA cache is made for when the caller gave no `max_tokens`.
+pub const DEFAULT_MAX_TOKENS: usize = 4096;
+
+/// One TurboQuant device per CUDA device, opened at first use and kept for the process (its
+/// kernels are loaded once per configuration and cached inside).
+fn device(ordinal: usize) -> Result<Arc<TurboQuantDevice>> {
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<TurboQuantDevice>>>> = OnceLock::new();
+    let mut map = DEVICES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(d) = map.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    let d = Arc::new(TurboQuantDevice::new(ordinal)?);
+    map.insert(ordinal, d.clone());
+    Ok(d)
+}
+
+/// The tokens of a host cache, per sequence `[tokens, heads_kv, head_dim]` in f32.
+struct HostKv {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    lens: Vec<usize>,
+}
+
+/// A cache on a CUDA device.
+struct DeviceKv {
+    device: Arc<TurboQuantDevice>,
+    cache: DeviceCache,
+}
+
+/// The TurboQuant compressed KV cache of a batch: `append` compresses a step's tokens (or a
+/// prompt), `decode` attends one query token per sequence over everything held.
+#[pyclass(module = "ferrattn._ferrattn")]
+pub struct TurboQuantCache {
+    cfg: TurboQuantConfig,
+    batch: usize,
+    heads_kv: usize,
+    head_dim: usize,
+    max_tokens: usize,
+    host: Option<HostKv>,
+    device: Option<DeviceKv>,
+}
+
+impl TurboQuantCache {
+    fn held_lens(&self) -> Vec<usize> {
+        match (&self.host, &self.device) {
+            (Some(h), _) => h.lens.clone(),
+            (None, Some(d)) => d.cache.lens().to_vec(),
+            (None, None) => vec![0; self.batch],
+        }
+    }
+
+    fn empty() -> BoundaryError {
+        BoundaryError::Unsupported(
+            "the TurboQuantCache is empty: call append(k, v) before decode".into(),
+        )
+    }
+
+    fn check_kv(&self, k: &View<'_>, v: &View<'_>) -> Result<()> {
+        for t in [k, v] {
+            t.expect_rank(4, "[batch, new_tokens, heads_kv, head_dim]")?;
+            let ok = t.shape[0] == self.batch
+                && t.shape[1] > 0
+                && t.shape[2] == self.heads_kv
+                && t.shape[3] == self.head_dim;
+            if !ok {
+                return Err(BoundaryError::Shape {
+                    name: t.name,
+                    message: format!(
+                        "has shape {:?} but the cache is for [{}, new_tokens >= 1, {}, {}]",
+                        t.shape, self.batch, self.heads_kv, self.head_dim
+                    ),
+                });
+            }
+        }
+        if k.shape != v.shape {
+            return Err(BoundaryError::Shape {
+                name: "v",
+                message: format!("has shape {:?} but k has {:?}", v.shape, k.shape),
+            });
+        }
+        Ok(())
+    }
+
+    fn shape(&self, heads_q: usize, scale: Option<f32>) -> TurboQuantShape {
+        TurboQuantShape {
+            batch: self.batch,
+            heads_q,
+            heads_kv: self.heads_kv,
+            head_dim: self.head_dim,
+            softmax_scale: scale,
+        }
+    }
+
+    fn append_cuda(&mut self, k: &View<'_>, v: &View<'_>, stream: Stream) -> Result<()> {
+        if self
+            .host
+            .as_ref()
+            .is_some_and(|h| h.lens.iter().any(|&l| l > 0))
+        {
+            return Err(BoundaryError::Device {
+                name: "TurboQuantCache",
+                message: "holds a host cache (its tokens came as host tensors); append and \
+                          decode take tensors on the device they live on"
+                    .into(),
+            });
+        }
+        let ordinal = ordinal(k)?;
+        if let Some(d) = &self.device {
+            if d.cache.location() != Location::Cuda(ordinal) {
+                return Err(BoundaryError::Device {
+                    name: "k",
+                    message: format!(
+                        "is on cuda:{ordinal} but the cache lives on {}",
+                        d.cache.location()
+                    ),
+                });
+            }
+        }
+        if self.device.is_none() {
+            let spec = TurboQuantCacheSpec {
+                batch: self.batch,
+                heads_kv: self.heads_kv,
+                head_dim: self.head_dim,
+                capacity_tokens: self.max_tokens,
+                config: self.cfg.clone(),
+            };
+            let device = device(ordinal)?;
+            let cache = device.cache(&spec)?;
+            self.host = None;
+            self.device = Some(DeviceKv { device, cache });
+        }
+        let d = self.device.as_mut().expect("made above");
+        let before = d.cache.lens().to_vec();
+        let shape = TurboQuantShape {
+            batch: self.batch,
+            heads_q: self.heads_kv,
+            heads_kv: self.heads_kv,
+            head_dim: self.head_dim,
+            softmax_scale: None,
+        };
+        let new = vec![k.shape[1]; self.batch];
+        let plan = TurboQuantDecodePlan::new(&self.cfg, &shape, &before, &new, None)?;
+        let (kv, vv) = (cuda::whole(k)?, cuda::whole(v)?);
+        let step = d.device.begin_decode(&plan)?;
+        step.append(&kv, &vv, &mut d.cache, stream)?;
+        Ok(())
+    }
+
+    fn append_host(&mut self, k: &View<'_>, v: &View<'_>) -> Result<()> {
+        if self.device.is_some() {
+            return Err(BoundaryError::Device {
+                name: "TurboQuantCache",
+                message: "holds a CUDA cache (its tokens came as CUDA tensors); append and \
+                          decode take tensors on that device"
+                    .into(),
+            });
+        }
+        let (kt, vt) = (host::read(k)?, host::read(v)?);
+        let (b, s) = (self.batch, k.shape[1]);
+        let row = self.heads_kv * self.head_dim;
+        let h = self.host.get_or_insert_with(|| HostKv {
+            k: vec![Vec::new(); b],
+            v: vec![Vec::new(); b],
+            lens: vec![0; b],
+        });
+        for bi in 0..b {
+            let r = bi * s * row..(bi + 1) * s * row;
+            h.k[bi].extend_from_slice(&kt.data[r.clone()]);
+            h.v[bi].extend_from_slice(&vt.data[r]);
+            h.lens[bi] += s;
+        }
+        Ok(())
+    }
+}
+
+/// The host path's decode: the emulation over every token held.
+fn decode_host(
+    cfg: &TurboQuantConfig,
+    h: &HostKv,
+    (hk, d): (usize, usize),
+    q: &Tensor,
+    scale: Option<f32>,
+) -> Result<ferrattn_core::AttentionOutput> {
+    if h.lens.contains(&0) {
+        return Err(TurboQuantCache::empty());
+    }
+    let b = h.lens.len();
+    let m = *h.lens.iter().max().expect("batch > 0");
+    let mut p = AttentionProblem::uniform(b, 1, m, q.shape[2], hk, d, d, q.dtype);
+    p.seqlens_k = h.lens.clone();
+    if let Some(s) = scale {
+        p.softmax_scale = s;
+    }
+    let pad = |rows: &[Vec<f32>]| {
+        let mut t = Tensor::zeros(&[b, m, hk, d], q.dtype);
+        for (bi, r) in rows.iter().enumerate() {
+            t.data[bi * m * hk * d..bi * m * hk * d + r.len()].copy_from_slice(r);
+        }
+        t
+    };
+    let mut x = AttentionInputs::new(q.clone(), pad(&h.k), pad(&h.v));
+    x.seqlens_k = Some(h.lens.iter().map(|&l| l as i64).collect());
+    Ok(turboquant::emulate(cfg, &p, &x)?)
+}
+
+#[pymethods]
+impl TurboQuantCache {
+    #[new]
+    #[pyo3(signature = (batch, heads_kv, head_dim, key_bits=4, value_bits=3, key_qjl=true, seed=None, max_tokens=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature
+    fn new(
+        batch: usize,
+        heads_kv: usize,
+        head_dim: usize,
+        key_bits: u8,
+        value_bits: u8,
+        key_qjl: bool,
+        seed: Option<u64>,
+        max_tokens: Option<usize>,
+    ) -> PyResult<TurboQuantCache> {
+        if batch == 0 || heads_kv == 0 || head_dim == 0 {
+            return Err(BoundaryError::Shape {
+                name: "TurboQuantCache",
+                message: format!(
+                    "has batch {batch}, heads_kv {heads_kv} and head_dim {head_dim}; all must \
+                     be positive"
+                ),
+            }
+            .into());
+        }
+        let max_tokens = max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        if max_tokens == 0 {
+            return Err(BoundaryError::Shape {
+                name: "max_tokens",
+                message: "is 0; a cache holds at least one token per sequence".into(),
+            }
+            .into());
+        }
+        let p = AttentionProblem::uniform(1, 1, 1, 1, 1, head_dim, head_dim, DType::F16);
+        let mut cfg = TurboQuantConfig::paper_default(&p);
+        cfg.key_bits = key_bits;
+        cfg.value_bits = value_bits;
+        cfg.key_qjl = key_qjl;
+        if let Some(s) = seed {
+            cfg.seed = s;
+        }
+        cfg.check(&p).map_err(BoundaryError::from)?;
+        Ok(TurboQuantCache {
+            cfg,
+            batch,
+            heads_kv,
+            head_dim,
+            max_tokens,
+            host: None,
+            device: None,
+        })
+    }
+
+    /// Appends `k`, `v` (`[B, S, Hk, D]`, S >= 1): S tokens to every sequence, each compressed
+    /// alone.
+    #[pyo3(signature = (k, v, stream=None))]
+    fn append(
+        &mut self,
+        k: &Bound<'_, PyAny>,
+        v: &Bound<'_, PyAny>,
+        stream: Option<usize>,
+    ) -> PyResult<()> {
+        let (k, v) = (View::parse("k", k)?, View::parse("v", v)?);
+        let device = same_device(&[&k, &v])?;
+        self.check_kv(&k, &v)?;
+        match device {
+            Device::Cuda(_) => self.append_cuda(&k, &v, cuda::stream(stream))?,
+            Device::Cpu => self.append_host(&k, &v)?,
+        }
+        Ok(())
+    }
+
+    /// Decode of `q [B, 1, Hq, D]` over everything the cache holds: O `[B, 1, Hq, D]`, LSE
+    /// `f32 [B, Hq, 1]` (natural log).
+    #[pyo3(signature = (q, softmax_scale=None, out=None, lse=None, stream=None))]
+    fn decode<'py>(
+        &mut self,
+        py: Python<'py>,
+        q: &Bound<'py, PyAny>,
+        softmax_scale: Option<f32>,
+        out: Option<&Bound<'py, PyAny>>,
+        lse: Option<&Bound<'py, PyAny>>,
+        stream: Option<usize>,
+    ) -> PyResult<Outputs> {
+        let q = View::parse("q", q)?;
+        let out = out.map(|o| View::parse("out", o)).transpose()?;
+        let lse = lse.map(|l| View::parse("lse", l)).transpose()?;
+        let mut all = vec![&q];
+        all.extend(out.iter());
+        all.extend(lse.iter());
+        let device = same_device(&all)?;
+        q.expect_rank(4, "[batch, 1, heads_q, head_dim]")?;
+        let (b, hq) = (q.shape[0], q.shape[2]);
+        if b != self.batch || q.shape[1] != 1 || q.shape[3] != self.head_dim {
+            return Err(BoundaryError::Shape {
+                name: "q",
+                message: format!(
+                    "has shape {:?} but the cache decodes [{}, 1, heads_q, {}]",
+                    q.shape, self.batch, self.head_dim
+                ),
+            }
+            .into());
+        }
+        if let Some(o) = &out {
+            host_or_device_output(o, &[b, 1, hq, self.head_dim], q.float_dtype()?, device)?;
+        }
+        if let Some(l) = &lse {
+            host_or_device_output(l, &[b, hq, 1], DType::F32, device)?;
+        }
+        if let Device::Cuda(_) = device {
+            let (Some(out), Some(lse)) = (&out, &lse) else {
+                return Err(BoundaryError::Unsupported(
+                    "TurboQuantCache.decode on CUDA writes into out= and lse= (the Python \
+                     wrapper allocates them)"
+                        .into(),
+                )
+                .into());
+            };
+            let Some(d) = &self.device else {
+                return Err(match self.host {
+                    Some(_) => BoundaryError::Device {
+                        name: "TurboQuantCache",
+                        message: "holds a host cache (its tokens came as host tensors); decode \
+                                  takes host tensors"
+                            .into(),
+                    },
+                    None => TurboQuantCache::empty(),
+                }
+                .into());
+            };
+            let shape = self.shape(hq, softmax_scale);
+            let before = d.cache.lens().to_vec();
+            let plan = TurboQuantDecodePlan::new(&self.cfg, &shape, &before, &vec![0; b], None)
+                .map_err(BoundaryError::from)?;
+            let views = [cuda::whole(&q)?, cuda::whole(out)?, cuda::whole(lse)?];
+            let step = d.device.begin_decode(&plan).map_err(BoundaryError::from)?;
+            let x = TurboQuantDecodeViews {
+                q: &views[0],
+                o: &views[1],
+                lse: &views[2],
+            };
+            step.run(&x, &d.cache, cuda::stream(stream))
+                .map_err(BoundaryError::from)?;
+            return Ok((None, None));
+        }
+        if self.device.is_some() {
+            return Err(BoundaryError::Device {
+                name: "q",
+                message: "is host memory but the cache lives on a CUDA device".into(),
+            }
+            .into());
+        }
+        let qt = host::read(&q)?;
+        let h = self.host.as_ref().ok_or_else(TurboQuantCache::empty)?;
+        let (cfg, dims) = (&self.cfg, (self.heads_kv, self.head_dim));
+        let r = py.detach(|| decode_host(cfg, h, dims, &qt, softmax_scale))?;
+        Ok((deliver(out.as_ref(), &r.o)?, deliver(lse.as_ref(), &r.lse)?))
+    }
+
+    /// Tokens held per sequence.
+    #[getter]
+    fn lens(&self) -> Vec<usize> {
+        self.held_lens()
+    }
+
+    /// Tokens held for sequence `b`.
+    fn seq_len(&self, b: usize) -> PyResult<usize> {
+        let lens = self.held_lens();
+        lens.get(b).copied().ok_or_else(|| {
+            BoundaryError::Shape {
+                name: "b",
+                message: format!("is {b} but the cache holds {} sequences", lens.len()),
+            }
+            .into()
+        })
+    }
+
+    /// Forgets every token (a CUDA cache keeps its memory for the next sequences).
+    fn reset(&mut self) {
+        self.host = None;
+        if let Some(d) = &mut self.device {
+            d.device.reset(&mut d.cache);
+        }
+    }
+
+    /// The configuration: bits, QJL, seed.
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("key_bits", self.cfg.key_bits)?;
+        d.set_item("value_bits", self.cfg.value_bits)?;
+        d.set_item("key_qjl", self.cfg.key_qjl)?;
+        d.set_item("qjl_dim", self.cfg.qjl_dim)?;
+        d.set_item("seed", self.cfg.seed)?;
+        Ok(d)
+    }
+
+    /// Device bytes allocated for a CUDA cache (its capacity), 0 for a host one.
+    fn allocated_bytes(&self) -> usize {
+        self.device
+            .as_ref()
+            .map_or(0, |d| d.cache.allocated_bytes())
+    }
+
+    /// Bytes of the compressed tokens on the device (what a decode reads), the fp16 bytes they
+    /// stand for and the ratio; for a host cache the same counts for the device layout.
+    fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let lens = self.held_lens();
+        let tokens: usize = lens.iter().sum();
+        let d = self.head_dim;
+        // the device layout (ferrattn_cuda::turboquant::DeviceTurboQuantCache::bytes_per_token_head)
+        let per_head = d / 2 + if self.cfg.key_qjl { d / 8 } else { 0 } + 4 + d / 2 + 2;
+        let compressed = tokens * self.heads_kv * per_head;
+        let fp16 = tokens * self.heads_kv * 2 * d * 2;
+        let m = pyo3::types::PyDict::new(py);
+        m.set_item("tokens", tokens)?;
+        m.set_item("compressed_bytes", compressed)?;
+        m.set_item("fp16_bytes", fp16)?;
+        m.set_item("bytes_per_token", self.heads_kv * per_head)?;
+        m.set_item(
+            "compression_ratio",
+            if compressed == 0 {
+                0.0
+            } else {
+                fp16 as f64 / compressed as f64
+            },
+        )?;
+        Ok(m)
+    }
+}
+
+/// An output the caller passed: on the call's device, of the right shape and dtype.
+fn host_or_device_output(
+    v: &View<'_>,
+    shape: &[usize],
+    dtype: DType,
+    device: Device,
+) -> Result<()> {
+    match device {
+        Device::Cpu => host::check_output(v, shape, dtype),
+        // the device path checks shape, dtype, contiguity and alignment before its launch
+        Device::Cuda(_) => Ok(()),
+    }
+}
