@@ -7,10 +7,11 @@
 // The host lays the tiles' iterations end to end (ferrattn_core::lean::TileSpace with tile_k =
 // 64) and cuts the space into the ranges of *units* (ferrattn_core::lean::Schedule: stream-K for
 // balance, or one unit per output tile, which replays the emulation's order exactly). A unit is
-// one warp (warp w of CTA c is unit 4 c + w): it walks its range alone, with its own
-// double-buffered staging area filled by cp.async one cache tile ahead, and no CTA barrier. It
-// writes one partial (O, m, l) per output tile it touches to its own slot; turbo_combine_*
-// merges a tile's slots in slot (= key) order with the same exponential, finishes O / l and LSE.
+// one warp (warp w of CTA c is unit 4 c + w): it walks its range alone, with its own staging
+// area (a K half and a V half, each refilled by cp.async half a tile ahead), and no CTA barrier.
+// It writes one partial (O, m, l) per output tile it touches to its own slot; turbo_combine_*
+// merges a tile's slots in slot (= key) order with the same exponential (its rescale factors
+// from a parallel max scan), finishes O / l and LSE.
 // A tile computed by one unit therefore goes through exactly the emulation's steps: O is
 // bit-identical to ferrattn_core::turbo (one unit per tile) or to decode_twin (stream-K).
 //
@@ -82,8 +83,9 @@ __device__ __forceinline__ u64 block_bytes(int d, int bits) { return (u64)kBlock
 
 // ---- Decode units -------------------------------------------------------------------------------
 // A *unit* of the schedule is one warp: warp w of CTA c is unit 4 c + w. Each unit walks its range
-// of the iteration space alone (no CTA barrier after the SAS LUT is filled), with its own
-// double-buffered shared staging area filled by cp.async one cache tile ahead.
+// of the iteration space alone (no CTA barrier after the SAS LUT is filled), with its own shared
+// staging area: K of the next tile loads during this tile's softmax and P V, V of the next tile
+// during its q K^T (UnitStage).
 constexpr int kUnitRows = 8;   // query heads per output tile (MMA rows 0-7; rows 8-15 stay zero)
 constexpr int kUnitsPerCta = kThreads / 32;
 
@@ -1210,12 +1212,16 @@ __device__ __forceinline__ void flush_body(const FlushParams& p) {
 
 // ---- Instances: the closed list of (dtype, head dim) -> kernel (ferrattn_cuda::kernels) --------
 // Minimum resident CTAs per SM of the decode instances (the register cap: 65536 / (128 x
-// blocks)); shared memory (35 KB per CTA at d 128) allows 6.
+// blocks), 168 registers at 3); shared memory (35 KB per CTA at d 128) would allow 6. Measured on
+// an H100 at 16 x 16k INT4 through NVRTC (docs/TURBO_CUDA.md, "Decode: combine, staging, g4"):
+// g4 at 3 / 4 / 5 blocks 154 / 180 / 238 us (ptxas spills 128 / 520 / 948 bytes), full rows at
+// 2 / 3 / 4 blocks 167 / 167 / 218 us: more warps do not pay for the spills. Override with -D
+// (FERRATTN_NVRTC_DEFINES for the NVRTC path) to time other values.
 #ifndef FERRATTN_TURBO_DECODE_BLOCKS
 #define FERRATTN_TURBO_DECODE_BLOCKS 3
 #endif
 #ifndef FERRATTN_TURBO_DECODE_G4_BLOCKS
-#define FERRATTN_TURBO_DECODE_G4_BLOCKS 4
+#define FERRATTN_TURBO_DECODE_G4_BLOCKS 3
 #endif
 #define FERRATTN_TURBO_DECODE(TN, T, D)                                                       \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, FERRATTN_TURBO_DECODE_BLOCKS) \

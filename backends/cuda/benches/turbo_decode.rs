@@ -106,7 +106,7 @@ fn main() {
         .take_while(|a| !a.starts_with("--"))
         .filter_map(|a| a.parse().ok())
         .collect();
-    if pos.is_empty() || pos.len() % 2 != 0 || pos.chunks(2).any(|s| s[1] <= TAIL) {
+    if pos.is_empty() || !pos.len().is_multiple_of(2) || pos.chunks(2).any(|s| s[1] <= TAIL) {
         eprintln!(
             "usage: turbo_decode BATCH CONTEXT [BATCH CONTEXT ...] [--bits int4,mixed] [--iters N]"
         );

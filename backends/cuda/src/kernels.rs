@@ -466,7 +466,7 @@ pub struct TurboKernelNames {
     /// layout, for groups of more than 4 query heads).
     pub decode: String,
     /// The same for GQA groups of at most 4 query heads (the half-row layout fixed at compile
-    /// time, fewer registers, 4 CTAs per SM).
+    /// time: half of O's registers, fewer spills under the same 168-register cap).
     pub decode_g4: String,
     /// Merge of a decode tile's partials.
     pub combine: String,
