@@ -5,7 +5,8 @@
 # (ferrattn, ferrattn-before, gpu_turbo, gpu_device_api, gpu_cp, unit_tests, turbo_decode) and
 # this script; writes at most 8 files to $OUT.
 #
-# Usage: bash turbo-decode-check.sh [tests] [bench] [ab] [sweep]   (default: all four)
+# Usage: bash turbo-decode-check.sh [unit] [tests] [bench|after] [ab] [sweep]
+#   (default: unit tests bench ab sweep; `after` times the suite with the new binary only)
 set -uo pipefail
 B="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-$B/out}"
@@ -18,17 +19,20 @@ for d in /usr/local/cuda/lib64 "$(python3 -c 'import nvidia, os; print(os.path.j
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 echo "commit $(cat COMMIT), $(date -u +%FT%TZ)"
-steps="${*:-tests bench ab sweep}"
+steps="${*:-unit tests bench ab sweep}"
 t0=$SECONDS
 for s in $steps; do
   case "$s" in
+    unit)
+      ./unit_tests --test-threads=8 >>"$OUT/tests.txt" 2>&1
+      grep -E "^test result|FAILED|panicked" "$OUT/tests.txt"
+      ;;
     tests)
       {
-        ./unit_tests --test-threads=8
         ./gpu_turbo --include-ignored --test-threads=1 --nocapture
         ./gpu_device_api --include-ignored --test-threads=1 turbo
         ./gpu_cp --include-ignored --test-threads=1 turbo
-      } >"$OUT/tests.txt" 2>&1
+      } >>"$OUT/tests.txt" 2>&1
       grep -E "^test result|FAILED|panicked|SKIPPED|differing O|vs golden over" "$OUT/tests.txt"
       for tool in memcheck racecheck; do
         FERRATTN_GPU_TEST_SCALE=small timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 \
@@ -37,8 +41,10 @@ for s in $steps; do
       done
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.txt"
       ;;
-    bench)
-      for v in before after; do
+    bench | after)
+      vs="before after"
+      [ "$s" = after ] && vs=after
+      for v in $vs; do
         f=./ferrattn
         [ "$v" = before ] && f=./ferrattn-before
         timeout 200 "$f" bench --suite standard --algo turbo --backend cuda --out "/tmp/b-$v" >"/tmp/b-$v.md" 2>"$OUT/bench-$v.log"
@@ -47,7 +53,7 @@ for s in $steps; do
       done
       ;;
     ab)
-      ./turbo_decode 1 16384 16 16384 32 32768 --bits int4,mixed >>"$OUT/decode.txt" 2>&1
+      ./turbo_decode ${AB_SHAPES:-1 16384 16 16384 32 32768} --bits "${AB_BITS:-int4,mixed}" >>"$OUT/decode.txt" 2>&1
       ;;
     sweep)
       for n in 3 5; do
