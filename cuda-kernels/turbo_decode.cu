@@ -7,10 +7,11 @@
 // The host lays the tiles' iterations end to end (ferrattn_core::lean::TileSpace with tile_k =
 // 64) and cuts the space into the ranges of *units* (ferrattn_core::lean::Schedule: stream-K for
 // balance, or one unit per output tile, which replays the emulation's order exactly). A unit is
-// one warp (warp w of CTA c is unit 4 c + w): it walks its range alone, with its own
-// double-buffered staging area filled by cp.async one cache tile ahead, and no CTA barrier. It
-// writes one partial (O, m, l) per output tile it touches to its own slot; turbo_combine_*
-// merges a tile's slots in slot (= key) order with the same exponential, finishes O / l and LSE.
+// one warp (warp w of CTA c is unit 4 c + w): it walks its range alone, with its own staging
+// area (a K half and a V half, each refilled by cp.async half a tile ahead), and no CTA barrier.
+// It writes one partial (O, m, l) per output tile it touches to its own slot; turbo_combine_*
+// merges a tile's slots in slot (= key) order with the same exponential (its rescale factors
+// from a parallel max scan), finishes O / l and LSE.
 // A tile computed by one unit therefore goes through exactly the emulation's steps: O is
 // bit-identical to ferrattn_core::turbo (one unit per tile) or to decode_twin (stream-K).
 //
@@ -82,26 +83,30 @@ __device__ __forceinline__ u64 block_bytes(int d, int bits) { return (u64)kBlock
 
 // ---- Decode units -------------------------------------------------------------------------------
 // A *unit* of the schedule is one warp: warp w of CTA c is unit 4 c + w. Each unit walks its range
-// of the iteration space alone (no CTA barrier after the SAS LUT is filled), with its own
-// double-buffered shared staging area filled by cp.async one cache tile ahead.
+// of the iteration space alone (no CTA barrier after the SAS LUT is filled), with its own shared
+// staging area: K of the next tile loads during this tile's softmax and P V, V of the next tile
+// during its q K^T (UnitStage).
 constexpr int kUnitRows = 8;   // query heads per output tile (MMA rows 0-7; rows 8-15 stay zero)
-constexpr int kStages = 2;     // staging buffers per unit
 constexpr int kUnitsPerCta = kThreads / 32;
 
-// One staging buffer: packed codes of K and V (room for 4 bits), both tensors' channel
-// parameters (D scales then D zero points each), the two f32 block scales and the two blocks' clamp
-// flags (CacheView::clamp). Rows of codes are
-// stored at row_slot(token) so that the lanes of one load hit different banks.
+// A unit's staging area: one tile's K half (packed codes, room for 4 bits; K's channel
+// parameters, D scales then D zero points; the two f32 block scales and the two blocks' clamp
+// flags, CacheView::clamp) and one tile's V half (codes and channel parameters). The halves are
+// filled apart (K and V staged apart): K of tile i + 1 loads while tile i's softmax and P V run,
+// V of tile i + 1 while tile i + 1's q K^T runs. Against staging both tensors of the next tile
+// in a second buffer this halves the shared memory of a unit (8.7 KB at d 128, 35 KB per CTA
+// instead of 70 KB), so occupancy is set by registers alone. Rows of codes are stored at
+// row_slot(token) so that the lanes of one load hit different banks.
 // ferrattn_cuda::turbo::decode_smem_bytes mirrors these sizes.
 template <int D>
 struct UnitStage {
   static constexpr int kCodes = kBlock * D / 2;
   static constexpr int kK = 0;
-  static constexpr int kV = kCodes;
-  static constexpr int kParK = 2 * kCodes;
-  static constexpr int kParV = 2 * kCodes + 2 * D;
-  static constexpr int kScales = 2 * kCodes + 4 * D;
-  static constexpr int kBytes = kScales + 16;
+  static constexpr int kParK = kCodes;
+  static constexpr int kScales = kCodes + 2 * D;
+  static constexpr int kV = kScales + 16;
+  static constexpr int kParV = kV + kCodes;
+  static constexpr int kBytes = kParV + 2 * D;
 };
 __device__ __forceinline__ int row_slot(int r) { return r ^ ((r >> 1) & 3); }
 
@@ -796,7 +801,11 @@ struct UnitCursor {
   int n_it;   // cache tiles of this sequence's output tiles
 };
 
-template <class T, int D>
+// HALF: the instance for GQA groups of at most 4 query heads (turbo_decode_g4_*): the half-row
+// layout (unit_softmax<D, 4>, each lane keeps half of its row's O) fixed at compile time, so the
+// O registers of the other half are never allocated; else the instance for larger groups (full
+// rows). ferrattn_cuda::TurboKernels::decode_for picks by the group.
+template <class T, int D, bool HALF>
 __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   using S = UnitStage<D>;
   constexpr int KCH = D / 4, VCH = D / 8, KS = D / 32;
@@ -809,11 +818,11 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int unit = blockIdx.x * kUnitsPerCta + warp;
   if (unit >= p.num_ctas) return;
-  u8* stages = dsmem + warp * kStages * S::kBytes;
+  u8* stages = dsmem + warp * S::kBytes;
   const u32 begin = p.cta_bounds[unit], end = p.cta_bounds[unit + 1];
   if (begin >= end) return;
   const int tiles_per_seq = p.heads_kv * p.qgroups;
-  const bool half = p.group <= kUnitRows / 2;  // unit_softmax<D, 4> and the half-row O layout
+  constexpr bool half = HALF;  // unit_softmax<D, 4> and the half-row O layout
   auto n_it_of = [&](int b) { return max(1, (p.lens[b] + kBlock - 1) / kBlock); };
 
   UnitCursor cur;
@@ -839,11 +848,12 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       }
     }
   };
-  // stage cache tile `c` (if it is a compressed block of a decoded sequence) into buffer `st`:
-  // each tensor's codes in steps of 512 bytes (32 lanes x 16); within a step the lane's chunk
-  // lands at the same offset, since row_slot permutes rows inside aligned groups of 8
-  const u32 stages_s = smem_addr(stages);
-  auto issue = [&](const UnitCursor& c, int st) {
+  // stage one half (K: 0, V: 1) of cache tile `c`, if it is a compressed block of a decoded
+  // sequence: the codes in steps of 512 bytes (32 lanes x 16); within a step the lane's chunk
+  // lands at the same offset, since row_slot permutes rows inside aligned groups of 8; then the
+  // tensor's channel parameters, and with K the block scales and clamp flags of both tensors
+  const u32 stage_s = smem_addr(stages);
+  auto issue = [&](const UnitCursor& c, int which) {
     if (p.q_tok[c.b] < 0 || c.ti >= p.lens[c.b] / kBlock) return;
     const int hk = c.rt / p.qgroups;
     const int bits = cp.head_bits[hk];
@@ -852,48 +862,46 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     const u64 cb = block_bytes(D, bits);
     const u64 code_off = (u64)c.b * cp.seq_code_bytes + cp.head_off[hk] + (u64)c.ti * cb;
     const u64 pb = ((u64)c.b * p.heads_kv + hk) * cp.cap_blocks + c.ti;
-    const u32 dst = stages_s + st * S::kBytes;
+    const CacheView& cv = which ? cp.v : cp.k;
+    const u32 dst = stage_s + (which ? S::kV : S::kK);
     const u32 lane_off = (row_slot(lane >> cpr_log) << rb_log) + ((lane & ((1 << cpr_log) - 1)) << 4);
-    const u8* ks = cp.k.codes + code_off + 16 * lane;
-    const u8* vs = cp.v.codes + code_off + 16 * lane;
+    const u8* src = cv.codes + code_off + 16 * lane;
     const int steps = (int)(cb >> 9);
-    for (int i = 0; i < steps; ++i) {
-      cp_async16_s(dst + S::kK + lane_off + 512 * i, ks + 512 * i);
-      cp_async16_s(dst + S::kV + lane_off + 512 * i, vs + 512 * i);
+    for (int i = 0; i < steps; ++i) cp_async16_s(dst + lane_off + 512 * i, src + 512 * i);
+    if (lane < D / 8)  // 2 D / 16 chunks of channel parameters
+      cp_async16_s(stage_s + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
+    if (!which) {
+      if (lane == 0) cp_async4(stages + S::kScales, cp.k.bscale + pb);
+      if (lane == 1) cp_async4(stages + S::kScales + 4, cp.v.bscale + pb);
+      if (lane == 2) cp_async4(stages + S::kScales + 8, cp.k.clamp + pb);
+      if (lane == 3) cp_async4(stages + S::kScales + 12, cp.v.clamp + pb);
     }
-    if (lane < D / 4) {  // 2 D / 16 chunks of channel parameters per tensor, K's then V's
-      const u8* src = lane < D / 8 ? cp.k.par + pb * 2 * D + 16 * lane : cp.v.par + pb * 2 * D + 16 * (lane - D / 8);
-      cp_async16_s(dst + S::kParK + 16 * lane, src);
-    }
-    if (lane == 0) cp_async4(stages + st * S::kBytes + S::kScales, cp.k.bscale + pb);
-    if (lane == 1) cp_async4(stages + st * S::kBytes + S::kScales + 4, cp.v.bscale + pb);
-    if (lane == 2) cp_async4(stages + st * S::kBytes + S::kScales + 8, cp.k.clamp + pb);
-    if (lane == 3) cp_async4(stages + st * S::kBytes + S::kScales + 12, cp.v.clamp + pb);
   };
 
   UnitState<D> st;
   UnitCursor nxt = cur;
   issue(cur, 0);
   cp_async_commit();
+  issue(cur, 1);
+  cp_async_commit();
   u32 slot = p.cta_slot[unit];
   for (u32 it = begin; it < end; ++it) {
-    const int stage = (int)((it - begin) & 1);
-    if (it + 1 < end) {
-      advance(nxt);
-      issue(nxt, stage ^ 1);
-    }
-    cp_async_commit();
+    // pending cp.async groups here: K of this tile, V of this tile
     cp_async_wait<1>();
     syncwarp();
-
     const int b = cur.b;
     const int qt = p.q_tok[b];
     const bool seg_first = it == begin || cur.ti == 0;
     const bool seg_last = it + 1 == end || cur.ti + 1 == cur.n_it;
+    const int hk = cur.rt / p.qgroups, qg = cur.rt % p.qgroups;
+    const int rows = min(kUnitRows, p.group - qg * kUnitRows);
+    const int h0 = hk * p.group + qg * kUnitRows;
+    const int len = p.lens[b];
+    const int nblocks = len / kBlock, ntok_buf = len % kBlock;
+    const u64 bh = (u64)b * p.heads_kv + hk;
+    const bool compressed = cur.ti < nblocks;
+    const bool active = qt >= 0 && (compressed || (cur.ti == nblocks && ntok_buf > 0));
     if (qt >= 0) {
-      const int hk = cur.rt / p.qgroups, qg = cur.rt % p.qgroups;
-      const int rows = min(kUnitRows, p.group - qg * kUnitRows);
-      const int h0 = hk * p.group + qg * kUnitRows;
       if (seg_first) {
         // query row g to INT8, one scale per query head (Alg. 2 "s_Q = max(abs(Q)) / 119")
         float f[KCH];
@@ -943,57 +951,67 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         st.m = neg_inf();
         st.l = 0.0f;
       }
-      const int len = p.lens[b];
-      const int nblocks = len / kBlock, ntok_buf = len % kBlock;
-      const u64 bh = (u64)b * p.heads_kv + hk;
-      const bool compressed = cur.ti < nblocks;
-      if (compressed || (cur.ti == nblocks && ntok_buf > 0)) {
-        // one tile of Alg. 2: q K^T (per cache format), the softmax (shared by every format, one
-        // copy in the kernel), P V (per format)
-        const u8* stg = stages + stage * S::kBytes;
-        int variant = 4;  // 0-3: compressed, 4 / 2 bits, clamping or not; 4: the INT8 buffer
-        float s_k, s_v;
-        int ntok = kBlock;
-        if (compressed) {
-          const int bits = cp.head_bits[hk];
-          // the blocks' clamp flags (CacheView::clamp, exact, written with the blocks): the
-          // folded path unless some code of K or V dequantizes past 127
-          const uint4 sc = *reinterpret_cast<const uint4*>(stg + S::kScales);
-          variant = (bits == 4 ? 0 : 2) + ((sc.z | sc.w) != 0 ? 0 : 1);
-          s_k = __uint_as_float(sc.x);
-          s_v = __uint_as_float(sc.y);
-        } else {
-          s_k = cp.k.buf_scale[bh];
-          s_v = cp.v.buf_scale[bh];
-          ntok = ntok_buf;
-        }
-        const i8* kbuf = cp.k.buf + bh * kBlock * D;
-        const i8* vbuf = cp.v.buf + bh * kBlock * D;
-        int s[8][2];
-        switch (variant) {
-          case 0: unit_qk_compressed<D, 4, true>(st, stg, g, t, s); break;
-          case 1: unit_qk_folded<D, 4>(st, stg, g, t, s); break;
-          case 2: unit_qk_compressed<D, 2, true>(st, stg, g, t, s); break;
-          case 3: unit_qk_folded<D, 2>(st, stg, g, t, s); break;
-          default: unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
-        }
-        u32 pa0[2], pa2[2];
-        int rs;
-        float r, c;
-        // the folded variants return the exact dot products; the others carry K's + 128
-        const int bias = variant == 1 || variant == 3 ? 0 : 128 * st.qsum;
-        if (half)
-          unit_softmax<D, 4>(st, s, bias, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
-        else
-          unit_softmax<D, 8>(st, s, bias, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
-        switch (variant) {
-          case 0: unit_pv_compressed<D, 4, true>(st, stg, g, t, pa0, pa2, rs, r, c, half, lane); break;
-          case 1: unit_pv_folded<D, 4>(st, stg, g, t, pa0, pa2, rs, r, c, half, lane); break;
-          case 2: unit_pv_compressed<D, 2, true>(st, stg, g, t, pa0, pa2, rs, r, c, half, lane); break;
-          case 3: unit_pv_folded<D, 2>(st, stg, g, t, pa0, pa2, rs, r, c, half, lane); break;
-          default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c, half, lane);
-        }
+    }
+    // one tile of Alg. 2: q K^T (per cache format), the softmax (shared by every format, one
+    // copy in the kernel), P V (per format)
+    int variant = 4;  // 0-3: compressed, 4 / 2 bits, clamping or not; 4: the INT8 buffer
+    float s_k = 0.0f, s_v = 0.0f;
+    int ntok = kBlock;
+    const i8* kbuf = cp.k.buf + bh * kBlock * D;
+    const i8* vbuf = cp.v.buf + bh * kBlock * D;
+    int s[8][2];
+    if (active) {
+      if (compressed) {
+        const int bits = cp.head_bits[hk];
+        // the blocks' clamp flags (CacheView::clamp, exact, written with the blocks): the
+        // folded path unless some code of K or V dequantizes past 127
+        const uint4 sc = *reinterpret_cast<const uint4*>(stages + S::kScales);
+        variant = (bits == 4 ? 0 : 2) + ((sc.z | sc.w) != 0 ? 0 : 1);
+        s_k = __uint_as_float(sc.x);
+        s_v = __uint_as_float(sc.y);
+      } else {
+        s_k = cp.k.buf_scale[bh];
+        s_v = cp.v.buf_scale[bh];
+        ntok = ntok_buf;
       }
+      switch (variant) {
+        case 0: unit_qk_compressed<D, 4, true>(st, stages, g, t, s); break;
+        case 1: unit_qk_folded<D, 4>(st, stages, g, t, s); break;
+        case 2: unit_qk_compressed<D, 2, true>(st, stages, g, t, s); break;
+        case 3: unit_qk_folded<D, 2>(st, stages, g, t, s); break;
+        default: unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
+      }
+    }
+    syncwarp();  // every lane is done with the K half before it is refilled
+    if (it + 1 < end) {
+      advance(nxt);
+      issue(nxt, 0);
+    }
+    cp_async_commit();
+    u32 pa0[2], pa2[2];
+    int rs = 0;
+    float r = 1.0f, c = 0.0f;
+    if (active) {
+      // the folded variants return the exact dot products; the others carry K's + 128
+      const int bias = variant == 1 || variant == 3 ? 0 : 128 * st.qsum;
+      if (half)
+        unit_softmax<D, 4>(st, s, bias, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
+      else
+        unit_softmax<D, 8>(st, s, bias, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
+    }
+    // pending: V of this tile, K of the next
+    cp_async_wait<1>();
+    syncwarp();
+    if (active) {
+      switch (variant) {
+        case 0: unit_pv_compressed<D, 4, true>(st, stages, g, t, pa0, pa2, rs, r, c, half, lane); break;
+        case 1: unit_pv_folded<D, 4>(st, stages, g, t, pa0, pa2, rs, r, c, half, lane); break;
+        case 2: unit_pv_compressed<D, 2, true>(st, stages, g, t, pa0, pa2, rs, r, c, half, lane); break;
+        case 3: unit_pv_folded<D, 2>(st, stages, g, t, pa0, pa2, rs, r, c, half, lane); break;
+        default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c, half, lane);
+      }
+    }
+    if (qt >= 0) {
       // the segment's partial: row g (half rows: row g mod 4, the lane's half of the n-tiles),
       // channels 2 VCH t + VCH e + nt
       const int prow = half ? (g & 3) : g;
@@ -1021,17 +1039,38 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     }
     if (seg_last) ++slot;
     advance(cur);
-    syncwarp();  // every lane is done with this stage before it is refilled
+    syncwarp();  // every lane is done with the V half before it is refilled
+    if (it + 1 < end) issue(nxt, 1);
+    cp_async_commit();
   }
   cp_async_wait<0>();
 }
 
 // Merges the partials of one row of an output tile (grid: tiles x kUnitRows) in slot order and
-// writes O and LSE. One partial is
-// finished exactly as the emulation finishes a row (RowState::finish).
+// writes O and LSE. One partial is finished exactly as the emulation finishes a row
+// (RowState::finish).
+//
+// The merge is the serial fold of decode_twin, `x = fma(x_s, r2_s, x r1_s)` in slot order, but
+// only its two dependent operations per slot stay serial: the rescale factors depend on the
+// running maximum alone, which is a max scan over the slots (exact in any order: no NaN, and no
+// -0 reaches a logit maximum), so r1_s = EXP(M_{s-1} - M_s) and r2_s = EXP(m_s - M_s) are
+// computed one slot per thread, 128 slots at a time, and the partials' O columns are loaded
+// eight slots ahead of the fold. The serial loop it replaces waited on a global load and an
+// exponential per slot (64 slots at batch 1 and 16k tokens: most of that decode's time).
+__device__ __forceinline__ float shfl_up_f(float v, int d) {
+  float r;
+  asm volatile("shfl.sync.up.b32 %0, %1, %2, 0x0, 0xffffffff;" : "=f"(r) : "f"(v), "r"(d));
+  return r;
+}
 template <class T, int D>
 __device__ __forceinline__ void combine_body(const DecodeParams& p) {
+  static_assert(D <= kThreads, "one channel per thread");
+  constexpr int kWarps = kThreads / 32;
+  constexpr int kAhead = 8;  // partial O loads in flight per thread
   __shared__ float sLut[17];
+  __shared__ float sR1[kThreads], sR2[kThreads], sL[kThreads];
+  __shared__ int sKind[kThreads];  // 0: no key (skipped), 1: the first partial (taken as is), 2: merged
+  __shared__ float sWarpMax[kWarps];
   sas_lut_init(sLut);
   __syncthreads();
   const Exp ex{sLut, (float)p.sas_nr, p.sas};
@@ -1039,31 +1078,79 @@ __device__ __forceinline__ void combine_body(const DecodeParams& p) {
   const int tiles_per_seq = p.heads_kv * p.qgroups;
   const int b = tile / tiles_per_seq, rt = tile % tiles_per_seq;
   const int qt = p.q_tok[b];
-  if (qt < 0) return;
+  if (qt < 0) return;  // uniform over the CTA
   const int hk = rt / p.qgroups, qg = rt % p.qgroups;
   const int rows = min(kUnitRows, p.group - qg * kUnitRows);
   const int h0 = hk * p.group + qg * kUnitRows;
   const u32 s0 = p.tile_slot[tile], s1 = p.tile_slot[tile + 1];
   const int r = blockIdx.y;  // one CTA per query row of the tile
-  if (r >= rows) return;
-  for (int c = threadIdx.x; c < D; c += kThreads) {
-    float m = neg_inf(), l = 0.0f, a = 0.0f;
-    for (u32 s = s0; s < s1; ++s) {
-      const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + ((u64)s * kUnitRows + r) * 2);
-      if (ml.x == neg_inf()) continue;  // a segment that saw no key
-      const float as = p.part_o[((u64)s * kUnitRows + r) * D + c];
-      if (m == neg_inf()) {
-        m = ml.x;
-        l = ml.y;
-        a = as;
-        continue;
-      }
-      const float mn = fmax2(m, ml.x);
-      const float r1 = ex.rescale(m, mn), r2 = ex.rescale(ml.x, mn);
-      l = fma_rn(ml.y, r2, mul_rn(l, r1));
-      a = fma_rn(as, r2, mul_rn(a, r1));
-      m = mn;
+  if (r >= rows) return;     // uniform over the CTA
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int c = tid;  // channel
+  float m_run = neg_inf();  // maximum over the partials of earlier chunks
+  float l = 0.0f, a = 0.0f;
+  for (u32 base = s0; base < s1; base += kThreads) {
+    const int n = (int)min((u32)kThreads, s1 - base);
+    float ms = neg_inf(), ls = 0.0f;
+    if (tid < n) {
+      const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + ((u64)(base + tid) * kUnitRows + r) * 2);
+      ms = ml.x;
+      ls = ml.y;
     }
+    float inc = ms;  // inclusive max scan within the warp
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = shfl_up_f(inc, o);
+      if (lane >= o) inc = fmax2(inc, y);
+    }
+    if (lane == 31) sWarpMax[warp] = inc;
+    __syncthreads();
+    float before = m_run, chunk_max = m_run;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      if (w < warp) before = fmax2(before, sWarpMax[w]);
+      chunk_max = fmax2(chunk_max, sWarpMax[w]);
+    }
+    float excl = shfl_up_f(inc, 1);
+    if (lane == 0) excl = neg_inf();
+    const float prev = fmax2(before, excl);  // the running maximum before this slot
+    if (tid < n) {
+      const float mn = fmax2(prev, ms);
+      const int kind = ms == neg_inf() ? 0 : (prev == neg_inf() ? 1 : 2);
+      sKind[tid] = kind;
+      sR1[tid] = kind == 2 ? ex.rescale(prev, mn) : 0.0f;
+      sR2[tid] = kind == 2 ? ex.rescale(ms, mn) : 0.0f;
+      sL[tid] = ls;
+    }
+    m_run = chunk_max;
+    __syncthreads();
+    if (c < D) {
+      for (int i = 0; i < n; i += kAhead) {
+        float v[kAhead];
+#pragma unroll
+        for (int j = 0; j < kAhead; ++j) {
+          v[j] = 0.0f;
+          if (i + j < n && sKind[i + j] != 0) v[j] = p.part_o[((u64)(base + i + j) * kUnitRows + r) * D + c];
+        }
+#pragma unroll
+        for (int j = 0; j < kAhead; ++j) {
+          if (i + j >= n) break;
+          const int kind = sKind[i + j];
+          if (kind == 1) {
+            a = v[j];
+            l = sL[i + j];
+          } else if (kind == 2) {
+            const float r1 = sR1[i + j], r2 = sR2[i + j];
+            l = fma_rn(sL[i + j], r2, mul_rn(l, r1));
+            a = fma_rn(v[j], r2, mul_rn(a, r1));
+          }
+        }
+      }
+    }
+    __syncthreads();  // the chunk's factors are read before the next chunk writes them
+  }
+  if (c < D) {
+    const float m = m_run;
     const bool empty = m == neg_inf() || l == 0.0f;
     const int h = h0 + r;
     p.o[((u64)(b * p.max_sq + qt) * p.heads_q + h) * D + c] = T::from_f32(empty ? 0.0f : div_rn(a, l));
@@ -1124,10 +1211,26 @@ __device__ __forceinline__ void flush_body(const FlushParams& p) {
 }  // namespace ferrattn
 
 // ---- Instances: the closed list of (dtype, head dim) -> kernel (ferrattn_cuda::kernels) --------
+// Minimum resident CTAs per SM of the decode instances (the register cap: 65536 / (128 x
+// blocks), 168 registers at 3); shared memory (35 KB per CTA at d 128) would allow 6. Measured on
+// an H100 at 16 x 16k INT4 through NVRTC (docs/TURBO_CUDA.md, "Decode: combine, staging, g4"):
+// g4 at 3 / 4 / 5 blocks 154 / 180 / 238 us (ptxas spills 128 / 520 / 948 bytes), full rows at
+// 2 / 3 / 4 blocks 167 / 167 / 218 us: more warps do not pay for the spills. Override with -D
+// (FERRATTN_NVRTC_DEFINES for the NVRTC path) to time other values.
+#ifndef FERRATTN_TURBO_DECODE_BLOCKS
+#define FERRATTN_TURBO_DECODE_BLOCKS 3
+#endif
+#ifndef FERRATTN_TURBO_DECODE_G4_BLOCKS
+#define FERRATTN_TURBO_DECODE_G4_BLOCKS 3
+#endif
 #define FERRATTN_TURBO_DECODE(TN, T, D)                                                       \
-  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, 3)                 \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, FERRATTN_TURBO_DECODE_BLOCKS) \
       turbo_decode_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                      \
-    ferrattn::turbo::decode_body<ferrattn::T, D>(p);                                         \
+    ferrattn::turbo::decode_body<ferrattn::T, D, false>(p);                                  \
+  }                                                                                          \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, FERRATTN_TURBO_DECODE_G4_BLOCKS) \
+      turbo_decode_g4_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                   \
+    ferrattn::turbo::decode_body<ferrattn::T, D, true>(p);                                   \
   }                                                                                          \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                    \
       turbo_combine_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                     \

@@ -202,6 +202,19 @@ pub fn cache_dir() -> Option<std::path::PathBuf> {
     std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/ferrattn"))
 }
 
+/// Extra `-D` options of every NVRTC compile, from `FERRATTN_NVRTC_DEFINES` (space separated,
+/// e.g. `-DFERRATTN_TURBO_DECODE_G4_BLOCKS=5`): a tuning hook for the kernels' compile-time
+/// constants (launch bounds), so that one GPU session can time several values through
+/// `Options::force_nvrtc` without rebuilding. Only `-D` options are taken; read per compile.
+pub fn nvrtc_defines() -> Vec<String> {
+    std::env::var("FERRATTN_NVRTC_DEFINES")
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter(|o| o.starts_with("-D"))
+        .map(str::to_string)
+        .collect()
+}
+
 /// PTX of `img` for `arch`: from the in-process cache, the disk cache, or NVRTC.
 pub fn nvrtc_ptx(img: &'static EmbeddedImage, arch: &'static str) -> Result<(String, bool)> {
     use std::collections::HashMap;
@@ -220,7 +233,10 @@ pub fn nvrtc_ptx(img: &'static EmbeddedImage, arch: &'static str) -> Result<(Str
         d.join(format!(
             "{}-{arch}-{:016x}.ptx",
             img.name,
-            fnv1a(img.source)
+            match nvrtc_defines().join(" ") {
+                d if d.is_empty() => fnv1a(img.source),
+                d => fnv1a(img.source) ^ fnv1a(&d).rotate_left(1),
+            }
         ))
     });
     if let Some(Ok(ptx)) = file.as_ref().map(std::fs::read_to_string) {
@@ -261,7 +277,10 @@ pub fn nvrtc_compile(img: &'static EmbeddedImage, arch: &'static str) -> Result<
     }
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
-        options: vec!["-std=c++17".into(), "-default-device".into()],
+        options: ["-std=c++17".to_string(), "-default-device".into()]
+            .into_iter()
+            .chain(nvrtc_defines())
+            .collect(),
         name: Some(format!("{}.cu", img.name)),
         ..Default::default()
     };
@@ -443,8 +462,12 @@ pub struct TurboKernelNames {
     pub prefill: String,
     /// Alg. 1 attention on warpgroup MMA (sm_90a only).
     pub prefill_wg: String,
-    /// Alg. 2 over the compressed cache, one partial per segment.
+    /// Alg. 2 over the compressed cache, one partial per segment (any GQA group; the full-row
+    /// layout, for groups of more than 4 query heads).
     pub decode: String,
+    /// The same for GQA groups of at most 4 query heads (the half-row layout fixed at compile
+    /// time: half of O's registers, fewer spills under the same 168-register cap).
+    pub decode_g4: String,
     /// Merge of a decode tile's partials.
     pub combine: String,
     /// One token into the INT8 buffer.
@@ -480,6 +503,7 @@ pub fn turbo_kernel_names(dtype: DType, head_dim: usize) -> Result<TurboKernelNa
         prefill: format!("turbo_prefill_{dt}_d{d}"),
         prefill_wg: format!("turbo_prefill_wg_{dt}_d{d}"),
         decode: format!("turbo_decode_{dt}_d{d}"),
+        decode_g4: format!("turbo_decode_g4_{dt}_d{d}"),
         combine: format!("turbo_combine_{dt}_d{d}"),
         append: format!("turbo_append_{dt}_d{d}"),
         flush: format!("turbo_flush_d{d}"),

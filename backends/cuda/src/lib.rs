@@ -62,6 +62,10 @@ pub struct Options {
     /// TurboAttention prefill on the mma.sync kernel, whose O equals the CPU emulation bit for
     /// bit, even on sm_90 where the faster warpgroup-MMA kernel (O within 1e-3) is the default.
     pub exact_turbo_prefill: bool,
+    /// TurboAttention decode always on the full-row instance (`turbo_decode_*`), also for GQA
+    /// groups of at most 4 query heads, where `turbo_decode_g4_*` is the default. Both give the
+    /// same bits; benchmarks and tests compare them.
+    pub turbo_decode_full_rows: bool,
 }
 
 /// The CUDA backend for one GPU. Construction never fails: an unusable GPU is reported by

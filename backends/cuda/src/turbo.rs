@@ -64,13 +64,16 @@ const _: () = assert!(
 );
 const _: () = assert!(TURBO_BLOCK == ferrattn_core::turbo::decode_plan::DECODE_BLOCK);
 
-/// Dynamic shared memory of a decode CTA (mirrors `UnitStage<D>` and `kStages` of
-/// turbo_decode.cu): per warp two staging buffers, each the 4-bit codes of K and V for 64 tokens,
-/// both tensors' channel parameters and two block scales.
+/// Dynamic shared memory of a decode CTA (mirrors `UnitStage<D>` of turbo_decode.cu): per warp
+/// one tile's K half (4-bit codes of 64 tokens, channel parameters, both block scales and clamp
+/// flags) and one tile's V half (codes, channel parameters), refilled apart.
 pub fn decode_smem_bytes(head_dim: usize) -> usize {
     let stage = 2 * (TURBO_BLOCK * head_dim / 2) + 4 * head_dim + 16;
-    DECODE_UNITS_PER_CTA * 2 * stage
+    DECODE_UNITS_PER_CTA * stage
 }
+
+/// Largest GQA group the `turbo_decode_g4_*` instance serves ([`TurboKernels::decode_for`]).
+pub const DECODE_G4_MAX_GROUP: usize = DECODE_ROWS / 2;
 
 /// Q blocks (consumer warpgroups) per CTA of `turbo_prefill_wg_*` (`kWgConsumers`).
 pub const WG_Q_BLOCKS: usize = 3;
@@ -259,9 +262,24 @@ pub struct TurboKernels {
     /// `turbo_prefill_wg_*`, present on sm_90 (compute capability 9.0) only.
     prefill_wg: Option<Function>,
     decode: Function,
+    decode_g4: Function,
+    /// [`Options::turbo_decode_full_rows`](crate::Options::turbo_decode_full_rows).
+    full_rows_only: bool,
     combine: Function,
     append: Function,
     flush: Function,
+}
+
+impl TurboKernels {
+    /// The decode instance for GQA groups of `group` query heads: `turbo_decode_g4_*` up to
+    /// [`DECODE_G4_MAX_GROUP`], else `turbo_decode_*`.
+    pub fn decode_for(&self, group: usize) -> &Function {
+        if group <= DECODE_G4_MAX_GROUP && !self.full_rows_only {
+            &self.decode_g4
+        } else {
+            &self.decode
+        }
+    }
 }
 
 // ---- the device cache --------------------------------------------------------------------------
@@ -686,6 +704,8 @@ impl CudaBackend {
                 None
             },
             decode: m.decode.function(&n.decode)?,
+            decode_g4: m.decode.function(&n.decode_g4)?,
+            full_rows_only: self.options.turbo_decode_full_rows,
             combine: m.decode.function(&n.combine)?,
             append: m.decode.function(&n.append)?,
             flush: m.decode.function(&n.flush)?,
@@ -1021,27 +1041,36 @@ impl CudaBackend {
             .iter()
             .map(|&l| l.div_ceil(TURBO_BLOCK).max(1) as u64 * (heads_kv * qgroups) as u64)
             .sum();
-        let resident = self.turbo_decode_resident_units(dtype, head_dim)?;
+        let resident = self.turbo_decode_resident_units(dtype, head_dim, heads_q / heads_kv)?;
         Ok(decode_units(resident, tiles, iters))
     }
 
-    /// [`CudaBackend::turbo_auto_schedule_for`] knowing only the number of output tiles: one
-    /// unit per tile when they fill the resident units, else stream-K over all of them.
+    /// [`CudaBackend::turbo_auto_schedule_for`] knowing only the number of output tiles and the
+    /// GQA group: one unit per tile when they fill the resident units, else stream-K over all
+    /// of them.
     pub fn turbo_auto_schedule(
         &self,
         plan_tiles: usize,
+        group: usize,
         dtype: DType,
         head_dim: usize,
     ) -> Result<DecodeSchedule> {
-        let resident = self.turbo_decode_resident_units(dtype, head_dim)?;
+        let resident = self.turbo_decode_resident_units(dtype, head_dim, group)?;
         Ok(decode_units(resident, plan_tiles, u64::MAX))
     }
 
-    /// Decode units (warps) that fit on the GPU at once.
-    fn turbo_decode_resident_units(&self, dtype: DType, head_dim: usize) -> Result<usize> {
+    /// Decode units (warps) of the instance for GQA groups of `group` that fit on the GPU at
+    /// once (its register cap sets the CTAs per SM).
+    fn turbo_decode_resident_units(
+        &self,
+        dtype: DType,
+        head_dim: usize,
+        group: usize,
+    ) -> Result<usize> {
         let gpu = self.gpu()?;
         let sms = gpu.caps.compute_units;
-        let f = self.turbo_decode_function(dtype, head_dim)?;
+        let kernels = self.turbo_decode_kernels(dtype, head_dim)?;
+        let f = kernels.decode_for(group);
         let mut occ = 0i32;
         let _bound = gpu.bind()?;
         // SAFETY: out-parameter query on a loaded function.
@@ -1056,20 +1085,26 @@ impl CudaBackend {
         Ok(sms * occ.max(1) as usize * DECODE_UNITS_PER_CTA)
     }
 
-    /// The decode kernel of a configuration with its dynamic shared memory allowed.
-    fn turbo_decode_function(&self, dtype: DType, head_dim: usize) -> Result<Function> {
-        let f = self.turbo_kernels(dtype, head_dim)?.decode;
+    /// The kernels of a configuration with the decode instances' dynamic shared memory allowed.
+    pub(crate) fn turbo_decode_kernels(
+        &self,
+        dtype: DType,
+        head_dim: usize,
+    ) -> Result<TurboKernels> {
+        let k = self.turbo_kernels(dtype, head_dim)?;
         let gpu = self.gpu()?;
         let _bound = gpu.bind()?;
-        // SAFETY: a loaded function; the size is below the device's opt-in maximum (227 KiB).
-        check("cuFuncSetAttribute", unsafe {
-            sys::cuFuncSetAttribute(
-                f.f,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                decode_smem_bytes(head_dim) as i32,
-            )
-        })?;
-        Ok(f)
+        for f in [&k.decode, &k.decode_g4] {
+            // SAFETY: a loaded function; the size is below the device's opt-in maximum (227 KiB).
+            check("cuFuncSetAttribute", unsafe {
+                sys::cuFuncSetAttribute(
+                    f.f,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    decode_smem_bytes(head_dim) as i32,
+                )
+            })?;
+        }
+        Ok(k)
     }
 
     /// Uploads a decode plan for `cache` and allocates its partial buffers.
@@ -1096,8 +1131,7 @@ impl CudaBackend {
             table.extend_from_slice(part);
         }
         let slots = plan.slots().max(1);
-        let mut kernels = self.turbo_kernels(dtype, d)?;
-        kernels.decode = self.turbo_decode_function(dtype, d)?;
+        let kernels = self.turbo_decode_kernels(dtype, d)?;
         Ok(PreparedTurboDecode {
             kernels,
             table: DeviceBuffer::from_slice(gpu, &table)?,
@@ -1191,7 +1225,7 @@ impl CudaBackend {
         };
         launch_smem(
             gpu,
-            &prep.kernels.decode,
+            prep.kernels.decode_for(pl.heads_q / pl.heads_kv),
             (pl.grid_ctas(), 1, 1),
             decode_smem_bytes(cache.head_dim),
             &mut dp,
@@ -1454,7 +1488,7 @@ impl CudaBackend {
             let tiles = p.batch * p.heads_kv * group.div_ceil(DECODE_ROWS);
             let schedule = match schedule {
                 Some(s) => s,
-                None => self.turbo_auto_schedule(tiles, p.dtype, d)?,
+                None => self.turbo_auto_schedule(tiles, group, p.dtype, d)?,
             };
             // token i of every decoding sequence into the cache
             let append = |cache: &mut DeviceTurboCache, i: usize| {

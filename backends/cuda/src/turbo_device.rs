@@ -358,8 +358,7 @@ impl CudaBackend {
     /// The TurboAttention kernels of `dtype` and `head_dim` for launch-only steps.
     pub fn turbo_step_kernels(&self, dtype: DType, head_dim: usize) -> Result<TurboStepKernels> {
         let gpu = self.gpu()?.clone();
-        let mut kernels = self.turbo_kernels(dtype, head_dim)?;
-        kernels.decode = self.turbo_decode_function(dtype, head_dim)?;
+        let kernels = self.turbo_decode_kernels(dtype, head_dim)?;
         let wgmma = match (&kernels.prefill_wg, self.options.exact_turbo_prefill) {
             (Some(f), false) => {
                 let _bound = gpu.bind()?;
@@ -759,7 +758,7 @@ impl TurboStepKernels {
             softmax_scale,
         };
         self.launch(
-            &self.kernels.decode,
+            self.kernels.decode_for(pl.heads_q / pl.heads_kv),
             (pl.grid_ctas(), 1, 1),
             TURBO_THREADS,
             decode_smem_bytes(self.head_dim) as u32,

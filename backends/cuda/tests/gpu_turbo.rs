@@ -366,7 +366,7 @@ fn turbo_kernel_selection_is_a_closed_list() {
                 for name in [&n.quant_kv, &n.buffer_tail, &n.prefill] {
                     assert!(hp.contains(name.as_str()), "{name} missing from the fatbin");
                 }
-                for name in [&n.decode, &n.combine, &n.append, &n.flush] {
+                for name in [&n.decode, &n.decode_g4, &n.combine, &n.append, &n.flush] {
                     assert!(hd.contains(name.as_str()), "{name} missing from the fatbin");
                 }
             }
@@ -1040,6 +1040,7 @@ fn prefix(t: &Tensor, s: usize) -> Tensor {
 #[allow(clippy::too_many_arguments)] // the shape of one test case
 fn decode_steps(
     test: &str,
+    opts: Options,
     schedule: DecodeSchedule,
     ctx: &[usize],
     steps: usize,
@@ -1049,7 +1050,7 @@ fn decode_steps(
     dtype: DType,
     bits: KvBits,
 ) {
-    let Some(b) = backend(test, Options::default()) else {
+    let Some(b) = backend(test, opts) else {
         return;
     };
     let cfg = cfg_with(bits, true);
@@ -1178,6 +1179,7 @@ fn gpu_turbo_decode_steps_per_tile_match_the_emulation() {
     };
     decode_steps(
         "gpu_turbo_decode_steps_per_tile_match_the_emulation",
+        Options::default(),
         DecodeSchedule::PerTile,
         &ctx,
         steps,
@@ -1204,6 +1206,7 @@ fn gpu_turbo_decode_steps_stream_k_match_the_twin() {
     };
     decode_steps(
         "gpu_turbo_decode_steps_stream_k_match_the_twin",
+        Options::default(),
         DecodeSchedule::StreamK(37),
         &ctx,
         steps,
@@ -1226,6 +1229,7 @@ fn gpu_turbo_decode_2bit_large_group() {
     }
     decode_steps(
         "gpu_turbo_decode_2bit_large_group",
+        Options::default(),
         DecodeSchedule::StreamK(132 * 4),
         &[1500usize, 3000],
         3,
@@ -1235,6 +1239,41 @@ fn gpu_turbo_decode_2bit_large_group() {
         DType::F16,
         KvBits::Int2,
     );
+}
+
+/// Stream-K decode steps with flushes at Llama's GQA group of 4 (the `turbo_decode_g4_*`
+/// instance, half-row layout) bit for bit against the CPU twin, then the same steps on the
+/// full-row instance (`Options::turbo_decode_full_rows`), which must give the same bits.
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+fn gpu_turbo_decode_steps_stream_k_group4_match_the_twin() {
+    let (ctx, steps) = if small_only() {
+        (vec![150usize], 4)
+    } else {
+        (vec![700usize, 64, 0, 190], 66)
+    };
+    for full_rows in [false, true] {
+        decode_steps(
+            "gpu_turbo_decode_steps_stream_k_group4_match_the_twin",
+            Options {
+                turbo_decode_full_rows: full_rows,
+                ..Options::default()
+            },
+            DecodeSchedule::StreamK(37),
+            &ctx,
+            steps,
+            16,
+            4,
+            128,
+            DType::BF16,
+            KvBits::Mixed {
+                two_bit_fraction: 0.5,
+            },
+        );
+    }
 }
 
 /// The TurboAttention trait: emulate's semantics (mixed batch of prefill and decode sequences).
@@ -1347,4 +1386,27 @@ fn gpu_turbo_sanitizer_small() {
             .unwrap();
         assert!(out.o.data.iter().all(|v| v.is_finite()));
     }
+    // the full-row decode instance too (the group of 2 takes turbo_decode_g4_* above)
+    let Some(full) = backend(
+        "gpu_turbo_sanitizer_small",
+        Options {
+            turbo_decode_full_rows: true,
+            ..Options::default()
+        },
+    ) else {
+        return;
+    };
+    let (_, mut cache) = full.turbo_prefill(&cfg, &p, &x, 64).unwrap();
+    let out = full
+        .turbo_decode_step(
+            &cfg,
+            &mut cache,
+            &q,
+            &kn,
+            &vn,
+            p.softmax_scale,
+            Some(DecodeSchedule::StreamK(5)),
+        )
+        .unwrap();
+    assert!(out.o.data.iter().all(|v| v.is_finite()));
 }

@@ -1,0 +1,167 @@
+//! TurboAttention decode shapes on the GPU, for quick looks and profilers (`ncu`): a cache of
+//! `CONTEXT - 37` tokens per sequence (full blocks plus a partly filled INT8 buffer, as the
+//! suite's rows) compressed from device-filled K/V, then the decode launch and its combine under
+//! the automatic schedule, `--iters` per CUDA graph, replayed between events over enough caches
+//! to exceed 4x L2; the median of 9 replays. Both decode instances for groups of at most 4 query
+//! heads (`g4`: `turbo_decode_g4_*`, the default; `full`: `turbo_decode_*`, with
+//! `Options::turbo_decode_full_rows`). Not a test and not the suite: `ferrattn bench --algo turbo`
+//! gives the documented rows, checked and beside SDPA.
+//!
+//! Usage: `turbo_decode BATCH CONTEXT [BATCH CONTEXT ...] [--bits int4,mixed] [--iters N]
+//! [--nvrtc] [--only g4|full]` (Llama-3-8B heads: 32 query, 8 KV, d 128, bf16). Prints one line
+//! per shape, cache and instance. `--nvrtc` compiles the kernels at run time, where
+//! `FERRATTN_NVRTC_DEFINES` can change compile-time constants (e.g.
+//! `-DFERRATTN_TURBO_DECODE_G4_BLOCKS=5`) between runs.
+
+use ferrattn_core::turbo::{KvBits, TurboConfig};
+use ferrattn_core::{AttentionProblem, DType};
+use ferrattn_cuda::turbo::{plan_decode, DecodeSchedule};
+use ferrattn_cuda::{CudaBackend, Event, Graph, Options};
+
+const TAIL: usize = 37;
+const HQ: usize = 32;
+const HK: usize = 8;
+const D: usize = 128;
+
+struct Timed {
+    ms: f32,
+    bytes: usize,
+    schedule: DecodeSchedule,
+}
+
+fn time_one(
+    b: &CudaBackend,
+    batch: usize,
+    ctx: usize,
+    bits: &[u8],
+    iters: usize,
+) -> ferrattn_cuda::Result<Timed> {
+    let gpu = b.gpu()?.clone();
+    let dtype = DType::BF16;
+    let len = ctx - TAIL;
+    let mut pk = AttentionProblem::uniform(batch, 1, ctx, HQ, HK, D, D, dtype);
+    pk.seqlens_k = vec![len; batch];
+    let x = b.random_inputs(&pk, 11, 2.0)?;
+    let pq = AttentionProblem::uniform(batch, 1, 1, HQ, HK, D, D, dtype);
+    let q = b.random_inputs(&pq, 13, 2.0)?;
+    let mut out = b.alloc_outputs(&pq)?;
+    let cfg = TurboConfig {
+        kv_bits: KvBits::Int4,
+        ..TurboConfig::default()
+    };
+    let prep = b.turbo_prepare_prefill(&cfg, &pk)?;
+    let lens = vec![len; batch];
+    let mut caches = vec![b.turbo_alloc_cache(batch, HK, D, bits.to_vec(), ctx + 64)?];
+    b.turbo_compress(&prep, &x, &lens, &mut caches[0])?;
+    let mem = caches[0].memory();
+    let bytes = mem.compressed_bytes + mem.buffer_bytes;
+    let sets = (4 * gpu.caps.l2_bytes).div_ceil(bytes.max(1)).clamp(1, 16);
+    for _ in 1..sets {
+        let mut c = b.turbo_alloc_cache(batch, HK, D, bits.to_vec(), ctx + 64)?;
+        b.turbo_compress(&prep, &x, &lens, &mut c)?;
+        caches.push(c);
+    }
+    let schedule = b.turbo_auto_schedule_for(&lens, HQ, HK, dtype, D)?;
+    let preps = caches
+        .iter()
+        .map(|c| {
+            let pl = plan_decode(c.lens(), &vec![0; batch], HQ, HK, schedule)?;
+            b.turbo_prepare_decode(pl, dtype, c)
+        })
+        .collect::<ferrattn_cuda::Result<Vec<_>>>()?;
+    let mut launch = |i: usize| {
+        b.turbo_launch_decode(&preps[i], &cfg, &caches[i], &q, &mut out, pq.softmax_scale)
+    };
+    for i in 0..sets {
+        launch(i)?;
+    }
+    gpu.synchronize()?;
+    let graph = Graph::capture(&gpu, || (0..iters).try_for_each(|i| launch(i % sets)))?;
+    graph.launch()?;
+    let mut ts = vec![];
+    for _ in 0..9 {
+        let s = Event::record(&gpu)?;
+        graph.launch()?;
+        let e = Event::record(&gpu)?;
+        ts.push(s.elapsed_ms(&e)? / iters as f32);
+    }
+    ts.sort_by(|a, b| a.total_cmp(b));
+    Ok(Timed {
+        ms: ts[ts.len() / 2],
+        bytes,
+        schedule,
+    })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let pos: Vec<usize> = args
+        .iter()
+        .take_while(|a| !a.starts_with("--"))
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    if pos.is_empty() || !pos.len().is_multiple_of(2) || pos.chunks(2).any(|s| s[1] <= TAIL) {
+        eprintln!(
+            "usage: turbo_decode BATCH CONTEXT [BATCH CONTEXT ...] [--bits int4,mixed] [--iters N]"
+        );
+        std::process::exit(2);
+    }
+    let bits_list = flag("--bits").unwrap_or_else(|| "int4,mixed".into());
+    let iters: usize = flag("--iters").and_then(|s| s.parse().ok()).unwrap_or(20);
+    let nvrtc = args.iter().any(|a| a == "--nvrtc");
+    let only = flag("--only");
+    let g4 = CudaBackend::with_options(
+        0,
+        Options {
+            force_nvrtc: nvrtc,
+            ..Options::default()
+        },
+    );
+    if let Err(e) = g4.gpu() {
+        eprintln!("turbo_decode: no GPU ({e}); nothing measured");
+        return;
+    }
+    let full = CudaBackend::with_options(
+        0,
+        Options {
+            turbo_decode_full_rows: true,
+            force_nvrtc: nvrtc,
+            ..Options::default()
+        },
+    );
+    for s in pos.chunks(2) {
+        let (batch, ctx) = (s[0], s[1]);
+        for name in bits_list.split(',') {
+            let bits: Vec<u8> = match name {
+                "int4" => vec![4; HK],
+                "mixed" => (0..HK).map(|h| if h % 2 == 0 { 4 } else { 2 }).collect(),
+                other => {
+                    eprintln!("turbo_decode: bad --bits entry {other:?} (int4, mixed)");
+                    std::process::exit(2);
+                }
+            };
+            for (inst, b) in [("g4", &g4), ("full", &full)] {
+                if only.as_deref().is_some_and(|o| o != inst) {
+                    continue;
+                }
+                match time_one(b, batch, ctx, &bits, iters) {
+                    Ok(t) => println!(
+                        "turbo decode B={batch} ctx={ctx} {name} {inst}{}: {:.1} us per step, {:.0} GB/s of {:.1} MB, {:?}",
+                        if nvrtc { " (nvrtc)" } else { "" },
+                        t.ms * 1e3,
+                        t.bytes as f64 / (t.ms as f64 * 1e-3) / 1e9,
+                        t.bytes as f64 / 1e6,
+                        t.schedule
+                    ),
+                    Err(e) => println!("turbo decode B={batch} ctx={ctx} {name} {inst}: error: {e}"),
+                }
+            }
+        }
+    }
+}
