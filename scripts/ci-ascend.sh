@@ -36,7 +36,13 @@ test -f "$INC/acl/acl.h" && test -f "$INC/acl/acl_rt.h"
 echo "$(find "$INC" -name '*.h' | wc -l) headers from $(basename "$WHEEL")"
 
 echo "== libclang for bindgen"
-if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
+# libclang itself (libclang.so / libclang-N.so), not libclang-cpp, which LLVM installs alone
+have_libclang() {
+  compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null ||
+    compgen -G "/usr/lib/llvm-*/lib/libclang-[0-9]*.so*" >/dev/null ||
+    compgen -G "/usr/lib/x86_64-linux-gnu/libclang-[0-9]*.so*" >/dev/null
+}
+if [ -z "${LIBCLANG_PATH:-}" ] && ! have_libclang; then
   apt-get update -qq && apt-get install -y -qq libclang-dev
 fi
 
