@@ -8,7 +8,8 @@
 //! gives the documented rows, checked and beside SDPA.
 //!
 //! Usage: `turbo_decode BATCH CONTEXT [BATCH CONTEXT ...] [--bits int4,mixed] [--iters N]
-//! [--nvrtc] [--only g4|full]` (Llama-3-8B heads: 32 query, 8 KV, d 128, bf16). Prints one line
+//! [--nvrtc] [--only g4|full] [--units auto,N,...]` (`--units`: the automatic schedule and/or
+//! stream-K over N warps, to sweep the schedule) (Llama-3-8B heads: 32 query, 8 KV, d 128, bf16). Prints one line
 //! per shape, cache and instance. `--nvrtc` compiles the kernels at run time, where
 //! `FERRATTN_NVRTC_DEFINES` can change compile-time constants (e.g.
 //! `-DFERRATTN_TURBO_DECODE_G4_BLOCKS=5`) between runs.
@@ -35,6 +36,7 @@ fn time_one(
     ctx: usize,
     bits: &[u8],
     iters: usize,
+    schedule: Option<DecodeSchedule>,
 ) -> ferrattn_cuda::Result<Timed> {
     let gpu = b.gpu()?.clone();
     let dtype = DType::BF16;
@@ -61,7 +63,10 @@ fn time_one(
         b.turbo_compress(&prep, &x, &lens, &mut c)?;
         caches.push(c);
     }
-    let schedule = b.turbo_auto_schedule_for(&lens, HQ, HK, dtype, D)?;
+    let schedule = match schedule {
+        Some(s) => s,
+        None => b.turbo_auto_schedule_for(&lens, HQ, HK, dtype, D)?,
+    };
     let preps = caches
         .iter()
         .map(|c| {
@@ -116,6 +121,20 @@ fn main() {
     let iters: usize = flag("--iters").and_then(|s| s.parse().ok()).unwrap_or(20);
     let nvrtc = args.iter().any(|a| a == "--nvrtc");
     let only = flag("--only");
+    let schedules: Vec<Option<DecodeSchedule>> = flag("--units")
+        .unwrap_or_else(|| "auto".into())
+        .split(',')
+        .map(|u| match u {
+            "auto" => None,
+            n => match n.parse::<usize>() {
+                Ok(n) if n > 0 => Some(DecodeSchedule::StreamK(n)),
+                _ => {
+                    eprintln!("turbo_decode: bad --units entry {n:?} (auto or a warp count)");
+                    std::process::exit(2);
+                }
+            },
+        })
+        .collect();
     let g4 = CudaBackend::with_options(
         0,
         Options {
@@ -150,7 +169,8 @@ fn main() {
                 if only.as_deref().is_some_and(|o| o != inst) {
                     continue;
                 }
-                match time_one(b, batch, ctx, &bits, iters) {
+                for &sched in &schedules {
+                    match time_one(b, batch, ctx, &bits, iters, sched) {
                     Ok(t) => println!(
                         "turbo decode B={batch} ctx={ctx} {name} {inst}{}: {:.1} us per step, {:.0} GB/s of {:.1} MB, {:?}",
                         if nvrtc { " (nvrtc)" } else { "" },
@@ -160,6 +180,7 @@ fn main() {
                         t.schedule
                     ),
                     Err(e) => println!("turbo decode B={batch} ctx={ctx} {name} {inst}: error: {e}"),
+                }
                 }
             }
         }
