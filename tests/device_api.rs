@@ -1307,3 +1307,33 @@ mod merge {
         ));
     }
 }
+
+// issue 9: `Runtime`'s variants are public, so a caller can wrap a backend that cannot run here;
+// its caps, plan and run used to panic (`expect`) and are now the backend's typed "unavailable"
+#[test]
+fn runtime_over_an_unavailable_backend_is_a_typed_error() {
+    use ferrattn::{Algorithm, AttentionInputs, AttentionOptions, Runtime, Tensor};
+    let rt = Runtime::Cuda(Box::new(ferrattn_cuda::CudaBackend::new(0)));
+    if rt.caps().is_ok() {
+        return; // a machine with a GPU: nothing to refuse
+    }
+    let e = rt.caps().unwrap_err();
+    assert!(
+        matches!(&e, FerrattnError::Unavailable { backend, .. } if backend == "cuda"),
+        "{e}"
+    );
+    let x = AttentionInputs::new(
+        Tensor::zeros(&[1, 1, 2, 64], DType::F16),
+        Tensor::zeros(&[1, 4, 2, 64], DType::F16),
+        Tensor::zeros(&[1, 4, 2, 64], DType::F16),
+    );
+    let p = x.problem(AttentionOptions::default(), None).unwrap();
+    let e = rt.plan(Algorithm::Lean, &p).unwrap_err();
+    assert!(matches!(e, FerrattnError::Unavailable { .. }), "{e}");
+    // a plan made elsewhere (the CPU's, relabelled) reaches `run`'s plan check, which needs caps
+    let cpu = Runtime::Cpu(ferrattn_cpu::CpuBackend::new());
+    let mut plan = cpu.plan(Algorithm::Lean, &p).unwrap();
+    plan.backend = ferrattn::BackendKind::Cuda;
+    let e = rt.run(&plan, &x).unwrap_err();
+    assert!(matches!(e, FerrattnError::Unavailable { .. }), "{e}");
+}
