@@ -617,15 +617,26 @@ pub fn validate_lengths(
                     requirement: format!("at most {MAX_POOL_ROWS}"),
                 });
             }
-            if max_pages == 0 || page_table.len() != shape.batch * max_pages {
+            if max_pages == 0 || shape.batch.checked_mul(max_pages) != Some(page_table.len()) {
                 return Err(ViewError::PageTableLength {
                     got: page_table.len(),
                     batch: shape.batch,
                     max_pages,
                 });
             }
+            // what one sequence's table covers; `DecodePlan::new` takes it as max_seqlen_k
+            let Some(capacity) = max_pages.checked_mul(page_size) else {
+                return Err(ViewError::Length {
+                    what: "max_pages * page_size (tokens one sequence's page table covers)".into(),
+                    got: max_pages,
+                    requirement: format!(
+                        "max_pages at most {} with pages of {page_size} tokens",
+                        usize::MAX / page_size
+                    ),
+                });
+            };
             for (b, &len) in seqlens_k.iter().enumerate() {
-                if len > max_pages * page_size {
+                if len > capacity {
                     return Err(ViewError::SequenceLongerThanPages {
                         sequence: b,
                         len,
@@ -671,7 +682,7 @@ impl DecodePlan {
                 page_size,
                 max_pages,
                 ..
-            } => page_size * max_pages,
+            } => page_size * max_pages, // validate_lengths refused an overflowing product
         };
         let mut p = AttentionProblem::uniform(
             shape.batch,
@@ -722,15 +733,43 @@ impl DecodePlan {
         caps: &DeviceCaps,
         max_pages: usize,
     ) -> Result<usize> {
-        let tile_m =
-            (shape.heads_q / shape.heads_kv.max(1) * shape.query_len).min(lean::MAX_TILE_M);
+        let tile_m = (shape.heads_q / shape.heads_kv.max(1))
+            .saturating_mul(shape.query_len)
+            .min(lean::MAX_TILE_M);
         let rows = ferrattn_cuda::kernels::lean_rows(tile_m.max(1))?;
+        // every region of the layout, counted in u128 with its alignment padding: when this
+        // fits a usize, none of the layout's usize sums and products can overflow
+        let (batch, ctas, pages) = (
+            shape.batch as u128,
+            caps.compute_units as u128 * caps.ctas_per_unit.max(1) as u128,
+            shape.batch as u128 * max_pages as u128,
+        );
+        let words = 3 * batch
+            + (batch + 1)
+            + (ctas + 1)
+            + ferrattn_cuda::launch::CTA_INFO_WORDS as u128 * ctas
+            + pages
+            + ctas
+            + ctas * rows as u128 * shape.head_dim as u128
+            + ctas * rows as u128 * 2;
+        let bytes = 4 * words + 10 * ferrattn_cuda::launch::WORKSPACE_ALIGN as u128;
+        if bytes > isize::MAX as u128 {
+            return Err(ferrattn_core::CoreError::TooLarge {
+                what: format!(
+                    "a stream-K workspace for batch {}, head_dim {}, {} CTAs ({} units x {}) and {max_pages} pages per sequence",
+                    shape.batch, shape.head_dim, ctas, caps.compute_units, caps.ctas_per_unit
+                ),
+                bytes_needed: bytes,
+                available: format!("at most {} bytes fit in one allocation", isize::MAX),
+            }
+            .into());
+        }
         Ok(WorkspaceLayout::bound(
             shape.batch,
-            caps.compute_units * caps.ctas_per_unit.max(1),
+            ctas as usize,
             rows,
             shape.head_dim,
-            shape.batch * max_pages,
+            pages as usize,
         ))
     }
 

@@ -1337,3 +1337,85 @@ fn runtime_over_an_unavailable_backend_is_a_typed_error() {
     let e = rt.run(&plan, &x).unwrap_err();
     assert!(matches!(e, FerrattnError::Unavailable { .. }), "{e}");
 }
+
+// issue 9: sizes whose products overflow `usize` (a page table "covering" more tokens than a
+// usize counts, caps from a caller or a file with an absurd CTA count) are typed errors or
+// saturate; they used to panic with "attempt to multiply with overflow"
+#[test]
+fn overflowing_sizes_are_typed_errors_not_panics() {
+    let huge = usize::MAX / 2 + 1;
+    // batch * max_pages overflows: the table cannot have that many entries
+    let e = validate_lengths(
+        &shape(),
+        &[1, 1],
+        &KvCache::Paged {
+            page_size: PAGE,
+            num_pages: POOL,
+            max_pages: huge,
+            page_table: &[0; 4],
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, ViewError::PageTableLength { got: 4, batch: B, max_pages } if max_pages == huge),
+        "{e}"
+    );
+    // an empty batch has an empty table for any max_pages, but max_pages * page_size overflows
+    let empty = DecodeShape {
+        batch: 0,
+        ..shape()
+    };
+    let kv = KvCache::Paged {
+        page_size: PAGE,
+        num_pages: POOL,
+        max_pages: huge,
+        page_table: &[],
+    };
+    let e = validate_lengths(&empty, &[], &kv).unwrap_err();
+    assert!(
+        matches!(e, ViewError::Length { got, .. } if got == huge),
+        "{e}"
+    );
+    let e = DecodePlan::new(
+        &empty,
+        &DeviceCaps::hopper_reference(),
+        &[],
+        kv,
+        1,
+        LeanSchedule::StreamK,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, FerrattnError::View(ViewError::Length { .. })),
+        "{e}"
+    );
+    // caps with more CTA slots than a usize counts: the planner saturates and clamps the grid to
+    // the work; the workspace bound refuses with the bytes it would need
+    let mut caps = DeviceCaps::hopper_reference();
+    caps.compute_units = huge;
+    let plan = DecodePlan::new(
+        &shape(),
+        &caps,
+        &[5, 7],
+        paged(&table()),
+        1,
+        LeanSchedule::StreamK,
+    )
+    .unwrap();
+    assert!(plan.workspace_bytes() > 0);
+    let e = DecodePlan::stream_k_workspace_bound(&shape(), &caps, MAX_PAGES).unwrap_err();
+    assert!(
+        matches!(e, FerrattnError::Core(ferrattn::CoreError::TooLarge { bytes_needed, .. }) if bytes_needed > usize::MAX as u128),
+        "{e}"
+    );
+    let wide = DecodeShape {
+        head_dim: huge,
+        ..shape()
+    };
+    let e = DecodePlan::stream_k_workspace_bound(&wide, &DeviceCaps::hopper_reference(), MAX_PAGES)
+        .unwrap_err();
+    assert!(
+        matches!(e, FerrattnError::Core(ferrattn::CoreError::TooLarge { .. })),
+        "{e}"
+    );
+}
