@@ -133,10 +133,14 @@ pub struct TensorView<'a> {
 }
 
 /// Row-major strides of `shape`, in elements.
+///
+/// Saturating: a shape with more elements than a `usize` counts gets `usize::MAX` strides, which
+/// [`validate`] then refuses as a short buffer (an overflowing product must not wrap into a small
+/// extent that passes the length check).
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
+        s[i] = s[i + 1].saturating_mul(shape[i + 1]);
     }
     s
 }
@@ -239,18 +243,20 @@ impl<'a> TensorView<'a> {
         self.location
     }
 
-    /// Bytes from element 0 to one past the last element the shape and strides reach.
+    /// Bytes from element 0 to one past the last element the shape and strides reach;
+    /// `usize::MAX` when that overflows (no buffer is that long, so the length check refuses it).
     pub fn extent_bytes(&self) -> usize {
         if self.shape.contains(&0) {
             return 0;
         }
-        let last: usize = self
-            .shape
+        self.shape
             .iter()
             .zip(&self.strides)
-            .map(|(&n, &s)| (n - 1) * s)
-            .sum();
-        (last + 1) * self.dtype.size_bytes()
+            .try_fold(0usize, |last, (&n, &s)| {
+                last.checked_add((n - 1).checked_mul(s)?)
+            })
+            .and_then(|last| last.checked_add(1)?.checked_mul(self.dtype.size_bytes()))
+            .unwrap_or(usize::MAX)
     }
 
     /// Whether the strides are row-major for the shape (dimensions of extent 1 may have any

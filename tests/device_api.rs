@@ -1419,3 +1419,33 @@ fn overflowing_sizes_are_typed_errors_not_panics() {
         "{e}"
     );
 }
+
+// issue 9: `extent_bytes` and `contiguous_strides` are public: shapes and strides that reach past
+// what a usize counts used to overflow there (a panic in debug builds, a wrapped small extent in
+// release). They saturate now, so `validate` sees a short buffer; a plan over such a K/V is
+// refused before any view is checked.
+#[test]
+fn views_whose_extent_overflows_saturate_and_such_plans_are_refused() {
+    let huge = usize::MAX / 4;
+    // SAFETY: never dereferenced.
+    let x = unsafe { TensorView::cuda(0x1000_0000, 1 << 20, 0, DType::F16, &[3, 4], &[huge, 1]) }
+        .unwrap();
+    assert_eq!(x.extent_bytes(), usize::MAX);
+    assert_eq!(
+        ferrattn::device_api::contiguous_strides(&[2, huge, 8]),
+        [usize::MAX, 8, 1]
+    );
+    let e = DecodePlan::new(
+        &shape(),
+        &DeviceCaps::hopper_reference(),
+        &[5, 7],
+        KvCache::Contiguous { max_seqlen_k: huge },
+        1,
+        LeanSchedule::StreamK,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, FerrattnError::Core(ferrattn::CoreError::TooLarge { .. })),
+        "{e}"
+    );
+}
