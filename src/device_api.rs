@@ -577,6 +577,47 @@ impl TryFrom<PlanInputs> for DecodePlan {
     }
 }
 
+/// The size checks a compressed cache spec shares (TurboAttention, TurboQuant): the kernels take
+/// lengths as 32-bit integers, and the cache's bytes (bounded above by
+/// `4 * batch * heads_kv * (capacity_tokens + 1024) * (head_dim + 8)`, which covers both layouts'
+/// codes, scales, norms and buffers) must fit one allocation. Past either, the size arithmetic
+/// of `allocated_bytes` and the kernels' tables would overflow or truncate.
+pub(crate) fn check_cache_size(
+    batch: usize,
+    heads_kv: usize,
+    head_dim: usize,
+    capacity_tokens: usize,
+) -> std::result::Result<(), ViewError> {
+    if capacity_tokens > i32::MAX as usize {
+        return Err(ViewError::Length {
+            what: "capacity_tokens".into(),
+            got: capacity_tokens,
+            requirement: format!(
+                "at most {} (the kernels take lengths as 32-bit integers)",
+                i32::MAX
+            ),
+        });
+    }
+    let bound = 4
+        * batch as u128
+        * heads_kv as u128
+        * (capacity_tokens as u128 + 1024)
+        * (head_dim as u128 + 8);
+    if bound > isize::MAX as u128 {
+        return Err(ViewError::Length {
+            what: format!(
+                "a cache of batch {batch} x heads_kv {heads_kv} x {capacity_tokens} tokens x head_dim {head_dim}"
+            ),
+            got: capacity_tokens,
+            requirement: format!(
+                "fewer tokens or sequences: its bytes (up to {bound}) must fit one allocation (at most {} bytes)",
+                isize::MAX
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Checks a step's lengths and page table (the plan-time half of the boundary).
 pub fn validate_lengths(
     shape: &DecodeShape,

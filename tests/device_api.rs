@@ -1449,3 +1449,60 @@ fn views_whose_extent_overflows_saturate_and_such_plans_are_refused() {
         "{e}"
     );
 }
+
+// issue 9: cache specs whose capacity or bytes overflow used to panic in the public
+// `capacity` / `allocated_bytes` (and in `TurboDevice::cache` before the allocation); lengths
+// past i32 would have been truncated in the kernels' tables. `validate` refuses both now.
+#[test]
+fn oversized_cache_specs_are_typed_errors() {
+    use ferrattn::device_api::{TurboCacheSpec, TurboQuantCacheSpec};
+    use ferrattn::turboquant::TurboQuantConfig;
+    let turbo = |batch, capacity_tokens| TurboCacheSpec {
+        batch,
+        heads_kv: HK,
+        head_dim: D,
+        bits: vec![4; HK],
+        capacity_tokens,
+    };
+    let tq = |batch, capacity_tokens| TurboQuantCacheSpec {
+        batch,
+        heads_kv: HK,
+        head_dim: D,
+        capacity_tokens,
+        config: TurboQuantConfig::paper_default(&ferrattn::AttentionProblem::uniform(
+            1,
+            1,
+            1,
+            1,
+            1,
+            D,
+            D,
+            DType::F16,
+        )),
+    };
+    assert!(turbo(B, 4096).validate().is_ok());
+    assert!(tq(B, 4096).validate().is_ok());
+    for cap in [usize::MAX, i32::MAX as usize + 1] {
+        let e = turbo(B, cap).validate().unwrap_err();
+        assert!(
+            matches!(&e, ViewError::Length { what, got, .. } if what == "capacity_tokens" && *got == cap),
+            "{e}"
+        );
+        assert_eq!(turbo(B, cap).allocated_bytes(), usize::MAX);
+        assert!(turbo(B, cap).capacity() >= i32::MAX as usize);
+        let e = tq(B, cap).validate().unwrap_err();
+        assert!(
+            matches!(&e, FerrattnError::View(ViewError::Length { got, .. }) if *got == cap),
+            "{e}"
+        );
+        assert_eq!(tq(B, cap).allocated_bytes(), usize::MAX);
+        assert_eq!(tq(B, cap).capacity(), cap);
+    }
+    // a batch whose cache bytes pass isize::MAX
+    let e = turbo(usize::MAX / 64, 4096).validate().unwrap_err();
+    assert!(e.to_string().contains("one allocation"), "{e}");
+    assert_eq!(turbo(usize::MAX / 64, 4096).allocated_bytes(), usize::MAX);
+    let e = tq(usize::MAX / 64, 4096).validate().unwrap_err();
+    assert!(e.to_string().contains("one allocation"), "{e}");
+    assert_eq!(tq(usize::MAX / 64, 4096).allocated_bytes(), usize::MAX);
+}
