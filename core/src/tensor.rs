@@ -70,6 +70,24 @@ impl Tensor {
         }
     }
 
+    /// Checks that `data` holds exactly the values `shape` describes (the fields are public, so
+    /// a caller can build a tensor whose data is shorter than its shape; every reader indexes
+    /// by shape). `name` goes in the error.
+    pub fn check_data(&self, name: &'static str) -> Result<()> {
+        let n = crate::problem::check_buffer(name, &self.shape)?;
+        if self.data.len() != n {
+            return Err(CoreError::Shape {
+                tensor: name,
+                actual: self.shape.clone(),
+                expected: format!(
+                    "{n} values for that shape, but its data holds {}",
+                    self.data.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Number of elements.
     pub fn numel(&self) -> usize {
         self.data.len()

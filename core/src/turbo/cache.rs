@@ -346,6 +346,7 @@ impl TurboKvCache {
                     ),
                 });
             }
+            x.check_data(name)?;
         }
         let row = self.heads_kv * self.head_dim;
         for b in 0..self.seqs.len() {
