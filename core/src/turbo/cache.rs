@@ -463,6 +463,7 @@ fn check_kv(k: &Tensor, v: &Tensor, seqlens: &[usize]) -> Result<()> {
         }
     }
     for (name, t) in [("k", k), ("v", v)] {
+        t.check_data(name)?;
         super::check_values(name, &t.data)?;
     }
     Ok(())
