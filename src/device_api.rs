@@ -133,10 +133,14 @@ pub struct TensorView<'a> {
 }
 
 /// Row-major strides of `shape`, in elements.
+///
+/// Saturating: a shape with more elements than a `usize` counts gets `usize::MAX` strides, which
+/// [`validate`] then refuses as a short buffer (an overflowing product must not wrap into a small
+/// extent that passes the length check).
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
+        s[i] = s[i + 1].saturating_mul(shape[i + 1]);
     }
     s
 }
@@ -239,18 +243,20 @@ impl<'a> TensorView<'a> {
         self.location
     }
 
-    /// Bytes from element 0 to one past the last element the shape and strides reach.
+    /// Bytes from element 0 to one past the last element the shape and strides reach;
+    /// `usize::MAX` when that overflows (no buffer is that long, so the length check refuses it).
     pub fn extent_bytes(&self) -> usize {
         if self.shape.contains(&0) {
             return 0;
         }
-        let last: usize = self
-            .shape
+        self.shape
             .iter()
             .zip(&self.strides)
-            .map(|(&n, &s)| (n - 1) * s)
-            .sum();
-        (last + 1) * self.dtype.size_bytes()
+            .try_fold(0usize, |last, (&n, &s)| {
+                last.checked_add((n - 1).checked_mul(s)?)
+            })
+            .and_then(|last| last.checked_add(1)?.checked_mul(self.dtype.size_bytes()))
+            .unwrap_or(usize::MAX)
     }
 
     /// Whether the strides are row-major for the shape (dimensions of extent 1 may have any
@@ -571,6 +577,47 @@ impl TryFrom<PlanInputs> for DecodePlan {
     }
 }
 
+/// The size checks a compressed cache spec shares (TurboAttention, TurboQuant): the kernels take
+/// lengths as 32-bit integers, and the cache's bytes (bounded above by
+/// `4 * batch * heads_kv * (capacity_tokens + 1024) * (head_dim + 8)`, which covers both layouts'
+/// codes, scales, norms and buffers) must fit one allocation. Past either, the size arithmetic
+/// of `allocated_bytes` and the kernels' tables would overflow or truncate.
+pub(crate) fn check_cache_size(
+    batch: usize,
+    heads_kv: usize,
+    head_dim: usize,
+    capacity_tokens: usize,
+) -> std::result::Result<(), ViewError> {
+    if capacity_tokens > i32::MAX as usize {
+        return Err(ViewError::Length {
+            what: "capacity_tokens".into(),
+            got: capacity_tokens,
+            requirement: format!(
+                "at most {} (the kernels take lengths as 32-bit integers)",
+                i32::MAX
+            ),
+        });
+    }
+    let bound = 4
+        * batch as u128
+        * heads_kv as u128
+        * (capacity_tokens as u128 + 1024)
+        * (head_dim as u128 + 8);
+    if bound > isize::MAX as u128 {
+        return Err(ViewError::Length {
+            what: format!(
+                "a cache of batch {batch} x heads_kv {heads_kv} x {capacity_tokens} tokens x head_dim {head_dim}"
+            ),
+            got: capacity_tokens,
+            requirement: format!(
+                "fewer tokens or sequences: its bytes (up to {bound}) must fit one allocation (at most {} bytes)",
+                isize::MAX
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Checks a step's lengths and page table (the plan-time half of the boundary).
 pub fn validate_lengths(
     shape: &DecodeShape,
@@ -617,15 +664,26 @@ pub fn validate_lengths(
                     requirement: format!("at most {MAX_POOL_ROWS}"),
                 });
             }
-            if max_pages == 0 || page_table.len() != shape.batch * max_pages {
+            if max_pages == 0 || shape.batch.checked_mul(max_pages) != Some(page_table.len()) {
                 return Err(ViewError::PageTableLength {
                     got: page_table.len(),
                     batch: shape.batch,
                     max_pages,
                 });
             }
+            // what one sequence's table covers; `DecodePlan::new` takes it as max_seqlen_k
+            let Some(capacity) = max_pages.checked_mul(page_size) else {
+                return Err(ViewError::Length {
+                    what: "max_pages * page_size (tokens one sequence's page table covers)".into(),
+                    got: max_pages,
+                    requirement: format!(
+                        "max_pages at most {} with pages of {page_size} tokens",
+                        usize::MAX / page_size
+                    ),
+                });
+            };
             for (b, &len) in seqlens_k.iter().enumerate() {
-                if len > max_pages * page_size {
+                if len > capacity {
                     return Err(ViewError::SequenceLongerThanPages {
                         sequence: b,
                         len,
@@ -671,7 +729,7 @@ impl DecodePlan {
                 page_size,
                 max_pages,
                 ..
-            } => page_size * max_pages,
+            } => page_size * max_pages, // validate_lengths refused an overflowing product
         };
         let mut p = AttentionProblem::uniform(
             shape.batch,
@@ -722,15 +780,43 @@ impl DecodePlan {
         caps: &DeviceCaps,
         max_pages: usize,
     ) -> Result<usize> {
-        let tile_m =
-            (shape.heads_q / shape.heads_kv.max(1) * shape.query_len).min(lean::MAX_TILE_M);
+        let tile_m = (shape.heads_q / shape.heads_kv.max(1))
+            .saturating_mul(shape.query_len)
+            .min(lean::MAX_TILE_M);
         let rows = ferrattn_cuda::kernels::lean_rows(tile_m.max(1))?;
+        // every region of the layout, counted in u128 with its alignment padding: when this
+        // fits a usize, none of the layout's usize sums and products can overflow
+        let (batch, ctas, pages) = (
+            shape.batch as u128,
+            caps.compute_units as u128 * caps.ctas_per_unit.max(1) as u128,
+            shape.batch as u128 * max_pages as u128,
+        );
+        let words = 3 * batch
+            + (batch + 1)
+            + (ctas + 1)
+            + ferrattn_cuda::launch::CTA_INFO_WORDS as u128 * ctas
+            + pages
+            + ctas
+            + ctas * rows as u128 * shape.head_dim as u128
+            + ctas * rows as u128 * 2;
+        let bytes = 4 * words + 10 * ferrattn_cuda::launch::WORKSPACE_ALIGN as u128;
+        if bytes > isize::MAX as u128 {
+            return Err(ferrattn_core::CoreError::TooLarge {
+                what: format!(
+                    "a stream-K workspace for batch {}, head_dim {}, {} CTAs ({} units x {}) and {max_pages} pages per sequence",
+                    shape.batch, shape.head_dim, ctas, caps.compute_units, caps.ctas_per_unit
+                ),
+                bytes_needed: bytes,
+                available: format!("at most {} bytes fit in one allocation", isize::MAX),
+            }
+            .into());
+        }
         Ok(WorkspaceLayout::bound(
             shape.batch,
-            caps.compute_units * caps.ctas_per_unit.max(1),
+            ctas as usize,
             rows,
             shape.head_dim,
-            shape.batch * max_pages,
+            pages as usize,
         ))
     }
 

@@ -200,19 +200,27 @@ impl Runtime {
         }
     }
 
-    /// Capabilities the planner uses.
-    pub fn caps(&self) -> DeviceCaps {
+    /// Capabilities the planner uses. A runtime from [`Runtime::select`] always has them; one
+    /// built by hand over a backend that cannot run here (`Runtime::Cuda` without a GPU) is
+    /// refused with the backend's reason.
+    pub fn caps(&self) -> Result<DeviceCaps> {
         let caps = match self {
             Runtime::Cpu(d) => d.caps(),
             Runtime::Cuda(d) => d.caps(),
             Runtime::Ascend(d) => d.caps(),
         };
-        caps.expect("an opened runtime is available and reports caps")
+        caps.ok_or_else(|| FerrattnError::Unavailable {
+            backend: self.kind().to_string(),
+            reason: match self.availability() {
+                Availability::Unavailable { reason } => reason,
+                other => format!("it reports no capabilities ({other:?})"),
+            },
+        })
     }
 
     /// Plans `algorithm` for `problem` on this backend (pure, host-side).
     pub fn plan(&self, algorithm: Algorithm, problem: &AttentionProblem) -> Result<AttentionPlan> {
-        let plan = ferrattn_core::plan(algorithm, problem, &self.caps())?;
+        let plan = ferrattn_core::plan(algorithm, problem, &self.caps()?)?;
         // the TurboQuant kernels' closed list (f16, d 64/128, 2-4 bits) is narrower than the
         // emulation's: refuse at plan time what the CUDA backend would refuse at run time
         if let (Runtime::Cuda(_), ferrattn_core::PlanDetail::TurboQuant(cfg)) = (self, &plan.detail)
@@ -232,7 +240,7 @@ impl Runtime {
             )));
         }
         // a plan may come from a file: every field is checked against its problem and this device
-        plan.validate(&self.caps())?;
+        plan.validate(&self.caps()?)?;
         let problem = x.problem(
             ferrattn_core::AttentionOptions {
                 causal: plan.problem.causal,

@@ -1307,3 +1307,202 @@ mod merge {
         ));
     }
 }
+
+// issue 9: `Runtime`'s variants are public, so a caller can wrap a backend that cannot run here;
+// its caps, plan and run used to panic (`expect`) and are now the backend's typed "unavailable"
+#[test]
+fn runtime_over_an_unavailable_backend_is_a_typed_error() {
+    use ferrattn::{Algorithm, AttentionInputs, AttentionOptions, Runtime, Tensor};
+    let rt = Runtime::Cuda(Box::new(ferrattn_cuda::CudaBackend::new(0)));
+    if rt.caps().is_ok() {
+        return; // a machine with a GPU: nothing to refuse
+    }
+    let e = rt.caps().unwrap_err();
+    assert!(
+        matches!(&e, FerrattnError::Unavailable { backend, .. } if backend == "cuda"),
+        "{e}"
+    );
+    let x = AttentionInputs::new(
+        Tensor::zeros(&[1, 1, 2, 64], DType::F16),
+        Tensor::zeros(&[1, 4, 2, 64], DType::F16),
+        Tensor::zeros(&[1, 4, 2, 64], DType::F16),
+    );
+    let p = x.problem(AttentionOptions::default(), None).unwrap();
+    let e = rt.plan(Algorithm::Lean, &p).unwrap_err();
+    assert!(matches!(e, FerrattnError::Unavailable { .. }), "{e}");
+    // a plan made elsewhere (the CPU's, relabelled) reaches `run`'s plan check, which needs caps
+    let cpu = Runtime::Cpu(ferrattn_cpu::CpuBackend::new());
+    let mut plan = cpu.plan(Algorithm::Lean, &p).unwrap();
+    plan.backend = ferrattn::BackendKind::Cuda;
+    let e = rt.run(&plan, &x).unwrap_err();
+    assert!(matches!(e, FerrattnError::Unavailable { .. }), "{e}");
+}
+
+// issue 9: sizes whose products overflow `usize` (a page table "covering" more tokens than a
+// usize counts, caps from a caller or a file with an absurd CTA count) are typed errors or
+// saturate; they used to panic with "attempt to multiply with overflow"
+#[test]
+fn overflowing_sizes_are_typed_errors_not_panics() {
+    let huge = usize::MAX / 2 + 1;
+    // batch * max_pages overflows: the table cannot have that many entries
+    let e = validate_lengths(
+        &shape(),
+        &[1, 1],
+        &KvCache::Paged {
+            page_size: PAGE,
+            num_pages: POOL,
+            max_pages: huge,
+            page_table: &[0; 4],
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, ViewError::PageTableLength { got: 4, batch: B, max_pages } if max_pages == huge),
+        "{e}"
+    );
+    // an empty batch has an empty table for any max_pages, but max_pages * page_size overflows
+    let empty = DecodeShape {
+        batch: 0,
+        ..shape()
+    };
+    let kv = KvCache::Paged {
+        page_size: PAGE,
+        num_pages: POOL,
+        max_pages: huge,
+        page_table: &[],
+    };
+    let e = validate_lengths(&empty, &[], &kv).unwrap_err();
+    assert!(
+        matches!(e, ViewError::Length { got, .. } if got == huge),
+        "{e}"
+    );
+    let e = DecodePlan::new(
+        &empty,
+        &DeviceCaps::hopper_reference(),
+        &[],
+        kv,
+        1,
+        LeanSchedule::StreamK,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, FerrattnError::View(ViewError::Length { .. })),
+        "{e}"
+    );
+    // caps with more CTA slots than a usize counts: the planner saturates and clamps the grid to
+    // the work; the workspace bound refuses with the bytes it would need
+    let mut caps = DeviceCaps::hopper_reference();
+    caps.compute_units = huge;
+    let plan = DecodePlan::new(
+        &shape(),
+        &caps,
+        &[5, 7],
+        paged(&table()),
+        1,
+        LeanSchedule::StreamK,
+    )
+    .unwrap();
+    assert!(plan.workspace_bytes() > 0);
+    let e = DecodePlan::stream_k_workspace_bound(&shape(), &caps, MAX_PAGES).unwrap_err();
+    assert!(
+        matches!(e, FerrattnError::Core(ferrattn::CoreError::TooLarge { bytes_needed, .. }) if bytes_needed > usize::MAX as u128),
+        "{e}"
+    );
+    let wide = DecodeShape {
+        head_dim: huge,
+        ..shape()
+    };
+    let e = DecodePlan::stream_k_workspace_bound(&wide, &DeviceCaps::hopper_reference(), MAX_PAGES)
+        .unwrap_err();
+    assert!(
+        matches!(e, FerrattnError::Core(ferrattn::CoreError::TooLarge { .. })),
+        "{e}"
+    );
+}
+
+// issue 9: `extent_bytes` and `contiguous_strides` are public: shapes and strides that reach past
+// what a usize counts used to overflow there (a panic in debug builds, a wrapped small extent in
+// release). They saturate now, so `validate` sees a short buffer; a plan over such a K/V is
+// refused before any view is checked.
+#[test]
+fn views_whose_extent_overflows_saturate_and_such_plans_are_refused() {
+    let huge = usize::MAX / 4;
+    // SAFETY: never dereferenced.
+    let x = unsafe { TensorView::cuda(0x1000_0000, 1 << 20, 0, DType::F16, &[3, 4], &[huge, 1]) }
+        .unwrap();
+    assert_eq!(x.extent_bytes(), usize::MAX);
+    assert_eq!(
+        ferrattn::device_api::contiguous_strides(&[2, huge, 8]),
+        [usize::MAX, 8, 1]
+    );
+    let e = DecodePlan::new(
+        &shape(),
+        &DeviceCaps::hopper_reference(),
+        &[5, 7],
+        KvCache::Contiguous { max_seqlen_k: huge },
+        1,
+        LeanSchedule::StreamK,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, FerrattnError::Core(ferrattn::CoreError::TooLarge { .. })),
+        "{e}"
+    );
+}
+
+// issue 9: cache specs whose capacity or bytes overflow used to panic in the public
+// `capacity` / `allocated_bytes` (and in `TurboDevice::cache` before the allocation); lengths
+// past i32 would have been truncated in the kernels' tables. `validate` refuses both now.
+#[test]
+fn oversized_cache_specs_are_typed_errors() {
+    use ferrattn::device_api::{TurboCacheSpec, TurboQuantCacheSpec};
+    use ferrattn::turboquant::TurboQuantConfig;
+    let turbo = |batch, capacity_tokens| TurboCacheSpec {
+        batch,
+        heads_kv: HK,
+        head_dim: D,
+        bits: vec![4; HK],
+        capacity_tokens,
+    };
+    let tq = |batch, capacity_tokens| TurboQuantCacheSpec {
+        batch,
+        heads_kv: HK,
+        head_dim: D,
+        capacity_tokens,
+        config: TurboQuantConfig::paper_default(&ferrattn::AttentionProblem::uniform(
+            1,
+            1,
+            1,
+            1,
+            1,
+            D,
+            D,
+            DType::F16,
+        )),
+    };
+    assert!(turbo(B, 4096).validate().is_ok());
+    assert!(tq(B, 4096).validate().is_ok());
+    for cap in [usize::MAX, i32::MAX as usize + 1] {
+        let e = turbo(B, cap).validate().unwrap_err();
+        assert!(
+            matches!(&e, ViewError::Length { what, got, .. } if what == "capacity_tokens" && *got == cap),
+            "{e}"
+        );
+        assert_eq!(turbo(B, cap).allocated_bytes(), usize::MAX);
+        assert!(turbo(B, cap).capacity() >= i32::MAX as usize);
+        let e = tq(B, cap).validate().unwrap_err();
+        assert!(
+            matches!(&e, FerrattnError::View(ViewError::Length { got, .. }) if *got == cap),
+            "{e}"
+        );
+        assert_eq!(tq(B, cap).allocated_bytes(), usize::MAX);
+        assert_eq!(tq(B, cap).capacity(), cap);
+    }
+    // a batch whose cache bytes pass isize::MAX
+    let e = turbo(usize::MAX / 64, 4096).validate().unwrap_err();
+    assert!(e.to_string().contains("one allocation"), "{e}");
+    assert_eq!(turbo(usize::MAX / 64, 4096).allocated_bytes(), usize::MAX);
+    let e = tq(usize::MAX / 64, 4096).validate().unwrap_err();
+    assert!(e.to_string().contains("one allocation"), "{e}");
+    assert_eq!(tq(usize::MAX / 64, 4096).allocated_bytes(), usize::MAX);
+}

@@ -302,7 +302,7 @@ fn cmd_turbo_session(a: &TurboSessionArgs) -> ferrattn_cli::Result<()> {
         None,
     )?;
     let rt = Runtime::select(a.backend, Algorithm::Turbo)?.runtime;
-    let cfg = turbo::plan(&p, &rt.caps())?;
+    let cfg = turbo::plan(&p, &rt.caps()?)?;
     let kind = rt.kind();
     let t0 = Instant::now();
     let mut dec = match rt {

@@ -44,6 +44,13 @@ pub struct DeviceCaps {
 }
 
 impl DeviceCaps {
+    /// CTAs the device holds at once: `compute_units * ctas_per_unit` (the latter at least 1).
+    /// Saturating, as caps may come from a caller or a file: an absurd count gives a grid the
+    /// planners clamp to the work, not an overflow.
+    pub fn slots(&self) -> usize {
+        self.compute_units.saturating_mul(self.ctas_per_unit.max(1))
+    }
+
     /// The host CPU with `threads` workers.
     pub fn cpu(threads: usize) -> DeviceCaps {
         DeviceCaps {

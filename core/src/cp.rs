@@ -192,6 +192,8 @@ impl CpShape {
 
 /// The bytes one rank receives for each exchange (see [`ExchangeBytes`]).
 pub fn exchange_bytes(shape: &CpShape, ranks: usize, output: OutputPlacement) -> ExchangeBytes {
+    // 0 ranks exchange nothing, as 1 does (and must not underflow `r - 1` or divide by 0)
+    let ranks = ranks.max(1);
     let r = ranks as u64;
     let rows = shape.rows() as u64;
     let lse = rows * 4;
@@ -426,16 +428,23 @@ pub fn merge_partials(
             format!("{} (one per O partial, at least one)", o.len()),
         ));
     }
+    // the shape is caller data: element counts that overflow cannot match any partial
+    let rows = bsz.checked_mul(sq).and_then(|n| n.checked_mul(hq));
+    let Some((rows, elems)) = rows.and_then(|n| Some((n, n.checked_mul(d)?))) else {
+        return Err(CoreError::TooLarge {
+            what: format!(
+                "cp partials of batch {bsz} x seqlen_q {sq} x heads_q {hq} x head_dim {d}"
+            ),
+            bytes_needed: 4 * bsz as u128 * sq as u128 * hq as u128 * d as u128,
+            available: "element counts must fit a usize".into(),
+        });
+    };
     for (r, (or, lr)) in o.iter().zip(lse).enumerate() {
-        if or.len() != shape.rows() * d || lr.len() != shape.rows() {
+        if or.len() != elems || lr.len() != rows {
             return Err(CoreError::Shape {
                 tensor: "cp partial",
                 actual: vec![or.len(), lr.len()],
-                expected: format!(
-                    "rank {r}'s O to hold {} and its LSE {} elements",
-                    shape.rows() * d,
-                    shape.rows()
-                ),
+                expected: format!("rank {r}'s O to hold {elems} and its LSE {rows} elements"),
             });
         }
     }
@@ -449,7 +458,7 @@ pub fn merge_partials(
             ));
         }
     }
-    if order.len() != o.len() || h0 + nh > hq {
+    if order.len() != o.len() || h0.checked_add(nh).is_none_or(|end| end > hq) {
         return Err(bad_len(
             "cp merge order length / output heads".into(),
             order.len(),
@@ -485,6 +494,29 @@ pub fn merge_partials(
 mod tests {
     use super::*;
     use crate::golden;
+
+    // issue 9: caller values that used to underflow, divide by zero or overflow are typed errors
+    // (or, for a byte count, the count for one rank)
+    #[test]
+    fn bad_cp_arguments_are_typed_errors_not_panics() {
+        let s = shape(2, 8);
+        let zero = exchange_bytes(&s, 0, OutputPlacement::HeadSharded);
+        assert_eq!(zero.all_gather, 0);
+        let mut hz = shape(2, 8);
+        hz.heads_q = 0;
+        assert_eq!(
+            exchange_bytes(&hz, 0, OutputPlacement::HeadSharded).all_gather,
+            0
+        );
+        let (o, l) = (vec![vec![0f32; s.rows() * 64]], vec![vec![0f32; s.rows()]]);
+        let e = merge_partials(&s, &o, &l, &[0], (usize::MAX, 2)).unwrap_err();
+        assert!(matches!(e, CoreError::BadLength { .. }), "{e}");
+        let mut big = shape(usize::MAX / 2, 8);
+        big.head_dim = 64;
+        let e = merge_partials(&big, &o, &l, &[0], (0, 8)).unwrap_err();
+        assert!(matches!(e, CoreError::TooLarge { .. }), "{e}");
+        assert!(merge_partials(&s, &o, &l, &[0], (0, 8)).is_ok());
+    }
     use crate::{AttentionInputs, AttentionProblem, Tensor};
     use rand::{Rng, SeedableRng};
 

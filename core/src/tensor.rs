@@ -70,6 +70,24 @@ impl Tensor {
         }
     }
 
+    /// Checks that `data` holds exactly the values `shape` describes (the fields are public, so
+    /// a caller can build a tensor whose data is shorter than its shape; every reader indexes
+    /// by shape). `name` goes in the error.
+    pub fn check_data(&self, name: &'static str) -> Result<()> {
+        let n = crate::problem::check_buffer(name, &self.shape)?;
+        if self.data.len() != n {
+            return Err(CoreError::Shape {
+                tensor: name,
+                actual: self.shape.clone(),
+                expected: format!(
+                    "{n} values for that shape, but its data holds {}",
+                    self.data.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Number of elements.
     pub fn numel(&self) -> usize {
         self.data.len()
@@ -124,5 +142,79 @@ impl Tensor {
             .enumerate()
             .find(|(_, x)| !x.is_finite())
             .map(|(i, x)| (i, *x))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{amla, turbo, turboquant, AttentionInputs, AttentionOptions, DeviceCaps};
+    use rand::{rngs::StdRng, SeedableRng};
+
+    fn shorten(t: &mut Tensor) {
+        let n = t.data.len();
+        t.data.truncate(n - 3);
+    }
+
+    // issue 9: the emulations take a problem and inputs separately, and `Tensor`'s fields are
+    // public: inputs whose shape matches the problem but whose data is shorter used to panic on
+    // a slice index in turbo, turboquant and AMLA (lean checked it already); now `CoreError::Shape`
+    #[test]
+    fn emulations_refuse_tensors_shorter_than_their_shape() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let caps = DeviceCaps::cpu(2);
+        let r = |s: &[usize], rng: &mut StdRng| Tensor::randn(s, DType::F32, 1.0, rng);
+        let x = AttentionInputs::new(
+            r(&[2, 1, 4, 64], &mut rng),
+            r(&[2, 40, 2, 64], &mut rng),
+            r(&[2, 40, 2, 64], &mut rng),
+        );
+        let p = x.problem(AttentionOptions::default(), None).unwrap();
+        let tcfg = turbo::plan(&p, &caps).unwrap();
+        let qcfg = turboquant::plan(&p, &caps).unwrap();
+        for which in ["q", "k", "v"] {
+            let mut bad = x.clone();
+            match which {
+                "q" => shorten(&mut bad.q),
+                "k" => shorten(&mut bad.k),
+                _ => shorten(bad.v.as_mut().unwrap()),
+            }
+            let e = turbo::emulate(&tcfg, &p, &bad).unwrap_err();
+            assert!(
+                matches!(e, CoreError::Shape { tensor, .. } if tensor == which),
+                "{e}"
+            );
+            let e = turboquant::emulate(&qcfg, &p, &bad).unwrap_err();
+            assert!(
+                matches!(e, CoreError::Shape { tensor, .. } if tensor == which),
+                "{e}"
+            );
+            if which != "q" {
+                let e = turbo::TurboKvCache::from_context(
+                    &tcfg,
+                    &bad.k,
+                    bad.v.as_ref().unwrap(),
+                    &[40, 40],
+                )
+                .unwrap_err();
+                assert!(
+                    matches!(e, CoreError::Shape { tensor, .. } if tensor == which),
+                    "{e}"
+                );
+            }
+        }
+        let b = |s: &[usize], rng: &mut StdRng| Tensor::randn(s, DType::BF16, 1.0, rng);
+        let m = AttentionInputs::mla(b(&[1, 1, 4, 576], &mut rng), b(&[1, 33, 1, 576], &mut rng));
+        let p = m.problem(AttentionOptions::default(), Some(512)).unwrap();
+        let plan = amla::plan(&p, &caps).unwrap();
+        for which in ["q", "kv"] {
+            let mut bad = m.clone();
+            shorten(if which == "q" { &mut bad.q } else { &mut bad.k });
+            let e = amla::emulate(&plan, &p, &bad).unwrap_err();
+            assert!(
+                matches!(e, CoreError::Shape { tensor, .. } if tensor == which),
+                "{e}"
+            );
+        }
     }
 }

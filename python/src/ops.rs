@@ -46,7 +46,8 @@ fn cpu_runtime(algo: Algorithm) -> Result<Runtime> {
 /// for bit with another process needs the same count there (`RAYON_NUM_THREADS`).
 #[pyfunction]
 pub fn cpu_threads() -> PyResult<usize> {
-    Ok(cpu_runtime(Algorithm::Exact)?.caps().compute_units)
+    let rt = cpu_runtime(Algorithm::Exact)?;
+    Ok(rt.caps().map_err(BoundaryError::from)?.compute_units)
 }
 
 /// Writes `t` into the caller's `out` view when given, else hands it back as a new host tensor.

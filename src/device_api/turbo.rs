@@ -158,11 +158,27 @@ impl TurboCacheSpec {
                 requirement: "positive".into(),
             });
         }
-        Ok(())
+        super::check_cache_size(
+            self.batch,
+            self.heads_kv,
+            self.head_dim,
+            self.capacity_tokens,
+        )
     }
 
-    /// Device bytes the cache will hold (its capacity, not its contents).
+    /// Device bytes the cache will hold (its capacity, not its contents); `usize::MAX` for a
+    /// spec too large for [`TurboCacheSpec::validate`].
     pub fn allocated_bytes(&self) -> usize {
+        if super::check_cache_size(
+            self.batch,
+            self.heads_kv,
+            self.head_dim,
+            self.capacity_tokens,
+        )
+        .is_err()
+        {
+            return usize::MAX;
+        }
         ferrattn_cuda::turbo_cache_bytes(
             self.batch,
             self.heads_kv,
@@ -175,7 +191,8 @@ impl TurboCacheSpec {
     /// Tokens a cache made to this spec holds per sequence (at least `capacity_tokens`: whole
     /// blocks plus a buffer one short of a block).
     pub fn capacity(&self) -> usize {
-        self.blocks_capacity() + TURBO_BLOCK_TOKENS - 1
+        self.blocks_capacity()
+            .saturating_add(TURBO_BLOCK_TOKENS - 1)
     }
 
     /// Checks that sequences of `lens` tokens fit a cache made to this spec (host only).
@@ -186,10 +203,12 @@ impl TurboCacheSpec {
     /// Tokens of compressed blocks to allocate: enough blocks that the blocks plus a buffer one
     /// short of a block hold `capacity_tokens`.
     fn blocks_capacity(&self) -> usize {
-        (self.capacity_tokens + 1)
+        // saturating: the public `capacity` of a spec `validate` refuses must not overflow
+        self.capacity_tokens
+            .saturating_add(1)
             .saturating_sub(TURBO_BLOCK_TOKENS)
             .div_ceil(TURBO_BLOCK_TOKENS)
-            * TURBO_BLOCK_TOKENS
+            .saturating_mul(TURBO_BLOCK_TOKENS)
     }
 }
 

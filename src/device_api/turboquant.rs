@@ -163,17 +163,38 @@ impl TurboQuantCacheSpec {
         }
         .check()?;
         positive("capacity_tokens", self.capacity_tokens)?;
+        super::check_cache_size(
+            self.batch,
+            self.heads_kv,
+            self.head_dim,
+            self.capacity_tokens,
+        )?;
         check_config(&self.config, self.head_dim)
     }
 
     /// Tokens a cache made to this spec holds per sequence (`capacity_tokens` rounded up to
-    /// whole [`TURBOQUANT_TILE_TOKENS`]).
+    /// whole [`TURBOQUANT_TILE_TOKENS`]); for a spec [`TurboQuantCacheSpec::validate`] refuses
+    /// as too large, `capacity_tokens` itself.
     pub fn capacity(&self) -> usize {
+        if self.capacity_tokens > i32::MAX as usize {
+            return self.capacity_tokens; // rounding up could overflow
+        }
         tq::cache_capacity(self.capacity_tokens)
     }
 
-    /// Device bytes the cache will hold (its capacity, not its contents).
+    /// Device bytes the cache will hold (its capacity, not its contents); `usize::MAX` for a
+    /// spec too large for [`TurboQuantCacheSpec::validate`].
     pub fn allocated_bytes(&self) -> usize {
+        if super::check_cache_size(
+            self.batch,
+            self.heads_kv,
+            self.head_dim,
+            self.capacity_tokens,
+        )
+        .is_err()
+        {
+            return usize::MAX;
+        }
         tq::cache_bytes(
             self.batch,
             self.heads_kv,

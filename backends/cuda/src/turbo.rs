@@ -1252,6 +1252,8 @@ impl CudaBackend {
     ) -> Result<Vec<DeviceBuffer>> {
         let gpu = self.gpu()?;
         let kern = self.turbo_kernels(dtype, cache.head_dim)?;
+        // an internal invariant, not input: both callers (`turbo_append`, `turbo_decode`) build
+        // `src_tok` with one entry per sequence of `cache`
         assert_eq!(
             src_tok.len(),
             cache.batch(),

@@ -346,7 +346,8 @@ fn check_inputs(p: &AttentionProblem, x: &AttentionInputs) -> Result<()> {
             expected: format!("{want_kv:?} as the problem says"),
         });
     }
-    Ok(())
+    x.q.check_data("q")?;
+    x.k.check_data("kv")
 }
 
 /// Runs emulated kernels over the same inputs and returns, for each of `variants`, O in FP32

@@ -109,7 +109,7 @@ impl LeanPlan {
                     space.total_iters()
                 ));
             }
-            let slots = caps.compute_units * caps.ctas_per_unit.max(1);
+            let slots = caps.slots();
             if self.schedule.merges_in_kernel() && self.num_ctas > slots {
                 return bad(format!(
                     "{} stream-K CTAs but {} holds {slots} at once; a host block waits for later CTAs, \
@@ -221,12 +221,12 @@ pub const ONE_PER_SM_MAX_ITERS: u64 = 1024;
 ///   Not persistent, so not launched cooperatively; its workspace has no per-CTA region.
 pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
     let sms = caps.compute_units.max(1);
-    let slots = sms * caps.ctas_per_unit.max(1);
+    let slots = sms.saturating_mul(caps.ctas_per_unit.max(1));
     let mut pl = plan_with_ctas(p, caps, slots)?;
     let space = pl.tile_space(p);
     let tiles = space.num_tiles();
     let uniform = space.iters.windows(2).all(|w| w[0] == w[1]);
-    let light = space.total_iters() <= ALIGN_MAX_ITERS_PER_SLOT * slots as u64;
+    let light = space.total_iters() <= ALIGN_MAX_ITERS_PER_SLOT.saturating_mul(slots as u64);
     if !uniform {
         return Ok(pl);
     }
@@ -300,7 +300,7 @@ pub fn plan_fixed_split(
         Some(s) => s,
         None => schedule::fixed_split_count(
             space.num_tiles(),
-            caps.compute_units * caps.ctas_per_unit.max(1),
+            caps.slots(),
             max_iters,
             MAX_FIXED_SPLITS,
         ),

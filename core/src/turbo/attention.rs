@@ -400,6 +400,7 @@ fn check_decode_query(cache: &TurboKvCache, q: &Tensor, softmax_scale: f32) -> R
             requirement: format!("finite and positive (got {softmax_scale})"),
         });
     }
+    q.check_data("q")?;
     super::check_values("q", &q.data)?;
     Ok(())
 }

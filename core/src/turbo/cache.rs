@@ -346,6 +346,7 @@ impl TurboKvCache {
                     ),
                 });
             }
+            x.check_data(name)?;
         }
         let row = self.heads_kv * self.head_dim;
         for b in 0..self.seqs.len() {
@@ -462,6 +463,7 @@ fn check_kv(k: &Tensor, v: &Tensor, seqlens: &[usize]) -> Result<()> {
         }
     }
     for (name, t) in [("k", k), ("v", v)] {
+        t.check_data(name)?;
         super::check_values(name, &t.data)?;
     }
     Ok(())

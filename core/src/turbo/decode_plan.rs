@@ -115,7 +115,16 @@ pub fn plan_decode(
     heads_kv: usize,
     schedule: DecodeSchedule,
 ) -> Result<DecodePlan, CoreError> {
-    assert_eq!(lens.len(), q_tok.len(), "one query token per sequence");
+    if lens.len() != q_tok.len() {
+        return Err(CoreError::Shape {
+            tensor: "q_tok",
+            actual: vec![q_tok.len()],
+            expected: format!("one query token per sequence (lens has {})", lens.len()),
+        });
+    }
+    if heads_kv == 0 || heads_q == 0 || !heads_q.is_multiple_of(heads_kv) {
+        return Err(CoreError::HeadRatio { heads_q, heads_kv });
+    }
     let batch = lens.len();
     let lens: Vec<usize> = lens
         .iter()
@@ -244,5 +253,31 @@ pub fn decode_twin(
             }
             lse.data[(b * hq + h) * sq + qt] = if empty { f32::NEG_INFINITY } else { m + l.ln() };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // issue 9: caller input that used to panic (assert_eq!, a division by zero) is a typed error
+    #[test]
+    fn plan_decode_refuses_bad_input_with_typed_errors() {
+        let e = plan_decode(&[5, 7], &[0], 8, 2, DecodeSchedule::PerTile).unwrap_err();
+        assert!(
+            matches!(e, CoreError::Shape { tensor: "q_tok", ref actual, .. } if actual == &[1])
+        );
+        assert!(e.to_string().contains("lens has 2"), "{e}");
+        for (hq, hk) in [(8, 0), (0, 2), (8, 3)] {
+            let e = plan_decode(&[5], &[0], hq, hk, DecodeSchedule::StreamK(4)).unwrap_err();
+            assert_eq!(
+                e,
+                CoreError::HeadRatio {
+                    heads_q: hq,
+                    heads_kv: hk
+                }
+            );
+        }
+        assert!(plan_decode(&[5, 0], &[0, -1], 8, 2, DecodeSchedule::StreamK(4)).is_ok());
     }
 }

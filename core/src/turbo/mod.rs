@@ -352,6 +352,7 @@ pub fn check_inputs(cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs
                 expected: format!("{shape:?} as the problem says"),
             });
         }
+        t.check_data(name)?;
         check_values(name, &t.data)?;
     }
     Ok(())

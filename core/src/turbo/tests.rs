@@ -905,3 +905,46 @@ fn turbo_accuracy_table_orders_bit_widths() {
             >= 4.4
     );
 }
+
+// issue 9: `Tensor`'s fields are public, so a query or a new token whose data is shorter than its
+// shape reached `decode` / `TurboKvCache::append` and panicked on a slice index; it is a typed
+// shape error now, and the cache is left as it was
+#[test]
+fn turbo_decode_and_append_refuse_tensors_shorter_than_their_shape() {
+    let x = inputs(2, 1, 40, 4, 2, 64, 5);
+    let cfg = TurboConfig::default();
+    let v = x.v.as_ref().unwrap();
+    let mut cache = TurboKvCache::from_context(&cfg, &x.k, v, &[40, 17]).expect("context");
+    let short = |shape: &[usize]| Tensor {
+        shape: shape.to_vec(),
+        dtype: DType::F32,
+        data: vec![0.5; shape.iter().product::<usize>() - 3],
+    };
+    let e = decode(&cfg, &cache, &short(&[2, 1, 4, 64]), 0.125).unwrap_err();
+    assert!(matches!(e, CoreError::Shape { tensor: "q", .. }), "{e}");
+    let full = Tensor::zeros(&[2, 1, 2, 64], DType::F32);
+    let e = cache.append(&short(&[2, 1, 2, 64]), &full).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CoreError::Shape {
+                tensor: "k_new",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = decode_step(&cfg, &mut cache, &x.q, &full, &short(&[2, 1, 2, 64]), 0.125).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CoreError::Shape {
+                tensor: "v_new",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!((cache.len(0), cache.len(1)), (40, 17));
+    assert!(decode(&cfg, &cache, &x.q, 0.125).is_ok());
+}

@@ -113,6 +113,10 @@ impl CompressedKv {
 impl TurboQuantCodec {
     /// The quantizers a config implies for key dim `dk` and value dim `dv`. The rotation is one
     /// matrix per head dim drawn from `cfg.seed`; keys and values share it when `dk == dv`.
+    ///
+    /// A building block below the checked entry points ([`super::emulate`], the CUDA backend):
+    /// it panics on a configuration [`TurboQuantConfig::check`] refuses for these dims (bits
+    /// past the codebooks, a head dim below 3, `qjl_dim` 0), so check the config first.
     pub fn new(cfg: &TurboQuantConfig, dk: usize, dv: usize) -> TurboQuantCodec {
         let key = if cfg.key_qjl {
             ProdQuantizer::new(dk, cfg.key_bits, cfg.qjl_dim, cfg.seed)

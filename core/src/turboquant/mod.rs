@@ -360,7 +360,11 @@ fn check_inputs(p: &AttentionProblem, x: &AttentionInputs) -> Result<()> {
             actual: v.shape.clone(),
             expected: format!("{want_v:?} from the problem"),
         }),
-        Some(_) => Ok(()),
+        Some(v) => {
+            x.q.check_data("q")?;
+            x.k.check_data("k")?;
+            v.check_data("v")
+        }
     }
 }
 
