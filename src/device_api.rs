@@ -577,6 +577,21 @@ impl TryFrom<PlanInputs> for DecodePlan {
     }
 }
 
+/// The first sequence longer than a compressed cache's `capacity` tokens, as a typed error.
+pub(crate) fn check_capacity(
+    lens: &[usize],
+    capacity: usize,
+) -> std::result::Result<(), ViewError> {
+    match lens.iter().position(|&l| l > capacity) {
+        Some(b) => Err(ViewError::SequenceLongerThanCache {
+            sequence: b,
+            len: lens[b],
+            capacity,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The size checks a compressed cache spec shares (TurboAttention, TurboQuant): the kernels take
 /// lengths as 32-bit integers, and the cache's bytes (bounded above by
 /// `4 * batch * heads_kv * (capacity_tokens + 1024) * (head_dim + 8)`, which covers both layouts'

@@ -16,20 +16,30 @@ use ferrattn_core::DType;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// One decoder per device, opened at first use and kept for the process (its kernels are
-/// resolved once per instance and cached inside).
-pub fn decoder(ordinal: usize) -> Result<Arc<LeanDecoder>> {
-    static DECODERS: OnceLock<Mutex<HashMap<usize, Arc<LeanDecoder>>>> = OnceLock::new();
-    let mut map = DECODERS
+/// Per-device objects opened at first use and kept for the process: the entry of `ordinal` in
+/// `devices`, made by `open` the first time.
+pub fn per_device<T>(
+    devices: &'static OnceLock<Mutex<HashMap<usize, Arc<T>>>>,
+    ordinal: usize,
+    open: impl FnOnce(usize) -> Result<T>,
+) -> Result<Arc<T>> {
+    let mut map = devices
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     if let Some(d) = map.get(&ordinal) {
         return Ok(d.clone());
     }
-    let d = Arc::new(LeanDecoder::new(ordinal)?);
+    let d = Arc::new(open(ordinal)?);
     map.insert(ordinal, d.clone());
     Ok(d)
+}
+
+/// One decoder per device, opened at first use and kept for the process (its kernels are
+/// resolved once per instance and cached inside).
+pub fn decoder(ordinal: usize) -> Result<Arc<LeanDecoder>> {
+    static DECODERS: OnceLock<Mutex<HashMap<usize, Arc<LeanDecoder>>>> = OnceLock::new();
+    per_device(&DECODERS, ordinal, |o| Ok(LeanDecoder::new(o)?))
 }
 
 pub fn ordinal(v: &View<'_>) -> Result<usize> {

@@ -65,7 +65,10 @@ pub(crate) fn deliver(out: Option<&View<'_>>, t: &Tensor) -> Result<Option<Expor
     }
 }
 
-fn parse_opt<'py>(name: &'static str, x: Option<&Bound<'py, PyAny>>) -> Result<Option<View<'py>>> {
+pub(crate) fn parse_opt<'py>(
+    name: &'static str,
+    x: Option<&Bound<'py, PyAny>>,
+) -> Result<Option<View<'py>>> {
     x.map(|c| View::parse(name, c)).transpose()
 }
 

@@ -28,16 +28,7 @@ pub const DEFAULT_RESERVE_TOKENS: usize = 4096;
 /// (its kernels are resolved once per configuration and cached inside).
 fn device(ordinal: usize) -> Result<Arc<TurboDevice>> {
     static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<TurboDevice>>>> = OnceLock::new();
-    let mut map = DEVICES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(d) = map.get(&ordinal) {
-        return Ok(d.clone());
-    }
-    let d = Arc::new(TurboDevice::new(ordinal)?);
-    map.insert(ordinal, d.clone());
-    Ok(d)
+    crate::cuda::per_device(&DEVICES, ordinal, |o| Ok(TurboDevice::new(o)?))
 }
 
 /// The per-head bit widths of a cache made on the device. `mixed` picks the 2-bit heads from

@@ -20,7 +20,7 @@ use crate::cuda::{self, ordinal};
 use crate::dlpack::{same_device, Device, View};
 use crate::error::{BoundaryError, Result};
 use crate::host;
-use crate::ops::{deliver, Outputs};
+use crate::ops::{deliver, parse_opt, Outputs};
 use ferrattn::device_api::{
     Location, Stream, TurboQuantCache as DeviceCache, TurboQuantCacheSpec, TurboQuantDecodePlan,
     TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape,
@@ -38,16 +38,7 @@ pub const DEFAULT_MAX_TOKENS: usize = 4096;
 /// kernels are loaded once per configuration and cached inside).
 fn device(ordinal: usize) -> Result<Arc<TurboQuantDevice>> {
     static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<TurboQuantDevice>>>> = OnceLock::new();
-    let mut map = DEVICES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(d) = map.get(&ordinal) {
-        return Ok(d.clone());
-    }
-    let d = Arc::new(TurboQuantDevice::new(ordinal)?);
-    map.insert(ordinal, d.clone());
-    Ok(d)
+    crate::cuda::per_device(&DEVICES, ordinal, |o| Ok(TurboQuantDevice::new(o)?))
 }
 
 /// The tokens of a host cache, per sequence `[tokens, heads_kv, head_dim]` in f32.
@@ -324,8 +315,7 @@ impl TurboQuantCache {
         stream: Option<usize>,
     ) -> PyResult<Outputs> {
         let q = View::parse("q", q)?;
-        let out = out.map(|o| View::parse("out", o)).transpose()?;
-        let lse = lse.map(|l| View::parse("lse", l)).transpose()?;
+        let (out, lse) = (parse_opt("out", out)?, parse_opt("lse", lse)?);
         let mut all = vec![&q];
         all.extend(out.iter());
         all.extend(lse.iter());

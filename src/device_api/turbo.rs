@@ -197,7 +197,7 @@ impl TurboCacheSpec {
 
     /// Checks that sequences of `lens` tokens fit a cache made to this spec (host only).
     pub fn check_lengths(&self, lens: &[usize]) -> std::result::Result<(), ViewError> {
-        check_capacity(lens, self.capacity())
+        super::check_capacity(lens, self.capacity())
     }
 
     /// Tokens of compressed blocks to allocate: enough blocks that the blocks plus a buffer one
@@ -209,17 +209,6 @@ impl TurboCacheSpec {
             .saturating_sub(TURBO_BLOCK_TOKENS)
             .div_ceil(TURBO_BLOCK_TOKENS)
             .saturating_mul(TURBO_BLOCK_TOKENS)
-    }
-}
-
-fn check_capacity(lens: &[usize], capacity: usize) -> std::result::Result<(), ViewError> {
-    match lens.iter().position(|&l| l > capacity) {
-        Some(b) => Err(ViewError::SequenceLongerThanCache {
-            sequence: b,
-            len: lens[b],
-            capacity,
-        }),
-        None => Ok(()),
     }
 }
 
@@ -306,7 +295,7 @@ impl TurboCache {
     }
 
     fn check_capacity(&self, lens: &[usize]) -> std::result::Result<(), ViewError> {
-        check_capacity(lens, self.capacity_tokens())
+        super::check_capacity(lens, self.capacity_tokens())
     }
 
     fn check_lens(

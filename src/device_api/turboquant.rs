@@ -221,14 +221,7 @@ fn check_lengths(
             requirement: format!("one per sequence of the batch ({batch})"),
         });
     }
-    match lens.iter().position(|&l| l > capacity) {
-        Some(b) => Err(ViewError::SequenceLongerThanCache {
-            sequence: b,
-            len: lens[b],
-            capacity,
-        }),
-        None => Ok(()),
-    }
+    super::check_capacity(lens, capacity)
 }
 
 /// Memory a TurboQuant cache's contents take, counted from the device layout.

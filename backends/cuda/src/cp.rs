@@ -475,6 +475,17 @@ impl CpRank {
         Ok(())
     }
 
+    /// The partial of a rank with no key: LSE `-inf` on every row (the merge never reads its O).
+    ///
+    /// # Safety
+    /// `lse` holds `shape.rows()` f32 on this rank's GPU; `stream` is a stream of its context.
+    unsafe fn write_empty_partial(&self, lse: u64, stream: sys::CUstream) -> Result<()> {
+        let _bound = self.comm.gpu().bind()?;
+        check("cuMemsetD32Async", unsafe {
+            sys::cuMemsetD32Async(lse, f32::NEG_INFINITY.to_bits(), self.shape.rows(), stream)
+        })
+    }
+
     /// Address of this rank's partial block in `workspace`: O `[B, Sq, Hq, D]` at it, LSE
     /// `[B, Hq, Sq]` f32 at `+ layout().lse_offset`. Any decode that writes its partial here
     /// (Lean, TurboAttention, TurboQuant) is merged by [`CpRank::exchange`] and [`CpRank::merge`].
@@ -533,18 +544,8 @@ impl CpRank {
                 };
                 unsafe { self.lean.run(l, &lt, workspace, stream) }
             }
-            None => {
-                // no key here: an empty partial (LSE = -inf; the merge never reads its O)
-                let _bound = self.comm.gpu().bind()?;
-                check("cuMemsetD32Async", unsafe {
-                    sys::cuMemsetD32Async(
-                        lse,
-                        f32::NEG_INFINITY.to_bits(),
-                        self.shape.rows(),
-                        stream,
-                    )
-                })
-            }
+            // SAFETY: lse is this rank's partial block's LSE, as the caller promises
+            None => unsafe { self.write_empty_partial(lse, stream) },
         }
     }
 
@@ -605,11 +606,8 @@ impl CpRank {
         let block = self.partial_block(step, workspace);
         let lse = block + step.layout.lse_offset as u64;
         if local.iter().all(|&l| l == 0) {
-            // no key here: an empty partial, as in attend
-            let _bound = self.comm.gpu().bind()?;
-            return check("cuMemsetD32Async", unsafe {
-                sys::cuMemsetD32Async(lse, f32::NEG_INFINITY.to_bits(), s.rows(), stream)
-            });
+            // SAFETY: lse is this rank's partial block's LSE, as the caller promises
+            return unsafe { self.write_empty_partial(lse, stream) };
         }
         unsafe {
             turbo.decode(
@@ -688,11 +686,8 @@ impl CpRank {
         let block = self.partial_block(step, workspace);
         let lse = block + step.layout.lse_offset as u64;
         if local.iter().all(|&l| l == 0) {
-            // no key here: an empty partial, as in attend
-            let _bound = self.comm.gpu().bind()?;
-            return check("cuMemsetD32Async", unsafe {
-                sys::cuMemsetD32Async(lse, f32::NEG_INFINITY.to_bits(), s.rows(), stream)
-            });
+            // SAFETY: lse is this rank's partial block's LSE, as the caller promises
+            return unsafe { self.write_empty_partial(lse, stream) };
         }
         // SAFETY: q as the caller promises; the block holds O and LSE of this shape
         // (CpLayout), 16-byte aligned.

@@ -551,6 +551,89 @@ fn gpu_cp_sanitizer_small() {
 /// What one rank of the TurboAttention case returns: merged O, merged LSE, its partial LSE.
 type TurboRankResult = (Vec<f32>, Vec<f32>, Vec<f32>);
 
+/// Rank `r`'s keys and values of `plan` copied out of the whole `k`, `v` (`[B, maxt, Hk, D]`)
+/// as `[B, max_local, Hk, D]`: (local lengths, max_local, K, V).
+fn local_kv(
+    plan: &cp::CpPlan,
+    r: usize,
+    k: &Tensor,
+    v: &Tensor,
+) -> (Vec<usize>, usize, Vec<f32>, Vec<f32>) {
+    let lens = plan.local_lens(r);
+    let starts: Vec<usize> = plan.shards[r].iter().map(|x| x.start).collect();
+    let max_local = lens.iter().copied().max().unwrap_or(0).max(1);
+    let (b, maxt) = (k.shape[0], k.shape[1]);
+    let row = k.shape[2] * k.shape[3];
+    let mut kl = vec![0f32; b * max_local * row];
+    let mut vl = kl.clone();
+    for bi in 0..b {
+        let (src, dst, n) = (
+            (bi * maxt + starts[bi]) * row,
+            bi * max_local * row,
+            lens[bi] * row,
+        );
+        kl[dst..dst + n].copy_from_slice(&k.data[src..src + n]);
+        vl[dst..dst + n].copy_from_slice(&v.data[src..src + n]);
+    }
+    (lens, max_local, kl, vl)
+}
+
+/// The `n` f32 of the partial LSE in this rank's block of `ws` (downloaded).
+fn partial_lse(
+    ws: &DeviceBuffer,
+    block: usize,
+    lse_offset: usize,
+    n: usize,
+) -> Result<Vec<f32>, String> {
+    let bytes: Vec<u8> = ws.to_vec().map_err(|e| e.to_string())?;
+    Ok(bytes[block + lse_offset..][..n * 4]
+        .chunks_exact(4)
+        .map(|x| f32::from_ne_bytes([x[0], x[1], x[2], x[3]]))
+        .collect())
+}
+
+/// Rank `r`'s partial LSE is `-inf` on the rows of sequences it holds no key of, finite on the
+/// others.
+fn check_partial_lse(plan: &cp::CpPlan, r: usize, part_lse: &[f32], hq: usize) {
+    for (bi, &n) in plan.local_lens(r).iter().enumerate() {
+        let rows = &part_lse[bi * hq..(bi + 1) * hq];
+        if n == 0 {
+            assert!(
+                rows.iter().all(|&x| x == f32::NEG_INFINITY),
+                "rank {r}: sequence {bi} has no key here but its partial LSE is {rows:?}"
+            );
+        } else {
+            assert!(rows.iter().all(|x| x.is_finite()), "rank {r}: {rows:?}");
+        }
+    }
+}
+
+/// Runs `f` for every rank on its own thread (one GPU and communicator each); a panicking rank
+/// is an error.
+fn on_every_rank<T: Send>(
+    backends: &[CudaBackend],
+    comms: Vec<Communicator>,
+    f: impl Fn(&CudaBackend, Communicator) -> Result<T, String> + Sync,
+) -> Vec<Result<T, String>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .zip(backends)
+            .map(|(comm, be)| {
+                let f = &f;
+                s.spawn(move || f(be, comm))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("rank thread panicked".into()))
+            })
+            .collect()
+    })
+}
+
 /// One rank's TurboAttention decode over its slice, through [`CpRank::attend_turbo`], then the
 /// exchange and merge.
 #[allow(clippy::too_many_arguments)] // one rank's share of the case
@@ -576,27 +659,10 @@ fn turbo_rank(
         shape.dtype,
     );
     let rank = CpRank::new(be, std::sync::Arc::new(comm), shape).map_err(e)?;
-    let lens = plan.local_lens(r);
-    let starts: Vec<usize> = plan.shards[r].iter().map(|x| x.start).collect();
-    let max_local = lens.iter().copied().max().unwrap_or(0).max(1);
-    let maxt = k.shape[1];
-    let row = hk * d;
     // this rank's keys and values, prefilled into its own compressed cache (the prompt's
     // queries are zeros: the prefill's output is not used, only the cache it writes)
-    let (mut kl, ql) = (
-        vec![0f32; b * max_local * row],
-        vec![0f32; b * max_local * hq * d],
-    );
-    let mut vl = kl.clone();
-    for bi in 0..b {
-        let (src, dst, n) = (
-            (bi * maxt + starts[bi]) * row,
-            bi * max_local * row,
-            lens[bi] * row,
-        );
-        kl[dst..dst + n].copy_from_slice(&k.data[src..src + n]);
-        vl[dst..dst + n].copy_from_slice(&v.data[src..src + n]);
-    }
+    let (lens, max_local, kl, vl) = local_kv(plan, r, k, v);
+    let ql = vec![0f32; b * max_local * hq * d];
     let tensor = |data: Vec<f32>, h: usize| Tensor {
         shape: vec![b, max_local, h, d],
         dtype,
@@ -662,11 +728,8 @@ fn turbo_rank(
             // no key of any sequence here: attend writes the empty partial
             None => rank.attend(&step, &t, ws.ptr(), stream).map_err(e)?,
         }
-        let bytes: Vec<u8> = ws.to_vec().map_err(e)?;
-        part_lse = bytes[block + l.lse_offset..][..b * hq * 4]
-            .chunks_exact(4)
-            .map(|x| f32::from_ne_bytes([x[0], x[1], x[2], x[3]]))
-            .collect::<Vec<f32>>();
+        part_lse =
+            partial_lse(&ws, block, l.lse_offset, b * hq).map_err(|m| format!("rank {r}: {m}"))?;
         rank.exchange(&step, ws.ptr(), stream).map_err(e)?;
         rank.merge(&step, &t, ws.ptr(), stream).map_err(e)?;
     }
@@ -800,22 +863,8 @@ fn gpu_cp_turbo_slices_merge_like_the_whole_cache() {
 
     let gpus: Vec<_> = backends.iter().map(|x| x.gpu().unwrap().clone()).collect();
     let comms = Communicator::init_all(&gpus).unwrap();
-    let results: Vec<Result<TurboRankResult, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .into_iter()
-            .zip(&backends)
-            .map(|(comm, be)| {
-                let (plan, shape, cfg, q, k, v) = (&plan, &shape, &cfg, &q, &k, &v);
-                s.spawn(move || turbo_rank(be, comm, plan, shape, cfg, q, k, v))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("rank thread panicked".into()))
-            })
-            .collect()
+    let results = on_every_rank(&backends, comms, |be, comm| {
+        turbo_rank(be, comm, &plan, &shape, &cfg, &q, &k, &v)
     });
     let rms = |a: &[f32], b: &[f32]| {
         (a.iter()
@@ -830,17 +879,7 @@ fn gpu_cp_turbo_slices_merge_like_the_whole_cache() {
     let mut first: Option<(Vec<f32>, Vec<f32>)> = None;
     for (r, res) in results.into_iter().enumerate() {
         let (o, lse, part_lse) = res.unwrap();
-        for (bi, &n) in plan.local_lens(r).iter().enumerate() {
-            let rows = &part_lse[bi * hq..(bi + 1) * hq];
-            if n == 0 {
-                assert!(
-                    rows.iter().all(|&x| x == f32::NEG_INFINITY),
-                    "rank {r}: sequence {bi} has no key here but its partial LSE is {rows:?}"
-                );
-            } else {
-                assert!(rows.iter().all(|x| x.is_finite()), "rank {r}: {rows:?}");
-            }
-        }
+        check_partial_lse(&plan, r, &part_lse, hq);
         if ranks == 1 {
             assert!(
                 o == whole_o && lse == whole_lse,
@@ -888,23 +927,8 @@ fn turboquant_rank(
     let gpu = be.gpu().map_err(e)?.clone();
     let (b, hq, hk, d) = (shape.batch, shape.heads_q, shape.heads_kv, shape.head_dim);
     let rank = CpRank::new(be, std::sync::Arc::new(comm), shape).map_err(e)?;
-    let lens = plan.local_lens(r);
-    let starts: Vec<usize> = plan.shards[r].iter().map(|x| x.start).collect();
-    let max_local = lens.iter().copied().max().unwrap_or(0).max(1);
-    let maxt = k.shape[1];
-    let row = hk * d;
     // this rank's keys and values, compressed into its own cache
-    let mut kl = vec![0f32; b * max_local * row];
-    let mut vl = kl.clone();
-    for bi in 0..b {
-        let (src, dst, n) = (
-            (bi * maxt + starts[bi]) * row,
-            bi * max_local * row,
-            lens[bi] * row,
-        );
-        kl[dst..dst + n].copy_from_slice(&k.data[src..src + n]);
-        vl[dst..dst + n].copy_from_slice(&v.data[src..src + n]);
-    }
+    let (lens, max_local, kl, vl) = local_kv(plan, r, k, v);
     let mut pl = AttentionProblem::uniform(b, 1, max_local, hq, hk, d, d, DType::F16);
     pl.seqlens_k = lens.clone();
     let tq = be.turboquant(cfg, &pl).map_err(e)?;
@@ -941,11 +965,8 @@ fn turboquant_rank(
     unsafe {
         rank.attend_turboquant(&step, &tq, &prep, qd.ptr(), &cache, ws.ptr(), stream)
             .map_err(e)?;
-        let bytes: Vec<u8> = ws.to_vec().map_err(e)?;
-        part_lse = bytes[block + l.lse_offset..][..b * hq * 4]
-            .chunks_exact(4)
-            .map(|x| f32::from_ne_bytes([x[0], x[1], x[2], x[3]]))
-            .collect::<Vec<f32>>();
+        part_lse =
+            partial_lse(&ws, block, l.lse_offset, b * hq).map_err(|m| format!("rank {r}: {m}"))?;
         rank.exchange(&step, ws.ptr(), stream).map_err(e)?;
         rank.merge(&step, &t, ws.ptr(), stream).map_err(e)?;
     }
@@ -1042,38 +1063,14 @@ fn gpu_cp_turboquant_slices_merge_like_the_whole_cache() {
 
     let gpus: Vec<_> = backends.iter().map(|x| x.gpu().unwrap().clone()).collect();
     let comms = Communicator::init_all(&gpus).unwrap();
-    let results: Vec<Result<TurboRankResult, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .into_iter()
-            .zip(&backends)
-            .map(|(comm, be)| {
-                let (plan, shape, cfg, q, k, v) = (&plan, &shape, &cfg, &q, &k, &v);
-                s.spawn(move || turboquant_rank(be, comm, plan, shape, cfg, q, k, v))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("rank thread panicked".into()))
-            })
-            .collect()
+    let results = on_every_rank(&backends, comms, |be, comm| {
+        turboquant_rank(be, comm, &plan, &shape, &cfg, &q, &k, &v)
     });
     let u = 2f32.powi(-11);
     let mut first: Option<(Vec<f32>, Vec<f32>)> = None;
     for (r, res) in results.into_iter().enumerate() {
         let (o, lse, part_lse) = res.unwrap();
-        for (bi, &n) in plan.local_lens(r).iter().enumerate() {
-            let rows = &part_lse[bi * hq..(bi + 1) * hq];
-            if n == 0 {
-                assert!(
-                    rows.iter().all(|&x| x == f32::NEG_INFINITY),
-                    "rank {r}: sequence {bi} has no key here but its partial LSE is {rows:?}"
-                );
-            } else {
-                assert!(rows.iter().all(|x| x.is_finite()), "rank {r}: {rows:?}");
-            }
-        }
+        check_partial_lse(&plan, r, &part_lse, hq);
         if ranks == 1 {
             assert!(
                 o == whole.o.data && lse == whole.lse.data,
