@@ -8,8 +8,7 @@
 // 64) and cuts the space into the ranges of *units* (ferrattn_core::lean::Schedule: stream-K for
 // balance, or one unit per output tile, which replays the emulation's order exactly). A unit is
 // one warp (warp w of CTA c is unit 4 c + w): it walks its range alone, with its own staging
-// area (two slots of a K half and a V half, each refilled by cp.async two tiles ahead), and no
-// CTA barrier.
+// area (a K half and a V half, each refilled by cp.async half a tile ahead), and no CTA barrier.
 // It writes one partial (O, m, l) per output tile it touches to its own slot; turbo_combine_*
 // merges a tile's slots in slot (= key) order with the same exponential (its rescale factors
 // from a parallel max scan), finishes O / l and LSE.
@@ -89,16 +88,6 @@ __device__ __forceinline__ u64 block_bytes(int d, int bits) { return (u64)kBlock
 // during its q K^T (UnitStage).
 constexpr int kUnitRows = 8;   // query heads per output tile (MMA rows 0-7; rows 8-15 stay zero)
 constexpr int kUnitsPerCta = kThreads / 32;
-// Staging slots per unit (ferrattn_cuda::turbo::DECODE_UNIT_SLOTS): tile i stages in slot i % 2,
-// so K and V of tile i + 2 load while tiles i and i + 1 are computed. With one slot (K of the next
-// tile issued after this tile's q K^T, V after its P V) the loads had half a tile to land, and
-// once the folded kernel of issue 11 made tiles cheaper the warps waited on them: Nsight Compute
-// on 16 x 16k INT4 (H100), long-scoreboard stalls 1.35 of 6.26 cycles per instruction, most at
-// the wait for K (docs/TURBO_CUDA.md). Two slots take 70 KB per CTA at d 128: 3 CTAs per SM still
-// fit (the register cap allows 3). The full-row instance keeps one slot (its register budget has
-// no room for the second cursor's longer life: ptxas spilled 452 bytes instead of 224); the
-// shared memory of a CTA is sized for two either way.
-constexpr int kUnitSlots = 2;
 
 // A unit's staging area: one tile's K half (packed codes, room for 4 bits; K's channel
 // parameters, D scales then D zero points; the two f32 block scales and the two blocks' clamp
@@ -981,8 +970,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int unit = blockIdx.x * kUnitsPerCta + warp;
   if (unit >= p.num_ctas) return;
-  constexpr int SLOTS = HALF ? kUnitSlots : 1;
-  u8* const stages = dsmem + warp * kUnitSlots * S::kBytes;  // slot s at stages + s * S::kBytes
+  u8* stages = dsmem + warp * S::kBytes;
   const u32 begin = p.cta_bounds[unit], end = p.cta_bounds[unit + 1];
   if (begin >= end) return;
   constexpr bool half = HALF;  // unit_softmax<D, 4> and the half-row O layout
@@ -1032,9 +1020,8 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   // sequence: the codes in steps of 512 bytes (32 lanes x 16); within a step the lane's chunk
   // lands at the same offset, since row_slot permutes rows inside aligned groups of 8; then the
   // tensor's channel parameters, and with K the block scales and clamp flags of both tensors
-  const u32 stage_s0 = smem_addr(stages);
-  auto issue = [&](const UnitCursor& c, int which, int slot_i) {
-    const u32 stage_s = stage_s0 + slot_i * S::kBytes;
+  const u32 stage_s = smem_addr(stages);
+  auto issue = [&](const UnitCursor& c, int which) {
     if (c.qt < 0 || c.ti >= (c.len >> 6)) return;  // kBlock = 64
     const bool b4 = c.bits == 4;
     const int rb_log = b4 ? (D == 128 ? 6 : 5) : (D == 128 ? 5 : 4);  // log2 row bytes
@@ -1056,32 +1043,20 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
                         : lane == 1 ? reinterpret_cast<const u32*>(cp.v.bscale)
                         : lane == 2 ? cp.k.clamp
                                     : cp.v.clamp;
-      cp_async4(stages + slot_i * S::kBytes + S::kScales + 4 * lane, srcs + pb);
+      cp_async4(stages + S::kScales + 4 * lane, srcs + pb);
     }
   };
 
   UnitState<D> st;
-  // tiles begin and begin + 1 into slots 0 and 1; nxt is the cursor of the tile loaded next
   UnitCursor nxt = cur;
-  issue(cur, 0, 0);
+  issue(cur, 0);
   cp_async_commit();
-  issue(cur, 1, 0);
+  issue(cur, 1);
   cp_async_commit();
-  if (SLOTS == 2) {
-    if (begin + 1 < end) {
-      advance(nxt);
-      issue(nxt, 0, 1);
-    }
-    cp_async_commit();
-    if (begin + 1 < end) issue(nxt, 1, 1);
-    cp_async_commit();
-  }
   u32 slot = p.cta_slot[unit];
   for (u32 it = begin; it < end; ++it) {
-    const int si = SLOTS == 2 ? (int)((it - begin) & 1) : 0;
-    const u8* stg = stages + si * S::kBytes;
-    // pending cp.async groups here: K and V of this tile (and, with two slots, of the next)
-    cp_async_wait<2 * SLOTS - 1>();
+    // pending cp.async groups here: K of this tile, V of this tile
+    cp_async_wait<1>();
     syncwarp();
     const int b = cur.b;
     const int qt = cur.qt;
@@ -1159,7 +1134,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         const int bits = cur.bits;
         // the blocks' clamp flags (CacheView::clamp, exact, written with the blocks): the
         // folded path unless some code of K or V dequantizes past 127
-        const uint4 sc = *reinterpret_cast<const uint4*>(stg + S::kScales);
+        const uint4 sc = *reinterpret_cast<const uint4*>(stages + S::kScales);
         variant = (bits == 4 ? 0 : 2) + ((sc.z | sc.w) != 0 ? 0 : 1);
         s_k = __uint_as_float(sc.x);
         s_v = __uint_as_float(sc.y);
@@ -1169,17 +1144,17 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         ntok = ntok_buf;
       }
       switch (variant) {
-        case 0: unit_qk_compressed<D, 4, true>(st, stg, g, t, s); break;
-        case 1: unit_qk_folded<D, 4>(st, stg, g, t, s); break;
-        case 2: unit_qk_compressed<D, 2, true>(st, stg, g, t, s); break;
-        case 3: unit_qk_folded<D, 2>(st, stg, g, t, s); break;
+        case 0: unit_qk_compressed<D, 4, true>(st, stages, g, t, s); break;
+        case 1: unit_qk_folded<D, 4>(st, stages, g, t, s); break;
+        case 2: unit_qk_compressed<D, 2, true>(st, stages, g, t, s); break;
+        case 3: unit_qk_folded<D, 2>(st, stages, g, t, s); break;
         default: unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
       }
     }
-    syncwarp();  // every lane is done with this slot's K half before it is refilled
-    if (it + SLOTS < end) {
-      advance(nxt);  // tile it + SLOTS
-      issue(nxt, 0, si);
+    syncwarp();  // every lane is done with the K half before it is refilled
+    if (it + 1 < end) {
+      advance(nxt);
+      issue(nxt, 0);
     }
     cp_async_commit();
     u32 pa0[2], pa2[2];
@@ -1193,24 +1168,24 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       else
         unit_softmax<D, 8>(st, s, bias, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
     }
-    // pending: V of this tile, K of tile it + SLOTS (and with two slots K and V of the next)
-    cp_async_wait<2 * SLOTS - 1>();
+    // pending: V of this tile, K of the next
+    cp_async_wait<1>();
     syncwarp();
     if (active) {
       if (half) {
         switch (variant) {
-          case 0: unit_pv_half<D, kPvClamp4>(st, stg, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          case 1: unit_pv_half<D, kPvFolded4>(st, stg, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          case 2: unit_pv_half<D, kPvClamp2>(st, stg, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          case 3: unit_pv_half<D, kPvFolded2>(st, stg, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          default: unit_pv_half<D, kPvBuffer>(st, stg, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+          case 0: unit_pv_half<D, kPvClamp4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_half<D, kPvFolded4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_half<D, kPvClamp2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_half<D, kPvFolded2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          default: unit_pv_half<D, kPvBuffer>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
         }
       } else {
         switch (variant) {
-          case 0: unit_pv_compressed<D, 4, true>(st, stg, g, t, pa0, pa2, rs, r, c, false, lane); break;
-          case 1: unit_pv_folded<D, 4>(st, stg, g, t, pa0, pa2, rs, r, c, false, lane); break;
-          case 2: unit_pv_compressed<D, 2, true>(st, stg, g, t, pa0, pa2, rs, r, c, false, lane); break;
-          case 3: unit_pv_folded<D, 2>(st, stg, g, t, pa0, pa2, rs, r, c, false, lane); break;
+          case 0: unit_pv_compressed<D, 4, true>(st, stages, g, t, pa0, pa2, rs, r, c, false, lane); break;
+          case 1: unit_pv_folded<D, 4>(st, stages, g, t, pa0, pa2, rs, r, c, false, lane); break;
+          case 2: unit_pv_compressed<D, 2, true>(st, stages, g, t, pa0, pa2, rs, r, c, false, lane); break;
+          case 3: unit_pv_folded<D, 2>(st, stages, g, t, pa0, pa2, rs, r, c, false, lane); break;
           default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c, false, lane);
         }
       }
@@ -1253,12 +1228,9 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         *reinterpret_cast<float2*>(p.part_ml + ((u64)slot * kUnitRows + g) * 2) = make_float2(st.m, st.l);
     }
     if (seg_last) ++slot;
-    if (SLOTS == 1)
-      cur = nxt;  // tile it + 1, advanced before its K was issued
-    else if (it + 1 < end)
-      advance(cur);
-    syncwarp();  // every lane is done with this slot's V half before it is refilled
-    if (it + SLOTS < end) issue(nxt, 1, si);
+    cur = nxt;  // advanced once, before K of the next tile was issued
+    syncwarp();  // every lane is done with the V half before it is refilled
+    if (it + 1 < end) issue(nxt, 1);
     cp_async_commit();
   }
   cp_async_wait<0>();

@@ -64,17 +64,12 @@ const _: () = assert!(
 );
 const _: () = assert!(TURBO_BLOCK == ferrattn_core::turbo::decode_plan::DECODE_BLOCK);
 
-/// Staging slots per decode unit (`kUnitSlots` of turbo_decode.cu): K and V of a tile load two
-/// tiles ahead of their use.
-pub const DECODE_UNIT_SLOTS: usize = 2;
-
 /// Dynamic shared memory of a decode CTA (mirrors `UnitStage<D>` of turbo_decode.cu): per warp
-/// [`DECODE_UNIT_SLOTS`] slots of one tile's K half (4-bit codes of 64 tokens, channel
-/// parameters, both block scales and clamp flags) and one tile's V half (codes, channel
-/// parameters), refilled apart.
+/// one tile's K half (4-bit codes of 64 tokens, channel parameters, both block scales and clamp
+/// flags) and one tile's V half (codes, channel parameters), refilled apart.
 pub fn decode_smem_bytes(head_dim: usize) -> usize {
     let stage = 2 * (TURBO_BLOCK * head_dim / 2) + 4 * head_dim + 16;
-    DECODE_UNITS_PER_CTA * DECODE_UNIT_SLOTS * stage
+    DECODE_UNITS_PER_CTA * stage
 }
 
 /// Largest GQA group the `turbo_decode_g4_*` instance serves ([`TurboKernels::decode_for`]).
