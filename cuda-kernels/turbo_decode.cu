@@ -338,39 +338,24 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
   }
 }
 
-// Which O elements a lane keeps. Full rows (groups of more than 4 query heads): lane (g, t) keeps
-// row g, n-tiles 0 .. D/8 - 1 (o[nt][e]). Half rows (groups of at most 4, as unit_softmax<D, 4>):
-// rows 4-7 of the MMA hold no query head, so lane (g, t) keeps n-tiles 0 .. D/16 - 1 of row g
-// and lane (g + 4, t) n-tiles D/16 .. D/8 - 1 of row g, both in o[0 .. D/16 - 1]: each lane
-// updates half as many O elements, taking the upper n-tiles' accumulators from lane ^ 16.
+// Which O elements a lane keeps in the full-row instance (groups of more than 4 query heads):
+// lane (g, t) keeps row g, n-tiles 0 .. D/8 - 1 (o[nt][e]). The half-row instance (groups of at
+// most 4) has its own layout, see unit_pv_half.
 //
 // O = O r + s_P s_V dot, dot = fix(acc, nt, e) the exact integer P V of the element.
 template <int D, class Fix>
-__device__ __forceinline__ void unit_o_update(UnitState<D>& st, const int (&acc)[D / 8][2], bool half, int lane, float r,
-                                              float c, const Fix& fix) {
+__device__ __forceinline__ void unit_o_update(UnitState<D>& st, const int (&acc)[D / 8][2], float r, float c,
+                                              const Fix& fix) {
   constexpr int NT = D / 8;
-  if (!half) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) st.o[nt][e] = fma_rn(i2f(fix(acc[nt][e], nt, e)), c, mul_rn(st.o[nt][e], r));
-  } else {
-    const bool upper = lane >= 16;
-#pragma unroll
-    for (int i = 0; i < NT / 2; ++i)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int other = shfl_xor_i(acc[NT / 2 + i][e], 16);
-        const int v = upper ? other : acc[i][e];
-        st.o[i][e] = fma_rn(i2f(fix.half(v, i, e)), c, mul_rn(st.o[i][e], r));
-      }
-  }
+    for (int e = 0; e < 2; ++e) st.o[nt][e] = fma_rn(i2f(fix(acc[nt][e], nt, e)), c, mul_rn(st.o[nt][e], r));
 }
 // The P V of the dequantizing paths carries V's + 128: dot = acc - 128 rs.
 struct PlusOffsetFix {
   int rs;
   __device__ __forceinline__ int operator()(int v, int, int) const { return v - 128 * rs; }
-  __device__ __forceinline__ int half(int v, int, int) const { return v - 128 * rs; }
 };
 
 // Channel constants of 8 channels: scale as an integer and (zero + 128) in every byte.
@@ -463,7 +448,7 @@ __device__ __forceinline__ void unit_qk_compressed(const UnitState<D>& st, const
 // k-slice loop rolled as in unit_qk_compressed.
 template <int D, int BITS, bool CLAMP>
 __device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* stg, int g, int t, const u32 (&pa0)[2],
-                                                   const u32 (&pa2)[2], int rs, float r, float c, bool half, int lane) {
+                                                   const u32 (&pa2)[2], int rs, float r, float c) {
   using S = UnitStage<D>;
   constexpr int VCH = D / 8;
   constexpr int RB = D * BITS / 8;
@@ -496,7 +481,7 @@ __device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* s
       for (int i = 0; i < 8; ++i) mma_pv(acc[8 * c8 + i][0], acc[8 * c8 + i][1], a0, a2, vb[i][0], vb[i][1]);
     }
   }
-  unit_o_update<D>(st, acc, half, lane, r, c, PlusOffsetFix{rs});
+  unit_o_update<D>(st, acc, r, c, PlusOffsetFix{rs});
 }
 
 // ---- Compressed tiles without clamping: scales and zero points folded, raw codes on the MMA ------
@@ -673,7 +658,7 @@ __device__ __forceinline__ void raw_v_codes(const u8* vrow, int kk, int h, int t
 // zero point per output channel: O = O r + s_P s_V (s_c (P code) + z_c rs).
 template <int D, int BITS>
 __device__ __forceinline__ void unit_pv_folded(UnitState<D>& st, const u8* stg, int g, int t, const u32 (&pa0)[2],
-                                               const u32 (&pa2)[2], int rs, float r, float c, bool half, int lane) {
+                                               const u32 (&pa2)[2], int rs, float r, float c) {
   using S = UnitStage<D>;
   constexpr int VCH = D / 8;
   int acc[D / 8][2];
@@ -690,41 +675,18 @@ __device__ __forceinline__ void unit_pv_folded(UnitState<D>& st, const u8* stg, 
   }
   // O channels of the lane: c0 of n-tile nt is channel 2 VCH t + nt, c1 is 2 VCH t + VCH + nt
   const u8* ps = stg + S::kParV + 2 * VCH * t;
-  if (!half) {
-    struct Fix {
-      u32 sw[VCH / 2], zw[VCH / 2];
-      int rs;
-      __device__ __forceinline__ int operator()(int v, int nt, int e) const {
-        const int ch = VCH * e + nt;
-        return v * byte_u(sw[ch >> 2], ch & 3) + byte_s(zw[ch >> 2], ch & 3) * rs;
-      }
-      __device__ __forceinline__ int half(int v, int, int) const { return v; }  // not called
-    } fix;
-    lds_lane_bytes<2 * VCH>(ps, fix.sw);
-    lds_lane_bytes<2 * VCH>(ps + D, fix.zw);
-    fix.rs = rs;
-    unit_o_update<D>(st, acc, false, lane, r, c, fix);
-  } else {
-    // the lane's n-tiles start at nt0: channels 2 VCH t + VCH e + nt0 + i, i < VCH / 2
-    const int nt0 = lane >= 16 ? VCH / 2 : 0;
-    struct Fix {
-      u32 sw[2][VCH / 8], zw[2][VCH / 8];
-      int rs;
-      __device__ __forceinline__ int operator()(int v, int, int) const { return v; }  // not called
-      __device__ __forceinline__ int half(int v, int i, int e) const {
-        return v * byte_u(sw[e][i >> 2], i & 3) + byte_s(zw[e][i >> 2], i & 3) * rs;
-      }
-    } fix;
-#pragma unroll
-    for (int e = 0; e < 2; ++e)
-#pragma unroll
-      for (int w = 0; w < VCH / 8; ++w) {
-        fix.sw[e][w] = lds32(ps + VCH * e + nt0 + 4 * w);
-        fix.zw[e][w] = lds32(ps + D + VCH * e + nt0 + 4 * w);
-      }
-    fix.rs = rs;
-    unit_o_update<D>(st, acc, true, lane, r, c, fix);
-  }
+  struct Fix {
+    u32 sw[VCH / 2], zw[VCH / 2];
+    int rs;
+    __device__ __forceinline__ int operator()(int v, int nt, int e) const {
+      const int ch = VCH * e + nt;
+      return v * byte_u(sw[ch >> 2], ch & 3) + byte_s(zw[ch >> 2], ch & 3) * rs;
+    }
+  } fix;
+  lds_lane_bytes<2 * VCH>(ps, fix.sw);
+  lds_lane_bytes<2 * VCH>(ps + D, fix.zw);
+  fix.rs = rs;
+  unit_o_update<D>(st, acc, r, c, fix);
 }
 
 // q K^T of the INT8 buffer tile (`ntok` tokens, 1..64) straight from global memory.
@@ -755,8 +717,7 @@ __device__ __forceinline__ void unit_qk_buffer(const UnitState<D>& st, const i8*
 // P V of the INT8 buffer tile and the O update.
 template <int D>
 __device__ __forceinline__ void unit_pv_buffer(UnitState<D>& st, const i8* vbuf, int ntok, int g, int t,
-                                               const u32 (&pa0)[2], const u32 (&pa2)[2], int rs, float r, float c,
-                                               bool half, int lane) {
+                                               const u32 (&pa0)[2], const u32 (&pa2)[2], int rs, float r, float c) {
   constexpr int VCH = D / 8;
   int acc[D / 8][2];
 #pragma unroll
@@ -790,7 +751,7 @@ __device__ __forceinline__ void unit_pv_buffer(UnitState<D>& st, const i8* vbuf,
       for (int i = 0; i < 8; ++i)
         mma_pv(acc[8 * c8 + i][0], acc[8 * c8 + i][1], pa0[kk], pa2[kk], vb[i][0], vb[i][1]);
     }
-  unit_o_update<D>(st, acc, half, lane, r, c, PlusOffsetFix{rs});
+  unit_o_update<D>(st, acc, r, c, PlusOffsetFix{rs});
 }
 
 // ---- P V of the half-row instance as O^T = V^T P^T ----------------------------------------------
@@ -953,10 +914,10 @@ struct UnitCursor {
   u64 pb0;      // index of block 0 of (b, hk) in the per-block arrays (bscale, clamp, par / 2D)
 };
 
-// HALF: the instance for GQA groups of at most 4 query heads (turbo_decode_g4_*): the half-row
-// layout (unit_softmax<D, 4>, each lane keeps half of its row's O) fixed at compile time, so the
-// O registers of the other half are never allocated; else the instance for larger groups (full
-// rows). ferrattn_cuda::TurboKernels::decode_for picks by the group.
+// HALF: the instance for GQA groups of at most 4 query heads (turbo_decode_g4_*): the softmax on
+// half rows (unit_softmax<D, 4>) and P V transposed (unit_pv_half, each lane keeps D/8 O values)
+// fixed at compile time, so the O registers of the other layout are never allocated; else the
+// instance for larger groups (full rows). ferrattn_cuda::TurboKernels::decode_for picks by the group.
 template <class T, int D, bool HALF>
 __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   using S = UnitStage<D>;
@@ -1182,11 +1143,11 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         }
       } else {
         switch (variant) {
-          case 0: unit_pv_compressed<D, 4, true>(st, stages, g, t, pa0, pa2, rs, r, c, false, lane); break;
-          case 1: unit_pv_folded<D, 4>(st, stages, g, t, pa0, pa2, rs, r, c, false, lane); break;
-          case 2: unit_pv_compressed<D, 2, true>(st, stages, g, t, pa0, pa2, rs, r, c, false, lane); break;
-          case 3: unit_pv_folded<D, 2>(st, stages, g, t, pa0, pa2, rs, r, c, false, lane); break;
-          default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c, false, lane);
+          case 0: unit_pv_compressed<D, 4, true>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_folded<D, 4>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_compressed<D, 2, true>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_folded<D, 2>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
         }
       }
     }
