@@ -885,7 +885,7 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
 
 /// A TurboQuant decode step of 4 layers (Llama-3-8B heads: 32 query, 8 KV, d 128; a ragged batch
 /// of 4 over caches filled by a prefill step) captured in one CUDA graph and replayed 50 times
-/// into poisoned outputs equals its eager run bit for bit, both ways the API allows:
+/// (`FERRATTN_TQ_REPLAYS`) into poisoned outputs equals its eager run bit for bit, both ways the API allows:
 /// (a) the step's appends inside the graph (the eager run appended first; each replay rewrites
 /// the same slots, and the caches' codes and norms after the replays equal the eager ones bit
 /// for bit), and (b) the appends enqueued eagerly, outside the graph, which holds the layers'
@@ -914,7 +914,12 @@ fn gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager() {
     let g = dev.backend().gpu().unwrap().clone();
     // SAFETY: the backend's own stream, alive as long as `dev`.
     let stream = unsafe { Stream::from_raw(g.raw_stream() as *mut std::ffi::c_void) };
-    let (b, hq, hk, d, layers, replays) = (4usize, 32usize, 8usize, 128usize, 4usize, 50);
+    // FERRATTN_TQ_REPLAYS: fewer replays under compute-sanitizer (each launch is slow there)
+    let replays: usize = std::env::var("FERRATTN_TQ_REPLAYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let (b, hq, hk, d, layers) = (4usize, 32usize, 8usize, 128usize, 4usize);
     let prompt = [577usize, 37, 1000, 65];
     let max_total = prompt.iter().max().unwrap() + 2;
     let mut rng = rand::rngs::StdRng::seed_from_u64(29);
