@@ -125,12 +125,6 @@ __device__ __forceinline__ void cp_async16(void* dst_smem, const void* src, bool
                "r"(pred ? 16 : 0)
                : "memory");
 }
-// 4-byte asynchronous copy through L1 (cp.async.ca; .cg takes 16 bytes only); pred false zero-fills
-__device__ __forceinline__ void cp_async4(void* dst_smem, const void* src, bool pred) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst_smem)), "l"(src),
-               "r"(pred ? 4 : 0)
-               : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

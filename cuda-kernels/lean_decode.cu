@@ -125,11 +125,11 @@ struct Smem {
   static constexpr bool kMma = D <= 128;
   // SIMT with 16 rows: q would not fit in registers beside O
   static constexpr bool kQInSmem = R >= 16 && !kMma;
-  // Paged kernels that read ahead: the page-table words of the next units, one slot of kSk words
-  // per stage (lean_decode_body), last. Only those instances reserve it (kBytesAhead): a kilobyte
-  // more per CTA slowed the contiguous one-CTA-per-tile rows (Lean-paper B=16 ctx 1k, 64.8-66.6 ->
-  // 69.6-70.9 us on an H200) by moving two CTAs per SM into a larger shared-memory carveout.
-  static constexpr int kRowsBytes = 3 * kSk * 4;
+  // Paged kernels that read a stage ahead: the pool rows of the next unit's keys, double-buffered
+  // (lean_decode_body), last. Only those instances reserve it (kBytesAhead): a kilobyte more per
+  // CTA slowed the contiguous one-CTA-per-tile rows (Lean-paper B=16 ctx 1k, 64.8-66.6 -> 69.6-70.9
+  // us on an H200) by moving two CTAs per SM into a larger shared-memory carveout (less L1).
+  static constexpr int kRowsBytes = 2 * kSk * 4;
   static constexpr int bytes_for(int stages) {
     return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0);
   }
@@ -369,71 +369,64 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     }
     copy_unit(u, pt.hk, rows, ok);
   };
-  // Paged caches: a key's row needs its page's entry in the page table, a global load whose
-  // result the copy's address needs. Read where the copies are issued (load_unit), every stage
-  // waits one round trip before its copies go out; read one stage ahead into a register (the
-  // kernels before 2026-11-25), the read had one stage of compute to arrive, which at one CTA per
-  // SM under a saturated memory system it did not (H100, Lean-paper B=1 ctx 64k on 112 CTAs:
-  // pages of 16 took 1.46x contiguous). So the ahead instances copy the page-table words of unit
-  // w into shared memory with cp.async in the same commit group as the K/V of unit w - (ST - 1):
-  // the words are complete, like that unit's K/V, when unit w's copies are issued ST - 1
-  // iterations later, with no thread waiting on a load. ST slots of SK words (a unit spans
-  // max(1, SK / page_size) pages, since units start at multiples of SK and both are powers of
-  // two); `wt` follows the units whose words are fetched, `pt` those whose K/V are copied.
-  u32* pages_s = reinterpret_cast<u32*>(smem_raw + S::kBytes);  // [ST][SK], ahead instances only
-  TileInfo wt = first;
-  auto fetch_pages = [&](u32 w) {
-    const u32 it = cs + w / (u32)sub;
-    if (it >= wt.end) wt = tile_by_index(p, wt.tile + 1);
-    const int key0 = (int)(it - wt.start) * p.tile_k + (int)(w % (u32)sub) * SK;
-    const int npages = (SK >> p.page_shift) > 0 ? (SK >> p.page_shift) : 1;
-    if (tid < npages) {
-      const int pg = (key0 >> p.page_shift) + tid;
-      // pages past the sequence's last key are never used: not read (zero-filled)
-      const bool used = ((u64)pg << p.page_shift) < (u64)wt.len_k;
-      cp_async4(pages_s + (w % (u32)ST) * SK + tid,
-                p.page_table + (used ? (u64)wt.b * p.max_pages + pg : (u64)0), used);
+  // Paged caches: a key's row is a page-table read, a global load whose result the copy's address
+  // needs. Read in the same step as the copies, every stage would wait one L2 round trip before its
+  // copies are issued, and with one CTA per SM nothing else hides it (H200, 54f6dab: Llama B=1 and
+  // B=8 ctx 8k and B=1 ctx 32k at 128 CTAs 12-34% behind contiguous, at 264 CTAs 0-4%). So the rows
+  // of unit u + 1 are read (thread k < SK reads key k's row into a register) right after unit u's
+  // copies are issued, and stored to shared memory (rows_s, two slots) just before the next
+  // iteration's barrier: the read overlaps a stage of compute, at the cost of one register.
+  // Rows are u32: page * page_size + offset, below 2^32 for any pool the host accepts.
+  constexpr u32 kNoRow = 0xffffffffu;
+  u32* rows_s = reinterpret_cast<u32*>(smem_raw + S::kBytes);  // [2][SK], ahead instances only
+  u32 pending_row = kNoRow;
+  auto fetch_rows = [&](u32 u) {
+    const int key0 = unit_key0(u);  // pt is unit u's tile until copy_fetched(u)
+    if (tid < SK) {
+      const int j = key0 + tid;
+      pending_row = j < pt.len_k ? (u32)kv_row_of<PAGED>(p, pt.b, j) : kNoRow;
     }
   };
-  auto copy_paged = [&](u32 u) {
-    const int key0 = unit_key0(u);
-    const u32* ps = pages_s + (u % (u32)ST) * SK;
-    const int page0 = key0 >> p.page_shift;
-    const int in_page = (1 << p.page_shift) - 1;
+  auto store_fetched = [&](u32 u) {
+    if (tid < SK) rows_s[(u & 1) * SK + tid] = pending_row;
+  };
+  auto copy_fetched = [&](u32 u) {
+    const u32* rs = rows_s + (u & 1) * SK;
     u64 rows[CH];
     bool ok[CH];
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
-      const int j = key0 + (tid + i * cfg::kThreads) / (D / 8);
-      ok[i] = j < pt.len_k;
-      rows[i] = ok[i] ? ((u64)ps[(j >> p.page_shift) - page0] << p.page_shift) + (u64)(j & in_page) : (u64)0;
+      const u32 r = rs[(tid + i * cfg::kThreads) / (D / 8)];
+      ok[i] = r != kNoRow;
+      rows[i] = ok[i] ? (u64)r : (u64)0;
     }
     copy_unit(u, pt.hk, rows, ok);
   };
-  // Issues unit u's copies; an ahead instance also fetches the page words of unit u + ST - 1.
-  // Which instance is faster depends on the grid (the host picks, launch.rs `paged_rows_ahead`).
+  // Issues unit u's copies (its rows stored and visible after a barrier, for a paged cache), and
+  // for a paged cache reads the rows of unit u + 1.
+  // Which of the two is faster depends on the grid (the host picks the instance, launch.rs
+  // `paged_rows_ahead`): ahead wins with one CTA per SM and with pages of 64; with pages of 16 at
+  // two CTAs per SM it lost 5-9% against reading in place (H200, 2026-11-23, docs/DEVICE_PATH.md).
   // A template parameter, not a launch parameter: a run-time switch between the two cost 2-5% on
-  // both (H200, 2026-11-23).
+  // both (the same H200 measurements).
   constexpr bool ahead = PAGED && AHEAD;
   auto issue_unit = [&](u32 u) {
     if constexpr (ahead) {
-      copy_paged(u);
-      if (u + ST - 1 < units) fetch_pages(u + ST - 1);
+      copy_fetched(u);
+      if (u + 1 < units) fetch_rows(u + 1);
     } else {
       load_unit(u);
     }
   };
   if constexpr (ahead) {
-    // the first ST - 1 units' page words: one round trip before their copies
-#pragma unroll
-    for (int s = 0; s < ST - 1; ++s)
-      if ((u32)s < units) fetch_pages((u32)s);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
+    if (units > 0) fetch_rows(0);
   }
 #pragma unroll
   for (int s = 0; s < ST - 1; ++s) {
+    if constexpr (ahead) {
+      if ((u32)s < units) store_fetched((u32)s);
+      __syncthreads();
+    }
     if ((u32)s < units) issue_unit((u32)s);
     cp_async_commit();
   }
@@ -526,6 +519,9 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   for (u32 u = 0; u < units; ++u) {
     const u32 it = cs + u / (u32)sub;
     cp_async_wait<ST - 2>();
+    if constexpr (ahead) {
+      if (u + ST - 1 < units) store_fetched(u + ST - 1);
+    }
     __syncthreads();
     if (u + ST - 1 < units) issue_unit(u + ST - 1);
     cp_async_commit();
