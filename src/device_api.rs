@@ -764,7 +764,10 @@ impl DecodePlan {
             p.softmax_scale = s;
         }
         let lp = match schedule {
-            LeanSchedule::StreamK => lean::plan(&p, caps)?,
+            LeanSchedule::StreamK => match kv {
+                KvCache::Contiguous { .. } => lean::plan(&p, caps)?,
+                KvCache::Paged { .. } => lean::plan_paged(&p, caps)?,
+            },
             LeanSchedule::FixedSplit(splits) => lean::plan_fixed_split(&p, caps, splits)?,
         };
         let storage = match kv {

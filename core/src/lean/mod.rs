@@ -264,6 +264,21 @@ pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
     Ok(pl)
 }
 
+/// [`plan`] for a paged KV cache: the same rules without the one-CTA-per-SM rule of low-bandwidth
+/// devices ([`ONE_PER_SM_MAX_DRAM_PER_UNIT`]). The paged kernel does not keep up at one CTA per SM
+/// under a saturated memory system (H100, 2026-11-25, `lean_paged`: Lean-paper B=1 ctx 64k on 112
+/// CTAs took 1.46x contiguous with pages of 16 and 1.19x with pages of 64; Llama B=8 ctx 8k on 128
+/// CTAs 1.25x with pages of 16), where on the slot-filling grid it stays within 1-3%.
+pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
+    plan(
+        p,
+        &DeviceCaps {
+            dram_bytes_per_s: None,
+            ..caps.clone()
+        },
+    )
+}
+
 /// DRAM bandwidth per SM (bytes per second) up to which [`plan`] runs aligned grids of one CTA per
 /// SM on uniform batches with fewer tiles than slots, whatever the work. Measured with
 /// `benches/lean_grid.rs` on the two chips the device tool lends (same kernels, same 132 SMs):
@@ -712,6 +727,9 @@ mod tests {
         // an aligned grid that would idle more than a fifth of the SMs (70 tiles: 70 CTAs): as before
         let p = uniform(1, 65536, 70, 70, 64);
         assert_eq!(plan(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
+        // a paged cache keeps the slot-filling grids
+        let p = uniform(1, 65536, 56, 56, 64);
+        assert_eq!(plan_paged(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
         // old serialised caps without the field still load (None)
         let mut v = serde_json::to_value(&unknown).unwrap();
         v.as_object_mut().unwrap().remove("dram_bytes_per_s");
