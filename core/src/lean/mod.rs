@@ -292,9 +292,11 @@ pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
 pub const ONE_PER_SM_MAX_DRAM_PER_UNIT: u64 = 30_000_000_000;
 /// Fraction of the SMs an aligned one-per-SM grid must keep busy to be chosen.
 pub const ONE_PER_SM_MIN_FILL: f64 = 0.8;
-/// Iterations per CTA below which a grid of fewer CTAs than tiles is not chosen (latency-bound:
-/// Lean-paper B=4 ctx 1k, 16 per CTA on 112 CTAs, took 25.7 us against 23.9 us on one per tile).
-pub const FEWER_CTAS_MIN_ITERS: u64 = 32;
+/// Iterations per CTA below which a grid of fewer CTAs than tiles is not chosen (H100: Lean-paper
+/// B=4 ctx 1k, 16 per CTA on 112 CTAs, took 25.7 us against 23.9 us on one CTA per tile; Llama
+/// B=32 ctx 1k, 32 per CTA on 128 CTAs, 52.4 against 49.6 us; Lean-paper B=4 ctx 4k, 64 per
+/// CTA, 83.4 against 85.3 us).
+pub const FEWER_CTAS_MIN_ITERS: u64 = 64;
 
 /// The aligned grid of at most one CTA per SM: `tiles * floor(sms / tiles)` CTAs when the tiles
 /// fit the SMs (each CTA inside one tile), else `tiles / k` for the smallest `k` dividing the
@@ -718,9 +720,11 @@ mod tests {
             // the high-bandwidth chip and an unknown one plan as before
             assert_eq!(plan(p, &h200).unwrap(), plan(p, &unknown).unwrap());
         }
-        // too little work per CTA for fewer CTAs than tiles (224 tiles of 8 iterations): as before
-        let p = uniform(4, 1024, 56, 56, 64);
-        assert_eq!(plan(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
+        // too little work per CTA for fewer CTAs than tiles (224 tiles of 8 iterations; Llama
+        // B=32 ctx 1k, 256 tiles of 16): as before
+        for p in [uniform(4, 1024, 56, 56, 64), uniform(32, 1024, 32, 8, 128)] {
+            assert_eq!(plan(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
+        }
         // tiles filling the slots: one CTA per tile, as before
         let p = uniform(16, 1024, 56, 56, 64);
         assert_eq!(plan(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
