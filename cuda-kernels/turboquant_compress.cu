@@ -286,3 +286,402 @@ __device__ __forceinline__ void compress(const CompressParams& p) {
 
 FERRATTN_TQ_COMPRESS(64)
 FERRATTN_TQ_COMPRESS(128)
+
+// ================================================================================================
+// Fast compression on tensor cores (the fast contract of docs/TURBOQUANT_CUDA.md, "Compression on
+// tensor cores"). Same inputs, same outputs and layout as above; the rotation is one MMA product
+// per token block instead of d^2 IEEE mul/add per row:
+//   ‖x‖   f64 sum of the (exact) squares in 2 or 4 fixed partial sums, then as the emulation
+//         (equal to the sequential sum unless it rounds: not seen in any test)
+//   y     = (Π x) / ‖x‖ with x exact in f16 and Π as one f16 matrix (SPLIT = false) or as f16
+//         hi + lo (SPLIT = true: two MMAs, about f32 accuracy); f32 accumulation
+//   idx   = #{boundaries_f32 < y}: equal to the emulation's except where its rotated coordinate
+//         lies within τ of a boundary, τ = 2^-11 + 2^-14 (one f16 Π: |δΠ| <= 2^-11 |Π| and
+//         Σ_k |Π_ok| |u_k| <= 1) or 2^-14 (split Π; accumulation and the emulation's own f32 sum)
+//   γ     = ‖y - c[idx]‖ in the rotated basis (rotation-invariant), f32 sums
+//   signs = sign((S Πᵀ) (y - c[idx])): M = S Πᵀ precomputed on the host as one f16 matrix, the
+//         residual rounded to f16: one MMA; equal to sign(S r) except where |(S r)_i| is within
+//         2^-9 ‖S_i‖ ‖r‖ of zero
+// Work: a CTA of D/16 warps, warp w owning rotated coordinates [16w, 16w + 16) with its rows of Π
+// (and M) held as A fragments in registers for the whole kernel; the tokens stream through as
+// the B operand (the N dimension), 64 token rows per chunk (8 tiles of 8 destination tokens of
+// one (sequence, KV head), aligned to 8 so that value token pairs stay in one tile), fed by a
+// 3-stage cp.async ring. Codes, signs and norms are assembled in shared memory and written as
+// whole rows.
+namespace ferrattn {
+namespace tqf {
+
+constexpr int kTile = 8;            // destination tokens per tile (one MMA n8)
+constexpr int kTilesPerChunk = 8;   // tiles per chunk
+constexpr int kRows = kTile * kTilesPerChunk;  // token rows per chunk
+constexpr int kStages = 3;
+
+__device__ __forceinline__ u32 shfl_xor_u32(u32 v, int m) {
+  u32 r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(m));
+  return r;
+}
+__device__ __forceinline__ double shfl_xor_f64(double v, int m) {
+  u32 lo, hi;
+  asm("mov.b64 {%0, %1}, %2;" : "=r"(lo), "=r"(hi) : "d"(v));
+  lo = shfl_xor_u32(lo, m);
+  hi = shfl_xor_u32(hi, m);
+  double r;
+  asm("mov.b64 %0, {%1, %2};" : "=d"(r) : "r"(lo), "r"(hi));
+  return r;
+}
+__device__ __forceinline__ void red_or_shared(u32* p, u32 v) {
+  asm volatile("red.shared.or.b32 [%0], %1;" ::"r"(smem_addr(p)), "r"(v) : "memory");
+}
+
+// Mirrors ferrattn_cuda::turboquant::FastCompressParams (#[repr(C)]).
+struct FastParams {
+  const u16* src;      // f16 [batch, src_len, heads_kv, D]
+  const int* dst0;     // [batch] first destination token
+  const int* count;    // [batch] tokens to compress
+  const u16* pi_hi;    // [D][D] f16 Π (row-major)
+  const u16* pi_lo;    // [D][D] f16 Π - Π_hi (SPLIT only)
+  const u16* m;        // [D][D] f16 S Πᵀ (keys with QJL only)
+  unsigned char* codes;
+  unsigned char* signs;
+  void* norms;
+  int batch, src_len, heads_kv, cap;
+  int groups;          // 8-token destination tiles per (sequence, KV head)
+  int n_bounds;
+  float bounds[15];
+  float cents[16];
+};
+
+template <int D>
+struct Layout {
+  static constexpr int kWarps = D / 16;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kStride = D + 8;  // f16 per smem row: 16-byte rows, ldmatrix conflict-free
+  static constexpr int kStageHalves = kRows * kStride;
+};
+
+__device__ __forceinline__ void tile_coords(const FastParams& p, int item, int& b, int& h, int& first,
+                                            int& lo, int& hi) {
+  const int x = item % p.groups;
+  h = (item / p.groups) % p.heads_kv;
+  b = item / (p.groups * p.heads_kv);
+  const int d0 = p.dst0[b], cnt = p.count[b];
+  first = (d0 / kTile) * kTile + x * kTile;
+  lo = max(first, d0);
+  hi = min(first + kTile, d0 + cnt);
+}
+
+template <int D>
+__device__ __forceinline__ void load_chunk(const FastParams& p, int chunk, int items, u16* xs) {
+  constexpr int S = Layout<D>::kStride, C = D / 8;  // 16-byte pieces per row
+  for (int i = threadIdx.x; i < kRows * C; i += Layout<D>::kThreads) {
+    const int r = i / C, c = i % C;
+    const int item = chunk * kTilesPerChunk + r / kTile;
+    bool ok = false;
+    const u16* src = p.src;
+    if (item < items) {
+      int b, h, first, lo, hi;
+      tile_coords(p, item, b, h, first, lo, hi);
+      const int j = first + r % kTile;
+      if (j >= lo && j < hi) {
+        ok = true;
+        src = p.src + (((size_t)b * p.src_len + (j - p.dst0[b])) * p.heads_kv + h) * D + c * 8;
+      }
+    }
+    cp_async16(xs + r * S + c * 8, src, ok);
+  }
+}
+
+__device__ __forceinline__ u32 ld_pair(const u16* m, int row, int col, int d) {
+  return (u32)m[row * d + col] | ((u32)m[row * d + col + 1] << 16);
+}
+
+// A fragments of rows [16w, 16w + 16) of a row-major f16 D x D matrix, one per k16 step
+template <int D>
+__device__ __forceinline__ void load_a(const u16* m, int w, int lane, u32 (&a)[D / 16][4]) {
+  const int g = lane / 4, q = lane % 4, r0 = 16 * w + g;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int c0 = 16 * kk + 2 * q;
+    a[kk][0] = ld_pair(m, r0, c0, D);
+    a[kk][1] = ld_pair(m, r0 + 8, c0, D);
+    a[kk][2] = ld_pair(m, r0, c0 + 8, D);
+    a[kk][3] = ld_pair(m, r0 + 8, c0 + 8, D);
+  }
+}
+
+// acc = A (16 rows of the warp) x rows [8 tile, 8 tile + 8) of the smem tile (as B, col-major)
+template <int D, bool SPLIT>
+__device__ __forceinline__ void tile_product(const u32 (&ah)[D / 16][4], const u32 (&al)[D / 16][4],
+                                             const u16* xs, int tile, int lane, float (&acc)[4]) {
+  constexpr int S = Layout<D>::kStride;
+  acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+  const u16* row = xs + (tile * kTile + (lane & 7)) * S + 8 * (lane >> 3);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk += 2) {
+    u32 bf[4];
+    ldmatrix_x4(bf, row + 16 * kk);
+    mma16816(F16{}, acc, ah[kk], bf[0], bf[1]);
+    mma16816(F16{}, acc, ah[kk + 1], bf[2], bf[3]);
+    if (SPLIT) {
+      mma16816(F16{}, acc, al[kk], bf[0], bf[1]);
+      mma16816(F16{}, acc, al[kk + 1], bf[2], bf[3]);
+    }
+  }
+}
+
+// #{bounds < y} over 16 ascending bounds padded with +inf
+__device__ __forceinline__ int code_of(const float* bnd, float y) {
+  int i = bnd[7] < y ? 8 : 0;
+  i += bnd[i + 3] < y ? 4 : 0;
+  i += bnd[i + 1] < y ? 2 : 0;
+  i += bnd[i] < y ? 1 : 0;
+  return i;
+}
+
+template <int D, bool KEYS, bool QJL, bool SPLIT>
+__device__ __forceinline__ void compress_fast(const FastParams& p) {
+  using L = Layout<D>;
+  constexpr int S = L::kStride, NT = L::kThreads;
+  extern __shared__ float4 smem4[];
+  u16* xs = reinterpret_cast<u16*>(smem4);                       // [kStages][kRows][S]
+  u16* rrs = xs + kStages * L::kStageHalves;                     // [kRows][S] residual (QJL)
+  float* inv_s = reinterpret_cast<float*>(rrs + (QJL ? L::kStageHalves : 0));  // [kRows]
+  float* nrm_s = inv_s + kRows;                                  // [kRows]
+  float* gam_s = nrm_s + kRows;                                  // [kWarps][kRows] (QJL)
+  float* bnd_s = gam_s + L::kWarps * kRows;                      // [16]
+  float* cen_s = bnd_s + 16;                                     // [16]
+  u32* sg_s = reinterpret_cast<u32*>(cen_s + 16);                // [kRows][4] (QJL)
+  unsigned char* cd_s = reinterpret_cast<unsigned char*>(sg_s + kRows * 4);  // kRows * D / 2
+
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+  const int items = p.batch * p.heads_kv * p.groups;
+  const int chunks = (items + kTilesPerChunk - 1) / kTilesPerChunk;
+  if (threadIdx.x < 16) {
+    bnd_s[threadIdx.x] = threadIdx.x < p.n_bounds ? p.bounds[threadIdx.x] : bits_to_f32(0x7f800000u);
+    cen_s[threadIdx.x] = p.cents[threadIdx.x];
+  }
+  u32 ah[D / 16][4], al[SPLIT ? D / 16 : 1][4], am[QJL ? D / 16 : 1][4];
+  load_a<D>(p.pi_hi, w, lane, ah);
+  if (SPLIT) load_a<D>(p.pi_lo, w, lane, reinterpret_cast<u32(&)[D / 16][4]>(al));
+  if (QJL) load_a<D>(p.m, w, lane, reinterpret_cast<u32(&)[D / 16][4]>(am));
+
+  // ring: chunks blockIdx.x + k gridDim.x; stage k % kStages
+  int c_load = blockIdx.x;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (c_load < chunks) load_chunk<D>(p, c_load, items, xs + s * L::kStageHalves);
+    cp_async_commit();
+    c_load += gridDim.x;
+  }
+  int stage = 0;
+  for (int c = blockIdx.x; c < chunks; c += gridDim.x) {
+    {
+      const int ls = (stage + kStages - 1) % kStages;
+      if (c_load < chunks) load_chunk<D>(p, c_load, items, xs + ls * L::kStageHalves);
+      cp_async_commit();
+      c_load += gridDim.x;
+    }
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const u16* x = xs + stage * L::kStageHalves;
+
+    // ‖x‖: NT / kRows threads per row, each a sequential f64 sum over its slice, in slice order
+    {
+      constexpr int TPR = NT / kRows, PER = D / TPR;
+      const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
+      double acc = 0.0;
+      const u16* xr = x + r * S + part * PER;
+#pragma unroll
+      for (int k = 0; k < PER; k += 8) {
+        float f[8];
+        unpack8<F16>(ld_shared16(xr + k), f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          double v = (double)f[e], sq;
+          asm("mul.rn.f64 %0, %1, %1;" : "=d"(sq) : "d"(v));
+          asm("add.rn.f64 %0, %0, %1;" : "+d"(acc) : "d"(sq));
+        }
+      }
+#pragma unroll
+      for (int o = 1; o < TPR; o *= 2) {
+        const double other = shfl_xor_f64(acc, o);
+        // fixed order: lower part first
+        acc = (part & o) ? other + acc : acc + other;
+      }
+      if (part == 0) {
+        double rt;
+        asm("sqrt.rn.f64 %0, %1;" : "=d"(rt) : "d"(acc));
+        float n;
+        asm("cvt.rn.f32.f64 %0, %1;" : "=f"(n) : "d"(rt));
+        nrm_s[r] = n;
+        inv_s[r] = n > 0.f ? tq::fdiv_rn(1.f, n) : 0.f;
+      }
+      if (QJL)
+        for (int i = threadIdx.x; i < kRows * 4; i += NT) sg_s[i] = 0u;
+    }
+    __syncthreads();
+
+    // rotation, codes, residual (per tile of 8 tokens)
+#pragma unroll 1
+    for (int t = 0; t < kTilesPerChunk; ++t) {
+      float acc[4];
+      tile_product<D, SPLIT>(ah, reinterpret_cast<const u32(&)[D / 16][4]>(al), x, t, lane, acc);
+      const int t0 = t * kTile + 2 * q;  // chunk rows of acc[0] / acc[1] (acc[2], acc[3]: same)
+      const float2 iv = *reinterpret_cast<const float2*>(inv_s + t0);
+      const float y[4] = {tq::fmul_rn(acc[0], iv.x), tq::fmul_rn(acc[1], iv.y), tq::fmul_rn(acc[2], iv.x),
+                          tq::fmul_rn(acc[3], iv.y)};
+      int idx[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) idx[e] = code_of(bnd_s, y[e]);
+      if (KEYS) {
+        // byte (2w + η) of lane block g/2: low nibble channel with g even, high with g odd
+        const u32 mine = idx[0] | (idx[1] << 4) | (idx[2] << 8) | (idx[3] << 12);
+        const u32 other = shfl_xor_u32(mine, 4);
+        const u32 lo = (g & 1) ? other : mine, hi = (g & 1) ? mine : other;
+        const int s = g & 1;  // token 2q + s
+        const u32 b0 = ((lo >> (4 * s)) & 15u) | (((hi >> (4 * s)) & 15u) << 4);
+        const u32 b1 = ((lo >> (4 * s + 8)) & 15u) | (((hi >> (4 * s + 8)) & 15u) << 4);
+        *reinterpret_cast<u16*>(cd_s + (t0 + s) * (D / 2) + (g / 2) * (D / 8) + 2 * w) =
+            (u16)(b0 | (b1 << 8));
+      } else {
+        // pair row (t0 / 2): byte g (D/8) + 2w + η, even token low nibble
+        const u32 b0 = idx[0] | (idx[1] << 4), b1 = idx[2] | (idx[3] << 4);
+        *reinterpret_cast<u16*>(cd_s + (t0 / 2) * D + g * (D / 8) + 2 * w) = (u16)(b0 | (b1 << 8));
+      }
+      if (QJL) {
+        float rr[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) rr[e] = y[e] - cen_s[idx[e]];
+        float s0 = rr[0] * rr[0] + rr[2] * rr[2], s1 = rr[1] * rr[1] + rr[3] * rr[3];
+#pragma unroll
+        for (int o = 4; o < 32; o *= 2) {
+          s0 += shfl_xor(s0, o);
+          s1 += shfl_xor(s1, o);
+        }
+        if (g == 0) {
+          gam_s[w * kRows + t0] = s0;
+          gam_s[w * kRows + t0 + 1] = s1;
+        }
+        const int o0 = 16 * w + g;
+        rrs[t0 * S + o0] = F16::from_f32(rr[0]);
+        rrs[(t0 + 1) * S + o0] = F16::from_f32(rr[1]);
+        rrs[t0 * S + o0 + 8] = F16::from_f32(rr[2]);
+        rrs[(t0 + 1) * S + o0 + 8] = F16::from_f32(rr[3]);
+      }
+    }
+    if (QJL) {
+      __syncthreads();
+#pragma unroll 1
+      for (int t = 0; t < kTilesPerChunk; ++t) {
+        float acc[4];
+        tile_product<D, false>(reinterpret_cast<const u32(&)[D / 16][4]>(am),
+                               reinterpret_cast<const u32(&)[D / 16][4]>(am), rrs, t, lane, acc);
+        // channel 16w + g (+8): lane block g/2, bit 2w (+1) + (g % 2) D/8
+        const int e = (g & 1) * (D / 8);
+        const u32 m0 = ((acc[0] >= 0.f ? 1u : 0u) << (2 * w + e)) | ((acc[2] >= 0.f ? 1u : 0u) << (2 * w + 1 + e));
+        const u32 m1 = ((acc[1] >= 0.f ? 1u : 0u) << (2 * w + e)) | ((acc[3] >= 0.f ? 1u : 0u) << (2 * w + 1 + e));
+        const u32 o0 = shfl_xor_u32(m0, 4), o1 = shfl_xor_u32(m1, 4);
+        const int t0 = t * kTile + 2 * q;
+        // even g: token 2q, odd g: token 2q + 1
+        if ((g & 1) == 0) red_or_shared(&sg_s[t0 * 4 + g / 2], m0 | o0);
+        else red_or_shared(&sg_s[(t0 + 1) * 4 + g / 2], m1 | o1);
+      }
+    }
+    __syncthreads();
+
+    // ---- writes: whole rows from shared memory
+    const int item0 = c * kTilesPerChunk;
+    if (KEYS) {
+      for (int i = threadIdx.x; i < kRows * (D / 32); i += NT) {  // D/2 bytes = D/32 pieces per row
+        const int r = i / (D / 32), piece = i % (D / 32), item = item0 + r / kTile;
+        if (item >= items) continue;
+        int b, h, first, lo, hi;
+        tile_coords(p, item, b, h, first, lo, hi);
+        const int j = first + r % kTile;
+        if (j < lo || j >= hi) continue;
+        const size_t row = ((size_t)b * p.heads_kv + h) * p.cap + j;
+        *reinterpret_cast<Vec16*>(p.codes + row * (D / 2) + 16 * piece) =
+            ld_shared16(cd_s + r * (D / 2) + 16 * piece);
+      }
+    } else {
+      for (int i = threadIdx.x; i < (kRows / 2) * (D / 16); i += NT) {  // D bytes per token pair
+        const int pr = i / (D / 16), piece = i % (D / 16), r = 2 * pr, item = item0 + r / kTile;
+        if (item >= items) continue;
+        int b, h, first, lo, hi;
+        tile_coords(p, item, b, h, first, lo, hi);
+        const int j = first + r % kTile;  // even
+        const bool ev = j >= lo && j < hi, od = j + 1 >= lo && j + 1 < hi;
+        if (!ev && !od) continue;
+        const size_t row0 = ((size_t)b * p.heads_kv + h) * p.cap;
+        unsigned char* dst = p.codes + (row0 / 2 + j / 2) * D + 16 * piece;
+        const unsigned char* src = cd_s + pr * D + 16 * piece;
+        if (ev && od) {
+          *reinterpret_cast<Vec16*>(dst) = ld_shared16(src);
+        } else {
+          // as the exact kernel: an even token alone clears the high nibble, an odd one keeps
+          // its partner's low nibble
+          for (int k = 0; k < 16; ++k)
+            dst[k] = ev ? (unsigned char)(src[k] & 0x0fu) : (unsigned char)((dst[k] & 0x0fu) | (src[k] & 0xf0u));
+        }
+      }
+    }
+    if (threadIdx.x < kRows) {
+      const int r = threadIdx.x, item = item0 + r / kTile;
+      if (item < items) {
+        int b, h, first, lo, hi;
+        tile_coords(p, item, b, h, first, lo, hi);
+        const int j = first + r % kTile;
+        if (j >= lo && j < hi) {
+          const size_t row = ((size_t)b * p.heads_kv + h) * p.cap + j;
+          const float n = nrm_s[r];
+          if (KEYS) {
+            u32 nr = 0u;
+            if (QJL) {
+              float s = 0.f;
+#pragma unroll
+              for (int ww = 0; ww < L::kWarps; ++ww) s += gam_s[ww * kRows + r];
+              float gam;
+              asm("sqrt.rn.f32 %0, %1;" : "=f"(gam) : "f"(s));
+              nr = F16::from_f32(tq::fmul_rn(n, gam));
+              const u32* sw = sg_s + r * 4;
+              if (D == 128) {
+                Vec16 v{sw[0], sw[1], sw[2], sw[3]};
+                *reinterpret_cast<Vec16*>(p.signs + row * (D / 8)) = v;
+              } else {
+                u32* dst = reinterpret_cast<u32*>(p.signs + row * (D / 8));
+                dst[0] = sw[0] | (sw[1] << 16);
+                dst[1] = sw[2] | (sw[3] << 16);
+              }
+            }
+            reinterpret_cast<u32*>(p.norms)[row] = (u32)F16::from_f32(n) | (nr << 16);
+          } else {
+            reinterpret_cast<u16*>(p.norms)[row] = F16::from_f32(n);
+          }
+        }
+      }
+    }
+    stage = (stage + 1) % kStages;
+  }
+  cp_async_wait<0>();
+}
+
+}  // namespace tqf
+}  // namespace ferrattn
+
+// Closed list of the fast path: D in {64, 128}; keys with or without QJL, values; Π as one f16
+// matrix (`_fast_`) or split into f16 hi + lo (`_split_`).
+#define FERRATTN_TQF_ONE(NAME, D, KEYS, QJL, SPLIT, MINB)                                           \
+  extern "C" __global__ void __launch_bounds__(D * 2, MINB) NAME(const ferrattn::tqf::FastParams p) { \
+    ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT>(p);                                         \
+  }
+#define FERRATTN_TQF(D)                                                                           \
+  FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, 2)                        \
+  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, 2)                       \
+  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, 2)                        \
+  FERRATTN_TQF_ONE(turboquant_split_keys_qjl_d##D, D, true, true, true, 1)                        \
+  FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, 2)                       \
+  FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, 2)
+
+FERRATTN_TQF(64)
+FERRATTN_TQF(128)

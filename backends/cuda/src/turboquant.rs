@@ -48,6 +48,44 @@ pub const COMBINE_WARPS: usize = 8;
 pub const MIN_UNIT_ITERS: usize = 16;
 /// Destination tokens per work item of the compression kernels.
 pub const COMPRESS_TOKENS: usize = 16;
+/// Destination tokens per tile of the fast compression kernels (one MMA `n8`).
+pub const FAST_TILE: usize = 8;
+/// Token rows per chunk of a fast compression CTA (`kRows` in turboquant_compress.cu).
+pub const FAST_ROWS: usize = 64;
+/// Stages of the fast compression kernels' cp.async ring (`tqf::kStages`).
+pub const FAST_STAGES: usize = 3;
+
+/// Which compression kernels [`TurboQuantCuda`] runs (docs/TURBOQUANT_CUDA.md, "Compression on
+/// tensor cores", states each contract).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompressPath {
+    /// The reference: every f32/f64 step of the emulation as one IEEE instruction on CUDA
+    /// cores. Codes and norms bit-exact with `TurboQuantCodec::compress`; FP32-issue-bound.
+    #[default]
+    Exact,
+    /// Tensor cores, `Π` as one f16 matrix: a code may differ from the emulation's only where
+    /// the emulation's rotated coordinate lies within [`FAST_CODE_MARGIN`] of a Lloyd-Max
+    /// boundary; `‖x‖` as the emulation; `‖r‖` within [`FAST_RNORM_REL`]; a QJL sign may differ
+    /// only where `|(S r)_i| <= FAST_SIGN_MARGIN ‖S_i‖ ‖r‖`.
+    Fast,
+    /// As [`Self::Fast`] with `Π` split into f16 hi + lo (two MMAs, about f32 accuracy): codes
+    /// within [`SPLIT_CODE_MARGIN`] of a boundary only.
+    Split,
+}
+
+/// Margin of [`CompressPath::Fast`]'s codes around a boundary (unit-norm rotated coordinates):
+/// one f16 `Π` errs by at most `2^-11 Σ_k |Π_ok| |u_k| <= 2^-11`, plus `2^-14` for the f32 sums
+/// of the MMA and of the emulation itself.
+pub const FAST_CODE_MARGIN: f32 = 1.0 / 2048.0 + 1.0 / 16384.0;
+/// Margin of [`CompressPath::Split`]'s codes: `Π - hi - lo` is below `2^-22 |Π|`; what remains is
+/// the f32 accumulation of the MMA and the emulation's own sequential f32 sum (`<= 128 · 2^-24`).
+pub const SPLIT_CODE_MARGIN: f32 = 1.0 / 16384.0;
+/// Relative bound of the fast paths' `‖r‖` against the emulation's (one f16 rounding step of the
+/// stored value, `2^-10`, from an f32 `γ` computed in the rotated basis).
+pub const FAST_RNORM_REL: f32 = 1.0 / 1024.0;
+/// Margin of the fast paths' QJL signs, relative to `‖S_i‖ ‖r‖`: `S Πᵀ` and the residual are
+/// each rounded to f16 once (`2 · 2^-11`), doubled for the accumulation and `Π Πᵀ ≠ I` in f32.
+pub const FAST_SIGN_MARGIN: f32 = 1.0 / 512.0;
 
 /// Entry points of one configuration (the closed list of `turboquant_*.cu`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +102,14 @@ pub struct KernelNames {
     pub decode_r16: String,
     /// Merge of the partials and `Πᵀ`.
     pub combine: String,
+    /// Keys on tensor cores, one f16 `Π` ([`CompressPath::Fast`]).
+    pub fast_keys: String,
+    /// Values on tensor cores, one f16 `Π`.
+    pub fast_values: String,
+    /// Keys on tensor cores, `Π` split hi + lo ([`CompressPath::Split`]).
+    pub split_keys: String,
+    /// Values on tensor cores, `Π` split hi + lo.
+    pub split_values: String,
 }
 
 /// Checks a configuration against the closed list of the kernels.
@@ -137,6 +183,16 @@ pub fn kernel_names(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<Kern
             if cfg.key_qjl { "qjl" } else { "mse" }
         ),
         compress_values: format!("turboquant_compress_values_d{d}"),
+        fast_keys: format!(
+            "turboquant_fast_keys_{}_d{d}",
+            if cfg.key_qjl { "qjl" } else { "mse" }
+        ),
+        fast_values: format!("turboquant_fast_values_d{d}"),
+        split_keys: format!(
+            "turboquant_split_keys_{}_d{d}",
+            if cfg.key_qjl { "qjl" } else { "mse" }
+        ),
+        split_values: format!("turboquant_split_values_d{d}"),
         prepare_q: format!("turboquant_prepare_q_d{d}"),
         decode_r8: format!("turboquant_decode_d{d}_{k}_{v}_r8"),
         decode_r16: format!("turboquant_decode_d{d}_{k}_{v}_r16"),
@@ -237,6 +293,29 @@ struct CompressParams {
     count: u64,
     pi: u64,
     s: u64,
+    codes: u64,
+    signs: u64,
+    norms: u64,
+    batch: i32,
+    src_len: i32,
+    heads_kv: i32,
+    cap: i32,
+    groups: i32,
+    n_bounds: i32,
+    bounds: [f32; 15],
+    cents: [f32; 16],
+}
+
+/// Mirror of `tqf::FastParams` (turboquant_compress.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct FastCompressParams {
+    src: u64,
+    dst0: u64,
+    count: u64,
+    pi_hi: u64,
+    pi_lo: u64,
+    m: u64,
     codes: u64,
     signs: u64,
     norms: u64,
@@ -623,8 +702,11 @@ pub struct PreparedTurboQuantAppend {
     before: Vec<usize>,
     after: Vec<usize>,
     src_len: usize,
-    /// 16-token destination groups per (sequence, KV head) of the widest sequence.
+    /// Destination groups per (sequence, KV head) of the widest sequence: 16 tokens (exact
+    /// kernels) or [`FAST_TILE`] (fast kernels).
     groups: usize,
+    /// The kernels it was prepared for.
+    path: CompressPath,
     /// Resident CTAs per SM of the key and the value compression kernels (queried here, so
     /// that enqueueing makes no driver query: it may run inside a graph capture).
     per_sm: [usize; 2],
@@ -645,6 +727,10 @@ impl PreparedTurboQuantAppend {
     pub fn src_len(&self) -> usize {
         self.src_len
     }
+    /// The compression kernels it launches.
+    pub fn path(&self) -> CompressPath {
+        self.path
+    }
 }
 
 /// The TurboQuant kernels of one layer configuration, with `Π`, `S` and the codebooks on the
@@ -662,6 +748,11 @@ pub struct TurboQuantCuda {
     names: KernelNames,
     compress_keys: Function,
     compress_values: Function,
+    fast_keys: Function,
+    fast_values: Function,
+    split_keys: Function,
+    split_values: Function,
+    path: CompressPath,
     prepare_q: Function,
     decode_r8: Function,
     decode_r16: Function,
@@ -670,6 +761,10 @@ pub struct TurboQuantCuda {
     pit: DeviceBuffer,
     s: DeviceBuffer,
     st: DeviceBuffer,
+    /// f16 bits of `Π` (hi), `Π - hi` (lo) and `S Πᵀ`, row-major, for the fast kernels.
+    pi_hi: DeviceBuffer,
+    pi_lo: DeviceBuffer,
+    m_hi: DeviceBuffer,
     key_cb: (i32, [f32; 15], [f32; 16]),
     value_cb: (i32, [f32; 15], [f32; 16]),
     ktab: [u32; 8],
@@ -680,6 +775,8 @@ pub struct TurboQuantCuda {
     sigma_v: f32,
     smem_keys: usize,
     smem_values: usize,
+    smem_fast_keys: usize,
+    smem_fast_values: usize,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -746,6 +843,40 @@ pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
         .next_power_of_two()
 }
 
+/// Shared memory of a fast compression kernel (`tqf::compress_fast` in turboquant_compress.cu):
+/// the cp.async ring, the residual tile (keys with QJL), norms, `γ` partials, the codebook, the
+/// sign words and the code rows.
+pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
+    let tile = FAST_ROWS * (d + 8) * 2;
+    let warps = d / 16;
+    FAST_STAGES * tile
+        + if keys_with_qjl { tile } else { 0 }
+        + 4 * (2 * FAST_ROWS + warps * FAST_ROWS + 32)
+        + FAST_ROWS * 16
+        + FAST_ROWS * d / 2
+}
+
+/// `Π` as f16 hi and lo (`lo = f16(Π - hi)`) and `S Πᵀ` (f64 products, rounded once to f16),
+/// as f16 bits, row-major: the A operands of the fast compression kernels.
+pub fn fast_matrices(pi: &[f32], s: &[f32], d: usize) -> (Vec<u16>, Vec<u16>, Vec<u16>) {
+    let hi: Vec<f16> = pi.iter().map(|&x| f16::from_f32(x)).collect();
+    let lo: Vec<u16> = pi
+        .iter()
+        .zip(&hi)
+        .map(|(&x, h)| f16::from_f32(x - h.to_f32()).to_bits())
+        .collect();
+    let mut m = vec![0u16; d * d];
+    for i in 0..d {
+        for k in 0..d {
+            let v: f64 = (0..d)
+                .map(|o| s[i * d + o] as f64 * pi[k * d + o] as f64)
+                .sum();
+            m[i * d + k] = f16::from_f64(v).to_bits();
+        }
+    }
+    (hi.iter().map(|h| h.to_bits()).collect(), lo, m)
+}
+
 /// Shared memory of a compression kernel (`compress` in turboquant_compress.cu).
 pub fn compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
     let s = d + 4;
@@ -783,9 +914,20 @@ impl TurboQuantCuda {
         let (sigma_k, sigma_v) = (f16_friendly_scale(kc), f16_friendly_scale(vc));
         let ktab = centroid_tables(&kc.iter().map(|c| c * sigma_k).collect::<Vec<_>>());
         let vtab = centroid_tables(&vc.iter().map(|c| c * sigma_v).collect::<Vec<_>>());
+        let (pi_hi, pi_lo, m_hi) = fast_matrices(&pi_h, &s_h, d);
         let t = TurboQuantCuda {
             compress_keys: cm.function(&names.compress_keys)?,
             compress_values: cm.function(&names.compress_values)?,
+            fast_keys: cm.function(&names.fast_keys)?,
+            fast_values: cm.function(&names.fast_values)?,
+            split_keys: cm.function(&names.split_keys)?,
+            split_values: cm.function(&names.split_values)?,
+            path: CompressPath::Exact,
+            pi_hi: DeviceBuffer::from_slice(&gpu, &pi_hi)?,
+            pi_lo: DeviceBuffer::from_slice(&gpu, &pi_lo)?,
+            m_hi: DeviceBuffer::from_slice(&gpu, &m_hi)?,
+            smem_fast_keys: fast_compress_smem_bytes(d, cfg.key_qjl),
+            smem_fast_values: fast_compress_smem_bytes(d, false),
             prepare_q: dm.function(&names.prepare_q)?,
             decode_r8: dm.function(&names.decode_r8)?,
             decode_r16: dm.function(&names.decode_r16)?,
@@ -816,10 +958,33 @@ impl TurboQuantCuda {
         };
         set_smem(&t.compress_keys, t.smem_keys)?;
         set_smem(&t.compress_values, t.smem_values)?;
+        for f in [&t.fast_keys, &t.split_keys] {
+            set_smem(f, t.smem_fast_keys)?;
+        }
+        for f in [&t.fast_values, &t.split_values] {
+            set_smem(f, t.smem_fast_values)?;
+        }
         for f in [&t.decode_r8, &t.decode_r16] {
             set_smem(f, decode_smem_bytes(d))?;
         }
         Ok(t)
+    }
+
+    /// The same kernels compressing by `path` from now on (appends prepared before keep
+    /// theirs).
+    pub fn with_compress_path(mut self, path: CompressPath) -> TurboQuantCuda {
+        self.path = path;
+        self
+    }
+
+    /// Selects the compression kernels of later appends.
+    pub fn set_compress_path(&mut self, path: CompressPath) {
+        self.path = path;
+    }
+
+    /// The compression kernels appends use.
+    pub fn compress_path(&self) -> CompressPath {
+        self.path
     }
 
     /// The kernel names in use.
@@ -918,21 +1083,38 @@ impl TurboQuantCuda {
                 )));
             }
         }
+        let path = self.path;
+        let g = if path == CompressPath::Exact {
+            COMPRESS_TOKENS
+        } else {
+            FAST_TILE
+        };
         let groups = counts
             .iter()
             .zip(lens_before)
-            .map(|(&c, &l)| (l % COMPRESS_TOKENS + c).div_ceil(COMPRESS_TOKENS))
+            .map(|(&c, &l)| (l % g + c).div_ceil(g))
             .max()
             .unwrap_or(0);
         let dst0: Vec<i32> = lens_before.iter().map(|&l| l as i32).collect();
         let cnt: Vec<i32> = counts.iter().map(|&c| c as i32).collect();
         let d = self.head_dim;
-        let per_sm = [
-            occupancy(&self.compress_keys, d, self.smem_keys)?,
-            occupancy(&self.compress_values, d, self.smem_values)?,
-        ];
+        let per_sm = match path {
+            CompressPath::Exact => [
+                occupancy(&self.compress_keys, d, self.smem_keys)?,
+                occupancy(&self.compress_values, d, self.smem_values)?,
+            ],
+            CompressPath::Fast => [
+                occupancy(&self.fast_keys, 2 * d, self.smem_fast_keys)?,
+                occupancy(&self.fast_values, 2 * d, self.smem_fast_values)?,
+            ],
+            CompressPath::Split => [
+                occupancy(&self.split_keys, 2 * d, self.smem_fast_keys)?,
+                occupancy(&self.split_values, 2 * d, self.smem_fast_values)?,
+            ],
+        };
         Ok(PreparedTurboQuantAppend {
             per_sm,
+            path,
             before: lens_before.to_vec(),
             after: lens_before.iter().zip(counts).map(|(l, c)| l + c).collect(),
             src_len,
@@ -985,6 +1167,12 @@ impl TurboQuantCuda {
         }
         let items = b_ * hk * prep.groups;
         let sms = self.gpu.caps.compute_units;
+        if prep.path != CompressPath::Exact {
+            // SAFETY: forwarded from this function's contract.
+            unsafe { self.enqueue_fast(prep, cache, k, v, stream)? };
+            cache.lens.clone_from(&prep.after);
+            return Ok(());
+        }
         for keys in [true, false] {
             let (f, smem, cb, per_sm) = if keys {
                 (
@@ -1043,6 +1231,74 @@ impl TurboQuantCuda {
             }
         }
         cache.lens.clone_from(&prep.after);
+        Ok(())
+    }
+
+    /// The fast kernels' launches of [`Self::enqueue_append`] (checks done there).
+    ///
+    /// # Safety
+    /// As [`Self::enqueue_append`].
+    unsafe fn enqueue_fast(
+        &self,
+        prep: &PreparedTurboQuantAppend,
+        cache: &DeviceTurboQuantCache,
+        k: u64,
+        v: u64,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
+        let chunks = (b_ * hk * prep.groups).div_ceil(FAST_ROWS / FAST_TILE);
+        let sms = self.gpu.caps.compute_units;
+        let split = prep.path == CompressPath::Split;
+        for keys in [true, false] {
+            let (f, smem, cb, per_sm) = match (keys, split) {
+                (true, false) => (&self.fast_keys, self.smem_fast_keys, self.key_cb, prep.per_sm[0]),
+                (true, true) => (&self.split_keys, self.smem_fast_keys, self.key_cb, prep.per_sm[0]),
+                (false, false) => (&self.fast_values, self.smem_fast_values, self.value_cb, prep.per_sm[1]),
+                (false, true) => (&self.split_values, self.smem_fast_values, self.value_cb, prep.per_sm[1]),
+            };
+            let mut prm = FastCompressParams {
+                src: if keys { k } else { v },
+                dst0: prep.dst0.ptr(),
+                count: prep.count.ptr(),
+                pi_hi: self.pi_hi.ptr(),
+                pi_lo: self.pi_lo.ptr(),
+                m: self.m_hi.ptr(),
+                codes: if keys {
+                    cache.kcodes.ptr()
+                } else {
+                    cache.vcodes.ptr()
+                },
+                signs: cache.ksigns.ptr(),
+                norms: if keys {
+                    cache.knorms.ptr()
+                } else {
+                    cache.vnorms.ptr()
+                },
+                batch: b_ as i32,
+                src_len: prep.src_len as i32,
+                heads_kv: hk as i32,
+                cap: cache.capacity as i32,
+                groups: prep.groups as i32,
+                n_bounds: cb.0,
+                bounds: cb.1,
+                cents: cb.2,
+            };
+            let grid = chunks.min(sms * per_sm) as u32;
+            // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
+            // (k, v, stream) or owned by `prep`, the cache and `self`.
+            unsafe {
+                launch_on(
+                    &self.gpu,
+                    f,
+                    (grid, 2 * d as u32),
+                    smem as u32,
+                    stream,
+                    false,
+                    &mut [arg(&mut prm)],
+                )?;
+            }
+        }
         Ok(())
     }
 
@@ -1885,6 +2141,10 @@ mod tests {
             std::mem::size_of::<CompressParams>(),
             8 * 8 + 6 * 4 + 31 * 4 + 4
         );
+        assert_eq!(
+            std::mem::size_of::<FastCompressParams>(),
+            9 * 8 + 6 * 4 + 31 * 4 + 4
+        );
         assert_eq!(std::mem::size_of::<DecodeParams>(), 14 * 8 + 8 * 4 + 16 * 4);
         assert_eq!(
             std::mem::size_of::<PrepareParams>(),
@@ -2121,7 +2381,50 @@ mod tests {
     }
 
     #[test]
+    fn fast_matrices_split_pi_and_fold_the_sketch() {
+        let cfg = TurboQuantConfig::paper_default(&AttentionProblem::uniform(
+            1,
+            1,
+            16,
+            8,
+            2,
+            64,
+            64,
+            DType::F16,
+        ));
+        let codec = TurboQuantCodec::new(&cfg, 64, 64);
+        let (pi, s) = (codec.key_rotation().matrix(), codec.sketch().matrix());
+        let (hi, lo, m) = fast_matrices(pi, s, 64);
+        let f = |b: u16| f16::from_bits(b).to_f64();
+        for i in 0..64 * 64 {
+            // hi + lo carries Π to about 2^-22 of its magnitude (f16 subnormals: 2^-25 absolute)
+            let e = (f(hi[i]) + f(lo[i]) - pi[i] as f64).abs();
+            assert!(
+                e <= (pi[i].abs() as f64) * 2f64.powi(-21) + 2f64.powi(-25),
+                "{i}: {e:e}"
+            );
+        }
+        // (S Πᵀ) Π = S: the folded sketch applied to a rotated vector is the sketch of the vector
+        let x: Vec<f64> = (0..64).map(|k| ((k * 37 % 11) as f64 - 5.0) / 7.0).collect();
+        let rot: Vec<f64> = (0..64)
+            .map(|o| (0..64).map(|k| pi[o * 64 + k] as f64 * x[k]).sum())
+            .collect();
+        for i in 0..64 {
+            let want: f64 = (0..64).map(|k| s[i * 64 + k] as f64 * x[k]).sum();
+            let got: f64 = (0..64).map(|k| f(m[i * 64 + k]) * rot[k]).sum();
+            let norm: f64 = (0..64).map(|k| (s[i * 64 + k] as f64).powi(2)).sum::<f64>().sqrt();
+            let xn: f64 = x.iter().map(|v| v * v).sum::<f64>().sqrt();
+            assert!(
+                (got - want).abs() <= 2f64.powi(-10) * norm * xn,
+                "row {i}: {got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
     fn compression_kernels_fit_in_shared_memory() {
+        // two fast CTAs per SM (227 KB each SM on sm_90)
+        assert!(2 * fast_compress_smem_bytes(128, true) <= 227 * 1024);
         // keys with QJL at d = 128: Π and S padded, f32, plus the rows: within 227 KiB
         assert!(compress_smem_bytes(128, true) <= 227 * 1024);
         assert_eq!(
