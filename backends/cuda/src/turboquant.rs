@@ -1142,7 +1142,7 @@ impl TurboQuantCuda {
         v: u64,
         stream: sys::CUstream,
     ) -> Result<()> {
-        let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
+        let d = self.head_dim;
         if cache.head_dim != d || cache.key_qjl != self.cfg.key_qjl {
             return Err(CudaError::Plan(format!(
                 "a cache of head dim {} (QJL {}) on kernels of head dim {d} (QJL {})",
@@ -1165,139 +1165,208 @@ impl TurboQuantCuda {
             cache.lens.clone_from(&prep.after);
             return Ok(());
         }
-        let items = b_ * hk * prep.groups;
-        let sms = self.gpu.caps.compute_units;
-        if prep.path != CompressPath::Exact {
+        for (keys, src) in [(true, k), (false, v)] {
             // SAFETY: forwarded from this function's contract.
-            unsafe { self.enqueue_fast(prep, cache, k, v, stream)? };
-            cache.lens.clone_from(&prep.after);
-            return Ok(());
-        }
-        for keys in [true, false] {
-            let (f, smem, cb, per_sm) = if keys {
-                (
-                    &self.compress_keys,
-                    self.smem_keys,
-                    self.key_cb,
-                    prep.per_sm[0],
-                )
-            } else {
-                (
-                    &self.compress_values,
-                    self.smem_values,
-                    self.value_cb,
-                    prep.per_sm[1],
-                )
-            };
-            let mut prm = CompressParams {
-                src: if keys { k } else { v },
-                dst0: prep.dst0.ptr(),
-                count: prep.count.ptr(),
-                pi: self.pi.ptr(),
-                s: self.s.ptr(),
-                codes: if keys {
-                    cache.kcodes.ptr()
-                } else {
-                    cache.vcodes.ptr()
-                },
-                signs: cache.ksigns.ptr(),
-                norms: if keys {
-                    cache.knorms.ptr()
-                } else {
-                    cache.vnorms.ptr()
-                },
-                batch: b_ as i32,
-                src_len: prep.src_len as i32,
-                heads_kv: hk as i32,
-                cap: cache.capacity as i32,
-                groups: prep.groups as i32,
-                n_bounds: cb.0,
-                bounds: cb.1,
-                cents: cb.2,
-            };
-            let grid = items.min(sms * per_sm) as u32;
-            // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
-            // (k, v, stream) or owned by `prep`, the cache and `self`.
-            unsafe {
-                launch_on(
-                    &self.gpu,
-                    f,
-                    (grid, d as u32),
-                    smem as u32,
-                    stream,
-                    false,
-                    &mut [arg(&mut prm)],
-                )?;
-            }
+            unsafe { self.launch_part(prep, cache, src, keys, stream)? };
         }
         cache.lens.clone_from(&prep.after);
         Ok(())
     }
 
-    /// The fast kernels' launches of [`Self::enqueue_append`] (checks done there).
+    /// One of the two launches of [`Self::enqueue_append`] (`keys`: the key kernel reading
+    /// `src`, else the value kernel), leaving the cache's lengths as they are: for timing each
+    /// compression kernel alone (benches, profilers). Checks as [`Self::enqueue_append`].
     ///
     /// # Safety
-    /// As [`Self::enqueue_append`].
-    unsafe fn enqueue_fast(
+    /// As [`Self::enqueue_append`], for `src` in the place of `k` or `v`.
+    pub unsafe fn enqueue_compress_part(
         &self,
         prep: &PreparedTurboQuantAppend,
         cache: &DeviceTurboQuantCache,
-        k: u64,
-        v: u64,
+        src: u64,
+        keys: bool,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        if cache.head_dim != self.head_dim || cache.key_qjl != self.cfg.key_qjl {
+            return Err(CudaError::Plan(format!(
+                "a cache of head dim {} (QJL {}) on kernels of head dim {} (QJL {})",
+                cache.head_dim, cache.key_qjl, self.head_dim, self.cfg.key_qjl
+            )));
+        }
+        if cache.lens.len() != prep.before.len() || prep.after.iter().any(|&l| l > cache.capacity) {
+            return Err(CudaError::Plan(format!(
+                "an append to lengths {:?} on a cache of {} sequences of {} tokens",
+                prep.after,
+                cache.lens.len(),
+                cache.capacity
+            )));
+        }
+        if prep.groups == 0 {
+            return Ok(());
+        }
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.launch_part(prep, cache, src, keys, stream) }
+    }
+
+    /// The key or the value launch of an append (checks done by the callers).
+    ///
+    /// # Safety
+    /// As [`Self::enqueue_append`].
+    unsafe fn launch_part(
+        &self,
+        prep: &PreparedTurboQuantAppend,
+        cache: &DeviceTurboQuantCache,
+        src: u64,
+        keys: bool,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        if prep.path != CompressPath::Exact {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { self.launch_fast(prep, cache, src, keys, stream) };
+        }
+        let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
+        let items = b_ * hk * prep.groups;
+        let sms = self.gpu.caps.compute_units;
+        let (f, smem, cb, per_sm) = if keys {
+            (
+                &self.compress_keys,
+                self.smem_keys,
+                self.key_cb,
+                prep.per_sm[0],
+            )
+        } else {
+            (
+                &self.compress_values,
+                self.smem_values,
+                self.value_cb,
+                prep.per_sm[1],
+            )
+        };
+        let mut prm = CompressParams {
+            src,
+            dst0: prep.dst0.ptr(),
+            count: prep.count.ptr(),
+            pi: self.pi.ptr(),
+            s: self.s.ptr(),
+            codes: if keys {
+                cache.kcodes.ptr()
+            } else {
+                cache.vcodes.ptr()
+            },
+            signs: cache.ksigns.ptr(),
+            norms: if keys {
+                cache.knorms.ptr()
+            } else {
+                cache.vnorms.ptr()
+            },
+            batch: b_ as i32,
+            src_len: prep.src_len as i32,
+            heads_kv: hk as i32,
+            cap: cache.capacity as i32,
+            groups: prep.groups as i32,
+            n_bounds: cb.0,
+            bounds: cb.1,
+            cents: cb.2,
+        };
+        let grid = items.min(sms * per_sm) as u32;
+        // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
+        // (k, v, stream) or owned by `prep`, the cache and `self`.
+        unsafe {
+            launch_on(
+                &self.gpu,
+                f,
+                (grid, d as u32),
+                smem as u32,
+                stream,
+                false,
+                &mut [arg(&mut prm)],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The fast kernel's launch of [`Self::launch_part`].
+    ///
+    /// # Safety
+    /// As [`Self::enqueue_append`].
+    unsafe fn launch_fast(
+        &self,
+        prep: &PreparedTurboQuantAppend,
+        cache: &DeviceTurboQuantCache,
+        src: u64,
+        keys: bool,
         stream: sys::CUstream,
     ) -> Result<()> {
         let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
         let chunks = (b_ * hk * prep.groups).div_ceil(FAST_ROWS / FAST_TILE);
         let sms = self.gpu.caps.compute_units;
         let split = prep.path == CompressPath::Split;
-        for keys in [true, false] {
-            let (f, smem, cb, per_sm) = match (keys, split) {
-                (true, false) => (&self.fast_keys, self.smem_fast_keys, self.key_cb, prep.per_sm[0]),
-                (true, true) => (&self.split_keys, self.smem_fast_keys, self.key_cb, prep.per_sm[0]),
-                (false, false) => (&self.fast_values, self.smem_fast_values, self.value_cb, prep.per_sm[1]),
-                (false, true) => (&self.split_values, self.smem_fast_values, self.value_cb, prep.per_sm[1]),
-            };
-            let mut prm = FastCompressParams {
-                src: if keys { k } else { v },
-                dst0: prep.dst0.ptr(),
-                count: prep.count.ptr(),
-                pi_hi: self.pi_hi.ptr(),
-                pi_lo: self.pi_lo.ptr(),
-                m: self.m_hi.ptr(),
-                codes: if keys {
-                    cache.kcodes.ptr()
-                } else {
-                    cache.vcodes.ptr()
-                },
-                signs: cache.ksigns.ptr(),
-                norms: if keys {
-                    cache.knorms.ptr()
-                } else {
-                    cache.vnorms.ptr()
-                },
-                batch: b_ as i32,
-                src_len: prep.src_len as i32,
-                heads_kv: hk as i32,
-                cap: cache.capacity as i32,
-                groups: prep.groups as i32,
-                n_bounds: cb.0,
-                bounds: cb.1,
-                cents: cb.2,
-            };
-            let grid = chunks.min(sms * per_sm) as u32;
-            // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
-            // (k, v, stream) or owned by `prep`, the cache and `self`.
-            unsafe {
-                launch_on(
-                    &self.gpu,
-                    f,
-                    (grid, 2 * d as u32),
-                    smem as u32,
-                    stream,
-                    false,
-                    &mut [arg(&mut prm)],
-                )?;
-            }
+        let (f, smem, cb, per_sm) = match (keys, split) {
+            (true, false) => (
+                &self.fast_keys,
+                self.smem_fast_keys,
+                self.key_cb,
+                prep.per_sm[0],
+            ),
+            (true, true) => (
+                &self.split_keys,
+                self.smem_fast_keys,
+                self.key_cb,
+                prep.per_sm[0],
+            ),
+            (false, false) => (
+                &self.fast_values,
+                self.smem_fast_values,
+                self.value_cb,
+                prep.per_sm[1],
+            ),
+            (false, true) => (
+                &self.split_values,
+                self.smem_fast_values,
+                self.value_cb,
+                prep.per_sm[1],
+            ),
+        };
+        let mut prm = FastCompressParams {
+            src,
+            dst0: prep.dst0.ptr(),
+            count: prep.count.ptr(),
+            pi_hi: self.pi_hi.ptr(),
+            pi_lo: self.pi_lo.ptr(),
+            m: self.m_hi.ptr(),
+            codes: if keys {
+                cache.kcodes.ptr()
+            } else {
+                cache.vcodes.ptr()
+            },
+            signs: cache.ksigns.ptr(),
+            norms: if keys {
+                cache.knorms.ptr()
+            } else {
+                cache.vnorms.ptr()
+            },
+            batch: b_ as i32,
+            src_len: prep.src_len as i32,
+            heads_kv: hk as i32,
+            cap: cache.capacity as i32,
+            groups: prep.groups as i32,
+            n_bounds: cb.0,
+            bounds: cb.1,
+            cents: cb.2,
+        };
+        let grid = chunks.min(sms * per_sm) as u32;
+        // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
+        // (k, v, stream) or owned by `prep`, the cache and `self`.
+        unsafe {
+            launch_on(
+                &self.gpu,
+                f,
+                (grid, 2 * d as u32),
+                smem as u32,
+                stream,
+                false,
+                &mut [arg(&mut prm)],
+            )?;
         }
         Ok(())
     }
@@ -2405,14 +2474,19 @@ mod tests {
             );
         }
         // (S Πᵀ) Π = S: the folded sketch applied to a rotated vector is the sketch of the vector
-        let x: Vec<f64> = (0..64).map(|k| ((k * 37 % 11) as f64 - 5.0) / 7.0).collect();
+        let x: Vec<f64> = (0..64)
+            .map(|k| ((k * 37 % 11) as f64 - 5.0) / 7.0)
+            .collect();
         let rot: Vec<f64> = (0..64)
             .map(|o| (0..64).map(|k| pi[o * 64 + k] as f64 * x[k]).sum())
             .collect();
         for i in 0..64 {
             let want: f64 = (0..64).map(|k| s[i * 64 + k] as f64 * x[k]).sum();
             let got: f64 = (0..64).map(|k| f(m[i * 64 + k]) * rot[k]).sum();
-            let norm: f64 = (0..64).map(|k| (s[i * 64 + k] as f64).powi(2)).sum::<f64>().sqrt();
+            let norm: f64 = (0..64)
+                .map(|k| (s[i * 64 + k] as f64).powi(2))
+                .sum::<f64>()
+                .sqrt();
             let xn: f64 = x.iter().map(|v| v * v).sum::<f64>().sqrt();
             assert!(
                 (got - want).abs() <= 2f64.powi(-10) * norm * xn,
