@@ -371,29 +371,31 @@ __device__ __forceinline__ void tile_coords(const FastParams& p, int item, int& 
   hi = min(first + kTile, d0 + cnt);
 }
 
-template <int D>
-__device__ __forceinline__ void load_chunk(const FastParams& p, int chunk, int items, u16* xs) {
-  constexpr int S = Layout<D>::kStride, C = D / 8;  // 16-byte pieces per row
-  for (int i = threadIdx.x; i < kRows * C; i += Layout<D>::kThreads) {
-    const int r = i / C, c = i % C;
-    const int item = chunk * kTilesPerChunk + r / kTile;
-    bool ok = false;
-    const u16* src = p.src;
-    if (item < items) {
-      int b, h, first, lo, hi;
-      tile_coords(p, item, b, h, first, lo, hi);
-      const int j = first + r % kTile;
-      if (j >= lo && j < hi) {
-        ok = true;
-        src = p.src + (((size_t)b * p.src_len + (j - p.dst0[b])) * p.heads_kv + h) * D + c * 8;
-      }
-    }
-    cp_async16(xs + r * S + c * 8, src, ok);
-  }
+// Source row (element offset) of chunk row r, or -1 (tile outside the work, token outside the
+// append): zero-filled.
+__device__ __forceinline__ long long src_row(const FastParams& p, int item, int items, int t) {
+  if (item >= items) return -1;
+  int b, h, first, lo, hi;
+  tile_coords(p, item, b, h, first, lo, hi);
+  const int j = first + t;
+  if (j < lo || j >= hi) return -1;
+  return ((long long)b * p.src_len + (j - p.dst0[b])) * p.heads_kv + h;
 }
 
+// Each thread copies pieces (16 bytes) of one row: one row lookup per thread and chunk.
+template <int D>
+__device__ __forceinline__ void load_chunk(const FastParams& p, int chunk, int items, u16* xs) {
+  constexpr int S = Layout<D>::kStride, C = D / 8, TPR = Layout<D>::kThreads / kRows;
+  const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
+  const long long row = src_row(p, chunk * kTilesPerChunk + r / kTile, items, r % kTile);
+  const u16* src = row >= 0 ? p.src + row * D : p.src;
+#pragma unroll
+  for (int c = part; c < C; c += TPR) cp_async16(xs + r * S + c * 8, src + c * 8, row >= 0);
+}
+
+// two f16 of a row (col even: 4-byte aligned)
 __device__ __forceinline__ u32 ld_pair(const u16* m, int row, int col, int d) {
-  return (u32)m[row * d + col] | ((u32)m[row * d + col + 1] << 16);
+  return ld_global_u32(m + row * d + col);
 }
 
 // A fragments of rows [16w, 16w + 16) of a row-major f16 D x D matrix, one per k16 step
@@ -410,22 +412,32 @@ __device__ __forceinline__ void load_a(const u16* m, int w, int lane, u32 (&a)[D
   }
 }
 
-// acc = A (16 rows of the warp) x rows [8 tile, 8 tile + 8) of the smem tile (as B, col-major)
+// Tiles computed together by a warp: independent MMA chains and epilogues in flight.
+constexpr int kGroup = 4;
+
+// acc[j] = A (16 rows of the warp) x rows [8 (t0 + j), 8 (t0 + j) + 8) of the smem tile (B)
 template <int D, bool SPLIT>
-__device__ __forceinline__ void tile_product(const u32 (&ah)[D / 16][4], const u32 (&al)[D / 16][4],
-                                             const u16* xs, int tile, int lane, float (&acc)[4]) {
+__device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const u32 (&al)[D / 16][4],
+                                              const u16* xs, int t0, int lane,
+                                              float (&acc)[kGroup][4]) {
   constexpr int S = Layout<D>::kStride;
-  acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
-  const u16* row = xs + (tile * kTile + (lane & 7)) * S + 8 * (lane >> 3);
+#pragma unroll
+  for (int j = 0; j < kGroup; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  const u16* row = xs + (t0 * kTile + (lane & 7)) * S + 8 * (lane >> 3);
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk += 2) {
-    u32 bf[4];
-    ldmatrix_x4(bf, row + 16 * kk);
-    mma16816(F16{}, acc, ah[kk], bf[0], bf[1]);
-    mma16816(F16{}, acc, ah[kk + 1], bf[2], bf[3]);
+    u32 bf[kGroup][4];
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) ldmatrix_x4(bf[j], row + j * kTile * S + 16 * kk);
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], ah[kk], bf[j][0], bf[j][1]);
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], ah[kk + 1], bf[j][2], bf[j][3]);
     if (SPLIT) {
-      mma16816(F16{}, acc, al[kk], bf[0], bf[1]);
-      mma16816(F16{}, acc, al[kk + 1], bf[2], bf[3]);
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], al[kk], bf[j][0], bf[j][1]);
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], al[kk + 1], bf[j][2], bf[j][3]);
     }
   }
 }
@@ -452,7 +464,8 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   float* bnd_s = gam_s + L::kWarps * kRows;                      // [16]
   float* cen_s = bnd_s + 16;                                     // [16]
   u32* sg_s = reinterpret_cast<u32*>(cen_s + 16);                // [kRows][4] (QJL)
-  unsigned char* cd_s = reinterpret_cast<unsigned char*>(sg_s + kRows * 4);  // kRows * D / 2
+  long long* dst_s = reinterpret_cast<long long*>(sg_s + kRows * 4);  // [kRows] cache row or -1
+  unsigned char* cd_s = reinterpret_cast<unsigned char*>(dst_s + kRows);  // kRows * D / 2
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int items = p.batch * p.heads_kv * p.groups;
@@ -485,12 +498,15 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     cp_async_wait<kStages - 1>();
     __syncthreads();
     const u16* x = xs + stage * L::kStageHalves;
+    const int item0 = c * kTilesPerChunk;
 
-    // ‖x‖: NT / kRows threads per row, each a sequential f64 sum over its slice, in slice order
+    // ‖x‖: NT / kRows threads per row, each f64 sums over its slice (4 interleaved partials),
+    // combined in a fixed order; the squares of f16 values are exact in f64, so this equals the
+    // emulation's sequential sum unless a partial sum rounds
     {
       constexpr int TPR = NT / kRows, PER = D / TPR;
       const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
-      double acc = 0.0;
+      double a4[4] = {0.0, 0.0, 0.0, 0.0};
       const u16* xr = x + r * S + part * PER;
 #pragma unroll
       for (int k = 0; k < PER; k += 8) {
@@ -500,15 +516,12 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         for (int e = 0; e < 8; ++e) {
           double v = (double)f[e], sq;
           asm("mul.rn.f64 %0, %1, %1;" : "=d"(sq) : "d"(v));
-          asm("add.rn.f64 %0, %0, %1;" : "+d"(acc) : "d"(sq));
+          asm("add.rn.f64 %0, %0, %1;" : "+d"(a4[e % 4]) : "d"(sq));
         }
       }
+      double acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
 #pragma unroll
-      for (int o = 1; o < TPR; o *= 2) {
-        const double other = shfl_xor_f64(acc, o);
-        // fixed order: lower part first
-        acc = (part & o) ? other + acc : acc + other;
-      }
+      for (int o = 1; o < TPR; o *= 2) acc = acc + shfl_xor_f64(acc, o);  // a + b == b + a
       if (part == 0) {
         double rt;
         asm("sqrt.rn.f64 %0, %1;" : "=d"(rt) : "d"(acc));
@@ -516,105 +529,113 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         asm("cvt.rn.f32.f64 %0, %1;" : "=f"(n) : "d"(rt));
         nrm_s[r] = n;
         inv_s[r] = n > 0.f ? tq::fdiv_rn(1.f, n) : 0.f;
+        // destination cache row of chunk row r
+        long long dst = -1;
+        const int item = item0 + r / kTile;
+        if (item < items) {
+          int b, h, first, lo, hi;
+          tile_coords(p, item, b, h, first, lo, hi);
+          const int j = first + r % kTile;
+          if (j >= lo && j < hi) dst = ((long long)b * p.heads_kv + h) * p.cap + j;
+        }
+        dst_s[r] = dst;
       }
       if (QJL)
         for (int i = threadIdx.x; i < kRows * 4; i += NT) sg_s[i] = 0u;
     }
     __syncthreads();
 
-    // rotation, codes, residual (per tile of 8 tokens)
+    // rotation, codes, residual: kGroup tiles of 8 tokens at a time
 #pragma unroll 1
-    for (int t = 0; t < kTilesPerChunk; ++t) {
-      float acc[4];
-      tile_product<D, SPLIT>(ah, reinterpret_cast<const u32(&)[D / 16][4]>(al), x, t, lane, acc);
-      const int t0 = t * kTile + 2 * q;  // chunk rows of acc[0] / acc[1] (acc[2], acc[3]: same)
-      const float2 iv = *reinterpret_cast<const float2*>(inv_s + t0);
-      const float y[4] = {tq::fmul_rn(acc[0], iv.x), tq::fmul_rn(acc[1], iv.y), tq::fmul_rn(acc[2], iv.x),
-                          tq::fmul_rn(acc[3], iv.y)};
-      int idx[4];
+    for (int t0 = 0; t0 < kTilesPerChunk; t0 += kGroup) {
+      float acc[kGroup][4];
+      tile_products<D, SPLIT>(ah, reinterpret_cast<const u32(&)[D / 16][4]>(al), x, t0, lane, acc);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) idx[e] = code_of(bnd_s, y[e]);
-      if (KEYS) {
-        // byte (2w + η) of lane block g/2: low nibble channel with g even, high with g odd
-        const u32 mine = idx[0] | (idx[1] << 4) | (idx[2] << 8) | (idx[3] << 12);
-        const u32 other = shfl_xor_u32(mine, 4);
-        const u32 lo = (g & 1) ? other : mine, hi = (g & 1) ? mine : other;
-        const int s = g & 1;  // token 2q + s
-        const u32 b0 = ((lo >> (4 * s)) & 15u) | (((hi >> (4 * s)) & 15u) << 4);
-        const u32 b1 = ((lo >> (4 * s + 8)) & 15u) | (((hi >> (4 * s + 8)) & 15u) << 4);
-        *reinterpret_cast<u16*>(cd_s + (t0 + s) * (D / 2) + (g / 2) * (D / 8) + 2 * w) =
-            (u16)(b0 | (b1 << 8));
-      } else {
-        // pair row (t0 / 2): byte g (D/8) + 2w + η, even token low nibble
-        const u32 b0 = idx[0] | (idx[1] << 4), b1 = idx[2] | (idx[3] << 4);
-        *reinterpret_cast<u16*>(cd_s + (t0 / 2) * D + g * (D / 8) + 2 * w) = (u16)(b0 | (b1 << 8));
-      }
-      if (QJL) {
-        float rr[4];
+      for (int jt = 0; jt < kGroup; ++jt) {
+        const int r0 = (t0 + jt) * kTile + 2 * q;  // chunk rows of acc[.][0] / acc[.][1]
+        const float2 iv = *reinterpret_cast<const float2*>(inv_s + r0);
+        const float y[4] = {tq::fmul_rn(acc[jt][0], iv.x), tq::fmul_rn(acc[jt][1], iv.y),
+                            tq::fmul_rn(acc[jt][2], iv.x), tq::fmul_rn(acc[jt][3], iv.y)};
+        int idx[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) rr[e] = y[e] - cen_s[idx[e]];
-        float s0 = rr[0] * rr[0] + rr[2] * rr[2], s1 = rr[1] * rr[1] + rr[3] * rr[3];
-#pragma unroll
-        for (int o = 4; o < 32; o *= 2) {
-          s0 += shfl_xor(s0, o);
-          s1 += shfl_xor(s1, o);
+        for (int e = 0; e < 4; ++e) idx[e] = code_of(bnd_s, y[e]);
+        if (KEYS) {
+          // byte (2w + η) of lane block g/2: low nibble channel with g even, high with g odd
+          const u32 mine = idx[0] | (idx[1] << 4) | (idx[2] << 8) | (idx[3] << 12);
+          const u32 other = shfl_xor_u32(mine, 4);
+          const u32 lo = (g & 1) ? other : mine, hi = (g & 1) ? mine : other;
+          const int s = g & 1;  // token 2q + s
+          const u32 b0 = ((lo >> (4 * s)) & 15u) | (((hi >> (4 * s)) & 15u) << 4);
+          const u32 b1 = ((lo >> (4 * s + 8)) & 15u) | (((hi >> (4 * s + 8)) & 15u) << 4);
+          *reinterpret_cast<u16*>(cd_s + (r0 + s) * (D / 2) + (g / 2) * (D / 8) + 2 * w) =
+              (u16)(b0 | (b1 << 8));
+        } else {
+          // pair row r0 / 2: byte g (D/8) + 2w + η, even token low nibble
+          const u32 b0 = idx[0] | (idx[1] << 4), b1 = idx[2] | (idx[3] << 4);
+          *reinterpret_cast<u16*>(cd_s + (r0 / 2) * D + g * (D / 8) + 2 * w) = (u16)(b0 | (b1 << 8));
         }
-        if (g == 0) {
-          gam_s[w * kRows + t0] = s0;
-          gam_s[w * kRows + t0 + 1] = s1;
+        if (QJL) {
+          float rr[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) rr[e] = y[e] - cen_s[idx[e]];
+          float s0 = rr[0] * rr[0] + rr[2] * rr[2], s1 = rr[1] * rr[1] + rr[3] * rr[3];
+#pragma unroll
+          for (int o = 4; o < 32; o *= 2) {
+            s0 += shfl_xor(s0, o);
+            s1 += shfl_xor(s1, o);
+          }
+          if (g == 0) *reinterpret_cast<float2*>(gam_s + w * kRows + r0) = make_float2(s0, s1);
+          const int o0 = 16 * w + g;
+          rrs[r0 * S + o0] = F16::from_f32(rr[0]);
+          rrs[(r0 + 1) * S + o0] = F16::from_f32(rr[1]);
+          rrs[r0 * S + o0 + 8] = F16::from_f32(rr[2]);
+          rrs[(r0 + 1) * S + o0 + 8] = F16::from_f32(rr[3]);
         }
-        const int o0 = 16 * w + g;
-        rrs[t0 * S + o0] = F16::from_f32(rr[0]);
-        rrs[(t0 + 1) * S + o0] = F16::from_f32(rr[1]);
-        rrs[t0 * S + o0 + 8] = F16::from_f32(rr[2]);
-        rrs[(t0 + 1) * S + o0 + 8] = F16::from_f32(rr[3]);
       }
     }
     if (QJL) {
       __syncthreads();
 #pragma unroll 1
-      for (int t = 0; t < kTilesPerChunk; ++t) {
-        float acc[4];
-        tile_product<D, false>(reinterpret_cast<const u32(&)[D / 16][4]>(am),
-                               reinterpret_cast<const u32(&)[D / 16][4]>(am), rrs, t, lane, acc);
-        // channel 16w + g (+8): lane block g/2, bit 2w (+1) + (g % 2) D/8
-        const int e = (g & 1) * (D / 8);
-        const u32 m0 = ((acc[0] >= 0.f ? 1u : 0u) << (2 * w + e)) | ((acc[2] >= 0.f ? 1u : 0u) << (2 * w + 1 + e));
-        const u32 m1 = ((acc[1] >= 0.f ? 1u : 0u) << (2 * w + e)) | ((acc[3] >= 0.f ? 1u : 0u) << (2 * w + 1 + e));
-        const u32 o0 = shfl_xor_u32(m0, 4), o1 = shfl_xor_u32(m1, 4);
-        const int t0 = t * kTile + 2 * q;
-        // even g: token 2q, odd g: token 2q + 1
-        if ((g & 1) == 0) red_or_shared(&sg_s[t0 * 4 + g / 2], m0 | o0);
-        else red_or_shared(&sg_s[(t0 + 1) * 4 + g / 2], m1 | o1);
+      for (int t0 = 0; t0 < kTilesPerChunk; t0 += kGroup) {
+        float acc[kGroup][4];
+        tile_products<D, false>(reinterpret_cast<const u32(&)[D / 16][4]>(am),
+                                reinterpret_cast<const u32(&)[D / 16][4]>(am), rrs, t0, lane, acc);
+#pragma unroll
+        for (int jt = 0; jt < kGroup; ++jt) {
+          // channel 16w + g (+8): lane block g/2, bit 2w (+1) + (g % 2) D/8
+          const int e = (g & 1) * (D / 8);
+          const u32 m0 = ((acc[jt][0] >= 0.f ? 1u : 0u) << (2 * w + e)) |
+                         ((acc[jt][2] >= 0.f ? 1u : 0u) << (2 * w + 1 + e));
+          const u32 m1 = ((acc[jt][1] >= 0.f ? 1u : 0u) << (2 * w + e)) |
+                         ((acc[jt][3] >= 0.f ? 1u : 0u) << (2 * w + 1 + e));
+          const u32 o0 = shfl_xor_u32(m0, 4), o1 = shfl_xor_u32(m1, 4);
+          const int r0 = (t0 + jt) * kTile + 2 * q;
+          // even g: token 2q, odd g: token 2q + 1
+          if ((g & 1) == 0) red_or_shared(&sg_s[r0 * 4 + g / 2], m0 | o0);
+          else red_or_shared(&sg_s[(r0 + 1) * 4 + g / 2], m1 | o1);
+        }
       }
     }
     __syncthreads();
 
     // ---- writes: whole rows from shared memory
-    const int item0 = c * kTilesPerChunk;
     if (KEYS) {
       for (int i = threadIdx.x; i < kRows * (D / 32); i += NT) {  // D/2 bytes = D/32 pieces per row
-        const int r = i / (D / 32), piece = i % (D / 32), item = item0 + r / kTile;
-        if (item >= items) continue;
-        int b, h, first, lo, hi;
-        tile_coords(p, item, b, h, first, lo, hi);
-        const int j = first + r % kTile;
-        if (j < lo || j >= hi) continue;
-        const size_t row = ((size_t)b * p.heads_kv + h) * p.cap + j;
+        const int r = i / (D / 32), piece = i % (D / 32);
+        const long long row = dst_s[r];
+        if (row < 0) continue;
         *reinterpret_cast<Vec16*>(p.codes + row * (D / 2) + 16 * piece) =
             ld_shared16(cd_s + r * (D / 2) + 16 * piece);
       }
     } else {
       for (int i = threadIdx.x; i < (kRows / 2) * (D / 16); i += NT) {  // D bytes per token pair
-        const int pr = i / (D / 16), piece = i % (D / 16), r = 2 * pr, item = item0 + r / kTile;
-        if (item >= items) continue;
-        int b, h, first, lo, hi;
-        tile_coords(p, item, b, h, first, lo, hi);
-        const int j = first + r % kTile;  // even
-        const bool ev = j >= lo && j < hi, od = j + 1 >= lo && j + 1 < hi;
+        const int pr = i / (D / 16), piece = i % (D / 16);
+        const long long re = dst_s[2 * pr], ro = dst_s[2 * pr + 1];
+        const bool ev = re >= 0, od = ro >= 0;
         if (!ev && !od) continue;
-        const size_t row0 = ((size_t)b * p.heads_kv + h) * p.cap;
-        unsigned char* dst = p.codes + (row0 / 2 + j / 2) * D + 16 * piece;
+        // the even row is token j (even), the odd one j + 1: the pair's index is (row of j) / 2
+        const long long pair = ev ? re / 2 : (ro - 1) / 2;
+        unsigned char* dst = p.codes + pair * D + 16 * piece;
         const unsigned char* src = cd_s + pr * D + 16 * piece;
         if (ev && od) {
           *reinterpret_cast<Vec16*>(dst) = ld_shared16(src);
@@ -627,37 +648,32 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
       }
     }
     if (threadIdx.x < kRows) {
-      const int r = threadIdx.x, item = item0 + r / kTile;
-      if (item < items) {
-        int b, h, first, lo, hi;
-        tile_coords(p, item, b, h, first, lo, hi);
-        const int j = first + r % kTile;
-        if (j >= lo && j < hi) {
-          const size_t row = ((size_t)b * p.heads_kv + h) * p.cap + j;
-          const float n = nrm_s[r];
-          if (KEYS) {
-            u32 nr = 0u;
-            if (QJL) {
-              float s = 0.f;
+      const int r = threadIdx.x;
+      const long long row = dst_s[r];
+      if (row >= 0) {
+        const float n = nrm_s[r];
+        if (KEYS) {
+          u32 nr = 0u;
+          if (QJL) {
+            float s = 0.f;
 #pragma unroll
-              for (int ww = 0; ww < L::kWarps; ++ww) s += gam_s[ww * kRows + r];
-              float gam;
-              asm("sqrt.rn.f32 %0, %1;" : "=f"(gam) : "f"(s));
-              nr = F16::from_f32(tq::fmul_rn(n, gam));
-              const u32* sw = sg_s + r * 4;
-              if (D == 128) {
-                Vec16 v{sw[0], sw[1], sw[2], sw[3]};
-                *reinterpret_cast<Vec16*>(p.signs + row * (D / 8)) = v;
-              } else {
-                u32* dst = reinterpret_cast<u32*>(p.signs + row * (D / 8));
-                dst[0] = sw[0] | (sw[1] << 16);
-                dst[1] = sw[2] | (sw[3] << 16);
-              }
+            for (int ww = 0; ww < L::kWarps; ++ww) s += gam_s[ww * kRows + r];
+            float gam;
+            asm("sqrt.rn.f32 %0, %1;" : "=f"(gam) : "f"(s));
+            nr = F16::from_f32(tq::fmul_rn(n, gam));
+            const u32* sw = sg_s + r * 4;
+            if (D == 128) {
+              Vec16 v{sw[0], sw[1], sw[2], sw[3]};
+              *reinterpret_cast<Vec16*>(p.signs + row * (D / 8)) = v;
+            } else {
+              u32* dst = reinterpret_cast<u32*>(p.signs + row * (D / 8));
+              dst[0] = sw[0] | (sw[1] << 16);
+              dst[1] = sw[2] | (sw[3] << 16);
             }
-            reinterpret_cast<u32*>(p.norms)[row] = (u32)F16::from_f32(n) | (nr << 16);
-          } else {
-            reinterpret_cast<u16*>(p.norms)[row] = F16::from_f32(n);
           }
+          reinterpret_cast<u32*>(p.norms)[row] = (u32)F16::from_f32(n) | (nr << 16);
+        } else {
+          reinterpret_cast<u16*>(p.norms)[row] = F16::from_f32(n);
         }
       }
     }
@@ -668,7 +684,6 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
 
 }  // namespace tqf
 }  // namespace ferrattn
-
 // Closed list of the fast path: D in {64, 128}; keys with or without QJL, values; Π as one f16
 // matrix (`_fast_`) or split into f16 hi + lo (`_split_`).
 #define FERRATTN_TQF_ONE(NAME, D, KEYS, QJL, SPLIT, MINB)                                           \

@@ -845,7 +845,7 @@ pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
 
 /// Shared memory of a fast compression kernel (`tqf::compress_fast` in turboquant_compress.cu):
 /// the cp.async ring, the residual tile (keys with QJL), norms, `γ` partials, the codebook, the
-/// sign words and the code rows.
+/// sign words, the destination rows and the code rows.
 pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
     let tile = FAST_ROWS * (d + 8) * 2;
     let warps = d / 16;
@@ -853,6 +853,7 @@ pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
         + if keys_with_qjl { tile } else { 0 }
         + 4 * (2 * FAST_ROWS + warps * FAST_ROWS + 32)
         + FAST_ROWS * 16
+        + FAST_ROWS * 8
         + FAST_ROWS * d / 2
 }
 
