@@ -342,6 +342,7 @@ struct FastParams {
   const u16* pi_hi;    // [D][D] f16 Π (row-major)
   const u16* pi_lo;    // [D][D] f16 Π - Π_hi (SPLIT only)
   const u16* m;        // [D][D] f16 S Πᵀ (keys with QJL only)
+  const float4* lut;   // [kLut] code lookup (ferrattn_cuda::turboquant::CodeLut)
   unsigned char* codes;
   unsigned char* signs;
   void* norms;
@@ -350,7 +351,10 @@ struct FastParams {
   int n_bounds;
   float bounds[15];
   float cents[16];
+  float lut_lo, lut_hi, lut_scale, lut_off;  // y clamped to [lo, hi], bin = rint(y scale + off)
 };
+
+constexpr int kLut = 256;
 
 template <int D>
 struct Layout {
@@ -412,6 +416,12 @@ __device__ __forceinline__ void load_a(const u16* m, int w, int lane, u32 (&a)[D
   }
 }
 
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 // Tiles computed together by a warp: independent MMA chains and epilogues in flight.
 constexpr int kGroup = 4;
 
@@ -423,12 +433,13 @@ __device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const 
   constexpr int S = Layout<D>::kStride;
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  const u16* row = xs + (t0 * kTile + (lane & 7)) * S + 8 * (lane >> 3);
+  // 32-bit shared addresses: immediate offsets per (tile, k step), no 64-bit pointer math
+  const u32 row = smem_addr(xs + (t0 * kTile + (lane & 7)) * S + 8 * (lane >> 3));
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk += 2) {
     u32 bf[kGroup][4];
 #pragma unroll
-    for (int j = 0; j < kGroup; ++j) ldmatrix_x4(bf[j], row + j * kTile * S + 16 * kk);
+    for (int j = 0; j < kGroup; ++j) ldsm_x4(bf[j], row + 2 * (j * kTile * S + 16 * kk));
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], ah[kk], bf[j][0], bf[j][1]);
 #pragma unroll
@@ -442,13 +453,29 @@ __device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const 
   }
 }
 
-// #{bounds < y} over 16 ascending bounds padded with +inf
-__device__ __forceinline__ int code_of(const float* bnd, float y) {
-  int i = bnd[7] < y ? 8 : 0;
-  i += bnd[i + 3] < y ? 4 : 0;
-  i += bnd[i + 1] < y ? 2 : 0;
-  i += bnd[i] < y ? 1 : 0;
-  return i;
+// #{bounds < y} and its centroid by a uniform grid over y: bin k = rint(clamp(y) scale + off)
+// holds at most one boundary (the host checks), entry k = {first boundary of bin >= k (or +inf),
+// #{boundaries of bins < k}, its centroid, the next centroid}; the grid is monotone in y, so
+// count + (boundary < y) is the exact count (ferrattn_cuda::turboquant::CodeLut is the twin).
+// `lut` is the shared address of the table minus 16 * 0x4B400000 (mod 2^32): entry k of a bin
+// whose f32 bits are 0x4B400000 + k.
+__device__ __forceinline__ int code_of(u32 lut, const FastParams& p, float y, float& cent) {
+  float yc, u, t;
+  asm("max.f32 %0, %1, %2;" : "=f"(yc) : "f"(y), "f"(p.lut_lo));
+  asm("min.f32 %0, %0, %1;" : "+f"(yc) : "f"(p.lut_hi));
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(yc), "f"(p.lut_scale), "f"(p.lut_off));
+  asm("add.rn.f32 %0, %1, 0f4B400000;" : "=f"(t) : "f"(u));  // + 1.5 2^23: rint into the low bits
+  u32 bits;
+  asm("mov.b32 %0, %1;" : "=r"(bits) : "f"(t));
+  float4 e;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(e.x), "=f"(e.y), "=f"(e.z), "=f"(e.w)
+               : "r"(lut + bits * 16u));
+  const bool up = e.x < y;
+  cent = up ? e.w : e.z;
+  u32 c;
+  asm("mov.b32 %0, %1;" : "=r"(c) : "f"(e.y));
+  return (int)c + (up ? 1 : 0);
 }
 
 template <int D, bool KEYS, bool QJL, bool SPLIT>
@@ -461,19 +488,19 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   float* inv_s = reinterpret_cast<float*>(rrs + (QJL ? L::kStageHalves : 0));  // [kRows]
   float* nrm_s = inv_s + kRows;                                  // [kRows]
   float* gam_s = nrm_s + kRows;                                  // [kWarps][kRows] (QJL)
-  float* bnd_s = gam_s + L::kWarps * kRows;                      // [16]
-  float* cen_s = bnd_s + 16;                                     // [16]
+  float* bnd_s = gam_s + L::kWarps * kRows;                      // [16] (unused: the lookup)
+  float* cen_s = bnd_s + 16;                                     // [16] (unused)
   u32* sg_s = reinterpret_cast<u32*>(cen_s + 16);                // [kRows][4] (QJL)
   long long* dst_s = reinterpret_cast<long long*>(sg_s + kRows * 4);  // [kRows] cache row or -1
   unsigned char* cd_s = reinterpret_cast<unsigned char*>(dst_s + kRows);  // kRows * D / 2
+  float4* lut_s = reinterpret_cast<float4*>(cd_s + kRows * D / 2);        // [kLut]
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int items = p.batch * p.heads_kv * p.groups;
   const int chunks = (items + kTilesPerChunk - 1) / kTilesPerChunk;
-  if (threadIdx.x < 16) {
-    bnd_s[threadIdx.x] = threadIdx.x < p.n_bounds ? p.bounds[threadIdx.x] : bits_to_f32(0x7f800000u);
-    cen_s[threadIdx.x] = p.cents[threadIdx.x];
-  }
+  (void)cen_s;
+  for (int i = threadIdx.x; i < kLut; i += NT) lut_s[i] = p.lut[i];
+  const u32 lut_a = smem_addr(lut_s) - 16u * 0x4B400000u;
   u32 ah[D / 16][4], al[SPLIT ? D / 16 : 1][4], am[QJL ? D / 16 : 1][4];
   load_a<D>(p.pi_hi, w, lane, ah);
   if (SPLIT) load_a<D>(p.pi_lo, w, lane, reinterpret_cast<u32(&)[D / 16][4]>(al));
@@ -557,8 +584,9 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         const float y[4] = {tq::fmul_rn(acc[jt][0], iv.x), tq::fmul_rn(acc[jt][1], iv.y),
                             tq::fmul_rn(acc[jt][2], iv.x), tq::fmul_rn(acc[jt][3], iv.y)};
         int idx[4];
+        float cen[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) idx[e] = code_of(bnd_s, y[e]);
+        for (int e = 0; e < 4; ++e) idx[e] = code_of(lut_a, p, y[e], cen[e]);
         if (KEYS) {
           // byte (2w + η) of lane block g/2: low nibble channel with g even, high with g odd
           const u32 mine = idx[0] | (idx[1] << 4) | (idx[2] << 8) | (idx[3] << 12);
@@ -577,7 +605,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         if (QJL) {
           float rr[4];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) rr[e] = y[e] - cen_s[idx[e]];
+          for (int e = 0; e < 4; ++e) rr[e] = y[e] - cen[e];
           float s0 = rr[0] * rr[0] + rr[2] * rr[2], s1 = rr[1] * rr[1] + rr[3] * rr[3];
 #pragma unroll
           for (int o = 4; o < 32; o *= 2) {

@@ -316,6 +316,7 @@ struct FastCompressParams {
     pi_hi: u64,
     pi_lo: u64,
     m: u64,
+    lut: u64,
     codes: u64,
     signs: u64,
     norms: u64,
@@ -327,6 +328,90 @@ struct FastCompressParams {
     n_bounds: i32,
     bounds: [f32; 15],
     cents: [f32; 16],
+    lut_lo: f32,
+    lut_hi: f32,
+    lut_scale: f32,
+    lut_off: f32,
+}
+
+/// Entries of a [`CodeLut`] (`tqf::kLut`).
+pub const CODE_LUT_BINS: usize = 256;
+
+/// The fast kernels' code lookup (`tqf::code_of`): `y` clamped to `[lo, hi]`, bin
+/// `k = rint(fma(y, scale, off))` (f32, as the kernel), entry `k` = `{first boundary whose bin
+/// is >= k (+inf if none), that boundary's index, centroid[index], centroid[index + 1]}`. The
+/// bin is monotone in `y` and holds at most one boundary (checked here), so
+/// `index + (boundary < y)` is exactly `#{boundaries < y}`, the emulation's `Codebook::index`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CodeLut {
+    /// `{boundary, index (f32 bits of a u32), centroid, next centroid}` per bin.
+    pub entries: Vec<[f32; 4]>,
+    /// Clamp of `y` below.
+    pub lo: f32,
+    /// Clamp of `y` above.
+    pub hi: f32,
+    /// Bins per unit of `y`.
+    pub scale: f32,
+    /// Offset: bin = `rint(fma(y, scale, off))`.
+    pub off: f32,
+}
+
+impl CodeLut {
+    /// The lookup of ascending `bounds` and their `bounds.len() + 1` centroids.
+    pub fn new(bounds: &[f32], cents: &[f32]) -> CodeLut {
+        let n = bounds.len();
+        assert!(
+            n >= 1 && cents.len() == n + 1,
+            "a codebook of {n} bounds and {} centroids",
+            cents.len()
+        );
+        let (b0, b1) = (bounds[0], bounds[n - 1]);
+        let w = ((b1 - b0) / (CODE_LUT_BINS - 2) as f32).max(1e-3);
+        let (lo, hi) = (b0 - w, b1 + w);
+        let scale = (CODE_LUT_BINS - 1) as f32 / (hi - lo);
+        let off = -lo * scale;
+        let mut lut = CodeLut {
+            entries: Vec::new(),
+            lo,
+            hi,
+            scale,
+            off,
+        };
+        let bins: Vec<usize> = bounds.iter().map(|&b| lut.bin(b)).collect();
+        assert!(
+            bins.windows(2).all(|w| w[0] < w[1]),
+            "two boundaries share a bin: {bins:?}"
+        );
+        lut.entries = (0..CODE_LUT_BINS)
+            .map(|k| {
+                let c = bins.iter().filter(|&&bk| bk < k).count();
+                [
+                    if c < n { bounds[c] } else { f32::INFINITY },
+                    f32::from_bits(c as u32),
+                    cents[c],
+                    cents[(c + 1).min(n)],
+                ]
+            })
+            .collect();
+        lut
+    }
+
+    /// The bin of `y`, computed as the kernel does (f32 fma, then `+ 1.5 · 2^23` rounds to an
+    /// integer).
+    pub fn bin(&self, y: f32) -> usize {
+        let yc = y.max(self.lo).min(self.hi);
+        let u = yc.mul_add(self.scale, self.off);
+        let t = u + 12_582_912.0f32;
+        t.to_bits().wrapping_sub(0x4B40_0000) as usize
+    }
+
+    /// `(#{boundaries < y}, its centroid)` as the kernel looks them up.
+    pub fn code(&self, y: f32) -> (u8, f32) {
+        let e = self.entries[self.bin(y)];
+        let up = e[0] < y;
+        let c = e[1].to_bits() + up as u32;
+        (c as u8, if up { e[3] } else { e[2] })
+    }
 }
 
 #[repr(C)]
@@ -765,6 +850,9 @@ pub struct TurboQuantCuda {
     pi_hi: DeviceBuffer,
     pi_lo: DeviceBuffer,
     m_hi: DeviceBuffer,
+    /// Code lookups of the fast kernels (keys, values) and their device copies.
+    key_lut: (CodeLut, DeviceBuffer),
+    value_lut: (CodeLut, DeviceBuffer),
     key_cb: (i32, [f32; 15], [f32; 16]),
     value_cb: (i32, [f32; 15], [f32; 16]),
     ktab: [u32; 8],
@@ -855,6 +943,7 @@ pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
         + FAST_ROWS * 16
         + FAST_ROWS * 8
         + FAST_ROWS * d / 2
+        + CODE_LUT_BINS * 16
 }
 
 /// `Π` as f16 hi and lo (`lo = f16(Π - hi)`) and `S Πᵀ` (f64 products, rounded once to f16),
@@ -916,6 +1005,13 @@ impl TurboQuantCuda {
         let ktab = centroid_tables(&kc.iter().map(|c| c * sigma_k).collect::<Vec<_>>());
         let vtab = centroid_tables(&vc.iter().map(|c| c * sigma_v).collect::<Vec<_>>());
         let (pi_hi, pi_lo, m_hi) = fast_matrices(&pi_h, &s_h, d);
+        let lut_of = |cb: &ferrattn_core::turboquant::Codebook| -> Result<(CodeLut, DeviceBuffer)> {
+            let l = CodeLut::new(cb.boundaries_f32(), cb.centroids_f32());
+            let buf = DeviceBuffer::from_slice(&gpu, &l.entries)?;
+            Ok((l, buf))
+        };
+        let key_lut = lut_of(codec.key.mse().codebook())?;
+        let value_lut = lut_of(codec.value.codebook())?;
         let t = TurboQuantCuda {
             compress_keys: cm.function(&names.compress_keys)?,
             compress_values: cm.function(&names.compress_values)?,
@@ -924,6 +1020,8 @@ impl TurboQuantCuda {
             split_keys: cm.function(&names.split_keys)?,
             split_values: cm.function(&names.split_values)?,
             path: CompressPath::Exact,
+            key_lut,
+            value_lut,
             pi_hi: DeviceBuffer::from_slice(&gpu, &pi_hi)?,
             pi_lo: DeviceBuffer::from_slice(&gpu, &pi_lo)?,
             m_hi: DeviceBuffer::from_slice(&gpu, &m_hi)?,
@@ -1302,6 +1400,7 @@ impl TurboQuantCuda {
         let chunks = (b_ * hk * prep.groups).div_ceil(FAST_ROWS / FAST_TILE);
         let sms = self.gpu.caps.compute_units;
         let split = prep.path == CompressPath::Split;
+        let lut = if keys { &self.key_lut } else { &self.value_lut };
         let (f, smem, cb, per_sm) = match (keys, split) {
             (true, false) => (
                 &self.fast_keys,
@@ -1335,6 +1434,7 @@ impl TurboQuantCuda {
             pi_hi: self.pi_hi.ptr(),
             pi_lo: self.pi_lo.ptr(),
             m: self.m_hi.ptr(),
+            lut: lut.1.ptr(),
             codes: if keys {
                 cache.kcodes.ptr()
             } else {
@@ -1354,6 +1454,10 @@ impl TurboQuantCuda {
             n_bounds: cb.0,
             bounds: cb.1,
             cents: cb.2,
+            lut_lo: lut.0.lo,
+            lut_hi: lut.0.hi,
+            lut_scale: lut.0.scale,
+            lut_off: lut.0.off,
         };
         let grid = chunks.min(sms * per_sm) as u32;
         // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
@@ -2213,7 +2317,7 @@ mod tests {
         );
         assert_eq!(
             std::mem::size_of::<FastCompressParams>(),
-            9 * 8 + 6 * 4 + 31 * 4 + 4
+            10 * 8 + 6 * 4 + 35 * 4 + 4
         );
         assert_eq!(std::mem::size_of::<DecodeParams>(), 14 * 8 + 8 * 4 + 16 * 4);
         assert_eq!(
@@ -2446,6 +2550,36 @@ mod tests {
                     })
                     .fold(0.0f32, f32::max);
                 assert!(worst < 2f32.powi(-13), "d {d} bits {bits}: {worst:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn code_lookup_equals_the_codebook_index() {
+        for d in [64, 128] {
+            for bits in 1..=4u8 {
+                let cb = ferrattn_core::turboquant::codebook(bits, d);
+                let (b, c) = (cb.boundaries_f32(), cb.centroids_f32());
+                let lut = CodeLut::new(b, c);
+                let mut ys: Vec<f32> = vec![0.0, -0.0, 1.0, -1.0, 1e-30, lut.lo, lut.hi];
+                // every boundary and its neighbours to 64 ulps, and a fine sweep
+                for &x in b {
+                    let mut up = x;
+                    let mut dn = x;
+                    ys.push(x);
+                    for _ in 0..64 {
+                        up = up.next_up();
+                        dn = dn.next_down();
+                        ys.extend([up, dn]);
+                    }
+                }
+                ys.extend((0..200_000).map(|i| (i as f32 - 100_000.0) * 4e-6));
+                for &y in &ys {
+                    let want = cb.index(y);
+                    let (got, cent) = lut.code(y);
+                    assert_eq!(got, want, "bits {bits} d {d}: y = {y:e}");
+                    assert_eq!(cent.to_bits(), cb.centroid(want).to_bits());
+                }
             }
         }
     }
