@@ -19,7 +19,8 @@
 // (destination `dst0[b] + j` for source token j < count[b]).
 //
 // Why CUDA cores and not tensor cores: bit-exactness with the f32 emulation fixes the summation
-// order of every dot product, which an MMA does not. The cost is about 3 d^2 mul+add per key row
+// order of every dot product, which an MMA does not (the tensor-core kernels at the end of this
+// file trade that for a stated contract: `tqf`). The cost is about 3 d^2 mul+add per key row
 // (Π u, Πᵀ rr, S r) and d^2 per value row, so these kernels are bound by FP32 issue, not memory
 // (docs/BENCHMARKS.md, "TurboQuant on CUDA").
 //
@@ -291,11 +292,13 @@ FERRATTN_TQ_COMPRESS(128)
 // Fast compression on tensor cores (the fast contract of docs/TURBOQUANT_CUDA.md, "Compression on
 // tensor cores"). Same inputs, same outputs and layout as above; the rotation is one MMA product
 // per token block instead of d^2 IEEE mul/add per row:
-//   ‖x‖   f64 sum of the (exact) squares in 2 or 4 fixed partial sums, then as the emulation
-//         (equal to the sequential sum unless it rounds: not seen in any test)
+//   ‖x‖   f64 sums of the (exact) squares: 2-4 threads per row, 4 interleaved partials each,
+//         combined in a fixed order, then as the emulation (equal to the emulation's
+//         sequential sum unless a partial sum rounds: not seen in any test)
 //   y     = (Π x) / ‖x‖ with x exact in f16 and Π as one f16 matrix (SPLIT = false) or as f16
 //         hi + lo (SPLIT = true: two MMAs, about f32 accuracy); f32 accumulation
-//   idx   = #{boundaries_f32 < y}: equal to the emulation's except where its rotated coordinate
+//   idx   = #{boundaries_f32 < y} by a uniform-grid lookup (code_of; exact for the y it is given):
+//         equal to the emulation's except where its rotated coordinate
 //         lies within τ of a boundary, τ = 2^-11 + 2^-14 (one f16 Π: |δΠ| <= 2^-11 |Π| and
 //         Σ_k |Π_ok| |u_k| <= 1) or 2^-14 (split Π; accumulation and the emulation's own f32 sum)
 //   γ     = ‖y - c[idx]‖ in the rotated basis (rotation-invariant), f32 sums

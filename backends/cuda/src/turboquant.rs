@@ -3,7 +3,9 @@
 //! files' headers give the dataflow). The contract is `ferrattn_core::turboquant`:
 //!
 //! * codes and norms equal [`TurboQuantCodec::compress`] bit for bit ([`DeviceTurboQuantCache::download`]
-//!   turns the device layout back into the core's [`CompressedKv`]);
+//!   turns the device layout back into the core's [`CompressedKv`]) on the default
+//!   [`CompressPath::Exact`]; the tensor-core paths ([`CompressPath::Fast`], [`CompressPath::Split`])
+//!   keep `‖x‖` bit-exact and codes, `‖r‖` and signs within the margins stated there;
 //! * the decode equals [`TurboQuantCodec::attend`] up to the f16 rounding of the tensor-core
 //!   operands (centroids, `p ‖v‖`, `S q`; `Π q` goes in as two f16 halves), split over the KV length with the core's stream-K
 //!   schedule (`ferrattn_core::lean::Schedule::stream_k` over a `TileSpace` of 16-token
