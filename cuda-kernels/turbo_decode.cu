@@ -338,39 +338,24 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
   }
 }
 
-// Which O elements a lane keeps. Full rows (groups of more than 4 query heads): lane (g, t) keeps
-// row g, n-tiles 0 .. D/8 - 1 (o[nt][e]). Half rows (groups of at most 4, as unit_softmax<D, 4>):
-// rows 4-7 of the MMA hold no query head, so lane (g, t) keeps n-tiles 0 .. D/16 - 1 of row g
-// and lane (g + 4, t) n-tiles D/16 .. D/8 - 1 of row g, both in o[0 .. D/16 - 1]: each lane
-// updates half as many O elements, taking the upper n-tiles' accumulators from lane ^ 16.
+// Which O elements a lane keeps in the full-row instance (groups of more than 4 query heads):
+// lane (g, t) keeps row g, n-tiles 0 .. D/8 - 1 (o[nt][e]). The half-row instance (groups of at
+// most 4) has its own layout, see unit_pv_half.
 //
 // O = O r + s_P s_V dot, dot = fix(acc, nt, e) the exact integer P V of the element.
 template <int D, class Fix>
-__device__ __forceinline__ void unit_o_update(UnitState<D>& st, const int (&acc)[D / 8][2], bool half, int lane, float r,
-                                              float c, const Fix& fix) {
+__device__ __forceinline__ void unit_o_update(UnitState<D>& st, const int (&acc)[D / 8][2], float r, float c,
+                                              const Fix& fix) {
   constexpr int NT = D / 8;
-  if (!half) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) st.o[nt][e] = fma_rn(i2f(fix(acc[nt][e], nt, e)), c, mul_rn(st.o[nt][e], r));
-  } else {
-    const bool upper = lane >= 16;
-#pragma unroll
-    for (int i = 0; i < NT / 2; ++i)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int other = shfl_xor_i(acc[NT / 2 + i][e], 16);
-        const int v = upper ? other : acc[i][e];
-        st.o[i][e] = fma_rn(i2f(fix.half(v, i, e)), c, mul_rn(st.o[i][e], r));
-      }
-  }
+    for (int e = 0; e < 2; ++e) st.o[nt][e] = fma_rn(i2f(fix(acc[nt][e], nt, e)), c, mul_rn(st.o[nt][e], r));
 }
 // The P V of the dequantizing paths carries V's + 128: dot = acc - 128 rs.
 struct PlusOffsetFix {
   int rs;
   __device__ __forceinline__ int operator()(int v, int, int) const { return v - 128 * rs; }
-  __device__ __forceinline__ int half(int v, int, int) const { return v - 128 * rs; }
 };
 
 // Channel constants of 8 channels: scale as an integer and (zero + 128) in every byte.
@@ -463,7 +448,7 @@ __device__ __forceinline__ void unit_qk_compressed(const UnitState<D>& st, const
 // k-slice loop rolled as in unit_qk_compressed.
 template <int D, int BITS, bool CLAMP>
 __device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* stg, int g, int t, const u32 (&pa0)[2],
-                                                   const u32 (&pa2)[2], int rs, float r, float c, bool half, int lane) {
+                                                   const u32 (&pa2)[2], int rs, float r, float c) {
   using S = UnitStage<D>;
   constexpr int VCH = D / 8;
   constexpr int RB = D * BITS / 8;
@@ -496,7 +481,7 @@ __device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* s
       for (int i = 0; i < 8; ++i) mma_pv(acc[8 * c8 + i][0], acc[8 * c8 + i][1], a0, a2, vb[i][0], vb[i][1]);
     }
   }
-  unit_o_update<D>(st, acc, half, lane, r, c, PlusOffsetFix{rs});
+  unit_o_update<D>(st, acc, r, c, PlusOffsetFix{rs});
 }
 
 // ---- Compressed tiles without clamping: scales and zero points folded, raw codes on the MMA ------
@@ -673,7 +658,7 @@ __device__ __forceinline__ void raw_v_codes(const u8* vrow, int kk, int h, int t
 // zero point per output channel: O = O r + s_P s_V (s_c (P code) + z_c rs).
 template <int D, int BITS>
 __device__ __forceinline__ void unit_pv_folded(UnitState<D>& st, const u8* stg, int g, int t, const u32 (&pa0)[2],
-                                               const u32 (&pa2)[2], int rs, float r, float c, bool half, int lane) {
+                                               const u32 (&pa2)[2], int rs, float r, float c) {
   using S = UnitStage<D>;
   constexpr int VCH = D / 8;
   int acc[D / 8][2];
@@ -690,41 +675,18 @@ __device__ __forceinline__ void unit_pv_folded(UnitState<D>& st, const u8* stg, 
   }
   // O channels of the lane: c0 of n-tile nt is channel 2 VCH t + nt, c1 is 2 VCH t + VCH + nt
   const u8* ps = stg + S::kParV + 2 * VCH * t;
-  if (!half) {
-    struct Fix {
-      u32 sw[VCH / 2], zw[VCH / 2];
-      int rs;
-      __device__ __forceinline__ int operator()(int v, int nt, int e) const {
-        const int ch = VCH * e + nt;
-        return v * byte_u(sw[ch >> 2], ch & 3) + byte_s(zw[ch >> 2], ch & 3) * rs;
-      }
-      __device__ __forceinline__ int half(int v, int, int) const { return v; }  // not called
-    } fix;
-    lds_lane_bytes<2 * VCH>(ps, fix.sw);
-    lds_lane_bytes<2 * VCH>(ps + D, fix.zw);
-    fix.rs = rs;
-    unit_o_update<D>(st, acc, false, lane, r, c, fix);
-  } else {
-    // the lane's n-tiles start at nt0: channels 2 VCH t + VCH e + nt0 + i, i < VCH / 2
-    const int nt0 = lane >= 16 ? VCH / 2 : 0;
-    struct Fix {
-      u32 sw[2][VCH / 8], zw[2][VCH / 8];
-      int rs;
-      __device__ __forceinline__ int operator()(int v, int, int) const { return v; }  // not called
-      __device__ __forceinline__ int half(int v, int i, int e) const {
-        return v * byte_u(sw[e][i >> 2], i & 3) + byte_s(zw[e][i >> 2], i & 3) * rs;
-      }
-    } fix;
-#pragma unroll
-    for (int e = 0; e < 2; ++e)
-#pragma unroll
-      for (int w = 0; w < VCH / 8; ++w) {
-        fix.sw[e][w] = lds32(ps + VCH * e + nt0 + 4 * w);
-        fix.zw[e][w] = lds32(ps + D + VCH * e + nt0 + 4 * w);
-      }
-    fix.rs = rs;
-    unit_o_update<D>(st, acc, true, lane, r, c, fix);
-  }
+  struct Fix {
+    u32 sw[VCH / 2], zw[VCH / 2];
+    int rs;
+    __device__ __forceinline__ int operator()(int v, int nt, int e) const {
+      const int ch = VCH * e + nt;
+      return v * byte_u(sw[ch >> 2], ch & 3) + byte_s(zw[ch >> 2], ch & 3) * rs;
+    }
+  } fix;
+  lds_lane_bytes<2 * VCH>(ps, fix.sw);
+  lds_lane_bytes<2 * VCH>(ps + D, fix.zw);
+  fix.rs = rs;
+  unit_o_update<D>(st, acc, r, c, fix);
 }
 
 // q K^T of the INT8 buffer tile (`ntok` tokens, 1..64) straight from global memory.
@@ -755,8 +717,7 @@ __device__ __forceinline__ void unit_qk_buffer(const UnitState<D>& st, const i8*
 // P V of the INT8 buffer tile and the O update.
 template <int D>
 __device__ __forceinline__ void unit_pv_buffer(UnitState<D>& st, const i8* vbuf, int ntok, int g, int t,
-                                               const u32 (&pa0)[2], const u32 (&pa2)[2], int rs, float r, float c,
-                                               bool half, int lane) {
+                                               const u32 (&pa0)[2], const u32 (&pa2)[2], int rs, float r, float c) {
   constexpr int VCH = D / 8;
   int acc[D / 8][2];
 #pragma unroll
@@ -790,21 +751,173 @@ __device__ __forceinline__ void unit_pv_buffer(UnitState<D>& st, const i8* vbuf,
       for (int i = 0; i < 8; ++i)
         mma_pv(acc[8 * c8 + i][0], acc[8 * c8 + i][1], pa0[kk], pa2[kk], vb[i][0], vb[i][1]);
     }
-  unit_o_update<D>(st, acc, half, lane, r, c, PlusOffsetFix{rs});
+  unit_o_update<D>(st, acc, r, c, PlusOffsetFix{rs});
 }
 
-// Position of a unit in the iteration space: sequence, output tile of the sequence, cache tile.
+// ---- P V of the half-row instance as O^T = V^T P^T ----------------------------------------------
+// For GQA groups of at most 4 query heads P has 4 live rows of the MMA's 16: P (A) x V (B) threw
+// three quarters of every mma.m16n8k32 away, and ptxas rebuilt the zero rows of A and the zero
+// accumulator halves around each one (about 190 register moves per tile in the SASS of 79c02d8,
+// for 32 MMAs). Transposed, V^T is the A operand: rows g and g + 8 of m-tile mt are the lane's
+// channels VCH g + 2 mt and VCH g + 2 mt + 1, k the 32 keys of a slice in P's slot order; P^T is
+// the B operand, and P's A fragment of row g is exactly B's fragment of column g (the same k per
+// lane), so the softmax's fragments serve unchanged. D/16 MMAs per key slice instead of D/8, every
+// operand and accumulator register live. D of m-tile mt: c0, c1 = channel VCH g + 2 mt, query
+// rows 2t, 2t + 1; c2, c3 = channel VCH g + 2 mt + 1, same rows. Rows 4-7 hold no query head
+// (lanes t = 2, 3): those lanes take the upper half of the m-tiles of lane t - 2 (one shuffle per
+// element), so every lane keeps D/8 O values: query rows 2 (t & 1) + {0, 1}, channels VCH g +
+// (VCH / 2)(t >> 1) + 0 .. VCH / 2 - 1; st.o[f / 2][f % 2] with f = 4 m + j holds channel
+// offset 2 m + j / 2, row 2 (t & 1) + j % 2. The integer sums and the f32 update of every element
+// are those of the other layouts, so O stays bit-exact.
+enum PvKind { kPvFolded4, kPvFolded2, kPvClamp4, kPvClamp2, kPvBuffer };
+
+__device__ __forceinline__ void mma_vp(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ int shfl_idx_i(int v, int src) {
+  int r;
+  asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(src));
+  return r;
+}
+__device__ __forceinline__ float shfl_idx_f(float v, int src) { return __int_as_float(shfl_idx_i(__float_as_int(v), src)); }
+
+// vb[ch]: channel VCH g + ch of the four keys of key half h of slice kk (P's slot order), one per
+// byte: raw codes (folded), dequantized + 128 (clamping path), or INT8 + 128 (the buffer).
+template <int D, int KIND>
+__device__ __forceinline__ void half_v_regs(const u8* stg, const i8* vbuf, int ntok, int g, int t, int kk, int h,
+                                            const u32 (&sc)[D / 8], const u32 (&zb)[D / 8], u32 (&vb)[D / 8]) {
+  using S = UnitStage<D>;
+  constexpr int VCH = D / 8;
+  if (KIND == kPvFolded4 || KIND == kPvFolded2) {
+    constexpr int BITS = KIND == kPvFolded4 ? 4 : 2;
+    raw_v_codes<D, BITS>(stg + S::kV + (VCH * BITS / 8) * g, kk, h, t, vb);
+  } else if (KIND == kPvClamp4 || KIND == kPvClamp2) {
+    constexpr int BITS = KIND == kPvClamp4 ? 4 : 2;
+    constexpr int RB = D * BITS / 8;
+    const u8* vrow = stg + S::kV + (VCH * BITS / 8) * g;
+    const int key0 = 32 * kk + 16 * h + 2 * t;
+#pragma unroll
+    for (int c8 = 0; c8 < VCH / 8; ++c8) {
+      u32 w[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) w[k] = lds_codes8<BITS>(vrow + row_slot(key0 + (k & 1) + 8 * (k >> 1)) * RB + c8 * BITS);
+      u32 x[4], ch[8];
+      transpose4(w[0], w[1], w[2], w[3], x);
+      split_codes<BITS>(x, ch);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) vb[8 * c8 + i] = dq4<true>(ch[i], sc[8 * c8 + i], zb[8 * c8 + i]);
+    }
+  } else {
+    const int key0 = 32 * kk + 16 * h + 2 * t;
+#pragma unroll
+    for (int c8 = 0; c8 < VCH / 8; ++c8) {
+      u32 lo[4], hi[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int key = key0 + (k & 1) + 8 * (k >> 1);
+        uint2 x = make_uint2(0, 0);
+        if (key < ntok) x = *reinterpret_cast<const uint2*>(vbuf + key * D + VCH * g + 8 * c8);
+        lo[k] = x.x, hi[k] = x.y;
+      }
+      u32 xl[4], xh[4];
+      transpose4(lo[0], lo[1], lo[2], lo[3], xl);
+      transpose4(hi[0], hi[1], hi[2], hi[3], xh);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        vb[8 * c8 + i] = xl[i] ^ 0x80808080u;
+        vb[8 * c8 + 4 + i] = xh[i] ^ 0x80808080u;
+      }
+    }
+  }
+}
+
+// P V of one tile and the O update in the transposed layout above (half-row instance only).
+template <int D, int KIND>
+__device__ __forceinline__ void unit_pv_half(UnitState<D>& st, const u8* stg, const i8* vbuf, int ntok, int g, int t,
+                                             const u32 (&pa0)[2], const u32 (&pa2)[2], int rs, float r, float c) {
+  using S = UnitStage<D>;
+  constexpr int VCH = D / 8, MT = VCH / 2;
+  constexpr bool kClamp = KIND == kPvClamp4 || KIND == kPvClamp2;
+  u32 sc[VCH], zb[VCH];  // channel constants of the clamping path's dequantization
+  if (kClamp) {
+#pragma unroll
+    for (int c8 = 0; c8 < VCH / 8; ++c8) {
+      u32 s8[8], z8[8];
+      channel_consts(stg + S::kParV, D, VCH * g + 8 * c8, s8, z8);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sc[8 * c8 + i] = s8[i], zb[8 * c8 + i] = z8[i];
+    }
+  }
+  int acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0;
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    u32 vb[2][VCH];
+    half_v_regs<D, KIND>(stg, vbuf, ntok, g, t, kk, 0, sc, zb, vb[0]);
+    half_v_regs<D, KIND>(stg, vbuf, ntok, g, t, kk, 1, sc, zb, vb[1]);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      mma_vp(acc[mt], vb[0][2 * mt], vb[0][2 * mt + 1], vb[1][2 * mt], vb[1][2 * mt + 1], pa0[kk], pa2[kk]);
+  }
+  // the factors of query rows 2 (t & 1) and 2 (t & 1) + 1 (row h's live in lane 4 h)
+  const int ra = 8 * (t & 1), rb = ra + 4;
+  const int rs_a = shfl_idx_i(rs, ra), rs_b = shfl_idx_i(rs, rb);
+  const float r_a = shfl_idx_f(r, ra), r_b = shfl_idx_f(r, rb);
+  const float c_a = shfl_idx_f(c, ra), c_b = shfl_idx_f(c, rb);
+  // V's scale and zero point of the lane's MT channels (folded kinds)
+  constexpr int W = MT / 4;
+  u32 sw[W], zw[W];
+  if (!kClamp && KIND != kPvBuffer) {
+    const u8* ps = stg + S::kParV + VCH * g + MT * (t >> 1);
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      sw[i] = lds32(ps + 4 * i);
+      zw[i] = lds32(ps + D + 4 * i);
+    }
+  }
+  const bool up = t >= 2;
+#pragma unroll
+  for (int m = 0; m < MT / 2; ++m)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int other = shfl_xor_i(acc[MT / 2 + m][j], 2);
+      const int v = up ? other : acc[m][j];
+      const int chl = 2 * m + (j >> 1);
+      const int rsj = (j & 1) ? rs_b : rs_a;
+      int dot;
+      if (kClamp || KIND == kPvBuffer)
+        dot = v - 128 * rsj;
+      else
+        dot = v * byte_u(sw[chl >> 2], chl & 3) + byte_s(zw[chl >> 2], chl & 3) * rsj;
+      float& o = st.o[(4 * m + j) >> 1][j & 1];
+      o = fma_rn(i2f(dot), (j & 1) ? c_b : c_a, mul_rn(o, (j & 1) ? r_b : r_a));
+    }
+}
+
+// Position of a unit in the iteration space: sequence, output tile of the sequence, cache tile,
+// with what the loop needs of them kept up to date as the cursor moves (per-sequence lengths and
+// query token, the KV head's bits and code / parameter offsets), so that a step within an output
+// tile is a few adds instead of global loads, a division and 64-bit products (the loop head and
+// the two cp.async issues took about 400 instructions per tile before: docs/TURBO_CUDA.md).
 struct UnitCursor {
-  int b;      // sequence
-  int rt;     // output tile within the sequence (KV head x query group)
-  int ti;     // cache tile within the output tile
-  int n_it;   // cache tiles of this sequence's output tiles
+  int b;        // sequence
+  int hk, qg;   // KV head and query group of the output tile (output tile = hk * qgroups + qg)
+  int ti;       // cache tile within the output tile
+  int n_it;     // cache tiles of this sequence's output tiles
+  int len, qt;  // tokens the cache holds, query token (-1: sequence left alone)
+  int bits;     // bits of head hk
+  u64 code0;    // byte offset of block 0 of (b, hk) in CacheView::codes
+  u64 pb0;      // index of block 0 of (b, hk) in the per-block arrays (bscale, clamp, par / 2D)
 };
 
-// HALF: the instance for GQA groups of at most 4 query heads (turbo_decode_g4_*): the half-row
-// layout (unit_softmax<D, 4>, each lane keeps half of its row's O) fixed at compile time, so the
-// O registers of the other half are never allocated; else the instance for larger groups (full
-// rows). ferrattn_cuda::TurboKernels::decode_for picks by the group.
+// HALF: the instance for GQA groups of at most 4 query heads (turbo_decode_g4_*): the softmax on
+// half rows (unit_softmax<D, 4>) and P V transposed (unit_pv_half, each lane keeps D/8 O values)
+// fixed at compile time, so the O registers of the other layout are never allocated; else the
+// instance for larger groups (full rows). ferrattn_cuda::TurboKernels::decode_for picks by the group.
 template <class T, int D, bool HALF>
 __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   using S = UnitStage<D>;
@@ -821,10 +934,19 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   u8* stages = dsmem + warp * S::kBytes;
   const u32 begin = p.cta_bounds[unit], end = p.cta_bounds[unit + 1];
   if (begin >= end) return;
-  const int tiles_per_seq = p.heads_kv * p.qgroups;
   constexpr bool half = HALF;  // unit_softmax<D, 4> and the half-row O layout
-  auto n_it_of = [&](int b) { return max(1, (p.lens[b] + kBlock - 1) / kBlock); };
 
+  // the cursor's per-sequence and per-(sequence, KV head) fields
+  auto enter_seq = [&](UnitCursor& c) {
+    c.len = p.lens[c.b];
+    c.qt = p.q_tok[c.b];
+    c.n_it = max(1, (c.len + kBlock - 1) / kBlock);
+  };
+  auto enter_head = [&](UnitCursor& c) {
+    c.bits = cp.head_bits[c.hk];
+    c.code0 = (u64)c.b * cp.seq_code_bytes + cp.head_off[c.hk];
+    c.pb0 = ((u64)c.b * p.heads_kv + c.hk) * cp.cap_blocks;
+  };
   UnitCursor cur;
   {
     int lo = 0, hi = p.batch;
@@ -833,18 +955,25 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       if (p.seq_start[mid] <= begin) lo = mid; else hi = mid;
     }
     cur.b = lo;
-    cur.n_it = n_it_of(lo);
+    enter_seq(cur);
     const u32 off = begin - p.seq_start[lo];
-    cur.rt = (int)(off / (u32)cur.n_it);
+    const int rt = (int)(off / (u32)cur.n_it);
     cur.ti = (int)(off % (u32)cur.n_it);
+    cur.hk = rt / p.qgroups;
+    cur.qg = rt % p.qgroups;
+    enter_head(cur);
   }
   auto advance = [&](UnitCursor& c) {
     if (++c.ti == c.n_it) {
       c.ti = 0;
-      if (++c.rt == tiles_per_seq) {
-        c.rt = 0;
-        ++c.b;
-        if (c.b < p.batch) c.n_it = n_it_of(c.b);
+      if (++c.qg == p.qgroups) {
+        c.qg = 0;
+        if (++c.hk == p.heads_kv) {
+          c.hk = 0;
+          ++c.b;
+          if (c.b < p.batch) enter_seq(c);
+        }
+        if (c.b < p.batch) enter_head(c);
       }
     }
   };
@@ -854,27 +983,28 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   // tensor's channel parameters, and with K the block scales and clamp flags of both tensors
   const u32 stage_s = smem_addr(stages);
   auto issue = [&](const UnitCursor& c, int which) {
-    if (p.q_tok[c.b] < 0 || c.ti >= p.lens[c.b] / kBlock) return;
-    const int hk = c.rt / p.qgroups;
-    const int bits = cp.head_bits[hk];
-    const int rb_log = bits == 4 ? (D == 128 ? 6 : 5) : (D == 128 ? 5 : 4);  // log2 row bytes
-    const int cpr_log = rb_log - 4;                                         // log2 16-byte chunks per row
-    const u64 cb = block_bytes(D, bits);
-    const u64 code_off = (u64)c.b * cp.seq_code_bytes + cp.head_off[hk] + (u64)c.ti * cb;
-    const u64 pb = ((u64)c.b * p.heads_kv + hk) * cp.cap_blocks + c.ti;
+    if (c.qt < 0 || c.ti >= (c.len >> 6)) return;  // kBlock = 64
+    const bool b4 = c.bits == 4;
+    const int rb_log = b4 ? (D == 128 ? 6 : 5) : (D == 128 ? 5 : 4);  // log2 row bytes
+    const int cpr_log = rb_log - 4;                                   // log2 16-byte chunks per row
+    const u64 code_off = c.code0 + ((u64)c.ti << (rb_log + 6));       // 64 rows a block
+    const u64 pb = c.pb0 + c.ti;
     const CacheView& cv = which ? cp.v : cp.k;
-    const u32 dst = stage_s + (which ? S::kV : S::kK);
-    const u32 lane_off = (row_slot(lane >> cpr_log) << rb_log) + ((lane & ((1 << cpr_log) - 1)) << 4);
+    const u32 dst = stage_s + (which ? S::kV : S::kK) +
+                    (row_slot(lane >> cpr_log) << rb_log) + ((lane & ((1 << cpr_log) - 1)) << 4);
     const u8* src = cv.codes + code_off + 16 * lane;
-    const int steps = (int)(cb >> 9);
-    for (int i = 0; i < steps; ++i) cp_async16_s(dst + lane_off + 512 * i, src + 512 * i);
+    constexpr int kMaxSteps = D * 4 / 64;  // 512-byte steps of a 4-bit block
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i)
+      if (b4 || i < kMaxSteps / 2) cp_async16_s(dst + 512 * i, src + 512 * i);
     if (lane < D / 8)  // 2 D / 16 chunks of channel parameters
       cp_async16_s(stage_s + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
-    if (!which) {
-      if (lane == 0) cp_async4(stages + S::kScales, cp.k.bscale + pb);
-      if (lane == 1) cp_async4(stages + S::kScales + 4, cp.v.bscale + pb);
-      if (lane == 2) cp_async4(stages + S::kScales + 8, cp.k.clamp + pb);
-      if (lane == 3) cp_async4(stages + S::kScales + 12, cp.v.clamp + pb);
+    if (!which && lane < 4) {
+      const u32* srcs = lane == 0 ? reinterpret_cast<const u32*>(cp.k.bscale)
+                        : lane == 1 ? reinterpret_cast<const u32*>(cp.v.bscale)
+                        : lane == 2 ? cp.k.clamp
+                                    : cp.v.clamp;
+      cp_async4(stages + S::kScales + 4 * lane, srcs + pb);
     }
   };
 
@@ -890,13 +1020,13 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     cp_async_wait<1>();
     syncwarp();
     const int b = cur.b;
-    const int qt = p.q_tok[b];
+    const int qt = cur.qt;
     const bool seg_first = it == begin || cur.ti == 0;
     const bool seg_last = it + 1 == end || cur.ti + 1 == cur.n_it;
-    const int hk = cur.rt / p.qgroups, qg = cur.rt % p.qgroups;
+    const int hk = cur.hk, qg = cur.qg;
     const int rows = min(kUnitRows, p.group - qg * kUnitRows);
     const int h0 = hk * p.group + qg * kUnitRows;
-    const int len = p.lens[b];
+    const int len = cur.len;
     const int nblocks = len / kBlock, ntok_buf = len % kBlock;
     const u64 bh = (u64)b * p.heads_kv + hk;
     const bool compressed = cur.ti < nblocks;
@@ -962,7 +1092,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     int s[8][2];
     if (active) {
       if (compressed) {
-        const int bits = cp.head_bits[hk];
+        const int bits = cur.bits;
         // the blocks' clamp flags (CacheView::clamp, exact, written with the blocks): the
         // folded path unless some code of K or V dequantizes past 127
         const uint4 sc = *reinterpret_cast<const uint4*>(stages + S::kScales);
@@ -1003,42 +1133,63 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     cp_async_wait<1>();
     syncwarp();
     if (active) {
-      switch (variant) {
-        case 0: unit_pv_compressed<D, 4, true>(st, stages, g, t, pa0, pa2, rs, r, c, half, lane); break;
-        case 1: unit_pv_folded<D, 4>(st, stages, g, t, pa0, pa2, rs, r, c, half, lane); break;
-        case 2: unit_pv_compressed<D, 2, true>(st, stages, g, t, pa0, pa2, rs, r, c, half, lane); break;
-        case 3: unit_pv_folded<D, 2>(st, stages, g, t, pa0, pa2, rs, r, c, half, lane); break;
-        default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c, half, lane);
+      if (half) {
+        switch (variant) {
+          case 0: unit_pv_half<D, kPvClamp4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_half<D, kPvFolded4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_half<D, kPvClamp2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_half<D, kPvFolded2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          default: unit_pv_half<D, kPvBuffer>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+        }
+      } else {
+        switch (variant) {
+          case 0: unit_pv_compressed<D, 4, true>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_folded<D, 4>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_compressed<D, 2, true>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_folded<D, 2>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+        }
       }
     }
-    if (qt >= 0) {
-      // the segment's partial: row g (half rows: row g mod 4, the lane's half of the n-tiles),
-      // channels 2 VCH t + VCH e + nt
-      const int prow = half ? (g & 3) : g;
-      if (seg_last && prow < rows) {
-        float* po = p.part_o + ((u64)slot * kUnitRows + prow) * D + 2 * VCH * t;
-        if (!half) {
+    if (qt >= 0 && seg_last) {
+      // the segment's partial
+      if (!half) {
+        // row g, channels 2 VCH t + VCH e + nt
+        if (g < rows) {
+          float* po = p.part_o + ((u64)slot * kUnitRows + g) * D + 2 * VCH * t;
 #pragma unroll
           for (int i = 0; i < VCH; i += 4) {
             *reinterpret_cast<float4*>(po + i) = make_float4(st.o[i][0], st.o[i + 1][0], st.o[i + 2][0], st.o[i + 3][0]);
             *reinterpret_cast<float4*>(po + VCH + i) =
                 make_float4(st.o[i][1], st.o[i + 1][1], st.o[i + 2][1], st.o[i + 3][1]);
           }
-        } else {
-          po += lane >= 16 ? VCH / 2 : 0;
+        }
+      } else {
+        // unit_pv_half's layout: rows 2 (t & 1) + e, channels VCH g + MT (t >> 1) + 2 m + j / 2
+        constexpr int MT = VCH / 2;
 #pragma unroll
-          for (int i = 0; i < VCH / 2; i += 4) {
-            *reinterpret_cast<float4*>(po + i) = make_float4(st.o[i][0], st.o[i + 1][0], st.o[i + 2][0], st.o[i + 3][0]);
-            *reinterpret_cast<float4*>(po + VCH + i) =
-                make_float4(st.o[i][1], st.o[i + 1][1], st.o[i + 2][1], st.o[i + 3][1]);
+        for (int e = 0; e < 2; ++e) {
+          const int row = 2 * (t & 1) + e;
+          if (row < rows) {
+            float* po = p.part_o + ((u64)slot * kUnitRows + row) * D + VCH * g + MT * (t >> 1);
+#pragma unroll
+            for (int q4 = 0; q4 < MT; q4 += 4) {
+              float v[4];
+#pragma unroll
+              for (int k = 0; k < 4; ++k) {
+                const int chl = q4 + k, f = 4 * (chl >> 1) + 2 * (chl & 1) + e;
+                v[k] = st.o[f >> 1][f & 1];
+              }
+              *reinterpret_cast<float4*>(po + q4) = make_float4(v[0], v[1], v[2], v[3]);
+            }
           }
         }
-        if (t == 0 && g == prow)
-          *reinterpret_cast<float2*>(p.part_ml + ((u64)slot * kUnitRows + prow) * 2) = make_float2(st.m, st.l);
       }
+      if (t == 0 && g < (half ? 4 : kUnitRows) && g < rows)
+        *reinterpret_cast<float2*>(p.part_ml + ((u64)slot * kUnitRows + g) * 2) = make_float2(st.m, st.l);
     }
     if (seg_last) ++slot;
-    advance(cur);
+    cur = nxt;  // advanced once, before K of the next tile was issued
     syncwarp();  // every lane is done with the V half before it is refilled
     if (it + 1 < end) issue(nxt, 1);
     cp_async_commit();

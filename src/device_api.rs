@@ -46,9 +46,10 @@ pub use turbo::{
     TurboPrefillStep, TurboPrefillViews, TurboShape, TURBO_BLOCK_TOKENS, TURBO_HEAD_DIMS,
 };
 pub use turboquant::{
-    validate_turboquant_append, validate_turboquant_decode, TurboQuantCache, TurboQuantCacheSpec,
-    TurboQuantDecodePlan, TurboQuantDecodeStep, TurboQuantDecodeViews, TurboQuantDevice,
-    TurboQuantMemory, TurboQuantShape, TURBOQUANT_HEAD_DIMS, TURBOQUANT_TILE_TOKENS,
+    validate_turboquant_append, validate_turboquant_decode, validate_turboquant_workspace,
+    TurboQuantCache, TurboQuantCacheSpec, TurboQuantDecodePlan, TurboQuantDecodeStep,
+    TurboQuantDecodeViews, TurboQuantDevice, TurboQuantMemory, TurboQuantSchedule, TurboQuantShape,
+    TURBOQUANT_HEAD_DIMS, TURBOQUANT_TILE_TOKENS, TURBOQUANT_WORKSPACE_ALIGN,
 };
 
 /// Alignment the kernels need of every tensor's address, bytes (16-byte vector loads).
@@ -763,7 +764,10 @@ impl DecodePlan {
             p.softmax_scale = s;
         }
         let lp = match schedule {
-            LeanSchedule::StreamK => lean::plan(&p, caps)?,
+            LeanSchedule::StreamK => match kv {
+                KvCache::Contiguous { .. } => lean::plan(&p, caps)?,
+                KvCache::Paged { .. } => lean::plan_paged(&p, caps)?,
+            },
             LeanSchedule::FixedSplit(splits) => lean::plan_fixed_split(&p, caps, splits)?,
         };
         let storage = match kv {

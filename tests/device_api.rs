@@ -797,12 +797,13 @@ mod turbo {
 mod turboquant {
     use super::dev;
     use ferrattn::device_api::{
-        validate_turboquant_append, validate_turboquant_decode, Location, TensorView,
-        TurboQuantCacheSpec, TurboQuantDecodePlan, TurboQuantDecodeViews, TurboQuantShape,
-        ViewError, TURBOQUANT_TILE_TOKENS,
+        validate_turboquant_append, validate_turboquant_decode, validate_turboquant_workspace,
+        Location, TensorView, TurboQuantCacheSpec, TurboQuantDecodePlan, TurboQuantDecodeViews,
+        TurboQuantSchedule, TurboQuantShape, ViewError, Workspace, TURBOQUANT_TILE_TOKENS,
+        TURBOQUANT_WORKSPACE_ALIGN,
     };
     use ferrattn::turboquant::TurboQuantConfig;
-    use ferrattn::{AttentionProblem, DType, FerrattnError};
+    use ferrattn::{AttentionProblem, DType, DeviceCaps, FerrattnError};
 
     const B: usize = 2;
     const HQ: usize = 8;
@@ -834,9 +835,15 @@ mod turboquant {
         }
     }
 
+    /// Stream-K over `units` warps of the reference Hopper (132 SMs).
+    fn sched(units: usize) -> TurboQuantSchedule {
+        TurboQuantSchedule::stream_k(units, &DeviceCaps::hopper_reference()).unwrap()
+    }
+
     fn plan(before: &[usize], append: bool) -> TurboQuantDecodePlan {
         let new = vec![append as usize; before.len()];
-        TurboQuantDecodePlan::new(&config(D), &shape(), before, &new, None).expect("a valid plan")
+        TurboQuantDecodePlan::new(&config(D), &shape(), before, &new, sched(528))
+            .expect("a valid plan")
     }
 
     struct Step<'a> {
@@ -876,7 +883,7 @@ mod turboquant {
         assert_eq!(p.new_rows(), 1);
         // a prefill of ragged prompts: k_new / v_new of the longest
         let pf =
-            TurboQuantDecodePlan::new(&config(D), &shape(), &[0, 0], &[37, 130], Some(8)).unwrap();
+            TurboQuantDecodePlan::new(&config(D), &shape(), &[0, 0], &[37, 130], sched(8)).unwrap();
         assert_eq!((pf.lens_after(), pf.new_rows()), (&[37, 130][..], 130));
         let mut s = Step::new();
         s.k_new = dev(0x4000_0000, DType::F16, &[B, 130, HK, D]);
@@ -1112,6 +1119,60 @@ mod turboquant {
         ));
     }
 
+    /// The step's workspace at the boundary: too small is [`ViewError::Workspace`] with both
+    /// sizes, another device or a misaligned (or null) address typed too; the size is the
+    /// plan's, grows with what the step holds, and is in the plan's JSON.
+    #[test]
+    fn turboquant_workspace_is_checked_with_the_sizes() {
+        let p = plan(&[63, 1000], true);
+        let need = p.workspace_bytes();
+        assert!(need > 0 && need.is_multiple_of(TURBOQUANT_WORKSPACE_ALIGN));
+        assert!(p
+            .to_json()
+            .contains(&format!("\"workspace_bytes\": {need}")));
+        let ws = |addr: u64, bytes: usize, ordinal: usize| {
+            // SAFETY: never dereferenced; only validated.
+            unsafe { Workspace::cuda(addr, bytes, ordinal) }
+        };
+        validate_turboquant_workspace(&p, &ws(0x7000_0000, need, 0), Location::Cuda(0)).unwrap();
+        assert_eq!(
+            validate_turboquant_workspace(&p, &ws(0x7000_0000, need - 1, 0), Location::Cuda(0)),
+            Err(ViewError::Workspace {
+                needed: need,
+                declared: need - 1,
+            })
+        );
+        assert_eq!(
+            validate_turboquant_workspace(&p, &ws(0x7000_0000, need, 1), Location::Cuda(0)),
+            Err(ViewError::Device {
+                tensor: "workspace",
+                got: Location::Cuda(1),
+                expected: Location::Cuda(0),
+            })
+        );
+        for addr in [0x7000_0010u64, 0] {
+            assert_eq!(
+                validate_turboquant_workspace(&p, &ws(addr, need, 0), Location::Cuda(0)),
+                Err(ViewError::Misaligned {
+                    tensor: "workspace",
+                    addr,
+                    align: TURBOQUANT_WORKSPACE_ALIGN as u64,
+                })
+            );
+        }
+        // the partials grow with the stream-K width; a decode without an append needs no
+        // append tables
+        let width = |units: usize| {
+            TurboQuantDecodePlan::new(&config(D), &shape(), &[63, 1000], &[1, 1], sched(units))
+                .unwrap()
+        };
+        assert!(width(128).workspace_bytes() > width(16).workspace_bytes());
+        assert!(plan(&[64, 1001], false).workspace_bytes() < need);
+        // at most one unit per 16-token iteration: HK x (4 + 63) iterations here
+        assert_eq!(p.schedule().units(), 528);
+        assert_eq!(p.units(), HK * (4 + 63));
+    }
+
     #[test]
     fn bad_specs_plans_and_configs_are_rejected_with_the_values() {
         let view = |r: ferrattn::Result<()>| match r {
@@ -1164,36 +1225,36 @@ mod turboquant {
         // plans
         let mut s = shape();
         s.heads_q = 7;
-        let e = TurboQuantDecodePlan::new(&config(D), &s, &[1, 1], &[1, 1], None).unwrap_err();
+        let e =
+            TurboQuantDecodePlan::new(&config(D), &s, &[1, 1], &[1, 1], sched(528)).unwrap_err();
         assert!(
             matches!(e, FerrattnError::View(ViewError::Length { got: 7, .. })),
             "{e}"
         );
-        let e = TurboQuantDecodePlan::new(&config(D), &shape(), &[1, 1, 1], &[1, 1, 1], None)
+        let e = TurboQuantDecodePlan::new(&config(D), &shape(), &[1, 1, 1], &[1, 1, 1], sched(528))
             .unwrap_err();
         assert!(
             matches!(e, FerrattnError::View(ViewError::Length { got: 3, .. })),
             "{e}"
         );
         // nothing to attend to: an empty sequence without an append
-        let e =
-            TurboQuantDecodePlan::new(&config(D), &shape(), &[0, 5], &[0, 0], None).unwrap_err();
+        let e = TurboQuantDecodePlan::new(&config(D), &shape(), &[0, 5], &[0, 0], sched(528))
+            .unwrap_err();
         assert!(
             matches!(e, FerrattnError::View(ViewError::Length { got: 0, .. })),
             "{e}"
         );
-        let e =
-            TurboQuantDecodePlan::new(&config(D), &shape(), &[1, 5], &[0, 0], Some(0)).unwrap_err();
+        let e = TurboQuantSchedule::stream_k(0, &DeviceCaps::hopper_reference()).unwrap_err();
         assert!(
             matches!(e, FerrattnError::View(ViewError::Length { got: 0, .. })),
             "{e}"
         );
         let mut s = shape();
         s.softmax_scale = Some(f32::NAN);
-        assert!(TurboQuantDecodePlan::new(&config(D), &s, &[1, 1], &[1, 1], None).is_err());
+        assert!(TurboQuantDecodePlan::new(&config(D), &s, &[1, 1], &[1, 1], sched(528)).is_err());
         // the config at another head dim than the shape's (qjl_dim 64 at d 128)
-        let e =
-            TurboQuantDecodePlan::new(&config(64), &shape(), &[1, 1], &[1, 1], None).unwrap_err();
+        let e = TurboQuantDecodePlan::new(&config(64), &shape(), &[1, 1], &[1, 1], sched(528))
+            .unwrap_err();
         assert!(e.to_string().contains("qjl_dim"), "{e}");
     }
 }

@@ -551,7 +551,8 @@ fn gpu_merge_states_matches_the_core_merge() {
 fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
     use ferrattn::device_api::{
         contiguous_strides, Stream, TurboQuantCacheSpec, TurboQuantDecodePlan,
-        TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, ViewError,
+        TurboQuantDecodeViews, TurboQuantDevice, TurboQuantSchedule, TurboQuantShape, ViewError,
+        Workspace,
     };
     use ferrattn::turboquant::{self, TurboQuantCodec, TurboQuantConfig};
     use ferrattn::{AttentionInputs, AttentionProblem, Comparison, FerrattnError, Tensor};
@@ -681,14 +682,13 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
     let mut lens = vec![0usize; b];
     for (s, query) in queries.iter().enumerate().take(steps + 1) {
         let new: Vec<usize> = if s == 0 { prompt.to_vec() } else { vec![1; b] };
-        let plan = TurboQuantDecodePlan::new(
-            &cfg,
-            &shape,
-            &lens,
-            &new,
-            if s == 1 { Some(5) } else { None },
-        )
-        .unwrap();
+        let after: Vec<usize> = lens.iter().zip(&new).map(|(l, n)| l + n).collect();
+        let schedule = if s == 1 {
+            TurboQuantSchedule::stream_k(5, &dev.caps().unwrap()).unwrap()
+        } else {
+            dev.decode_schedule(&cfg, &shape, &after).unwrap()
+        };
+        let plan = TurboQuantDecodePlan::new(&cfg, &shape, &lens, &new, schedule).unwrap();
         let (kn, vn) = (
             upload(&rows(&k_all, &lens, &new)),
             upload(&rows(&v_all, &lens, &new)),
@@ -704,7 +704,10 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
             o.fill_u16(0x7e00).unwrap(); // NaN
             l.fill_u32(0x7fc0_0000).unwrap();
         }
-        let step = dev.begin_decode(&plan).unwrap();
+        let ws_buf = DeviceBuffer::alloc(&g, plan.workspace_bytes()).unwrap();
+        // SAFETY: a fresh allocation of the plan's size on device 0, used by this step only.
+        let mut ws = unsafe { Workspace::cuda(ws_buf.ptr(), ws_buf.bytes(), 0) };
+        let step = dev.begin_decode(&plan, &mut ws, stream).unwrap();
         for (c, (o, l)) in caches.iter_mut().zip(&out_views) {
             step.append(&knv, &vnv, c, stream).unwrap();
             step.run(&TurboQuantDecodeViews { q: &qdv, o, lse: l }, c, stream)
@@ -757,8 +760,22 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
     }
 
     // ---- typed errors before any launch
-    let plan = TurboQuantDecodePlan::new(&cfg, &shape, &lens, &[1; 3], None).unwrap();
-    let step = dev.begin_decode(&plan).unwrap();
+    let after: Vec<usize> = lens.iter().map(|l| l + 1).collect();
+    let schedule = dev.decode_schedule(&cfg, &shape, &after).unwrap();
+    let plan = TurboQuantDecodePlan::new(&cfg, &shape, &lens, &[1; 3], schedule).unwrap();
+    let ws_buf = DeviceBuffer::alloc(&g, plan.workspace_bytes()).unwrap();
+    // SAFETY: a fresh allocation of the plan's size on device 0, used by these steps only.
+    let mut ws = unsafe { Workspace::cuda(ws_buf.ptr(), ws_buf.bytes(), 0) };
+    // a workspace one alignment unit short of the plan's: typed, with both sizes
+    // SAFETY: never used (refused before any GPU access).
+    let mut short = unsafe { Workspace::cuda(ws_buf.ptr(), plan.workspace_bytes() - 256, 0) };
+    let e = dev.begin_decode(&plan, &mut short, stream).unwrap_err();
+    assert!(
+        matches!(e, FerrattnError::View(ViewError::Workspace { needed, declared })
+            if needed == plan.workspace_bytes() && declared == needed - 256),
+        "{e}"
+    );
+    let step = dev.begin_decode(&plan, &mut ws, stream).unwrap();
     let qd = upload(&queries[steps + 1]);
     let qdv = view(&qd, DType::F16, &[b, 1, hq, d]);
     // decode before the step's append: the cache is one token short
@@ -826,7 +843,7 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
     // ---- one more step, eager, then captured and replayed 20 times
     let vn1 = upload(&rows(&v_all, &lens, &[1; 3]));
     let vn1v = view(&vn1, DType::F16, &[b, 1, hk, d]);
-    let step = dev.begin_decode(&plan).unwrap();
+    let step = dev.begin_decode(&plan, &mut ws, stream).unwrap();
     let enqueue =
         |caches: &mut Vec<ferrattn::device_api::TurboQuantCache>| -> ferrattn::Result<()> {
             for (c, (o, l)) in caches.iter_mut().zip(&out_views) {
@@ -864,4 +881,352 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
     assert_eq!(caches[0].lens(), plan.lens_after());
     drop(graph);
     drop(step);
+}
+
+/// A TurboQuant decode step of 4 layers (Llama-3-8B heads: 32 query, 8 KV, d 128; a ragged batch
+/// of 4 over caches filled by a prefill step) captured in one CUDA graph and replayed 50 times
+/// (`FERRATTN_TQ_REPLAYS`) into poisoned outputs equals its eager run bit for bit, both ways the API allows:
+/// (a) the step's appends inside the graph (the eager run appended first; each replay rewrites
+/// the same slots, and the caches' codes and norms after the replays equal the eager ones bit
+/// for bit), and (b) the appends enqueued eagerly, outside the graph, which holds the layers'
+/// decodes only. The step's tables and scratch live in one caller-owned workspace, copied
+/// there by `begin_decode` on the caller's stream; layer 0 of (b) is checked against the
+/// emulation (O within 1e-3 relative Frobenius) so the replays are compared with right answers.
+#[test]
+fn gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager() {
+    use ferrattn::device_api::{
+        contiguous_strides, Stream, TurboQuantCache, TurboQuantCacheSpec, TurboQuantDecodePlan,
+        TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, Workspace,
+    };
+    use ferrattn::turboquant::{self, TurboQuantConfig};
+    use ferrattn::{AttentionInputs, AttentionProblem, Comparison, Tensor};
+    use ferrattn_cuda::{DeviceBuffer, Graph};
+    use half::f16;
+    use rand::{Rng, SeedableRng};
+    let name = "gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager";
+    let dev = match TurboQuantDevice::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    let g = dev.backend().gpu().unwrap().clone();
+    // SAFETY: the backend's own stream, alive as long as `dev`.
+    let stream = unsafe { Stream::from_raw(g.raw_stream() as *mut std::ffi::c_void) };
+    // FERRATTN_TQ_REPLAYS: fewer replays under compute-sanitizer (each launch is slow there)
+    let replays: usize = std::env::var("FERRATTN_TQ_REPLAYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let (b, hq, hk, d, layers) = (4usize, 32usize, 8usize, 128usize, 4usize);
+    let prompt = [577usize, 37, 1000, 65];
+    let max_total = prompt.iter().max().unwrap() + 2;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+    let mut randn = |shape: &[usize]| {
+        let mut t = Tensor::zeros(shape, DType::F16);
+        t.data
+            .iter_mut()
+            .for_each(|v| *v = DType::F16.round(rng.gen_range(-2.0f32..2.0)));
+        t
+    };
+    // per layer: every token the steps append ([b, max_total, hk, d]) and the two queries
+    let k_all: Vec<Tensor> = (0..layers).map(|_| randn(&[b, max_total, hk, d])).collect();
+    let v_all: Vec<Tensor> = (0..layers).map(|_| randn(&[b, max_total, hk, d])).collect();
+    let q_all: Vec<Tensor> = (0..2 * layers).map(|_| randn(&[b, 1, hq, d])).collect();
+    let probe = AttentionProblem::uniform(1, 1, 1, 1, 1, d, d, DType::F16);
+    let mut cfg = TurboQuantConfig::paper_default(&probe);
+    cfg.value_bits = 3;
+    let shape = TurboQuantShape {
+        batch: b,
+        heads_q: hq,
+        heads_kv: hk,
+        head_dim: d,
+        softmax_scale: None,
+    };
+    let spec = TurboQuantCacheSpec {
+        batch: b,
+        heads_kv: hk,
+        head_dim: d,
+        capacity_tokens: max_total,
+        config: cfg.clone(),
+    };
+    let mut caches: Vec<TurboQuantCache> = (0..layers).map(|_| dev.cache(&spec).unwrap()).collect();
+    let upload = |t: &Tensor| {
+        let bits: Vec<u16> = t.data.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
+        DeviceBuffer::from_slice(&g, &bits).unwrap()
+    };
+    let view = |buf: &DeviceBuffer, dtype: DType, shape: &[usize]| {
+        // SAFETY: `buf` holds at least these bytes of device 0 and outlives the work.
+        unsafe {
+            ferrattn::device_api::TensorView::cuda(
+                buf.ptr(),
+                buf.bytes(),
+                0,
+                dtype,
+                shape,
+                &contiguous_strides(shape),
+            )
+        }
+        .unwrap()
+    };
+    // rows [from, from + n[b]) of each sequence of `all`, padded to the longest
+    let rows = |all: &Tensor, from: &[usize], n: &[usize]| {
+        let m = *n.iter().max().unwrap();
+        let mut t = Tensor::zeros(&[b, m, hk, d], DType::F16);
+        for bi in 0..b {
+            for j in 0..n[bi] {
+                for h in 0..hk {
+                    t.row4_mut(bi, j, h)
+                        .copy_from_slice(all.row4(bi, from[bi] + j, h));
+                }
+            }
+        }
+        t
+    };
+    let mut outs: Vec<(DeviceBuffer, DeviceBuffer)> = (0..layers)
+        .map(|_| {
+            (
+                DeviceBuffer::alloc(&g, b * hq * d * 2).unwrap(),
+                DeviceBuffer::alloc(&g, b * hq * 4).unwrap(),
+            )
+        })
+        .collect();
+    let out_views: Vec<_> = outs
+        .iter()
+        .map(|(o, l)| {
+            (
+                view(o, DType::F16, &[b, 1, hq, d]),
+                view(l, DType::F32, &[b, hq, 1]),
+            )
+        })
+        .collect();
+    let poison = |outs: &mut Vec<(DeviceBuffer, DeviceBuffer)>| {
+        for (o, l) in outs.iter_mut() {
+            o.fill_u16(0x7e00).unwrap(); // NaN
+            l.fill_u32(0x7fc0_0000).unwrap();
+        }
+    };
+    let read = |outs: &[(DeviceBuffer, DeviceBuffer)]| -> Vec<(Vec<u16>, Vec<u32>)> {
+        outs.iter()
+            .map(|(o, l)| (o.to_vec::<u16>().unwrap(), l.to_vec::<u32>().unwrap()))
+            .collect()
+    };
+    let written = |got: &[(Vec<u16>, Vec<u32>)], what: &str| {
+        for (i, (o, l)) in got.iter().enumerate() {
+            assert!(
+                o.iter().all(|&x| f16::from_bits(x).is_finite()),
+                "{what} layer {i}: non-finite O (poison survived?)"
+            );
+            assert!(
+                l.iter().all(|&x| f32::from_bits(x).is_finite()),
+                "{what} layer {i}: non-finite LSE"
+            );
+        }
+        assert!(
+            got[0] != got[1],
+            "{what}: layers 0 and 1 gave the same bits"
+        );
+    };
+    let codes = |caches: &[TurboQuantCache]| {
+        caches
+            .iter()
+            .map(|c| {
+                let kv = c.download().unwrap();
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                (
+                    kv.k_idx,
+                    kv.v_idx,
+                    kv.k_signs,
+                    bits(&kv.k_norm),
+                    bits(&kv.r_norm),
+                    bits(&kv.v_norm),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    // per step: one plan, one workspace of the plan's size, one upload
+    let plan_for = |lens: &[usize], new: &[usize]| {
+        let after: Vec<usize> = lens.iter().zip(new).map(|(l, n)| l + n).collect();
+        let schedule = dev.decode_schedule(&cfg, &shape, &after).unwrap();
+        TurboQuantDecodePlan::new(&cfg, &shape, lens, new, schedule).unwrap()
+    };
+    let workspace = |plan: &TurboQuantDecodePlan| {
+        let buf = DeviceBuffer::alloc(&g, plan.workspace_bytes()).unwrap();
+        // SAFETY: a fresh allocation of the plan's size on device 0, used by one step at a time.
+        let ws = unsafe { Workspace::cuda(buf.ptr(), buf.bytes(), 0) };
+        (buf, ws)
+    };
+
+    // ---- the prefill step (ragged prompts into every layer's cache), eager
+    let zero = vec![0usize; b];
+    let plan0 = plan_for(&zero, &prompt);
+    let (_buf0, mut ws0) = workspace(&plan0);
+    let kv0: Vec<_> = (0..layers)
+        .map(|l| {
+            (
+                upload(&rows(&k_all[l], &zero, &prompt)),
+                upload(&rows(&v_all[l], &zero, &prompt)),
+            )
+        })
+        .collect();
+    let qs: Vec<DeviceBuffer> = q_all.iter().map(upload).collect();
+    let m = plan0.new_rows();
+    {
+        let step = dev.begin_decode(&plan0, &mut ws0, stream).unwrap();
+        for (l, c) in caches.iter_mut().enumerate() {
+            let (kn, vn) = (
+                view(&kv0[l].0, DType::F16, &[b, m, hk, d]),
+                view(&kv0[l].1, DType::F16, &[b, m, hk, d]),
+            );
+            step.append(&kn, &vn, c, stream).unwrap();
+            let (o, lse) = &out_views[l];
+            let q = view(&qs[l], DType::F16, &[b, 1, hq, d]);
+            step.run(&TurboQuantDecodeViews { q: &q, o, lse }, c, stream)
+                .unwrap();
+        }
+    }
+    let mut lens: Vec<usize> = plan0.lens_after().to_vec();
+
+    // per layer: the step's one new token per sequence, uploaded once
+    let one = vec![1usize; b];
+    let new_tokens = |lens: &[usize]| -> Vec<(DeviceBuffer, DeviceBuffer)> {
+        (0..layers)
+            .map(|l| {
+                (
+                    upload(&rows(&k_all[l], lens, &one)),
+                    upload(&rows(&v_all[l], lens, &one)),
+                )
+            })
+            .collect()
+    };
+
+    // ---- (a) appends inside the graph
+    let plan_a = plan_for(&lens, &one);
+    let (_buf_a, mut ws_a) = workspace(&plan_a);
+    let kv_a = new_tokens(&lens);
+    let kv_a_views: Vec<_> = kv_a
+        .iter()
+        .map(|(k, v)| {
+            (
+                view(k, DType::F16, &[b, 1, hk, d]),
+                view(v, DType::F16, &[b, 1, hk, d]),
+            )
+        })
+        .collect();
+    let q_a: Vec<_> = (0..layers)
+        .map(|l| view(&qs[layers + l], DType::F16, &[b, 1, hq, d]))
+        .collect();
+    let step = dev.begin_decode(&plan_a, &mut ws_a, stream).unwrap();
+    let enqueue_a = |caches: &mut Vec<TurboQuantCache>| -> ferrattn::Result<()> {
+        for (l, c) in caches.iter_mut().enumerate() {
+            step.append(&kv_a_views[l].0, &kv_a_views[l].1, c, stream)?;
+            let (o, lse) = &out_views[l];
+            step.run(&TurboQuantDecodeViews { q: &q_a[l], o, lse }, c, stream)?;
+        }
+        Ok(())
+    };
+    poison(&mut outs);
+    enqueue_a(&mut caches).unwrap();
+    let eager_a = read(&outs);
+    written(&eager_a, "(a) eager");
+    let codes_a = codes(&caches);
+    let graph = Graph::capture(&g, || {
+        enqueue_a(&mut caches).map_err(|e| ferrattn_cuda::CudaError::Plan(e.to_string()))
+    })
+    .expect("capture of the 4-layer step with its appends");
+    poison(&mut outs);
+    for _ in 0..replays {
+        graph.launch().unwrap();
+    }
+    g.synchronize().unwrap();
+    assert!(
+        read(&outs) == eager_a,
+        "(a) outputs after {replays} replays"
+    );
+    assert!(
+        codes(&caches) == codes_a,
+        "(a) caches after {replays} replays"
+    );
+    assert!(caches.iter().all(|c| c.lens() == plan_a.lens_after()));
+    drop(graph);
+    drop(step);
+    lens = plan_a.lens_after().to_vec();
+
+    // ---- (b) appends eager, outside the graph; the graph holds the 4 decodes
+    let plan_b = plan_for(&lens, &one);
+    let (_buf_b, mut ws_b) = workspace(&plan_b);
+    let kv_b = new_tokens(&lens);
+    let q_b: Vec<_> = (0..layers)
+        .map(|l| view(&qs[l], DType::F16, &[b, 1, hq, d]))
+        .collect();
+    let step = dev.begin_decode(&plan_b, &mut ws_b, stream).unwrap();
+    for (l, c) in caches.iter_mut().enumerate() {
+        let (k, v) = (
+            view(&kv_b[l].0, DType::F16, &[b, 1, hk, d]),
+            view(&kv_b[l].1, DType::F16, &[b, 1, hk, d]),
+        );
+        step.append(&k, &v, c, stream).unwrap();
+    }
+    let enqueue_b = |caches: &[TurboQuantCache]| -> ferrattn::Result<()> {
+        for (l, c) in caches.iter().enumerate() {
+            let (o, lse) = &out_views[l];
+            step.run(&TurboQuantDecodeViews { q: &q_b[l], o, lse }, c, stream)?;
+        }
+        Ok(())
+    };
+    poison(&mut outs);
+    enqueue_b(&caches).unwrap();
+    let eager_b = read(&outs);
+    written(&eager_b, "(b) eager");
+    // layer 0 against the emulation over everything the cache holds
+    {
+        let after = plan_b.lens_after();
+        let mx = *after.iter().max().unwrap();
+        let mut p = AttentionProblem::uniform(b, 1, mx, hq, hk, d, d, DType::F16);
+        p.seqlens_k = after.to_vec();
+        let mut x = AttentionInputs::new(
+            q_all[0].clone(),
+            rows(&k_all[0], &zero, after),
+            rows(&v_all[0], &zero, after),
+        );
+        x.seqlens_k = Some(after.iter().map(|&l| l as i64).collect());
+        let want = turboquant::emulate(&cfg, &p, &x).unwrap();
+        let wo: Vec<f64> = want.o.data.iter().map(|&x| x as f64).collect();
+        let got: Vec<f64> = eager_b[0]
+            .0
+            .iter()
+            .map(|&x| f16::from_bits(x).to_f64())
+            .collect();
+        let c = Comparison::new(&wo, &got);
+        eprintln!("(b) layer 0 vs the emulation: O rel_fro {:.2e}", c.rel_fro);
+        assert!(
+            c.rel_fro <= 1e-3,
+            "(b) layer 0 vs the emulation: {:e}",
+            c.rel_fro
+        );
+    }
+    let graph = Graph::capture(&g, || {
+        enqueue_b(&caches).map_err(|e| ferrattn_cuda::CudaError::Plan(e.to_string()))
+    })
+    .expect("capture of the 4-layer step's decodes");
+    poison(&mut outs);
+    for _ in 0..replays {
+        graph.launch().unwrap();
+    }
+    g.synchronize().unwrap();
+    assert!(
+        read(&outs) == eager_b,
+        "(b) outputs after {replays} replays"
+    );
+    drop(graph);
+    drop(step);
+    eprintln!(
+        "{name}: {layers} layers, workspaces of {} / {} / {} bytes, {} / {} units",
+        plan0.workspace_bytes(),
+        plan_a.workspace_bytes(),
+        plan_b.workspace_bytes(),
+        plan_a.units(),
+        plan_b.units()
+    );
 }

@@ -41,6 +41,11 @@ pub struct DeviceCaps {
     pub l2_bytes: usize,
     /// CUDA compute capability `(major, minor)`; `None` elsewhere.
     pub compute_capability: Option<(u32, u32)>,
+    /// Peak DRAM bandwidth in bytes per second (CUDA: memory clock x bus width x 2, as the driver
+    /// reports them); `None` when unknown. The Lean planner reads it per compute unit
+    /// ([`DeviceCaps::dram_bytes_per_unit`]). Absent from older serialised caps (`None`).
+    #[serde(default)]
+    pub dram_bytes_per_s: Option<u64>,
 }
 
 impl DeviceCaps {
@@ -49,6 +54,12 @@ impl DeviceCaps {
     /// planners clamp to the work, not an overflow.
     pub fn slots(&self) -> usize {
         self.compute_units.saturating_mul(self.ctas_per_unit.max(1))
+    }
+
+    /// Peak DRAM bandwidth per compute unit (bytes per second), when the bandwidth is known.
+    pub fn dram_bytes_per_unit(&self) -> Option<u64> {
+        self.dram_bytes_per_s
+            .map(|b| b / self.compute_units.max(1) as u64)
     }
 
     /// The host CPU with `threads` workers.
@@ -61,6 +72,7 @@ impl DeviceCaps {
             shared_mem_per_block: 1 << 20,
             l2_bytes: 32 << 20,
             compute_capability: None,
+            dram_bytes_per_s: None,
         }
     }
 
@@ -75,6 +87,8 @@ impl DeviceCaps {
             shared_mem_per_block: 227 * 1024,
             l2_bytes: 50 << 20,
             compute_capability: Some((9, 0)),
+            // unknown: H100 and H200 differ (3.35 / 4.8 TB/s) and plan differently
+            dram_bytes_per_s: None,
         }
     }
 
@@ -89,6 +103,7 @@ impl DeviceCaps {
             shared_mem_per_block: 192 * 1024,
             l2_bytes: 96 << 20,
             compute_capability: None,
+            dram_bytes_per_s: None,
         }
     }
 }

@@ -399,12 +399,15 @@ class TurboQuantCache:
     64 or 128, 2-4 bits) it is a device object of ferrattn's device path
     (``ferrattn::device_api::TurboQuantCache``): its memory is allocated at the first append for
     ``max_tokens`` tokens per sequence (default 4096, rounded up to 16), every call runs on the
-    caller's current stream (or ``stream=``) with outputs from the caller's framework, and
-    nothing is copied to the host. Each CUDA call plans its own step, allocates that step's
-    small tables and scratch and waits for the device when it is done with them, so it is not a
-    call to capture in a CUDA graph (the Rust device path's ``TurboQuantDecodeStep`` is). On
-    host tensors (float32/float16/bfloat16) ``decode`` runs the CPU emulation, which defines
-    what the kernels compute.
+    caller's current stream (or ``stream=``) with outputs and workspaces from the caller's
+    framework (one for appends, one for decodes, kept on the cache and grown when a step needs
+    more), and nothing is synchronised or copied to the host. Each CUDA call plans its step and
+    copies the step's small tables into the workspace on the stream; a ``decode`` with the same
+    query heads and scale over the same lengths as the previous one finds its tables there and
+    only launches, so after one eager ``decode`` the same decode (of every layer's cache) can be
+    captured in a CUDA graph and replayed; ``append`` moves the lengths and stays outside the
+    graph. On host tensors (float32/float16/bfloat16) ``decode`` runs the CPU emulation, which
+    defines what the kernels compute.
     """
 
     def __init__(self, batch, heads_kv, head_dim, key_bits=4, value_bits=3, key_qjl=True, seed=None, max_tokens=None):
@@ -414,11 +417,27 @@ class TurboQuantCache:
             int(batch), int(heads_kv), int(head_dim), int(key_bits), int(value_bits), bool(key_qjl), sd, mt
         )
         self.batch, self.heads_kv, self.head_dim = int(batch), int(heads_kv), int(head_dim)
+        self._ws = {}
+
+    def _workspace(self, kind, like, nbytes):
+        """The cache's CUDA workspace for ``kind`` ("append" or "decode"), from ``like``'s
+        framework, grown when a step needs more. Kept on the cache so it outlives the work
+        enqueued with it (and, for decodes, so the next decode of the same step finds its
+        tables there)."""
+        ws = self._ws.get(kind)
+        if ws is None or ws.shape[0] < nbytes or _t.device_of(ws) != _t.device_of(like):
+            ws = _t.empty_device(like, (max(int(nbytes), 1),), "uint8")
+            self._ws[kind] = ws
+        return ws
 
     def append(self, k, v, *, stream=None):
         """Compresses ``k``, ``v`` ``[B, S, Hk, D]`` into the cache (S tokens per sequence)."""
         dev, handle, (kc, vc), _ = _prepare((k, v), (), stream)
-        self._c.append(kc, vc, handle)
+        ws = None
+        if dev[0] == _t.DL_CUDA:
+            need = self._c.workspace_bytes("append", int(k.shape[1]), 0, None, _t.export(k, handle))
+            ws = _t.export(self._workspace("append", k, need), handle)
+        self._c.append(kc, vc, handle, ws)
 
     def decode(self, q, softmax_scale=None, *, out=None, lse=None, stream=None):
         """Attention of ``q [B, 1, Hq, D]`` over every token held: ``(out, lse)``. On CUDA,
@@ -428,7 +447,9 @@ class TurboQuantCache:
             b, hq = q.shape[0], q.shape[2]
             out, lse = _device_outputs(q, dev, out, lse, (b, 1, hq, self.head_dim), (b, hq, 1), True)
             dev, handle, (qc,), (oc, lc) = _prepare((q,), (out, lse), stream)
-            self._c.decode(qc, softmax_scale, oc, lc, handle)
+            need = self._c.workspace_bytes("decode", 0, int(hq), softmax_scale, _t.export(q, handle))
+            ws = _t.export(self._workspace("decode", q, need), handle)
+            self._c.decode(qc, softmax_scale, oc, lc, handle, ws)
             return out, lse
         dev, handle, (qc,), (oc, lc) = _prepare((q,), (out, lse), stream)
         o, l = self._c.decode(qc, softmax_scale, oc, lc, handle)

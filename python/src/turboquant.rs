@@ -3,14 +3,17 @@
 //! `decode(q)`.
 //!
 //! On CUDA tensors (float16, head dim 64 or 128) the cache is a
-//! [`ferrattn::device_api::TurboQuantCache`] in device memory it owns, allocated at the first
-//! append for `max_tokens` tokens per sequence; each call plans its own step
-//! ([`TurboQuantDecodePlan`]), makes it ready ([`TurboQuantDevice::begin_decode`]: the step's
-//! tables and scratch are allocated and copied synchronously) and enqueues the append or the
-//! decode on the caller's stream, then drops the step (which waits for the context's work). So
-//! a call costs a few small allocations and a synchronisation, and is not one to capture in a
-//! CUDA graph (the capturable per-layer launches are `TurboQuantDecodeStep::append` / `run` of
-//! the Rust device path).
+//! [`ferrattn::device_api::TurboQuantCache`] in device memory it owns, allocated (and zeroed,
+//! synchronously, once) at the first append for `max_tokens` tokens per sequence. Every call
+//! then runs on the caller's stream with a workspace from the caller's framework (the Python
+//! wrapper keeps one for appends and one for decodes on the cache object, grown when a step
+//! needs more): it plans its step ([`TurboQuantDecodePlan`], host only), copies the step's
+//! tables into the workspace with one stream-ordered copy
+//! ([`TurboQuantDevice::begin_decode`]) and enqueues the launches. Nothing is allocated by
+//! ferrattn, synchronised or copied back. A decode whose step (query heads, scale, the cache's
+//! lengths) and workspace are those of the previous decode reuses the tables already there and
+//! only launches, so once a decode ran eagerly, the same decode can be captured in a CUDA graph
+//! (appends, which move the lengths, stay outside the graph).
 //!
 //! On host tensors it keeps the tokens as given (widened to f32) and `decode` runs the CPU
 //! emulation (`ferrattn_core::turboquant::emulate`) over everything held: each token is
@@ -21,9 +24,10 @@ use crate::dlpack::{same_device, Device, View};
 use crate::error::{BoundaryError, Result};
 use crate::host;
 use crate::ops::{deliver, parse_opt, Outputs};
+use crate::turbo_cuda::workspace as workspace_of;
 use ferrattn::device_api::{
     Location, Stream, TurboQuantCache as DeviceCache, TurboQuantCacheSpec, TurboQuantDecodePlan,
-    TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape,
+    TurboQuantDecodeStep, TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, Workspace,
 };
 use ferrattn_core::turboquant::{self, TurboQuantConfig};
 use ferrattn_core::{AttentionInputs, AttentionProblem, DType, Tensor};
@@ -50,8 +54,73 @@ struct HostKv {
 
 /// A cache on a CUDA device.
 struct DeviceKv {
+    /// The last decode's step, its tables in the decode workspace (declared first: dropped
+    /// before the cache).
+    decode: Option<DecodeStep>,
     device: Arc<TurboQuantDevice>,
     cache: DeviceCache,
+}
+
+/// A decode step whose tables are in the caller's decode workspace, kept so that the next
+/// decode of the same step (shape, lengths) into the same workspace only launches.
+///
+/// `TurboQuantDecodeStep` borrows its plan and (mutably) its workspace; all three live here,
+/// boxed so their addresses never move, and the step is declared first so it is dropped before
+/// what it borrows (dropping it waits for nothing).
+struct DecodeStep {
+    step: Option<TurboQuantDecodeStep<'static, 'static>>,
+    plan: Box<TurboQuantDecodePlan>,
+    workspace: Box<Workspace>,
+}
+
+impl DecodeStep {
+    fn begin(
+        device: &TurboQuantDevice,
+        plan: TurboQuantDecodePlan,
+        workspace: Workspace,
+        stream: Stream,
+    ) -> Result<DecodeStep> {
+        let mut s = DecodeStep {
+            step: None,
+            plan: Box::new(plan),
+            workspace: Box::new(workspace),
+        };
+        // SAFETY: the step borrows `*s.plan` and `*s.workspace`, boxes owned by `s` whose
+        // contents never move and are never touched while the step exists; the field order
+        // drops the step before both.
+        let (plan, ws): (&'static TurboQuantDecodePlan, &'static mut Workspace) = unsafe {
+            (
+                &*(s.plan.as_ref() as *const TurboQuantDecodePlan),
+                &mut *(s.workspace.as_mut() as *mut Workspace),
+            )
+        };
+        s.step = Some(device.begin_decode(plan, ws, stream)?);
+        Ok(s)
+    }
+
+    /// Whether this step's tables serve a decode planned as `shape` over `lens` in `ws`.
+    fn serves(&self, shape: &TurboQuantShape, lens: &[usize], ws: &Workspace) -> bool {
+        self.plan.shape() == shape
+            && self.plan.lens_before() == lens
+            && self.plan.new_rows() == 0
+            && (self.workspace.addr(), self.workspace.bytes()) == (ws.addr(), ws.bytes())
+    }
+}
+
+/// The plan of a step of `new[b]` tokens appended to caches of `before` (host only, once the
+/// configuration's kernels are loaded).
+fn plan_step(
+    device: &TurboQuantDevice,
+    cfg: &TurboQuantConfig,
+    shape: &TurboQuantShape,
+    before: &[usize],
+    new: &[usize],
+) -> Result<TurboQuantDecodePlan> {
+    let after: Vec<usize> = before.iter().zip(new).map(|(l, n)| l + n).collect();
+    let schedule = device.decode_schedule(cfg, shape, &after)?;
+    Ok(TurboQuantDecodePlan::new(
+        cfg, shape, before, new, schedule,
+    )?)
 }
 
 /// The TurboQuant compressed KV cache of a batch: `append` compresses a step's tokens (or a
@@ -118,7 +187,46 @@ impl TurboQuantCache {
         }
     }
 
-    fn append_cuda(&mut self, k: &View<'_>, v: &View<'_>, stream: Stream) -> Result<()> {
+    /// Makes the CUDA cache at the first append (its memory allocated and zeroed once).
+    fn device_cache(&mut self, ordinal: usize) -> Result<&mut DeviceKv> {
+        if self.device.is_none() {
+            let spec = TurboQuantCacheSpec {
+                batch: self.batch,
+                heads_kv: self.heads_kv,
+                head_dim: self.head_dim,
+                capacity_tokens: self.max_tokens,
+                config: self.cfg.clone(),
+            };
+            let device = device(ordinal)?;
+            let cache = device.cache(&spec)?;
+            self.host = None;
+            self.device = Some(DeviceKv {
+                decode: None,
+                device,
+                cache,
+            });
+        }
+        Ok(self.device.as_mut().expect("made above"))
+    }
+
+    /// The append step's shape: the KV heads as query heads (its decode half is never run).
+    fn append_shape(&self) -> TurboQuantShape {
+        TurboQuantShape {
+            batch: self.batch,
+            heads_q: self.heads_kv,
+            heads_kv: self.heads_kv,
+            head_dim: self.head_dim,
+            softmax_scale: None,
+        }
+    }
+
+    fn append_cuda(
+        &mut self,
+        k: &View<'_>,
+        v: &View<'_>,
+        stream: Stream,
+        ws: &View<'_>,
+    ) -> Result<()> {
         if self
             .host
             .as_ref()
@@ -143,34 +251,64 @@ impl TurboQuantCache {
                 });
             }
         }
-        if self.device.is_none() {
-            let spec = TurboQuantCacheSpec {
-                batch: self.batch,
-                heads_kv: self.heads_kv,
-                head_dim: self.head_dim,
-                capacity_tokens: self.max_tokens,
-                config: self.cfg.clone(),
-            };
-            let device = device(ordinal)?;
-            let cache = device.cache(&spec)?;
-            self.host = None;
-            self.device = Some(DeviceKv { device, cache });
-        }
-        let d = self.device.as_mut().expect("made above");
-        let before = d.cache.lens().to_vec();
-        let shape = TurboQuantShape {
-            batch: self.batch,
-            heads_q: self.heads_kv,
-            heads_kv: self.heads_kv,
-            head_dim: self.head_dim,
-            softmax_scale: None,
-        };
+        let (shape, cfg) = (self.append_shape(), self.cfg.clone());
         let new = vec![k.shape[1]; self.batch];
-        let plan = TurboQuantDecodePlan::new(&self.cfg, &shape, &before, &new, None)?;
+        let d = self.device_cache(ordinal)?;
+        let plan = plan_step(&d.device, &cfg, &shape, d.cache.lens(), &new)?;
+        let mut w = workspace_of(ws)?;
         let (kv, vv) = (cuda::whole(k)?, cuda::whole(v)?);
-        let step = d.device.begin_decode(&plan)?;
+        let step = d.device.begin_decode(&plan, &mut w, stream)?;
         step.append(&kv, &vv, &mut d.cache, stream)?;
         Ok(())
+    }
+
+    /// Workspace bytes of the next append of `new_tokens` per sequence (`like`: its `k`) or
+    /// decode with `heads_q` query heads (a decode's plan is kept for the decode that follows).
+    fn step_workspace_bytes(
+        &mut self,
+        kind: &str,
+        new_tokens: usize,
+        heads_q: usize,
+        scale: Option<f32>,
+        like: &View<'_>,
+    ) -> Result<usize> {
+        if !matches!(like.device, Device::Cuda(_)) {
+            return Ok(0);
+        }
+        match kind {
+            "append" => {
+                if self
+                    .host
+                    .as_ref()
+                    .is_some_and(|h| h.lens.iter().any(|&l| l > 0))
+                {
+                    return Ok(0); // append refuses CUDA tensors for a host cache
+                }
+                let (shape, cfg) = (self.append_shape(), self.cfg.clone());
+                let new = vec![new_tokens; self.batch];
+                let d = self.device_cache(ordinal(like)?)?;
+                Ok(plan_step(&d.device, &cfg, &shape, d.cache.lens(), &new)?.workspace_bytes())
+            }
+            "decode" => {
+                let shape = self.shape(heads_q, scale);
+                let Some(d) = &self.device else {
+                    return Err(TurboQuantCache::empty());
+                };
+                if let Some(s) = &d.decode {
+                    if s.plan.shape() == &shape && s.plan.lens_before() == d.cache.lens() {
+                        return Ok(s.plan.workspace_bytes());
+                    }
+                }
+                let zero = vec![0; self.batch];
+                Ok(
+                    plan_step(&d.device, &self.cfg, &shape, d.cache.lens(), &zero)?
+                        .workspace_bytes(),
+                )
+            }
+            other => Err(BoundaryError::Unsupported(format!(
+                "workspace_bytes({other:?}); expected \"append\" or \"decode\""
+            ))),
+        }
     }
 
     fn append_host(&mut self, k: &View<'_>, v: &View<'_>) -> Result<()> {
@@ -284,27 +422,49 @@ impl TurboQuantCache {
     }
 
     /// Appends `k`, `v` (`[B, S, Hk, D]`, S >= 1): S tokens to every sequence, each compressed
-    /// alone.
-    #[pyo3(signature = (k, v, stream=None))]
+    /// alone. On CUDA `workspace` is a device buffer of at least
+    /// `workspace_bytes("append", S, ...)` bytes that outlives the enqueued work.
+    #[pyo3(signature = (k, v, stream=None, workspace=None))]
     fn append(
         &mut self,
         k: &Bound<'_, PyAny>,
         v: &Bound<'_, PyAny>,
         stream: Option<usize>,
+        workspace: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let (k, v) = (View::parse("k", k)?, View::parse("v", v)?);
         let device = same_device(&[&k, &v])?;
         self.check_kv(&k, &v)?;
         match device {
-            Device::Cuda(_) => self.append_cuda(&k, &v, cuda::stream(stream))?,
+            Device::Cuda(_) => {
+                let ws = parse_opt("workspace", workspace)?.ok_or_else(no_workspace)?;
+                self.append_cuda(&k, &v, cuda::stream(stream), &ws)?
+            }
             Device::Cpu => self.append_host(&k, &v)?,
         }
         Ok(())
     }
 
+    /// Device bytes the next CUDA `append` of `new_tokens` tokens per sequence (`kind =
+    /// "append"`) or `decode` with `heads_q` query heads (`"decode"`) needs in its workspace;
+    /// `like` is the call's `k` or `q` (0 for host tensors).
+    #[pyo3(signature = (kind, new_tokens, heads_q, softmax_scale, like))]
+    fn workspace_bytes(
+        &mut self,
+        kind: &str,
+        new_tokens: usize,
+        heads_q: usize,
+        softmax_scale: Option<f32>,
+        like: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let like = View::parse("like", like)?;
+        Ok(self.step_workspace_bytes(kind, new_tokens, heads_q, softmax_scale, &like)?)
+    }
+
     /// Decode of `q [B, 1, Hq, D]` over everything the cache holds: O `[B, 1, Hq, D]`, LSE
     /// `f32 [B, Hq, 1]` (natural log).
-    #[pyo3(signature = (q, softmax_scale=None, out=None, lse=None, stream=None))]
+    #[pyo3(signature = (q, softmax_scale=None, out=None, lse=None, stream=None, workspace=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature
     fn decode<'py>(
         &mut self,
         py: Python<'py>,
@@ -313,6 +473,7 @@ impl TurboQuantCache {
         out: Option<&Bound<'py, PyAny>>,
         lse: Option<&Bound<'py, PyAny>>,
         stream: Option<usize>,
+        workspace: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Outputs> {
         let q = View::parse("q", q)?;
         let (out, lse) = (parse_opt("out", out)?, parse_opt("lse", lse)?);
@@ -347,7 +508,8 @@ impl TurboQuantCache {
                 )
                 .into());
             };
-            let Some(d) = &self.device else {
+            let ws = parse_opt("workspace", workspace)?.ok_or_else(no_workspace)?;
+            let Some(d) = &mut self.device else {
                 return Err(match self.host {
                     Some(_) => BoundaryError::Device {
                         name: "TurboQuantCache",
@@ -359,18 +521,36 @@ impl TurboQuantCache {
                 }
                 .into());
             };
-            let shape = self.shape(hq, softmax_scale);
-            let before = d.cache.lens().to_vec();
-            let plan = TurboQuantDecodePlan::new(&self.cfg, &shape, &before, &vec![0; b], None)
-                .map_err(BoundaryError::from)?;
+            let shape = TurboQuantShape {
+                batch: self.batch,
+                heads_q: hq,
+                heads_kv: self.heads_kv,
+                head_dim: self.head_dim,
+                softmax_scale,
+            };
+            let w = workspace_of(&ws)?;
             let views = [cuda::whole(&q)?, cuda::whole(out)?, cuda::whole(lse)?];
-            let step = d.device.begin_decode(&plan).map_err(BoundaryError::from)?;
+            let stream = cuda::stream(stream);
+            // the previous decode's tables serve this one when the step and the workspace are
+            // the same: then nothing is copied and the call only launches (capturable)
+            if !d
+                .decode
+                .as_ref()
+                .is_some_and(|s| s.serves(&shape, d.cache.lens(), &w))
+            {
+                d.decode = None;
+                let zero = vec![0; b];
+                let plan = plan_step(&d.device, &self.cfg, &shape, d.cache.lens(), &zero)?;
+                d.decode = Some(DecodeStep::begin(&d.device, plan, w, stream)?);
+            }
+            let step = d.decode.as_ref().and_then(|s| s.step.as_ref());
+            let step = step.expect("begun above");
             let x = TurboQuantDecodeViews {
                 q: &views[0],
                 o: &views[1],
                 lse: &views[2],
             };
-            step.run(&x, &d.cache, cuda::stream(stream))
+            step.run(&x, &d.cache, stream)
                 .map_err(BoundaryError::from)?;
             return Ok((None, None));
         }
@@ -410,6 +590,7 @@ impl TurboQuantCache {
     fn reset(&mut self) {
         self.host = None;
         if let Some(d) = &mut self.device {
+            d.decode = None;
             d.device.reset(&mut d.cache);
         }
     }
@@ -457,6 +638,12 @@ impl TurboQuantCache {
         )?;
         Ok(m)
     }
+}
+
+fn no_workspace() -> BoundaryError {
+    BoundaryError::Unsupported(
+        "TurboQuantCache on CUDA takes workspace= (the Python wrapper allocates it)".into(),
+    )
 }
 
 /// An output the caller passed: on the call's device, of the right shape and dtype.

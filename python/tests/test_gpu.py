@@ -399,6 +399,63 @@ def test_turboquant_cache_cuda_matches_the_host_cache():
     assert dev_c.allocated_bytes() >= dev_c.memory()["compressed_bytes"] > 0
 
 
+def test_turboquant_decode_of_4_layers_in_a_cuda_graph_equals_eager():
+    """Four layers' TurboQuantCache.decode captured in one CUDA graph (the appends eager, outside
+    it, as the API intends: an append moves the lengths) and replayed 50 times into NaN-poisoned
+    outputs equal the eager decodes bit for bit; new queries written into the static buffers
+    are what a replay computes. The eager decode leaves its tables in the cache's workspace, so
+    the captured calls only launch (no copy, allocation or synchronisation: a copy from host
+    memory would break the capture)."""
+    layers, b, ctx, hq, hk, d = 4, 3, 300, 32, 8, 128
+    g = torch.Generator().manual_seed(41)
+    caches = [ferrattn.TurboQuantCache(b, hk, d, max_tokens=ctx + 1) for _ in range(layers)]
+    for c in caches:
+        k, v = randn(g, (b, ctx + 1, hk, d), torch.float16), randn(g, (b, ctx + 1, hk, d), torch.float16)
+        c.append(k[:, :ctx].contiguous(), v[:, :ctx].contiguous())
+        c.append(k[:, ctx:].contiguous(), v[:, ctx:].contiguous())  # the step's token, eager
+    qs = [randn(g, (b, 1, hq, d), torch.float16) for _ in range(layers)]
+    outs = [torch.empty(b, 1, hq, d, dtype=torch.float16, device="cuda") for _ in range(layers)]
+    lses = [torch.empty(b, hq, 1, dtype=torch.float32, device="cuda") for _ in range(layers)]
+
+    def step():
+        for layer in range(layers):
+            caches[layer].decode(qs[layer], out=outs[layer], lse=lses[layer])
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # eager, on the capture's side stream as torch.cuda.graph's warm-up does
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    eager = [(o.clone(), l.clone()) for o, l in zip(outs, lses)]
+    assert all(torch.isfinite(o).all() and torch.isfinite(l).all() for o, l in eager)
+    assert not torch.equal(eager[0][0], eager[1][0])
+    graph = torch.cuda.CUDAGraph()
+    for o, l in zip(outs, lses):
+        o.fill_(float("nan"))
+        l.fill_(float("nan"))
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(50):
+        graph.replay()
+    torch.cuda.synchronize()
+    for layer, (o, l) in enumerate(eager):
+        assert torch.equal(outs[layer], o), f"layer {layer} O differs after 50 replays"
+        assert torch.equal(lses[layer], l), f"layer {layer} LSE differs after 50 replays"
+    assert all(c.lens == [ctx + 1] * b for c in caches)
+    for q in qs:
+        q.copy_(randn(g, q.shape, torch.float16))
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = [(o.clone(), l.clone()) for o, l in zip(outs, lses)]
+    step()
+    torch.cuda.synchronize()
+    for layer, (o, l) in enumerate(replayed):
+        assert torch.equal(outs[layer], o) and torch.equal(lses[layer], l), f"layer {layer} with new queries"
+        assert not torch.equal(o, eager[layer][0]), f"layer {layer}: the replay ignored the new query"
+    del graph
+
+
 def test_turboquant_cache_cuda_boundary_errors():
     g = torch.Generator().manual_seed(32)
     k, v = randn(g, (1, 20, 2, 64), torch.float16), randn(g, (1, 20, 2, 64), torch.float16)

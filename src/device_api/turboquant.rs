@@ -11,35 +11,41 @@
 //!   before it, the tokens each sequence appends (one per decode step, a whole prompt for a
 //!   prefill, none), the stream-K width. Every layer of a
 //!   model has its own cache holding the same lengths, so one plan serves them all.
-//! - [`TurboQuantDevice::begin_decode`] makes the step ready: it **allocates** the step's
-//!   schedule tables, the append's two index tables and the scratch of the split decode's
-//!   partials, and copies the tables to the device **synchronously** (the backend's
-//!   `prepare_decode_for` / `prepare_append`, which own `DeviceBuffer`s; moving them into a
-//!   caller workspace as the TurboAttention step does is left for later). Once per step,
-//!   outside a graph capture.
+//! - The plan lays the step out in one workspace ([`TurboQuantDecodePlan::workspace_bytes`]:
+//!   the schedule and append tables, then the split decode's scratch, the query fragments and
+//!   the partials) that the caller allocates once and owns ([`Workspace`]).
+//!   [`TurboQuantDevice::begin_decode`] checks it (device, size, alignment: a typed
+//!   [`ViewError`] with the sizes) and copies the step's tables into it with one
+//!   stream-ordered host-to-device copy on the caller's [`Stream`]: no allocation, no
+//!   synchronisation. Once per step, outside a graph capture.
 //! - Per layer, [`TurboQuantDecodeStep::append`] and [`TurboQuantDecodeStep::run`] check every
 //!   view at the boundary ([`ViewError`] with the values, before any GPU access) and then only
 //!   launch on the caller's stream: no allocation, no host synchronisation, no host-device
-//!   copy, so the layers of a step can be captured in a CUDA graph. The step owns the buffers
-//!   the launches read; dropping it waits for the context's work (one `cuCtxSynchronize`), so
-//!   keep it until the step's launches (and the replays of a graph captured from them) are
-//!   done.
+//!   copy, so the layers of a step can be captured in one CUDA graph and replayed. The step
+//!   holds the workspace's mutable borrow (its tables stay the step's while it lives) and
+//!   dropping it waits for nothing: the caller keeps the workspace alive, and uses it for
+//!   nothing else, until the step's launches (and the replays of graphs captured from them)
+//!   are done, as with every workspace of the device path.
 //!
 //! Inputs are f16 (the kernels' closed list, `ferrattn_cuda::turboquant::check_supported`), head
 //! dim 64 or 128, keys of 2-4 bits with QJL (`qjl_dim = head_dim`) or without, values of 2-4
 //! bits. Values are not checked for NaN/Inf here (that would read device memory on the host).
 
-use super::{check_view, Location, Stream, TensorView, ViewError};
+use super::{check_view, Location, Stream, TensorView, ViewError, Workspace};
 use crate::{FerrattnError, Result};
 use ferrattn_core::turboquant::{CompressedKv, TurboQuantConfig};
 use ferrattn_core::{AttentionProblem, DType, DeviceCaps};
 use ferrattn_cuda::turboquant::{
-    self as tq, DeviceTurboQuantCache, PreparedTurboQuantAppend, PreparedTurboQuantDecode,
-    TurboQuantCuda,
+    self as tq, DeviceTurboQuantCache, PreparedTurboQuantStep, TurboQuantAppendTables,
+    TurboQuantCuda, TurboQuantDecodeTables, TurboQuantStepPlan,
 };
 use ferrattn_cuda::CudaBackend;
 use serde::Serialize;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
+
+/// Alignment of a TurboQuant step's workspace, bytes.
+pub const TURBOQUANT_WORKSPACE_ALIGN: usize = tq::TURBOQUANT_WORKSPACE_ALIGN;
 
 /// Head dimensions the TurboQuant kernels have instances for.
 pub const TURBOQUANT_HEAD_DIMS: [usize; 2] = [64, 128];
@@ -352,8 +358,39 @@ impl TurboQuantCache {
     }
 }
 
-/// A decode step: the caches' lengths before it, the tokens each sequence appends, and the
-/// stream-K width. Pure host data.
+/// The decode's stream-K schedule: its width in warps and the SMs of the device it is made for
+/// (which pick how many merge CTAs share an output tile). From
+/// [`TurboQuantDevice::decode_schedule`] (the backend's default width, from the decode
+/// kernel's occupancy) or [`TurboQuantSchedule::stream_k`] (a width of the caller's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct TurboQuantSchedule {
+    units: usize,
+    compute_units: usize,
+}
+
+impl TurboQuantSchedule {
+    /// Stream-K over `units` warps on a device of `caps` (both positive).
+    pub fn stream_k(units: usize, caps: &DeviceCaps) -> Result<TurboQuantSchedule> {
+        positive("units (warps of the stream-K decode)", units)?;
+        positive("compute units of the device", caps.compute_units)?;
+        Ok(TurboQuantSchedule {
+            units,
+            compute_units: caps.compute_units,
+        })
+    }
+    /// Warps the schedule splits the decode over (the plan may use fewer when the work has
+    /// fewer 16-token iterations).
+    pub fn units(&self) -> usize {
+        self.units
+    }
+    /// SMs of the device the schedule is made for.
+    pub fn compute_units(&self) -> usize {
+        self.compute_units
+    }
+}
+
+/// A decode step: the caches' lengths before it, the tokens each sequence appends, the
+/// stream-K schedule, and the step's tables and workspace layout. Pure host data.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TurboQuantDecodePlan {
     shape: TurboQuantShape,
@@ -361,7 +398,12 @@ pub struct TurboQuantDecodePlan {
     lens_before: Vec<usize>,
     new_tokens: Vec<usize>,
     lens_after: Vec<usize>,
-    units: Option<usize>,
+    schedule: TurboQuantSchedule,
+    /// Bytes of the caller's workspace the step needs.
+    workspace_bytes: usize,
+    /// The tables (host images) and the workspace's regions.
+    #[serde(skip)]
+    step: TurboQuantStepPlan,
 }
 
 impl TurboQuantDecodePlan {
@@ -370,14 +412,14 @@ impl TurboQuantDecodePlan {
     /// tokens (1 in a decode step, its prompt in a prefill, 0 for none; the step's `k_new`,
     /// `v_new` are `[batch, max(new_tokens), heads_kv, head_dim]`, sequence `b` taking its
     /// first `new_tokens[b]` rows), which its query then sees. Every sequence must hold a
-    /// token when the decode runs. `units`: the stream-K width in warps (`None`: the backend's
-    /// default, every resident warp the work can keep busy).
+    /// token when the decode runs. `schedule`: the stream-K decode's width
+    /// ([`TurboQuantDevice::decode_schedule`] for the backend's default).
     pub fn new(
         config: &TurboQuantConfig,
         shape: &TurboQuantShape,
         lens_before: &[usize],
         new_tokens: &[usize],
-        units: Option<usize>,
+        schedule: TurboQuantSchedule,
     ) -> Result<TurboQuantDecodePlan> {
         shape.check()?;
         check_config(config, shape.head_dim)?;
@@ -418,22 +460,52 @@ impl TurboQuantDecodePlan {
             }
             .into());
         }
-        if units == Some(0) {
-            return Err(ViewError::Length {
-                what: "units".into(),
-                got: 0,
-                requirement: "positive (warps of the stream-K decode)".into(),
-            }
-            .into());
-        }
+        positive("units (warps of the stream-K decode)", schedule.units)?;
+        positive("compute units of the device", schedule.compute_units)?;
+        let new_rows = new_tokens.iter().copied().max().unwrap_or(0);
+        let append = if new_rows > 0 {
+            // the capacity is the cache's, checked per layer against the cache itself
+            Some(TurboQuantAppendTables::new(
+                lens_before,
+                new_tokens,
+                new_rows,
+                usize::MAX,
+            )?)
+        } else {
+            None
+        };
+        let decode = TurboQuantDecodeTables::new(
+            config,
+            &decode_problem(shape, &lens_after),
+            schedule.units,
+            schedule.compute_units,
+        )?;
+        let step = TurboQuantStepPlan::new(Some(decode), append);
         Ok(TurboQuantDecodePlan {
             shape: *shape,
             config: config.clone(),
             lens_before: lens_before.to_vec(),
             new_tokens: new_tokens.to_vec(),
             lens_after,
-            units,
+            schedule,
+            workspace_bytes: step.workspace_bytes(),
+            step,
         })
+    }
+
+    /// Bytes of device memory the step needs in the caller's [`Workspace`]
+    /// ([`TURBOQUANT_WORKSPACE_ALIGN`]-byte aligned): the schedule and append tables, the
+    /// query fragments and the split decode's partials, reused by every layer in stream order.
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace_bytes
+    }
+    /// The stream-K schedule.
+    pub fn schedule(&self) -> &TurboQuantSchedule {
+        &self.schedule
+    }
+    /// Warps of the step's stream-K decode (at most the schedule's).
+    pub fn units(&self) -> usize {
+        self.step.decode().map_or(0, |d| d.units)
     }
 
     /// The shapes.
@@ -583,48 +655,100 @@ impl TurboQuantDevice {
         cache.inner.clear();
     }
 
-    /// Makes a decode step ready: allocates its tables and scratch and copies the tables to
-    /// the device, synchronously (see the module docs). Once per step, outside a graph
-    /// capture; the step is then launch-only.
-    pub fn begin_decode<'p>(
+    /// The backend's default stream-K schedule for a decode over caches of `lens_after`
+    /// tokens (every resident warp the work can keep busy, from the decode kernel's occupancy
+    /// on this device; host only once the configuration's kernels are loaded, which
+    /// [`TurboQuantDevice::cache`] does).
+    pub fn decode_schedule(
+        &self,
+        config: &TurboQuantConfig,
+        shape: &TurboQuantShape,
+        lens_after: &[usize],
+    ) -> Result<TurboQuantSchedule> {
+        shape.check()?;
+        let engine = self.engine(config, shape.head_dim)?;
+        let units = engine.default_units(&decode_problem(shape, lens_after));
+        TurboQuantSchedule::stream_k(units, &engine.gpu().caps)
+    }
+
+    /// Starts a decode step: checks the workspace (device, at least
+    /// [`TurboQuantDecodePlan::workspace_bytes`], [`TURBOQUANT_WORKSPACE_ALIGN`]-byte aligned)
+    /// and enqueues the copy of the step's tables into it on `stream`: no allocation, no
+    /// synchronisation. Once per step, outside a graph capture; the step is then launch-only.
+    ///
+    /// A CUDA graph captured from a step's launches reads the step's tables and scratch in the
+    /// workspace: replay it while that step's tables are there (before another step begins in
+    /// the same workspace). A replay does not move the caches' host lengths: the eager
+    /// launches of a step do, and [`TurboQuantDecodeStep::append`] accepts a cache already at
+    /// the step's lengths.
+    pub fn begin_decode<'p, 'w>(
         &self,
         plan: &'p TurboQuantDecodePlan,
-    ) -> Result<TurboQuantDecodeStep<'p>> {
+        workspace: &'w mut Workspace,
+        stream: Stream,
+    ) -> Result<TurboQuantDecodeStep<'p, 'w>> {
+        validate_turboquant_workspace(plan, workspace, Location::Cuda(self.ordinal))?;
         let engine = self.engine(&plan.config, plan.shape.head_dim)?;
-        let append = if plan.new_rows() > 0 {
-            Some(engine.prepare_append(
-                &plan.lens_before,
-                &plan.new_tokens,
-                plan.new_rows(),
-                usize::MAX,
-            )?)
-        } else {
-            None
-        };
-        let p = decode_problem(&plan.shape, &plan.lens_after);
-        let decode = engine.prepare_decode_for(&p, plan.units)?;
+        // SAFETY: the workspace was checked (device, size, alignment) and the caller promised
+        // it is device memory nothing else uses (Workspace::cuda); the stream by
+        // Stream::from_raw; the plan's image lives in the plan, read before the call returns.
+        let prepared =
+            unsafe { engine.upload_step(&plan.step, workspace.addr, stream.as_raw() as _)? };
         Ok(TurboQuantDecodeStep {
             plan,
             engine,
-            append,
-            decode,
+            prepared,
             ordinal: self.ordinal,
+            _workspace: PhantomData,
         })
     }
 }
 
-/// A decode step whose tables are on the device: launches per layer. Dropping it waits for
-/// the context's work (its buffers are read by the launches).
-#[derive(Debug)]
-pub struct TurboQuantDecodeStep<'p> {
-    plan: &'p TurboQuantDecodePlan,
-    engine: Arc<TurboQuantCuda>,
-    append: Option<PreparedTurboQuantAppend>,
-    decode: PreparedTurboQuantDecode,
-    ordinal: usize,
+/// The boundary check of a step's workspace (host only): on `location`, at least
+/// [`TurboQuantDecodePlan::workspace_bytes`] (else [`ViewError::Workspace`] with both sizes),
+/// non-null and [`TURBOQUANT_WORKSPACE_ALIGN`]-byte aligned.
+pub fn validate_turboquant_workspace(
+    plan: &TurboQuantDecodePlan,
+    w: &Workspace,
+    location: Location,
+) -> std::result::Result<(), ViewError> {
+    let needed = plan.workspace_bytes();
+    if Location::Cuda(w.ordinal) != location {
+        return Err(ViewError::Device {
+            tensor: "workspace",
+            got: Location::Cuda(w.ordinal),
+            expected: location,
+        });
+    }
+    if w.bytes < needed {
+        return Err(ViewError::Workspace {
+            needed,
+            declared: w.bytes,
+        });
+    }
+    if w.addr == 0 || !w.addr.is_multiple_of(TURBOQUANT_WORKSPACE_ALIGN as u64) {
+        return Err(ViewError::Misaligned {
+            tensor: "workspace",
+            addr: w.addr,
+            align: TURBOQUANT_WORKSPACE_ALIGN as u64,
+        });
+    }
+    Ok(())
 }
 
-impl TurboQuantDecodeStep<'_> {
+/// A decode step whose tables are in the caller's workspace: launches per layer. It holds the
+/// workspace's mutable borrow, so the tables stay this step's while it lives; dropping it
+/// waits for nothing.
+#[derive(Debug)]
+pub struct TurboQuantDecodeStep<'p, 'w> {
+    plan: &'p TurboQuantDecodePlan,
+    engine: Arc<TurboQuantCuda>,
+    prepared: PreparedTurboQuantStep,
+    ordinal: usize,
+    _workspace: PhantomData<&'w mut Workspace>,
+}
+
+impl TurboQuantDecodeStep<'_, '_> {
     fn check_cache(&self, cache: &TurboQuantCache) -> std::result::Result<(), FerrattnError> {
         cache.check_for(self.plan, self.ordinal)?;
         if cache.config != self.plan.config {
@@ -643,7 +767,7 @@ impl TurboQuantDecodeStep<'_> {
 
     /// Units (warps) of the step's stream-K decode.
     pub fn units(&self) -> usize {
-        self.decode.units
+        self.plan.units()
     }
 
     /// Validates and enqueues the append of one layer's new tokens (`k_new`, `v_new`: f16
@@ -662,7 +786,7 @@ impl TurboQuantDecodeStep<'_> {
     ) -> Result<()> {
         validate_turboquant_append(self.plan, k_new, v_new, Location::Cuda(self.ordinal))?;
         self.check_cache(cache)?;
-        let Some(prep) = &self.append else {
+        let Some(prep) = &self.prepared.append else {
             return Err(FerrattnError::PlanMismatch(
                 "append on a decode step planned without one".into(),
             ));
@@ -675,8 +799,8 @@ impl TurboQuantDecodeStep<'_> {
         // SAFETY: k_new / v_new were checked against the plan (f16 [batch, rows, heads_kv, d],
         // contiguous, long enough, 16-byte aligned, on this device); the cache against the plan
         // (device, shape, configuration, lengths, capacity); the caller promised the stream is
-        // of this device (Stream::from_raw); `prep` lives in the step, which waits for the
-        // context's work when dropped.
+        // of this device (Stream::from_raw); `prep`'s tables are in the workspace this step
+        // borrows, copied there by begin_decode on the caller's stream.
         unsafe {
             self.engine.enqueue_append(
                 prep,
@@ -706,12 +830,17 @@ impl TurboQuantDecodeStep<'_> {
             &self.plan.lens_after,
             None,
         )?;
+        let prep = self
+            .prepared
+            .decode
+            .as_ref()
+            .expect("a TurboQuantDecodePlan always decodes");
         // SAFETY: q, o, lse checked against the plan (f16 / f32, shapes, contiguous, long
         // enough, 16-byte aligned, this device); the cache against the plan; the stream by
-        // Stream::from_raw; the step's tables and scratch outlive the launches (Drop).
+        // Stream::from_raw; the step's tables and scratch are in the workspace it borrows.
         unsafe {
             self.engine.enqueue_decode(
-                &self.decode,
+                prep,
                 x.q.addr,
                 &cache.inner,
                 x.o.addr,
@@ -720,14 +849,5 @@ impl TurboQuantDecodeStep<'_> {
             )?;
         }
         Ok(())
-    }
-}
-
-impl Drop for TurboQuantDecodeStep<'_> {
-    fn drop(&mut self) {
-        // the launches enqueued on the caller's streams read the step's buffers, which are
-        // freed right after this; a failure here cannot be reported (it resurfaces on the next
-        // call into the context)
-        let _ = self.engine.gpu().synchronize_context();
     }
 }

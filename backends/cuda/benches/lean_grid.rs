@@ -8,7 +8,9 @@
 //! from L2), batches of launches captured in a CUDA graph and replayed between CUDA events, the
 //! variants interleaved batch by batch, the median over batches of the time per launch.
 //!
-//! Usage: `lean_grid [--out FILE] [--only SHAPE,B,CTX] [--names lean,pair] [--eager N]`.
+//! Usage: `lean_grid [--out FILE] [--only SHAPE,B,CTX] [--names lean,pair] [--grids G1,G2,..]
+//! [--eager N]`. `--grids` adds stream-K grids of those CTA counts (each at most the co-resident
+//! slots) to every row; a 0 in the list adds the fixed split of two chunks per tile.
 //! `--eager N` launches the planner's grid of the selected rows N times without graphs or timing
 //! (for `ncu`).
 
@@ -64,6 +66,10 @@ fn main() {
         ("llama", 32, 32, 8, 128, DType::BF16, 1024),
         ("llama", 64, 32, 8, 128, DType::BF16, 1024),
         ("llama", 128, 32, 8, 128, DType::BF16, 1024),
+        // heavy rows the bandwidth rule of the planner changes (fewer tiles than slots)
+        ("llama", 8, 32, 8, 128, DType::BF16, 32768),
+        ("llama", 32, 32, 8, 128, DType::BF16, 8192),
+        ("lean", 4, 56, 56, 64, DType::F16, 262144),
         // the Lean-paper rows below 0.95x on the H200 (d8e3115), and the same bytes read as
         // "pairs": two d64 heads side by side as one d128 KV head of a GQA group of 2 (56 query
         // heads over 28 KV heads), so a CTA reads 256 contiguous bytes per token instead of 128
@@ -81,6 +87,9 @@ fn main() {
     ];
     let names: Option<Vec<String>> =
         arg(&args, "--names").map(|s| s.split(',').map(str::to_string).collect());
+    let extra_grids: Vec<usize> = arg(&args, "--grids")
+        .map(|s| s.split(',').filter_map(|g| g.parse().ok()).collect())
+        .unwrap_or_default();
     let mut json = String::from("[\n");
     for (name, batch, hq, hk, d, dtype, ctx) in configs {
         if names.as_ref().is_some_and(|n| !n.iter().any(|x| x == name)) {
@@ -107,6 +116,12 @@ fn main() {
         }
         grids.push(caps.compute_units.min(iters));
         grids.push(slots.min(iters));
+        grids.extend(
+            extra_grids
+                .iter()
+                .copied()
+                .filter(|&g| g >= 1 && g <= slots.min(iters)),
+        );
         grids.sort_unstable();
         grids.dedup();
         for g in grids {
@@ -119,6 +134,13 @@ fn main() {
             variants.push((
                 format!("fx1({tiles})"),
                 lean::plan_fixed_split(&p, &caps, Some(1)).unwrap(),
+            ));
+        }
+        // two chunks per tile, merged by the combine kernel (grids past the co-resident slots)
+        if extra_grids.contains(&0) && iters >= 2 * tiles {
+            variants.push((
+                format!("fx2({})", 2 * tiles),
+                lean::plan_fixed_split(&p, &caps, Some(2)).unwrap(),
             ));
         }
         let kern = b

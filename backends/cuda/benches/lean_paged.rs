@@ -4,7 +4,8 @@
 //! and TLB locality) and in allocation order (page `k` of sequence `b` is pool page
 //! `k * batch + b`, what an allocator handing out free pages in order gives when every sequence
 //! grows by one page in turn, as vLLM's does for a running batch). Not a test; prints one line
-//! per configuration and, with `--out`, JSON records.
+//! per configuration and, with `--out`, JSON records. Each storage runs at its planner's grid
+//! (`lean::plan`, `lean::plan_paged`).
 //!
 //! Method (see /work/.library/device/METHOD.md): K/V filled on the device and copied into the
 //! page pool by the append kernel; warm-up; batches of launches captured in a CUDA graph and
@@ -79,7 +80,9 @@ fn main() {
     for (name, batch, hq, hk, d, ctx) in configs {
         let mut p = AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, DType::F16);
         p.seqlens_k = vec![ctx; batch];
+        // each storage at its planner's grid (a paged cache keeps the slot-filling grids)
         let lp = lean::plan(&p, &caps).unwrap();
+        let lp_paged = lean::plan_paged(&p, &caps).unwrap();
         let kern = b
             .lean_kernels(LeanInstance::new(p.dtype, d, lp.tile_m).unwrap())
             .unwrap();
@@ -100,7 +103,8 @@ fn main() {
             let paging = Paging::new(page, num_pages, max_pages, ids, &p.seqlens_k).unwrap();
             let kb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
             let vb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
-            let fill = LeanStepPlan::new(&p, &lp, KvStorage::Paged(paging.clone()), ctx).unwrap();
+            let fill =
+                LeanStepPlan::new(&p, &lp_paged, KvStorage::Paged(paging.clone()), ctx).unwrap();
             let ws = DeviceBuffer::alloc(&gpu, fill.workspace_bytes()).unwrap();
             // SAFETY: buffers allocated above for these shapes.
             unsafe {
@@ -114,7 +118,7 @@ fn main() {
                 )
                 .unwrap();
             }
-            let step = LeanStepPlan::new(&p, &lp, KvStorage::Paged(paging), 0).unwrap();
+            let step = LeanStepPlan::new(&p, &lp_paged, KvStorage::Paged(paging), 0).unwrap();
             pools.push((step, kb, vb));
         }
         let contig = LeanStepPlan::new(&p, &lp, KvStorage::Contiguous, 0).unwrap();
@@ -197,8 +201,8 @@ fn main() {
         );
         let _ = writeln!(
             json,
-            "  {{\"shape\": \"{name}\", \"batch\": {batch}, \"heads_q\": {hq}, \"heads_kv\": {hk}, \"head_dim\": {d}, \"ctx\": {ctx}, \"ctas\": {}, \"contiguous_us\": {:.3}, \"paged16_us\": {:.3}, \"paged64_us\": {:.3}, \"paged16_ordered_us\": {:.3}, \"paged64_ordered_us\": {:.3}, \"plain_launch_us\": {:.3}}},",
-            lp.num_ctas, t[0], t[1], t[2], t[3], t[4], t[5]
+            "  {{\"shape\": \"{name}\", \"batch\": {batch}, \"heads_q\": {hq}, \"heads_kv\": {hk}, \"head_dim\": {d}, \"ctx\": {ctx}, \"ctas\": {}, \"paged_ctas\": {}, \"contiguous_us\": {:.3}, \"paged16_us\": {:.3}, \"paged64_us\": {:.3}, \"paged16_ordered_us\": {:.3}, \"paged64_ordered_us\": {:.3}, \"plain_launch_us\": {:.3}}},",
+            lp.num_ctas, lp_paged.num_ctas, t[0], t[1], t[2], t[3], t[4], t[5]
         );
     }
     if json.ends_with(",\n") {

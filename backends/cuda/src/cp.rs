@@ -402,7 +402,10 @@ impl CpRank {
             p.causal = s.causal;
             p.validate()?;
             let caps = &self.comm.gpu().caps;
-            let lp = lean::plan(&p, caps)?;
+            let lp = match kv {
+                KvStorage::Contiguous => lean::plan(&p, caps)?,
+                KvStorage::Paged(_) => lean::plan_paged(&p, caps)?,
+            };
             Some(LeanStepPlan::new(&p, &lp, kv, 0)?)
         };
         let rows = s.rows();

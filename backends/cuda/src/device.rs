@@ -42,6 +42,16 @@ fn attr(dev: sys::CUdevice, a: sys::CUdevice_attribute) -> Result<i32> {
     Ok(v)
 }
 
+/// Peak DRAM bandwidth from the memory clock (kHz) and bus width (bits), double data rate;
+/// `None` when the driver does not report them (the attributes are legacy; the planner then keeps
+/// its default grid rules).
+fn dram_bandwidth(dev: sys::CUdevice) -> Option<u64> {
+    use sys::CUdevice_attribute as A;
+    let khz = attr(dev, A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).ok()?;
+    let bits = attr(dev, A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).ok()?;
+    (khz > 0 && bits > 0).then(|| 2 * khz as u64 * 1000 * (bits as u64 / 8))
+}
+
 impl Gpu {
     /// Opens GPU `ordinal`, or says why it cannot.
     pub fn open(ordinal: usize) -> Result<Gpu> {
@@ -110,6 +120,7 @@ impl Gpu {
                 )? as usize,
                 l2_bytes: attr(dev, A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
                 compute_capability: Some(cc),
+                dram_bytes_per_s: dram_bandwidth(dev),
             };
             let mut ctx = std::ptr::null_mut();
             check(

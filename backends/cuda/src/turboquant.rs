@@ -755,7 +755,280 @@ impl DeviceTurboQuantCache {
     }
 }
 
-/// A decode step made ready to launch: schedule tables and workspaces on the device.
+/// Alignment of every region of a TurboQuant step's workspace, bytes.
+pub const TURBOQUANT_WORKSPACE_ALIGN: usize = 256;
+
+fn ws_align(x: usize) -> usize {
+    x.div_ceil(TURBOQUANT_WORKSPACE_ALIGN) * TURBOQUANT_WORKSPACE_ALIGN
+}
+
+/// Appends `words` to `image` at an aligned offset and returns the offset.
+fn push_table(image: &mut Vec<u8>, words: &[i32]) -> usize {
+    let at = ws_align(image.len());
+    image.resize(at, 0);
+    image.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+    at
+}
+
+fn i32s(x: &[usize]) -> Vec<i32> {
+    x.iter().map(|&l| l as i32).collect()
+}
+
+/// The decode half of a step, planned on the host ([`TurboQuantCuda::decode_tables`]): the
+/// stream-K schedule of `problem` over `units` warps as the kernels' tables, and the sizes of
+/// the scratch its launches write (the query fragments, the partials).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurboQuantDecodeTables {
+    /// The problem (queries, and the caches' lengths when the decode runs as `seqlens_k`).
+    pub problem: AttentionProblem,
+    /// Units (warps) of the stream-K schedule.
+    pub units: usize,
+    /// Output tiles (sequence, KV head, 16-row query group).
+    pub tiles: usize,
+    /// Segments (partials) the units write.
+    pub segments: usize,
+    /// Merge CTAs per output tile (each takes every `row_split`-th row).
+    pub row_split: usize,
+    qgroups: usize,
+    /// 16 MMA rows in use (`decode_r16`) rather than at most 8 (`decode_r8`).
+    r16: bool,
+    head_dim: usize,
+    key_qjl: bool,
+    segs: Vec<i32>,
+    unit_segs: Vec<i32>,
+    tile_segs: Vec<i32>,
+}
+
+impl TurboQuantDecodeTables {
+    /// The decode of `p`'s queries under `cfg` over caches that will hold `p.seqlens_k` tokens
+    /// when it runs, stream-K over `units` warps on a GPU of `compute_units` SMs (pure host;
+    /// [`TurboQuantCuda::default_units`] is the usual width).
+    pub fn new(
+        cfg: &TurboQuantConfig,
+        p: &AttentionProblem,
+        units: usize,
+        compute_units: usize,
+    ) -> Result<TurboQuantDecodeTables> {
+        check_supported(cfg, p)?;
+        if units == 0 || compute_units == 0 {
+            return Err(CudaError::Plan(format!(
+                "a stream-K decode over {units} units (warps) on {compute_units} SMs; both must \
+                 be positive"
+            )));
+        }
+        let ScheduleTables {
+            qgroups,
+            tiles,
+            units,
+            segs,
+            unit_segs,
+            tile_segs,
+        } = schedule_tables(p, units);
+        Ok(TurboQuantDecodeTables {
+            problem: p.clone(),
+            units,
+            tiles,
+            segments: segs.len() / 4,
+            row_split: row_split(p, tiles, compute_units),
+            qgroups,
+            r16: p.group_size() * p.max_seqlen_q > 8,
+            head_dim: p.head_dim_qk,
+            key_qjl: cfg.key_qjl,
+            segs,
+            unit_segs,
+            tile_segs,
+        })
+    }
+
+    /// Bytes of the query fragments `Π q` (hi and lo halves) and `S q`: one register quad per
+    /// lane, `d/16` k-steps, per tile.
+    fn frag_bytes(&self) -> usize {
+        self.tiles * 32 * self.head_dim * 2
+    }
+}
+
+/// The append half of a step, planned on the host ([`TurboQuantAppendTables::new`]): where
+/// each sequence's new tokens go.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurboQuantAppendTables {
+    before: Vec<usize>,
+    after: Vec<usize>,
+    src_len: usize,
+    /// 16-token destination groups per (sequence, KV head) of the widest sequence.
+    groups: usize,
+}
+
+impl TurboQuantAppendTables {
+    /// The append of `counts[b]` tokens (of `src_len` per sequence in the source) onto caches
+    /// holding `lens_before[b]` tokens of at most `capacity` (pure host).
+    pub fn new(
+        lens_before: &[usize],
+        counts: &[usize],
+        src_len: usize,
+        capacity: usize,
+    ) -> Result<TurboQuantAppendTables> {
+        let b_ = lens_before.len();
+        if counts.len() != b_ {
+            return Err(CudaError::Plan(format!(
+                "{} token counts for a cache of {b_} sequences",
+                counts.len()
+            )));
+        }
+        for (b, (&c, &l)) in counts.iter().zip(lens_before).enumerate() {
+            if c > src_len || l.saturating_add(c) > capacity {
+                return Err(CudaError::Plan(format!(
+                    "sequence {b}: {c} new tokens (source holds {src_len}) onto {l} cached exceed the capacity of {capacity}"
+                )));
+            }
+        }
+        let groups = counts
+            .iter()
+            .zip(lens_before)
+            .map(|(&c, &l)| (l % COMPRESS_TOKENS + c).div_ceil(COMPRESS_TOKENS))
+            .max()
+            .unwrap_or(0);
+        Ok(TurboQuantAppendTables {
+            before: lens_before.to_vec(),
+            after: lens_before.iter().zip(counts).map(|(l, c)| l + c).collect(),
+            src_len,
+            groups,
+        })
+    }
+
+    /// Tokens per sequence before the append.
+    pub fn lens_before(&self) -> &[usize] {
+        &self.before
+    }
+    /// Tokens per sequence after it.
+    pub fn lens_after(&self) -> &[usize] {
+        &self.after
+    }
+    /// Tokens per sequence of the source tensors.
+    pub fn src_len(&self) -> usize {
+        self.src_len
+    }
+}
+
+/// Offsets of the decode's regions in a step's workspace.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct DecodeRegions {
+    segs: usize,
+    unit_segs: usize,
+    tile_segs: usize,
+    seqlens_q: usize,
+    seqlens_k: usize,
+    qf: usize,
+    qf_lo: usize,
+    pf: usize,
+    part_o: usize,
+    part_ml: usize,
+}
+
+/// Offsets of the append's regions in a step's workspace.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct AppendRegions {
+    dst0: usize,
+    count: usize,
+}
+
+/// One TurboQuant step planned on the host: an append, a decode or both, laid out in one
+/// workspace. Its tables are one image at the workspace's start, copied by one stream-ordered
+/// copy ([`TurboQuantCuda::upload_step`]); after them come the decode's scratch regions (query
+/// fragments, partials), which every layer's launches reuse in stream order. Every region is
+/// [`TURBOQUANT_WORKSPACE_ALIGN`]-byte aligned.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurboQuantStepPlan {
+    decode: Option<TurboQuantDecodeTables>,
+    append: Option<TurboQuantAppendTables>,
+    image: Vec<u8>,
+    dec: Option<DecodeRegions>,
+    app: Option<AppendRegions>,
+    bytes: usize,
+}
+
+impl TurboQuantStepPlan {
+    /// Lays out a step's tables and scratch (host only).
+    pub fn new(
+        decode: Option<TurboQuantDecodeTables>,
+        append: Option<TurboQuantAppendTables>,
+    ) -> TurboQuantStepPlan {
+        let mut image = Vec::new();
+        let app = append.as_ref().map(|a| AppendRegions {
+            dst0: push_table(&mut image, &i32s(&a.before)),
+            count: push_table(
+                &mut image,
+                &a.after
+                    .iter()
+                    .zip(&a.before)
+                    .map(|(&x, &b)| (x - b) as i32)
+                    .collect::<Vec<_>>(),
+            ),
+        });
+        let mut bytes = ws_align(image.len());
+        let dec = decode.as_ref().map(|t| {
+            let p = &t.problem;
+            let segs = push_table(&mut image, &t.segs);
+            let unit_segs = push_table(&mut image, &t.unit_segs);
+            let tile_segs = push_table(&mut image, &t.tile_segs);
+            let seqlens_q = push_table(&mut image, &i32s(&p.seqlens_q));
+            let seqlens_k = push_table(&mut image, &i32s(&p.seqlens_k));
+            let mut at = ws_align(image.len());
+            let mut region = |n: usize| {
+                let r = at;
+                at = ws_align(at + n);
+                r
+            };
+            let frag = t.frag_bytes();
+            let r = DecodeRegions {
+                segs,
+                unit_segs,
+                tile_segs,
+                seqlens_q,
+                seqlens_k,
+                qf: region(frag),
+                qf_lo: region(frag),
+                // without QJL the kernels take the address and never read it
+                pf: region(if t.key_qjl { frag } else { 4 }),
+                part_o: region(t.segments * ROWS * t.head_dim * 4),
+                part_ml: region(t.segments * ROWS * 2 * 4),
+            };
+            bytes = at;
+            r
+        });
+        TurboQuantStepPlan {
+            decode,
+            append,
+            image,
+            dec,
+            app,
+            bytes,
+        }
+    }
+
+    /// Workspace bytes of the step: its tables, then the decode's scratch.
+    pub fn workspace_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Bytes of the tables [`TurboQuantCuda::upload_step`] copies (the workspace's start).
+    pub fn table_bytes(&self) -> usize {
+        self.image.len()
+    }
+
+    /// The decode half, if the step decodes.
+    pub fn decode(&self) -> Option<&TurboQuantDecodeTables> {
+        self.decode.as_ref()
+    }
+
+    /// The append half, if the step appends.
+    pub fn append(&self) -> Option<&TurboQuantAppendTables> {
+        self.append.as_ref()
+    }
+}
+
+/// A decode made ready to launch: the addresses of its tables and scratch on the device (in a
+/// caller's workspace, [`TurboQuantCuda::upload_step`], or in memory it owns,
+/// [`TurboQuantCuda::prepare_decode`]).
 #[derive(Debug)]
 pub struct PreparedTurboQuantDecode {
     /// The problem (queries, and the cache's lengths as `seqlens_k`).
@@ -770,54 +1043,54 @@ pub struct PreparedTurboQuantDecode {
     pub row_split: usize,
     qgroups: usize,
     decode: Function,
-    segs: DeviceBuffer,
-    unit_segs: DeviceBuffer,
-    tile_segs: DeviceBuffer,
-    qf: DeviceBuffer,
-    qf_lo: DeviceBuffer,
-    pf: DeviceBuffer,
-    part_o: DeviceBuffer,
-    part_ml: DeviceBuffer,
-    seqlens_q: DeviceBuffer,
-    seqlens_k: DeviceBuffer,
+    segs: u64,
+    unit_segs: u64,
+    tile_segs: u64,
+    qf: u64,
+    qf_lo: u64,
+    pf: u64,
+    part_o: u64,
+    part_ml: u64,
+    seqlens_q: u64,
+    seqlens_k: u64,
+    /// The memory the addresses point into, when the prepared decode owns it.
+    _owned: Option<Arc<DeviceBuffer>>,
 }
 
-/// An append made ready to launch: where each sequence's new tokens go, on the device
-/// ([`TurboQuantCuda::prepare_append`]).
+/// An append made ready to launch: where each sequence's new tokens go, on the device (in a
+/// caller's workspace, [`TurboQuantCuda::upload_step`], or in memory it owns,
+/// [`TurboQuantCuda::prepare_append`]).
 #[derive(Debug)]
 pub struct PreparedTurboQuantAppend {
-    before: Vec<usize>,
-    after: Vec<usize>,
-    src_len: usize,
-    /// Destination groups per (sequence, KV head) of the widest sequence: 16 tokens (exact
-    /// kernels) or [`FAST_TILE`] (fast kernels).
-    groups: usize,
-    /// The kernels it was prepared for.
-    path: CompressPath,
-    /// Resident CTAs per SM of the key and the value compression kernels (queried here, so
-    /// that enqueueing makes no driver query: it may run inside a graph capture).
-    per_sm: [usize; 2],
-    dst0: DeviceBuffer,
-    count: DeviceBuffer,
+    tables: TurboQuantAppendTables,
+    dst0: u64,
+    count: u64,
+    /// The memory the addresses point into, when the prepared append owns it.
+    _owned: Option<Arc<DeviceBuffer>>,
 }
 
 impl PreparedTurboQuantAppend {
     /// Tokens per sequence before the append.
     pub fn lens_before(&self) -> &[usize] {
-        &self.before
+        &self.tables.before
     }
     /// Tokens per sequence after it.
     pub fn lens_after(&self) -> &[usize] {
-        &self.after
+        &self.tables.after
     }
     /// Tokens per sequence of the source tensors.
     pub fn src_len(&self) -> usize {
-        self.src_len
+        self.tables.src_len
     }
-    /// The compression kernels it launches.
-    pub fn path(&self) -> CompressPath {
-        self.path
-    }
+}
+
+/// A step's prepared launches over one workspace ([`TurboQuantCuda::upload_step`]).
+#[derive(Debug)]
+pub struct PreparedTurboQuantStep {
+    /// The decode, if the step decodes.
+    pub decode: Option<PreparedTurboQuantDecode>,
+    /// The append, if the step appends.
+    pub append: Option<PreparedTurboQuantAppend>,
 }
 
 /// The TurboQuant kernels of one layer configuration, with `Π`, `S` and the codebooks on the
@@ -867,6 +1140,13 @@ pub struct TurboQuantCuda {
     smem_values: usize,
     smem_fast_keys: usize,
     smem_fast_values: usize,
+    /// Resident CTAs per SM of the fast and the split kernels (keys, values), queried at load.
+    fast_per_sm: [[usize; 2]; 2],
+    /// Warps of the decode kernels (`decode_r8`, `decode_r16`) resident on the whole GPU
+    /// (queried once, at load: planning a step makes no driver call).
+    resident: [usize; 2],
+    /// Resident CTAs per SM of the key and the value compression kernels.
+    compress_per_sm: [usize; 2],
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -1014,7 +1294,7 @@ impl TurboQuantCuda {
         };
         let key_lut = lut_of(codec.key.mse().codebook())?;
         let value_lut = lut_of(codec.value.codebook())?;
-        let t = TurboQuantCuda {
+        let mut t = TurboQuantCuda {
             compress_keys: cm.function(&names.compress_keys)?,
             compress_values: cm.function(&names.compress_values)?,
             fast_keys: cm.function(&names.fast_keys)?,
@@ -1056,6 +1336,9 @@ impl TurboQuantCuda {
             vtab,
             sigma_k,
             sigma_v,
+            resident: [0; 2],
+            compress_per_sm: [0; 2],
+            fast_per_sm: [[0; 2]; 2],
         };
         set_smem(&t.compress_keys, t.smem_keys)?;
         set_smem(&t.compress_values, t.smem_values)?;
@@ -1068,17 +1351,36 @@ impl TurboQuantCuda {
         for f in [&t.decode_r8, &t.decode_r16] {
             set_smem(f, decode_smem_bytes(d))?;
         }
+        let sms = t.gpu.caps.compute_units;
+        let warps = |f: &Function| -> Result<usize> {
+            Ok(occupancy(f, UNIT_WARPS * 32, decode_smem_bytes(d))? * UNIT_WARPS * sms)
+        };
+        t.resident = [warps(&t.decode_r8)?, warps(&t.decode_r16)?];
+        t.compress_per_sm = [
+            occupancy(&t.compress_keys, d, t.smem_keys)?,
+            occupancy(&t.compress_values, d, t.smem_values)?,
+        ];
+        t.fast_per_sm = [
+            [
+                occupancy(&t.fast_keys, 2 * d, t.smem_fast_keys)?,
+                occupancy(&t.fast_values, 2 * d, t.smem_fast_values)?,
+            ],
+            [
+                occupancy(&t.split_keys, 2 * d, t.smem_fast_keys)?,
+                occupancy(&t.split_values, 2 * d, t.smem_fast_values)?,
+            ],
+        ];
         Ok(t)
     }
 
-    /// The same kernels compressing by `path` from now on (appends prepared before keep
-    /// theirs).
+    /// The same kernels compressing by `path`: every append enqueued from now on (prepared
+    /// appends carry only where tokens go, not which kernels write them).
     pub fn with_compress_path(mut self, path: CompressPath) -> TurboQuantCuda {
         self.path = path;
         self
     }
 
-    /// Selects the compression kernels of later appends.
+    /// Selects the compression kernels of the appends enqueued from now on.
     pub fn set_compress_path(&mut self, path: CompressPath) {
         self.path = path;
     }
@@ -1160,9 +1462,9 @@ impl TurboQuantCuda {
         self.gpu.synchronize()
     }
 
-    /// The tables of an append of `counts[b]` tokens (of `src_len` per sequence in the
-    /// source) onto caches holding `lens_before[b]` tokens of at most `capacity`: allocated
-    /// and copied to the device here (synchronously), read by [`Self::enqueue_append`].
+    /// [`TurboQuantAppendTables::new`] made ready in memory of its own: allocated and copied to the
+    /// device here, synchronously (the convenience path: [`Self::append`], tests); the device
+    /// path puts the same tables into a caller's workspace ([`Self::upload_step`]).
     pub fn prepare_append(
         &self,
         lens_before: &[usize],
@@ -1170,59 +1472,114 @@ impl TurboQuantCuda {
         src_len: usize,
         capacity: usize,
     ) -> Result<PreparedTurboQuantAppend> {
-        let b_ = lens_before.len();
-        if counts.len() != b_ {
+        let t = TurboQuantAppendTables::new(lens_before, counts, src_len, capacity)?;
+        let plan = TurboQuantStepPlan::new(None, Some(t));
+        let step = self.prepare_owned(&plan)?;
+        Ok(step.append.expect("the plan appends"))
+    }
+
+    /// A step's tables in a buffer of its own, copied synchronously (the convenience paths).
+    fn prepare_owned(&self, plan: &TurboQuantStepPlan) -> Result<PreparedTurboQuantStep> {
+        let buf = DeviceBuffer::alloc(&self.gpu, plan.workspace_bytes())?;
+        // SAFETY: a fresh allocation of the plan's bytes on this GPU (cuMemAlloc aligns to at
+        // least 256 bytes), used by nothing else; the backend's own stream, synchronised
+        // before the tables are read on any other stream.
+        let mut step = unsafe { self.upload_step(plan, buf.ptr(), self.gpu.stream)? };
+        self.gpu.synchronize()?;
+        let buf = Arc::new(buf);
+        if let Some(d) = &mut step.decode {
+            d._owned = Some(buf.clone());
+        }
+        if let Some(a) = &mut step.append {
+            a._owned = Some(buf);
+        }
+        Ok(step)
+    }
+
+    /// Enqueues the copy of a step's tables into `workspace` on `stream` (one stream-ordered
+    /// host-to-device copy, no allocation, no synchronisation; once per step, outside a graph
+    /// capture) and returns the step's launches bound to the workspace's regions, for
+    /// [`Self::enqueue_append`] and [`Self::enqueue_decode`] on `stream` (or a stream ordered
+    /// after it). The copy reads `plan`'s host image; a pageable source is staged by the driver
+    /// before the call returns.
+    ///
+    /// # Safety
+    /// `workspace` is device memory of this GPU, [`TURBOQUANT_WORKSPACE_ALIGN`]-byte aligned,
+    /// of at least `plan.workspace_bytes()` bytes, used by nothing else while the step's
+    /// launches (and replays of graphs captured from them) run; `stream` is null or a live
+    /// stream of this GPU's context.
+    pub unsafe fn upload_step(
+        &self,
+        plan: &TurboQuantStepPlan,
+        workspace: u64,
+        stream: sys::CUstream,
+    ) -> Result<PreparedTurboQuantStep> {
+        if workspace == 0 || !workspace.is_multiple_of(TURBOQUANT_WORKSPACE_ALIGN as u64) {
             return Err(CudaError::Plan(format!(
-                "{} token counts for a cache of {b_} sequences",
-                counts.len()
+                "a TurboQuant workspace must be non-null and {TURBOQUANT_WORKSPACE_ALIGN}-byte \
+                 aligned (got {workspace:#x})"
             )));
         }
-        for (b, (&c, &l)) in counts.iter().zip(lens_before).enumerate() {
-            if c > src_len || l + c > capacity {
-                return Err(CudaError::Plan(format!(
-                    "sequence {b}: {c} new tokens (source holds {src_len}) onto {l} cached exceed the capacity of {capacity}"
-                )));
+        let decode = match (&plan.decode, &plan.dec) {
+            (Some(t), Some(r)) => {
+                if (t.head_dim, t.key_qjl) != (self.head_dim, self.cfg.key_qjl) {
+                    return Err(CudaError::Plan(format!(
+                        "a decode of head dim {} (QJL {}) on kernels of head dim {} (QJL {})",
+                        t.head_dim, t.key_qjl, self.head_dim, self.cfg.key_qjl
+                    )));
+                }
+                let at = |off: usize| workspace + off as u64;
+                Some(PreparedTurboQuantDecode {
+                    problem: t.problem.clone(),
+                    units: t.units,
+                    tiles: t.tiles,
+                    segments: t.segments,
+                    row_split: t.row_split,
+                    qgroups: t.qgroups,
+                    decode: if t.r16 {
+                        self.decode_r16.clone()
+                    } else {
+                        self.decode_r8.clone()
+                    },
+                    segs: at(r.segs),
+                    unit_segs: at(r.unit_segs),
+                    tile_segs: at(r.tile_segs),
+                    qf: at(r.qf),
+                    qf_lo: at(r.qf_lo),
+                    pf: at(r.pf),
+                    part_o: at(r.part_o),
+                    part_ml: at(r.part_ml),
+                    seqlens_q: at(r.seqlens_q),
+                    seqlens_k: at(r.seqlens_k),
+                    _owned: None,
+                })
             }
+            _ => None,
+        };
+        let append = match (&plan.append, &plan.app) {
+            (Some(t), Some(r)) => Some(PreparedTurboQuantAppend {
+                tables: t.clone(),
+                dst0: workspace + r.dst0 as u64,
+                count: workspace + r.count as u64,
+                _owned: None,
+            }),
+            _ => None,
+        };
+        if !plan.image.is_empty() {
+            let _bound = self.gpu.bind()?;
+            // SAFETY: the caller vouched for `workspace` (this GPU's memory of at least the
+            // plan's bytes, which cover the image) and the stream; the image is host memory
+            // read before the call returns (a pageable source is staged by the driver).
+            check("cuMemcpyHtoDAsync_v2", unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    workspace,
+                    plan.image.as_ptr() as *const std::ffi::c_void,
+                    plan.image.len(),
+                    stream,
+                )
+            })?;
         }
-        let path = self.path;
-        let g = if path == CompressPath::Exact {
-            COMPRESS_TOKENS
-        } else {
-            FAST_TILE
-        };
-        let groups = counts
-            .iter()
-            .zip(lens_before)
-            .map(|(&c, &l)| (l % g + c).div_ceil(g))
-            .max()
-            .unwrap_or(0);
-        let dst0: Vec<i32> = lens_before.iter().map(|&l| l as i32).collect();
-        let cnt: Vec<i32> = counts.iter().map(|&c| c as i32).collect();
-        let d = self.head_dim;
-        let per_sm = match path {
-            CompressPath::Exact => [
-                occupancy(&self.compress_keys, d, self.smem_keys)?,
-                occupancy(&self.compress_values, d, self.smem_values)?,
-            ],
-            CompressPath::Fast => [
-                occupancy(&self.fast_keys, 2 * d, self.smem_fast_keys)?,
-                occupancy(&self.fast_values, 2 * d, self.smem_fast_values)?,
-            ],
-            CompressPath::Split => [
-                occupancy(&self.split_keys, 2 * d, self.smem_fast_keys)?,
-                occupancy(&self.split_values, 2 * d, self.smem_fast_values)?,
-            ],
-        };
-        Ok(PreparedTurboQuantAppend {
-            per_sm,
-            path,
-            before: lens_before.to_vec(),
-            after: lens_before.iter().zip(counts).map(|(l, c)| l + c).collect(),
-            src_len,
-            groups,
-            dst0: DeviceBuffer::from_slice(&self.gpu, &dst0)?,
-            count: DeviceBuffer::from_slice(&self.gpu, &cnt)?,
-        })
+        Ok(PreparedTurboQuantStep { decode, append })
     }
 
     /// Enqueues the compression of an append prepared by [`Self::prepare_append`] into
@@ -1234,7 +1591,8 @@ impl TurboQuantCuda {
     /// # Safety
     /// `k` and `v` are 16-byte aligned device addresses of this GPU holding f16 `[batch,
     /// src_len, heads_kv, d]` of `prep` and the cache; `stream` is a stream of this GPU's
-    /// context (or null); `prep` outlives the launches.
+    /// context (or null); the memory `prep`'s tables are in (its own, or the workspace of
+    /// [`Self::upload_step`], whose copy is ordered before this launch) outlives the launches.
     pub unsafe fn enqueue_append(
         &self,
         prep: &PreparedTurboQuantAppend,
@@ -1250,27 +1608,28 @@ impl TurboQuantCuda {
                 cache.head_dim, cache.key_qjl, self.cfg.key_qjl
             )));
         }
-        if cache.lens != prep.before && cache.lens != prep.after {
+        let t = &prep.tables;
+        if cache.lens != t.before && cache.lens != t.after {
             return Err(CudaError::Plan(format!(
                 "the append was prepared for lengths {:?} but the cache holds {:?}",
-                prep.before, cache.lens
+                t.before, cache.lens
             )));
         }
-        if let Some(b) = prep.after.iter().position(|&l| l > cache.capacity) {
+        if let Some(b) = t.after.iter().position(|&l| l > cache.capacity) {
             return Err(CudaError::Plan(format!(
                 "sequence {b} would hold {} tokens; the cache holds {}",
-                prep.after[b], cache.capacity
+                t.after[b], cache.capacity
             )));
         }
-        if prep.groups == 0 {
-            cache.lens.clone_from(&prep.after);
+        if t.groups == 0 {
+            cache.lens.clone_from(&t.after);
             return Ok(());
         }
         for (keys, src) in [(true, k), (false, v)] {
             // SAFETY: forwarded from this function's contract.
             unsafe { self.launch_part(prep, cache, src, keys, stream)? };
         }
-        cache.lens.clone_from(&prep.after);
+        cache.lens.clone_from(&t.after);
         Ok(())
     }
 
@@ -1294,15 +1653,17 @@ impl TurboQuantCuda {
                 cache.head_dim, cache.key_qjl, self.head_dim, self.cfg.key_qjl
             )));
         }
-        if cache.lens.len() != prep.before.len() || prep.after.iter().any(|&l| l > cache.capacity) {
+        if cache.lens.len() != prep.tables.before.len()
+            || prep.tables.after.iter().any(|&l| l > cache.capacity)
+        {
             return Err(CudaError::Plan(format!(
                 "an append to lengths {:?} on a cache of {} sequences of {} tokens",
-                prep.after,
+                prep.tables.after,
                 cache.lens.len(),
                 cache.capacity
             )));
         }
-        if prep.groups == 0 {
+        if prep.tables.groups == 0 {
             return Ok(());
         }
         // SAFETY: forwarded from this function's contract.
@@ -1321,32 +1682,32 @@ impl TurboQuantCuda {
         keys: bool,
         stream: sys::CUstream,
     ) -> Result<()> {
-        if prep.path != CompressPath::Exact {
+        if self.path != CompressPath::Exact {
             // SAFETY: forwarded from this function's contract.
             return unsafe { self.launch_fast(prep, cache, src, keys, stream) };
         }
         let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
-        let items = b_ * hk * prep.groups;
+        let items = b_ * hk * prep.tables.groups;
         let sms = self.gpu.caps.compute_units;
         let (f, smem, cb, per_sm) = if keys {
             (
                 &self.compress_keys,
                 self.smem_keys,
                 self.key_cb,
-                prep.per_sm[0],
+                self.compress_per_sm[0],
             )
         } else {
             (
                 &self.compress_values,
                 self.smem_values,
                 self.value_cb,
-                prep.per_sm[1],
+                self.compress_per_sm[1],
             )
         };
         let mut prm = CompressParams {
             src,
-            dst0: prep.dst0.ptr(),
-            count: prep.count.ptr(),
+            dst0: prep.dst0,
+            count: prep.count,
             pi: self.pi.ptr(),
             s: self.s.ptr(),
             codes: if keys {
@@ -1361,10 +1722,10 @@ impl TurboQuantCuda {
                 cache.vnorms.ptr()
             },
             batch: b_ as i32,
-            src_len: prep.src_len as i32,
+            src_len: prep.tables.src_len as i32,
             heads_kv: hk as i32,
             cap: cache.capacity as i32,
-            groups: prep.groups as i32,
+            groups: prep.tables.groups as i32,
             n_bounds: cb.0,
             bounds: cb.1,
             cents: cb.2,
@@ -1399,40 +1760,34 @@ impl TurboQuantCuda {
         stream: sys::CUstream,
     ) -> Result<()> {
         let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
-        let chunks = (b_ * hk * prep.groups).div_ceil(FAST_ROWS / FAST_TILE);
+        // the tables count 16-token groups aligned to 16; twice as many 8-token tiles from the
+        // 8-aligned start cover the same tokens (tiles past a sequence's tokens write nothing)
+        let groups = 2 * prep.tables.groups;
+        let chunks = (b_ * hk * groups).div_ceil(FAST_ROWS / FAST_TILE);
         let sms = self.gpu.caps.compute_units;
-        let split = prep.path == CompressPath::Split;
+        let split = self.path == CompressPath::Split;
+        let per = self.fast_per_sm[split as usize];
         let lut = if keys { &self.key_lut } else { &self.value_lut };
         let (f, smem, cb, per_sm) = match (keys, split) {
-            (true, false) => (
-                &self.fast_keys,
-                self.smem_fast_keys,
-                self.key_cb,
-                prep.per_sm[0],
-            ),
-            (true, true) => (
-                &self.split_keys,
-                self.smem_fast_keys,
-                self.key_cb,
-                prep.per_sm[0],
-            ),
+            (true, false) => (&self.fast_keys, self.smem_fast_keys, self.key_cb, per[0]),
+            (true, true) => (&self.split_keys, self.smem_fast_keys, self.key_cb, per[0]),
             (false, false) => (
                 &self.fast_values,
                 self.smem_fast_values,
                 self.value_cb,
-                prep.per_sm[1],
+                per[1],
             ),
             (false, true) => (
                 &self.split_values,
                 self.smem_fast_values,
                 self.value_cb,
-                prep.per_sm[1],
+                per[1],
             ),
         };
         let mut prm = FastCompressParams {
             src,
-            dst0: prep.dst0.ptr(),
-            count: prep.count.ptr(),
+            dst0: prep.dst0,
+            count: prep.count,
             pi_hi: self.pi_hi.ptr(),
             pi_lo: self.pi_lo.ptr(),
             m: self.m_hi.ptr(),
@@ -1449,10 +1804,10 @@ impl TurboQuantCuda {
                 cache.vnorms.ptr()
             },
             batch: b_ as i32,
-            src_len: prep.src_len as i32,
+            src_len: prep.tables.src_len as i32,
             heads_kv: hk as i32,
             cap: cache.capacity as i32,
-            groups: prep.groups as i32,
+            groups: groups as i32,
             n_bounds: cb.0,
             bounds: cb.1,
             cents: cb.2,
@@ -1496,55 +1851,47 @@ impl TurboQuantCuda {
         self.prepare_decode_for(p, units)
     }
 
+    /// The default stream-K width of `p`'s decode ([`default_units`] over the warps of its
+    /// decode kernel resident on this GPU; host only).
+    pub fn default_units(&self, p: &AttentionProblem) -> usize {
+        let r16 = p.group_size() * p.max_seqlen_q > 8;
+        default_units(p, self.resident[r16 as usize], self.gpu.caps.compute_units)
+    }
+
+    /// [`TurboQuantDecodeTables::new`] with this GPU's default width when `units` is `None`
+    /// (host only).
+    pub fn decode_tables(
+        &self,
+        p: &AttentionProblem,
+        units: Option<usize>,
+    ) -> Result<TurboQuantDecodeTables> {
+        if p.head_dim_qk != self.head_dim {
+            return Err(CudaError::Plan(format!(
+                "a decode of head dim {} on kernels of head dim {}",
+                p.head_dim_qk, self.head_dim
+            )));
+        }
+        TurboQuantDecodeTables::new(
+            &self.cfg,
+            p,
+            units.unwrap_or_else(|| self.default_units(p)),
+            self.gpu.caps.compute_units,
+        )
+    }
+
     /// [`Self::prepare_decode`] for caches that will hold `p.seqlens_k` tokens when the decode
-    /// runs (a step planned before its append): the schedule tables are copied to the device
-    /// and the partials' scratch allocated here, synchronously.
+    /// runs (a step planned before its append): [`Self::decode_tables`] made ready in memory
+    /// of its own, allocated and copied here, synchronously (the convenience path; the device
+    /// path puts the same tables into a caller's workspace, [`Self::upload_step`]).
     pub fn prepare_decode_for(
         &self,
         p: &AttentionProblem,
         units: Option<usize>,
     ) -> Result<PreparedTurboQuantDecode> {
-        check_supported(&self.cfg, p)?;
-        let d = self.head_dim;
-        let r16 = p.group_size() * p.max_seqlen_q > 8;
-        let decode = if r16 {
-            self.decode_r16.clone()
-        } else {
-            self.decode_r8.clone()
-        };
-        let sms = self.gpu.caps.compute_units;
-        let resident =
-            occupancy(&decode, UNIT_WARPS * 32, decode_smem_bytes(d))? * UNIT_WARPS * sms;
-        let ScheduleTables {
-            qgroups,
-            tiles,
-            units,
-            segs: seg_tab,
-            unit_segs,
-            tile_segs,
-        } = schedule_tables(p, units.unwrap_or_else(|| default_units(p, resident, sms)));
-        let n_segs = seg_tab.len() / 4;
-        let lens = |l: &[usize]| l.iter().map(|&x| x as i32).collect::<Vec<i32>>();
-        let frag_bytes = tiles * 32 * d * 2;
-        Ok(PreparedTurboQuantDecode {
-            problem: p.clone(),
-            units,
-            tiles,
-            segments: n_segs,
-            row_split: row_split(p, tiles, sms),
-            qgroups,
-            decode,
-            segs: DeviceBuffer::from_slice(&self.gpu, &seg_tab)?,
-            unit_segs: DeviceBuffer::from_slice(&self.gpu, &unit_segs)?,
-            tile_segs: DeviceBuffer::from_slice(&self.gpu, &tile_segs)?,
-            qf: DeviceBuffer::alloc(&self.gpu, frag_bytes)?,
-            qf_lo: DeviceBuffer::alloc(&self.gpu, frag_bytes)?,
-            pf: DeviceBuffer::alloc(&self.gpu, if self.cfg.key_qjl { frag_bytes } else { 4 })?,
-            part_o: DeviceBuffer::alloc(&self.gpu, n_segs * ROWS * d * 4)?,
-            part_ml: DeviceBuffer::alloc(&self.gpu, n_segs * ROWS * 2 * 4)?,
-            seqlens_q: DeviceBuffer::from_slice(&self.gpu, &lens(&p.seqlens_q))?,
-            seqlens_k: DeviceBuffer::from_slice(&self.gpu, &lens(&p.seqlens_k))?,
-        })
+        let t = self.decode_tables(p, units)?;
+        let plan = TurboQuantStepPlan::new(Some(t), None);
+        let step = self.prepare_owned(&plan)?;
+        Ok(step.decode.expect("the plan decodes"))
     }
 
     /// Enqueues one decode: `q` (f16 `[batch, max_sq, heads_q, d]`) over `cache` into `out`.
@@ -1589,7 +1936,10 @@ impl TurboQuantCuda {
     /// # Safety
     /// `q` holds f16 `[batch, max_sq, heads_q, d]`, `o` room for f16 `[batch, max_sq, heads_q,
     /// d]` and `lse` for f32 `[batch, heads_q, max_sq]` of `prep`'s problem, all on this GPU,
-    /// 16-byte aligned; `stream` is a stream of this GPU's context (or null).
+    /// 16-byte aligned; `stream` is a stream of this GPU's context (or null); the memory
+    /// `prep`'s tables and scratch are in (its own, or the workspace of [`Self::upload_step`],
+    /// whose copy is ordered before this launch) outlives the launches and is used by no
+    /// launch on another stream meanwhile.
     pub unsafe fn enqueue_decode(
         &self,
         prep: &PreparedTurboQuantDecode,
@@ -1617,10 +1967,10 @@ impl TurboQuantCuda {
             q,
             pit: self.pit.ptr(),
             st: self.st.ptr(),
-            qf: prep.qf.ptr(),
-            qf_lo: prep.qf_lo.ptr(),
-            pf: prep.pf.ptr(),
-            seqlens_q: prep.seqlens_q.ptr(),
+            qf: prep.qf,
+            qf_lo: prep.qf_lo,
+            pf: prep.pf,
+            seqlens_q: prep.seqlens_q,
             heads_kv: p.heads_kv as i32,
             group: p.group_size() as i32,
             max_sq: p.max_seqlen_q as i32,
@@ -1643,20 +1993,20 @@ impl TurboQuantCuda {
             )
         }?;
         let mut dp = DecodeParams {
-            qf: prep.qf.ptr(),
-            qf_lo: prep.qf_lo.ptr(),
-            pf: prep.pf.ptr(),
+            qf: prep.qf,
+            qf_lo: prep.qf_lo,
+            pf: prep.pf,
             kcodes: cache.kcodes.ptr(),
             ksigns: cache.ksigns.ptr(),
             knorms: cache.knorms.ptr(),
             vcodes: cache.vcodes.ptr(),
             vnorms: cache.vnorms.ptr(),
-            segs: prep.segs.ptr(),
-            unit_segs: prep.unit_segs.ptr(),
-            part_o: prep.part_o.ptr(),
-            part_ml: prep.part_ml.ptr(),
-            seqlens_q: prep.seqlens_q.ptr(),
-            seqlens_k: prep.seqlens_k.ptr(),
+            segs: prep.segs,
+            unit_segs: prep.unit_segs,
+            part_o: prep.part_o,
+            part_ml: prep.part_ml,
+            seqlens_q: prep.seqlens_q,
+            seqlens_k: prep.seqlens_k,
             units: prep.units as i32,
             heads_kv: p.heads_kv as i32,
             cap: cache.capacity as i32,
@@ -1683,13 +2033,13 @@ impl TurboQuantCuda {
             )
         }?;
         let mut cp = CombineParams {
-            part_o: prep.part_o.ptr(),
-            part_ml: prep.part_ml.ptr(),
-            tile_segs: prep.tile_segs.ptr(),
+            part_o: prep.part_o,
+            part_ml: prep.part_ml,
+            tile_segs: prep.tile_segs,
             pi: self.pi.ptr(),
             o,
             lse,
-            seqlens_q: prep.seqlens_q.ptr(),
+            seqlens_q: prep.seqlens_q,
             heads_kv: p.heads_kv as i32,
             group: p.group_size() as i32,
             max_sq: p.max_seqlen_q as i32,
@@ -2642,5 +2992,81 @@ mod tests {
             compress_smem_bytes(64, false),
             4 * (64 * 68 + 32 * 68 + 32) + 32 * 64
         );
+    }
+
+    /// A step's workspace: every region aligned, inside `workspace_bytes`, none overlapping;
+    /// the tables image holds exactly the kernels' tables (the schedule's, the lengths, the
+    /// append's destinations and counts) at their offsets.
+    #[test]
+    fn step_workspace_regions_are_aligned_disjoint_and_hold_the_tables() {
+        let probe = AttentionProblem::uniform(1, 1, 1, 1, 1, 128, 128, DType::F16);
+        for qjl in [true, false] {
+            let mut cfg = TurboQuantConfig::paper_default(&probe);
+            cfg.key_qjl = qjl;
+            if !qjl {
+                cfg.qjl_dim = 0;
+            }
+            let mut p = AttentionProblem::uniform(3, 1, 1001, 32, 8, 128, 128, DType::F16);
+            p.seqlens_k = vec![1001, 1, 577];
+            let dec = TurboQuantDecodeTables::new(&cfg, &p, 264, 132).unwrap();
+            let app = TurboQuantAppendTables::new(&[1000, 0, 576], &[1, 1, 1], 1, 1008).unwrap();
+            let plan = TurboQuantStepPlan::new(Some(dec.clone()), Some(app));
+            let (r, a) = (plan.dec.unwrap(), plan.app.unwrap());
+            let frag = dec.tiles * 32 * 128 * 2;
+            let mut regions = vec![
+                (a.dst0, 3 * 4),
+                (a.count, 3 * 4),
+                (r.segs, dec.segs.len() * 4),
+                (r.unit_segs, dec.unit_segs.len() * 4),
+                (r.tile_segs, dec.tile_segs.len() * 4),
+                (r.seqlens_q, 3 * 4),
+                (r.seqlens_k, 3 * 4),
+                (r.qf, frag),
+                (r.qf_lo, frag),
+                (r.pf, if qjl { frag } else { 4 }),
+                (r.part_o, dec.segments * ROWS * 128 * 4),
+                (r.part_ml, dec.segments * ROWS * 2 * 4),
+            ];
+            regions.sort();
+            for w in regions.windows(2) {
+                assert!(w[0].0 + w[0].1 <= w[1].0, "{w:?} overlap");
+            }
+            for &(at, n) in &regions {
+                assert_eq!(at % TURBOQUANT_WORKSPACE_ALIGN, 0);
+                assert!(at + n <= plan.workspace_bytes());
+            }
+            assert_eq!(plan.workspace_bytes() % TURBOQUANT_WORKSPACE_ALIGN, 0);
+            // the tables come first, the scratch after them
+            assert!(plan.table_bytes() <= r.qf);
+            let word = |at: usize, i: usize| {
+                i32::from_le_bytes(plan.image[at + 4 * i..at + 4 * i + 4].try_into().unwrap())
+            };
+            assert_eq!(
+                (0..3).map(|i| word(a.dst0, i)).collect::<Vec<_>>(),
+                [1000, 0, 576]
+            );
+            assert_eq!(
+                (0..3).map(|i| word(a.count, i)).collect::<Vec<_>>(),
+                [1, 1, 1]
+            );
+            assert_eq!(
+                (0..3).map(|i| word(r.seqlens_k, i)).collect::<Vec<_>>(),
+                [1001, 1, 577]
+            );
+            let segs: Vec<i32> = (0..dec.segs.len()).map(|i| word(r.segs, i)).collect();
+            assert_eq!(segs, dec.segs);
+            let ts: Vec<i32> = (0..dec.tile_segs.len())
+                .map(|i| word(r.tile_segs, i))
+                .collect();
+            assert_eq!(ts, dec.tile_segs);
+            // a decode-only step: no append tables, a smaller workspace
+            let alone = TurboQuantStepPlan::new(Some(dec.clone()), None);
+            assert!(alone.workspace_bytes() < plan.workspace_bytes() && alone.app.is_none());
+        }
+        // a width of 0 and an append past the capacity are refused
+        let cfg = TurboQuantConfig::paper_default(&probe);
+        let p = AttentionProblem::uniform(1, 1, 16, 8, 8, 128, 128, DType::F16);
+        assert!(TurboQuantDecodeTables::new(&cfg, &p, 0, 132).is_err());
+        assert!(TurboQuantAppendTables::new(&[1000], &[9], 9, 1008).is_err());
     }
 }

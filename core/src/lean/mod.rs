@@ -201,6 +201,11 @@ pub const ONE_PER_SM_MAX_ITERS: u64 = 1024;
 /// `docs/results/lean-h100-2026-11-23-run1/grid.json`), all for batches whose sequences are
 /// equally long:
 ///
+/// - **Aligned, one CTA per SM, where DRAM per SM is low.** On a device that reports at most
+///   [`ONE_PER_SM_MAX_DRAM_PER_UNIT`] of DRAM bandwidth per SM (an H100 SXM; not an H200), with
+///   fewer tiles than slots and any amount of work: the aligned grid of at most one CTA per SM
+///   (`aligned_one_per_sm`), when it keeps 80% of the SMs busy and, taking several tiles per
+///   CTA, gives each at least [`FEWER_CTAS_MIN_ITERS`] iterations. Otherwise the rules below.
 /// - **Aligned, one CTA per SM.** With fewer tiles than multiprocessors and very little work (at
 ///   most [`ONE_PER_SM_MAX_ITERS`] iterations in all), the grid is `tiles * floor(SMs / tiles)`:
 ///   every CTA stays inside one tile (no tile switch, at most one merge), the CTAs of a tile's
@@ -231,6 +236,16 @@ pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
         return Ok(pl);
     }
     let n = space.iters[0];
+    let low_bandwidth = caps
+        .dram_bytes_per_unit()
+        .is_some_and(|b| b <= ONE_PER_SM_MAX_DRAM_PER_UNIT);
+    if tiles < slots && low_bandwidth {
+        if let Some(g) = aligned_one_per_sm(tiles, sms, space.total_iters()) {
+            pl.schedule = Schedule::stream_k(&space, g);
+            pl.num_ctas = pl.schedule.num_ctas();
+            return Ok(pl);
+        }
+    }
     if tiles < slots && light {
         let one_per_sm = tiles <= sms && space.total_iters() <= ONE_PER_SM_MAX_ITERS;
         let per = if one_per_sm { sms } else { slots } / tiles;
@@ -247,6 +262,57 @@ pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
         }
     }
     Ok(pl)
+}
+
+/// [`plan`] for a paged KV cache: the same rules without the one-CTA-per-SM rule of low-bandwidth
+/// devices ([`ONE_PER_SM_MAX_DRAM_PER_UNIT`]). The paged kernel does not keep up at one CTA per SM
+/// under a saturated memory system (H100, 2026-11-25, `lean_paged`: Lean-paper B=1 ctx 64k on 112
+/// CTAs took 1.46x contiguous with pages of 16 and 1.19x with pages of 64; Llama B=8 ctx 8k on 128
+/// CTAs 1.25x with pages of 16), where on the slot-filling grid it stays within 1-3%.
+pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
+    plan(
+        p,
+        &DeviceCaps {
+            dram_bytes_per_s: None,
+            ..caps.clone()
+        },
+    )
+}
+
+/// DRAM bandwidth per SM (bytes per second) up to which [`plan`] runs aligned grids of one CTA per
+/// SM on uniform batches with fewer tiles than slots, whatever the work. Measured with
+/// `benches/lean_grid.rs` on the two chips the device tool lends (same kernels, same 132 SMs):
+/// an H100 SXM (3.35 TB/s peak, 25 GB/s per SM) read the Lean-paper rows B=1 ctx 16k / 64k and
+/// B=4 ctx 16k / 64k in 81.0 / 309.8 / 317.9 / 1264 us on 112 CTAs against 88.4 / 330.9 / 333.5
+/// / 1298 us on the slot-filling grids (2026-11-25, `docs/results/h100-2026-11-25-grid-rule/`);
+/// an H200 (4.8 TB/s, 36 GB/s per SM) was 12-17% slower on 112 CTAs at B=1 ctx 16k and 64k and
+/// 10% at B=4 ctx 64k on 132 (`docs/results/lean-h200-2026-11-23-grid/`): its bandwidth needs
+/// two CTAs' loads in flight per SM. The threshold sits between the two; other chips are
+/// extrapolation.
+pub const ONE_PER_SM_MAX_DRAM_PER_UNIT: u64 = 30_000_000_000;
+/// Fraction of the SMs an aligned one-per-SM grid must keep busy to be chosen.
+pub const ONE_PER_SM_MIN_FILL: f64 = 0.8;
+/// Iterations per CTA below which a grid of fewer CTAs than tiles is not chosen (latency-bound:
+/// Lean-paper B=4 ctx 1k, 16 per CTA on 112 CTAs, took 25.7 us against 23.9 us on one per tile).
+pub const FEWER_CTAS_MIN_ITERS: u64 = 32;
+
+/// The aligned grid of at most one CTA per SM: `tiles * floor(sms / tiles)` CTAs when the tiles
+/// fit the SMs (each CTA inside one tile), else `tiles / k` for the smallest `k` dividing the
+/// tiles that fits (each CTA `k` whole tiles: no partial, no merge). `None` when it would leave
+/// more than a fifth of the SMs idle or give a CTA fewer than [`FEWER_CTAS_MIN_ITERS`]
+/// iterations while taking several tiles.
+fn aligned_one_per_sm(tiles: usize, sms: usize, total_iters: u64) -> Option<usize> {
+    let g = if tiles <= sms {
+        tiles * (sms / tiles)
+    } else {
+        let k = (2..=tiles).find(|k| tiles % k == 0 && tiles / k <= sms)?;
+        let g = tiles / k;
+        if total_iters / (g as u64) < FEWER_CTAS_MIN_ITERS {
+            return None;
+        }
+        g
+    };
+    (g as f64 >= ONE_PER_SM_MIN_FILL * sms as f64).then_some(g)
 }
 
 /// Tiles of at most this many iterations are "short" for [`plan`]: stream-K's per-tile costs
@@ -617,6 +683,58 @@ mod tests {
             plan(&p, &caps).unwrap().schedule,
             Schedule::StreamK { .. }
         ));
+    }
+
+    #[test]
+    fn planner_runs_aligned_one_per_sm_grids_where_dram_per_sm_is_low() {
+        let uniform = |batch: usize, ctx: usize, hq: usize, hk: usize, d: usize| {
+            AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, DType::F16)
+        };
+        let with_bw = |tb_s: u64| DeviceCaps {
+            dram_bytes_per_s: Some(tb_s * 1_000_000_000),
+            ..DeviceCaps::hopper_reference()
+        };
+        let h100 = with_bw(3_350); // 25 GB/s per SM
+        let h200 = with_bw(4_800); // 36 GB/s per SM
+        let unknown = DeviceCaps::hopper_reference();
+        // (problem, CTAs on the low-bandwidth chip)
+        let rows = [
+            (uniform(1, 16384, 56, 56, 64), 112), // 56 tiles: two CTAs per tile
+            (uniform(1, 65536, 56, 56, 64), 112), // heavy: the same
+            (uniform(4, 4096, 56, 56, 64), 112),  // 224 tiles: two whole tiles per CTA
+            (uniform(4, 65536, 56, 56, 64), 112), // heavy: the same
+            (uniform(1, 32768, 32, 8, 128), 128), // Llama: 8 tiles x 16
+            (uniform(8, 8192, 32, 8, 128), 128),  // 64 tiles x 2
+        ];
+        for (p, ctas) in &rows {
+            let pl = plan(p, &h100).unwrap();
+            assert_eq!(pl.num_ctas, *ctas, "{p:?}");
+            pl.check(p, &h100).unwrap();
+            let space = pl.tile_space(p);
+            // aligned: every CTA's range starts and ends on a tile boundary or inside one tile
+            let per = space.total_iters() / *ctas as u64;
+            assert_eq!(space.total_iters() % *ctas as u64, 0);
+            assert!(per % space.iters[0] == 0 || space.iters[0] % per == 0);
+            // the high-bandwidth chip and an unknown one plan as before
+            assert_eq!(plan(p, &h200).unwrap(), plan(p, &unknown).unwrap());
+        }
+        // too little work per CTA for fewer CTAs than tiles (224 tiles of 8 iterations): as before
+        let p = uniform(4, 1024, 56, 56, 64);
+        assert_eq!(plan(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
+        // tiles filling the slots: one CTA per tile, as before
+        let p = uniform(16, 1024, 56, 56, 64);
+        assert_eq!(plan(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
+        // an aligned grid that would idle more than a fifth of the SMs (70 tiles: 70 CTAs): as before
+        let p = uniform(1, 65536, 70, 70, 64);
+        assert_eq!(plan(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
+        // a paged cache keeps the slot-filling grids
+        let p = uniform(1, 65536, 56, 56, 64);
+        assert_eq!(plan_paged(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
+        // old serialised caps without the field still load (None)
+        let mut v = serde_json::to_value(&unknown).unwrap();
+        v.as_object_mut().unwrap().remove("dram_bytes_per_s");
+        let back: DeviceCaps = serde_json::from_value(v).unwrap();
+        assert_eq!(back.dram_bytes_per_s, None);
     }
 
     #[test]
