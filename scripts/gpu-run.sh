@@ -40,7 +40,7 @@ run_tests() {
     if grep -q "SKIPPED " "/tmp/$(basename "$t").txt"; then status=1; summary+=("$(basename "$t"): a GPU test SKIPPED on the GPU machine"); fi
     summary+=("$(basename "$t"): $(grep 'test result' "/tmp/$(basename "$t").txt" | tail -n 1)")
   done
-  for pair in "gpu_lean gpu_sanitizer_small_grid" "gpu_turbo gpu_turbo_sanitizer_small" "gpu_lean lean_device::gpu_device_sanitizer_small" "gpu_turboquant gpu_turboquant_sanitizer_small"; do
+  for pair in "gpu_lean gpu_sanitizer_small_grid" "gpu_turbo gpu_turbo_sanitizer_small" "gpu_lean lean_device::gpu_device_sanitizer_small" "gpu_turboquant gpu_turboquant_sanitizer_small" "gpu_turboquant gpu_turboquant_fast_sanitizer_small"; do
     set -- $pair
     for tool in memcheck racecheck; do
       FERRATTN_GPU_TEST_SCALE=small timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 \

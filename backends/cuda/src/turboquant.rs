@@ -3,7 +3,9 @@
 //! files' headers give the dataflow). The contract is `ferrattn_core::turboquant`:
 //!
 //! * codes and norms equal [`TurboQuantCodec::compress`] bit for bit ([`DeviceTurboQuantCache::download`]
-//!   turns the device layout back into the core's [`CompressedKv`]);
+//!   turns the device layout back into the core's [`CompressedKv`]) on the default
+//!   [`CompressPath::Exact`]; the tensor-core paths ([`CompressPath::Fast`], [`CompressPath::Split`])
+//!   keep `‖x‖` bit-exact and codes, `‖r‖` and signs within the margins stated there;
 //! * the decode equals [`TurboQuantCodec::attend`] up to the f16 rounding of the tensor-core
 //!   operands (centroids, `p ‖v‖`, `S q`; `Π q` goes in as two f16 halves), split over the KV length with the core's stream-K
 //!   schedule (`ferrattn_core::lean::Schedule::stream_k` over a `TileSpace` of 16-token
@@ -48,6 +50,44 @@ pub const COMBINE_WARPS: usize = 8;
 pub const MIN_UNIT_ITERS: usize = 16;
 /// Destination tokens per work item of the compression kernels.
 pub const COMPRESS_TOKENS: usize = 16;
+/// Destination tokens per tile of the fast compression kernels (one MMA `n8`).
+pub const FAST_TILE: usize = 8;
+/// Token rows per chunk of a fast compression CTA (`kRows` in turboquant_compress.cu).
+pub const FAST_ROWS: usize = 64;
+/// Stages of the fast compression kernels' cp.async ring (`tqf::kStages`).
+pub const FAST_STAGES: usize = 3;
+
+/// Which compression kernels [`TurboQuantCuda`] runs (docs/TURBOQUANT_CUDA.md, "Compression on
+/// tensor cores", states each contract).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompressPath {
+    /// The reference: every f32/f64 step of the emulation as one IEEE instruction on CUDA
+    /// cores. Codes and norms bit-exact with `TurboQuantCodec::compress`; FP32-issue-bound.
+    #[default]
+    Exact,
+    /// Tensor cores, `Π` as one f16 matrix: a code may differ from the emulation's only where
+    /// the emulation's rotated coordinate lies within [`FAST_CODE_MARGIN`] of a Lloyd-Max
+    /// boundary; `‖x‖` as the emulation; `‖r‖` within [`FAST_RNORM_REL`]; a QJL sign may differ
+    /// only where `|(S r)_i| <= FAST_SIGN_MARGIN ‖S_i‖ ‖r‖`.
+    Fast,
+    /// As [`Self::Fast`] with `Π` split into f16 hi + lo (two MMAs, about f32 accuracy): codes
+    /// within [`SPLIT_CODE_MARGIN`] of a boundary only.
+    Split,
+}
+
+/// Margin of [`CompressPath::Fast`]'s codes around a boundary (unit-norm rotated coordinates):
+/// one f16 `Π` errs by at most `2^-11 Σ_k |Π_ok| |u_k| <= 2^-11`, plus `2^-14` for the f32 sums
+/// of the MMA and of the emulation itself.
+pub const FAST_CODE_MARGIN: f32 = 1.0 / 2048.0 + 1.0 / 16384.0;
+/// Margin of [`CompressPath::Split`]'s codes: `Π - hi - lo` is below `2^-22 |Π|`; what remains is
+/// the f32 accumulation of the MMA and the emulation's own sequential f32 sum (`<= 128 · 2^-24`).
+pub const SPLIT_CODE_MARGIN: f32 = 1.0 / 16384.0;
+/// Relative bound of the fast paths' `‖r‖` against the emulation's (one f16 rounding step of the
+/// stored value, `2^-10`, from an f32 `γ` computed in the rotated basis).
+pub const FAST_RNORM_REL: f32 = 1.0 / 1024.0;
+/// Margin of the fast paths' QJL signs, relative to `‖S_i‖ ‖r‖`: `S Πᵀ` and the residual are
+/// each rounded to f16 once (`2 · 2^-11`), doubled for the accumulation and `Π Πᵀ ≠ I` in f32.
+pub const FAST_SIGN_MARGIN: f32 = 1.0 / 512.0;
 
 /// Entry points of one configuration (the closed list of `turboquant_*.cu`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +104,14 @@ pub struct KernelNames {
     pub decode_r16: String,
     /// Merge of the partials and `Πᵀ`.
     pub combine: String,
+    /// Keys on tensor cores, one f16 `Π` ([`CompressPath::Fast`]).
+    pub fast_keys: String,
+    /// Values on tensor cores, one f16 `Π`.
+    pub fast_values: String,
+    /// Keys on tensor cores, `Π` split hi + lo ([`CompressPath::Split`]).
+    pub split_keys: String,
+    /// Values on tensor cores, `Π` split hi + lo.
+    pub split_values: String,
 }
 
 /// Checks a configuration against the closed list of the kernels.
@@ -137,6 +185,16 @@ pub fn kernel_names(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<Kern
             if cfg.key_qjl { "qjl" } else { "mse" }
         ),
         compress_values: format!("turboquant_compress_values_d{d}"),
+        fast_keys: format!(
+            "turboquant_fast_keys_{}_d{d}",
+            if cfg.key_qjl { "qjl" } else { "mse" }
+        ),
+        fast_values: format!("turboquant_fast_values_d{d}"),
+        split_keys: format!(
+            "turboquant_split_keys_{}_d{d}",
+            if cfg.key_qjl { "qjl" } else { "mse" }
+        ),
+        split_values: format!("turboquant_split_values_d{d}"),
         prepare_q: format!("turboquant_prepare_q_d{d}"),
         decode_r8: format!("turboquant_decode_d{d}_{k}_{v}_r8"),
         decode_r16: format!("turboquant_decode_d{d}_{k}_{v}_r16"),
@@ -248,6 +306,114 @@ struct CompressParams {
     n_bounds: i32,
     bounds: [f32; 15],
     cents: [f32; 16],
+}
+
+/// Mirror of `tqf::FastParams` (turboquant_compress.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct FastCompressParams {
+    src: u64,
+    dst0: u64,
+    count: u64,
+    pi_hi: u64,
+    pi_lo: u64,
+    m: u64,
+    lut: u64,
+    codes: u64,
+    signs: u64,
+    norms: u64,
+    batch: i32,
+    src_len: i32,
+    heads_kv: i32,
+    cap: i32,
+    groups: i32,
+    n_bounds: i32,
+    bounds: [f32; 15],
+    cents: [f32; 16],
+    lut_lo: f32,
+    lut_hi: f32,
+    lut_scale: f32,
+    lut_off: f32,
+}
+
+/// Entries of a [`CodeLut`] (`tqf::kLut`).
+pub const CODE_LUT_BINS: usize = 256;
+
+/// The fast kernels' code lookup (`tqf::code_of`): `y` clamped to `[lo, hi]`, bin
+/// `k = rint(fma(y, scale, off))` (f32, as the kernel), entry `k` = `{first boundary whose bin
+/// is >= k (+inf if none), that boundary's index, centroid[index], centroid[index + 1]}`. The
+/// bin is monotone in `y` and holds at most one boundary (checked here), so
+/// `index + (boundary < y)` is exactly `#{boundaries < y}`, the emulation's `Codebook::index`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CodeLut {
+    /// `{boundary, index (f32 bits of a u32), centroid, next centroid}` per bin.
+    pub entries: Vec<[f32; 4]>,
+    /// Clamp of `y` below.
+    pub lo: f32,
+    /// Clamp of `y` above.
+    pub hi: f32,
+    /// Bins per unit of `y`.
+    pub scale: f32,
+    /// Offset: bin = `rint(fma(y, scale, off))`.
+    pub off: f32,
+}
+
+impl CodeLut {
+    /// The lookup of ascending `bounds` and their `bounds.len() + 1` centroids.
+    pub fn new(bounds: &[f32], cents: &[f32]) -> CodeLut {
+        let n = bounds.len();
+        assert!(
+            n >= 1 && cents.len() == n + 1,
+            "a codebook of {n} bounds and {} centroids",
+            cents.len()
+        );
+        let (b0, b1) = (bounds[0], bounds[n - 1]);
+        let w = ((b1 - b0) / (CODE_LUT_BINS - 2) as f32).max(1e-3);
+        let (lo, hi) = (b0 - w, b1 + w);
+        let scale = (CODE_LUT_BINS - 1) as f32 / (hi - lo);
+        let off = -lo * scale;
+        let mut lut = CodeLut {
+            entries: Vec::new(),
+            lo,
+            hi,
+            scale,
+            off,
+        };
+        let bins: Vec<usize> = bounds.iter().map(|&b| lut.bin(b)).collect();
+        assert!(
+            bins.windows(2).all(|w| w[0] < w[1]),
+            "two boundaries share a bin: {bins:?}"
+        );
+        lut.entries = (0..CODE_LUT_BINS)
+            .map(|k| {
+                let c = bins.iter().filter(|&&bk| bk < k).count();
+                [
+                    if c < n { bounds[c] } else { f32::INFINITY },
+                    f32::from_bits(c as u32),
+                    cents[c],
+                    cents[(c + 1).min(n)],
+                ]
+            })
+            .collect();
+        lut
+    }
+
+    /// The bin of `y`, computed as the kernel does (f32 fma, then `+ 1.5 · 2^23` rounds to an
+    /// integer).
+    pub fn bin(&self, y: f32) -> usize {
+        let yc = y.max(self.lo).min(self.hi);
+        let u = yc.mul_add(self.scale, self.off);
+        let t = u + 12_582_912.0f32;
+        t.to_bits().wrapping_sub(0x4B40_0000) as usize
+    }
+
+    /// `(#{boundaries < y}, its centroid)` as the kernel looks them up.
+    pub fn code(&self, y: f32) -> (u8, f32) {
+        let e = self.entries[self.bin(y)];
+        let up = e[0] < y;
+        let c = e[1].to_bits() + up as u32;
+        (c as u8, if up { e[3] } else { e[2] })
+    }
 }
 
 #[repr(C)]
@@ -942,6 +1108,11 @@ pub struct TurboQuantCuda {
     names: KernelNames,
     compress_keys: Function,
     compress_values: Function,
+    fast_keys: Function,
+    fast_values: Function,
+    split_keys: Function,
+    split_values: Function,
+    path: CompressPath,
     prepare_q: Function,
     decode_r8: Function,
     decode_r16: Function,
@@ -950,6 +1121,13 @@ pub struct TurboQuantCuda {
     pit: DeviceBuffer,
     s: DeviceBuffer,
     st: DeviceBuffer,
+    /// f16 bits of `Π` (hi), `Π - hi` (lo) and `S Πᵀ`, row-major, for the fast kernels.
+    pi_hi: DeviceBuffer,
+    pi_lo: DeviceBuffer,
+    m_hi: DeviceBuffer,
+    /// Code lookups of the fast kernels (keys, values) and their device copies.
+    key_lut: (CodeLut, DeviceBuffer),
+    value_lut: (CodeLut, DeviceBuffer),
     key_cb: (i32, [f32; 15], [f32; 16]),
     value_cb: (i32, [f32; 15], [f32; 16]),
     ktab: [u32; 8],
@@ -960,6 +1138,10 @@ pub struct TurboQuantCuda {
     sigma_v: f32,
     smem_keys: usize,
     smem_values: usize,
+    smem_fast_keys: usize,
+    smem_fast_values: usize,
+    /// Resident CTAs per SM of the fast and the split kernels (keys, values), queried at load.
+    fast_per_sm: [[usize; 2]; 2],
     /// Warps of the decode kernels (`decode_r8`, `decode_r16`) resident on the whole GPU
     /// (queried once, at load: planning a step makes no driver call).
     resident: [usize; 2],
@@ -1031,6 +1213,42 @@ pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
         .next_power_of_two()
 }
 
+/// Shared memory of a fast compression kernel (`tqf::compress_fast` in turboquant_compress.cu):
+/// the cp.async ring, the residual tile (keys with QJL), norms, `γ` partials, the codebook, the
+/// sign words, the destination rows and the code rows.
+pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
+    let tile = FAST_ROWS * (d + 8) * 2;
+    let warps = d / 16;
+    FAST_STAGES * tile
+        + if keys_with_qjl { tile } else { 0 }
+        + 4 * (2 * FAST_ROWS + warps * FAST_ROWS + 32)
+        + FAST_ROWS * 16
+        + FAST_ROWS * 8
+        + FAST_ROWS * d / 2
+        + CODE_LUT_BINS * 16
+}
+
+/// `Π` as f16 hi and lo (`lo = f16(Π - hi)`) and `S Πᵀ` (f64 products, rounded once to f16),
+/// as f16 bits, row-major: the A operands of the fast compression kernels.
+pub fn fast_matrices(pi: &[f32], s: &[f32], d: usize) -> (Vec<u16>, Vec<u16>, Vec<u16>) {
+    let hi: Vec<f16> = pi.iter().map(|&x| f16::from_f32(x)).collect();
+    let lo: Vec<u16> = pi
+        .iter()
+        .zip(&hi)
+        .map(|(&x, h)| f16::from_f32(x - h.to_f32()).to_bits())
+        .collect();
+    let mut m = vec![0u16; d * d];
+    for i in 0..d {
+        for k in 0..d {
+            let v: f64 = (0..d)
+                .map(|o| s[i * d + o] as f64 * pi[k * d + o] as f64)
+                .sum();
+            m[i * d + k] = f16::from_f64(v).to_bits();
+        }
+    }
+    (hi.iter().map(|h| h.to_bits()).collect(), lo, m)
+}
+
 /// Shared memory of a compression kernel (`compress` in turboquant_compress.cu).
 pub fn compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
     let s = d + 4;
@@ -1068,9 +1286,29 @@ impl TurboQuantCuda {
         let (sigma_k, sigma_v) = (f16_friendly_scale(kc), f16_friendly_scale(vc));
         let ktab = centroid_tables(&kc.iter().map(|c| c * sigma_k).collect::<Vec<_>>());
         let vtab = centroid_tables(&vc.iter().map(|c| c * sigma_v).collect::<Vec<_>>());
+        let (pi_hi, pi_lo, m_hi) = fast_matrices(&pi_h, &s_h, d);
+        let lut_of = |cb: &ferrattn_core::turboquant::Codebook| -> Result<(CodeLut, DeviceBuffer)> {
+            let l = CodeLut::new(cb.boundaries_f32(), cb.centroids_f32());
+            let buf = DeviceBuffer::from_slice(&gpu, &l.entries)?;
+            Ok((l, buf))
+        };
+        let key_lut = lut_of(codec.key.mse().codebook())?;
+        let value_lut = lut_of(codec.value.codebook())?;
         let mut t = TurboQuantCuda {
             compress_keys: cm.function(&names.compress_keys)?,
             compress_values: cm.function(&names.compress_values)?,
+            fast_keys: cm.function(&names.fast_keys)?,
+            fast_values: cm.function(&names.fast_values)?,
+            split_keys: cm.function(&names.split_keys)?,
+            split_values: cm.function(&names.split_values)?,
+            path: CompressPath::Exact,
+            key_lut,
+            value_lut,
+            pi_hi: DeviceBuffer::from_slice(&gpu, &pi_hi)?,
+            pi_lo: DeviceBuffer::from_slice(&gpu, &pi_lo)?,
+            m_hi: DeviceBuffer::from_slice(&gpu, &m_hi)?,
+            smem_fast_keys: fast_compress_smem_bytes(d, cfg.key_qjl),
+            smem_fast_values: fast_compress_smem_bytes(d, false),
             prepare_q: dm.function(&names.prepare_q)?,
             decode_r8: dm.function(&names.decode_r8)?,
             decode_r16: dm.function(&names.decode_r16)?,
@@ -1100,9 +1338,16 @@ impl TurboQuantCuda {
             sigma_v,
             resident: [0; 2],
             compress_per_sm: [0; 2],
+            fast_per_sm: [[0; 2]; 2],
         };
         set_smem(&t.compress_keys, t.smem_keys)?;
         set_smem(&t.compress_values, t.smem_values)?;
+        for f in [&t.fast_keys, &t.split_keys] {
+            set_smem(f, t.smem_fast_keys)?;
+        }
+        for f in [&t.fast_values, &t.split_values] {
+            set_smem(f, t.smem_fast_values)?;
+        }
         for f in [&t.decode_r8, &t.decode_r16] {
             set_smem(f, decode_smem_bytes(d))?;
         }
@@ -1115,7 +1360,34 @@ impl TurboQuantCuda {
             occupancy(&t.compress_keys, d, t.smem_keys)?,
             occupancy(&t.compress_values, d, t.smem_values)?,
         ];
+        t.fast_per_sm = [
+            [
+                occupancy(&t.fast_keys, 2 * d, t.smem_fast_keys)?,
+                occupancy(&t.fast_values, 2 * d, t.smem_fast_values)?,
+            ],
+            [
+                occupancy(&t.split_keys, 2 * d, t.smem_fast_keys)?,
+                occupancy(&t.split_values, 2 * d, t.smem_fast_values)?,
+            ],
+        ];
         Ok(t)
+    }
+
+    /// The same kernels compressing by `path`: every append enqueued from now on (prepared
+    /// appends carry only where tokens go, not which kernels write them).
+    pub fn with_compress_path(mut self, path: CompressPath) -> TurboQuantCuda {
+        self.path = path;
+        self
+    }
+
+    /// Selects the compression kernels of the appends enqueued from now on.
+    pub fn set_compress_path(&mut self, path: CompressPath) {
+        self.path = path;
+    }
+
+    /// The compression kernels appends use.
+    pub fn compress_path(&self) -> CompressPath {
+        self.path
     }
 
     /// The kernel names in use.
@@ -1329,7 +1601,7 @@ impl TurboQuantCuda {
         v: u64,
         stream: sys::CUstream,
     ) -> Result<()> {
-        let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
+        let d = self.head_dim;
         if cache.head_dim != d || cache.key_qjl != self.cfg.key_qjl {
             return Err(CudaError::Plan(format!(
                 "a cache of head dim {} (QJL {}) on kernels of head dim {d} (QJL {})",
@@ -1353,66 +1625,211 @@ impl TurboQuantCuda {
             cache.lens.clone_from(&t.after);
             return Ok(());
         }
-        let items = b_ * hk * t.groups;
-        let sms = self.gpu.caps.compute_units;
-        for keys in [true, false] {
-            let (f, smem, cb, per_sm) = if keys {
-                (
-                    &self.compress_keys,
-                    self.smem_keys,
-                    self.key_cb,
-                    self.compress_per_sm[0],
-                )
-            } else {
-                (
-                    &self.compress_values,
-                    self.smem_values,
-                    self.value_cb,
-                    self.compress_per_sm[1],
-                )
-            };
-            let mut prm = CompressParams {
-                src: if keys { k } else { v },
-                dst0: prep.dst0,
-                count: prep.count,
-                pi: self.pi.ptr(),
-                s: self.s.ptr(),
-                codes: if keys {
-                    cache.kcodes.ptr()
-                } else {
-                    cache.vcodes.ptr()
-                },
-                signs: cache.ksigns.ptr(),
-                norms: if keys {
-                    cache.knorms.ptr()
-                } else {
-                    cache.vnorms.ptr()
-                },
-                batch: b_ as i32,
-                src_len: t.src_len as i32,
-                heads_kv: hk as i32,
-                cap: cache.capacity as i32,
-                groups: t.groups as i32,
-                n_bounds: cb.0,
-                bounds: cb.1,
-                cents: cb.2,
-            };
-            let grid = items.min(sms * per_sm) as u32;
-            // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
-            // (k, v, stream) or owned by `prep`, the cache and `self`.
-            unsafe {
-                launch_on(
-                    &self.gpu,
-                    f,
-                    (grid, d as u32),
-                    smem as u32,
-                    stream,
-                    false,
-                    &mut [arg(&mut prm)],
-                )?;
-            }
+        for (keys, src) in [(true, k), (false, v)] {
+            // SAFETY: forwarded from this function's contract.
+            unsafe { self.launch_part(prep, cache, src, keys, stream)? };
         }
         cache.lens.clone_from(&t.after);
+        Ok(())
+    }
+
+    /// One of the two launches of [`Self::enqueue_append`] (`keys`: the key kernel reading
+    /// `src`, else the value kernel), leaving the cache's lengths as they are: for timing each
+    /// compression kernel alone (benches, profilers). Checks as [`Self::enqueue_append`].
+    ///
+    /// # Safety
+    /// As [`Self::enqueue_append`], for `src` in the place of `k` or `v`.
+    pub unsafe fn enqueue_compress_part(
+        &self,
+        prep: &PreparedTurboQuantAppend,
+        cache: &DeviceTurboQuantCache,
+        src: u64,
+        keys: bool,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        if cache.head_dim != self.head_dim || cache.key_qjl != self.cfg.key_qjl {
+            return Err(CudaError::Plan(format!(
+                "a cache of head dim {} (QJL {}) on kernels of head dim {} (QJL {})",
+                cache.head_dim, cache.key_qjl, self.head_dim, self.cfg.key_qjl
+            )));
+        }
+        if cache.lens.len() != prep.tables.before.len()
+            || prep.tables.after.iter().any(|&l| l > cache.capacity)
+        {
+            return Err(CudaError::Plan(format!(
+                "an append to lengths {:?} on a cache of {} sequences of {} tokens",
+                prep.tables.after,
+                cache.lens.len(),
+                cache.capacity
+            )));
+        }
+        if prep.tables.groups == 0 {
+            return Ok(());
+        }
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.launch_part(prep, cache, src, keys, stream) }
+    }
+
+    /// The key or the value launch of an append (checks done by the callers).
+    ///
+    /// # Safety
+    /// As [`Self::enqueue_append`].
+    unsafe fn launch_part(
+        &self,
+        prep: &PreparedTurboQuantAppend,
+        cache: &DeviceTurboQuantCache,
+        src: u64,
+        keys: bool,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        if self.path != CompressPath::Exact {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { self.launch_fast(prep, cache, src, keys, stream) };
+        }
+        let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
+        let items = b_ * hk * prep.tables.groups;
+        let sms = self.gpu.caps.compute_units;
+        let (f, smem, cb, per_sm) = if keys {
+            (
+                &self.compress_keys,
+                self.smem_keys,
+                self.key_cb,
+                self.compress_per_sm[0],
+            )
+        } else {
+            (
+                &self.compress_values,
+                self.smem_values,
+                self.value_cb,
+                self.compress_per_sm[1],
+            )
+        };
+        let mut prm = CompressParams {
+            src,
+            dst0: prep.dst0,
+            count: prep.count,
+            pi: self.pi.ptr(),
+            s: self.s.ptr(),
+            codes: if keys {
+                cache.kcodes.ptr()
+            } else {
+                cache.vcodes.ptr()
+            },
+            signs: cache.ksigns.ptr(),
+            norms: if keys {
+                cache.knorms.ptr()
+            } else {
+                cache.vnorms.ptr()
+            },
+            batch: b_ as i32,
+            src_len: prep.tables.src_len as i32,
+            heads_kv: hk as i32,
+            cap: cache.capacity as i32,
+            groups: prep.tables.groups as i32,
+            n_bounds: cb.0,
+            bounds: cb.1,
+            cents: cb.2,
+        };
+        let grid = items.min(sms * per_sm) as u32;
+        // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
+        // (k, v, stream) or owned by `prep`, the cache and `self`.
+        unsafe {
+            launch_on(
+                &self.gpu,
+                f,
+                (grid, d as u32),
+                smem as u32,
+                stream,
+                false,
+                &mut [arg(&mut prm)],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The fast kernel's launch of [`Self::launch_part`].
+    ///
+    /// # Safety
+    /// As [`Self::enqueue_append`].
+    unsafe fn launch_fast(
+        &self,
+        prep: &PreparedTurboQuantAppend,
+        cache: &DeviceTurboQuantCache,
+        src: u64,
+        keys: bool,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
+        // the tables count 16-token groups aligned to 16; twice as many 8-token tiles from the
+        // 8-aligned start cover the same tokens (tiles past a sequence's tokens write nothing)
+        let groups = 2 * prep.tables.groups;
+        let chunks = (b_ * hk * groups).div_ceil(FAST_ROWS / FAST_TILE);
+        let sms = self.gpu.caps.compute_units;
+        let split = self.path == CompressPath::Split;
+        let per = self.fast_per_sm[split as usize];
+        let lut = if keys { &self.key_lut } else { &self.value_lut };
+        let (f, smem, cb, per_sm) = match (keys, split) {
+            (true, false) => (&self.fast_keys, self.smem_fast_keys, self.key_cb, per[0]),
+            (true, true) => (&self.split_keys, self.smem_fast_keys, self.key_cb, per[0]),
+            (false, false) => (
+                &self.fast_values,
+                self.smem_fast_values,
+                self.value_cb,
+                per[1],
+            ),
+            (false, true) => (
+                &self.split_values,
+                self.smem_fast_values,
+                self.value_cb,
+                per[1],
+            ),
+        };
+        let mut prm = FastCompressParams {
+            src,
+            dst0: prep.dst0,
+            count: prep.count,
+            pi_hi: self.pi_hi.ptr(),
+            pi_lo: self.pi_lo.ptr(),
+            m: self.m_hi.ptr(),
+            lut: lut.1.ptr(),
+            codes: if keys {
+                cache.kcodes.ptr()
+            } else {
+                cache.vcodes.ptr()
+            },
+            signs: cache.ksigns.ptr(),
+            norms: if keys {
+                cache.knorms.ptr()
+            } else {
+                cache.vnorms.ptr()
+            },
+            batch: b_ as i32,
+            src_len: prep.tables.src_len as i32,
+            heads_kv: hk as i32,
+            cap: cache.capacity as i32,
+            groups: groups as i32,
+            n_bounds: cb.0,
+            bounds: cb.1,
+            cents: cb.2,
+            lut_lo: lut.0.lo,
+            lut_hi: lut.0.hi,
+            lut_scale: lut.0.scale,
+            lut_off: lut.0.off,
+        };
+        let grid = chunks.min(sms * per_sm) as u32;
+        // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
+        // (k, v, stream) or owned by `prep`, the cache and `self`.
+        unsafe {
+            launch_on(
+                &self.gpu,
+                f,
+                (grid, 2 * d as u32),
+                smem as u32,
+                stream,
+                false,
+                &mut [arg(&mut prm)],
+            )?;
+        }
         Ok(())
     }
 
@@ -2250,6 +2667,10 @@ mod tests {
             std::mem::size_of::<CompressParams>(),
             8 * 8 + 6 * 4 + 31 * 4 + 4
         );
+        assert_eq!(
+            std::mem::size_of::<FastCompressParams>(),
+            10 * 8 + 6 * 4 + 35 * 4 + 4
+        );
         assert_eq!(std::mem::size_of::<DecodeParams>(), 14 * 8 + 8 * 4 + 16 * 4);
         assert_eq!(
             std::mem::size_of::<PrepareParams>(),
@@ -2486,7 +2907,85 @@ mod tests {
     }
 
     #[test]
+    fn code_lookup_equals_the_codebook_index() {
+        for d in [64, 128] {
+            for bits in 1..=4u8 {
+                let cb = ferrattn_core::turboquant::codebook(bits, d);
+                let (b, c) = (cb.boundaries_f32(), cb.centroids_f32());
+                let lut = CodeLut::new(b, c);
+                let mut ys: Vec<f32> = vec![0.0, -0.0, 1.0, -1.0, 1e-30, lut.lo, lut.hi];
+                // every boundary and its neighbours to 64 ulps, and a fine sweep
+                for &x in b {
+                    let mut up = x;
+                    let mut dn = x;
+                    ys.push(x);
+                    for _ in 0..64 {
+                        up = up.next_up();
+                        dn = dn.next_down();
+                        ys.extend([up, dn]);
+                    }
+                }
+                ys.extend((0..200_000).map(|i| (i as f32 - 100_000.0) * 4e-6));
+                for &y in &ys {
+                    let want = cb.index(y);
+                    let (got, cent) = lut.code(y);
+                    assert_eq!(got, want, "bits {bits} d {d}: y = {y:e}");
+                    assert_eq!(cent.to_bits(), cb.centroid(want).to_bits());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fast_matrices_split_pi_and_fold_the_sketch() {
+        let cfg = TurboQuantConfig::paper_default(&AttentionProblem::uniform(
+            1,
+            1,
+            16,
+            8,
+            2,
+            64,
+            64,
+            DType::F16,
+        ));
+        let codec = TurboQuantCodec::new(&cfg, 64, 64);
+        let (pi, s) = (codec.key_rotation().matrix(), codec.sketch().matrix());
+        let (hi, lo, m) = fast_matrices(pi, s, 64);
+        let f = |b: u16| f16::from_bits(b).to_f64();
+        for i in 0..64 * 64 {
+            // hi + lo carries Π to about 2^-22 of its magnitude (f16 subnormals: 2^-25 absolute)
+            let e = (f(hi[i]) + f(lo[i]) - pi[i] as f64).abs();
+            assert!(
+                e <= (pi[i].abs() as f64) * 2f64.powi(-21) + 2f64.powi(-25),
+                "{i}: {e:e}"
+            );
+        }
+        // (S Πᵀ) Π = S: the folded sketch applied to a rotated vector is the sketch of the vector
+        let x: Vec<f64> = (0..64)
+            .map(|k| ((k * 37 % 11) as f64 - 5.0) / 7.0)
+            .collect();
+        let rot: Vec<f64> = (0..64)
+            .map(|o| (0..64).map(|k| pi[o * 64 + k] as f64 * x[k]).sum())
+            .collect();
+        for i in 0..64 {
+            let want: f64 = (0..64).map(|k| s[i * 64 + k] as f64 * x[k]).sum();
+            let got: f64 = (0..64).map(|k| f(m[i * 64 + k]) * rot[k]).sum();
+            let norm: f64 = (0..64)
+                .map(|k| (s[i * 64 + k] as f64).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            let xn: f64 = x.iter().map(|v| v * v).sum::<f64>().sqrt();
+            assert!(
+                (got - want).abs() <= 2f64.powi(-10) * norm * xn,
+                "row {i}: {got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
     fn compression_kernels_fit_in_shared_memory() {
+        // two fast CTAs per SM (227 KB each SM on sm_90)
+        assert!(2 * fast_compress_smem_bytes(128, true) <= 227 * 1024);
         // keys with QJL at d = 128: Π and S padded, f32, plus the rows: within 227 KiB
         assert!(compress_smem_bytes(128, true) <= 227 * 1024);
         assert_eq!(
