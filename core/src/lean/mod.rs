@@ -307,7 +307,7 @@ fn aligned_one_per_sm(tiles: usize, sms: usize, total_iters: u64) -> Option<usiz
     let g = if tiles <= sms {
         tiles * (sms / tiles)
     } else {
-        let k = (2..=tiles).find(|k| tiles % k == 0 && tiles / k <= sms)?;
+        let k = (2..=tiles).find(|&k| tiles.is_multiple_of(k) && tiles / k <= sms)?;
         let g = tiles / k;
         if total_iters / (g as u64) < FEWER_CTAS_MIN_ITERS {
             return None;
@@ -715,8 +715,8 @@ mod tests {
             let space = pl.tile_space(p);
             // aligned: every CTA's range starts and ends on a tile boundary or inside one tile
             let per = space.total_iters() / *ctas as u64;
-            assert_eq!(space.total_iters() % *ctas as u64, 0);
-            assert!(per % space.iters[0] == 0 || space.iters[0] % per == 0);
+            assert!(space.total_iters().is_multiple_of(*ctas as u64));
+            assert!(per.is_multiple_of(space.iters[0]) || space.iters[0].is_multiple_of(per));
             // the high-bandwidth chip and an unknown one plan as before
             assert_eq!(plan(p, &h200).unwrap(), plan(p, &unknown).unwrap());
         }
