@@ -323,6 +323,14 @@ impl TurboQuantCache {
     }
 
     fn append_host(&mut self, k: &View<'_>, v: &View<'_>) -> Result<()> {
+        if self.device.is_some() {
+            return Err(BoundaryError::Device {
+                name: "TurboQuantCache",
+                message: "holds a CUDA cache (its tokens came as CUDA tensors); append and \
+                          decode take tensors on that device"
+                    .into(),
+            });
+        }
         if let Some(c) = self.compress.filter(|&c| c != TurboQuantCompression::Exact) {
             return Err(BoundaryError::Unsupported(format!(
                 "compress={:?} on host tensors: the host cache is the CPU emulation, which is \
@@ -331,14 +339,6 @@ impl TurboQuantCache {
                  a host cache",
                 c.name()
             )));
-        }
-        if self.device.is_some() {
-            return Err(BoundaryError::Device {
-                name: "TurboQuantCache",
-                message: "holds a CUDA cache (its tokens came as CUDA tensors); append and \
-                          decode take tensors on that device"
-                    .into(),
-            });
         }
         let (kt, vt) = (host::read(k)?, host::read(v)?);
         let (b, s) = (self.batch, k.shape[1]);
