@@ -47,9 +47,10 @@ pub use turbo::{
 };
 pub use turboquant::{
     validate_turboquant_append, validate_turboquant_decode, validate_turboquant_workspace,
-    TurboQuantCache, TurboQuantCacheSpec, TurboQuantDecodePlan, TurboQuantDecodeStep,
-    TurboQuantDecodeViews, TurboQuantDevice, TurboQuantMemory, TurboQuantSchedule, TurboQuantShape,
-    TURBOQUANT_HEAD_DIMS, TURBOQUANT_TILE_TOKENS, TURBOQUANT_WORKSPACE_ALIGN,
+    TurboQuantCache, TurboQuantCacheSpec, TurboQuantCompression, TurboQuantDecodePlan,
+    TurboQuantDecodeStep, TurboQuantDecodeViews, TurboQuantDevice, TurboQuantMemory,
+    TurboQuantSchedule, TurboQuantShape, UnknownTurboQuantCompression, TURBOQUANT_HEAD_DIMS,
+    TURBOQUANT_TILE_TOKENS, TURBOQUANT_WORKSPACE_ALIGN,
 };
 
 /// Alignment the kernels need of every tensor's address, bytes (16-byte vector loads).

@@ -798,9 +798,9 @@ mod turboquant {
     use super::dev;
     use ferrattn::device_api::{
         validate_turboquant_append, validate_turboquant_decode, validate_turboquant_workspace,
-        Location, TensorView, TurboQuantCacheSpec, TurboQuantDecodePlan, TurboQuantDecodeViews,
-        TurboQuantSchedule, TurboQuantShape, ViewError, Workspace, TURBOQUANT_TILE_TOKENS,
-        TURBOQUANT_WORKSPACE_ALIGN,
+        Location, TensorView, TurboQuantCacheSpec, TurboQuantCompression, TurboQuantDecodePlan,
+        TurboQuantDecodeViews, TurboQuantSchedule, TurboQuantShape, UnknownTurboQuantCompression,
+        ViewError, Workspace, TURBOQUANT_TILE_TOKENS, TURBOQUANT_WORKSPACE_ALIGN,
     };
     use ferrattn::turboquant::TurboQuantConfig;
     use ferrattn::{AttentionProblem, DType, DeviceCaps, FerrattnError};
@@ -832,6 +832,7 @@ mod turboquant {
             head_dim: D,
             capacity_tokens,
             config: config(D),
+            compression: TurboQuantCompression::default(),
         }
     }
 
@@ -1171,6 +1172,84 @@ mod turboquant {
         // at most one unit per 16-token iteration: HK x (4 + 63) iterations here
         assert_eq!(p.schedule().units(), 528);
         assert_eq!(p.units(), HK * (4 + 63));
+    }
+
+    /// The compression path of a cache spec: `Fast` by default, serialised and parsed by its
+    /// name (round trip through the spec's JSON), an unknown name refused with the three
+    /// names, every path valid for every configuration of the closed list (MSE-only keys, d 64,
+    /// 2 bits), each mapped to the backend kernels of its contract.
+    #[test]
+    fn compression_paths_default_parse_serialise_and_validate() {
+        use ferrattn_cuda::turboquant::CompressPath;
+        assert_eq!(
+            TurboQuantCompression::default(),
+            TurboQuantCompression::Fast
+        );
+        assert_eq!(spec(64).compression, TurboQuantCompression::Fast);
+        let paths = [
+            (TurboQuantCompression::Exact, "exact", CompressPath::Exact),
+            (TurboQuantCompression::Fast, "fast", CompressPath::Fast),
+            (TurboQuantCompression::Split, "split", CompressPath::Split),
+        ];
+        assert_eq!(TurboQuantCompression::ALL.len(), paths.len());
+        for (c, name, path) in paths {
+            assert_eq!(c.name(), name);
+            assert_eq!(c.to_string(), name);
+            assert_eq!(name.parse::<TurboQuantCompression>().unwrap(), c);
+            assert_eq!(c.path(), path);
+            assert_eq!(serde_json::to_string(&c).unwrap(), format!("\"{name}\""));
+            let back: TurboQuantCompression = serde_json::from_str(&format!("\"{name}\"")).unwrap();
+            assert_eq!(back, c);
+            let s = TurboQuantCacheSpec {
+                compression: c,
+                ..spec(64)
+            };
+            let json = serde_json::to_string(&s).unwrap();
+            assert!(
+                json.contains(&format!("\"compression\":\"{name}\"")),
+                "{json}"
+            );
+            s.validate().unwrap();
+            for (d, qjl, bits) in [(64, false, 2u8), (128, true, 3), (64, true, 4)] {
+                let mut cfg = config(d);
+                cfg.key_qjl = qjl;
+                cfg.key_bits = bits;
+                cfg.value_bits = bits;
+                TurboQuantCacheSpec {
+                    head_dim: d,
+                    config: cfg,
+                    ..s.clone()
+                }
+                .validate()
+                .unwrap();
+            }
+        }
+        for bad in ["Fast", "exact ", "fp16", ""] {
+            let e = bad.parse::<TurboQuantCompression>().unwrap_err();
+            assert_eq!(e, UnknownTurboQuantCompression { got: bad.into() });
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!("{bad:?}"))
+                    && ["\"exact\"", "\"fast\"", "\"split\""]
+                        .iter()
+                        .all(|n| msg.contains(n)),
+                "{msg}"
+            );
+        }
+        assert!(serde_json::from_str::<TurboQuantCompression>("\"Fast\"").is_err());
+        // the boundary does not depend on the path: a bad spec is refused on each
+        for c in TurboQuantCompression::ALL {
+            let e = TurboQuantCacheSpec {
+                compression: c,
+                ..spec(0)
+            }
+            .validate()
+            .unwrap_err();
+            assert!(
+                matches!(e, FerrattnError::View(ViewError::Length { got: 0, .. })),
+                "{c}: {e}"
+            );
+        }
     }
 
     #[test]
@@ -1540,6 +1619,7 @@ fn oversized_cache_specs_are_typed_errors() {
             D,
             DType::F16,
         )),
+        compression: Default::default(),
     };
     assert!(turbo(B, 4096).validate().is_ok());
     assert!(tq(B, 4096).validate().is_ok());

@@ -550,9 +550,9 @@ fn gpu_merge_states_matches_the_core_merge() {
 #[test]
 fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
     use ferrattn::device_api::{
-        contiguous_strides, Stream, TurboQuantCacheSpec, TurboQuantDecodePlan,
-        TurboQuantDecodeViews, TurboQuantDevice, TurboQuantSchedule, TurboQuantShape, ViewError,
-        Workspace,
+        contiguous_strides, Stream, TurboQuantCacheSpec, TurboQuantCompression,
+        TurboQuantDecodePlan, TurboQuantDecodeViews, TurboQuantDevice, TurboQuantSchedule,
+        TurboQuantShape, ViewError, Workspace,
     };
     use ferrattn::turboquant::{self, TurboQuantCodec, TurboQuantConfig};
     use ferrattn::{AttentionInputs, AttentionProblem, Comparison, FerrattnError, Tensor};
@@ -602,6 +602,8 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
         head_dim: d,
         capacity_tokens: max_total,
         config: cfg.clone(),
+        // the codes are compared with the emulation's bit for bit: the exact kernels
+        compression: TurboQuantCompression::Exact,
     };
     let mut caches: Vec<_> = (0..layers).map(|_| dev.cache(&spec).unwrap()).collect();
     assert_eq!(caches[0].allocated_bytes(), spec.allocated_bytes());
@@ -895,8 +897,8 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
 #[test]
 fn gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager() {
     use ferrattn::device_api::{
-        contiguous_strides, Stream, TurboQuantCache, TurboQuantCacheSpec, TurboQuantDecodePlan,
-        TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, Workspace,
+        contiguous_strides, Stream, TurboQuantCache, TurboQuantCacheSpec, TurboQuantCompression,
+        TurboQuantDecodePlan, TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, Workspace,
     };
     use ferrattn::turboquant::{self, TurboQuantConfig};
     use ferrattn::{AttentionInputs, AttentionProblem, Comparison, Tensor};
@@ -950,6 +952,8 @@ fn gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager() {
         head_dim: d,
         capacity_tokens: max_total,
         config: cfg.clone(),
+        // the codes are compared with the emulation's bit for bit: the exact kernels
+        compression: TurboQuantCompression::Exact,
     };
     let mut caches: Vec<TurboQuantCache> = (0..layers).map(|_| dev.cache(&spec).unwrap()).collect();
     let upload = |t: &Tensor| {
@@ -1229,4 +1233,329 @@ fn gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager() {
         plan_a.units(),
         plan_b.units()
     );
+}
+
+/// The tensor-core compression through the facade (skips without a GPU). For each of
+/// `TurboQuantCompression::{Fast, Split}`, one cache of that path and one of `Exact` (the
+/// `compression` of their specs) are filled by the same steps on the caller's stream: a ragged
+/// prefill step and two one-token steps of `TurboQuantDecodeStep::append`, each decoded by `run`
+/// into poisoned outputs. After each step:
+/// - the exact cache holds the emulation's codes, signs and norms bit for bit, and the fast
+///   cache meets its path's contract against the emulation
+///   (`ferrattn_cuda::turboquant::check_compress_contract`, the check of
+///   `backends/cuda/tests/gpu_turboquant.rs`: norms bit-exact, codes off only within the path's
+///   margin of a Lloyd-Max boundary, `‖r‖` and QJL signs within theirs), and differs from the
+///   exact cache (the fast kernels ran: their `‖r‖` comes from an f16 residual);
+/// - the decode over the fast cache equals the core's decode of the codes that cache holds
+///   (`TurboQuantCodec::attend`: O within 1e-3 relative Frobenius error, LSE within 2e-3 of
+///   max(1, |LSE|), the kernels' tolerances) and is no worse against the f64 golden than the
+///   decode over the exact cache by more than the 10%.
+///
+/// Then one more step whose fast (and exact) appends and decodes, run eagerly, are captured in
+/// one CUDA graph and replayed 20 times into poisoned outputs: outputs and both caches' codes
+/// and norms equal the eager run's bit for bit.
+#[test]
+fn gpu_turboquant_fast_cache_meets_its_contract_and_replays_in_a_graph() {
+    use ferrattn::device_api::{
+        contiguous_strides, Stream, TurboQuantCache, TurboQuantCacheSpec, TurboQuantCompression,
+        TurboQuantDecodePlan, TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, Workspace,
+    };
+    use ferrattn::turboquant::{CompressedKv, TurboQuantCodec, TurboQuantConfig};
+    use ferrattn::{golden, AttentionInputs, AttentionProblem, Comparison, Tensor};
+    use ferrattn_cuda::turboquant::{check_compress_contract, CompressPath};
+    use ferrattn_cuda::{DeviceBuffer, Graph};
+    use half::f16;
+    use rand::{Rng, SeedableRng};
+    let name = "gpu_turboquant_fast_cache_meets_its_contract_and_replays_in_a_graph";
+    let dev = match TurboQuantDevice::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    let g = dev.backend().gpu().unwrap().clone();
+    // SAFETY: the backend's own stream, alive as long as `dev`.
+    let stream = unsafe { Stream::from_raw(g.raw_stream() as *mut std::ffi::c_void) };
+    let (b, hq, hk, d) = (3usize, 16usize, 4usize, 128usize);
+    let prompt = [37usize, 1, 530];
+    let steps = 2;
+    let max_total = prompt.iter().max().unwrap() + steps + 1;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(47);
+    let mut randn = |shape: &[usize]| {
+        let mut t = Tensor::zeros(shape, DType::F16);
+        t.data
+            .iter_mut()
+            .for_each(|v| *v = DType::F16.round(rng.gen_range(-2.0f32..2.0)));
+        t
+    };
+    let (k_all, v_all) = (randn(&[b, max_total, hk, d]), randn(&[b, max_total, hk, d]));
+    let queries: Vec<Tensor> = (0..=steps + 1).map(|_| randn(&[b, 1, hq, d])).collect();
+    let probe = AttentionProblem::uniform(1, 1, 1, 1, 1, d, d, DType::F16);
+    let mut cfg = TurboQuantConfig::paper_default(&probe);
+    cfg.value_bits = 3;
+    let codec = TurboQuantCodec::new(&cfg, d, d);
+    let shape = TurboQuantShape {
+        batch: b,
+        heads_q: hq,
+        heads_kv: hk,
+        head_dim: d,
+        softmax_scale: None,
+    };
+    let upload = |t: &Tensor| {
+        let bits: Vec<u16> = t.data.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
+        DeviceBuffer::from_slice(&g, &bits).unwrap()
+    };
+    let view = |buf: &DeviceBuffer, dtype: DType, shape: &[usize]| {
+        // SAFETY: `buf` holds at least these bytes of device 0 and outlives the work.
+        unsafe {
+            ferrattn::device_api::TensorView::cuda(
+                buf.ptr(),
+                buf.bytes(),
+                0,
+                dtype,
+                shape,
+                &contiguous_strides(shape),
+            )
+        }
+        .unwrap()
+    };
+    // rows [from, from + n[b]) of each sequence of `all`, padded to the longest
+    let rows = |all: &Tensor, from: &[usize], n: &[usize]| {
+        let m = *n.iter().max().unwrap();
+        let mut t = Tensor::zeros(&[b, m, hk, d], DType::F16);
+        for bi in 0..b {
+            for j in 0..n[bi] {
+                for h in 0..hk {
+                    t.row4_mut(bi, j, h)
+                        .copy_from_slice(all.row4(bi, from[bi] + j, h));
+                }
+            }
+        }
+        t
+    };
+    // the problem and inputs of a decode of `q` over the first `lens[b]` tokens of each sequence
+    let problem = |q: &Tensor, lens: &[usize]| {
+        let m = *lens.iter().max().unwrap();
+        let mut p = AttentionProblem::uniform(b, 1, m, hq, hk, d, d, DType::F16);
+        p.seqlens_k = lens.to_vec();
+        let zero = vec![0; b];
+        let mut x = AttentionInputs::new(
+            q.clone(),
+            rows(&k_all, &zero, lens),
+            rows(&v_all, &zero, lens),
+        );
+        x.seqlens_k = Some(lens.iter().map(|&l| l as i64).collect());
+        (p, x)
+    };
+    let f64s = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<_>>();
+    let lse_rel = |want: &[f32], got: &[f64]| {
+        want.iter()
+            .zip(got)
+            .map(|(&a, &b)| (a as f64 - b).abs() / (a.abs() as f64).max(1.0))
+            .fold(0.0, f64::max)
+    };
+    let read = |outs: &[(DeviceBuffer, DeviceBuffer)]| -> Vec<(Vec<u16>, Vec<u32>)> {
+        outs.iter()
+            .map(|(o, l)| (o.to_vec::<u16>().unwrap(), l.to_vec::<u32>().unwrap()))
+            .collect()
+    };
+    let decoded = |(o, l): &(Vec<u16>, Vec<u32>)| -> (Vec<f64>, Vec<f64>) {
+        (
+            o.iter().map(|&x| f16::from_bits(x).to_f64()).collect(),
+            l.iter().map(|&x| f32::from_bits(x) as f64).collect(),
+        )
+    };
+    let poison = |outs: &mut Vec<(DeviceBuffer, DeviceBuffer)>| {
+        for (o, l) in outs.iter_mut() {
+            o.fill_u16(0x7e00).unwrap(); // NaN
+            l.fill_u32(0x7fc0_0000).unwrap();
+        }
+    };
+    let bits_of = |kv: &CompressedKv| {
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        (
+            kv.k_idx.clone(),
+            kv.v_idx.clone(),
+            kv.k_signs.clone(),
+            bits(&kv.k_norm),
+            bits(&kv.r_norm),
+            bits(&kv.v_norm),
+        )
+    };
+    let plan_for = |lens: &[usize], new: &[usize]| {
+        let after: Vec<usize> = lens.iter().zip(new).map(|(l, n)| l + n).collect();
+        let schedule = dev.decode_schedule(&cfg, &shape, &after).unwrap();
+        TurboQuantDecodePlan::new(&cfg, &shape, lens, new, schedule).unwrap()
+    };
+
+    for fast in [TurboQuantCompression::Fast, TurboQuantCompression::Split] {
+        let spec = |compression| TurboQuantCacheSpec {
+            batch: b,
+            heads_kv: hk,
+            head_dim: d,
+            capacity_tokens: max_total,
+            config: cfg.clone(),
+            compression,
+        };
+        // [0]: the exact cache, [1]: the fast one
+        let mut caches: Vec<TurboQuantCache> = [TurboQuantCompression::Exact, fast]
+            .into_iter()
+            .map(|c| dev.cache(&spec(c)).unwrap())
+            .collect();
+        assert_eq!(caches[1].compression(), fast);
+        let mut outs: Vec<(DeviceBuffer, DeviceBuffer)> = (0..2)
+            .map(|_| {
+                (
+                    DeviceBuffer::alloc(&g, b * hq * d * 2).unwrap(),
+                    DeviceBuffer::alloc(&g, b * hq * 4).unwrap(),
+                )
+            })
+            .collect();
+        let out_views: Vec<_> = outs
+            .iter()
+            .map(|(o, l)| {
+                (
+                    view(o, DType::F16, &[b, 1, hq, d]),
+                    view(l, DType::F32, &[b, hq, 1]),
+                )
+            })
+            .collect();
+
+        // ---- a ragged prefill step, then one-token steps, each checked
+        let mut lens = vec![0usize; b];
+        for (s, query) in queries.iter().enumerate().take(steps + 1) {
+            let what = format!("{fast} step {s}");
+            let new: Vec<usize> = if s == 0 { prompt.to_vec() } else { vec![1; b] };
+            let plan = plan_for(&lens, &new);
+            let (kn, vn) = (
+                upload(&rows(&k_all, &lens, &new)),
+                upload(&rows(&v_all, &lens, &new)),
+            );
+            let m = plan.new_rows();
+            let (knv, vnv) = (
+                view(&kn, DType::F16, &[b, m, hk, d]),
+                view(&vn, DType::F16, &[b, m, hk, d]),
+            );
+            let qd = upload(query);
+            let qdv = view(&qd, DType::F16, &[b, 1, hq, d]);
+            poison(&mut outs);
+            let ws_buf = DeviceBuffer::alloc(&g, plan.workspace_bytes()).unwrap();
+            // SAFETY: a fresh allocation of the plan's size on device 0, used by this step only.
+            let mut ws = unsafe { Workspace::cuda(ws_buf.ptr(), ws_buf.bytes(), 0) };
+            let step = dev.begin_decode(&plan, &mut ws, stream).unwrap();
+            for (c, (o, l)) in caches.iter_mut().zip(&out_views) {
+                step.append(&knv, &vnv, c, stream).unwrap();
+                step.run(&TurboQuantDecodeViews { q: &qdv, o, lse: l }, c, stream)
+                    .unwrap();
+            }
+            lens = plan.lens_after().to_vec();
+            let got = read(&outs);
+            drop(step);
+            let (p, x) = problem(query, &lens);
+            let (exact_kv, fast_kv) =
+                (caches[0].download().unwrap(), caches[1].download().unwrap());
+            let counts = check_compress_contract(&p, &x, &cfg, &exact_kv, CompressPath::Exact)
+                .unwrap_or_else(|e| panic!("{what}: the exact cache: {e}"));
+            assert_eq!(
+                counts,
+                Default::default(),
+                "{what}: the exact cache differs"
+            );
+            let m = check_compress_contract(&p, &x, &cfg, &fast_kv, fast.path())
+                .unwrap_or_else(|e| panic!("{what}: the {fast} cache: {e}"));
+            assert!(
+                bits_of(&fast_kv) != bits_of(&exact_kv),
+                "{what}: the {fast} cache equals the exact one bit for bit (were its kernels run?)"
+            );
+            // decodes: each output written, the fast one against the core's decode of its codes
+            let (eo, el) = decoded(&got[0]);
+            let (fo, fl) = decoded(&got[1]);
+            for (o, l) in [(&eo, &el), (&fo, &fl)] {
+                assert!(
+                    o.iter().all(|v| v.is_finite()) && l.iter().all(|v| v.is_finite()),
+                    "{what}: non-finite output (poison survived?)"
+                );
+            }
+            let want = codec.attend(&cfg, &p, &x.q, &fast_kv);
+            let c = Comparison::new(&f64s(&want.o.data), &fo);
+            let lr = lse_rel(&want.lse.data, &fl);
+            let (g_o, _) = golden::exact_attention_f64(&p, &x);
+            let (e_exact, e_fast) = (
+                Comparison::new(&g_o, &eo).rel_fro,
+                Comparison::new(&g_o, &fo).rel_fro,
+            );
+            eprintln!(
+                "{what}: {} codes off ({} rows), {} signs off, ‖r‖ max rel {:.2e}; decode vs the core over its codes O rel_fro {:.2e}, LSE rel {lr:.2e}; vs golden {fast} {e_fast:.4e} exact {e_exact:.4e}",
+                m.codes_off, m.rows_with_codes_off, m.signs_off, m.rnorm_max_rel, c.rel_fro
+            );
+            assert!(c.rel_fro <= 1e-3, "{what}: O rel_fro {:e}", c.rel_fro);
+            assert!(lr <= 2e-3, "{what}: LSE relative error {lr:e}");
+            assert!(
+                e_fast <= 1.1 * e_exact + 1e-6,
+                "{what}: decode over the {fast} cache {e_fast} vs over the exact cache {e_exact} against the golden"
+            );
+        }
+
+        // ---- one more step, eager, then captured (fast appends inside) and replayed
+        let one = vec![1usize; b];
+        let plan = plan_for(&lens, &one);
+        let (kn, vn) = (
+            upload(&rows(&k_all, &lens, &one)),
+            upload(&rows(&v_all, &lens, &one)),
+        );
+        let (knv, vnv) = (
+            view(&kn, DType::F16, &[b, 1, hk, d]),
+            view(&vn, DType::F16, &[b, 1, hk, d]),
+        );
+        let qd = upload(&queries[steps + 1]);
+        let qdv = view(&qd, DType::F16, &[b, 1, hq, d]);
+        let ws_buf = DeviceBuffer::alloc(&g, plan.workspace_bytes()).unwrap();
+        // SAFETY: a fresh allocation of the plan's size on device 0, used by this step only.
+        let mut ws = unsafe { Workspace::cuda(ws_buf.ptr(), ws_buf.bytes(), 0) };
+        let step = dev.begin_decode(&plan, &mut ws, stream).unwrap();
+        let enqueue = |caches: &mut Vec<TurboQuantCache>| -> ferrattn::Result<()> {
+            for (c, (o, l)) in caches.iter_mut().zip(&out_views) {
+                step.append(&knv, &vnv, c, stream)?;
+                step.run(&TurboQuantDecodeViews { q: &qdv, o, lse: l }, c, stream)?;
+            }
+            Ok(())
+        };
+        poison(&mut outs);
+        enqueue(&mut caches).unwrap();
+        let eager = read(&outs);
+        assert!(
+            eager
+                .iter()
+                .map(decoded)
+                .all(|(o, l)| o.iter().all(|v| v.is_finite()) && l.iter().all(|v| v.is_finite())),
+            "{fast} graph step: eager outputs not written"
+        );
+        let codes_eager: Vec<_> = caches
+            .iter()
+            .map(|c| bits_of(&c.download().unwrap()))
+            .collect();
+        let graph = Graph::capture(&g, || {
+            enqueue(&mut caches).map_err(|e| ferrattn_cuda::CudaError::Plan(e.to_string()))
+        })
+        .expect("capture of the step with its fast appends");
+        poison(&mut outs);
+        for _ in 0..20 {
+            graph.launch().unwrap();
+        }
+        g.synchronize().unwrap();
+        assert!(read(&outs) == eager, "{fast}: outputs after 20 replays");
+        let codes_replayed: Vec<_> = caches
+            .iter()
+            .map(|c| bits_of(&c.download().unwrap()))
+            .collect();
+        assert!(
+            codes_replayed == codes_eager,
+            "{fast}: caches after 20 replays"
+        );
+        assert!(caches.iter().all(|c| c.lens() == plan.lens_after()));
+        drop(graph);
+        drop(step);
+        eprintln!("{name}: {fast}: 20 replays equal the eager step");
+    }
 }

@@ -165,7 +165,7 @@ def row(b, ctx, dev):
             got, want = tq_o[0].reshape(b, HQ, D).float(), lean0.float()
             r["ferrattn_turboquant"]["rel_fro_vs_lean"] = ((got - want).norm() / want.norm()).item()
             r["turboquant_bytes_per_step"] = sum(caches[l % nbuf].memory()["compressed_bytes"] for l in range(LAYERS))
-            r["turboquant_config"] = {"key_bits": TQ_KEY_BITS, "value_bits": TQ_VALUE_BITS, "key_qjl": True}
+            r["turboquant_config"] = {"key_bits": TQ_KEY_BITS, "value_bits": TQ_VALUE_BITS, "key_qjl": True, "compress": caches[0].compress}
         except Exception as e:  # reported, not fatal
             r["ferrattn_turboquant_error"] = str(e).splitlines()[0][:200]
         del caches

@@ -18,6 +18,12 @@
 //! On host tensors it keeps the tokens as given (widened to f32) and `decode` runs the CPU
 //! emulation (`ferrattn_core::turboquant::emulate`) over everything held: each token is
 //! compressed alone, so that equals compressing them as they arrive.
+//!
+//! `compress` picks the CUDA cache's compression kernels
+//! ([`TurboQuantCompression`]: `"exact"`, bit for bit the emulation's codes; `"fast"`, the
+//! device API's default, and `"split"` on tensor cores within their stated contract). The host
+//! cache is the emulation, the exact contract: it accepts `"exact"` or nothing, and refuses
+//! `"fast"` / `"split"` with a message saying so.
 
 use crate::cuda::{self, ordinal};
 use crate::dlpack::{same_device, Device, View};
@@ -26,8 +32,9 @@ use crate::host;
 use crate::ops::{deliver, parse_opt, Outputs};
 use crate::turbo_cuda::workspace as workspace_of;
 use ferrattn::device_api::{
-    Location, Stream, TurboQuantCache as DeviceCache, TurboQuantCacheSpec, TurboQuantDecodePlan,
-    TurboQuantDecodeStep, TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, Workspace,
+    Location, Stream, TurboQuantCache as DeviceCache, TurboQuantCacheSpec, TurboQuantCompression,
+    TurboQuantDecodePlan, TurboQuantDecodeStep, TurboQuantDecodeViews, TurboQuantDevice,
+    TurboQuantShape, Workspace,
 };
 use ferrattn_core::turboquant::{self, TurboQuantConfig};
 use ferrattn_core::{AttentionInputs, AttentionProblem, DType, Tensor};
@@ -128,6 +135,9 @@ fn plan_step(
 #[pyclass(module = "ferrattn._ferrattn")]
 pub struct TurboQuantCache {
     cfg: TurboQuantConfig,
+    /// The compression asked for (`None`: the device API's default on CUDA, the emulation's
+    /// exact contract on the host).
+    compress: Option<TurboQuantCompression>,
     batch: usize,
     heads_kv: usize,
     head_dim: usize,
@@ -196,6 +206,7 @@ impl TurboQuantCache {
                 head_dim: self.head_dim,
                 capacity_tokens: self.max_tokens,
                 config: self.cfg.clone(),
+                compression: self.compress.unwrap_or_default(),
             };
             let device = device(ordinal)?;
             let cache = device.cache(&spec)?;
@@ -320,6 +331,15 @@ impl TurboQuantCache {
                     .into(),
             });
         }
+        if let Some(c) = self.compress.filter(|&c| c != TurboQuantCompression::Exact) {
+            return Err(BoundaryError::Unsupported(format!(
+                "compress={:?} on host tensors: the host cache is the CPU emulation, which is \
+                 the exact contract (codes bit for bit); the tensor-core paths \"fast\" and \
+                 \"split\" run on CUDA tensors. Use compress=\"exact\" (or leave it unset) for \
+                 a host cache",
+                c.name()
+            )));
+        }
         let (kt, vt) = (host::read(k)?, host::read(v)?);
         let (b, s) = (self.batch, k.shape[1]);
         let row = self.heads_kv * self.head_dim;
@@ -371,7 +391,7 @@ fn decode_host(
 #[pymethods]
 impl TurboQuantCache {
     #[new]
-    #[pyo3(signature = (batch, heads_kv, head_dim, key_bits=4, value_bits=3, key_qjl=true, seed=None, max_tokens=None))]
+    #[pyo3(signature = (batch, heads_kv, head_dim, key_bits=4, value_bits=3, key_qjl=true, seed=None, max_tokens=None, compress=None))]
     #[allow(clippy::too_many_arguments)] // the Python signature
     fn new(
         batch: usize,
@@ -382,7 +402,12 @@ impl TurboQuantCache {
         key_qjl: bool,
         seed: Option<u64>,
         max_tokens: Option<usize>,
+        compress: Option<&str>,
     ) -> PyResult<TurboQuantCache> {
+        let compress = compress
+            .map(|c| c.parse::<TurboQuantCompression>())
+            .transpose()
+            .map_err(|e| BoundaryError::Unsupported(e.to_string()))?;
         if batch == 0 || heads_kv == 0 || head_dim == 0 {
             return Err(BoundaryError::Shape {
                 name: "TurboQuantCache",
@@ -412,6 +437,7 @@ impl TurboQuantCache {
         cfg.check(&p).map_err(BoundaryError::from)?;
         Ok(TurboQuantCache {
             cfg,
+            compress,
             batch,
             heads_kv,
             head_dim,
@@ -566,6 +592,18 @@ impl TurboQuantCache {
         let (cfg, dims) = (&self.cfg, (self.heads_kv, self.head_dim));
         let r = py.detach(|| decode_host(cfg, h, dims, &qt, softmax_scale))?;
         Ok((deliver(out.as_ref(), &r.o)?, deliver(lse.as_ref(), &r.lse)?))
+    }
+
+    /// The compression path of the appends: the one asked for; unset, `"exact"` for a host
+    /// cache, the device API's default (`"fast"`) for a CUDA one, `None` before the first append.
+    #[getter]
+    fn compress(&self) -> Option<&'static str> {
+        match (&self.device, &self.host, self.compress) {
+            (Some(d), _, _) => Some(d.cache.compression().name()),
+            (None, _, Some(c)) => Some(c.name()),
+            (None, Some(_), None) => Some(TurboQuantCompression::Exact.name()),
+            (None, None, None) => None,
+        }
     }
 
     /// Tokens held per sequence.

@@ -345,6 +345,36 @@ def test_turboquant_cache_append_decode_equals_attention():
     assert cache.lens == [0, 0]
 
 
+def test_turboquant_cache_compress_on_the_host_is_the_exact_contract():
+    """compress= on host tensors: the host cache is the CPU emulation, the exact contract.
+    compress="exact" equals the default bit for bit; "fast" and "split" (CUDA tensor-core
+    paths) are refused at the first host append with a message that says so, holding nothing;
+    an unknown name is refused when the cache is made, with the three names."""
+    rng = np.random.default_rng(23)
+    b, ctx, hq, hk, d = 2, 21, 4, 2, 64
+    q, k, v = randn(rng, (b, 1, hq, d)), randn(rng, (b, ctx, hk, d)), randn(rng, (b, ctx, hk, d))
+    default, exact = ferrattn.TurboQuantCache(b, hk, d), ferrattn.TurboQuantCache(b, hk, d, compress="exact")
+    assert default.compress is None and exact.compress == "exact"
+    for c in (default, exact):
+        c.append(k, v)
+    assert default.compress == "exact" and exact.compress == "exact"
+    do, dl = default.decode(q)
+    eo, el = exact.decode(q)
+    np.testing.assert_array_equal(do, eo)
+    np.testing.assert_array_equal(dl, el)
+    for path in ("fast", "split"):
+        c = ferrattn.TurboQuantCache(b, hk, d, compress=path)
+        assert c.compress == path
+        with pytest.raises(ferrattn.UnsupportedError, match=f"compress='{path}'|compress=\"{path}\"") as e:
+            c.append(k, v)
+        assert "exact contract" in str(e.value) and "CUDA" in str(e.value), e.value
+        assert isinstance(e.value, ValueError)
+        assert c.lens == [0, 0]
+    for bad in ("Fast", "fp16", ""):
+        with pytest.raises(ferrattn.UnsupportedError, match='"exact", "fast" and "split"'):
+            ferrattn.TurboQuantCache(b, hk, d, compress=bad)
+
+
 def test_turboquant_cache_errors():
     rng = np.random.default_rng(22)
     k, v = randn(rng, (2, 5, 2, 64)), randn(rng, (2, 5, 2, 64))

@@ -371,7 +371,9 @@ def test_turboquant_cache_cuda_matches_the_host_cache():
     g = torch.Generator().manual_seed(31)
     q = randn(g, (b, steps, hq, d), torch.float16)
     k, v = randn(g, (b, ctx + steps, hk, d), torch.float16), randn(g, (b, ctx + steps, hk, d), torch.float16)
-    dev_c = ferrattn.TurboQuantCache(b, hk, d, max_tokens=ctx + steps)
+    # the exact kernels: their codes are the emulation's (the default, "fast", is checked
+    # against its contract by test_turboquant_cache_cuda_fast_compression)
+    dev_c = ferrattn.TurboQuantCache(b, hk, d, max_tokens=ctx + steps, compress="exact")
     host_c = ferrattn.TurboQuantCache(b, hk, d)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -397,6 +399,43 @@ def test_turboquant_cache_cuda_matches_the_host_cache():
         assert rel <= 2e-3, (i, rel)
     assert dev_c.lens == [ctx + steps] * b and dev_c.memory() == host_c.memory()
     assert dev_c.allocated_bytes() >= dev_c.memory()["compressed_bytes"] > 0
+    assert dev_c.compress == "exact"
+
+
+@pytest.mark.parametrize("compress", ["fast", "split", None])
+def test_turboquant_cache_cuda_fast_compression(compress):
+    """compress="fast" / "split" (and unset: the default, "fast") on CUDA: a prompt and one token
+    per step appended through the tensor-core compression, each step decoded, beside a
+    compress="exact" cache of the same tokens. The decode over the fast cache is no worse
+    against the float64 reference than the decode over the exact cache by more than the issue's
+    10% (the contract's decode clause; the Rust GPU tests check its codes, signs and norms
+    against the emulation's margins), and the memory counts are the same."""
+    b, ctx, steps, hq, hk, d = 2, 300, 3, 16, 4, 128
+    g = torch.Generator().manual_seed(33)
+    q = randn(g, (b, steps, hq, d), torch.float16)
+    k, v = randn(g, (b, ctx + steps, hk, d), torch.float16), randn(g, (b, ctx + steps, hk, d), torch.float16)
+    fast = ferrattn.TurboQuantCache(b, hk, d, max_tokens=ctx + steps, compress=compress)
+    exact = ferrattn.TurboQuantCache(b, hk, d, max_tokens=ctx + steps, compress="exact")
+    assert fast.compress == compress
+    got = {}
+    for name, c in (("fast", fast), ("exact", exact)):
+        c.append(k[:, :ctx].contiguous(), v[:, :ctx].contiguous())
+        got[name] = []
+        for i in range(steps):
+            t = ctx + i
+            c.append(k[:, t : t + 1].contiguous(), v[:, t : t + 1].contiguous())
+            got[name].append(c.decode(q[:, i : i + 1].contiguous()))
+    torch.cuda.synchronize()
+    assert fast.compress == (compress or "fast") and exact.compress == "exact"
+    f = lambda t: t.float().cpu().numpy()
+    for i in range(steps):
+        t = ctx + i
+        ro, _ = reference(f(q[:, i : i + 1]), f(k[:, : t + 1]), f(v[:, : t + 1]))
+        (fo, fl), (eo, el) = got["fast"][i], got["exact"][i]
+        assert torch.isfinite(fo).all() and torch.isfinite(fl).all()
+        e_fast, e_exact = compare(f(fo), ro).rel_fro, compare(f(eo), ro).rel_fro
+        assert e_fast <= 1.1 * e_exact + 1e-6, (compress, i, e_fast, e_exact)
+    assert fast.lens == exact.lens == [ctx + steps] * b and fast.memory() == exact.memory()
 
 
 def test_turboquant_decode_of_4_layers_in_a_cuda_graph_equals_eager():

@@ -6,7 +6,10 @@
 //!   Lloyd-Max key codes with the QJL signs of their residual, or MSE-only keys; value codes;
 //!   f16 norms), at most [`TurboQuantCache::capacity_tokens`] per sequence. Its memory is
 //!   allocated once, when it is made; [`TurboQuantCache::memory`] and
-//!   [`TurboQuantCache::allocated_bytes`] account for it.
+//!   [`TurboQuantCache::allocated_bytes`] account for it. Its appends are compressed by the
+//!   kernels of [`TurboQuantCacheSpec::compression`]: bit-exact with the core's emulation
+//!   ([`TurboQuantCompression::Exact`]) or on tensor cores within a stated contract
+//!   ([`TurboQuantCompression::Fast`], the default, and [`TurboQuantCompression::Split`]).
 //! - [`TurboQuantDecodePlan`] is a pure host value made once per step: the caches' lengths
 //!   before it, the tokens each sequence appends (one per decode step, a whole prompt for a
 //!   prefill, none), the stream-K width. Every layer of a
@@ -35,12 +38,13 @@ use super::{check_view, Location, Stream, TensorView, ViewError, Workspace};
 use crate::{FerrattnError, Result};
 use ferrattn_core::turboquant::{CompressedKv, TurboQuantConfig};
 use ferrattn_core::{AttentionProblem, DType, DeviceCaps};
+use ferrattn_cuda::turboquant::CompressPath;
 use ferrattn_cuda::turboquant::{
     self as tq, DeviceTurboQuantCache, PreparedTurboQuantStep, TurboQuantAppendTables,
     TurboQuantCuda, TurboQuantDecodeTables, TurboQuantStepPlan,
 };
 use ferrattn_cuda::CudaBackend;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
@@ -140,6 +144,101 @@ impl TurboQuantShape {
     }
 }
 
+/// Which kernels compress the tokens appended to a [`TurboQuantCache`] (the decode reads every
+/// cache the same way). Each path's contract against the core's `TurboQuantCodec::compress`
+/// (docs/TURBOQUANT_CUDA.md, "Compression on tensor cores"; the constants are
+/// `ferrattn_cuda::turboquant`'s, checked by `ferrattn_cuda::turboquant::check_compress_contract`):
+///
+/// - [`Self::Exact`]: codes, QJL signs and norms equal the emulation's bit for bit (every f32 /
+///   f64 step of the emulation as one IEEE instruction on CUDA cores). FP32-issue-bound: a
+///   prefill compresses 8-95x slower than [`Self::Fast`], a one-token append costs 145 us at
+///   batch 16 (H200, 26de7cc).
+/// - [`Self::Fast`] (the default): the rotation `Π` (and for QJL keys `S Πᵀ`) as one f16 matrix
+///   on tensor cores. Norms `‖x‖` bit-exact; a code may differ from the emulation's only where
+///   the emulation's rotated coordinate lies within `FAST_CODE_MARGIN` (`2^-11 + 2^-14`) of a
+///   Lloyd-Max boundary (a near tie: both centroids almost equally far); `‖r‖` within
+///   `FAST_RNORM_REL` (`2^-10`) relative; a QJL sign may differ only where
+///   `|(S r)_i| <= FAST_SIGN_MARGIN ‖S_i‖ ‖r‖` (`2^-9`). Measured: 0.7e-4 to 5.5e-4 of the codes
+///   flip, and the decode over such a cache is as accurate against exact attention as over the
+///   exact cache (error ratio geometric mean 1.003 over 21 cases, each within 10%).
+/// - [`Self::Split`]: as [`Self::Fast`] with `Π` split into f16 hi + lo (about f32 accuracy):
+///   codes differ only within `SPLIT_CODE_MARGIN` (`2^-14`) of a boundary (at most 1.4e-6 of
+///   them measured); 5-53% slower than [`Self::Fast`].
+///
+/// Why [`Self::Fast`] is the default: a serving engine wants it. Its contract costs nothing in
+/// decode accuracy (above), and it compresses a prompt 8-95x and appends a decode step's token
+/// 7-31x faster than [`Self::Exact`] (145 -> 16 us per step at batch 16, 489 -> 17 us at batch
+/// 64; H200, 26de7cc), which otherwise dominates a decode step over a short cache. Choose
+/// [`Self::Exact`] to compare a cache with the CPU emulation bit for bit (tests, debugging),
+/// [`Self::Split`] where a near-tie flip must be ~1e-6 rather than ~3e-4. Every path writes the
+/// same layout, so a cache may change paths between appends (the tokens held keep their codes).
+///
+/// Serialised as `"exact"`, `"fast"`, `"split"`; [`std::str::FromStr`] reads the same names and
+/// refuses anything else with the names it accepts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TurboQuantCompression {
+    /// Bit-exact with the emulation, on CUDA cores.
+    Exact,
+    /// Tensor cores, one f16 `Π`: exact norms, codes off only at near ties.
+    #[default]
+    Fast,
+    /// Tensor cores, `Π` in f16 hi + lo: codes off only at the nearest ties.
+    Split,
+}
+
+impl TurboQuantCompression {
+    /// Every path, in the order of the docs.
+    pub const ALL: [TurboQuantCompression; 3] = [
+        TurboQuantCompression::Exact,
+        TurboQuantCompression::Fast,
+        TurboQuantCompression::Split,
+    ];
+
+    /// The name it is serialised and parsed as.
+    pub fn name(self) -> &'static str {
+        match self {
+            TurboQuantCompression::Exact => "exact",
+            TurboQuantCompression::Fast => "fast",
+            TurboQuantCompression::Split => "split",
+        }
+    }
+
+    /// The backend's kernels of this path.
+    pub fn path(self) -> CompressPath {
+        match self {
+            TurboQuantCompression::Exact => CompressPath::Exact,
+            TurboQuantCompression::Fast => CompressPath::Fast,
+            TurboQuantCompression::Split => CompressPath::Split,
+        }
+    }
+}
+
+impl std::fmt::Display for TurboQuantCompression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name [`TurboQuantCompression`] does not know (its [`std::str::FromStr`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("TurboQuant compression {got:?}; the paths are \"exact\", \"fast\" and \"split\"")]
+pub struct UnknownTurboQuantCompression {
+    /// The name given.
+    pub got: String,
+}
+
+impl std::str::FromStr for TurboQuantCompression {
+    type Err = UnknownTurboQuantCompression;
+
+    fn from_str(s: &str) -> std::result::Result<TurboQuantCompression, Self::Err> {
+        TurboQuantCompression::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| UnknownTurboQuantCompression { got: s.into() })
+    }
+}
+
 /// What a cache is made for: its batch, heads, configuration and per-sequence capacity.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TurboQuantCacheSpec {
@@ -154,6 +253,9 @@ pub struct TurboQuantCacheSpec {
     /// Bits, QJL, seed of the rotation and the sketch: a cache is decoded with the
     /// configuration that compressed it.
     pub config: TurboQuantConfig,
+    /// The kernels that compress its appends ([`TurboQuantCompression`]: each path's contract,
+    /// and why the default is [`TurboQuantCompression::Fast`]).
+    pub compression: TurboQuantCompression,
 }
 
 impl TurboQuantCacheSpec {
@@ -250,6 +352,7 @@ pub struct TurboQuantMemory {
 pub struct TurboQuantCache {
     inner: DeviceTurboQuantCache,
     config: TurboQuantConfig,
+    compression: TurboQuantCompression,
     ordinal: usize,
 }
 
@@ -269,6 +372,16 @@ impl TurboQuantCache {
     /// The configuration that compresses (and must decode) the cache.
     pub fn config(&self) -> &TurboQuantConfig {
         &self.config
+    }
+    /// The kernels that compress the cache's appends.
+    pub fn compression(&self) -> TurboQuantCompression {
+        self.compression
+    }
+    /// Selects the kernels of the appends enqueued from now on (host only: the tokens held
+    /// keep their codes, and the decode reads every path's the same way). An append captured
+    /// in a CUDA graph keeps the kernels it was captured with.
+    pub fn set_compression(&mut self, compression: TurboQuantCompression) {
+        self.compression = compression;
     }
     /// Tokens held per sequence (counting appends enqueued and not yet run).
     pub fn lens(&self) -> &[usize] {
@@ -645,6 +758,7 @@ impl TurboQuantDevice {
         Ok(TurboQuantCache {
             inner,
             config: spec.config.clone(),
+            compression: spec.compression,
             ordinal: self.ordinal,
         })
     }
@@ -772,8 +886,10 @@ impl TurboQuantDecodeStep<'_, '_> {
 
     /// Validates and enqueues the append of one layer's new tokens (`k_new`, `v_new`: f16
     /// `[batch, new_rows, heads_kv, head_dim]`, see [`TurboQuantDecodePlan::new`]) into its
-    /// `cache` on `stream`: each token compressed alone (codes and norms equal the core's
-    /// `TurboQuantCodec::compress` bit for bit). The cache
+    /// `cache` on `stream`: each token compressed alone by the cache's
+    /// [`TurboQuantCache::compression`] (codes and norms equal the core's
+    /// `TurboQuantCodec::compress` bit for bit on [`TurboQuantCompression::Exact`], within the
+    /// fast paths' contract on the others). The cache
     /// must hold the plan's lengths before the step, or after it (the same step appended
     /// again: an eager run followed by its capture; the slots are rewritten). No allocation,
     /// synchronisation or copy.
@@ -802,11 +918,12 @@ impl TurboQuantDecodeStep<'_, '_> {
         // of this device (Stream::from_raw); `prep`'s tables are in the workspace this step
         // borrows, copied there by begin_decode on the caller's stream.
         unsafe {
-            self.engine.enqueue_append(
+            self.engine.enqueue_append_by(
                 prep,
                 &mut cache.inner,
                 k_new.addr,
                 v_new.addr,
+                cache.compression.path(),
                 stream.as_raw() as _,
             )?;
         }

@@ -89,6 +89,174 @@ pub const FAST_RNORM_REL: f32 = 1.0 / 1024.0;
 /// each rounded to f16 once (`2 · 2^-11`), doubled for the accumulation and `Π Πᵀ ≠ I` in f32.
 pub const FAST_SIGN_MARGIN: f32 = 1.0 / 512.0;
 
+impl CompressPath {
+    /// How far from a Lloyd-Max boundary (unit-norm rotated coordinates) the emulation's
+    /// coordinate may lie where this path's code differs from the emulation's: 0 for
+    /// [`Self::Exact`] (no code may differ), [`FAST_CODE_MARGIN`], [`SPLIT_CODE_MARGIN`].
+    pub fn code_margin(self) -> f32 {
+        match self {
+            CompressPath::Exact => 0.0,
+            CompressPath::Fast => FAST_CODE_MARGIN,
+            CompressPath::Split => SPLIT_CODE_MARGIN,
+        }
+    }
+}
+
+/// What [`check_compress_contract`] counted where a cache differs from the emulation's
+/// compression (every difference inside its path's margins).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ContractCounts {
+    /// Rows (token, KV head; keys and values counted apart) with at least one code off.
+    pub rows_with_codes_off: usize,
+    /// Coordinates whose code differs.
+    pub codes_off: usize,
+    /// Key rows with at least one QJL sign off.
+    pub rows_with_signs_off: usize,
+    /// QJL signs that differ.
+    pub signs_off: usize,
+    /// Largest relative difference of `‖r‖` (rows whose codes match).
+    pub rnorm_max_rel: f64,
+}
+
+fn l2(x: &[f32]) -> f32 {
+    x.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt() as f32
+}
+
+/// Holds a cache `got` (downloaded, over `p`'s sequences of `x`) against the contract of the
+/// compression `path` that wrote it (docs/TURBOQUANT_CUDA.md, "Compression on tensor cores";
+/// host only): norms `‖x‖` bit-exact; each code equal to [`TurboQuantCodec::compress`]'s unless
+/// the emulation's rotated coordinate lies within [`CompressPath::code_margin`] of a boundary;
+/// on rows whose codes all match, `‖r‖` within [`FAST_RNORM_REL`] and each QJL sign equal
+/// unless `|(S r)_i| <= FAST_SIGN_MARGIN ‖S_i‖ ‖r‖`. [`CompressPath::Exact`] allows no
+/// difference at all (codes, signs and every norm bit for bit). The first violation is the
+/// error, with where and by how much.
+pub fn check_compress_contract(
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    cfg: &TurboQuantConfig,
+    got: &CompressedKv,
+    path: CompressPath,
+) -> std::result::Result<ContractCounts, String> {
+    let d = p.head_dim_qk;
+    let codec = TurboQuantCodec::new(cfg, d, p.head_dim_v);
+    let want = codec.compress(p, x);
+    let margin = path.code_margin();
+    let exact = path == CompressPath::Exact;
+    let (hk, sk) = (p.heads_kv, p.max_seqlen_k);
+    let rows = p.batch * sk * hk;
+    if got.k_idx.len() < rows * d
+        || got.v_idx.len() < rows * d
+        || got.k_norm.len() < rows
+        || got.v_norm.len() < rows
+    {
+        return Err(format!(
+            "the cache holds {} key codes / {} norms, {} / {rows} needed for {} sequences of {sk} tokens",
+            got.k_idx.len(),
+            got.k_norm.len(),
+            rows * d,
+            p.batch
+        ));
+    }
+    let sketch = codec.key.qjl();
+    let s = sketch.matrix();
+    let sb = sketch.sign_bytes();
+    let mut m = ContractCounts::default();
+    let (mut idx, mut rot) = (vec![0u8; d], vec![0f32; d]);
+    for b in 0..p.batch {
+        for j in 0..p.seqlens_k[b] {
+            for h in 0..hk {
+                let r = (b * sk + j) * hk + h;
+                let at = format!("(b {b}, token {j}, head {h})");
+                if got.k_norm[r].to_bits() != want.k_norm[r].to_bits()
+                    || got.v_norm[r].to_bits() != want.v_norm[r].to_bits()
+                {
+                    return Err(format!(
+                        "norms of {at}: key {} vs {}, value {} vs {} (bit-exact on every path)",
+                        got.k_norm[r], want.k_norm[r], got.v_norm[r], want.v_norm[r]
+                    ));
+                }
+                for (keys, q) in [(true, codec.key.mse()), (false, &codec.value)] {
+                    let row = if keys {
+                        &x.k.row4(b, j, h)[..d]
+                    } else {
+                        x.v_row(p, b, j, h)
+                    };
+                    q.quantize_into(row, &mut idx, &mut rot);
+                    let (g, w) = if keys {
+                        (&got.k_idx[r * d..][..d], &want.k_idx[r * d..][..d])
+                    } else {
+                        (&got.v_idx[r * d..][..d], &want.v_idx[r * d..][..d])
+                    };
+                    let bounds = q.codebook().boundaries_f32();
+                    let mut row_ok = true;
+                    for o in 0..d {
+                        if g[o] == w[o] {
+                            continue;
+                        }
+                        let dist = bounds
+                            .iter()
+                            .map(|&bd| (rot[o] - bd).abs())
+                            .fold(f32::INFINITY, f32::min);
+                        if exact || dist > margin {
+                            return Err(format!(
+                                "{} row {at} coordinate {o}: code {} vs {} at {dist:e} from a boundary ({path:?} allows {margin:e})",
+                                if keys { "key" } else { "value" },
+                                g[o],
+                                w[o]
+                            ));
+                        }
+                        m.codes_off += 1;
+                        row_ok = false;
+                    }
+                    if !row_ok {
+                        m.rows_with_codes_off += 1;
+                        continue;
+                    }
+                    if !(keys && cfg.key_qjl) {
+                        continue;
+                    }
+                    let (wn, gn) = (want.r_norm[r], got.r_norm[r]);
+                    let rel = ((gn - wn).abs() / wn.max(f32::MIN_POSITIVE)) as f64;
+                    m.rnorm_max_rel = m.rnorm_max_rel.max(rel);
+                    let rn_ok = if exact {
+                        gn.to_bits() == wn.to_bits()
+                    } else {
+                        (gn - wn).abs() <= FAST_RNORM_REL * wn
+                    };
+                    if !rn_ok {
+                        return Err(format!("‖r‖ of {at}: {gn} vs {wn} ({path:?})"));
+                    }
+                    // the emulation's residual r = Πᵀ (rot - c[idx]) and S r, as ProdQuantizer
+                    let cb = q.codebook();
+                    let rr: Vec<f32> = (0..d).map(|o| rot[o] - cb.centroid(idx[o])).collect();
+                    let mut res = vec![0f32; d];
+                    q.rotation().apply_t(&rr, &mut res);
+                    let gamma = l2(&res);
+                    let (gs, ws) = (&got.k_signs[r * sb..][..sb], &want.k_signs[r * sb..][..sb]);
+                    let mut row_signs = 0;
+                    for i in 0..sketch.rows() {
+                        if (gs[i / 8] ^ ws[i / 8]) >> (i % 8) & 1 == 1 {
+                            let si = &s[i * d..][..d];
+                            let v: f32 = si.iter().zip(&res).map(|(a, b)| a * b).sum();
+                            let bound = FAST_SIGN_MARGIN * l2(si) * gamma;
+                            if exact || v.abs() > bound {
+                                return Err(format!(
+                                    "sign {i} of {at}: (S r)_i = {v:e} ({path:?} allows {}{bound:e})",
+                                    if exact { "no difference; fast paths " } else { "" }
+                                ));
+                            }
+                            row_signs += 1;
+                        }
+                    }
+                    m.signs_off += row_signs;
+                    m.rows_with_signs_off += (row_signs > 0) as usize;
+                }
+            }
+        }
+    }
+    Ok(m)
+}
+
 /// Entry points of one configuration (the closed list of `turboquant_*.cu`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelNames {
@@ -1601,6 +1769,25 @@ impl TurboQuantCuda {
         v: u64,
         stream: sys::CUstream,
     ) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.enqueue_append_by(prep, cache, k, v, self.path, stream) }
+    }
+
+    /// [`Self::enqueue_append`] through the compression kernels of `path` instead of the
+    /// engine's [`Self::compress_path`]: for callers that share one engine between caches
+    /// compressed by different paths (the device API's `TurboQuantCache` carries its own).
+    ///
+    /// # Safety
+    /// As [`Self::enqueue_append`].
+    pub unsafe fn enqueue_append_by(
+        &self,
+        prep: &PreparedTurboQuantAppend,
+        cache: &mut DeviceTurboQuantCache,
+        k: u64,
+        v: u64,
+        path: CompressPath,
+        stream: sys::CUstream,
+    ) -> Result<()> {
         let d = self.head_dim;
         if cache.head_dim != d || cache.key_qjl != self.cfg.key_qjl {
             return Err(CudaError::Plan(format!(
@@ -1627,7 +1814,7 @@ impl TurboQuantCuda {
         }
         for (keys, src) in [(true, k), (false, v)] {
             // SAFETY: forwarded from this function's contract.
-            unsafe { self.launch_part(prep, cache, src, keys, stream)? };
+            unsafe { self.launch_part(prep, cache, src, keys, path, stream)? };
         }
         cache.lens.clone_from(&t.after);
         Ok(())
@@ -1667,7 +1854,7 @@ impl TurboQuantCuda {
             return Ok(());
         }
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.launch_part(prep, cache, src, keys, stream) }
+        unsafe { self.launch_part(prep, cache, src, keys, self.path, stream) }
     }
 
     /// The key or the value launch of an append (checks done by the callers).
@@ -1680,11 +1867,12 @@ impl TurboQuantCuda {
         cache: &DeviceTurboQuantCache,
         src: u64,
         keys: bool,
+        path: CompressPath,
         stream: sys::CUstream,
     ) -> Result<()> {
-        if self.path != CompressPath::Exact {
+        if path != CompressPath::Exact {
             // SAFETY: forwarded from this function's contract.
-            return unsafe { self.launch_fast(prep, cache, src, keys, stream) };
+            return unsafe { self.launch_fast(prep, cache, src, keys, path, stream) };
         }
         let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
         let items = b_ * hk * prep.tables.groups;
@@ -1757,6 +1945,7 @@ impl TurboQuantCuda {
         cache: &DeviceTurboQuantCache,
         src: u64,
         keys: bool,
+        path: CompressPath,
         stream: sys::CUstream,
     ) -> Result<()> {
         let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
@@ -1765,7 +1954,7 @@ impl TurboQuantCuda {
         let groups = 2 * prep.tables.groups;
         let chunks = (b_ * hk * groups).div_ceil(FAST_ROWS / FAST_TILE);
         let sms = self.gpu.caps.compute_units;
-        let split = self.path == CompressPath::Split;
+        let split = path == CompressPath::Split;
         let per = self.fast_per_sm[split as usize];
         let lut = if keys { &self.key_lut } else { &self.value_lut };
         let (f, smem, cb, per_sm) = match (keys, split) {
@@ -2903,6 +3092,63 @@ mod tests {
                     .fold(0.0f32, f32::max);
                 assert!(worst < 2f32.powi(-13), "d {d} bits {bits}: {worst:e}");
             }
+        }
+    }
+
+    /// The contract check itself: the emulation's own cache passes every path with nothing
+    /// counted; a code moved to a neighbour far from any boundary, a flipped QJL sign and a
+    /// norm one ulp off are refused by the exact contract, and the code and the norm by the
+    /// fast one too.
+    #[test]
+    fn compress_contract_check_refuses_what_its_path_does_not_allow() {
+        let mut p = AttentionProblem::uniform(2, 1, 9, 4, 2, 64, 64, DType::F16);
+        p.seqlens_k = vec![9, 5];
+        let mut x = ferrattn_core::turbo::llm_like_inputs(&p, 3);
+        let round = |t: &mut ferrattn_core::Tensor| {
+            t.data.iter_mut().for_each(|v| *v = DType::F16.round(*v))
+        };
+        round(&mut x.k);
+        round(x.v.as_mut().unwrap());
+        x.seqlens_k = Some(vec![9, 5]);
+        let cfg = TurboQuantConfig::paper_default(&p);
+        let codec = TurboQuantCodec::new(&cfg, 64, 64);
+        let kv = codec.compress(&p, &x);
+        for path in [CompressPath::Exact, CompressPath::Fast, CompressPath::Split] {
+            let m = check_compress_contract(&p, &x, &cfg, &kv, path).unwrap();
+            assert_eq!(m, ContractCounts::default(), "{path:?}");
+        }
+        // the coordinate farthest from any boundary, moved to a neighbouring code
+        let (mut idx, mut rot) = (vec![0u8; 64], vec![0f32; 64]);
+        codec
+            .key
+            .mse()
+            .quantize_into(&x.k.row4(0, 0, 0)[..64], &mut idx, &mut rot);
+        let bounds = codec.key.mse().codebook().boundaries_f32();
+        let dist = |y: f32| {
+            bounds
+                .iter()
+                .map(|&b| (y - b).abs())
+                .fold(f32::MAX, f32::min)
+        };
+        let o = (0..64)
+            .max_by(|&a, &b| dist(rot[a]).total_cmp(&dist(rot[b])))
+            .unwrap();
+        assert!(dist(rot[o]) > FAST_CODE_MARGIN);
+        let mut bad = kv.clone();
+        bad.k_idx[o] = if idx[o] == 0 { 1 } else { idx[o] - 1 };
+        for path in [CompressPath::Exact, CompressPath::Fast, CompressPath::Split] {
+            let e = check_compress_contract(&p, &x, &cfg, &bad, path).unwrap_err();
+            assert!(e.contains("coordinate"), "{path:?}: {e}");
+        }
+        let mut bad = kv.clone();
+        bad.k_signs[0] ^= 1;
+        let e = check_compress_contract(&p, &x, &cfg, &bad, CompressPath::Exact).unwrap_err();
+        assert!(e.contains("sign 0"), "{e}");
+        let mut bad = kv.clone();
+        bad.v_norm[1] = f32::from_bits(bad.v_norm[1].to_bits() + 1);
+        for path in [CompressPath::Exact, CompressPath::Fast] {
+            let e = check_compress_contract(&p, &x, &cfg, &bad, path).unwrap_err();
+            assert!(e.contains("norms"), "{path:?}: {e}");
         }
     }
 
