@@ -259,7 +259,7 @@ __device__ __forceinline__ int dp4a_u8(u32 a, u32 b, int c) {
 // integer dot product of key 8 j + 2 t + e (every q K^T variant removes its own offsets).
 //
 // J = 8: each lane scores its row's 16 keys. J = 4, for groups of at most 4 query heads: the
-// lanes of rows 4-7 (no query head there) take keys 32..63 of row g - 4 (lane ^ 16), so that
+// lanes of rows 4-7 (no query head there) take keys 32..63 of row g - 4 (they hold its query), so that
 // the exponentials, the only per-key work with long dependent chains, run on every lane once
 // instead of on half of them twice; row maxima and sums reduce over lane ^ 16 too (exact), and
 // P's fragments of keys 32..63 come back with one shuffle each. Both halves keep the same (m,
@@ -278,23 +278,14 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
   static_assert(J == 8 || J == 4, "16 or 8 keys per lane");
   const int t = lane & 3;
   const bool upper = J == 4 && lane >= 16;
-  float alpha = mul_rn(mul_rn(st.qs, s_k), scale);
+  // J = 4: the lanes of rows 4-7 hold row g - 4's query (decode_body), hence its scale and its
+  // scores of keys 32..63 in their own s[4..7]
+  const float alpha = mul_rn(mul_rn(st.qs, s_k), scale);
   int sv[J][2];
 #pragma unroll
   for (int j = 0; j < J; ++j)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      if (J == 8) {
-        sv[j][e] = s[j][e];
-      } else {
-        const int other = shfl_xor_i(s[4 + j][e], 16);
-        sv[j][e] = upper ? other : s[j][e];
-      }
-    }
-  if (J == 4) {
-    const float other = shfl_xor(alpha, 16);
-    alpha = upper ? other : alpha;
-  }
+    for (int e = 0; e < 2; ++e) sv[j][e] = upper ? s[4 + j][e] : s[j][e];
   const int j0 = upper ? 4 : 0;
   float x[J][2];
 #pragma unroll
@@ -659,10 +650,12 @@ __device__ __forceinline__ void unit_qk_folded(const UnitState<D>& st, const u8*
 // the slot order of P's A fragment), raw codes of the lane's VCH channels: vb[nt] holds channel
 // VCH g + nt of the four keys, one per byte.
 //
-// HI16 (4 bits): the odd channels (high nibbles) are left in place, 16 x the code per byte (one
-// mask instead of a shift and a mask); the caller divides those sums by 16 (exact: every term
-// is a multiple of 16, and 127 x 240 x 64 fits an s32).
-template <int D, int BITS, bool HI16 = false>
+// IN_PLACE: codes stay at their bit position in the byte, channel ch (of the lane's VCH) as
+// 16^(ch % 2) x code (4 bits) or 4^(ch % 4) x code (2 bits), at most 240 or 192 (u8 operands):
+// one mask instead of a shift and a mask; the caller shifts those sums right by 4 (ch % 2) or
+// 2 (ch % 4) (exact: every term is a multiple of that power of two, and 127 x 240 x 64 fits an
+// s32).
+template <int D, int BITS, bool IN_PLACE = false>
 __device__ __forceinline__ void raw_v_codes(const u8* vrow, int kk, int h, int t, u32 (&vb)[D / 8]) {
   constexpr int VCH = D / 8;
   constexpr int RB = D * BITS / 8;
@@ -693,14 +686,15 @@ __device__ __forceinline__ void raw_v_codes(const u8* vrow, int kk, int h, int t
       for (int j = 0; j < 4; ++j) {
         if (8 * wi + 2 * j + 1 >= VCH) break;
         vb[8 * wi + 2 * j] = x[j] & 0x0f0f0f0fu;
-        vb[8 * wi + 2 * j + 1] = HI16 ? x[j] & 0xf0f0f0f0u : (x[j] >> 4) & 0x0f0f0f0fu;
+        vb[8 * wi + 2 * j + 1] = IN_PLACE ? x[j] & 0xf0f0f0f0u : (x[j] >> 4) & 0x0f0f0f0fu;
       }
     } else {
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          if (16 * wi + 4 * j + k < VCH) vb[16 * wi + 4 * j + k] = (x[j] >> (2 * k)) & 0x03030303u;
+          if (16 * wi + 4 * j + k < VCH)
+            vb[16 * wi + 4 * j + k] = IN_PLACE ? x[j] & (0x03030303u << (2 * k)) : (x[j] >> (2 * k)) & 0x03030303u;
         }
     }
   }
@@ -847,7 +841,7 @@ __device__ __forceinline__ void half_v_regs(const u8* stg, const i8* vbuf, int n
   constexpr int VCH = D / 8;
   if (KIND == kPvFolded4 || KIND == kPvFolded2) {
     constexpr int BITS = KIND == kPvFolded4 ? 4 : 2;
-    raw_v_codes<D, BITS, BITS == 4>(stg + S::kV + (VCH * BITS / 8) * g, kk, h, t, vb);
+    raw_v_codes<D, BITS, true>(stg + S::kV + (VCH * BITS / 8) * g, kk, h, t, vb);
   } else if (KIND == kPvClamp4 || KIND == kPvClamp2) {
     constexpr int BITS = KIND == kPvClamp4 ? 4 : 2;
     constexpr int RB = D * BITS / 8;
@@ -941,8 +935,11 @@ __device__ __forceinline__ void unit_pv_half(UnitState<D>& st, const u8* stg, co
     for (int j = 0; j < 4; ++j) {
       const int other = shfl_xor_i(acc[MT / 2 + m][j], 2);
       int v = up ? other : acc[m][j];
-      if (KIND == kPvFolded4 && (j >> 1)) v >>= 4;  // odd channel: 16 x the codes (half_v_regs)
       const int chl = 2 * m + (j >> 1);
+      // the codes sat in place (half_v_regs): the element's vb index is chl, + MT in lanes
+      // t >= 2, and MT (D / 16) is a multiple of 4, so chl has the index's parity and residue mod 4
+      if (KIND == kPvFolded4) v >>= 4 * (chl & 1);
+      if (KIND == kPvFolded2) v >>= 2 * (chl & 3);
       const int rsj = (j & 1) ? rs_b : rs_a;
       int dot;
       if (kClamp || KIND == kPvBuffer)
@@ -1092,13 +1089,17 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     const bool active = qt >= 0 && (compressed || (cur.ti == nblocks && ntok_buf > 0));
     if (qt >= 0) {
       if (seg_first) {
-        // query row g to INT8, one scale per query head (Alg. 2 "s_Q = max(abs(Q)) / 119")
+        // query row g to INT8, one scale per query head (Alg. 2 "s_Q = max(abs(Q)) / 119"); in
+        // the half-row instance rows 4-7 (no query head) hold copies of rows 0-3, so that the
+        // lanes of row g + 4 find row g's scores of keys 32..63 in their own accumulators
+        // (unit_softmax<D, 4>)
+        const int qrow = half ? (g & 3) : g;
         float f[KCH];
         float amax = 0.0f;
 #pragma unroll
         for (int v = 0; v < KCH / 8; ++v) {
           float e8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          if (g < rows) unpack8<T>(ld_global_nc16(p.q + ((u64)(b * p.max_sq + qt) * p.heads_q + h0 + g) * D + KCH * t + 8 * v), e8);
+          if (qrow < rows) unpack8<T>(ld_global_nc16(p.q + ((u64)(b * p.max_sq + qt) * p.heads_q + h0 + qrow) * D + KCH * t + 8 * v), e8);
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
             f[8 * v + e] = e8[e];
