@@ -157,6 +157,19 @@ struct Exp {
     const float v = mul_rn(lut[idx], p);
     return x >= n_r ? v : 0.0f;  // x < n_r, NaN and -inf give 0 (Eq. 14)
   }
+  // sas_exp for x <= 0 (or -inf, NaN): the clamp of -x at 0 is dropped; with x <= 0, -x >= 0
+  // already, and where x is -0 the +-0 argument gives the same floor, fraction, index and value.
+  __device__ __forceinline__ float sas_exp_nonpos(float x) const {
+    const float t = -x;
+    const float n = floor_f(t);
+    const float f = sub_rn(t, n);
+    float p = fma_rn(bits_to_f32(0xbdd1eb85u), f, bits_to_f32(0x3eecd9e8u));
+    p = fma_rn(p, f, bits_to_f32(0xbf7e00d2u));
+    p = fma_rn(p, f, bits_to_f32(0x3f7fe5c9u));
+    const int idx = (int)(n < 16.0f ? n : 16.0f);
+    const float v = mul_rn(lut[idx], p);
+    return x >= n_r ? v : 0.0f;
+  }
   // The online-softmax rescale of an old state: 1 when the maximum did not move (module docs,
   // "departs from the listings"), else EXP(m_old - m_new).
   __device__ __forceinline__ float rescale(float m_old, float m_new) const {

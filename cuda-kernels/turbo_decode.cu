@@ -109,6 +109,9 @@ struct UnitStage {
   static constexpr int kBytes = kParV + 2 * D;
 };
 __device__ __forceinline__ int row_slot(int r) { return r ^ ((r >> 1) & 3); }
+// row_slot(8 a + b) = 8 a + row_slot(b) for 0 <= b < 8 (the permutation stays inside aligned
+// groups of 8): a lane's rows are one lane-dependent base plus compile-time offsets, so the
+// loads take immediate offsets instead of a row_slot per row (about 4 instructions a row).
 
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
   u32 r;
@@ -147,6 +150,9 @@ __device__ __forceinline__ void cp_async4(void* dst_smem, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst_smem)), "l"(src) : "memory");
 }
 __device__ __forceinline__ u32 lds32(const u8* p) { return *reinterpret_cast<const u32*>(p); }
+__device__ __forceinline__ void cp_async4_s(u32 dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
 // 16-byte cp.async to a shared-window address (no generic-to-shared conversion per chunk).
 __device__ __forceinline__ void cp_async16_s(u32 dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
@@ -230,50 +236,69 @@ __device__ __forceinline__ int rne_quotient(float x, float rinv, bool& near) {
   near |= fabsf(sub_rn(q, floor_f(q)) - 0.5f) < 4.0e-5f;
   return rne_int(q);
 }
+// The same test on the P codes (0 <= x / s < 128) in one instruction fewer: q - rint(q) is exact
+// (q < 128, so the difference is a multiple of q's ulp below 1), and a half-integer within 4e-5
+// of q means |q - rint(q)| > 0.5 - 4e-5; the threshold is taken a little lower (0.4999), so that
+// `near` is set on a superset of the quotients rne_quotient flags (one more exact division now
+// and then, never a missed one).
+__device__ __forceinline__ int rne_quotient_p(float x, float rinv, bool& near) {
+  const float q = mul_rn(x, rinv);
+  float r;
+  asm("cvt.rni.f32.f32 %0, %1;" : "=f"(r) : "f"(q));
+  near |= fabsf(sub_rn(q, r)) > 0.4999f;
+  return rne_int(r);
+}
+__device__ __forceinline__ int dp4a_u8(u32 a, u32 b, int c) {
+  int r;
+  asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
 
 // SAS online softmax of one 64-key tile for row g (the emulation's attend_tile, op for op):
-// returns P's A fragments, the row sum of P codes, the rescale r and s_P s_V. `s - bias` is the
-// integer dot product of key 8 j + 2 t + e.
+// returns P's A fragments, the row sum of P codes, the rescale r and s_P s_V. `s` is the exact
+// integer dot product of key 8 j + 2 t + e (every q K^T variant removes its own offsets).
 //
 // J = 8: each lane scores its row's 16 keys. J = 4, for groups of at most 4 query heads: the
-// lanes of rows 4-7 (no query head there) take keys 32..63 of row g - 4 (lane ^ 16), so that
+// lanes of rows 4-7 (no query head there) take keys 32..63 of row g - 4 (they hold its query), so that
 // the exponentials, the only per-key work with long dependent chains, run on every lane once
 // instead of on half of them twice; row maxima and sums reduce over lane ^ 16 too (exact), and
 // P's fragments of keys 32..63 come back with one shuffle each. Both halves keep the same (m,
 // l) state.
+//
+// Instruction economy of the per-key work (it is most of the tile's floating-point work): keys
+// past `ntok` (only the INT8 buffer tile has any) are masked in a uniform branch, so a full tile
+// pays nothing for the mask; the SAS exponential takes its argument as <= 0 (sas_exp_nonpos);
+// the P code is rint(x / s_P) without a clamp (the quotient is at most 119 (1 + 2^-22) when s_P
+// >= 1e-30: P~ <= max P~ = 119 s_P up to one rounding), the row sum of codes is two dp4a on the
+// packed fragments.
 template <int D, int J>
-__device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8][2], int bias, int ntok, float s_k, float s_v,
+__device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8][2], int ntok, float s_k, float s_v,
                                              float scale, const Exp& ex, int lane, u32 (&pa0)[2], u32 (&pa2)[2], int& rs,
                                              float& r, float& c) {
   static_assert(J == 8 || J == 4, "16 or 8 keys per lane");
   const int t = lane & 3;
   const bool upper = J == 4 && lane >= 16;
-  float alpha = mul_rn(mul_rn(st.qs, s_k), scale);
+  // J = 4: the lanes of rows 4-7 hold row g - 4's query (decode_body), hence its scale and its
+  // scores of keys 32..63 in their own s[4..7]
+  const float alpha = mul_rn(mul_rn(st.qs, s_k), scale);
   int sv[J][2];
 #pragma unroll
   for (int j = 0; j < J; ++j)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      if (J == 8) {
-        sv[j][e] = s[j][e] - bias;
-      } else {
-        const int other = shfl_xor_i(s[4 + j][e] - bias, 16);
-        sv[j][e] = upper ? other : s[j][e] - bias;
-      }
-    }
-  if (J == 4) {
-    const float other = shfl_xor(alpha, 16);
-    alpha = upper ? other : alpha;
-  }
+    for (int e = 0; e < 2; ++e) sv[j][e] = upper ? s[4 + j][e] : s[j][e];
   const int j0 = upper ? 4 : 0;
   float x[J][2];
 #pragma unroll
   for (int j = 0; j < J; ++j)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int key = 8 * (j0 + j) + 2 * t + e;
-      x[j][e] = key < ntok ? mul_rn(i2f(sv[j][e]), alpha) : neg_inf();
-    }
+    for (int e = 0; e < 2; ++e) x[j][e] = mul_rn(i2f(sv[j][e]), alpha);
+  if (ntok < kBlock) {  // uniform: the INT8 buffer tile only
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (8 * (j0 + j) + 2 * t + e >= ntok) x[j][e] = neg_inf();
+  }
   float tmax = max_tree<J>(x);
   tmax = fmax2(tmax, shfl_xor(tmax, 1));
   tmax = fmax2(tmax, shfl_xor(tmax, 2));
@@ -284,7 +309,7 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
 #pragma unroll
     for (int j = 0; j < J; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) x[j][e] = ex.sas_exp(sub_rn(x[j][e], mn));  // -inf (masked key) gives 0
+      for (int e = 0; e < 2; ++e) x[j][e] = ex.sas_exp_nonpos(sub_rn(x[j][e], mn));  // -inf (masked key) gives 0
   } else {
 #pragma unroll
     for (int j = 0; j < J; ++j)
@@ -306,7 +331,7 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
 #pragma unroll
     for (int j = 0; j < J; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) code[j][e] = clampi(rne_quotient(x[j][e], rinv, exact), 0, 127);
+      for (int e = 0; e < 2; ++e) code[j][e] = rne_quotient_p(x[j][e], rinv, exact);
   } else {
 #pragma unroll
     for (int j = 0; j < J; ++j) code[j][0] = code[j][1] = 0;
@@ -317,9 +342,14 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
 #pragma unroll
       for (int e = 0; e < 2; ++e) code[j][e] = s_p == 0.0f ? 0 : clampi(rne_int(div_rn(x[j][e], s_p)), 0, 127);
   }
+#pragma unroll
+  for (int kk = 0; kk < J / 4; ++kk) {
+    pa0[kk] = pack4_u8(code[4 * kk][0], code[4 * kk][1], code[4 * kk + 1][0], code[4 * kk + 1][1]);
+    pa2[kk] = pack4_u8(code[4 * kk + 2][0], code[4 * kk + 2][1], code[4 * kk + 3][0], code[4 * kk + 3][1]);
+  }
   int sum = 0;
 #pragma unroll
-  for (int j = 0; j < J; ++j) sum += code[j][0] + code[j][1];
+  for (int kk = 0; kk < J / 4; ++kk) sum = dp4a_u8(pa0[kk], 0x01010101u, dp4a_u8(pa2[kk], 0x01010101u, sum));
   sum += shfl_xor_i(sum, 1);
   sum += shfl_xor_i(sum, 2);
   if (J == 4) sum += shfl_xor_i(sum, 16);
@@ -327,11 +357,6 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
   st.l = fma_rn(i2f(sum), s_p, mul_rn(st.l, r));
   st.m = mn;
   c = mul_rn(s_p, s_v);
-#pragma unroll
-  for (int kk = 0; kk < J / 4; ++kk) {
-    pa0[kk] = pack4_u8(code[4 * kk][0], code[4 * kk][1], code[4 * kk + 1][0], code[4 * kk + 1][1]);
-    pa2[kk] = pack4_u8(code[4 * kk + 2][0], code[4 * kk + 2][1], code[4 * kk + 3][0], code[4 * kk + 3][1]);
-  }
   if (J == 4) {  // keys 32..63 of row g from lane ^ 16 (rows 4-7 of P are never read back)
     pa0[1] = (u32)shfl_xor_i((int)pa0[0], 16);
     pa2[1] = (u32)shfl_xor_i((int)pa2[0], 16);
@@ -408,7 +433,7 @@ __device__ __forceinline__ void unit_qk_compressed(const UnitState<D>& st, const
   constexpr int KLB = KCH * BITS / 8;  // bytes of the lane's K channels in a row
   const u8* rows[8];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) rows[j] = stg + S::kK + row_slot(8 * j + g) * RB + KLB * t;
+  for (int j = 0; j < 8; ++j) rows[j] = stg + S::kK + (8 * j + row_slot(g)) * RB + KLB * t;
   u32 qa0[KS], qa2[KS];
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) qa0[ks] = st.qa0[ks], qa2[ks] = st.qa2[ks];
@@ -442,6 +467,9 @@ __device__ __forceinline__ void unit_qk_compressed(const UnitState<D>& st, const
       qa0[i + 1] = a, qa2[i + 1] = b;
     }
   }
+  // K's + 128 out of the dot products
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s[j][0] -= 128 * st.qsum, s[j][1] -= 128 * st.qsum;
 }
 
 // P V of a compressed tile and the O update (dequantize V, O = O r + s_P s_V P^q V^q1); the
@@ -470,7 +498,7 @@ __device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* s
         u32 w[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k)
-          w[k] = lds_codes8<BITS>(vrow + row_slot(key0 + (k & 1) + 8 * (k >> 1)) * RB + c8 * BITS);
+          w[k] = lds_codes8<BITS>(vrow + (key0 - 2 * t + 8 * (k >> 1) + row_slot(2 * t + (k & 1))) * RB + c8 * BITS);
         u32 x[4], ch[8];
         transpose4(w[0], w[1], w[2], w[3], x);
         split_codes<BITS>(x, ch);
@@ -513,6 +541,12 @@ __device__ __forceinline__ constexpr int fold_channel(int ks, int half, int b) {
 __device__ __forceinline__ int dp4a_s8(u32 a, u32 b, int c) {
   int r;
   asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+// c + the dot product of the four s8 bytes of a and the four u8 bytes of b.
+__device__ __forceinline__ int dp4a_s8u8(u32 a, u32 b, int c) {
+  int r;
+  asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
   return r;
 }
 // Byte `i` of `w` zero- (u8) or sign-extended (s8) to 32 bits (one prmt).
@@ -567,7 +601,9 @@ __device__ __forceinline__ void unit_qk_folded(const UnitState<D>& st, const u8*
   for (int i = 0; i < KCH / 4; ++i) zq = dp4a_s8(st.qn[i], zw[i], zq);
   zq += shfl_xor_i(zq, 1);
   zq += shfl_xor_i(zq, 2);
-  // the folded query q_c s_c + 128 = 256 h + (l + 128): bytes 0 (xor 0x80) and 1 are l and h
+  // the folded query q_c s_c + 128 = 256 h + (l + 128): bytes 0 (xor 0x80) and 1 are l and h;
+  // one product is a dp4a of the query word with all bytes but channel c's masked off and the
+  // scale word (two instructions; two byte extractions and a multiply-add before)
   u32 a[KS][4];
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks)
@@ -577,15 +613,16 @@ __device__ __forceinline__ void unit_qk_folded(const UnitState<D>& st, const u8*
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
         const int c = fold_channel<BITS>(ks, half, b);
-        u[b] = byte_s(st.qn[c >> 2], c & 3) * byte_u(sw[c >> 2], c & 3) + 128;
+        u[b] = dp4a_s8u8(st.qn[c >> 2] & (0xffu << (8 * (c & 3))), sw[c >> 2], 128);
       }
       const u32 p01 = prmt((u32)u[0], (u32)u[1], 0x5140), p23 = prmt((u32)u[2], (u32)u[3], 0x5140);
       a[ks][2 * half] = prmt(p01, p23, 0x5410) ^ 0x80808080u;  // l: row g
       a[ks][2 * half + 1] = prmt(p01, p23, 0x7632);            // h: row g + 8
     }
+  const u8* row0 = stg + S::kK + row_slot(g) * RB + KLB * t;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const u8* row = stg + S::kK + row_slot(8 * j + g) * RB + KLB * t;
+    const u8* row = row0 + 8 * j * RB;  // row_slot(8 j + g)
     u32 w[4];
     if (KLB == 16) {
       const Vec16 v = ld_shared16(row);
@@ -612,17 +649,25 @@ __device__ __forceinline__ void unit_qk_folded(const UnitState<D>& st, const u8*
 // The B registers of P V for k-slice kk, key half h (keys 32 kk + 16 h + 2 t + {0, 1, 8, 9} in
 // the slot order of P's A fragment), raw codes of the lane's VCH channels: vb[nt] holds channel
 // VCH g + nt of the four keys, one per byte.
-template <int D, int BITS>
+//
+// IN_PLACE: codes stay at their bit position in the byte, channel ch (of the lane's VCH) as
+// 16^(ch % 2) x code (4 bits) or 4^(ch % 4) x code (2 bits), at most 240 or 192 (u8 operands):
+// one mask instead of a shift and a mask; the caller shifts those sums right by 4 (ch % 2) or
+// 2 (ch % 4) (exact: every term is a multiple of that power of two, and 127 x 240 x 64 fits an
+// s32).
+template <int D, int BITS, bool IN_PLACE = false>
 __device__ __forceinline__ void raw_v_codes(const u8* vrow, int kk, int h, int t, u32 (&vb)[D / 8]) {
   constexpr int VCH = D / 8;
   constexpr int RB = D * BITS / 8;
   constexpr int VB = VCH * BITS / 8;  // bytes of the lane's channels in a row: 8, 4 or 2
   constexpr int W = VB >= 4 ? VB / 4 : 1;
-  const int key0 = 32 * kk + 16 * h + 2 * t;
+  // key 32 kk + 16 h + 8 (k >> 1) + 2 t + (k & 1) sits at row 32 kk + 16 h + 8 (k >> 1) +
+  // row_slot(2 t + (k & 1))
+  const u8* base[2] = {vrow + row_slot(2 * t) * RB, vrow + row_slot(2 * t + 1) * RB};
   u32 w[4][W];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const u8* p = vrow + row_slot(key0 + (k & 1) + 8 * (k >> 1)) * RB;
+    const u8* p = base[k & 1] + (32 * kk + 16 * h + 8 * (k >> 1)) * RB;
     if (VB == 8) {
       const uint2 v = *reinterpret_cast<const uint2*>(p);
       w[k][0] = v.x, w[k][W - 1] = v.y;
@@ -641,14 +686,15 @@ __device__ __forceinline__ void raw_v_codes(const u8* vrow, int kk, int h, int t
       for (int j = 0; j < 4; ++j) {
         if (8 * wi + 2 * j + 1 >= VCH) break;
         vb[8 * wi + 2 * j] = x[j] & 0x0f0f0f0fu;
-        vb[8 * wi + 2 * j + 1] = (x[j] >> 4) & 0x0f0f0f0fu;
+        vb[8 * wi + 2 * j + 1] = IN_PLACE ? x[j] & 0xf0f0f0f0u : (x[j] >> 4) & 0x0f0f0f0fu;
       }
     } else {
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          if (16 * wi + 4 * j + k < VCH) vb[16 * wi + 4 * j + k] = (x[j] >> (2 * k)) & 0x03030303u;
+          if (16 * wi + 4 * j + k < VCH)
+            vb[16 * wi + 4 * j + k] = IN_PLACE ? x[j] & (0x03030303u << (2 * k)) : (x[j] >> (2 * k)) & 0x03030303u;
         }
     }
   }
@@ -711,6 +757,8 @@ __device__ __forceinline__ void unit_qk_buffer(const UnitState<D>& st, const i8*
       const u32 b1 = prmt(w[2 * ks], w[2 * ks + 1], 0x7531) ^ 0x80808080u;
       mma_qk(s[j][0], s[j][1], st.qa0[ks], st.qa2[ks], b0, b1);
     }
+    s[j][0] -= 128 * st.qsum;  // the bytes carried K + 128
+    s[j][1] -= 128 * st.qsum;
   }
 }
 
@@ -793,7 +841,7 @@ __device__ __forceinline__ void half_v_regs(const u8* stg, const i8* vbuf, int n
   constexpr int VCH = D / 8;
   if (KIND == kPvFolded4 || KIND == kPvFolded2) {
     constexpr int BITS = KIND == kPvFolded4 ? 4 : 2;
-    raw_v_codes<D, BITS>(stg + S::kV + (VCH * BITS / 8) * g, kk, h, t, vb);
+    raw_v_codes<D, BITS, true>(stg + S::kV + (VCH * BITS / 8) * g, kk, h, t, vb);
   } else if (KIND == kPvClamp4 || KIND == kPvClamp2) {
     constexpr int BITS = KIND == kPvClamp4 ? 4 : 2;
     constexpr int RB = D * BITS / 8;
@@ -803,7 +851,8 @@ __device__ __forceinline__ void half_v_regs(const u8* stg, const i8* vbuf, int n
     for (int c8 = 0; c8 < VCH / 8; ++c8) {
       u32 w[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) w[k] = lds_codes8<BITS>(vrow + row_slot(key0 + (k & 1) + 8 * (k >> 1)) * RB + c8 * BITS);
+      for (int k = 0; k < 4; ++k)
+        w[k] = lds_codes8<BITS>(vrow + (key0 - 2 * t + 8 * (k >> 1) + row_slot(2 * t + (k & 1))) * RB + c8 * BITS);
       u32 x[4], ch[8];
       transpose4(w[0], w[1], w[2], w[3], x);
       split_codes<BITS>(x, ch);
@@ -885,8 +934,12 @@ __device__ __forceinline__ void unit_pv_half(UnitState<D>& st, const u8* stg, co
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int other = shfl_xor_i(acc[MT / 2 + m][j], 2);
-      const int v = up ? other : acc[m][j];
+      int v = up ? other : acc[m][j];
       const int chl = 2 * m + (j >> 1);
+      // the codes sat in place (half_v_regs): the element's vb index is chl, + MT in lanes
+      // t >= 2, and MT (D / 16) is a multiple of 4, so chl has the index's parity and residue mod 4
+      if (KIND == kPvFolded4) v >>= 4 * (chl & 1);
+      if (KIND == kPvFolded2) v >>= 2 * (chl & 3);
       const int rsj = (j & 1) ? rs_b : rs_a;
       int dot;
       if (kClamp || KIND == kPvBuffer)
@@ -982,16 +1035,25 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   // lands at the same offset, since row_slot permutes rows inside aligned groups of 8; then the
   // tensor's channel parameters, and with K the block scales and clamp flags of both tensors
   const u32 stage_s = smem_addr(stages);
+  // what the issue needs of the lane alone, computed once: where its 16-byte chunk of a step
+  // lands for 4 and for 2 bits, and the source of its scale / clamp word (lanes 0-3)
+  auto lane_dst = [&](int rb_log) {
+    const int cpr_log = rb_log - 4;  // log2 16-byte chunks per row
+    return stage_s + (row_slot(lane >> cpr_log) << rb_log) + ((lane & ((1 << cpr_log) - 1)) << 4);
+  };
+  const u32 dst4 = lane_dst(D == 128 ? 6 : 5), dst2 = lane_dst(D == 128 ? 5 : 4);
+  const u32* const scale_src = lane == 0   ? reinterpret_cast<const u32*>(cp.k.bscale)
+                               : lane == 1 ? reinterpret_cast<const u32*>(cp.v.bscale)
+                               : lane == 2 ? cp.k.clamp
+                                           : cp.v.clamp;
   auto issue = [&](const UnitCursor& c, int which) {
     if (c.qt < 0 || c.ti >= (c.len >> 6)) return;  // kBlock = 64
     const bool b4 = c.bits == 4;
     const int rb_log = b4 ? (D == 128 ? 6 : 5) : (D == 128 ? 5 : 4);  // log2 row bytes
-    const int cpr_log = rb_log - 4;                                   // log2 16-byte chunks per row
-    const u64 code_off = c.code0 + ((u64)c.ti << (rb_log + 6));       // 64 rows a block
+    const u64 code_off = c.code0 + (u32)(c.ti << (rb_log + 6));       // 64 rows a block (< 4 GiB a head)
     const u64 pb = c.pb0 + c.ti;
     const CacheView& cv = which ? cp.v : cp.k;
-    const u32 dst = stage_s + (which ? S::kV : S::kK) +
-                    (row_slot(lane >> cpr_log) << rb_log) + ((lane & ((1 << cpr_log) - 1)) << 4);
+    const u32 dst = (b4 ? dst4 : dst2) + (which ? S::kV : S::kK);
     const u8* src = cv.codes + code_off + 16 * lane;
     constexpr int kMaxSteps = D * 4 / 64;  // 512-byte steps of a 4-bit block
 #pragma unroll
@@ -999,13 +1061,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       if (b4 || i < kMaxSteps / 2) cp_async16_s(dst + 512 * i, src + 512 * i);
     if (lane < D / 8)  // 2 D / 16 chunks of channel parameters
       cp_async16_s(stage_s + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
-    if (!which && lane < 4) {
-      const u32* srcs = lane == 0 ? reinterpret_cast<const u32*>(cp.k.bscale)
-                        : lane == 1 ? reinterpret_cast<const u32*>(cp.v.bscale)
-                        : lane == 2 ? cp.k.clamp
-                                    : cp.v.clamp;
-      cp_async4(stages + S::kScales + 4 * lane, srcs + pb);
-    }
+    if (!which && lane < 4) cp_async4_s(stage_s + S::kScales + 4 * lane, scale_src + pb);
   };
 
   UnitState<D> st;
@@ -1033,13 +1089,17 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     const bool active = qt >= 0 && (compressed || (cur.ti == nblocks && ntok_buf > 0));
     if (qt >= 0) {
       if (seg_first) {
-        // query row g to INT8, one scale per query head (Alg. 2 "s_Q = max(abs(Q)) / 119")
+        // query row g to INT8, one scale per query head (Alg. 2 "s_Q = max(abs(Q)) / 119"); in
+        // the half-row instance rows 4-7 (no query head) hold copies of rows 0-3, so that the
+        // lanes of row g + 4 find row g's scores of keys 32..63 in their own accumulators
+        // (unit_softmax<D, 4>)
+        const int qrow = half ? (g & 3) : g;
         float f[KCH];
         float amax = 0.0f;
 #pragma unroll
         for (int v = 0; v < KCH / 8; ++v) {
           float e8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          if (g < rows) unpack8<T>(ld_global_nc16(p.q + ((u64)(b * p.max_sq + qt) * p.heads_q + h0 + g) * D + KCH * t + 8 * v), e8);
+          if (qrow < rows) unpack8<T>(ld_global_nc16(p.q + ((u64)(b * p.max_sq + qt) * p.heads_q + h0 + qrow) * D + KCH * t + 8 * v), e8);
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
             f[8 * v + e] = e8[e];
@@ -1122,12 +1182,10 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     int rs = 0;
     float r = 1.0f, c = 0.0f;
     if (active) {
-      // the folded variants return the exact dot products; the others carry K's + 128
-      const int bias = variant == 1 || variant == 3 ? 0 : 128 * st.qsum;
       if (half)
-        unit_softmax<D, 4>(st, s, bias, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
+        unit_softmax<D, 4>(st, s, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
       else
-        unit_softmax<D, 8>(st, s, bias, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
+        unit_softmax<D, 8>(st, s, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
     }
     // pending: V of this tile, K of the next
     cp_async_wait<1>();
