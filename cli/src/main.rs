@@ -885,7 +885,16 @@ fn cmd_devices() {
                 "ready",
                 d.caps
                     .as_ref()
-                    .map(|c| format!("{} ({} compute units)", c.name, c.compute_units))
+                    .map(|c| match c.dram_bytes_per_s {
+                        // the DRAM bandwidth the Lean planner's grid rule reads
+                        Some(b) => format!(
+                            "{} ({} compute units, {:.2} TB/s DRAM peak)",
+                            c.name,
+                            c.compute_units,
+                            b as f64 / 1e12
+                        ),
+                        None => format!("{} ({} compute units)", c.name, c.compute_units),
+                    })
                     .unwrap_or_default(),
             ),
             Availability::Simulated { reason } => ("simulated", reason.clone()),
