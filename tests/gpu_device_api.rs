@@ -550,15 +550,15 @@ fn gpu_merge_states_matches_the_core_merge() {
 #[test]
 fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
     use ferrattn::device_api::{
-        contiguous_strides, Stream, TurboQuantCacheSpec, TurboQuantCompression,
-        TurboQuantDecodePlan, TurboQuantDecodeViews, TurboQuantDevice, TurboQuantSchedule,
-        TurboQuantShape, ViewError, Workspace,
+        Stream, TurboQuantCacheSpec, TurboQuantCompression, TurboQuantDecodePlan,
+        TurboQuantDecodeViews, TurboQuantDevice, TurboQuantSchedule, TurboQuantShape, ViewError,
+        Workspace,
     };
     use ferrattn::turboquant::{self, TurboQuantCodec, TurboQuantConfig};
     use ferrattn::{AttentionInputs, AttentionProblem, Comparison, FerrattnError, Tensor};
     use ferrattn_cuda::{DeviceBuffer, Graph};
     use half::f16;
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
     let name = "gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph";
     let dev = match TurboQuantDevice::new(0) {
         Ok(d) => d,
@@ -576,13 +576,7 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
     let total: Vec<usize> = prompt.iter().map(|&l| l + steps + 1).collect();
     let max_total = *total.iter().max().unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-    let mut randn = |shape: &[usize]| {
-        let mut t = Tensor::zeros(shape, DType::F16);
-        t.data
-            .iter_mut()
-            .for_each(|v| *v = DType::F16.round(rng.gen_range(-2.0f32..2.0)));
-        t
-    };
+    let mut randn = |shape: &[usize]| tq::uniform_f16(&mut rng, shape);
     // every token any step appends, [b, max_total, hk, d]; the query of each step
     let (k_all, v_all) = (randn(&[b, max_total, hk, d]), randn(&[b, max_total, hk, d]));
     let queries: Vec<Tensor> = (0..=steps + 1).map(|_| randn(&[b, 1, hq, d])).collect();
@@ -608,38 +602,9 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
     let mut caches: Vec<_> = (0..layers).map(|_| dev.cache(&spec).unwrap()).collect();
     assert_eq!(caches[0].allocated_bytes(), spec.allocated_bytes());
     assert_eq!(caches[0].capacity_tokens(), spec.capacity());
-    let upload = |t: &Tensor| {
-        let bits: Vec<u16> = t.data.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
-        DeviceBuffer::from_slice(&g, &bits).unwrap()
-    };
-    let view = |buf: &DeviceBuffer, dtype: DType, shape: &[usize]| {
-        // SAFETY: `buf` holds at least these bytes of device 0 and outlives the work.
-        unsafe {
-            ferrattn::device_api::TensorView::cuda(
-                buf.ptr(),
-                buf.bytes(),
-                0,
-                dtype,
-                shape,
-                &contiguous_strides(shape),
-            )
-        }
-        .unwrap()
-    };
-    // rows [from, from + n[b]) of each sequence of `all`, padded to the longest
-    let rows = |all: &Tensor, from: &[usize], n: &[usize]| {
-        let m = *n.iter().max().unwrap();
-        let mut t = Tensor::zeros(&[b, m, hk, d], DType::F16);
-        for bi in 0..b {
-            for j in 0..n[bi] {
-                for h in 0..hk {
-                    t.row4_mut(bi, j, h)
-                        .copy_from_slice(all.row4(bi, from[bi] + j, h));
-                }
-            }
-        }
-        t
-    };
+    let upload = |t: &Tensor| tq::upload_f16(&g, t);
+    let view = tq::cuda_view;
+    let rows = tq::seq_rows;
     // the emulation's decode of query `q` over the first `lens[b]` tokens of each sequence
     let emulate = |q: &Tensor, lens: &[usize]| {
         let m = *lens.iter().max().unwrap();
@@ -673,11 +638,7 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
             )
         })
         .collect();
-    let read = |outs: &[(DeviceBuffer, DeviceBuffer)]| -> Vec<(Vec<u16>, Vec<u32>)> {
-        outs.iter()
-            .map(|(o, l)| (o.to_vec::<u16>().unwrap(), l.to_vec::<u32>().unwrap()))
-            .collect()
-    };
+    let read = tq::read_outs;
     let mut outs = outs;
 
     // ---- a ragged prefill step, then one-token steps, each decoded and checked
@@ -897,14 +858,14 @@ fn gpu_turboquant_cache_matches_the_emulation_and_replays_in_a_graph() {
 #[test]
 fn gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager() {
     use ferrattn::device_api::{
-        contiguous_strides, Stream, TurboQuantCache, TurboQuantCacheSpec, TurboQuantCompression,
-        TurboQuantDecodePlan, TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, Workspace,
+        Stream, TurboQuantCache, TurboQuantCacheSpec, TurboQuantCompression, TurboQuantDecodePlan,
+        TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, Workspace,
     };
     use ferrattn::turboquant::{self, TurboQuantConfig};
     use ferrattn::{AttentionInputs, AttentionProblem, Comparison, Tensor};
     use ferrattn_cuda::{DeviceBuffer, Graph};
     use half::f16;
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
     let name = "gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager";
     let dev = match TurboQuantDevice::new(0) {
         Ok(d) => d,
@@ -925,13 +886,7 @@ fn gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager() {
     let prompt = [577usize, 37, 1000, 65];
     let max_total = prompt.iter().max().unwrap() + 2;
     let mut rng = rand::rngs::StdRng::seed_from_u64(29);
-    let mut randn = |shape: &[usize]| {
-        let mut t = Tensor::zeros(shape, DType::F16);
-        t.data
-            .iter_mut()
-            .for_each(|v| *v = DType::F16.round(rng.gen_range(-2.0f32..2.0)));
-        t
-    };
+    let mut randn = |shape: &[usize]| tq::uniform_f16(&mut rng, shape);
     // per layer: every token the steps append ([b, max_total, hk, d]) and the two queries
     let k_all: Vec<Tensor> = (0..layers).map(|_| randn(&[b, max_total, hk, d])).collect();
     let v_all: Vec<Tensor> = (0..layers).map(|_| randn(&[b, max_total, hk, d])).collect();
@@ -956,38 +911,9 @@ fn gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager() {
         compression: TurboQuantCompression::Exact,
     };
     let mut caches: Vec<TurboQuantCache> = (0..layers).map(|_| dev.cache(&spec).unwrap()).collect();
-    let upload = |t: &Tensor| {
-        let bits: Vec<u16> = t.data.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
-        DeviceBuffer::from_slice(&g, &bits).unwrap()
-    };
-    let view = |buf: &DeviceBuffer, dtype: DType, shape: &[usize]| {
-        // SAFETY: `buf` holds at least these bytes of device 0 and outlives the work.
-        unsafe {
-            ferrattn::device_api::TensorView::cuda(
-                buf.ptr(),
-                buf.bytes(),
-                0,
-                dtype,
-                shape,
-                &contiguous_strides(shape),
-            )
-        }
-        .unwrap()
-    };
-    // rows [from, from + n[b]) of each sequence of `all`, padded to the longest
-    let rows = |all: &Tensor, from: &[usize], n: &[usize]| {
-        let m = *n.iter().max().unwrap();
-        let mut t = Tensor::zeros(&[b, m, hk, d], DType::F16);
-        for bi in 0..b {
-            for j in 0..n[bi] {
-                for h in 0..hk {
-                    t.row4_mut(bi, j, h)
-                        .copy_from_slice(all.row4(bi, from[bi] + j, h));
-                }
-            }
-        }
-        t
-    };
+    let upload = |t: &Tensor| tq::upload_f16(&g, t);
+    let view = tq::cuda_view;
+    let rows = tq::seq_rows;
     let mut outs: Vec<(DeviceBuffer, DeviceBuffer)> = (0..layers)
         .map(|_| {
             (
@@ -1005,17 +931,8 @@ fn gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager() {
             )
         })
         .collect();
-    let poison = |outs: &mut Vec<(DeviceBuffer, DeviceBuffer)>| {
-        for (o, l) in outs.iter_mut() {
-            o.fill_u16(0x7e00).unwrap(); // NaN
-            l.fill_u32(0x7fc0_0000).unwrap();
-        }
-    };
-    let read = |outs: &[(DeviceBuffer, DeviceBuffer)]| -> Vec<(Vec<u16>, Vec<u32>)> {
-        outs.iter()
-            .map(|(o, l)| (o.to_vec::<u16>().unwrap(), l.to_vec::<u32>().unwrap()))
-            .collect()
-    };
+    let poison = tq::poison_outs;
+    let read = tq::read_outs;
     let written = |got: &[(Vec<u16>, Vec<u32>)], what: &str| {
         for (i, (o, l)) in got.iter().enumerate() {
             assert!(
@@ -1257,15 +1174,15 @@ fn gpu_turboquant_step_of_4_layers_in_one_graph_equals_eager() {
 #[test]
 fn gpu_turboquant_fast_cache_meets_its_contract_and_replays_in_a_graph() {
     use ferrattn::device_api::{
-        contiguous_strides, Stream, TurboQuantCache, TurboQuantCacheSpec, TurboQuantCompression,
-        TurboQuantDecodePlan, TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, Workspace,
+        Stream, TurboQuantCache, TurboQuantCacheSpec, TurboQuantCompression, TurboQuantDecodePlan,
+        TurboQuantDecodeViews, TurboQuantDevice, TurboQuantShape, Workspace,
     };
     use ferrattn::turboquant::{CompressedKv, TurboQuantCodec, TurboQuantConfig};
     use ferrattn::{golden, AttentionInputs, AttentionProblem, Comparison, Tensor};
     use ferrattn_cuda::turboquant::{check_compress_contract, CompressPath};
     use ferrattn_cuda::{DeviceBuffer, Graph};
     use half::f16;
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
     let name = "gpu_turboquant_fast_cache_meets_its_contract_and_replays_in_a_graph";
     let dev = match TurboQuantDevice::new(0) {
         Ok(d) => d,
@@ -1282,13 +1199,7 @@ fn gpu_turboquant_fast_cache_meets_its_contract_and_replays_in_a_graph() {
     let steps = 2;
     let max_total = prompt.iter().max().unwrap() + steps + 1;
     let mut rng = rand::rngs::StdRng::seed_from_u64(47);
-    let mut randn = |shape: &[usize]| {
-        let mut t = Tensor::zeros(shape, DType::F16);
-        t.data
-            .iter_mut()
-            .for_each(|v| *v = DType::F16.round(rng.gen_range(-2.0f32..2.0)));
-        t
-    };
+    let mut randn = |shape: &[usize]| tq::uniform_f16(&mut rng, shape);
     let (k_all, v_all) = (randn(&[b, max_total, hk, d]), randn(&[b, max_total, hk, d]));
     let queries: Vec<Tensor> = (0..=steps + 1).map(|_| randn(&[b, 1, hq, d])).collect();
     let probe = AttentionProblem::uniform(1, 1, 1, 1, 1, d, d, DType::F16);
@@ -1302,38 +1213,9 @@ fn gpu_turboquant_fast_cache_meets_its_contract_and_replays_in_a_graph() {
         head_dim: d,
         softmax_scale: None,
     };
-    let upload = |t: &Tensor| {
-        let bits: Vec<u16> = t.data.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
-        DeviceBuffer::from_slice(&g, &bits).unwrap()
-    };
-    let view = |buf: &DeviceBuffer, dtype: DType, shape: &[usize]| {
-        // SAFETY: `buf` holds at least these bytes of device 0 and outlives the work.
-        unsafe {
-            ferrattn::device_api::TensorView::cuda(
-                buf.ptr(),
-                buf.bytes(),
-                0,
-                dtype,
-                shape,
-                &contiguous_strides(shape),
-            )
-        }
-        .unwrap()
-    };
-    // rows [from, from + n[b]) of each sequence of `all`, padded to the longest
-    let rows = |all: &Tensor, from: &[usize], n: &[usize]| {
-        let m = *n.iter().max().unwrap();
-        let mut t = Tensor::zeros(&[b, m, hk, d], DType::F16);
-        for bi in 0..b {
-            for j in 0..n[bi] {
-                for h in 0..hk {
-                    t.row4_mut(bi, j, h)
-                        .copy_from_slice(all.row4(bi, from[bi] + j, h));
-                }
-            }
-        }
-        t
-    };
+    let upload = |t: &Tensor| tq::upload_f16(&g, t);
+    let view = tq::cuda_view;
+    let rows = tq::seq_rows;
     // the problem and inputs of a decode of `q` over the first `lens[b]` tokens of each sequence
     let problem = |q: &Tensor, lens: &[usize]| {
         let m = *lens.iter().max().unwrap();
@@ -1355,23 +1237,14 @@ fn gpu_turboquant_fast_cache_meets_its_contract_and_replays_in_a_graph() {
             .map(|(&a, &b)| (a as f64 - b).abs() / (a.abs() as f64).max(1.0))
             .fold(0.0, f64::max)
     };
-    let read = |outs: &[(DeviceBuffer, DeviceBuffer)]| -> Vec<(Vec<u16>, Vec<u32>)> {
-        outs.iter()
-            .map(|(o, l)| (o.to_vec::<u16>().unwrap(), l.to_vec::<u32>().unwrap()))
-            .collect()
-    };
+    let read = tq::read_outs;
     let decoded = |(o, l): &(Vec<u16>, Vec<u32>)| -> (Vec<f64>, Vec<f64>) {
         (
             o.iter().map(|&x| f16::from_bits(x).to_f64()).collect(),
             l.iter().map(|&x| f32::from_bits(x) as f64).collect(),
         )
     };
-    let poison = |outs: &mut Vec<(DeviceBuffer, DeviceBuffer)>| {
-        for (o, l) in outs.iter_mut() {
-            o.fill_u16(0x7e00).unwrap(); // NaN
-            l.fill_u32(0x7fc0_0000).unwrap();
-        }
-    };
+    let poison = tq::poison_outs;
     let bits_of = |kv: &CompressedKv| {
         let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         (
@@ -1557,5 +1430,78 @@ fn gpu_turboquant_fast_cache_meets_its_contract_and_replays_in_a_graph() {
         drop(graph);
         drop(step);
         eprintln!("{name}: {fast}: 20 replays equal the eager step");
+    }
+}
+
+/// Helpers of the TurboQuant cache tests above (one definition instead of one per test).
+mod tq {
+    use ferrattn::device_api::{contiguous_strides, TensorView};
+    use ferrattn::{DType, Tensor};
+    use ferrattn_cuda::{DeviceBuffer, Gpu};
+    use half::f16;
+    use rand::Rng;
+    use std::sync::Arc;
+
+    /// An f16 tensor of `shape` with values uniform in [-2, 2), rounded to f16.
+    pub fn uniform_f16(rng: &mut impl Rng, shape: &[usize]) -> Tensor {
+        let mut t = Tensor::zeros(shape, DType::F16);
+        t.data
+            .iter_mut()
+            .for_each(|v| *v = DType::F16.round(rng.gen_range(-2.0f32..2.0)));
+        t
+    }
+
+    /// `t`'s values as f16 bits in a new device buffer.
+    pub fn upload_f16(g: &Arc<Gpu>, t: &Tensor) -> DeviceBuffer {
+        let bits: Vec<u16> = t.data.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
+        DeviceBuffer::from_slice(g, &bits).unwrap()
+    }
+
+    /// A contiguous view of `buf` (device 0) as `dtype` of `shape`.
+    pub fn cuda_view<'a>(buf: &DeviceBuffer, dtype: DType, shape: &[usize]) -> TensorView<'a> {
+        // SAFETY: `buf` holds at least these bytes of device 0 and outlives the work.
+        unsafe {
+            TensorView::cuda(
+                buf.ptr(),
+                buf.bytes(),
+                0,
+                dtype,
+                shape,
+                &contiguous_strides(shape),
+            )
+        }
+        .unwrap()
+    }
+
+    /// Rows `[from, from + n[b])` of each sequence of `all` (`[batch, tokens, heads_kv, d]`),
+    /// padded to the longest.
+    pub fn seq_rows(all: &Tensor, from: &[usize], n: &[usize]) -> Tensor {
+        let (b, hk, d) = (all.shape[0], all.shape[2], all.shape[3]);
+        let m = *n.iter().max().unwrap();
+        let mut t = Tensor::zeros(&[b, m, hk, d], DType::F16);
+        for bi in 0..b {
+            for j in 0..n[bi] {
+                for h in 0..hk {
+                    t.row4_mut(bi, j, h)
+                        .copy_from_slice(all.row4(bi, from[bi] + j, h));
+                }
+            }
+        }
+        t
+    }
+
+    /// Each (O, LSE) pair's bits.
+    pub fn read_outs(outs: &[(DeviceBuffer, DeviceBuffer)]) -> Vec<(Vec<u16>, Vec<u32>)> {
+        outs.iter()
+            .map(|(o, l)| (o.to_vec::<u16>().unwrap(), l.to_vec::<u32>().unwrap()))
+            .collect()
+    }
+
+    /// Fills every O with f16 NaN and every LSE with f32 NaN.
+    pub fn poison_outs(outs: &mut [(DeviceBuffer, DeviceBuffer)]) {
+        for (o, l) in outs.iter_mut() {
+            o.fill_u16(0x7e00).unwrap(); // NaN
+            l.fill_u32(0x7fc0_0000).unwrap();
+        }
     }
 }
