@@ -800,6 +800,24 @@ pub struct DeviceTurboQuantCache {
 }
 
 impl DeviceTurboQuantCache {
+    /// Address of the key (`keys`) or value codes, as the compression kernels write them.
+    fn codes_of(&self, keys: bool) -> u64 {
+        if keys {
+            self.kcodes.ptr()
+        } else {
+            self.vcodes.ptr()
+        }
+    }
+
+    /// Address of the key (`keys`) or value norms, as the compression kernels write them.
+    fn norms_of(&self, keys: bool) -> u64 {
+        if keys {
+            self.knorms.ptr()
+        } else {
+            self.vnorms.ptr()
+        }
+    }
+
     /// Tokens held per sequence.
     pub fn lens(&self) -> &[usize] {
         &self.lens
@@ -1898,17 +1916,9 @@ impl TurboQuantCuda {
             count: prep.count,
             pi: self.pi.ptr(),
             s: self.s.ptr(),
-            codes: if keys {
-                cache.kcodes.ptr()
-            } else {
-                cache.vcodes.ptr()
-            },
+            codes: cache.codes_of(keys),
             signs: cache.ksigns.ptr(),
-            norms: if keys {
-                cache.knorms.ptr()
-            } else {
-                cache.vnorms.ptr()
-            },
+            norms: cache.norms_of(keys),
             batch: b_ as i32,
             src_len: prep.tables.src_len as i32,
             heads_kv: hk as i32,
@@ -1981,17 +1991,9 @@ impl TurboQuantCuda {
             pi_lo: self.pi_lo.ptr(),
             m: self.m_hi.ptr(),
             lut: lut.1.ptr(),
-            codes: if keys {
-                cache.kcodes.ptr()
-            } else {
-                cache.vcodes.ptr()
-            },
+            codes: cache.codes_of(keys),
             signs: cache.ksigns.ptr(),
-            norms: if keys {
-                cache.knorms.ptr()
-            } else {
-                cache.vnorms.ptr()
-            },
+            norms: cache.norms_of(keys),
             batch: b_ as i32,
             src_len: prep.tables.src_len as i32,
             heads_kv: hk as i32,
