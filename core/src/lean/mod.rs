@@ -225,6 +225,12 @@ pub const ONE_PER_SM_MAX_ITERS: u64 = 1024;
 ///   one sequence run together). Lean-paper B=64 ctx 1k: 313 us against 336 us for stream-K.
 ///   Not persistent, so not launched cooperatively; its workspace has no per-CTA region.
 pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
+    plan_rules(p, caps, true)
+}
+
+/// [`plan`]'s rules; `bandwidth_rule` false leaves out the one-CTA-per-SM rule of low-bandwidth
+/// devices ([`plan_paged`]).
+fn plan_rules(p: &AttentionProblem, caps: &DeviceCaps, bandwidth_rule: bool) -> Result<LeanPlan> {
     let sms = caps.compute_units.max(1);
     let slots = sms.saturating_mul(caps.ctas_per_unit.max(1));
     let mut pl = plan_with_ctas(p, caps, slots)?;
@@ -236,9 +242,10 @@ pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
         return Ok(pl);
     }
     let n = space.iters[0];
-    let low_bandwidth = caps
-        .dram_bytes_per_unit()
-        .is_some_and(|b| b <= ONE_PER_SM_MAX_DRAM_PER_UNIT);
+    let low_bandwidth = bandwidth_rule
+        && caps
+            .dram_bytes_per_unit()
+            .is_some_and(|b| b <= ONE_PER_SM_MAX_DRAM_PER_UNIT);
     if tiles < slots && low_bandwidth {
         if let Some(g) = aligned_one_per_sm(tiles, sms, space.total_iters()) {
             pl.schedule = Schedule::stream_k(&space, g);
@@ -268,15 +275,10 @@ pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
 /// devices ([`ONE_PER_SM_MAX_DRAM_PER_UNIT`]). The paged kernel does not keep up at one CTA per SM
 /// under a saturated memory system (H100, 2026-11-25, `lean_paged`: Lean-paper B=1 ctx 64k on 112
 /// CTAs took 1.46x contiguous with pages of 16 and 1.19x with pages of 64; Llama B=8 ctx 8k on 128
-/// CTAs 1.25x with pages of 16), where on the slot-filling grid it stays within 1-3%.
+/// CTAs 1.25x with pages of 16), where on the slot-filling grid the same H100 kind measured
+/// 1.009x and 1.034x (492cb46, `docs/results/h100-2026-11-25-492cb46/lean_paged.txt`).
 pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
-    plan(
-        p,
-        &DeviceCaps {
-            dram_bytes_per_s: None,
-            ..caps.clone()
-        },
-    )
+    plan_rules(p, caps, false)
 }
 
 /// DRAM bandwidth per SM (bytes per second) up to which [`plan`] runs aligned grids of one CTA per
