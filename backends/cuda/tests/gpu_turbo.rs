@@ -215,10 +215,14 @@ fn check_vs_golden(
 
 /// The fast decode contract (`Options::fast_turbo_decode`, docs/TURBO_CUDA.md): O within this
 /// relative Frobenius error of the bit-exact result (the emulation, or the CPU twin of a
-/// stream-K split), LSE within `FAST_LSE_ABS`; against the f64 golden no worse than the bit-exact
-/// result by more than 10% (asserted over all steps of a case in `decode_steps`).
-const FAST_O_REL: f64 = 1e-2;
-const FAST_LSE_ABS: f64 = 5e-3;
+/// stream-K split; the bound the twin test holds a split to), LSE within `FAST_LSE_ABS`; against
+/// the f64 golden no worse than the bit-exact result by more than 10% (asserted over all steps
+/// of a case in `decode_steps`, and per row of the accuracy table). Why these: the fast kernel
+/// replaces SAS by e^x, and SAS is within [-1.03e-3, +2.3e-4] of e^x relative, once per key and
+/// once per move of a row's running maximum (a rescale), so a row's l (hence LSE) moves by about
+/// 1e-3 per maximum move, and O by the spread of those factors over its keys.
+const FAST_O_REL: f64 = 2e-2;
+const FAST_LSE_ABS: f64 = 1e-2;
 
 /// A fast-contract output against the bit-exact one; returns (O relative Frobenius error, LSE
 /// max abs error).
