@@ -378,9 +378,11 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
 //   up to the rounding of the FFMA's constant (a few ulp of 119, so never 120).
 // The largest logit is an integer maximum: x = S alpha with alpha = s_q s_K scale >= 0 is monotone
 // in the integer score S, and tmax = float(max S) alpha rounds as the emulation rounds that key's x.
-// The bound this contract is held to (tests/gpu_turbo.rs, docs/TURBO_CUDA.md): O within 1e-2
-// relative (Frobenius) and LSE within 5e-3 of the emulation, O's error against the f64 golden
-// no more than the bit-exact kernel's + 10%.
+// The bound this contract is held to (tests/gpu_turbo.rs FAST_O_REL / FAST_LSE_ABS,
+// docs/TURBO_CUDA.md): O within 2e-2 relative (Frobenius) and LSE within 1e-2 of the emulation
+// (or of the CPU twin of a split), O's error against the f64 golden no more than the bit-exact
+// kernel's + 10%. The combine is unchanged (its rescale factors stay the configuration's
+// exponential).
 __device__ __forceinline__ float ex2_approx(float x) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));

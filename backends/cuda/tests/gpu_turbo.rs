@@ -1498,7 +1498,10 @@ fn gpu_turbo_fast_decode_costs_no_accuracy_on_the_accuracy_table() {
             let out_exact = exact.run_turbo(&pl, &x).unwrap();
             let out_fast = fast.run_turbo(&pl, &x).unwrap();
             let what = format!("{name} {bits_name} sas {sas}");
-            check_vs_emulation(&format!("{what} (bit-exact)"), &emu, &out_exact, true);
+            // bit for bit with SAS on; with SAS off the kernel's expf may differ from the
+            // host's in the last bit (the module docs: zero differing elements asserted with SAS
+            // on only)
+            check_vs_emulation(&format!("{what} (bit-exact)"), &emu, &out_exact, sas);
             check_fast(&format!("{what} (fast)"), &emu, &out_fast);
             let mut errs = [0.0f64; 2];
             for (i, (kernel, out)) in [("bit-exact", &out_exact), ("fast", &out_fast)]
