@@ -1149,7 +1149,8 @@ fn decode_steps(
                 note_fast(check_fast(&what, &emu, &gpu));
                 // and step by step against the CPU model of the contract (attend_tile_fast):
                 // the same integer and f32 steps but for the exponential (ex2.approx against
-                // the host's exp2), so within the bounds of `Follows::Steps`
+                // the host's exp2, about 2^-22 apart), which can move a P code by one where
+                // 2^arg is that close to a half-integer: the bounds of `Follows::Codes`
                 let model =
                     turbo::attention::decode_fast(&cfg, &emu_cache, &q, pfull.softmax_scale)
                         .unwrap();
@@ -1157,7 +1158,7 @@ fn decode_steps(
                     &format!("{what} (vs the fast contract's CPU model)"),
                     &model,
                     &gpu,
-                    Follows::Steps,
+                    Follows::Codes,
                 );
             }
             DecodeSchedule::PerTile => diffs += check_vs_emulation(&what, &emu, &gpu, true),
@@ -1361,7 +1362,7 @@ fn gpu_turbo_decode_steps_stream_k_group4_match_the_twin() {
 
 /// The fast-contract decode instances (`Options::fast_turbo_decode`) one unit per tile, on both
 /// instances (g4 and full rows), SAS on and off: each step within `check_fast` of the
-/// emulation and within `Follows::Steps` of the contract's CPU model
+/// emulation and within `Follows::Codes` of the contract's CPU model
 /// (`turbo::attention::decode_fast`; this comparison was added after the 2026-11-26 H200 run and
 /// has not run on a GPU yet), the steps' O no further from the f64 golden than the emulation's
 /// (10%), the cache still bit for bit the emulation's (the appends and flushes are not part of
