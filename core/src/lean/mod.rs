@@ -293,6 +293,7 @@ pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
 ///   1-5% faster on every row this rule picks: B=1 ctx 16k 58.2-58.4 us on 112 CTAs against
 ///   61.5-61.6 on 224, B=4 ctx 16k 215.3 against 227.6, Llama B=1 ctx 32k 38.5-38.7 on 128 against
 ///   40.3, Llama B=8 ctx 32k 242.1 against 250.8 (`docs/results/h200-2026-11-26-lean-copy/`).
+///
 /// The threshold sits above both chips; faster memory per SM (B200-class) is unmeasured and keeps
 /// the slot-filling grids.
 pub const ONE_PER_SM_MAX_DRAM_PER_UNIT: u64 = 40_000_000_000;
