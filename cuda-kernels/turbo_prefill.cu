@@ -604,6 +604,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(h) : "f"(t));
     return h;
   }();
+  const u64 dq0 = smem_desc(q_tile, 8 * D, kSwK), dk_ring = smem_desc(ring, 8 * D, kSwK);
+  const u64 dv_ring = smem_desc(ring + TILE, 512, kSw64);
   auto fast_tile = [&](int (&cur)[32], float ks_j, float vs_j, int j, u32 v_tile, int st) {
     const float c2 = __fmul_rn(mul_rn(mul_rn(s_q, ks_j), p.softmax_scale), c_log2e);
     const int key0 = j * kBlock;
@@ -685,8 +687,9 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
     for (int half = 0; half < D / 64; ++half) {
       wgmma_fence();
-      wgmma_m64n64k32_u8s8(oacc, pa[0], smem_desc(v_tile + 4096 * half, 512, kSw64), 0);
-      wgmma_m64n64k32_u8s8(oacc, pa[1], smem_desc(v_tile + 4096 * half + 32, 512, kSw64), 1);
+      const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * half);
+      wgmma_m64n64k32_u8s8(oacc, pa[0], dv, 0);
+      wgmma_m64n64k32_u8s8(oacc, pa[1], dv + 2, 1);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(oacc);
@@ -721,9 +724,17 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
     // S = Q^q1 K^q1 (exact s32)
     wgmma_fence();
+    if constexpr (kFast) {
+      // descriptors as additions to ones built before the loop (the address field is bits
+      // 0-13 in 16-byte units: +2 per 32-byte k slice, + 2 TILE / 16 per ring stage)
+      const u64 dk = dk_ring + (u64)(st * (2 * TILE >> 4));
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-      wgmma_m64n64k32_s8_ss(sacc, smem_desc(q_tile + 32 * ks, 8 * D, kSwK), smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
+      for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(sacc, dq0 + 2 * ks, dk + 2 * ks, ks);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks)
+        wgmma_m64n64k32_s8_ss(sacc, smem_desc(q_tile + 32 * ks, 8 * D, kSwK), smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
+    }
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(sacc);

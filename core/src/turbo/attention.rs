@@ -413,7 +413,15 @@ pub fn prefill(
     super::check_inputs(cfg, p, x)?;
     let (mut o, mut lse) = output_buffers(p);
     let seqs: Vec<usize> = (0..p.batch).collect();
-    prefill_into(cfg, p, x, &seqs, PQuant::PerTile, &mut o.data, &mut lse.data);
+    prefill_into(
+        cfg,
+        p,
+        x,
+        &seqs,
+        PQuant::PerTile,
+        &mut o.data,
+        &mut lse.data,
+    );
     let v = x.v.as_ref().expect("checked: separate K and V");
     let cache = TurboKvCache::from_context(cfg, &x.k, v, &p.seqlens_k)?;
     Ok((
@@ -444,7 +452,15 @@ pub fn prefill_fixed_p(
     super::check_inputs(cfg, p, x)?;
     let (mut o, mut lse) = output_buffers(p);
     let seqs: Vec<usize> = (0..p.batch).collect();
-    prefill_into(cfg, p, x, &seqs, PQuant::FixedU8, &mut o.data, &mut lse.data);
+    prefill_into(
+        cfg,
+        p,
+        x,
+        &seqs,
+        PQuant::FixedU8,
+        &mut o.data,
+        &mut lse.data,
+    );
     Ok(AttentionOutput {
         o,
         lse,

@@ -1000,11 +1000,19 @@ fn turbo_fixed_p_prefill_is_as_accurate_as_the_emulation() {
             eprintln!("{what}: vs emulation O {o}; LSE max abs {:.3e}", l.max_abs);
             worst_o = worst_o.max(o.rel_fro);
             worst_lse = worst_lse.max(l.max_abs);
-            assert!(o.rel_fro <= FIXED_P_VS_EMULATION.0, "{what}: O vs emulation {o}");
-            assert!(l.max_abs <= FIXED_P_VS_EMULATION.1, "{what}: LSE vs emulation {l}");
+            assert!(
+                o.rel_fro <= FIXED_P_VS_EMULATION.0,
+                "{what}: O vs emulation {o}"
+            );
+            assert!(
+                l.max_abs <= FIXED_P_VS_EMULATION.1,
+                "{what}: LSE vs emulation {l}"
+            );
         }
     }
-    eprintln!("fixed-P vs emulation, worst: O rel. Frobenius {worst_o:.3e}, LSE max abs {worst_lse:.3e}");
+    eprintln!(
+        "fixed-P vs emulation, worst: O rel. Frobenius {worst_o:.3e}, LSE max abs {worst_lse:.3e}"
+    );
 }
 
 /// The fast contract's distance from the emulation: O relative Frobenius, LSE max abs (natural
