@@ -433,7 +433,7 @@ struct False {
   static constexpr bool value = false;
 };
 
-template <class T, int D>
+template <class T, int D, bool kFast>
 __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #ifdef FERRATTN_SM90A
   using namespace sm90;
@@ -584,6 +584,134 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   int oacc[32];  // P V of 64 channels: D / 64 passes per tile (160 registers per thread)
   float ks_next = nt > 0 ? p.ks[kv_base] : 0.0f, vs_next = nt > 0 ? p.vs[kv_base] : 0.0f;
 
+  // ---- the fast tile (kFast; turbo_prefill_wgf_*): P quantized against a bound known before
+  // the tile. With m the running row maximum (log2 units here), p = 2^(x - m) lies in [0, 1], so
+  // P^q = rne(255 p) as u8 (s_P = 1/255 fixed) needs no tile maximum, no cross-warp reduction, no
+  // barrier and no division. Per score element: integer row max (IMNMX), I2FP, one FFMA for the
+  // scaled and shifted logit in log2 units, one MUFU.EX2, then per pair of keys one F2FP (the two
+  // probabilities to f16x2), one HFMA2 (p x 255 + 1024: the code in the low byte of each half)
+  // and half a PRMT (four codes into the A register); row sums by DP4A on the packed codes. l and O stay
+  // in code units (the 1/255 cancels in O / l; LSE subtracts ln 255).
+  // SAS is replaced by ex2.approx (relative error ~2^-22, then p rounded to f16: 2^-12, both far
+  // below SAS's ~1e-3); its threshold: codes below 1/2 round to 0, i.e. x < ln(1/510) = -6.23
+  // gives 0, so n_r <= -6 is the u8 rounding's cut; n_r >= -5 is applied as p >= e^n_r on the
+  // f16 probabilities.
+  const float c_log2e = 1.4426950408889634f;
+  const bool thresh = sas_on && p.sas_nr >= -5;
+  const u32 thr2 = [&] {
+    const float t = exp2_approx((float)p.sas_nr * c_log2e);  // e^n_r
+    u32 h;
+    asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(h) : "f"(t));
+    return h;
+  }();
+  const u64 dq0 = smem_desc(q_tile, 8 * D, kSwK), dk_ring = smem_desc(ring, 8 * D, kSwK);
+  const u64 dv_ring = smem_desc(ring + TILE, 512, kSw64);
+  auto fast_tile = [&](int (&cur)[32], float ks_j, float vs_j, int j, u32 v_tile, int st) {
+    const float c2 = __fmul_rn(mul_rn(mul_rn(s_q, ks_j), p.softmax_scale), c_log2e);
+    const int key0 = j * kBlock;
+    constexpr int kNone = (int)0x80000000;  // below every score (|S| <= 127^2 D < 2^22)
+    const bool masked = key0 + kBlock > vis_min;
+    if (masked) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int key = key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
+        if (key >= ((i & 2) ? vis_b : vis_a)) cur[i] = kNone;
+      }
+    }
+    int ia = kNone, ib = kNone;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      if (i & 2) ib = max(ib, cur[i]); else ia = max(ia, cur[i]);
+    }
+    ia = max(ia, shfl_xor_i(ia, 1));
+    ia = max(ia, shfl_xor_i(ia, 2));
+    ib = max(ib, shfl_xor_i(ib, 1));
+    ib = max(ib, shfl_xor_i(ib, 2));
+    // c2 >= 0: the largest integer score is the largest logit
+    const float ta = ia == kNone ? neg_inf() : __fmul_rn(i2f(ia), c2);
+    const float tb = ib == kNone ? neg_inf() : __fmul_rn(i2f(ib), c2);
+    const float mn_a = fmaxf(m_a, ta), mn_b = fmaxf(m_b, tb);
+    const float r_a = m_a == mn_a ? 1.0f : exp2_approx(__fsub_rn(m_a, mn_a));
+    const float r_b = m_b == mn_b ? 1.0f : exp2_approx(__fsub_rn(m_b, mn_b));
+    const float nm_a = -mn_a, nm_b = -mn_b;
+    u32 cw[16];  // two codes per word: 0x6400 + code in each f16 half
+    // the branches on the mask and the threshold are taken once per tile, not per element
+    auto codes = [&](auto mask, auto thr) {
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const int i = 2 * k;
+        const float nm = (i & 2) ? nm_b : nm_a;
+        float x0 = __fmaf_rn(i2f(cur[i]), c2, nm), x1 = __fmaf_rn(i2f(cur[i + 1]), c2, nm);
+        if (decltype(mask)::value) {
+          x0 = cur[i] == kNone ? neg_inf() : x0;
+          x1 = cur[i + 1] == kNone ? neg_inf() : x1;
+        }
+        // MUFU.EX2 on f32 (ex2.approx.f16x2 is two MUFU.F16 and a PRMT on sm_90), the pair
+        // of probabilities then packed to f16x2 for the quantization
+        u32 e;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(e) : "f"(exp2_approx(x1)), "f"(exp2_approx(x0)));
+        if (decltype(thr)::value) {
+          u32 keep;  // 1.0 or 0.0 per half: p >= e^n_r, i.e. x >= n_r
+          asm("set.ge.f16x2.f16x2 %0, %1, %2;" : "=r"(keep) : "r"(e), "r"(thr2));
+          asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(e) : "r"(e), "r"(keep));
+        }
+        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(cw[k]) : "r"(e), "r"(0x5bf85bf8u), "r"(0x64006400u));
+      }
+    };
+    if (thresh) {
+      if (masked) codes(True{}, True{}); else codes(False{}, True{});
+    } else {
+      if (masked) codes(True{}, False{}); else codes(False{}, False{});
+    }
+    // P^q straight from the accumulator layout into A registers (keys in slot order)
+    u32 pa[2][4];
+    int rs_a = 0, rs_b = 0;
+#pragma unroll
+    for (int k2 = 0; k2 < 2; ++k2)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int n0 = 4 * k2 + 2 * (r >> 1), e = 2 * (r & 1);
+        const int i0 = 4 * n0 + e;  // codes i0, i0 + 1 (word i0 / 2) and i0 + 4, i0 + 5
+        asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(pa[k2][r]) : "r"(cw[i0 / 2]), "r"(cw[i0 / 2 + 2]));
+        if (r & 1) rs_b = byte_sum(pa[k2][r], rs_b); else rs_a = byte_sum(pa[k2][r], rs_a);
+      }
+    rs_a += shfl_xor_i(rs_a, 1);
+    rs_a += shfl_xor_i(rs_a, 2);
+    rs_b += shfl_xor_i(rs_b, 1);
+    rs_b += shfl_xor_i(rs_b, 2);
+    l_a = __fmaf_rn(l_a, r_a, i2f(rs_a));
+    l_b = __fmaf_rn(l_b, r_b, i2f(rs_b));
+    m_a = mn_a;
+    m_b = mn_b;
+    const bool rescale = __any_sync(0xffffffffu, r_a != 1.0f || r_b != 1.0f);
+#pragma unroll
+    for (int half = 0; half < D / 64; ++half) {
+      wgmma_fence();
+      const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * half);
+      wgmma_m64n64k32_u8s8(oacc, pa[0], dv, 0);
+      wgmma_m64n64k32_u8s8(oacc, pa[1], dv + 2, 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(oacc);
+      if (half == D / 64 - 1) mbar_arrive(smem_addr(&bar_empty[st]));  // stage st fully read
+      if (rescale) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          float (&oi)[4] = o[8 * half + i];
+          oi[0] = __fmaf_rn(i2f(oacc[4 * i]), vs_j, __fmul_rn(oi[0], r_a));
+          oi[1] = __fmaf_rn(i2f(oacc[4 * i + 1]), vs_j, __fmul_rn(oi[1], r_a));
+          oi[2] = __fmaf_rn(i2f(oacc[4 * i + 2]), vs_j, __fmul_rn(oi[2], r_b));
+          oi[3] = __fmaf_rn(i2f(oacc[4 * i + 3]), vs_j, __fmul_rn(oi[3], r_b));
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[8 * half + i][e] = __fmaf_rn(i2f(oacc[4 * i + e]), vs_j, o[8 * half + i][e]);
+      }
+    }
+  };
+
   for (int j = 0; j < nt; ++j) {
     const int st = j % kWgStages;
     const u32 k_tile = ring + st * 2 * TILE, v_tile = k_tile + TILE;
@@ -596,13 +724,25 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
     // S = Q^q1 K^q1 (exact s32)
     wgmma_fence();
+    if constexpr (kFast) {
+      // descriptors as additions to ones built before the loop (the address field is bits
+      // 0-13 in 16-byte units: +2 per 32-byte k slice, + 2 TILE / 16 per ring stage)
+      const u64 dk = dk_ring + (u64)(st * (2 * TILE >> 4));
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-      wgmma_m64n64k32_s8_ss(sacc, smem_desc(q_tile + 32 * ks, 8 * D, kSwK), smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
+      for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(sacc, dq0 + 2 * ks, dk + 2 * ks, ks);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks)
+        wgmma_m64n64k32_s8_ss(sacc, smem_desc(q_tile + 32 * ks, 8 * D, kSwK), smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
+    }
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(sacc);
     int (&cur)[32] = sacc;
+    if constexpr (kFast) {
+      fast_tile(cur, ks_j, vs_j, j, v_tile, st);
+      continue;
+    }
     const float alpha = mul_rn(mul_rn(s_q, ks_j), p.softmax_scale);
     const int key0 = j * kBlock;
     float pf[32];
@@ -705,386 +845,12 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     mbar_arrive(smem_addr(&bar_empty[st]));
   }
 
-  store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
-#else
-  asm volatile("trap;");  // built for another architecture: the host only launches this on sm_90
-#endif
-}
-
-
-// ---- turbo_prefill_wgf_*: the fast contract (issue 11) on Hopper ------------------------------
-// Same inputs, producer and ring as turbo_prefill_wg_*, but:
-// - P quantized against a bound known before the tile. With m the running row maximum (log2
-//   units here), p = 2^(x - m) lies in [0, 1], so P^q = rne(255 p) as u8 (s_P = 1/255 fixed)
-//   needs no tile maximum, no cross-warp reduction, no named barrier and no division. Per score
-//   element: integer row max (VIMNMX3), I2FP, one FFMA for the scaled and shifted logit in log2
-//   units, one MUFU.EX2, then per pair of keys one F2FP (the two probabilities to f16x2), one
-//   HFMA2 (p x 255 + 1024: the code in the low byte of each half) and half a PRMT (four codes
-//   into an A register of the u8 x s8 wgmma); row sums by DP4A on the packed codes. l and O stay
-//   in code units (255 per unit of probability): O / l is unchanged, LSE subtracts ln 255.
-// - SAS is replaced by ex2.approx (relative error ~2^-22, then p rounded to f16: 2^-12, both far
-//   below SAS's ~1e-3); its threshold n_r: codes below 1/2 round to 0, i.e. x < ln(1/510) = -6.23
-//   gives 0, so n_r <= -6 (the paper's -6 included) is the u8 rounding's cut, and n_r >= -5 is
-//   applied as p >= e^n_r on the f16 probabilities.
-// - Two consumer warpgroups of 240 registers (not three of 160), each pipelined within itself
-//   (FlashAttention-3's intra-warpgroup overlap): the Q K^T of tile j + 1 is issued before the
-//   softmax of tile j, and the P V of tile j is folded into O only after the softmax of tile
-//   j + 1, so the tensor cores work while the warpgroup runs its CUDA-core steps.
-// Numerics: ferrattn_core::turbo::attention::attend_tile_fixed_p step for step, except exp2
-// (ex2.approx here, correctly rounded there) and O / l (one reciprocal per row here).
-constexpr int kWgfConsumers = 2;                         // consumer warpgroups (Q blocks) per CTA
-constexpr int kWgfThreads = kWgfConsumers * 128 + 128;   // + the producer warpgroup
-constexpr int kWgfConsumerRegs = 240;                    // 128 x (24 + 2 x 240) <= 64 Ki
-
-template <class T, int D>
-__device__ __forceinline__ void prefill_wgf_body(const PrefillParams& p) {
-#ifdef FERRATTN_SM90A
-  using namespace sm90;
-  constexpr int NC = kWgfConsumers;
-  constexpr int KS = D / 32;        // k32 slices of Q K^T
-  constexpr int TILE = kBlock * D;  // bytes of one INT8 K (or V^T) tile
-  constexpr int NTO = D / 8;        // n8 column groups of O
-  constexpr int NH = D / 64;        // 64-channel halves of P V
-  constexpr Swizzle kSwK = D == 128 ? kSw128 : kSw64;
-  extern __shared__ u8 dyn_smem[];
-  __shared__ alignas(8) u64 bar_full[kWgStages];
-  __shared__ alignas(8) u64 bar_empty[kWgStages];
-  __shared__ float sRed[NC][4];
-
-  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const int trip = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-  const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
-  const u32 ring = (smem_addr(dyn_smem) + 1023) & ~1023u;
-  const u32 q_tile = ring + kWgStages * 2 * TILE + wg * TILE;
-  auto visible = [&](int row) -> int {
-    if (row >= sq) return 0;
-    if (!p.causal) return sk;
-    return clampi(row + sk - sq + 1, 0, sk);
-  };
-  auto tiles_of = [&](int qb) {
-    const int nq = clampi(sq - qb * kBlock, 0, kBlock);
-    return nq == 0 ? 0 : (visible(qb * kBlock + nq - 1) + kBlock - 1) / kBlock;
-  };
-  int nt_cta = 0;
-  for (int w = 0; w < NC; ++w) nt_cta = max(nt_cta, tiles_of(NC * trip + w));
-  const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
-
-  if (tid == 0) {
-    for (int s = 0; s < kWgStages; ++s) {
-      mbar_init(smem_addr(&bar_full[s]), 1);
-      mbar_init(smem_addr(&bar_empty[s]), NC * 128);
-    }
-    fence_mbar_init();
+  if constexpr (kFast) {
+    // m is in log2 units and l in codes (255 per unit of probability): LSE = m ln 2 + ln(l / 255)
+    const float ln2 = 0.6931471805599453f, ln255 = 5.541263545158426f;
+    m_a = m_a == neg_inf() ? m_a : __fsub_rn(__fmul_rn(m_a, ln2), ln255);
+    m_b = m_b == neg_inf() ? m_b : __fsub_rn(__fmul_rn(m_b, ln2), ln255);
   }
-  __syncthreads();  // the last CTA-wide barrier: from here the warpgroups use named barriers
-
-  if (wg == NC) {  // ---- producer warpgroup: one thread streams the tiles -----------------------
-    setmaxnreg_dec<kProducerRegs>();
-    if (tid == NC * 128) {
-      for (int j = 0; j < nt_cta; ++j) {
-        const int s = j % kWgStages;
-        if (j >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((j / kWgStages) + 1) & 1);
-        const u32 full = smem_addr(&bar_full[s]);
-        mbar_arrive_expect_tx(full, 2 * TILE);
-        bulk_g2s(ring + s * 2 * TILE, p.kq + (kv_base + j) * TILE, TILE, full);
-        bulk_g2s(ring + s * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
-      }
-    }
-    return;
-  }
-
-  // ---- consumer warpgroup: Q block qb -----------------------------------------------------------
-  setmaxnreg_inc<kWgfConsumerRegs>();
-  const int qb = NC * trip + wg, r0 = qb * kBlock;
-  const int nt = tiles_of(qb);
-  const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
-  const int vis_a = visible(row_a), vis_b = visible(row_b);
-  const int vis_min = min(visible(r0), visible(r0 + kBlock - 1));
-
-  // Q block to INT8 with one scale (max over the whole block), as turbo_prefill_wg_*
-  float s_q;
-  {
-    u32 raw[KS][4][2];
-    float amax = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = (r & 1) ? row_b : row_a, col = 32 * ks + 16 * (r >> 1) + 4 * t4;
-        raw[ks][r][0] = raw[ks][r][1] = 0;
-        if (row < sq) {
-          const u32* src = reinterpret_cast<const u32*>(p.q + ((u64)(b * p.max_sq + row) * p.heads_q + h) * D + col);
-          raw[ks][r][0] = src[0];
-          raw[ks][r][1] = src[1];
-          float f0, f1, f2, f3;
-          T::unpack2(raw[ks][r][0], f0, f1);
-          T::unpack2(raw[ks][r][1], f2, f3);
-          amax = fmax2(amax, fmax2(fmax2(fabsf(f0), fabsf(f1)), fmax2(fabsf(f2), fabsf(f3))));
-        }
-      }
-    amax = warp_max(amax);
-    if (lane == 0) sRed[wg][warp] = amax;
-    named_sync(1 + wg, 128);
-    amax = fmax2(fmax2(sRed[wg][0], sRed[wg][1]), fmax2(sRed[wg][2], sRed[wg][3]));
-    s_q = int8_scale(amax);
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        float f0, f1, f2, f3;
-        T::unpack2(raw[ks][r][0], f0, f1);
-        T::unpack2(raw[ks][r][1], f2, f3);
-        const int row = warp * 16 + g + 8 * (r & 1), col = 32 * ks + 16 * (r >> 1) + 4 * t4;
-        const u32 at = q_tile + swz<D / 16>(row, col >> 4) + (col & 15);
-        const u32 w = pack4_u8(quantize_int8(f0, s_q), quantize_int8(f1, s_q), quantize_int8(f2, s_q),
-                               quantize_int8(f3, s_q));
-        asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(w) : "memory");
-      }
-    fence_proxy_async();  // the generic-proxy stores are visible to wgmma (async proxy)
-    named_sync(1 + wg, 128);
-  }
-
-  const float c_log2e = 1.4426950408889634f;
-  const float alpha0 = __fmul_rn(mul_rn(s_q, p.softmax_scale), c_log2e);  // x s_K per tile
-  const bool thresh = p.sas != 0 && p.sas_nr >= -5;
-  const u32 thr2 = [&] {
-    const float t = exp2_approx((float)p.sas_nr * c_log2e);  // e^n_r
-    u32 hh;
-    asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(hh) : "f"(t));
-    return hh;
-  }();
-  // descriptors as additions to ones built here (the address field is bits 0-13 in 16-byte
-  // units: +2 per 32-byte k slice, + 2 TILE / 16 per ring stage)
-  const u64 dq0 = smem_desc(q_tile, 8 * D, kSwK), dk_ring = smem_desc(ring, 8 * D, kSwK);
-  const u64 dv_ring = smem_desc(ring + TILE, 512, kSw64);
-
-  float o[NTO][4];
-#pragma unroll
-  for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
-  int sacc0[32], sacc1[32];
-  int oacc[NH][32];
-  // the block scales of the next tile, loaded a tile ahead
-  float ks_next = nt > 0 ? p.ks[kv_base] : 0.0f, vs_next = nt > 0 ? p.vs[kv_base] : 0.0f;
-  // the P V in flight: its tile's V scale, row rescales and stage
-  float vs_pv = 0.0f, r_pv_a = 1.0f, r_pv_b = 1.0f, r_cur_a = 1.0f, r_cur_b = 1.0f;
-  int st_pv = 0;
-
-  auto issue_s = [&](int (&acc)[32], int j) {
-    const int st = j % kWgStages;
-    mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
-    const u64 dk = dk_ring + (u64)(st * (2 * TILE >> 4));
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(acc, dq0 + 2 * ks, dk + 2 * ks, ks);
-    wgmma_commit();
-  };
-  // O = O r + f32(P V) s_V of the finished P V; the rescale only where a row maximum of the
-  // warp moved (warp vote), so most tiles cost one I2FP and one FFMA per O element
-  auto fold = [&]() {
-    fence_regs(oacc[0]);
-    if (NH > 1) fence_regs(oacc[NH - 1]);
-    mbar_arrive(smem_addr(&bar_empty[st_pv]));  // K and V of that stage fully read
-    const bool rescale = __any_sync(0xffffffffu, r_pv_a != 1.0f || r_pv_b != 1.0f);
-    if (rescale) {
-#pragma unroll
-      for (int hh = 0; hh < NH; ++hh)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          float (&oi)[4] = o[8 * hh + i];
-          oi[0] = __fmaf_rn(i2f(oacc[hh][4 * i]), vs_pv, __fmul_rn(oi[0], r_pv_a));
-          oi[1] = __fmaf_rn(i2f(oacc[hh][4 * i + 1]), vs_pv, __fmul_rn(oi[1], r_pv_a));
-          oi[2] = __fmaf_rn(i2f(oacc[hh][4 * i + 2]), vs_pv, __fmul_rn(oi[2], r_pv_b));
-          oi[3] = __fmaf_rn(i2f(oacc[hh][4 * i + 3]), vs_pv, __fmul_rn(oi[3], r_pv_b));
-        }
-    } else {
-#pragma unroll
-      for (int hh = 0; hh < NH; ++hh)
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[8 * hh + i][e] = __fmaf_rn(i2f(oacc[hh][4 * i + e]), vs_pv, o[8 * hh + i][e]);
-    }
-  };
-
-  // The softmax of tile j on its complete S (cur): row maxima, codes of P^q packed into the A
-  // registers of the P V wgmma (keys in slot order), l and m updated; the rescale of O waits
-  // for the fold of this tile's P V (r_pv_*).
-  u32 pa[2][4];
-  auto softmax = [&](int (&cur)[32], int j, float ks_j) {
-    const float c2 = __fmul_rn(alpha0, ks_j);
-    const int key0 = j * kBlock;
-    constexpr int kNone = (int)0x80000000;  // below every score (|S| <= 127^2 D < 2^22)
-    const bool masked = key0 + kBlock > vis_min;
-    if (masked) {
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int key = key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
-        if (key >= ((i & 2) ? vis_b : vis_a)) cur[i] = kNone;
-      }
-    }
-    int ia = kNone, ib = kNone;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      if (i & 2) ib = max(ib, cur[i]); else ia = max(ia, cur[i]);
-    }
-    ia = max(ia, shfl_xor_i(ia, 1));
-    ia = max(ia, shfl_xor_i(ia, 2));
-    ib = max(ib, shfl_xor_i(ib, 1));
-    ib = max(ib, shfl_xor_i(ib, 2));
-    // c2 >= 0: the largest integer score is the largest logit
-    const float ta = ia == kNone ? neg_inf() : __fmul_rn(i2f(ia), c2);
-    const float tb = ib == kNone ? neg_inf() : __fmul_rn(i2f(ib), c2);
-    const float mn_a = fmaxf(m_a, ta), mn_b = fmaxf(m_b, tb);
-    const float r_a = m_a == mn_a ? 1.0f : exp2_approx(__fsub_rn(m_a, mn_a));
-    const float r_b = m_b == mn_b ? 1.0f : exp2_approx(__fsub_rn(m_b, mn_b));
-    const float nm_a = -mn_a, nm_b = -mn_b;
-    u32 cw[16];  // two codes per word: 0x6400 + code in each f16 half
-    // the branches on the mask and the threshold are taken once per tile, not per element
-    auto codes = [&](auto mask, auto thr) {
-#pragma unroll
-      for (int k = 0; k < 16; ++k) {
-        const int i = 2 * k;
-        const float nm = (i & 2) ? nm_b : nm_a;
-        float x0 = __fmaf_rn(i2f(cur[i]), c2, nm), x1 = __fmaf_rn(i2f(cur[i + 1]), c2, nm);
-        if (decltype(mask)::value) {
-          x0 = cur[i] == kNone ? neg_inf() : x0;
-          x1 = cur[i + 1] == kNone ? neg_inf() : x1;
-        }
-        // MUFU.EX2 on f32 (ex2.approx.f16x2 is two MUFU.F16 and a PRMT on sm_90), the pair of
-        // probabilities then packed to f16x2 for the quantization
-        u32 e;
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(e) : "f"(exp2_approx(x1)), "f"(exp2_approx(x0)));
-        if (decltype(thr)::value) {
-          u32 keep;  // 1.0 or 0.0 per half: p >= e^n_r, i.e. x >= n_r
-          asm("set.ge.f16x2.f16x2 %0, %1, %2;" : "=r"(keep) : "r"(e), "r"(thr2));
-          asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(e) : "r"(e), "r"(keep));
-        }
-        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(cw[k]) : "r"(e), "r"(0x5bf85bf8u), "r"(0x64006400u));
-      }
-    };
-    if (thresh) {
-      if (masked) codes(True{}, True{}); else codes(False{}, True{});
-    } else {
-      if (masked) codes(True{}, False{}); else codes(False{}, False{});
-    }
-    int rs_a = 0, rs_b = 0;
-#pragma unroll
-    for (int k2 = 0; k2 < 2; ++k2)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int n0 = 4 * k2 + 2 * (r >> 1), e = 2 * (r & 1);
-        const int i0 = 4 * n0 + e;  // codes i0, i0 + 1 (word i0 / 2) and i0 + 4, i0 + 5
-        asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(pa[k2][r]) : "r"(cw[i0 / 2]), "r"(cw[i0 / 2 + 2]));
-        if (r & 1) rs_b = byte_sum(pa[k2][r], rs_b); else rs_a = byte_sum(pa[k2][r], rs_a);
-      }
-    rs_a += shfl_xor_i(rs_a, 1);
-    rs_a += shfl_xor_i(rs_a, 2);
-    rs_b += shfl_xor_i(rs_b, 1);
-    rs_b += shfl_xor_i(rs_b, 2);
-    l_a = __fmaf_rn(l_a, r_a, i2f(rs_a));
-    l_b = __fmaf_rn(l_b, r_b, i2f(rs_b));
-    m_a = mn_a;
-    m_b = mn_b;
-    r_cur_a = r_a;
-    r_cur_b = r_b;
-  };
-  auto issue_pv = [&](int j, float vs_j) {
-    const int st = j % kWgStages;
-    wgmma_fence();
-#pragma unroll
-    for (int hh = 0; hh < NH; ++hh) {
-      const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * hh);
-      wgmma_m64n64k32_u8s8(oacc[hh], pa[0], dv, 0);
-      wgmma_m64n64k32_u8s8(oacc[hh], pa[1], dv + 2, 1);
-    }
-    wgmma_commit();
-    vs_pv = vs_j;
-    st_pv = st;
-  };
-  // the scales of tile j (loaded one tile ahead), then those of j + 1 requested
-  auto scales = [&](int j, float& ks_j, float& vs_j) {
-    ks_j = ks_next;
-    vs_j = vs_next;
-    if (j + 1 < nt) {
-      ks_next = p.ks[kv_base + j + 1];
-      vs_next = p.vs[kv_base + j + 1];
-    }
-  };
-  // Steady state (a P V in flight, a next tile to come): no branch decides a wait, so ptxas
-  // can keep the wgmma pipeline (it serializes it when waits sit under data-dependent control).
-  auto steady = [&](int (&cur)[32], int (&nxt)[32], int j) {
-    float ks_j, vs_j;
-    scales(j, ks_j, vs_j);
-    issue_s(nxt, j + 1);  // pending: P V_{j-1}, S_{j+1}
-    softmax(cur, j, ks_j);
-    wgmma_wait<1>();  // P V_{j-1} done
-    fold();
-    r_pv_a = r_cur_a;
-    r_pv_b = r_cur_b;
-    issue_pv(j, vs_j);  // pending: S_{j+1}, P V_j
-    wgmma_wait<1>();    // S_{j+1} done
-    fence_regs(nxt);
-  };
-  // the last tile (a P V in flight unless it is also the first)
-  auto last = [&](int (&cur)[32], int j) {
-    float ks_j, vs_j;
-    scales(j, ks_j, vs_j);
-    softmax(cur, j, ks_j);
-    if (j > 0) {
-      wgmma_wait<0>();
-      fold();
-    }
-    r_pv_a = r_cur_a;
-    r_pv_b = r_cur_b;
-    issue_pv(j, vs_j);
-    wgmma_wait<0>();
-    fold();
-  };
-
-  if (nt > 0) {
-    issue_s(sacc0, 0);
-    wgmma_wait<0>();
-    fence_regs(sacc0);
-    if (nt == 1) {
-      last(sacc0, 0);
-    } else {
-      // tile 0: S_1 issued before its softmax, no P V to fold yet
-      float ks_j, vs_j;
-      scales(0, ks_j, vs_j);
-      issue_s(sacc1, 1);
-      softmax(sacc0, 0, ks_j);
-      r_pv_a = r_cur_a;
-      r_pv_b = r_cur_b;
-      issue_pv(0, vs_j);
-      wgmma_wait<1>();
-      fence_regs(sacc1);
-      int j = 1;
-      for (; j + 2 < nt; j += 2) {
-        steady(sacc1, sacc0, j);
-        steady(sacc0, sacc1, j + 1);
-      }
-      // j is odd: S_j sits in sacc1
-      if (j + 1 < nt) {
-        steady(sacc1, sacc0, j);
-        last(sacc0, j + 1);
-      } else {
-        last(sacc1, j);
-      }
-    }
-  }
-  // tiles only the other warpgroup needs: release them as they land
-  for (int j = nt; j < nt_cta; ++j) {
-    const int st = j % kWgStages;
-    mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
-    mbar_arrive(smem_addr(&bar_empty[st]));
-  }
-  // m is in log2 units and l in codes (255 per unit of probability): LSE = m ln 2 + ln(l / 255)
-  const float ln2 = 0.6931471805599453f, ln255 = 5.541263545158426f;
-  m_a = m_a == neg_inf() ? m_a : __fsub_rn(__fmul_rn(m_a, ln2), ln255);
-  m_b = m_b == neg_inf() ? m_b : __fsub_rn(__fmul_rn(m_b, ln2), ln255);
   store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
 #else
   asm volatile("trap;");  // built for another architecture: the host only launches this on sm_90
@@ -1110,11 +876,11 @@ __device__ __forceinline__ void prefill_wgf_body(const PrefillParams& p) {
   }                                                                                            \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kWgThreads, 1)                 \
       turbo_prefill_wg_##TN##_d##D(const ferrattn::turbo::PrefillParams p) {                   \
-    ferrattn::turbo::prefill_wg_body<ferrattn::T, D>(p);                                       \
+    ferrattn::turbo::prefill_wg_body<ferrattn::T, D, false>(p);                                \
   }                                                                                            \
-  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kWgfThreads, 1)                \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kWgThreads, 1)                 \
       turbo_prefill_wgf_##TN##_d##D(const ferrattn::turbo::PrefillParams p) {                  \
-    ferrattn::turbo::prefill_wgf_body<ferrattn::T, D>(p);                                      \
+    ferrattn::turbo::prefill_wg_body<ferrattn::T, D, true>(p);                                 \
   }
 
 FERRATTN_TURBO_PREFILL(f16, F16, 64)

@@ -81,10 +81,6 @@ pub const WG_Q_BLOCKS: usize = 3;
 pub const WG_THREADS: u32 = 512;
 /// K/V tiles in flight in `turbo_prefill_wg_*` (`kWgStages`).
 pub const WG_STAGES: usize = 4;
-/// Q blocks (consumer warpgroups) per CTA of `turbo_prefill_wgf_*` (`kWgfConsumers`).
-pub const WGF_Q_BLOCKS: usize = 2;
-/// Threads per CTA of `turbo_prefill_wgf_*`: two consumer warpgroups and a producer warpgroup.
-pub const WGF_THREADS: u32 = 384;
 
 /// Dynamic shared memory of `turbo_prefill_wg_*`: the ring of INT8 K and V^T tiles, one INT8
 /// Q block per consumer warpgroup, and the slack that aligns them to 1 KiB.
@@ -267,9 +263,6 @@ pub struct TurboKernels {
     /// [`Options::fast_turbo_prefill`](crate::Options::fast_turbo_prefill) (same launch, same
     /// operands), present on sm_90 (compute capability 9.0) only.
     prefill_wg: Option<Function>,
-    /// `prefill_wg` is `turbo_prefill_wgf_*` (two Q blocks per CTA; its shared memory fits in
-    /// [`wg_smem_bytes`], sized for three).
-    wg_fast: bool,
     decode: Function,
     decode_g4: Function,
     /// [`Options::turbo_decode_full_rows`](crate::Options::turbo_decode_full_rows).
@@ -280,15 +273,6 @@ pub struct TurboKernels {
 }
 
 impl TurboKernels {
-    /// Q blocks per CTA and threads per CTA of the warpgroup-MMA prefill in `prefill_wg`.
-    pub(crate) fn wg_launch_shape(&self) -> (usize, u32) {
-        if self.wg_fast {
-            (WGF_Q_BLOCKS, WGF_THREADS)
-        } else {
-            (WG_Q_BLOCKS, WG_THREADS)
-        }
-    }
-
     /// The decode instance for GQA groups of `group` query heads: `turbo_decode_g4_*` up to
     /// [`DECODE_G4_MAX_GROUP`], else `turbo_decode_*`.
     pub fn decode_for(&self, group: usize) -> &Function {
@@ -725,7 +709,6 @@ impl CudaBackend {
             } else {
                 None
             },
-            wg_fast: self.has_sm90a() && self.options.fast_turbo_prefill,
             decode: m.decode.function(&n.decode)?,
             decode_g4: m.decode.function(&n.decode_g4)?,
             full_rows_only: self.options.turbo_decode_full_rows,
@@ -883,13 +866,12 @@ impl CudaBackend {
             softmax_scale: p.softmax_scale,
         };
         let q_blocks = p.max_seqlen_q.div_ceil(TURBO_BLOCK);
-        let (per_cta, threads) = prep.kernels.wg_launch_shape();
         match (&prep.kernels.prefill_wg, prep.wgmma) {
             (Some(f), true) => launch_with(
                 self.gpu()?,
                 f,
-                (q_blocks.div_ceil(per_cta), p.heads_q, p.batch),
-                threads,
+                (q_blocks.div_ceil(WG_Q_BLOCKS), p.heads_q, p.batch),
+                WG_THREADS,
                 wg_smem_bytes(p.head_dim_qk),
                 &mut pp,
             ),
@@ -924,7 +906,7 @@ impl CudaBackend {
     /// ([`crate::Options::fast_turbo_prefill`] on sm_90): its twin is
     /// `ferrattn_core::turbo::prefill_fixed_p`, not the emulation.
     pub fn turbo_prefill_uses_fast(&self, prep: &PreparedTurboPrefill) -> bool {
-        prep.wgmma && prep.kernels.wg_fast
+        prep.wgmma && self.options.fast_turbo_prefill
     }
 
     /// Enqueues a whole prefill of device inputs: quantization (and the cache of every token

@@ -22,6 +22,7 @@ use super::{
     check, check_supported, code_layout, decode_smem_bytes, plan_decode, wg_smem_bytes,
     AppendParams, CacheParams, DecodeParams, DecodePlan, DecodeSchedule, DeviceTurboCache,
     FlushParams, PrefillParams, QuantParams, TurboKernels, DECODE_ROWS, TURBO_BLOCK, TURBO_THREADS,
+    WG_Q_BLOCKS, WG_THREADS,
 };
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -576,12 +577,11 @@ impl TurboStepKernels {
             softmax_scale: p.softmax_scale,
         };
         let q_blocks = p.max_seqlen_q.div_ceil(TURBO_BLOCK);
-        let (per_cta, threads) = k.wg_launch_shape();
         match (&k.prefill_wg, self.wgmma) {
             (Some(f), true) => self.launch(
                 f,
-                (q_blocks.div_ceil(per_cta), p.heads_q, p.batch),
-                threads,
+                (q_blocks.div_ceil(WG_Q_BLOCKS), p.heads_q, p.batch),
+                WG_THREADS,
                 wg_smem_bytes(p.head_dim_qk),
                 stream,
                 &mut pp,
