@@ -125,6 +125,11 @@ __device__ __forceinline__ void cp_async16(void* dst_smem, const void* src, bool
                "r"(pred ? 16 : 0)
                : "memory");
 }
+// The same with the destination as a shared-window address (smem_addr), for callers that keep
+// their ring's addresses as 32-bit offsets instead of generic pointers.
+__device__ __forceinline__ void cp_async16_s(u32 dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

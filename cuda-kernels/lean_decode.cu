@@ -328,46 +328,90 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       prefetch_l2(pp.q + (((u64)t.b * pp.max_sq + i) * pp.heads_q + h) * D + (tid * 64) % D);
     }
   };
-  // The tile of unit u (pt follows the units in order) and the unit's first key.
-  auto unit_key0 = [&](u32 u) -> int {
-    const u32 it = cs + u / (u32)sub;
-    if (it >= pt.end) {
+  // The first key of the producer's next unit, and pt its tile. The producer asks for units 0, 1,
+  // 2, ... in order, so a cursor (iteration, sub-stage) replaces a division per stage.
+  u32 p_it = cs;
+  int p_sub = 0;
+  auto next_unit_key0 = [&]() -> int {
+    if (p_it >= pt.end) {
       pt = tile_by_index(p, pt.tile + 1);
       prefetch_q(p, pt);  // the consumer reaches this tile a few stages later
     }
-    return (int)(it - pt.start) * p.tile_k + (int)(u % (u32)sub) * SK;
+    const int key0 = (int)(p_it - pt.start) * p.tile_k + p_sub * SK;
+    if (++p_sub == sub) {
+      p_sub = 0;
+      ++p_it;
+    }
+    return key0;
   };
   constexpr int CH = SK * D / 8 / cfg::kThreads;  // 16-byte chunks per thread per stage
   static_assert(CH * cfg::kThreads == SK * D / 8, "a stage splits evenly over the threads");
-  // Copies of one unit into its ring slot from the rows of its keys (key c / (D/8) of the stage
-  // for chunk c); keys past the sequence are zero-filled (src-size 0) from row 0, an always-valid
-  // address.
+  // A thread's chunks of a stage: chunk i is columns cc*8.. of stage key key_t + i*KPC. Their
+  // swizzled places are two bases plus compile-time offsets: swz's XOR takes key & 7, and KPC
+  // (16, 8 or 4) moves it by 0 or, for D = 256, by 4 on odd i. So the copies of a stage take
+  // immediate shared-memory offsets instead of a swizzle and a division each (the issue of a d64
+  // stage was about 300 instructions a thread for its 16 copies, more than its Q K^T, softmax and
+  // P V together; SASS of 83c53c5).
+  constexpr int KPC = cfg::kThreads / (D / 8);
+  static_assert(KPC % 4 == 0 && KPC * (D / 8) == cfg::kThreads, "chunk keys");
+  const int key_t = tid / (D / 8), cc = tid % (D / 8);
+  // byte offsets in a K (or V) stage, from the shared window's base of the ring
+  const u32 dst0 = 2 * swz<D>(key_t, cc), dst1 = 2 * swz<D>(key_t + KPC, cc);
+  auto dst_of = [&](int i) { return ((i & 1) ? dst1 : dst0) + (u32)((i & ~1) * KPC * D * 2); };
+  const u32 ring = smem_addr(kv_s);
+  auto slot_of = [&](u32 u) { return ring + (u % ST) * (u32)(2 * SK * D * 2); };
+  // Copies of one unit into its ring slot from the rows of its keys; keys past the sequence are
+  // zero-filled (src-size 0) from row 0, an always-valid address.
   auto copy_unit = [&](u32 u, int hk, const u64 (&rows)[CH], const bool (&ok)[CH]) {
-    u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
-    u16* vs = ks + SK * D;
-    const u64 base = (u64)hk * D;
+    const u32 ks = slot_of(u), vs = ks + SK * D * 2;
+    const u64 base = (u64)hk * D + cc * 8;
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
-      const int c = tid + i * cfg::kThreads;
-      const int key = c / (D / 8), col = (c % (D / 8)) * 8;
-      const u64 off = base + rows[i] * kv_row + col;
-      cp_async16(ks + swz<D>(key, col >> 3), p.k + off, ok[i]);
-      cp_async16(vs + swz<D>(key, col >> 3), p.v + off, ok[i]);
+      const u64 off = base + rows[i] * kv_row;
+      cp_async16_s(ks + dst_of(i), p.k + off, ok[i]);
+      cp_async16_s(vs + dst_of(i), p.v + off, ok[i]);
+    }
+  };
+  // A contiguous cache: a thread's chunks are KPC rows apart, one pointer step each.
+  const u64 row_step = (u64)KPC * kv_row;
+  auto copy_contiguous = [&](u32 u, int key0, const TileInfo& t) {
+    const u32 ks = slot_of(u), vs = ks + SK * D * 2;
+    const int rem = t.len_k - key0 - key_t;  // chunk i holds a key of the sequence iff i * KPC < rem
+    const u64 off = ((u64)t.b * p.max_sk + (u64)(key0 + key_t)) * kv_row + (u64)t.hk * D + cc * 8;
+    const u16* gk = p.k + off;
+    const u16* gv = p.v + off;
+    if (key0 + SK <= t.len_k) {  // a whole stage of keys (uniform): no predicates, no selects
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        cp_async16_s(ks + dst_of(i), gk + i * row_step, true);
+        cp_async16_s(vs + dst_of(i), gv + i * row_step, true);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        const bool ok = i * KPC < rem;
+        cp_async16_s(ks + dst_of(i), ok ? gk + i * row_step : p.k, ok);
+        cp_async16_s(vs + dst_of(i), ok ? gv + i * row_step : p.v, ok);
+      }
     }
   };
   // Rows computed where the copy is issued: arithmetic for a contiguous cache, a page-table read
   // for a paged one that does not read a stage ahead.
   auto load_unit = [&](u32 u) {
-    const int key0 = unit_key0(u);
-    u64 rows[CH];
-    bool ok[CH];
+    const int key0 = next_unit_key0();
+    if constexpr (!PAGED) {
+      copy_contiguous(u, key0, pt);
+    } else {
+      u64 rows[CH];
+      bool ok[CH];
 #pragma unroll
-    for (int i = 0; i < CH; ++i) {
-      const int j = key0 + (tid + i * cfg::kThreads) / (D / 8);
-      ok[i] = j < pt.len_k;
-      rows[i] = ok[i] ? kv_row_of<PAGED>(p, pt.b, j) : (u64)0;
+      for (int i = 0; i < CH; ++i) {
+        const int j = key0 + key_t + i * KPC;
+        ok[i] = j < pt.len_k;
+        rows[i] = ok[i] ? kv_row_of<PAGED>(p, pt.b, j) : (u64)0;
+      }
+      copy_unit(u, pt.hk, rows, ok);
     }
-    copy_unit(u, pt.hk, rows, ok);
   };
   // Paged caches: a key's row is a page-table read, a global load whose result the copy's address
   // needs. Read in the same step as the copies, every stage would wait one L2 round trip before its
@@ -380,8 +424,9 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   constexpr u32 kNoRow = 0xffffffffu;
   u32* rows_s = reinterpret_cast<u32*>(smem_raw + S::kBytes);  // [2][SK], ahead instances only
   u32 pending_row = kNoRow;
-  auto fetch_rows = [&](u32 u) {
-    const int key0 = unit_key0(u);  // pt is unit u's tile until copy_fetched(u)
+  // the rows of the producer's next unit (pt is its tile until that unit's copy_fetched)
+  auto fetch_rows = [&]() {
+    const int key0 = next_unit_key0();
     if (tid < SK) {
       const int j = key0 + tid;
       pending_row = j < pt.len_k ? (u32)kv_row_of<PAGED>(p, pt.b, j) : kNoRow;
@@ -396,7 +441,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     bool ok[CH];
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
-      const u32 r = rs[(tid + i * cfg::kThreads) / (D / 8)];
+      const u32 r = rs[key_t + i * KPC];
       ok[i] = r != kNoRow;
       rows[i] = ok[i] ? (u64)r : (u64)0;
     }
@@ -413,13 +458,13 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   auto issue_unit = [&](u32 u) {
     if constexpr (ahead) {
       copy_fetched(u);
-      if (u + 1 < units) fetch_rows(u + 1);
+      if (u + 1 < units) fetch_rows();  // unit u + 1's
     } else {
       load_unit(u);
     }
   };
   if constexpr (ahead) {
-    if (units > 0) fetch_rows(0);
+    if (units > 0) fetch_rows();  // unit 0's
   }
 #pragma unroll
   for (int s = 0; s < ST - 1; ++s) {
@@ -516,8 +561,10 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   };
   start_segment();
 
+  // the consumer's unit as (iteration, sub-stage), a cursor like the producer's
+  u32 it = cs;
+  int c_sub = 0;
   for (u32 u = 0; u < units; ++u) {
-    const u32 it = cs + u / (u32)sub;
     cp_async_wait<ST - 2>();
     if constexpr (ahead) {
       if (u + ST - 1 < units) store_fetched(u + ST - 1);
@@ -527,7 +574,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     cp_async_commit();
 
     // ---- LeanTile on this stage (Alg. 1 lines 20-25), keys grp*8 .. grp*8+7 of the stage ----
-    const int key0 = (int)(it - ct.start) * p.tile_k + (int)(u % (u32)sub) * SK;
+    const int key0 = (int)(it - ct.start) * p.tile_k + c_sub * SK;
     const u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
     const u16* vs = ks + SK * D;
     if constexpr (kMma) {
@@ -681,7 +728,11 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     }  // SIMT stage
 
     // ---- end of a segment: reduce the key groups, then act by role ----
-    const bool seg_end = (u + 1 == units) || (cs + (u + 1) / (u32)sub >= ct.end);
+    if (++c_sub == sub) {  // it, c_sub: unit u + 1 from here on
+      c_sub = 0;
+      ++it;
+    }
+    const bool seg_end = (u + 1 == units) || (it >= ct.end);
     if (!seg_end) continue;
 
     if constexpr (kMma) {
@@ -837,7 +888,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     }
     if (u + 1 < units) {
       ct = tile_by_index(p, ct.tile + 1);
-      seg_begin = cs + (u + 1) / (u32)sub;
+      seg_begin = it;
       start_segment();
     }
   }

@@ -363,6 +363,119 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
   }
 }
 
+// ---- The fast numerical contract (turbo_decode_fast_* / turbo_decode_g4_fast_*) ------------------
+// Options::fast_turbo_decode. The softmax of a tile in about a third of the instructions of
+// unit_softmax, by two departures from the emulation (every integer step, the query's
+// quantization, the O and l updates and the combine stay as they are):
+// - e^x on the MUFU (ex2.approx.ftz of x log2 e, relative error about 2^-22) instead of SAS's
+//   LUT x POLY (which is itself within [-1.03e-3, +2.3e-4] of e^x); SAS's threshold stays:
+//   e^x is 0 for x < n_r, for the keys and the rescale, as in the emulation (none with SAS off);
+// - P quantized against the tile's largest logit, known before any exponential: with tmax the
+//   tile's largest x and m the new running maximum, max P~ = e^(tmax - m), so s_P =
+//   e^(tmax - m) / 119 and the codes are rne(119 e^(x - tmax)) = rne(2^(x log2 e + log2 119 -
+//   tmax log2 e)): one FFMA, one MUFU and one FADD (rounding by the 1.5 x 2^23 bias) a key,
+//   no second maximum, no division by s_P, no boundary test. The code of the largest key is 119
+//   up to the rounding of the FFMA's constant (a few ulp of 119, so never 120).
+// The largest logit is an integer maximum: x = S alpha with alpha = s_q s_K scale >= 0 is monotone
+// in the integer score S, and tmax = float(max S) alpha rounds as the emulation rounds that key's x.
+// The bound this contract is held to (tests/gpu_turbo.rs FAST_O_REL / FAST_LSE_ABS,
+// docs/TURBO_CUDA.md): O within 2e-2 relative (Frobenius) and LSE within 1e-2 of the emulation
+// (or of the CPU twin of a split), O's error against the f64 golden no more than the bit-exact
+// kernel's + 10%. The combine is unchanged (its rescale factors stay the configuration's
+// exponential).
+__device__ __forceinline__ float ex2_approx(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+// The byte-0s of four words, in order, in one word (the low byte of each code's bias-rounded f32).
+__device__ __forceinline__ u32 pack_low_bytes(u32 a, u32 b, u32 c, u32 d) {
+  return prmt(prmt(a, b, 0x0040), prmt(c, d, 0x0040), 0x5410);
+}
+template <int D, int J>
+__device__ __forceinline__ void unit_softmax_fast(UnitState<D>& st, const int (&s)[8][2], int ntok, float s_k,
+                                                  float s_v, float scale, const Exp& ex, int lane, u32 (&pa0)[2],
+                                                  u32 (&pa2)[2], int& rs, float& r, float& c) {
+  static_assert(J == 8 || J == 4, "16 or 8 keys per lane");
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLog2Codes = 6.89481776330794300f;  // log2(119)
+  constexpr float kInvCodes = 1.0f / 119.0f;
+  constexpr float kBias = 12582912.0f;  // 1.5 x 2^23: x + kBias holds rne(x) in its low bits (0 <= x < 2^22)
+  const int t = lane & 3;
+  const bool upper = J == 4 && lane >= 16;  // as in unit_softmax
+  const float alpha = mul_rn(mul_rn(st.qs, s_k), scale);
+  int sv[J][2];
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) sv[j][e] = upper ? s[4 + j][e] : s[j][e];
+  const int j0 = upper ? 4 : 0;
+  const bool partial = ntok < kBlock;  // uniform: the INT8 buffer tile only
+  if (partial) {
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (8 * (j0 + j) + 2 * t + e >= ntok) sv[j][e] = -2147483647 - 1;  // below every score
+  }
+  int im[J];
+#pragma unroll
+  for (int j = 0; j < J; ++j) im[j] = max(sv[j][0], sv[j][1]);
+#pragma unroll
+  for (int w = J / 2; w > 0; w >>= 1)
+#pragma unroll
+    for (int j = 0; j < w; ++j) im[j] = max(im[j], im[j + w]);
+  int imax = im[0];
+  imax = max(imax, shfl_xor_i(imax, 1));
+  imax = max(imax, shfl_xor_i(imax, 2));
+  if (J == 4) imax = max(imax, shfl_xor_i(imax, 16));
+  const float fmax_s = i2f(imax);
+  const float tmax = mul_rn(fmax_s, alpha);  // finite: key 0 is valid
+  const float mn = fmax2(st.m, tmax);
+  const float nr = ex.sas ? ex.n_r : neg_inf();
+  const float dm = sub_rn(st.m, mn);  // -inf on the first tile: r = 0
+  r = dm >= nr ? ex2_approx(dm * kLog2e) : 0.0f;
+  const float A = alpha * kLog2e;
+  const float B = fmaf(-fmax_s, A, kLog2Codes);
+  const float thr = fmaf(sub_rn(mn, tmax) + nr, kLog2e, kLog2Codes);  // x - m >= n_r in the argument's units
+  u32 y[J][2];
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float a = fmaf(i2f(sv[j][e]), A, B);
+      a = a >= thr ? a : neg_inf();
+      y[j][e] = __float_as_uint(add_rn(ex2_approx(a), kBias));
+    }
+  if (partial) {  // masked keys give 0 also where alpha = 0
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (8 * (j0 + j) + 2 * t + e >= ntok) y[j][e] = 0u;
+  }
+#pragma unroll
+  for (int kk = 0; kk < J / 4; ++kk) {
+    pa0[kk] = pack_low_bytes(y[4 * kk][0], y[4 * kk][1], y[4 * kk + 1][0], y[4 * kk + 1][1]);
+    pa2[kk] = pack_low_bytes(y[4 * kk + 2][0], y[4 * kk + 2][1], y[4 * kk + 3][0], y[4 * kk + 3][1]);
+  }
+  int sum = 0;
+#pragma unroll
+  for (int kk = 0; kk < J / 4; ++kk) sum = dp4a_u8(pa0[kk], 0x01010101u, dp4a_u8(pa2[kk], 0x01010101u, sum));
+  sum += shfl_xor_i(sum, 1);
+  sum += shfl_xor_i(sum, 2);
+  if (J == 4) sum += shfl_xor_i(sum, 16);
+  rs = sum;
+  const float s_p = ex2_approx(sub_rn(tmax, mn) * kLog2e) * kInvCodes;
+  st.l = fma_rn(i2f(sum), s_p, mul_rn(st.l, r));
+  st.m = mn;
+  c = mul_rn(s_p, s_v);
+  if (J == 4) {
+    pa0[1] = (u32)shfl_xor_i((int)pa0[0], 16);
+    pa2[1] = (u32)shfl_xor_i((int)pa2[0], 16);
+  }
+}
+
 // Which O elements a lane keeps in the full-row instance (groups of more than 4 query heads):
 // lane (g, t) keeps row g, n-tiles 0 .. D/8 - 1 (o[nt][e]). The half-row instance (groups of at
 // most 4) has its own layout, see unit_pv_half.
@@ -644,6 +757,99 @@ __device__ __forceinline__ void unit_qk_folded(const UnitState<D>& st, const u8*
     s[j][0] = d[0] + 256 * d[2] + zq;
     s[j][1] = d[1] + 256 * d[3] + zq;
   }
+}
+
+// q K^T of a 4-bit compressed tile that cannot clamp in the half-row instance (groups of at most 4
+// query heads), with the high-nibble channels on the MMA rows that hold no query head. In
+// unit_qk_folded rows 4-7 / 12-15 carry copies of rows 0-3 / 8-11 (decode_body) and every lane
+// folds 8 channels a slice into its query (both nibbles of a K byte), and K's high nibbles are
+// shifted down. Here the rows split the channels instead: rows 0-3 / 8-11 (lanes 0-15) hold the
+// l / h planes of the low-nibble channels (k 0..15 of the slice, against b0 = w & 0x0f0f0f0f),
+// rows 4-7 / 12-15 (lanes 16-31) those of the high-nibble channels (k 16..31, against b1 =
+// w & 0xf0f0f0f0 = 16 x the code, still a u8 operand): each lane folds 4 channels a slice and no
+// K register is shifted. Row g's score is then the low-nibble sum of lane (g, t) plus 1/16 of the
+// high-nibble sum of lane (g + 4, t) (exact: every term of the latter is a multiple of 16), the
+// two lanes of a pair hold the same keys (C columns 2t, 2t + 1), and one exchange per score pair
+// with lane ^ 16 gives each lane the whole scores of the keys the half-row softmax asks of it
+// (keys 0..31 of row g in lanes 0-15, keys 32..63 of row g - 4 in lanes 16-31). The integer
+// sums are those of unit_qk_folded, so the scores are bit for bit the same.
+// FERRATTN_TURBO_DECODE_HI_ROWS=0 keeps unit_qk_folded for these tiles (a comparison hook).
+#ifndef FERRATTN_TURBO_DECODE_HI_ROWS
+#define FERRATTN_TURBO_DECODE_HI_ROWS 1
+#endif
+// (a ^ b) & c in one LOP3 (ptxas keeps the xor apart when its result has two users).
+__device__ __forceinline__ u32 xor_and(u32 a, u32 b, u32 c) {
+  u32 r;
+  asm("lop3.b32 %0, %1, %2, %3, 0x28;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+template <int D>
+__device__ __forceinline__ void unit_qk_folded4_hi_rows(const UnitState<D>& st, const u8* stg, int g, int t,
+                                                        int (&s)[8][2]) {
+  using S = UnitStage<D>;
+  constexpr int KS = D / 32, KCH = D / 4;
+  constexpr int RB = D / 2;    // bytes of one token row of 4-bit codes
+  constexpr int KLB = KCH / 2; // bytes of the lane's channels in a row: 16 (d 128) or 8 (d 64)
+  const bool upper = g >= 4;
+  u32 sw[KCH / 4], zw[KCH / 4];
+  lds_lane_bytes<KCH>(stg + S::kParK + KCH * t, sw);
+  lds_lane_bytes<KCH>(stg + S::kParK + D + KCH * t, zw);
+  int zq = 0;  // sum_c q_c z_c of the query row (rows g and g + 4 hold the same query)
+#pragma unroll
+  for (int i = 0; i < KCH / 4; ++i) zq = dp4a_s8(st.qn[i], zw[i], zq);
+  zq += shfl_xor_i(zq, 1);
+  zq += shfl_xor_i(zq, 2);
+  // channel 8 ks + 2 b + nibble of the lane's range: byte 2 (b & 1) + nibble of query word
+  // 2 ks + b / 2; the lane's nibble is `upper`
+  const u32 m0 = upper ? 0x0000ff00u : 0x000000ffu, m1 = m0 << 16;
+  const u32 keep_lo = upper ? 0u : 0xffffffffu;
+  u32 a[KS][4];
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    int u[4];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int wi = 2 * ks + (b >> 1);
+      u[b] = dp4a_s8u8(st.qn[wi] & ((b & 1) ? m1 : m0), sw[wi], 128);
+    }
+    const u32 p01 = prmt((u32)u[0], (u32)u[1], 0x5140), p23 = prmt((u32)u[2], (u32)u[3], 0x5140);
+    const u32 l = prmt(p01, p23, 0x5410), h = prmt(p01, p23, 0x7632);  // l + 128 and h bytes
+    a[ks][0] = xor_and(l, 0x80808080u, keep_lo);   // row g, k 0..15: the low-nibble channels (rows 0-3)
+    a[ks][1] = h & keep_lo;                        // row g + 8
+    a[ks][2] = xor_and(l, 0x80808080u, ~keep_lo);  // row g, k 16..31: the high-nibble channels (rows 4-7)
+    a[ks][3] = h & ~keep_lo;                       // row g + 8
+  }
+  const u8* row0 = stg + S::kK + row_slot(g) * RB + KLB * t;
+  int own[8][2];  // the lane's partial sums: low-nibble channels (rows 0-3), high ones (rows 4-7)
+  const int sh = upper ? 4 : 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const u8* row = row0 + 8 * j * RB;
+    u32 w[4];
+    if (KLB == 16) {
+      const Vec16 v = ld_shared16(row);
+      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else {
+      const uint2 v = *reinterpret_cast<const uint2*>(row);
+      w[0] = v.x, w[1] = v.y;
+    }
+    int d[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+      mma_qk2(d, a[ks][0], a[ks][1], a[ks][2], a[ks][3], w[ks] & 0x0f0f0f0fu, w[ks] & 0xf0f0f0f0u);
+    own[j][0] = (d[0] + 256 * d[2]) >> sh;  // the high-nibble sums are 16 x theirs, exactly
+    own[j][1] = (d[1] + 256 * d[3]) >> sh;
+  }
+  // lanes 0-15 keep keys 0..31 (n-tiles 0-3) and send 32..63, lanes 16-31 the other way round
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int other = shfl_xor_i(upper ? own[k][e] : own[k + 4][e], 16);
+      const int v = (upper ? own[k + 4][e] : own[k][e]) + other + zq;
+      s[k][e] = v;
+      s[k + 4][e] = v;
+    }
 }
 
 // The B registers of P V for k-slice kk, key half h (keys 32 kk + 16 h + 2 t + {0, 1, 8, 9} in
@@ -971,7 +1177,7 @@ struct UnitCursor {
 // half rows (unit_softmax<D, 4>) and P V transposed (unit_pv_half, each lane keeps D/8 O values)
 // fixed at compile time, so the O registers of the other layout are never allocated; else the
 // instance for larger groups (full rows). ferrattn_cuda::TurboKernels::decode_for picks by the group.
-template <class T, int D, bool HALF>
+template <class T, int D, bool HALF, bool FAST>
 __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   using S = UnitStage<D>;
   constexpr int KCH = D / 4, VCH = D / 8, KS = D / 32;
@@ -1166,7 +1372,12 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       }
       switch (variant) {
         case 0: unit_qk_compressed<D, 4, true>(st, stages, g, t, s); break;
-        case 1: unit_qk_folded<D, 4>(st, stages, g, t, s); break;
+        case 1:
+          if (half && FERRATTN_TURBO_DECODE_HI_ROWS)
+            unit_qk_folded4_hi_rows<D>(st, stages, g, t, s);
+          else
+            unit_qk_folded<D, 4>(st, stages, g, t, s);
+          break;
         case 2: unit_qk_compressed<D, 2, true>(st, stages, g, t, s); break;
         case 3: unit_qk_folded<D, 2>(st, stages, g, t, s); break;
         default: unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
@@ -1182,10 +1393,16 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     int rs = 0;
     float r = 1.0f, c = 0.0f;
     if (active) {
-      if (half)
+      if (FAST) {
+        if (half)
+          unit_softmax_fast<D, 4>(st, s, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
+        else
+          unit_softmax_fast<D, 8>(st, s, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
+      } else if (half) {
         unit_softmax<D, 4>(st, s, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
-      else
+      } else {
         unit_softmax<D, 8>(st, s, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
+      }
     }
     // pending: V of this tile, K of the next
     cp_async_wait<1>();
@@ -1435,11 +1652,19 @@ __device__ __forceinline__ void flush_body(const FlushParams& p) {
 #define FERRATTN_TURBO_DECODE(TN, T, D)                                                       \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, FERRATTN_TURBO_DECODE_BLOCKS) \
       turbo_decode_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                      \
-    ferrattn::turbo::decode_body<ferrattn::T, D, false>(p);                                  \
+    ferrattn::turbo::decode_body<ferrattn::T, D, false, false>(p);                           \
   }                                                                                          \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, FERRATTN_TURBO_DECODE_G4_BLOCKS) \
       turbo_decode_g4_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                   \
-    ferrattn::turbo::decode_body<ferrattn::T, D, true>(p);                                   \
+    ferrattn::turbo::decode_body<ferrattn::T, D, true, false>(p);                            \
+  }                                                                                          \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, FERRATTN_TURBO_DECODE_BLOCKS) \
+      turbo_decode_fast_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                 \
+    ferrattn::turbo::decode_body<ferrattn::T, D, false, true>(p);                            \
+  }                                                                                          \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, FERRATTN_TURBO_DECODE_G4_BLOCKS) \
+      turbo_decode_g4_fast_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {              \
+    ferrattn::turbo::decode_body<ferrattn::T, D, true, true>(p);                             \
   }                                                                                          \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                    \
       turbo_combine_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                     \

@@ -595,7 +595,14 @@ pub struct TurboDevice {
 impl TurboDevice {
     /// TurboAttention on CUDA device `ordinal` (kernels load at first use).
     pub fn new(ordinal: usize) -> Result<TurboDevice> {
-        let backend = CudaBackend::new(ordinal);
+        Self::with_options(ordinal, ferrattn_cuda::Options::default())
+    }
+
+    /// As [`TurboDevice::new`] with the backend's options, e.g.
+    /// [`ferrattn_cuda::Options::fast_turbo_decode`] for the fast-contract decode kernels (O
+    /// within 2e-2 and LSE within 1e-2 of the bit-exact ones; docs/TURBO_CUDA.md).
+    pub fn with_options(ordinal: usize, options: ferrattn_cuda::Options) -> Result<TurboDevice> {
+        let backend = CudaBackend::with_options(ordinal, options);
         backend.gpu()?;
         Ok(TurboDevice {
             backend,

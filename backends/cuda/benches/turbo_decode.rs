@@ -4,11 +4,12 @@
 //! the automatic schedule, `--iters` per CUDA graph, replayed between events over enough caches
 //! to exceed 4x L2; the median of 9 replays. Both decode instances for groups of at most 4 query
 //! heads (`g4`: `turbo_decode_g4_*`, the default; `full`: `turbo_decode_*`, with
-//! `Options::turbo_decode_full_rows`). Not a test and not the suite: `ferrattn bench --algo turbo`
+//! `Options::turbo_decode_full_rows`), and their fast-contract twins (`g4fast`, `fullfast`:
+//! `Options::fast_turbo_decode`). Not a test and not the suite: `ferrattn bench --algo turbo`
 //! gives the documented rows, checked and beside SDPA.
 //!
 //! Usage: `turbo_decode BATCH CONTEXT [BATCH CONTEXT ...] [--bits int4,mixed] [--iters N]
-//! [--nvrtc] [--only g4|full] [--units auto,N,...]` (`--units`: the automatic schedule and/or
+//! [--nvrtc] [--only g4,full,g4fast,fullfast] [--units auto,N,...]` (`--units`: the automatic schedule and/or
 //! stream-K over N warps, to sweep the schedule) (Llama-3-8B heads: 32 query, 8 KV, d 128, bf16). Prints one line
 //! per shape, cache and instance. `--nvrtc` compiles the kernels at run time, where
 //! `FERRATTN_NVRTC_DEFINES` can change compile-time constants (e.g.
@@ -154,6 +155,23 @@ fn main() {
             ..Options::default()
         },
     );
+    let g4fast = CudaBackend::with_options(
+        0,
+        Options {
+            fast_turbo_decode: true,
+            force_nvrtc: nvrtc,
+            ..Options::default()
+        },
+    );
+    let fullfast = CudaBackend::with_options(
+        0,
+        Options {
+            fast_turbo_decode: true,
+            turbo_decode_full_rows: true,
+            force_nvrtc: nvrtc,
+            ..Options::default()
+        },
+    );
     for s in pos.chunks(2) {
         let (batch, ctx) = (s[0], s[1]);
         for name in bits_list.split(',') {
@@ -165,8 +183,18 @@ fn main() {
                     std::process::exit(2);
                 }
             };
-            for (inst, b) in [("g4", &g4), ("full", &full)] {
-                if only.as_deref().is_some_and(|o| o != inst) {
+            for (inst, b) in [
+                ("g4", &g4),
+                ("full", &full),
+                ("g4fast", &g4fast),
+                ("fullfast", &fullfast),
+            ] {
+                // without --only: the two bit-exact instances, as before the fast ones existed
+                let wanted = match only.as_deref() {
+                    Some(o) => o.split(',').any(|x| x == inst),
+                    None => !inst.ends_with("fast"),
+                };
+                if !wanted {
                     continue;
                 }
                 for &sched in &schedules {

@@ -470,6 +470,10 @@ pub struct TurboKernelNames {
     /// The same for GQA groups of at most 4 query heads (the half-row layout fixed at compile
     /// time: half of O's registers, fewer spills under the same 168-register cap).
     pub decode_g4: String,
+    /// `decode` under the fast numerical contract (`Options::fast_turbo_decode`).
+    pub decode_fast: String,
+    /// `decode_g4` under the fast numerical contract (`Options::fast_turbo_decode`).
+    pub decode_g4_fast: String,
     /// Merge of a decode tile's partials.
     pub combine: String,
     /// One token into the INT8 buffer.
@@ -507,6 +511,8 @@ pub fn turbo_kernel_names(dtype: DType, head_dim: usize) -> Result<TurboKernelNa
         prefill_wgf: format!("turbo_prefill_wgf_{dt}_d{d}"),
         decode: format!("turbo_decode_{dt}_d{d}"),
         decode_g4: format!("turbo_decode_g4_{dt}_d{d}"),
+        decode_fast: format!("turbo_decode_fast_{dt}_d{d}"),
+        decode_g4_fast: format!("turbo_decode_g4_fast_{dt}_d{d}"),
         combine: format!("turbo_combine_{dt}_d{d}"),
         append: format!("turbo_append_{dt}_d{d}"),
         flush: format!("turbo_flush_d{d}"),

@@ -72,6 +72,14 @@ pub struct Options {
     /// groups of at most 4 query heads, where `turbo_decode_g4_*` is the default. Both give the
     /// same bits; benchmarks and tests compare them.
     pub turbo_decode_full_rows: bool,
+    /// TurboAttention decode on the fast-contract instances (`turbo_decode_fast_*`,
+    /// `turbo_decode_g4_fast_*`): e^x on the MUFU instead of SAS (the threshold n_r kept) and P
+    /// quantized against the tile's largest logit (no per-tile division or second maximum).
+    /// Not bit-exact: O within 2e-2 relative (Frobenius) and LSE within 1e-2 of the emulation,
+    /// O's error against the exact result no larger than the bit-exact kernel's (within 10%) on
+    /// the GPU tests (`docs/TURBO_CUDA.md`). Off by default: the bit-exact kernels are the
+    /// reference.
+    pub fast_turbo_decode: bool,
 }
 
 /// The CUDA backend for one GPU. Construction never fails: an unusable GPU is reported by

@@ -265,8 +265,13 @@ pub struct TurboKernels {
     prefill_wg: Option<Function>,
     decode: Function,
     decode_g4: Function,
+    /// The two decode instances under the fast contract, in the same order.
+    decode_fast: Function,
+    decode_g4_fast: Function,
     /// [`Options::turbo_decode_full_rows`](crate::Options::turbo_decode_full_rows).
     full_rows_only: bool,
+    /// [`Options::fast_turbo_decode`](crate::Options::fast_turbo_decode).
+    fast: bool,
     combine: Function,
     append: Function,
     flush: Function,
@@ -274,12 +279,17 @@ pub struct TurboKernels {
 
 impl TurboKernels {
     /// The decode instance for GQA groups of `group` query heads: `turbo_decode_g4_*` up to
-    /// [`DECODE_G4_MAX_GROUP`], else `turbo_decode_*`.
+    /// [`DECODE_G4_MAX_GROUP`], else `turbo_decode_*`; their `_fast_` twins under
+    /// [`Options::fast_turbo_decode`](crate::Options::fast_turbo_decode).
     pub fn decode_for(&self, group: usize) -> &Function {
-        if group <= DECODE_G4_MAX_GROUP && !self.full_rows_only {
-            &self.decode_g4
-        } else {
-            &self.decode
+        match (
+            group <= DECODE_G4_MAX_GROUP && !self.full_rows_only,
+            self.fast,
+        ) {
+            (true, false) => &self.decode_g4,
+            (true, true) => &self.decode_g4_fast,
+            (false, false) => &self.decode,
+            (false, true) => &self.decode_fast,
         }
     }
 }
@@ -711,7 +721,10 @@ impl CudaBackend {
             },
             decode: m.decode.function(&n.decode)?,
             decode_g4: m.decode.function(&n.decode_g4)?,
+            decode_fast: m.decode.function(&n.decode_fast)?,
+            decode_g4_fast: m.decode.function(&n.decode_g4_fast)?,
             full_rows_only: self.options.turbo_decode_full_rows,
+            fast: self.options.fast_turbo_decode,
             combine: m.decode.function(&n.combine)?,
             append: m.decode.function(&n.append)?,
             flush: m.decode.function(&n.flush)?,
@@ -1107,7 +1120,7 @@ impl CudaBackend {
         let k = self.turbo_kernels(dtype, head_dim)?;
         let gpu = self.gpu()?;
         let _bound = gpu.bind()?;
-        for f in [&k.decode, &k.decode_g4] {
+        for f in [&k.decode, &k.decode_g4, &k.decode_fast, &k.decode_g4_fast] {
             // SAFETY: a loaded function; the size is below the device's opt-in maximum (227 KiB).
             check("cuFuncSetAttribute", unsafe {
                 sys::cuFuncSetAttribute(

@@ -202,7 +202,7 @@ pub const ONE_PER_SM_MAX_ITERS: u64 = 1024;
 /// equally long:
 ///
 /// - **Aligned, one CTA per SM, where DRAM per SM is low.** On a device that reports at most
-///   [`ONE_PER_SM_MAX_DRAM_PER_UNIT`] of DRAM bandwidth per SM (an H100 SXM; not an H200), with
+///   [`ONE_PER_SM_MAX_DRAM_PER_UNIT`] of DRAM bandwidth per SM (an H100 SXM and an H200), with
 ///   fewer tiles than slots and any amount of work: the aligned grid of at most one CTA per SM
 ///   (`aligned_one_per_sm`), when it keeps 80% of the SMs busy and, taking several tiles per
 ///   CTA, gives each at least [`FEWER_CTAS_MIN_ITERS`] iterations. Otherwise the rules below.
@@ -283,15 +283,19 @@ pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
 
 /// DRAM bandwidth per SM (bytes per second) up to which [`plan`] runs aligned grids of one CTA per
 /// SM on uniform batches with fewer tiles than slots, whatever the work. Measured with
-/// `benches/lean_grid.rs` on the two chips the device tool lends (same kernels, same 132 SMs):
-/// an H100 SXM (3.35 TB/s peak, 25 GB/s per SM) read the Lean-paper rows B=1 ctx 16k / 64k and
-/// B=4 ctx 16k / 64k in 81.0 / 309.8 / 317.9 / 1264 us on 112 CTAs against 88.4 / 330.9 / 333.5
-/// / 1298 us on the slot-filling grids (2026-11-25, `docs/results/h100-2026-11-25-grid-rule/`);
-/// an H200 (4.8 TB/s, 36 GB/s per SM) was 12-17% slower on 112 CTAs at B=1 ctx 16k and 64k and
-/// 10% at B=4 ctx 64k on 132 (`docs/results/lean-h200-2026-11-23-grid/`): its bandwidth needs
-/// two CTAs' loads in flight per SM. The threshold sits between the two; other chips are
-/// extrapolation.
-pub const ONE_PER_SM_MAX_DRAM_PER_UNIT: u64 = 30_000_000_000;
+/// `benches/lean_grid.rs` on the two chips the device tool lends (132 SMs each):
+/// - an H100 SXM (3.35 TB/s peak, 25 GB/s per SM) read the Lean-paper rows B=1 ctx 16k / 64k and
+///   B=4 ctx 16k / 64k in 81.0 / 309.8 / 317.9 / 1264 us on 112 CTAs against 88.4 / 330.9 /
+///   333.5 / 1298 us on the slot-filling grids (2026-11-25, `docs/results/h100-2026-11-25-grid-rule/`);
+/// - an H200 (4.8 TB/s, 36 GB/s per SM) was 12-17% slower on 112 CTAs with the kernels of
+///   2026-11-23 (`docs/results/lean-h200-2026-11-23-grid/`), when a stage's copies cost about 330
+///   instructions a thread; with the copies cut to about 70 (2026-11-26) the aligned grids are
+///   1-5% faster on every row this rule picks: B=1 ctx 16k 58.2-58.4 us on 112 CTAs against
+///   61.5-61.6 on 224, B=4 ctx 16k 215.3 against 227.6, Llama B=1 ctx 32k 38.5-38.7 on 128 against
+///   40.3, Llama B=8 ctx 32k 242.1 against 250.8 (`docs/results/h200-2026-11-26-lean-copy/`).
+/// The threshold sits above both chips; faster memory per SM (B200-class) is unmeasured and keeps
+/// the slot-filling grids.
+pub const ONE_PER_SM_MAX_DRAM_PER_UNIT: u64 = 40_000_000_000;
 /// Fraction of the SMs an aligned one-per-SM grid must keep busy to be chosen.
 pub const ONE_PER_SM_MIN_FILL: f64 = 0.8;
 /// Iterations per CTA below which a grid of fewer CTAs than tiles is not chosen (H100: Lean-paper
@@ -700,6 +704,7 @@ mod tests {
         };
         let h100 = with_bw(3_350); // 25 GB/s per SM
         let h200 = with_bw(4_800); // 36 GB/s per SM
+        let faster = with_bw(8_000); // 61 GB/s per SM: above the threshold
         let unknown = DeviceCaps::hopper_reference();
         // (problem, CTAs on the low-bandwidth chip)
         let rows = [
@@ -719,8 +724,9 @@ mod tests {
             let per = space.total_iters() / *ctas as u64;
             assert!(space.total_iters().is_multiple_of(*ctas as u64));
             assert!(per.is_multiple_of(space.iters[0]) || space.iters[0].is_multiple_of(per));
-            // the high-bandwidth chip and an unknown one plan as before
-            assert_eq!(plan(p, &h200).unwrap(), plan(p, &unknown).unwrap());
+            // the H200 takes the same grids; a faster chip and an unknown one plan as before
+            assert_eq!(plan(p, &h200).unwrap(), pl);
+            assert_eq!(plan(p, &faster).unwrap(), plan(p, &unknown).unwrap());
         }
         // too little work per CTA for fewer CTAs than tiles (224 tiles of 8 iterations; Llama
         // B=32 ctx 1k, 256 tiles of 16): as before

@@ -15,8 +15,10 @@
 //! accuracy, while the reversed choice is as bad as 2 bits everywhere. SAS on or off moves
 //! the errors by under one percent of themselves.
 
-use super::{cache, emulate, heads, KvBits, TurboConfig};
-use crate::{golden, AttentionInputs, AttentionProblem, Comparison, DType, Tensor};
+use super::{attention, cache, emulate, heads, KvBits, TurboConfig, TurboKvCache};
+use crate::{
+    golden, AttentionInputs, AttentionOutput, AttentionProblem, Comparison, DType, Tensor,
+};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
@@ -117,6 +119,18 @@ fn row(
 ) -> AccuracyRow {
     let exact = golden::exact_attention(p, x);
     let out = emulate(cfg, p, x).expect("built-in accuracy configurations are valid");
+    row_of(phase, kv_bits, cfg, p, &exact, &out, ratio)
+}
+
+fn row_of(
+    phase: &str,
+    kv_bits: &str,
+    cfg: &TurboConfig,
+    p: &AttentionProblem,
+    exact: &AttentionOutput,
+    out: &AttentionOutput,
+    ratio: Option<f64>,
+) -> AccuracyRow {
     let c = Comparison::f32(&exact.o.data, &out.o.data);
     let lse = Comparison::f32(&exact.lse.data, &out.lse.data);
     AccuracyRow {
@@ -158,6 +172,33 @@ pub fn accuracy_table(seed: u64) -> Vec<AccuracyRow> {
         };
         rows.push(row("prefill", "int8", &cfg, &pre, &x, None));
     }
+    let (dec, x, policies) = decode_rows_inputs(seed);
+    let v = x.v.as_ref().expect("separate v");
+    let ctx = [dec.max_seqlen_k - dec.max_seqlen_q];
+    for (name, kv_bits) in policies {
+        let bits = cache::resolve_bits(&kv_bits, &x.k, v, &ctx).expect("valid policy");
+        let ratio = cache::block_compression_ratio(dec.head_dim_qk, 64, &bits);
+        for sas in [true, false] {
+            let cfg = TurboConfig {
+                sas,
+                kv_bits: kv_bits.clone(),
+                ..TurboConfig::default()
+            };
+            rows.push(row("decode", name, &cfg, &dec, &x, Some(ratio)));
+        }
+    }
+    rows
+}
+
+/// The decode problem of [`accuracy_table`] (16 causal decode tokens after a 500-token
+/// context, fp16, d 128, GQA 8/4), its inputs, and the four bit policies.
+fn decode_rows_inputs(
+    seed: u64,
+) -> (
+    AttentionProblem,
+    AttentionInputs,
+    [(&'static str, KvBits); 4],
+) {
     let mut dec = AttentionProblem::uniform(1, 16, 516, 8, 4, 128, 128, DType::F16);
     dec.causal = true;
     let x = llm_like_inputs(&dec, seed ^ 0x5eed);
@@ -182,8 +223,34 @@ pub fn accuracy_table(seed: u64) -> Vec<AccuracyRow> {
             },
         ),
     ];
+    (dec, x, policies)
+}
+
+/// One decode row of [`accuracy_table`] under the bit-exact emulation and under the fast
+/// contract of the CUDA decode (`Options::fast_turbo_decode`, [`attention::decode_fast`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FastDecodeRow {
+    /// The bit-exact emulation's row (the table's).
+    pub exact: AccuracyRow,
+    /// The fast contract's row on the same inputs and cache.
+    pub fast: AccuracyRow,
+    /// Relative Frobenius distance of the fast O from the bit-exact O.
+    pub o_vs_exact: f64,
+    /// Largest absolute distance of the fast LSE from the bit-exact LSE.
+    pub lse_vs_exact: f64,
+}
+
+/// The decode rows of [`accuracy_table`] under the fast contract beside the bit-exact
+/// emulation: the same cache, built from the context and the decoded tokens one step at a time
+/// as `emulate` builds it, decoded by [`attention::decode`] and [`attention::decode_fast`].
+pub fn fast_decode_accuracy(seed: u64) -> Vec<FastDecodeRow> {
+    let (dec, x, policies) = decode_rows_inputs(seed);
+    let v = x.v.as_ref().expect("separate v");
+    let ctx = dec.max_seqlen_k - dec.max_seqlen_q;
+    let gold = golden::exact_attention(&dec, &x);
+    let mut rows = Vec::new();
     for (name, kv_bits) in policies {
-        let bits = cache::resolve_bits(&kv_bits, &x.k, v, &ctx).expect("valid policy");
+        let bits = cache::resolve_bits(&kv_bits, &x.k, v, &[ctx]).expect("valid policy");
         let ratio = cache::block_compression_ratio(dec.head_dim_qk, 64, &bits);
         for sas in [true, false] {
             let cfg = TurboConfig {
@@ -191,10 +258,55 @@ pub fn accuracy_table(seed: u64) -> Vec<AccuracyRow> {
                 kv_bits: kv_bits.clone(),
                 ..TurboConfig::default()
             };
-            rows.push(row("decode", name, &cfg, &dec, &x, Some(ratio)));
+            let [exact, fast] = [false, true].map(|f| decode_tokens(&cfg, &dec, &x, ctx, f));
+            let o = Comparison::f32(&exact.o.data, &fast.o.data);
+            let l = Comparison::f32(&exact.lse.data, &fast.lse.data);
+            rows.push(FastDecodeRow {
+                exact: row_of("decode", name, &cfg, &dec, &gold, &exact, Some(ratio)),
+                fast: row_of("decode (fast)", name, &cfg, &dec, &gold, &fast, Some(ratio)),
+                o_vs_exact: o.rel_fro,
+                lse_vs_exact: l.max_abs,
+            });
         }
     }
     rows
+}
+
+/// The causal decode of `p` (one sequence, `ctx` context tokens): each query token appended
+/// to the cache, then decoded (the fast contract's tile step when `fast`).
+fn decode_tokens(
+    cfg: &TurboConfig,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    ctx: usize,
+    fast: bool,
+) -> AttentionOutput {
+    let v = x.v.as_ref().expect("separate v");
+    let mut cache =
+        TurboKvCache::from_context(cfg, &x.k, v, &[ctx]).expect("built-in configurations");
+    let (mut o, mut lse) = attention::output_buffers(p);
+    let (hq, sq) = (p.heads_q, p.max_seqlen_q);
+    for i in 0..sq {
+        cache
+            .append(&x.k.seq_range(ctx + i, 1), &v.seq_range(ctx + i, 1))
+            .expect("room in the cache");
+        let q = x.q.seq_range(i, 1);
+        let step = if fast {
+            attention::decode_fast(cfg, &cache, &q, p.softmax_scale)
+        } else {
+            attention::decode(cfg, &cache, &q, p.softmax_scale)
+        }
+        .expect("built-in configurations");
+        for h in 0..hq {
+            o.row4_mut(0, i, h).copy_from_slice(step.o.row4(0, 0, h));
+            lse.data[h * sq + i] = step.lse.data[h];
+        }
+    }
+    AttentionOutput {
+        o,
+        lse,
+        provenance: attention::provenance(),
+    }
 }
 
 /// The table as Markdown, one line per row.

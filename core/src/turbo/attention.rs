@@ -254,6 +254,92 @@ pub fn finish_fixed_p(st: &RowState) -> RowOut {
     (st.acc.iter().map(|a| a * inv).collect(), m + st.l.ln())
 }
 
+/// The decode tile step under the *fast contract* of the CUDA decode (`Options::fast_turbo_decode`,
+/// `unit_softmax_fast` in cuda-kernels/turbo_decode.cu): the CPU model of that contract, so that
+/// its accuracy can be measured without a GPU (`accuracy::fast_decode_accuracy`). It departs
+/// from [`attend_tile`] in two steps, each row on its own (a decode tile has one row per query
+/// head, and the bit-exact tile's `s_P` is then that row's too):
+/// - `EXP` is `e^x` (here `f32::exp2` of `x log2 e`; the kernel's `ex2.approx` is within about
+///   2^-22 relative of it) instead of SAS; SAS's threshold stays (0 for `x < n_r`, keys and
+///   rescale; none when `exp` is [`ExpKind::Exact`]);
+/// - P is quantized against the tile's largest logit `tmax = f32(max_j dot_j) alpha`: `s_P =
+///   e^(tmax - m_new) / 119` and `Q(P~)_j = rne(2^(dot_j A + B))` with `A = alpha log2 e`,
+///   `B = log2 119 - f32(max_j dot_j) A` (one FMA each), no division by `s_P` and no clamp (the
+///   largest code is 119).
+///
+/// `alpha >= 0` (a positive softmax scale), so the largest dot product is the largest logit.
+/// Steps 1 (integer scores), 5 (the `l` and `O` updates, `s_P s_v` one product) are
+/// [`attend_tile`]'s.
+#[allow(clippy::too_many_arguments)] // the operands of one tile step, as attend_tile
+pub fn attend_tile_fast(
+    q: &Int8Block,
+    softmax_scale: f32,
+    visible: &[usize],
+    k: &Int8Block,
+    v: &Int8Block,
+    first: usize,
+    exp: ExpKind,
+    states: &mut [RowState],
+) {
+    const LOG2_CODES: f32 = 6.894_818; // log2(119) rounded to f32 (the kernel's constant)
+    let (rows, n) = (q.rows, k.rows);
+    if n == 0 {
+        return;
+    }
+    let d = q.codes.len() / rows.max(1);
+    let dv = v.codes.len() / n;
+    let alpha = (q.scale * k.scale) * softmax_scale;
+    let log2e = std::f32::consts::LOG2_E;
+    let n_r = match exp {
+        ExpKind::Sas(n_r) => n_r as f32,
+        ExpKind::Exact => f32::NEG_INFINITY,
+    };
+    let mut dots = vec![0i32; n];
+    let mut acc = vec![0i32; dv];
+    for (i, st) in states.iter_mut().enumerate().take(rows) {
+        let vis = visible[i].saturating_sub(first).min(n);
+        if vis == 0 {
+            continue;
+        }
+        let qi = &q.codes[i * d..(i + 1) * d];
+        for (j, dj) in dots.iter_mut().enumerate().take(vis) {
+            let kj = &k.codes[j * d..(j + 1) * d];
+            *dj = qi.iter().zip(kj).map(|(&a, &b)| a as i32 * b as i32).sum();
+        }
+        let dmax = *dots[..vis].iter().max().expect("vis > 0") as f32;
+        let tmax = dmax * alpha;
+        let m_new = st.m.max(tmax);
+        let dm = st.m - m_new; // -inf on the row's first tile
+        let r = if dm >= n_r { (dm * log2e).exp2() } else { 0.0 };
+        let a = alpha * log2e;
+        let b = (-dmax).mul_add(a, LOG2_CODES);
+        let thr = ((m_new - tmax) + n_r).mul_add(log2e, LOG2_CODES);
+        acc.iter_mut().for_each(|x| *x = 0);
+        let mut rowsum = 0i32;
+        for (j, &dj) in dots.iter().enumerate().take(vis) {
+            let arg = (dj as f32).mul_add(a, b);
+            if arg < thr {
+                continue;
+            }
+            let code = rne(arg.exp2()) as i32;
+            if code == 0 {
+                continue;
+            }
+            rowsum += code;
+            for (x, &vc) in acc.iter_mut().zip(&v.codes[j * dv..(j + 1) * dv]) {
+                *x += code * vc as i32;
+            }
+        }
+        let s_p = ((tmax - m_new) * log2e).exp2() * (1.0 / INT8_DIVISOR);
+        let c_pv = s_p * v.scale;
+        st.l = (rowsum as f32).mul_add(s_p, st.l * r);
+        for (o, &x) in st.acc.iter_mut().zip(&acc) {
+            *o = (x as f32).mul_add(c_pv, *o * r);
+        }
+        st.m = m_new;
+    }
+}
+
 /// INT8 K and V blocks of `B_c` tokens (the last one partial) of sequence `b`, KV head `h`.
 fn kv_blocks(
     k: &Tensor,
@@ -358,27 +444,31 @@ pub(crate) fn prefill_into(
     }
 }
 
-/// Alg. 2 for one query row of one sequence against KV head `h`'s tiles.
+/// Alg. 2 for one query row of one sequence against KV head `h`'s tiles ([`attend_tile`], or
+/// [`attend_tile_fast`] when `fast`).
 pub(crate) fn decode_row(
     cfg: &TurboConfig,
     tiles: &(Vec<Int8Block>, Vec<Int8Block>),
     q: &[f32],
     softmax_scale: f32,
     dv: usize,
+    fast: bool,
 ) -> (Vec<f32>, f32) {
+    let step = if fast { attend_tile_fast } else { attend_tile };
     let qb = Int8Block::quantize(&[q]);
     let mut st = [RowState::new(dv)];
     let mut first = 0;
     let exp = cfg.exp_kind();
     let visible = [usize::MAX];
     for (kt, vt) in tiles.0.iter().zip(&tiles.1) {
-        attend_tile(&qb, softmax_scale, &visible, kt, vt, first, exp, &mut st);
+        step(&qb, softmax_scale, &visible, kt, vt, first, exp, &mut st);
         first += kt.rows;
     }
     st[0].finish()
 }
 
-/// Alg. 2 for every query head of one sequence: `q(h)` gives head `h`'s query row.
+/// Alg. 2 for every query head of one sequence: `q(h)` gives head `h`'s query row (`fast`: the
+/// fast contract's tile step, [`attend_tile_fast`]).
 pub(crate) fn decode_seq<'a>(
     cfg: &TurboConfig,
     seq: &SeqCache,
@@ -386,6 +476,7 @@ pub(crate) fn decode_seq<'a>(
     dv: usize,
     q: impl Fn(usize) -> &'a [f32] + Sync,
     softmax_scale: f32,
+    fast: bool,
 ) -> Vec<RowOut> {
     let heads_kv = seq.k.len();
     let group = heads_q / heads_kv;
@@ -397,7 +488,7 @@ pub(crate) fn decode_seq<'a>(
         .collect();
     (0..heads_q)
         .into_par_iter()
-        .map(|h| decode_row(cfg, &tiles[h / group], q(h), softmax_scale, dv))
+        .map(|h| decode_row(cfg, &tiles[h / group], q(h), softmax_scale, dv, fast))
         .collect()
 }
 
@@ -476,6 +567,27 @@ pub fn decode(
     q: &Tensor,
     softmax_scale: f32,
 ) -> Result<AttentionOutput> {
+    decode_with(cfg, cache, q, softmax_scale, false)
+}
+
+/// [`decode`] under the fast contract of the CUDA decode ([`attend_tile_fast`]): the CPU model
+/// of `Options::fast_turbo_decode`, for measuring that contract's accuracy.
+pub fn decode_fast(
+    cfg: &TurboConfig,
+    cache: &TurboKvCache,
+    q: &Tensor,
+    softmax_scale: f32,
+) -> Result<AttentionOutput> {
+    decode_with(cfg, cache, q, softmax_scale, true)
+}
+
+fn decode_with(
+    cfg: &TurboConfig,
+    cache: &TurboKvCache,
+    q: &Tensor,
+    softmax_scale: f32,
+    fast: bool,
+) -> Result<AttentionOutput> {
     cfg.validate()?;
     check_decode_query(cache, q, softmax_scale)?;
     if cfg.block_k != cache.block_tokens {
@@ -501,6 +613,7 @@ pub fn decode(
                 d,
                 |h| q.row4(b, 0, h),
                 softmax_scale,
+                fast,
             )
         })
         .collect();

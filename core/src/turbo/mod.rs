@@ -443,6 +443,7 @@ pub fn emulate(
                         d,
                         |h| x.q.row4(b, i, h),
                         p.softmax_scale,
+                        false,
                     ));
                 }
                 (b, steps)

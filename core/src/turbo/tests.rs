@@ -906,6 +906,53 @@ fn turbo_accuracy_table_orders_bit_widths() {
     );
 }
 
+/// The fast contract of the CUDA decode (`Options::fast_turbo_decode`), modelled on the CPU
+/// ([`attention::attend_tile_fast`]), on the decode rows of the accuracy table: the harness's
+/// bit-exact rows are the table's (it decodes as `emulate` does), and the fast rows are no
+/// further from exact attention than the bit-exact ones (+10%) and within the contract's
+/// distance of them (O 2e-2 relative, LSE 1e-2: `tests/gpu_turbo.rs` FAST_O_REL / FAST_LSE_ABS).
+#[test]
+fn turbo_fast_decode_contract_costs_no_accuracy_on_the_table() {
+    let table = accuracy_table(2025);
+    let rows = accuracy::fast_decode_accuracy(2025);
+    assert_eq!(rows.len(), 8);
+    let mut md = String::from(
+        "| KV bits | SAS | rel. Frobenius err bit-exact / fast | cosine bit-exact / fast | LSE max abs err bit-exact / fast | fast vs bit-exact: O rel, LSE max abs |\n|---|---|---|---|---|---|\n",
+    );
+    for r in &rows {
+        let t = table
+            .iter()
+            .find(|t| t.phase == "decode" && t.kv_bits == r.exact.kv_bits && t.sas == r.exact.sas)
+            .expect("the table has the row");
+        assert_eq!(t, &r.exact, "the harness decodes as emulate");
+        md += &format!(
+            "| {} | {} | {:.4e} / {:.4e} | {:.6} / {:.6} | {:.4e} / {:.4e} | {:.2e}, {:.2e} |\n",
+            r.exact.kv_bits,
+            if r.exact.sas { "on" } else { "off" },
+            r.exact.rel_fro,
+            r.fast.rel_fro,
+            r.exact.cosine,
+            r.fast.cosine,
+            r.exact.lse_max_abs,
+            r.fast.lse_max_abs,
+            r.o_vs_exact,
+            r.lse_vs_exact
+        );
+    }
+    eprintln!("{md}");
+    for r in &rows {
+        let what = format!("{} sas {}", r.exact.kv_bits, r.exact.sas);
+        assert!(
+            r.fast.rel_fro <= 1.1 * r.exact.rel_fro + 1e-7,
+            "{what}: fast {:.4e} vs bit-exact {:.4e}",
+            r.fast.rel_fro,
+            r.exact.rel_fro
+        );
+        assert!(r.o_vs_exact <= 2e-2, "{what}: O {:.3e}", r.o_vs_exact);
+        assert!(r.lse_vs_exact <= 1e-2, "{what}: LSE {:.3e}", r.lse_vs_exact);
+    }
+}
+
 // issue 9: `Tensor`'s fields are public, so a query or a new token whose data is shorter than its
 // shape reached `decode` / `TurboKvCache::append` and panicked on a slice index; it is a typed
 // shape error now, and the cache is left as it was

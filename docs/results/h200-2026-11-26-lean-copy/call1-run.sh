@@ -1,0 +1,17 @@
+#!/bin/bash
+# lean-copy A/B: tests + sanitizers of the new kernels, then old/new interleaved lean_grid and lean_paged
+B=$(cd "$(dirname "$0")" && pwd); cd "$B"; export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH
+export FERRATTN_CACHE_DIR=/tmp/ferrattn-cache
+{ date; nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader; cat COMMIT; } > $OUT/env.txt 2>&1
+T=$OUT/tests.txt
+timeout 120 ./gpu_lean --include-ignored --test-threads=1 --skip gpu_nvrtc_path 2>&1 | grep -E "^test |test result|panicked|SKIPPED" >> $T
+for t in gpu_sanitizer_small_grid lean_device::gpu_device_sanitizer_small; do for tool in memcheck racecheck; do
+  FERRATTN_GPU_TEST_SCALE=small timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 ./gpu_lean $t --exact --include-ignored --test-threads=1 > /tmp/san.txt 2>&1
+  echo "$tool $t rc=$?: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.txt)" >> $T
+done; done
+cat $OUT/env.txt; cat $T | grep -E "result|rc=|FAILED|panicked"
+G=$OUT/grid.txt
+for r in old new old new; do echo "== $r" >> $G; timeout 100 ./lean_grid_$r --names lean,llama >> $G 2>&1; done
+P=$OUT/paged.txt
+for r in old new; do echo "== $r" >> $P; timeout 100 ./lean_paged_$r --quick >> $P 2>&1; done
+cat $G $P
