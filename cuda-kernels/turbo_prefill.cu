@@ -433,7 +433,7 @@ struct False {
   static constexpr bool value = false;
 };
 
-template <class T, int D>
+template <class T, int D, bool kFast>
 __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #ifdef FERRATTN_SM90A
   using namespace sm90;
@@ -584,6 +584,134 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   int oacc[32];  // P V of 64 channels: D / 64 passes per tile (160 registers per thread)
   float ks_next = nt > 0 ? p.ks[kv_base] : 0.0f, vs_next = nt > 0 ? p.vs[kv_base] : 0.0f;
 
+  // ---- the fast tile (kFast; turbo_prefill_wgf_*): P quantized against a bound known before
+  // the tile. With m the running row maximum (log2 units here), p = 2^(x - m) lies in [0, 1], so
+  // P^q = rne(255 p) as u8 (s_P = 1/255 fixed) needs no tile maximum, no cross-warp reduction, no
+  // barrier and no division. Per score element: integer row max (IMNMX), I2FP, one FFMA for the
+  // scaled and shifted logit in log2 units, one MUFU.EX2, then per pair of keys one F2FP (the two
+  // probabilities to f16x2), one HFMA2 (p x 255 + 1024: the code in the low byte of each half)
+  // and half a PRMT (four codes into the A register); row sums by DP4A on the packed codes. l and O stay
+  // in code units (the 1/255 cancels in O / l; LSE subtracts ln 255).
+  // SAS is replaced by ex2.approx (relative error ~2^-22, then p rounded to f16: 2^-12, both far
+  // below SAS's ~1e-3); its threshold: codes below 1/2 round to 0, i.e. x < ln(1/510) = -6.23
+  // gives 0, so n_r <= -6 is the u8 rounding's cut; n_r >= -5 is applied as p >= e^n_r on the
+  // f16 probabilities.
+  const float c_log2e = 1.4426950408889634f;
+  const bool thresh = sas_on && p.sas_nr >= -5;
+  const u32 thr2 = [&] {
+    const float t = exp2_approx((float)p.sas_nr * c_log2e);  // e^n_r
+    u32 h;
+    asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(h) : "f"(t));
+    return h;
+  }();
+  const u64 dq0 = smem_desc(q_tile, 8 * D, kSwK), dk_ring = smem_desc(ring, 8 * D, kSwK);
+  const u64 dv_ring = smem_desc(ring + TILE, 512, kSw64);
+  auto fast_tile = [&](int (&cur)[32], float ks_j, float vs_j, int j, u32 v_tile, int st) {
+    const float c2 = __fmul_rn(mul_rn(mul_rn(s_q, ks_j), p.softmax_scale), c_log2e);
+    const int key0 = j * kBlock;
+    constexpr int kNone = (int)0x80000000;  // below every score (|S| <= 127^2 D < 2^22)
+    const bool masked = key0 + kBlock > vis_min;
+    if (masked) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int key = key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
+        if (key >= ((i & 2) ? vis_b : vis_a)) cur[i] = kNone;
+      }
+    }
+    int ia = kNone, ib = kNone;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      if (i & 2) ib = max(ib, cur[i]); else ia = max(ia, cur[i]);
+    }
+    ia = max(ia, shfl_xor_i(ia, 1));
+    ia = max(ia, shfl_xor_i(ia, 2));
+    ib = max(ib, shfl_xor_i(ib, 1));
+    ib = max(ib, shfl_xor_i(ib, 2));
+    // c2 >= 0: the largest integer score is the largest logit
+    const float ta = ia == kNone ? neg_inf() : __fmul_rn(i2f(ia), c2);
+    const float tb = ib == kNone ? neg_inf() : __fmul_rn(i2f(ib), c2);
+    const float mn_a = fmaxf(m_a, ta), mn_b = fmaxf(m_b, tb);
+    const float r_a = m_a == mn_a ? 1.0f : exp2_approx(__fsub_rn(m_a, mn_a));
+    const float r_b = m_b == mn_b ? 1.0f : exp2_approx(__fsub_rn(m_b, mn_b));
+    const float nm_a = -mn_a, nm_b = -mn_b;
+    u32 cw[16];  // two codes per word: 0x6400 + code in each f16 half
+    // the branches on the mask and the threshold are taken once per tile, not per element
+    auto codes = [&](auto mask, auto thr) {
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const int i = 2 * k;
+        const float nm = (i & 2) ? nm_b : nm_a;
+        float x0 = __fmaf_rn(i2f(cur[i]), c2, nm), x1 = __fmaf_rn(i2f(cur[i + 1]), c2, nm);
+        if (decltype(mask)::value) {
+          x0 = cur[i] == kNone ? neg_inf() : x0;
+          x1 = cur[i + 1] == kNone ? neg_inf() : x1;
+        }
+        // MUFU.EX2 on f32 (ex2.approx.f16x2 is two MUFU.F16 and a PRMT on sm_90), the pair
+        // of probabilities then packed to f16x2 for the quantization
+        u32 e;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(e) : "f"(exp2_approx(x1)), "f"(exp2_approx(x0)));
+        if (decltype(thr)::value) {
+          u32 keep;  // 1.0 or 0.0 per half: p >= e^n_r, i.e. x >= n_r
+          asm("set.ge.f16x2.f16x2 %0, %1, %2;" : "=r"(keep) : "r"(e), "r"(thr2));
+          asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(e) : "r"(e), "r"(keep));
+        }
+        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(cw[k]) : "r"(e), "r"(0x5bf85bf8u), "r"(0x64006400u));
+      }
+    };
+    if (thresh) {
+      if (masked) codes(True{}, True{}); else codes(False{}, True{});
+    } else {
+      if (masked) codes(True{}, False{}); else codes(False{}, False{});
+    }
+    // P^q straight from the accumulator layout into A registers (keys in slot order)
+    u32 pa[2][4];
+    int rs_a = 0, rs_b = 0;
+#pragma unroll
+    for (int k2 = 0; k2 < 2; ++k2)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int n0 = 4 * k2 + 2 * (r >> 1), e = 2 * (r & 1);
+        const int i0 = 4 * n0 + e;  // codes i0, i0 + 1 (word i0 / 2) and i0 + 4, i0 + 5
+        asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(pa[k2][r]) : "r"(cw[i0 / 2]), "r"(cw[i0 / 2 + 2]));
+        if (r & 1) rs_b = byte_sum(pa[k2][r], rs_b); else rs_a = byte_sum(pa[k2][r], rs_a);
+      }
+    rs_a += shfl_xor_i(rs_a, 1);
+    rs_a += shfl_xor_i(rs_a, 2);
+    rs_b += shfl_xor_i(rs_b, 1);
+    rs_b += shfl_xor_i(rs_b, 2);
+    l_a = __fmaf_rn(l_a, r_a, i2f(rs_a));
+    l_b = __fmaf_rn(l_b, r_b, i2f(rs_b));
+    m_a = mn_a;
+    m_b = mn_b;
+    const bool rescale = __any_sync(0xffffffffu, r_a != 1.0f || r_b != 1.0f);
+#pragma unroll
+    for (int half = 0; half < D / 64; ++half) {
+      wgmma_fence();
+      const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * half);
+      wgmma_m64n64k32_u8s8(oacc, pa[0], dv, 0);
+      wgmma_m64n64k32_u8s8(oacc, pa[1], dv + 2, 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(oacc);
+      if (half == D / 64 - 1) mbar_arrive(smem_addr(&bar_empty[st]));  // stage st fully read
+      if (rescale) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          float (&oi)[4] = o[8 * half + i];
+          oi[0] = __fmaf_rn(i2f(oacc[4 * i]), vs_j, __fmul_rn(oi[0], r_a));
+          oi[1] = __fmaf_rn(i2f(oacc[4 * i + 1]), vs_j, __fmul_rn(oi[1], r_a));
+          oi[2] = __fmaf_rn(i2f(oacc[4 * i + 2]), vs_j, __fmul_rn(oi[2], r_b));
+          oi[3] = __fmaf_rn(i2f(oacc[4 * i + 3]), vs_j, __fmul_rn(oi[3], r_b));
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[8 * half + i][e] = __fmaf_rn(i2f(oacc[4 * i + e]), vs_j, o[8 * half + i][e]);
+      }
+    }
+  };
+
   for (int j = 0; j < nt; ++j) {
     const int st = j % kWgStages;
     const u32 k_tile = ring + st * 2 * TILE, v_tile = k_tile + TILE;
@@ -596,13 +724,25 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
     // S = Q^q1 K^q1 (exact s32)
     wgmma_fence();
+    if constexpr (kFast) {
+      // descriptors as additions to ones built before the loop (the address field is bits
+      // 0-13 in 16-byte units: +2 per 32-byte k slice, + 2 TILE / 16 per ring stage)
+      const u64 dk = dk_ring + (u64)(st * (2 * TILE >> 4));
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-      wgmma_m64n64k32_s8_ss(sacc, smem_desc(q_tile + 32 * ks, 8 * D, kSwK), smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
+      for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(sacc, dq0 + 2 * ks, dk + 2 * ks, ks);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks)
+        wgmma_m64n64k32_s8_ss(sacc, smem_desc(q_tile + 32 * ks, 8 * D, kSwK), smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
+    }
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(sacc);
     int (&cur)[32] = sacc;
+    if constexpr (kFast) {
+      fast_tile(cur, ks_j, vs_j, j, v_tile, st);
+      continue;
+    }
     const float alpha = mul_rn(mul_rn(s_q, ks_j), p.softmax_scale);
     const int key0 = j * kBlock;
     float pf[32];
@@ -705,6 +845,12 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     mbar_arrive(smem_addr(&bar_empty[st]));
   }
 
+  if constexpr (kFast) {
+    // m is in log2 units and l in codes (255 per unit of probability): LSE = m ln 2 + ln(l / 255)
+    const float ln2 = 0.6931471805599453f, ln255 = 5.541263545158426f;
+    m_a = m_a == neg_inf() ? m_a : __fsub_rn(__fmul_rn(m_a, ln2), ln255);
+    m_b = m_b == neg_inf() ? m_b : __fsub_rn(__fmul_rn(m_b, ln2), ln255);
+  }
   store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
 #else
   asm volatile("trap;");  // built for another architecture: the host only launches this on sm_90
@@ -730,7 +876,11 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   }                                                                                            \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kWgThreads, 1)                 \
       turbo_prefill_wg_##TN##_d##D(const ferrattn::turbo::PrefillParams p) {                   \
-    ferrattn::turbo::prefill_wg_body<ferrattn::T, D>(p);                                       \
+    ferrattn::turbo::prefill_wg_body<ferrattn::T, D, false>(p);                                \
+  }                                                                                            \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kWgThreads, 1)                 \
+      turbo_prefill_wgf_##TN##_d##D(const ferrattn::turbo::PrefillParams p) {                  \
+    ferrattn::turbo::prefill_wg_body<ferrattn::T, D, true>(p);                                 \
   }
 
 FERRATTN_TURBO_PREFILL(f16, F16, 64)

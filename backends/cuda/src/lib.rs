@@ -62,6 +62,12 @@ pub struct Options {
     /// TurboAttention prefill on the mma.sync kernel, whose O equals the CPU emulation bit for
     /// bit, even on sm_90 where the faster warpgroup-MMA kernel (O within 1e-3) is the default.
     pub exact_turbo_prefill: bool,
+    /// TurboAttention prefill on sm_90 under the fast contract (`turbo_prefill_wgf_*`, issue 11):
+    /// P quantized to u8 with the fixed scale 1/255 against the running row maximum, exp2
+    /// instead of SAS; follows `ferrattn_core::turbo::prefill_fixed_p`, no less accurate than
+    /// the emulation against the f64 golden (docs/TURBO_CUDA.md). Ignored with
+    /// `exact_turbo_prefill` and off sm_90.
+    pub fast_turbo_prefill: bool,
     /// TurboAttention decode always on the full-row instance (`turbo_decode_*`), also for GQA
     /// groups of at most 4 query heads, where `turbo_decode_g4_*` is the default. Both give the
     /// same bits; benchmarks and tests compare them.

@@ -259,7 +259,9 @@ pub struct TurboKernels {
     quant_kv: Function,
     buffer_tail: Function,
     prefill: Function,
-    /// `turbo_prefill_wg_*`, present on sm_90 (compute capability 9.0) only.
+    /// `turbo_prefill_wg_*`, or `turbo_prefill_wgf_*` with
+    /// [`Options::fast_turbo_prefill`](crate::Options::fast_turbo_prefill) (same launch, same
+    /// operands), present on sm_90 (compute capability 9.0) only.
     prefill_wg: Option<Function>,
     decode: Function,
     decode_g4: Function,
@@ -709,7 +711,11 @@ impl CudaBackend {
             buffer_tail: m.prefill.function(&n.buffer_tail)?,
             prefill: m.prefill.function(&n.prefill)?,
             prefill_wg: if self.has_sm90a() {
-                Some(m.prefill.function(&n.prefill_wg)?)
+                Some(m.prefill.function(if self.options.fast_turbo_prefill {
+                    &n.prefill_wgf
+                } else {
+                    &n.prefill_wg
+                })?)
             } else {
                 None
             },
@@ -907,6 +913,13 @@ impl CudaBackend {
     /// [`crate::Options::exact_turbo_prefill`]); else the bit-exact mma.sync kernel.
     pub fn turbo_prefill_uses_wgmma(&self, prep: &PreparedTurboPrefill) -> bool {
         prep.wgmma
+    }
+
+    /// Whether a prepared prefill runs the fast-contract kernel `turbo_prefill_wgf_*`
+    /// ([`crate::Options::fast_turbo_prefill`] on sm_90): its twin is
+    /// `ferrattn_core::turbo::prefill_fixed_p`, not the emulation.
+    pub fn turbo_prefill_uses_fast(&self, prep: &PreparedTurboPrefill) -> bool {
+        prep.wgmma && self.options.fast_turbo_prefill
     }
 
     /// Enqueues a whole prefill of device inputs: quantization (and the cache of every token

@@ -958,6 +958,104 @@ fn gpu_turbo_prefill_matches_the_emulation() {
     }
 }
 
+fn fast_backend(test: &str) -> Option<CudaBackend> {
+    backend(
+        test,
+        Options {
+            fast_turbo_prefill: true,
+            ..Options::default()
+        },
+    )
+}
+
+/// The fast-contract kernel (`turbo_prefill_wgf_*`) against its CPU twin
+/// (`turbo::prefill_fixed_p`): O within 1e-3 relative Frobenius error and LSE within 1e-3
+/// absolute (the kernel's ex2.approx against the twin's exp2 can move a u8 code by one where
+/// 255 p lies at a rounding boundary); no NaN (outputs poisoned); against the f64 golden no
+/// worse than the emulation by more than 10%; the cache is the emulation's bit for bit. Off
+/// sm_90 the option falls back to the mma.sync kernel, which is held to the emulation instead.
+fn check_fast_prefill(
+    what: &str,
+    b: &CudaBackend,
+    cfg: &TurboConfig,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    reserve: usize,
+) {
+    let (emu, emu_cache) = turbo::prefill(cfg, p, x).unwrap();
+    let (gpu, gpu_cache) = b.turbo_prefill(cfg, p, x, reserve).unwrap();
+    assert_cache_eq(what, &emu_cache, &gpu_cache.download().unwrap());
+    if !b.turbo_prefill_is_exact() {
+        let twin = turbo::prefill_fixed_p(cfg, p, x).unwrap();
+        assert!(
+            gpu.o.data.iter().all(|v| !v.is_nan()) && gpu.lse.data.iter().all(|v| !v.is_nan()),
+            "{what}: NaN in O or LSE (an output element was not written)"
+        );
+        let c = Comparison::f32(&twin.o.data, &gpu.o.data);
+        let l = Comparison::f32(&twin.lse.data, &gpu.lse.data);
+        let e = Comparison::f32(&emu.o.data, &gpu.o.data);
+        eprintln!(
+            "{what}: O vs fixed-P twin {c}, {} of {} differ in bits; LSE max abs {:.2e}; O vs emulation rel_fro {:.3e}",
+            differing_bits(&twin.o.data, &gpu.o.data),
+            c.len,
+            l.max_abs,
+            e.rel_fro
+        );
+        assert_eq!(
+            c.non_finite_mismatch, None,
+            "{what}: O non-finite placement differs"
+        );
+        assert_eq!(
+            l.non_finite_mismatch, None,
+            "{what}: LSE -inf placement differs"
+        );
+        assert!(c.rel_fro <= 1e-3, "{what}: O vs twin {c}");
+        assert!(l.max_abs <= 1e-3, "{what}: LSE vs twin {l}");
+    } else {
+        check_following(what, &emu, &gpu, Follows::Steps);
+    }
+    check_vs_golden(what, p, x, &emu, &gpu);
+}
+
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+fn gpu_turbo_fast_prefill_matches_its_twin() {
+    let name = "gpu_turbo_fast_prefill_matches_its_twin";
+    let Some(b) = fast_backend(name) else {
+        return;
+    };
+    for (i, c) in prefill_cases().into_iter().enumerate() {
+        let p = problem(&c.lq, &c.lk, c.hq, c.hk, c.d, c.dtype, c.causal);
+        let x = inputs(&p, 100 + i as u64);
+        let cfg = cfg_with(c.bits.clone(), true);
+        let what = format!(
+            "fast prefill #{i} lq {:?} lk {:?} hq {} hk {} d {} {} causal {} {:?}",
+            c.lq, c.lk, c.hq, c.hk, c.d, c.dtype, c.causal, c.bits
+        );
+        check_fast_prefill(&what, &b, &cfg, &p, &x, 70);
+    }
+    // SAS off, a threshold the kernel applies itself (-3) and one below the u8 cut (-16)
+    let p = problem(&[150, 90], &[150, 200], 8, 4, 128, DType::F16, true);
+    let x = inputs(&p, 21);
+    for cfg in [
+        cfg_with(KvBits::Int4, false),
+        TurboConfig {
+            sas_threshold: -3,
+            ..TurboConfig::default()
+        },
+        TurboConfig {
+            sas_threshold: -16,
+            ..TurboConfig::default()
+        },
+    ] {
+        let what = format!("fast prefill sas {} n_r {}", cfg.sas, cfg.sas_threshold);
+        check_fast_prefill(&what, &b, &cfg, &p, &x, 0);
+    }
+}
+
 /// On sm_90 the default prefill is the warpgroup-MMA kernel (so the tests above exercise it);
 /// elsewhere, and with `exact_turbo_prefill`, the mma.sync kernel.
 #[test]
@@ -975,8 +1073,14 @@ fn gpu_turbo_prefill_kernel_choice() {
     let sm90 = fast.gpu().unwrap().caps.compute_capability == Some((9, 0));
     let prep = fast.turbo_prepare_prefill(&cfg, &p).unwrap();
     assert_eq!(fast.turbo_prefill_uses_wgmma(&prep), sm90);
+    assert!(!fast.turbo_prefill_uses_fast(&prep));
     let prep = exact.turbo_prepare_prefill(&cfg, &p).unwrap();
     assert!(!exact.turbo_prefill_uses_wgmma(&prep));
+    let Some(f) = fast_backend(name) else {
+        return;
+    };
+    let prep = f.turbo_prepare_prefill(&cfg, &p).unwrap();
+    assert_eq!(f.turbo_prefill_uses_fast(&prep), sm90);
     eprintln!("sm_90: {sm90}; default prefill kernel is warpgroup MMA: {sm90}");
 }
 
@@ -1649,6 +1753,9 @@ fn gpu_turbo_sanitizer_small() {
     let (gpu, mut cache) = b.turbo_prefill(&cfg, &p, &x, 64).unwrap();
     check_following("sanitizer prefill", &emu, &gpu, prefill_follows(&b));
     assert_cache_eq("sanitizer prefill", &emu_cache, &cache.download().unwrap());
+    if let Some(f) = fast_backend("gpu_turbo_sanitizer_small") {
+        check_fast_prefill("sanitizer fast prefill", &f, &cfg, &p, &x, 64);
+    }
     let q = x.q.seq_range(0, 1);
     let kn = x.k.seq_range(0, 1);
     let vn = x.v.as_ref().unwrap().seq_range(0, 1);

@@ -151,6 +151,109 @@ pub fn attend_tile(
     }
 }
 
+/// How `P~` becomes the INT8 operand of `P V` in a prefill tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PQuant {
+    /// The paper's (Alg. 1): `s_P = max(P~ over the tile) / 119`, signed INT8 codes
+    /// ([`attend_tile`]; the emulation, and the bit-exact and wgmma kernels).
+    #[default]
+    PerTile,
+    /// The fast contract of `turbo_prefill_wgf_*` (issue 11; [`attend_tile_fixed_p`]): `P~` in
+    /// `[0, 1]` quantized against the bound it has before the tile, `s_P = 1/255`, u8 codes.
+    FixedU8,
+}
+
+/// `x` rounded to the nearest f16 value (ties to even), returned as f32.
+pub fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
+/// One prefill tile step under the fast contract ([`PQuant::FixedU8`]); the CPU twin of
+/// `turbo_prefill_wgf_*`, step for step (`m` in log2 units, `l` and `O` in code units, i.e.
+/// 255 times the paper's; [`finish_fixed_p`] undoes both):
+/// 1. `c2 = ((s_q * s_k) * softmax_scale) * log2(e)`; `t = f32(max_j dot_ij) * c2` over the
+///    visible keys (the integer maximum is the logit maximum: `c2 >= 0`).
+/// 2. `m_new = max(m, t)`; `r = 1` if `m_new == m`, else `2^(m - m_new)`.
+/// 3. `x = fma(f32(dot), c2, -m_new)`; `p = f16(2^x)` (the kernel: `ex2.approx`, then f16).
+/// 4. SAS threshold: with SAS on and `n_r >= -5`, `p < f16(e^n_r)` gives 0; below that the u8
+///    rounding is the cut (`p < 1/510`, `x < -6.23` natural-log units).
+/// 5. `code = rne(255 p)` in `0..=255` (the kernel: `fma.f16x2(p, 255, 1024)`).
+/// 6. `l = fma(l, r, f32(rowsum code))`, `O = fma(f32(code . V^q1), s_V, O * r)`.
+#[allow(clippy::too_many_arguments)] // the operands of one tile step, named as in Alg. 1
+pub fn attend_tile_fixed_p(
+    q: &Int8Block,
+    softmax_scale: f32,
+    visible: &[usize],
+    k: &Int8Block,
+    v: &Int8Block,
+    first: usize,
+    threshold: Option<i32>,
+    states: &mut [RowState],
+) {
+    let (rows, n) = (q.rows, k.rows);
+    if n == 0 {
+        return;
+    }
+    let d = q.codes.len() / rows.max(1);
+    let dv = v.codes.len() / n;
+    let c2 = ((q.scale * k.scale) * softmax_scale) * std::f32::consts::LOG2_E;
+    let thr = threshold.map(|n_r| round_f16((n_r as f32 * std::f32::consts::LOG2_E).exp2()));
+    let mut dots = vec![0i32; n];
+    let mut acc = vec![0i32; dv];
+    for i in 0..rows {
+        let vis = visible[i].saturating_sub(first).min(n);
+        if vis == 0 {
+            continue; // nothing visible: the state is left as it was
+        }
+        let qi = &q.codes[i * d..(i + 1) * d];
+        for (j, dj) in dots.iter_mut().enumerate().take(vis) {
+            let kj = &k.codes[j * d..(j + 1) * d];
+            *dj = qi.iter().zip(kj).map(|(&a, &b)| a as i32 * b as i32).sum();
+        }
+        let imax = *dots[..vis].iter().max().expect("vis > 0");
+        let st = &mut states[i];
+        let m_new = st.m.max(imax as f32 * c2);
+        let r = if m_new == st.m {
+            1.0
+        } else {
+            (st.m - m_new).exp2()
+        };
+        acc.iter_mut().for_each(|a| *a = 0);
+        let mut rowsum = 0i32;
+        for (j, &dot) in dots.iter().enumerate().take(vis) {
+            let x = (dot as f32).mul_add(c2, -m_new);
+            let mut p = round_f16(x.exp2());
+            if thr.is_some_and(|t| p < t) {
+                p = 0.0;
+            }
+            let code = rne(255.0 * p).min(255.0) as i32;
+            if code == 0 {
+                continue;
+            }
+            rowsum += code;
+            for (a, &vc) in acc.iter_mut().zip(&v.codes[j * dv..(j + 1) * dv]) {
+                *a += code * vc as i32;
+            }
+        }
+        st.m = m_new;
+        st.l = st.l.mul_add(r, rowsum as f32);
+        for (o, &a) in st.acc.iter_mut().zip(&acc) {
+            *o = (a as f32).mul_add(v.scale, *o * r);
+        }
+    }
+}
+
+/// `O = acc * (1 / l)` and `LSE = (m ln 2 - ln 255) + ln(l)` of a [`attend_tile_fixed_p`] state
+/// (as the kernel finishes it); zeros and `-inf` for a row that saw no key.
+pub fn finish_fixed_p(st: &RowState) -> RowOut {
+    if st.m == f32::NEG_INFINITY || st.l == 0.0 {
+        return (vec![0.0; st.acc.len()], f32::NEG_INFINITY);
+    }
+    let inv = 1.0 / st.l;
+    let m = st.m * std::f32::consts::LN_2 - 255f32.ln();
+    (st.acc.iter().map(|a| a * inv).collect(), m + st.l.ln())
+}
+
 /// The decode tile step under the *fast contract* of the CUDA decode (`Options::fast_turbo_decode`,
 /// `unit_softmax_fast` in cuda-kernels/turbo_decode.cu): the CPU model of that contract, so that
 /// its accuracy can be measured without a GPU (`accuracy::fast_decode_accuracy`). It departs
@@ -263,6 +366,7 @@ pub(crate) fn prefill_into(
     p: &AttentionProblem,
     x: &AttentionInputs,
     seqs: &[usize],
+    pq: PQuant,
     o: &mut [f32],
     lse: &mut [f32],
 ) {
@@ -298,18 +402,33 @@ pub(crate) fn prefill_into(
                     if first >= reach {
                         break;
                     }
-                    attend_tile(
-                        &qb,
-                        p.softmax_scale,
-                        &visible,
-                        kb,
-                        vb,
-                        first,
-                        exp,
-                        &mut states,
-                    );
+                    match pq {
+                        PQuant::PerTile => attend_tile(
+                            &qb,
+                            p.softmax_scale,
+                            &visible,
+                            kb,
+                            vb,
+                            first,
+                            exp,
+                            &mut states,
+                        ),
+                        PQuant::FixedU8 => attend_tile_fixed_p(
+                            &qb,
+                            p.softmax_scale,
+                            &visible,
+                            kb,
+                            vb,
+                            first,
+                            fixed_p_threshold(cfg),
+                            &mut states,
+                        ),
+                    }
                 }
-                rows.extend(states.iter().map(RowState::finish));
+                match pq {
+                    PQuant::PerTile => rows.extend(states.iter().map(RowState::finish)),
+                    PQuant::FixedU8 => rows.extend(states.iter().map(finish_fixed_p)),
+                }
             }
             (b, h, rows)
         })
@@ -385,7 +504,15 @@ pub fn prefill(
     super::check_inputs(cfg, p, x)?;
     let (mut o, mut lse) = output_buffers(p);
     let seqs: Vec<usize> = (0..p.batch).collect();
-    prefill_into(cfg, p, x, &seqs, &mut o.data, &mut lse.data);
+    prefill_into(
+        cfg,
+        p,
+        x,
+        &seqs,
+        PQuant::PerTile,
+        &mut o.data,
+        &mut lse.data,
+    );
     let v = x.v.as_ref().expect("checked: separate K and V");
     let cache = TurboKvCache::from_context(cfg, &x.k, v, &p.seqlens_k)?;
     Ok((
@@ -396,6 +523,40 @@ pub fn prefill(
         },
         cache,
     ))
+}
+
+/// The SAS threshold the fast contract applies itself: `n_r` with SAS on and `n_r >= -5`; below
+/// (`n_r <= -6`, the paper's -6 included) the u8 rounding of P is the cut (`x < -6.23`), and with
+/// SAS off there is none.
+pub fn fixed_p_threshold(cfg: &TurboConfig) -> Option<i32> {
+    (cfg.sas && cfg.sas_threshold >= -5).then_some(cfg.sas_threshold)
+}
+
+/// TurboAttention prefill under the fast contract ([`PQuant::FixedU8`], [`attend_tile_fixed_p`]):
+/// the CPU twin of `turbo_prefill_wgf_*`. Q, K and V are quantized as in [`prefill`]; only
+/// the softmax and the quantization of P differ. No cache (it is [`prefill`]'s, bit for bit).
+pub fn prefill_fixed_p(
+    cfg: &TurboConfig,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+) -> Result<AttentionOutput> {
+    super::check_inputs(cfg, p, x)?;
+    let (mut o, mut lse) = output_buffers(p);
+    let seqs: Vec<usize> = (0..p.batch).collect();
+    prefill_into(
+        cfg,
+        p,
+        x,
+        &seqs,
+        PQuant::FixedU8,
+        &mut o.data,
+        &mut lse.data,
+    );
+    Ok(AttentionOutput {
+        o,
+        lse,
+        provenance: provenance(),
+    })
 }
 
 /// TurboAttention decode (Alg. 2) of one query token per sequence against everything `cache`

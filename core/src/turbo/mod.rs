@@ -99,7 +99,7 @@ pub mod sas;
 mod tests;
 
 pub use accuracy::{accuracy_markdown, accuracy_table, llm_like_inputs, AccuracyRow};
-pub use attention::{decode, decode_step, prefill};
+pub use attention::{decode, decode_step, prefill, prefill_fixed_p, PQuant};
 pub use cache::{block_compression_ratio, CacheMemory, TurboKvCache};
 
 use crate::{
@@ -391,7 +391,15 @@ pub fn emulate(
     let (prefill_seqs, decode_seqs): (Vec<usize>, Vec<usize>) =
         (0..p.batch).partition(|&b| p.seqlens_q[b] >= p.seqlens_k[b]);
     if !prefill_seqs.is_empty() {
-        attention::prefill_into(cfg, p, x, &prefill_seqs, &mut o.data, &mut lse.data);
+        attention::prefill_into(
+            cfg,
+            p,
+            x,
+            &prefill_seqs,
+            attention::PQuant::PerTile,
+            &mut o.data,
+            &mut lse.data,
+        );
     }
     if !decode_seqs.is_empty() {
         let v = x.v.as_ref().expect("checked: separate K and V");
