@@ -4,9 +4,8 @@
 // schedule (ferrattn_core::lean) and merged by a second kernel.
 //
 // Three launches per step (graph-capturable: no host work between them). On sm_90 the decode
-// and the merge are launched with programmatic stream serialization (see pdl_wait): the decode's
-// prologue (schedule, source bases, first ring stages: nothing of the query) runs under the
-// preparation, the merge's launch under the decode's tail.
+// and the merge are launched with programmatic stream serialization (see pdl_wait): their CTAs
+// become resident under the kernel before and wait on the device, so the launch gaps overlap.
 //   1. turboquant_prepare_q_*: every query row rotated (Π q) and projected (S q) once, scaled by
 //      softmax_scale · log2 e (and √(π/2)/m for S q), rounded to f16 and written straight in the
 //      A-fragment order of mma.m16n8k16: the units load their query tile with 16-byte loads.
@@ -101,11 +100,15 @@ struct CombineParams {
 };
 
 // Programmatic dependent launch (sm_90; the host sets the launch attribute only there, and
-// without it both instructions are no-ops). The decode and the merge are launched so that they
-// may start while the kernel before them runs: their prologues (the decode's schedule tables,
-// source bases and first ring stages, which need nothing from the query preparation) overlap
-// its tail, and `pdl_wait` holds each back before the first read of what that kernel wrote
-// (it returns once the kernel before has completed and its writes are visible).
+// without it both instructions are no-ops). The decode and the merge are launched so that their
+// CTAs may become resident while the kernel before them runs (its launch latency and theirs
+// overlap). Each calls `pdl_wait` before its first global load of anything: it returns once the
+// kernel before has completed and its writes are visible. Not only that kernel's output: in the
+// first GPU call of this change (2026-11-26) the decode issued its schedule-table reads and first
+// ring copies (cp.async.ca of norms and signs) before the wait, and gpu_turboquant and the device
+// API tests failed intermittently (wrong O and LSE; the sanitizer grid was clean). Consistent
+// with L1 lines left by earlier kernels being read before the wait (the cause was not isolated),
+// so nothing global is loaded before it, not even data written several kernels earlier.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -305,15 +308,10 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   constexpr int NB = D / 8;   // n8 blocks of the output
   extern __shared__ uint4 ring_all[];
   pdl_launch_dependents();  // the merge may be scheduled now; it waits for this grid's end
+  pdl_wait();               // before any global load (see pdl_wait)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int unit = blockIdx.x * kUnitWarps + warp;
-  // every thread waits for the preparation before it leaves, so that this grid's end implies
-  // the preparation's (the merge waits on this grid alone)
-  if (unit >= p.units) {  // no CTA barrier below: a warp may leave
-    pdl_wait();
-    return;
-  }
-  bool waited = false;  // pdl_wait done (the query fragments are written)
+  if (unit >= p.units) return;  // no CTA barrier below: a warp may leave
   uint4* ring = ring_all + (size_t)warp * kStages * kSlots * 32;
   // query A fragments, [2][CH][32 lanes] uint4 per warp after the rings, read with one 16-byte
   // load per MMA (whole register quads: no per-iteration moves to build them, and out of the
@@ -344,9 +342,6 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       if (s < iters) issue_stage<D, QJL>(src, tok0 + s * kTileK, lane, ring + s * kSlots * 32);
       cp_async_commit();
     }
-    // the ring fill above reads only the cache (written before the query preparation started);
-    // the query fragments below are the preparation's output
-    if (!waited) pdl_wait(), waited = true;
     // Π q as hi + lo (two f16 products: the scores then carry the rounding of the centroids
     // only). Every lane reads only the qsm entries it wrote, so no barrier; its reads of the
     // previous segment are done (program order).
@@ -543,7 +538,6 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       if (R16) ml[2 * (g + 8)] = m1, ml[2 * (g + 8) + 1] = l1;
     }
   }
-  if (!waited) pdl_wait();  // a unit without segments
 }
 
 // A fragment position of (row r, column o) in mma.m16n8k16 (common.cuh), as a u16 index into the
@@ -647,8 +641,8 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
 //      are added through shared memory.
 // The result is Lean's reduction in another association (exact up to f32 rounding).
 // Then O = Πᵀ (O_rot / l) for the CTA's rows, kRowBlock rows at a time: thread (k-slice ks,
-// column quad c4) holds its KL rows of Π as float4 (loaded first thing, before the wait for the
-// decode), the slices are summed through shared memory in a fixed order (deterministic).
+// column quad c4) holds its KL rows of Π as float4 (loaded first thing, in flight during the
+// merge), the slices are summed through shared memory in a fixed order (deterministic).
 template <int D>
 __device__ __forceinline__ void combine(const CombineParams& p) {
   constexpr int PER = D / 32;
@@ -663,15 +657,16 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   __shared__ __align__(16) float orot[kRows][D];
   __shared__ __align__(16) float ypart[KS][kRowBlock][D];
   __shared__ float ms[kRows], ls[kRows];
+  // the partials are the decode's output (launched with programmatic serialization after it);
+  // nothing global is read before the wait (see pdl_wait)
+  pdl_wait();
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const int c4 = t % C4, ks = t / C4;
-  // this thread's rows of Π for the un-rotation, loaded before the wait (Π is the engine's,
-  // never written by a step): with programmatic launch they arrive under the decode's tail
+  // this thread's rows of Π for the un-rotation, first thing: they arrive while the partials
+  // are merged
   float4 a[KL];
 #pragma unroll
   for (int kk = 0; kk < KL; ++kk) a[kk] = *reinterpret_cast<const float4*>(p.pi + (size_t)(ks * KL + kk) * D + 4 * c4);
-  // the partials are the decode's output (launched with programmatic serialization after it)
-  pdl_wait();
   const int tile = blockIdx.x / p.row_split, part = blockIdx.x % p.row_split;
   if (tile >= p.tiles) return;
   const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);

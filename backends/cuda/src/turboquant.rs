@@ -1579,7 +1579,9 @@ impl TurboQuantCuda {
             fast_per_sm: [[0; 2]; 2],
             programmatic: false,
         };
-        t.programmatic = t.gpu.caps.compute_capability.is_some_and(|cc| cc >= (9, 0));
+        // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
+        // tested both ways on a GPU)
+        t.set_programmatic_launch(std::env::var("FERRATTN_TQ_PDL").map_or(true, |v| v != "0"));
         set_smem(&t.compress_keys, t.smem_keys)?;
         set_smem(&t.compress_values, t.smem_values)?;
         for f in [&t.fast_keys, &t.split_keys] {
@@ -1633,7 +1635,8 @@ impl TurboQuantCuda {
     /// Whether the decode and the merge of a step are launched with programmatic stream
     /// serialization (programmatic dependent launch: each may start while the kernel before it
     /// runs and waits for it on the device before reading its output). On by default where the
-    /// GPU has it (compute capability 9.0+); `false` gives plain stream order (same results).
+    /// GPU has it (compute capability 9.0+) unless the environment sets `FERRATTN_TQ_PDL=0`;
+    /// `false` gives plain stream order (same results).
     pub fn set_programmatic_launch(&mut self, on: bool) {
         self.programmatic = on
             && self
