@@ -3,7 +3,9 @@
 // ferrattn_core::turboquant::attention), split over the KV length with LeanAttention's stream-K
 // schedule (ferrattn_core::lean) and merged by a second kernel.
 //
-// Three launches per step (graph-capturable: no host work between them):
+// Three launches per step (graph-capturable: no host work between them). On sm_90 the decode
+// and the merge are launched with programmatic stream serialization (see pdl_wait): their CTAs
+// become resident under the kernel before and wait on the device, so the launch gaps overlap.
 //   1. turboquant_prepare_q_*: every query row rotated (Π q) and projected (S q) once, scaled by
 //      softmax_scale · log2 e (and √(π/2)/m for S q), rounded to f16 and written straight in the
 //      A-fragment order of mma.m16n8k16: the units load their query tile with 16-byte loads.
@@ -31,11 +33,11 @@
 //      byte tables held in registers (low bytes and high bytes of the f16 centroids) and two more
 //      `prmt` interleave them into two f16x2 operands. Sign bits become ±1 f16 pairs with one
 //      shift and one LOP3.
-//   3. turboquant_combine_*: per output row, the unit partials (O_rot, m, l) merged online by the
-//      CTA's warps (segments split among them, then the warps' states merged through shared
-//      memory: Lean's reduction, in a different association), O = Πᵀ (O_rot / l),
-//      LSE = (m + log2 l) ln 2. At small batch a tile's rows go to separate CTAs (row_split),
-//      so that batch 1 is not 8 CTAs walking ~100 partials each.
+//   3. turboquant_combine_*: per output row, the unit partials (O_rot, m, l) merged in two
+//      passes (the row's max over every partial, then independent weighted sums over the CTA's
+//      warps, several partials in flight per warp: Lean's reduction, in a different
+//      association), O = Πᵀ (O_rot / l), LSE = (m + log2 l) ln 2. At small batch a tile's rows
+//      go to separate CTAs (row_split), so that batch 1 is not 8 CTAs walking ~100 partials each.
 #include "common.cuh"
 
 namespace ferrattn {
@@ -96,6 +98,30 @@ struct CombineParams {
   int row_split;  // CTAs per output tile: CTA part takes rows part, part + row_split, ...
   float oscale;  // 1 / σ_v: the value table holds σ_v c (ferrattn_cuda::turboquant::f16_friendly_scale)
 };
+
+// Programmatic dependent launch (sm_90; the host sets the launch attribute only there, and
+// without it both instructions are no-ops). The decode and the merge are launched so that their
+// CTAs may become resident while the kernel before them runs (its launch latency and theirs
+// overlap). Each calls `pdl_wait` before its first global load of anything: it returns once the
+// kernel before has completed and its writes are visible. Not only that kernel's output: in the
+// first GPU call of this change (2026-11-26) the decode issued its schedule-table reads and first
+// ring copies (cp.async.ca of norms and signs) before the wait, and gpu_turboquant and the device
+// API tests failed intermittently (wrong O and LSE; the sanitizer grid was clean). Consistent
+// with L1 lines left by earlier kernels being read before the wait (the cause was not isolated),
+// so nothing global is loaded before it, not even data written several kernels earlier.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the next kernel of the stream (if launched with the attribute) start being scheduled.
+// Called first thing: the kernels after it wait (pdl_wait) before touching anything this one
+// writes, and a CTA of theirs only takes an SM slot once every CTA of this grid has started.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
   u32 r;
@@ -281,6 +307,8 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   constexpr int CH = D / 16;  // k16 chunks of the head dim
   constexpr int NB = D / 8;   // n8 blocks of the output
   extern __shared__ uint4 ring_all[];
+  pdl_launch_dependents();  // the merge may be scheduled now; it waits for this grid's end
+  pdl_wait();               // before any global load (see pdl_wait)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int unit = blockIdx.x * kUnitWarps + warp;
   if (unit >= p.units) return;  // no CTA barrier below: a warp may leave
@@ -529,16 +557,22 @@ __device__ __forceinline__ void project_rows(const PrepareParams& p, const float
   constexpr int KQ = D / 4;
   const float* pit = p.pit + (size_t)quarter * KQ * D + col;
   const float* st = p.st + (size_t)quarter * KQ * D + col;
-#pragma unroll 8
+  // every load of the quarter issued before the first FMA: one L2 round trip per thread
+  // instead of KQ / 8 (the kernel is a latency chain at small batch, not a bandwidth one)
+  float a[KQ], c[KQ];
+#pragma unroll
   for (int kk = 0; kk < KQ; ++kk) {
-    const float a = pit[(size_t)kk * D];
-    const float c = p.qjl ? st[(size_t)kk * D] : 0.f;
+    a[kk] = pit[(size_t)kk * D];
+    c[kk] = p.qjl ? st[(size_t)kk * D] : 0.f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < KQ; ++kk) {
     const int k = quarter * KQ + kk;
 #pragma unroll
     for (int r = 0; r < N; ++r) {
       const float x = q_s[r][k];
-      rot[r] = fmaf(a, x, rot[r]);
-      proj[r] = fmaf(c, x, proj[r]);
+      rot[r] = fmaf(a[kk], x, rot[r]);
+      proj[r] = fmaf(c[kk], x, proj[r]);
     }
   }
 }
@@ -550,6 +584,7 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
   __shared__ float q_s[kRows][D];
   __shared__ float red[2][4][kRows][33];
   __shared__ long long src_s[kRows];  // element offset of row r's query in q, -1: padding row
+  pdl_launch_dependents();  // the decode may be scheduled now; it waits for this grid's end
   const int tile = blockIdx.x / (D / 32), chunk = blockIdx.x % (D / 32);
   if (tile >= p.batch_tiles) return;
   const int t = threadIdx.x, cl = t & 31, quarter = t >> 5, col = chunk * 32 + cl;
@@ -596,37 +631,44 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
   }
 }
 
-// (Πᵀ O_rot) of the CTA's first N merged rows, over the k-slice `ks` of KS: thread column o.
-template <int D, int N, int KS>
-__device__ __forceinline__ void unrotate_rows(const CombineParams& p, const float (*orot)[D], int o, int ks,
-                                              float (&y)[kRows]) {
-  constexpr int KL = D / KS;
-#pragma unroll 4
-  for (int kk = 0; kk < KL; ++kk) {
-    const int k = ks * KL + kk;
-    const float a = p.pi[(size_t)k * D + o];
-#pragma unroll
-    for (int j = 0; j < N; ++j) y[j] = fmaf(a, orot[j][k], y[j]);
-  }
-}
-
-// CTA (tile, part) of kCombineWarps warps merges rows part, part + row_split, ... of its tile:
-// per row, the warps take every kCombineWarps-th segment and merge them online (lane: D/32
-// coordinates of O_rot), the warps' states are merged through shared memory, then
-// O = Πᵀ (O_rot / l) for the CTA's rows at once (Π read from L2 once per CTA and column, the
-// head dim split over the CTA's threads in KS slices and summed through shared memory).
+// CTA (tile, part) of kCombineWarps warps merges rows part, part + row_split, ... of its tile.
+// Per row, two passes over the unit partials so that no step waits on the one before (the old
+// online merge was a chain of ~S/8 dependent rescales per warp, S = the tile's segments: ~130 at
+// batch 1, 32k):
+//   1. the row's maximum M over every segment's m (one load per thread, a CTA max);
+//   2. each warp takes every kCombineWarps-th segment, kBatch loads in flight, and sums
+//      2^(m_s - M) l_s and 2^(m_s - M) O_s (lane: D/32 coordinates of O_rot); the warps' sums
+//      are added through shared memory.
+// The result is Lean's reduction in another association (exact up to f32 rounding).
+// Then O = Πᵀ (O_rot / l) for the CTA's rows, kRowBlock rows at a time: thread (k-slice ks,
+// column quad c4) holds its KL rows of Π as float4 (loaded first thing, in flight during the
+// merge), the slices are summed through shared memory in a fixed order (deterministic).
 template <int D>
 __device__ __forceinline__ void combine(const CombineParams& p) {
   constexpr int PER = D / 32;
-  constexpr int KS = kCombineWarps * 32 / D;  // k-slices of the un-rotation
+  constexpr int NT = kCombineWarps * 32;
+  constexpr int C4 = D / 4;      // float4 column quads of the un-rotation
+  constexpr int KS = NT / C4;    // k-slices (8 at D = 128, 16 at D = 64)
+  constexpr int KL = D / KS;     // k per slice (16, 4)
+  constexpr int kRowBlock = 4;   // rows un-rotated at once
+  constexpr int kBatch = 8;      // segments in flight per warp
   __shared__ float wm[kCombineWarps], wl[kCombineWarps];
   __shared__ float wacc[kCombineWarps][D];
-  __shared__ float orot[kRows][D];
-  __shared__ float ypart[KS][kRows][D];
+  __shared__ __align__(16) float orot[kRows][D];
+  __shared__ __align__(16) float ypart[KS][kRowBlock][D];
   __shared__ float ms[kRows], ls[kRows];
+  // the partials are the decode's output (launched with programmatic serialization after it);
+  // nothing global is read before the wait (see pdl_wait)
+  pdl_wait();
+  const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+  const int c4 = t % C4, ks = t / C4;
+  // this thread's rows of Π for the un-rotation, first thing: they arrive while the partials
+  // are merged
+  float4 a[KL];
+#pragma unroll
+  for (int kk = 0; kk < KL; ++kk) a[kk] = *reinterpret_cast<const float4*>(p.pi + (size_t)(ks * KL + kk) * D + 4 * c4);
   const int tile = blockIdx.x / p.row_split, part = blockIdx.x % p.row_split;
   if (tile >= p.tiles) return;
-  const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
   const int s0 = p.tile_segs[tile], s1 = p.tile_segs[tile + 1];
   const int sq = p.seqlens_q[b];
@@ -634,85 +676,108 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   for (int r = part; r < kRows; r += p.row_split) {
     const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
     if (hl >= p.group) break;  // padding rows of the last tile: every later row is padding too
-    float m = neg_inf(), l = 0.f, acc[PER];
+    // ---- pass 1: M = max_s m_s (a padded query row has no partial worth reading: M = -inf)
+    float m = neg_inf();
+    if (i < sq)
+      for (int s = s0 + t; s < s1; s += NT) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
+#pragma unroll
+    for (int x = 16; x >= 1; x >>= 1) m = fmax2(m, shfl_xor(m, x));
+    if (lane == 0) wm[warp] = m;
+    __syncthreads();
+    float M = neg_inf();
+#pragma unroll
+    for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
+    // ---- pass 2: independent weighted sums (M = -inf: no visible key in any segment)
+    float l = 0.f, acc[PER];
 #pragma unroll
     for (int j = 0; j < PER; ++j) acc[j] = 0.f;
-    if (i < sq) {
-#pragma unroll 2
-      for (int s = s0 + warp; s < s1; s += kCombineWarps) {
-        const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
-        const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
-        float ov[PER];
-        if constexpr (PER == 4) {
-          const float4 v = *reinterpret_cast<const float4*>(po);
-          ov[0] = v.x, ov[1] = v.y, ov[2] = v.z, ov[3] = v.w;
-        } else {
-          const float2 v = *reinterpret_cast<const float2*>(po);
-          ov[0] = v.x, ov[1] = v.y;
-        }
-        if (ml.x == neg_inf()) continue;  // no visible key of this row in the segment
-        const float mn = fmax2(m, ml.x);
-        const float fa = exp2_approx(m - mn), fb = exp2_approx(ml.x - mn);  // m = -inf: fa = 0
-        l = l * fa + ml.y * fb;
+    if (M != neg_inf()) {
+      for (int sb = s0 + warp; sb < s1; sb += kBatch * kCombineWarps) {
+        float2 ml[kBatch];
+        float ov[kBatch][PER];
 #pragma unroll
-        for (int j = 0; j < PER; ++j) acc[j] = acc[j] * fa + ov[j] * fb;
-        m = mn;
+        for (int u = 0; u < kBatch; ++u) {
+          const int s = sb + u * kCombineWarps;
+          ml[u] = make_float2(neg_inf(), 0.f);
+          if (s < s1) {
+            ml[u] = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
+            const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
+            if constexpr (PER == 4) {
+              const float4 v = *reinterpret_cast<const float4*>(po);
+              ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
+            } else {
+              const float2 v = *reinterpret_cast<const float2*>(po);
+              ov[u][0] = v.x, ov[u][1] = v.y;
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          if (ml[u].x == neg_inf()) continue;  // past the tile's end, or no visible key of this row
+          const float f = exp2_approx(ml[u].x - M);
+          l = fmaf(ml[u].y, f, l);
+#pragma unroll
+          for (int j = 0; j < PER; ++j) acc[j] = fmaf(ov[u][j], f, acc[j]);
+        }
       }
     }
-    if (lane == 0) wm[warp] = m, wl[warp] = l;
+    if (lane == 0) wl[warp] = l;
 #pragma unroll
     for (int j = 0; j < PER; ++j) wacc[warp][lane * PER + j] = acc[j];
     __syncthreads();
     if (t < D) {
-      float M = neg_inf();
-#pragma unroll
-      for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
       float L = 0.f, A = 0.f;
-      if (M != neg_inf()) {
 #pragma unroll
-        for (int w = 0; w < kCombineWarps; ++w) {
-          const float f = exp2_approx(wm[w] - M);
-          L += wl[w] * f;
-          A += wacc[w][t] * f;
-        }
-      }
+      for (int w = 0; w < kCombineWarps; ++w) L += wl[w], A += wacc[w][t];
       orot[nr][t] = L > 0.f ? A / L * p.oscale : 0.f;
       if (t == 0) ms[nr] = M, ls[nr] = L;
     }
-    __syncthreads();  // wm / wacc are rewritten by the next row; orot is read below
+    __syncthreads();  // wm / wl / wacc are rewritten by the next row; orot is read below
     ++nr;
   }
   if (nr == 0) return;
-  const int o = t % D, ks = t / D;
-  float y[kRows];
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) y[j] = 0.f;
-  if (nr == 1) {
-    unrotate_rows<D, 1, KS>(p, orot, o, ks, y);
-  } else if (nr <= 4) {
-    unrotate_rows<D, 4, KS>(p, orot, o, ks, y);
-  } else {
-    unrotate_rows<D, kRows, KS>(p, orot, o, ks, y);
-  }
-#pragma unroll
-  for (int j = 0; j < kRows; ++j)
-    if (j < nr) ypart[ks][j][o] = y[j];
+  // rows past nr of the last block are zero (read by the un-rotation, never written out)
+  const int nr_pad = (nr + kRowBlock - 1) / kRowBlock * kRowBlock;
+  for (int x = nr * D + t; x < nr_pad * D; x += NT) orot[x / D][x % D] = 0.f;
   __syncthreads();
-  // thread (row j, column o) of the first nr · D: sum the k-slices, write O and LSE
-  for (int x = t; x < nr * D; x += kCombineWarps * 32) {
-    const int j = x / D, oc = x % D;
-    const int r = part + j * p.row_split;
-    const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
-    const int head = h * p.group + hl;
-    float yj = 0.f;
+  for (int j0 = 0; j0 < nr; j0 += kRowBlock) {
+    float y[kRowBlock][4];
 #pragma unroll
-    for (int k2 = 0; k2 < KS; ++k2) yj += ypart[k2][j][oc];
-    // padded query rows and rows with no visible key: O = 0 and LSE = -inf, as the emulation
-    const float l = ls[j];
-    p.o[(((size_t)b * p.max_sq + i) * p.heads_q + head) * D + oc] = F16::from_f32(i < sq && l > 0.f ? yj : 0.f);
-    if (oc == 0)
-      p.lse[((size_t)b * p.heads_q + head) * p.max_sq + i] =
-          i < sq && l > 0.f ? (ms[j] + log2_approx(l)) * 0.6931471805599453f : neg_inf();
+    for (int j = 0; j < kRowBlock; ++j) y[j][0] = y[j][1] = y[j][2] = y[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KL; ++kk) {
+      const int k = ks * KL + kk;
+#pragma unroll
+      for (int j = 0; j < kRowBlock; ++j) {
+        const float x = orot[j0 + j][k];
+        y[j][0] = fmaf(a[kk].x, x, y[j][0]);
+        y[j][1] = fmaf(a[kk].y, x, y[j][1]);
+        y[j][2] = fmaf(a[kk].z, x, y[j][2]);
+        y[j][3] = fmaf(a[kk].w, x, y[j][3]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kRowBlock; ++j)
+      *reinterpret_cast<float4*>(&ypart[ks][j][4 * c4]) = make_float4(y[j][0], y[j][1], y[j][2], y[j][3]);
+    __syncthreads();
+    // thread (row j, column o) of the block's rows: sum the k-slices, write O and LSE
+    const int nb = min(kRowBlock, nr - j0);
+    for (int x = t; x < nb * D; x += NT) {
+      const int jj = x / D, oc = x % D, j = j0 + jj;
+      const int r = part + j * p.row_split;
+      const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
+      const int head = h * p.group + hl;
+      float yj = 0.f;
+#pragma unroll
+      for (int k2 = 0; k2 < KS; ++k2) yj += ypart[k2][jj][oc];
+      // padded query rows and rows with no visible key: O = 0 and LSE = -inf, as the emulation
+      const float l = ls[j];
+      p.o[(((size_t)b * p.max_sq + i) * p.heads_q + head) * D + oc] = F16::from_f32(i < sq && l > 0.f ? yj : 0.f);
+      if (oc == 0)
+        p.lse[((size_t)b * p.heads_q + head) * p.max_sq + i] =
+            i < sq && l > 0.f ? (ms[j] + log2_approx(l)) * 0.6931471805599453f : neg_inf();
+    }
+    __syncthreads();  // ypart is rewritten by the next block
   }
 }
 
@@ -741,7 +806,7 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
       const ferrattn::tq::PrepareParams p) {                                                    \
     ferrattn::tq::prepare_q<D>(p);                                                              \
   }                                                                                             \
-  extern "C" __global__ void __launch_bounds__(ferrattn::tq::kCombineWarps * 32)               \
+  extern "C" __global__ void __launch_bounds__(ferrattn::tq::kCombineWarps * 32, 2)            \
       turboquant_combine_d##D(const ferrattn::tq::CombineParams p) {                            \
     ferrattn::tq::combine<D>(p);                                                                \
   }

@@ -4,8 +4,12 @@
 //! and not the suite: `ferrattn bench --algo turboquant` gives the documented rows, checked and
 //! beside their baselines. Prints one line per configuration.
 //!
-//! Usage: `turboquant_decode BATCH CONTEXT [--config k4q-v3,k4-v3,...] [--iters N]`
-//! (`kBq-vC`: B key bits with QJL, `kB-vC` without; Llama-3-8B heads, d 128, f16).
+//! Usage: `turboquant_decode BATCH CONTEXT [--config k4q-v3,k4-v3,...] [--iters N] [--units N]
+//! [--sets N] [--no-pdl]` (`kBq-vC`: B key bits with QJL, `kB-vC` without; Llama-3-8B heads, d 128,
+//! f16). `--units`: stream-K width (default: the engine's); `--sets`: caches compressed from the
+//! same K/V and rotated over the graph's steps, as layers would be (default 1: one cache, which
+//! can sit in L2 when it is smaller); `--no-pdl`: plain stream order instead of programmatic
+//! dependent launch.
 //! Under ncu: the first `3 x configs` launches are the warm-up calls, one step per config.
 
 use ferrattn_core::turboquant::TurboQuantConfig;
@@ -44,6 +48,12 @@ fn main() {
     };
     let configs = flag("--config").unwrap_or_else(|| "k4q-v3".into());
     let iters: usize = flag("--iters").and_then(|s| s.parse().ok()).unwrap_or(20);
+    let units: Option<usize> = flag("--units").and_then(|s| s.parse().ok());
+    let sets: usize = flag("--sets")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let pdl = !args.iter().any(|a| a == "--no-pdl");
     let b = CudaBackend::new(0);
     let gpu = match b.gpu() {
         Ok(g) => g.clone(),
@@ -66,15 +76,25 @@ fn main() {
             ..TurboQuantConfig::paper_default(&p)
         };
         let run = || -> ferrattn_cuda::Result<(f32, usize, usize)> {
-            let tq = b.turboquant(&cfg, &p)?;
-            let mut cache = tq.alloc_cache(batch, 8, ctx)?;
-            tq.compress_inputs(&mut cache, &x)?;
-            let prep = tq.prepare_decode(&p, &cache, None)?;
+            let mut tq = b.turboquant(&cfg, &p)?;
+            tq.set_programmatic_launch(pdl);
+            let mut caches = vec![];
+            let mut preps = vec![];
+            for _ in 0..sets {
+                let mut cache = tq.alloc_cache(batch, 8, ctx)?;
+                tq.compress_inputs(&mut cache, &x)?;
+                preps.push(tq.prepare_decode(&p, &cache, units)?);
+                caches.push(cache);
+            }
             let mut out = tq.alloc_outputs(&p)?;
-            tq.launch_decode_inputs(&prep, &x, &cache, &mut out)?;
+            for (prep, cache) in preps.iter().zip(&caches) {
+                tq.launch_decode_inputs(prep, &x, cache, &mut out)?;
+            }
             gpu.synchronize()?;
             let graph = Graph::capture(&gpu, || {
-                (0..iters).try_for_each(|_| tq.launch_decode_inputs(&prep, &x, &cache, &mut out))
+                (0..iters).try_for_each(|i| {
+                    tq.launch_decode_inputs(&preps[i % sets], &x, &caches[i % sets], &mut out)
+                })
             })?;
             graph.launch()?;
             let mut ts = vec![];
@@ -85,11 +105,11 @@ fn main() {
                 ts.push(s.elapsed_ms(&e)? / iters as f32);
             }
             ts.sort_by(|a, b| a.total_cmp(b));
-            Ok((ts[ts.len() / 2], cache.bytes_read(), prep.units))
+            Ok((ts[ts.len() / 2], caches[0].bytes_read(), preps[0].units))
         };
         match run() {
             Ok((ms, bytes, units)) => println!(
-                "turboquant B={batch} ctx={ctx} {name}: {ms:.4} ms per step, {:.0} GB/s of {:.1} MB compressed, {units} units",
+                "turboquant B={batch} ctx={ctx} {name}: {ms:.4} ms per step, {:.0} GB/s of {:.1} MB compressed, {units} units, {sets} sets, pdl {pdl}",
                 bytes as f64 / (ms as f64 * 1e-3) / 1e9,
                 bytes as f64 / 1e6
             ),

@@ -45,9 +45,11 @@ pub const DECODE_STAGE_BYTES: usize = 6 * 32 * 16;
 /// Warps of a merge CTA (`kCombineWarps`).
 pub const COMBINE_WARPS: usize = 8;
 /// Fewest 16-token iterations per decode unit the schedule aims at: fewer units than resident
-/// warps when the work is small (batch 1), so that each warp's ring runs long enough to pay for
-/// its fill and the merge has fewer partials to read.
-pub const MIN_UNIT_ITERS: usize = 16;
+/// warps when the work is small, so that each warp's ring runs long enough to pay for its fill
+/// and the merge has fewer partials to read. 8 (was 16): at batch 1, 32k every resident warp
+/// (3 CTAs per SM) runs ~10 iterations instead of 2 CTAs per SM running ~16; the decode loop is
+/// issue-latency bound, so the third CTA's warps are worth more than a shorter prologue share.
+pub const MIN_UNIT_ITERS: usize = 8;
 /// Destination tokens per work item of the compression kernels.
 pub const COMPRESS_TOKENS: usize = 16;
 /// Destination tokens per tile of the fast compression kernels (one MMA `n8`).
@@ -656,6 +658,53 @@ struct CombineParams {
 
 fn arg<T>(x: &mut T) -> *mut std::ffi::c_void {
     x as *mut T as *mut std::ffi::c_void
+}
+
+/// [`launch_on`] (plain, not cooperative) or, with `programmatic`, with programmatic stream
+/// serialization: the kernel may be scheduled once every CTA of the kernel before it on `stream`
+/// has started and signalled (`griddepcontrol.launch_dependents`, first thing in the query
+/// preparation and the decode), and waits on the device (`griddepcontrol.wait`) before reading
+/// that kernel's output. Inside a stream capture the driver records a programmatic graph edge.
+///
+/// # Safety
+/// As [`launch_on`]; `f` calls `griddepcontrol.wait` before its first read of anything the
+/// kernel before it on `stream` writes, and writes nothing that kernel reads.
+unsafe fn launch_step_kernel(
+    gpu: &Arc<Gpu>,
+    f: &Function,
+    (grid, block): (u32, u32),
+    smem: u32,
+    stream: sys::CUstream,
+    programmatic: bool,
+    args: &mut [*mut std::ffi::c_void],
+) -> Result<()> {
+    if !programmatic {
+        // SAFETY: forwarded from this function's contract.
+        return unsafe { launch_on(gpu, f, (grid, block), smem, stream, false, args) };
+    }
+    let _bound = gpu.bind()?;
+    // Raw cuLaunchKernelEx: cudarc's safe layer has no launch attributes.
+    // SAFETY: an all-zero launch attribute is a valid value of the C union (IGNORE), then
+    // filled as the driver documents it.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: smem,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: `cfg` and `attr` outlive the call; args as in this function's contract.
+    check("cuLaunchKernelEx", unsafe {
+        sys::cuLaunchKernelEx(&cfg, f.f, args.as_mut_ptr(), std::ptr::null_mut())
+    })
 }
 
 /// Byte tables of up to 16 f16 centroids: words 0-3 the low bytes, 4-7 the high bytes.
@@ -1333,6 +1382,9 @@ pub struct TurboQuantCuda {
     resident: [usize; 2],
     /// Resident CTAs per SM of the key and the value compression kernels.
     compress_per_sm: [usize; 2],
+    /// The decode and the merge are launched with programmatic stream serialization
+    /// ([`launch_programmatic`]; compute capability 9.0 or newer).
+    programmatic: bool,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -1525,7 +1577,11 @@ impl TurboQuantCuda {
             resident: [0; 2],
             compress_per_sm: [0; 2],
             fast_per_sm: [[0; 2]; 2],
+            programmatic: false,
         };
+        // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
+        // tested both ways on a GPU)
+        t.set_programmatic_launch(std::env::var("FERRATTN_TQ_PDL").map_or(true, |v| v != "0"));
         set_smem(&t.compress_keys, t.smem_keys)?;
         set_smem(&t.compress_values, t.smem_values)?;
         for f in [&t.fast_keys, &t.split_keys] {
@@ -1574,6 +1630,25 @@ impl TurboQuantCuda {
     /// The compression kernels appends use.
     pub fn compress_path(&self) -> CompressPath {
         self.path
+    }
+
+    /// Whether the decode and the merge of a step are launched with programmatic stream
+    /// serialization (programmatic dependent launch: each may start while the kernel before it
+    /// runs and waits for it on the device before reading its output). On by default where the
+    /// GPU has it (compute capability 9.0+) unless the environment sets `FERRATTN_TQ_PDL=0`;
+    /// `false` gives plain stream order (same results).
+    pub fn set_programmatic_launch(&mut self, on: bool) {
+        self.programmatic = on
+            && self
+                .gpu
+                .caps
+                .compute_capability
+                .is_some_and(|cc| cc >= (9, 0));
+    }
+
+    /// See [`Self::set_programmatic_launch`].
+    pub fn programmatic_launch(&self) -> bool {
+        self.programmatic
     }
 
     /// The kernel names in use.
@@ -2209,8 +2284,10 @@ impl TurboQuantCuda {
             ktab: self.ktab,
             vtab: self.vtab,
         };
+        // SAFETY (both launches): the parameter structs mirror the kernels' and live across the
+        // calls; the addresses are the caller's (this function's contract) and the engine's.
         unsafe {
-            launch_on(
+            launch_step_kernel(
                 &self.gpu,
                 &prep.decode,
                 (
@@ -2219,7 +2296,7 @@ impl TurboQuantCuda {
                 ),
                 decode_smem_bytes(d) as u32,
                 stream,
-                false,
+                self.programmatic,
                 &mut [arg(&mut dp)],
             )
         }?;
@@ -2241,7 +2318,7 @@ impl TurboQuantCuda {
             oscale: 1.0 / self.sigma_v,
         };
         unsafe {
-            launch_on(
+            launch_step_kernel(
                 &self.gpu,
                 &self.combine,
                 (
@@ -2250,7 +2327,7 @@ impl TurboQuantCuda {
                 ),
                 0,
                 stream,
-                false,
+                self.programmatic,
                 &mut [arg(&mut cp)],
             )
         }
