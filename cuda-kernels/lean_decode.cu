@@ -29,6 +29,15 @@
 // lean_combine_* merges them in a second launch, as FlashDecoding does.
 #include "common.cuh"
 
+// Tuning knobs for sweeps through FERRATTN_NVRTC_DEFINES (0: the built-in choice): the ring's
+// stage count and the CTAs per SM the register allocation is bounded for.
+#ifndef FERRATTN_LEAN_STAGES
+#define FERRATTN_LEAN_STAGES 0
+#endif
+#ifndef FERRATTN_LEAN_MIN_CTAS
+#define FERRATTN_LEAN_MIN_CTAS 0
+#endif
+
 namespace ferrattn {
 
 // Mirrors ferrattn_cuda::launch::LeanParams (#[repr(C)]); all tensors contiguous, 16-bit.
@@ -134,7 +143,8 @@ struct Smem {
     return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0);
   }
   // the same stage count with or without the rows (decided with them)
-  static constexpr int kStages = bytes_for(3) + kRowsBytes <= cfg::kSmemBudget ? 3 : 2;
+  static constexpr int kStages = FERRATTN_LEAN_STAGES > 0 ? FERRATTN_LEAN_STAGES
+                                 : (bytes_for(3) + kRowsBytes <= cfg::kSmemBudget ? 3 : 2);
   static constexpr int kBytes = bytes_for(kStages);
   static constexpr int kBytesAhead = kBytes + kRowsBytes;
   static constexpr int kKvBytes = kStages * 2 * kSk * D * 2;
@@ -916,15 +926,15 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
 
 // ---- Instances: the closed list of (dtype, head dim, rows) -> kernel ---------------------------
 #define FERRATTN_LEAN(TN, T, D, R)                                                                   \
-  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, ferrattn::cfg::kMinCtasPerSm) \
+  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, FERRATTN_LEAN_MIN_CTAS > 0 ? FERRATTN_LEAN_MIN_CTAS : ferrattn::cfg::kMinCtasPerSm) \
       lean_decode_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                                 \
     ferrattn::lean_decode_body<ferrattn::T, D, R, false>(p);                                         \
   }                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, ferrattn::cfg::kMinCtasPerSm) \
+  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, FERRATTN_LEAN_MIN_CTAS > 0 ? FERRATTN_LEAN_MIN_CTAS : ferrattn::cfg::kMinCtasPerSm) \
       lean_decode_paged_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                           \
     ferrattn::lean_decode_body<ferrattn::T, D, R, true>(p);                                          \
   }                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, ferrattn::cfg::kMinCtasPerSm) \
+  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, FERRATTN_LEAN_MIN_CTAS > 0 ? FERRATTN_LEAN_MIN_CTAS : ferrattn::cfg::kMinCtasPerSm) \
       lean_decode_paged_ahead_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                     \
     ferrattn::lean_decode_body<ferrattn::T, D, R, true, true>(p);                                    \
   }                                                                                                  \

@@ -9,7 +9,7 @@
 //! variants interleaved batch by batch, the median over batches of the time per launch.
 //!
 //! Usage: `lean_grid [--out FILE] [--only SHAPE,B,CTX] [--names lean,pair] [--grids G1,G2,..]
-//! [--eager N]`. `--grids` adds stream-K grids of those CTA counts (each at most the co-resident
+//! [--eager N] [--nvrtc]`. `--grids` adds stream-K grids of those CTA counts (each at most the co-resident
 //! slots) to every row; a 0 in the list adds the fixed split of two chunks per tile.
 //! `--eager N` launches the planner's grid of the selected rows N times without graphs or timing
 //! (for `ncu`).
@@ -37,7 +37,14 @@ fn main() {
     let out_path = arg(&args, "--out");
     let only = arg(&args, "--only");
     let eager: Option<usize> = arg(&args, "--eager").and_then(|n| n.parse().ok());
-    let b = CudaBackend::new(0);
+    // --nvrtc: the kernels compiled at run time (with FERRATTN_NVRTC_DEFINES), for knob sweeps
+    let b = CudaBackend::with_options(
+        0,
+        ferrattn_cuda::Options {
+            force_nvrtc: args.iter().any(|a| a == "--nvrtc"),
+            ..Default::default()
+        },
+    );
     let gpu = match b.gpu() {
         Ok(g) => g.clone(),
         Err(e) => {
