@@ -150,10 +150,13 @@ __device__ __forceinline__ void lookup4(u32 w, const u32 (&t)[8], u32& a, u32& b
 }
 
 // ±1 f16 pair from sign bits jj and jj + 16 of w (stored 1 = +1, as QjlSketch::signs_into).
-// `m1` is 0xBC00BC00 (-1, -1) held in a register: with both masks as immediates the compiler
+// `neg1` is 0xBC00BC00 (-1, -1) held in a register: with both masks as immediates the compiler
 // needs two LOP3 (one immediate each), with one in a register a single LOP3 does (a & b) ^ c.
-__device__ __forceinline__ u32 signs2(u32 w, int jj, u32 m1) {
-  return ((w << (15 - jj)) & 0x80008000u) ^ m1;
+// (-1, -1) in f16 for signs2, a variable (never written) so that the compiler cannot fold it
+// back into an immediate
+__device__ u32 kNegOnePair = 0xBC00BC00u;
+__device__ __forceinline__ u32 signs2(u32 w, int jj, u32 neg1) {
+  return ((w << (15 - jj)) & 0x80008000u) ^ neg1;
 }
 
 __device__ __forceinline__ uint4 ldg16(const void* p) {
@@ -343,8 +346,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   u32 ktab[8], vtab[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) ktab[i] = p.ktab[i], vtab[i] = p.vtab[i];
-  u32 m1 = 0xBC00BC00u;  // see signs2
-  asm volatile("" : "+r"(m1));
+  const u32 neg1 = kNegOnePair;  // loaded once: a register for signs2
 
   const int seg_end = p.unit_segs[unit + 1];
   for (int sgi = p.unit_segs[unit]; sgi < seg_end; ++sgi) {
@@ -440,8 +442,8 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         for (int c = 2 * w; c < 2 * w + 2; ++c) {
           u32 pa[4];
           qfrag(1, c, pa);
-          mma16816(F16{}, t0, pa, signs2(kc.s0, 2 * c, m1), signs2(kc.s0, 2 * c + 1, m1));
-          mma16816(F16{}, t1, pa, signs2(kc.s1, 2 * c, m1), signs2(kc.s1, 2 * c + 1, m1));
+          mma16816(F16{}, t0, pa, signs2(kc.s0, 2 * c, neg1), signs2(kc.s0, 2 * c + 1, neg1));
+          mma16816(F16{}, t1, pa, signs2(kc.s1, 2 * c, neg1), signs2(kc.s1, 2 * c + 1, neg1));
         }
       }
     };
