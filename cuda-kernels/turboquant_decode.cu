@@ -23,10 +23,13 @@
 //        O_rot += (p ‖v‖) · c[idx_v]    mma.m16n8k16, P from the S accumulators, V as B
 //      O is accumulated in the rotated basis: Π_vᵀ Σ_j p_j ‖v_j‖ c[idx_j] = Σ_j p_j v̂_j, so Πᵀ is
 //      applied once per output row (in the merge) instead of once per value tile.
+//      Software-pipelined: a loop iteration runs the score MMAs of stage t + 1 beside the P·V
+//      MMAs of stage t (two independent chains per warp), then the softmax of stage t + 1.
 //      Bytes in flight: each warp streams its 16-token stages through a private ring of
-//      kStages stages in shared memory filled by cp.async (kStages - 1 stages ahead of the one it
-//      computes). Every lane copies exactly the bytes it later reads (its own B fragments,
-//      signs and norms), so the ring needs no barrier, only cp.async.wait_group.
+//      kStages stages in shared memory filled by cp.async (the whole ring issued at the
+//      segment's start; a stage's slot refilled once its P·V has read its codes). Every lane
+//      copies exactly the bytes it later reads (its own B fragments, signs and norms), so the
+//      ring needs no barrier, only cp.async.wait_group.
 //      Codes are unpacked in registers, never looked up in shared memory: one nibble per
 //      coordinate, laid out so that one lane's bytes are exactly its B fragments (see
 //      turboquant_compress.cu); `prmt` with the nibbles as selectors looks four centroids up in
@@ -406,7 +409,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     // MMAs (the scores then carry the rounding of the centroids only; the low halves come from
     // shared memory: the registers hold the high halves and O). R16: hi and lo products in
     // separate accumulators (two dependency chains per token half); 8 rows: rows 0-7 hi · c,
-    // rows 8-15 lo · c, summed in `finish_scores`.
+    // rows 8-15 lo · c, summed in `softmax`.
     auto score_word = [&](const Stage<D>& kc, int w) {
       u32 b00, b01, b10, b11, c00, c01, c10, c11;
       lookup4<KWIDE>(kc.k0.w[w], ktab, b00, b01);
