@@ -23,10 +23,13 @@
 //        O_rot += (p ‖v‖) · c[idx_v]    mma.m16n8k16, P from the S accumulators, V as B
 //      O is accumulated in the rotated basis: Π_vᵀ Σ_j p_j ‖v_j‖ c[idx_j] = Σ_j p_j v̂_j, so Πᵀ is
 //      applied once per output row (in the merge) instead of once per value tile.
+//      Software-pipelined: a loop iteration runs the score MMAs of stage t + 1 beside the P·V
+//      MMAs of stage t (two independent chains per warp), then the softmax of stage t + 1.
 //      Bytes in flight: each warp streams its 16-token stages through a private ring of
-//      kStages stages in shared memory filled by cp.async (kStages - 1 stages ahead of the one it
-//      computes). Every lane copies exactly the bytes it later reads (its own B fragments,
-//      signs and norms), so the ring needs no barrier, only cp.async.wait_group.
+//      kStages stages in shared memory filled by cp.async (the whole ring issued at the
+//      segment's start; a stage's slot refilled once its P·V has read its codes). Every lane
+//      copies exactly the bytes it later reads (its own B fragments, signs and norms), so the
+//      ring needs no barrier, only cp.async.wait_group.
 //      Codes are unpacked in registers, never looked up in shared memory: one nibble per
 //      coordinate, laid out so that one lane's bytes are exactly its B fragments (see
 //      turboquant_compress.cu); `prmt` with the nibbles as selectors looks four centroids up in
@@ -149,9 +152,14 @@ __device__ __forceinline__ void lookup4(u32 w, const u32 (&t)[8], u32& a, u32& b
   b = prmt(lo, hi, 0x7362u);
 }
 
-// ±1 f16 pair from sign bits jj and jj + 16 of w (stored 1 = +1, as QjlSketch::signs_into)
-__device__ __forceinline__ u32 signs2(u32 w, int jj) {
-  return ((w << (15 - jj)) & 0x80008000u) ^ 0xBC00BC00u;
+// ±1 f16 pair from sign bits jj and jj + 16 of w (stored 1 = +1, as QjlSketch::signs_into).
+// `neg1` is 0xBC00BC00 (-1, -1) held in a register: with both masks as immediates the compiler
+// needs two LOP3 (one immediate each), with one in a register a single LOP3 does (a & b) ^ c.
+// (-1, -1) in f16 for signs2, a variable (never written) so that the compiler cannot fold it
+// back into an immediate
+__device__ u32 kNegOnePair = 0xBC00BC00u;
+__device__ __forceinline__ u32 signs2(u32 w, int jj, u32 neg1) {
+  return ((w << (15 - jj)) & 0x80008000u) ^ neg1;
 }
 
 __device__ __forceinline__ uint4 ldg16(const void* p) {
@@ -175,14 +183,16 @@ __device__ __forceinline__ u32 ldg2(const void* p) {
   return v;
 }
 
-// cp.async of N bytes (4, 8 or 16), through L1 for the small ones (.cg takes 16 bytes only)
+// cp.async of N bytes (4, 8 or 16) to a shared-window address, through L1 for the small ones
+// (.cg takes 16 bytes only). The ring's destinations are 32-bit shared addresses, not generic
+// pointers: with generic ones each copy cost a 64-bit cvta and its carries (the refill of a stage
+// was 122 SASS instructions for its 10 copies).
 template <int N>
-__device__ __forceinline__ void cp_async_n(void* dst_smem, const void* src) {
+__device__ __forceinline__ void cp_async_n(u32 dst, const void* src) {
   if constexpr (N == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst_smem)), "l"(src) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
   } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(smem_addr(dst_smem)), "l"(src), "n"(N)
-                 : "memory");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(src), "n"(N) : "memory");
   }
 }
 
@@ -218,6 +228,11 @@ struct Bases {
   const u16* vn;            // ‖v‖ of token 2q
 };
 
+template <typename T>
+__device__ __forceinline__ void opaque(const T*& ptr) {
+  asm volatile("" : "+l"(ptr));
+}
+
 template <int D>
 __device__ __forceinline__ Bases bases_of(const DecodeParams& p, size_t row0, int g, int q) {
   Bases r;
@@ -227,30 +242,35 @@ __device__ __forceinline__ Bases bases_of(const DecodeParams& p, size_t row0, in
   r.sg = p.ksigns + (row0 + g) * (D / 8) + (D == 128 ? q * 4 : (q >> 1) * 4);
   r.kn = p.knorms + row0 + 2 * q;
   r.vn = p.vnorms + row0 + 2 * q;
+  // opaque to the compiler: otherwise it folds the stage's token offset into the whole index
+  // expression and recomputes every base (64-bit products and carries) at every refill
+  opaque(r.kc), opaque(r.vc), opaque(r.sg), opaque(r.kn), opaque(r.vn);
   return r;
 }
 
-// Issues the copies of the 16 tokens at `tok` (a multiple of 16) into `st` ([kSlots][32]).
+// Issues the copies of the 16 tokens at `tok` (a multiple of 16) into the stage whose lane-`lane`
+// entry of slot 0 is at shared address `st` (slot s of that lane at st + 512 s).
 template <int D, bool QJL>
-__device__ __forceinline__ void issue_stage(const Bases& a, int tok, int lane, uint4* st) {
+__device__ __forceinline__ void issue_stage(const Bases& a, int tok, u32 st) {
   constexpr int W = D / 8;  // bytes of a lane's words
+  constexpr u32 kSlot = 32 * 16;
   const unsigned char* k = a.kc + tok * (D / 2);
-  cp_async_n<W>(st + 0 * 32 + lane, k);
-  cp_async_n<W>(st + 1 * 32 + lane, k + 8 * (D / 2));
+  cp_async_n<W>(st + 0 * kSlot, k);
+  cp_async_n<W>(st + 1 * kSlot, k + 8 * (D / 2));
   const unsigned char* v = a.vc + (tok / 2) * D;
-  cp_async_n<W>(st + 2 * 32 + lane, v);
-  cp_async_n<W>(st + 3 * 32 + lane, v + 4 * D);
-  u32* small = reinterpret_cast<u32*>(st + 4 * 32 + lane);
+  cp_async_n<W>(st + 2 * kSlot, v);
+  cp_async_n<W>(st + 3 * kSlot, v + 4 * D);
+  const u32 small = st + 4 * kSlot;
   if (QJL) {
     const unsigned char* sg = a.sg + tok * (D / 8);
     cp_async_n<4>(small + 0, sg);
-    cp_async_n<4>(small + 1, sg + 8 * (D / 8));
+    cp_async_n<4>(small + 4, sg + 8 * (D / 8));
   }
-  cp_async_n<4>(small + 2, a.vn + tok);
-  cp_async_n<4>(small + 3, a.vn + tok + 8);
-  u32* kn = reinterpret_cast<u32*>(st + 5 * 32 + lane);
+  cp_async_n<4>(small + 8, a.vn + tok);
+  cp_async_n<4>(small + 12, a.vn + tok + 8);
+  const u32 kn = st + 5 * kSlot;
   cp_async_n<8>(kn, a.kn + tok);
-  cp_async_n<8>(kn + 2, a.kn + tok + 8);
+  cp_async_n<8>(kn + 8, a.kn + tok + 8);
 }
 
 template <int D>
@@ -275,12 +295,11 @@ __device__ __forceinline__ u32 signs_of(u32 w, int q) {
   }
 }
 
+// The key half of a stage (K codes, signs, both norms) and its value half (V codes).
 template <int D, bool QJL>
-__device__ __forceinline__ void read_stage(const uint4* st, int lane, int q, Stage<D>& r) {
+__device__ __forceinline__ void read_keys(const uint4* st, int lane, int q, Stage<D>& r) {
   r.k0 = words_of<D>(st[0 * 32 + lane]);
   r.k1 = words_of<D>(st[1 * 32 + lane]);
-  r.v0 = words_of<D>(st[2 * 32 + lane]);
-  r.v1 = words_of<D>(st[3 * 32 + lane]);
   const uint4 small = st[4 * 32 + lane], kn = st[5 * 32 + lane];
   if (QJL) {
     r.s0 = signs_of<D>(small.x, q);
@@ -288,6 +307,11 @@ __device__ __forceinline__ void read_stage(const uint4* st, int lane, int q, Sta
   }
   r.vn0 = small.z, r.vn1 = small.w;
   r.kn0 = make_uint2(kn.x, kn.y), r.kn1 = make_uint2(kn.z, kn.w);
+}
+template <int D>
+__device__ __forceinline__ void read_values(const uint4* st, int lane, Stage<D>& r) {
+  r.v0 = words_of<D>(st[2 * 32 + lane]);
+  r.v1 = words_of<D>(st[3 * 32 + lane]);
 }
 
 __device__ __forceinline__ float half_lo(u32 w) { return F16::to_f32((u16)(w & 0xffffu)); }
@@ -313,6 +337,8 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   const int unit = blockIdx.x * kUnitWarps + warp;
   if (unit >= p.units) return;  // no CTA barrier below: a warp may leave
   uint4* ring = ring_all + (size_t)warp * kStages * kSlots * 32;
+  const u32 ring_s = smem_addr(ring) + 16 * lane;  // shared address of this lane's slot 0, stage 0
+  constexpr u32 kStageBytes = kSlots * 32 * 16;
   // query A fragments, [2][CH][32 lanes] uint4 per warp after the rings, read with one 16-byte
   // load per MMA (whole register quads: no per-iteration moves to build them, and out of the
   // register budget: 3 CTAs per SM). Array 0: 8 rows in use, {hi, lo, hi, lo} of Π q (the low
@@ -323,6 +349,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   u32 ktab[8], vtab[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) ktab[i] = p.ktab[i], vtab[i] = p.vtab[i];
+  const u32 neg1 = kNegOnePair;  // loaded once: a register for signs2
 
   const int seg_end = p.unit_segs[unit + 1];
   for (int sgi = p.unit_segs[unit]; sgi < seg_end; ++sgi) {
@@ -336,10 +363,10 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     // the loop bound must be the same in every lane (mma.sync and shfl.sync need the whole
     // warp): the segment's iterations, not a row's visible end (rows differ per lane; masked)
     const int iters = tok1 > tok0 ? (tok1 - tok0 + kTileK - 1) / kTileK : 0;
-    // the ring's first kStages - 1 stages go out before the query fragments are read
+    // the whole ring (kStages stages) goes out before the query fragments are read
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < iters) issue_stage<D, QJL>(src, tok0 + s * kTileK, lane, ring + s * kSlots * 32);
+    for (int s = 0; s < kStages; ++s) {
+      if (s < iters) issue_stage<D, QJL>(src, tok0 + s * kTileK, ring_s + s * kStageBytes);
       cp_async_commit();
     }
     // Π q as hi + lo (two f16 products: the scores then carry the rounding of the centroids
@@ -371,74 +398,96 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     for (int n = 0; n < NB; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
 
-#pragma unroll 1
-    for (int it = 0; it < iters; ++it) {
-      const int start = tok0 + it * kTileK;
-      // refill the stage computed last iteration (every lane's reads of it are done: program order)
-      const int ahead = it + kStages - 1;
-      if (ahead < iters)
-        issue_stage<D, QJL>(src, tok0 + ahead * kTileK, lane, ring + (ahead % kStages) * kSlots * 32);
-      cp_async_commit();
-      cp_async_wait<kStages - 1>();  // this lane's copies of stage `it` have landed
-      Stage<D> cur;
-      read_stage<D, QJL>(ring + (it % kStages) * kSlots * 32, lane, q, cur);
+    // Software pipeline over the 16-token stages: one loop iteration runs the score MMAs of
+    // stage it + 1 and the P·V MMAs of stage it (independent: two dependency chains in flight
+    // per warp instead of one), then the softmax of stage it + 1. `pa_` carries stage it's
+    // P ‖v‖ (the A operand of its P·V) from the iteration before.
+    u32 pa_[4] = {0u, 0u, 0u, 0u};
+    float s0[4], s1[4], t0[4], t1[4], z0[4], z1[4];
 
-    // ---- S = (Π q) · c[idx]ᵀ and T = (S q) · signsᵀ, tokens 0-7 (s0) and 8-15 (s1)
-      float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
-      float t0[4] = {0.f, 0.f, 0.f, 0.f}, t1[4] = {0.f, 0.f, 0.f, 0.f};
-      // q = hi + lo in two f16 MMAs: the scores then carry the rounding of the centroids only
-      // (the low halves come from L1: the registers hold the high halves and O)
-      // hi and lo products in separate accumulators: two dependency chains per token half
-      float z0[4] = {0.f, 0.f, 0.f, 0.f}, z1[4] = {0.f, 0.f, 0.f, 0.f};
+    // ---- S = (Π q) · c[idx]ᵀ of K word w (tokens 0-7: s0, 8-15: s1), q = hi + lo in two f16
+    // MMAs (the scores then carry the rounding of the centroids only; the low halves come from
+    // shared memory: the registers hold the high halves and O). R16: hi and lo products in
+    // separate accumulators (two dependency chains per token half); 8 rows: rows 0-7 hi · c,
+    // rows 8-15 lo · c, summed in `softmax`.
+    auto score_word = [&](const Stage<D>& kc, int w) {
+      u32 b00, b01, b10, b11, c00, c01, c10, c11;
+      lookup4<KWIDE>(kc.k0.w[w], ktab, b00, b01);
+      lookup4<KWIDE>(kc.k0.w[w] >> 16, ktab, b10, b11);
+      lookup4<KWIDE>(kc.k1.w[w], ktab, c00, c01);
+      lookup4<KWIDE>(kc.k1.w[w] >> 16, ktab, c10, c11);
+      u32 f0[4], f1[4];
+      qfrag(0, 2 * w, f0);
+      qfrag(0, 2 * w + 1, f1);
+      if constexpr (R16) {
+        mma16816(F16{}, s0, qa[2 * w], b00, b01);
+        mma16816(F16{}, s0, qa[2 * w + 1], b10, b11);
+        mma16816(F16{}, s1, qa[2 * w], c00, c01);
+        mma16816(F16{}, s1, qa[2 * w + 1], c10, c11);
+        mma16816(F16{}, z0, f0, b00, b01);
+        mma16816(F16{}, z0, f1, b10, b11);
+        mma16816(F16{}, z1, f0, c00, c01);
+        mma16816(F16{}, z1, f1, c10, c11);
+      } else {
+        // two accumulators per token half (even and odd words): chains of D/64 MMAs, not D/32
+        float(&x0)[4] = (w & 1) ? z0 : s0;
+        float(&x1)[4] = (w & 1) ? z1 : s1;
+        mma16816(F16{}, x0, f0, b00, b01);
+        mma16816(F16{}, x0, f1, b10, b11);
+        mma16816(F16{}, x1, f0, c00, c01);
+        mma16816(F16{}, x1, f1, c10, c11);
+      }
+    };
+    // T = (S q) · signsᵀ, chunks 2w and 2w + 1
+    auto qjl_word = [&](const Stage<D>& kc, int w) {
+      if (QJL) {
 #pragma unroll
-      for (int w = 0; w < D / 32; ++w) {
-        u32 b00, b01, b10, b11, c00, c01, c10, c11;
-        lookup4<KWIDE>(cur.k0.w[w], ktab, b00, b01);
-        lookup4<KWIDE>(cur.k0.w[w] >> 16, ktab, b10, b11);
-        lookup4<KWIDE>(cur.k1.w[w], ktab, c00, c01);
-        lookup4<KWIDE>(cur.k1.w[w] >> 16, ktab, c10, c11);
-        u32 f0[4], f1[4];
-        qfrag(0, 2 * w, f0);
-        qfrag(0, 2 * w + 1, f1);
-        if constexpr (R16) {
-          mma16816(F16{}, s0, qa[2 * w], b00, b01);
-          mma16816(F16{}, s0, qa[2 * w + 1], b10, b11);
-          mma16816(F16{}, s1, qa[2 * w], c00, c01);
-          mma16816(F16{}, s1, qa[2 * w + 1], c10, c11);
-          mma16816(F16{}, z0, f0, b00, b01);
-          mma16816(F16{}, z0, f1, b10, b11);
-          mma16816(F16{}, z1, f0, c00, c01);
-          mma16816(F16{}, z1, f1, c10, c11);
-        } else {
-          // rows 0-7: hi · c, rows 8-15: lo · c (summed below)
-          mma16816(F16{}, s0, f0, b00, b01);
-          mma16816(F16{}, s0, f1, b10, b11);
-          mma16816(F16{}, s1, f0, c00, c01);
-          mma16816(F16{}, s1, f1, c10, c11);
+        for (int c = 2 * w; c < 2 * w + 2; ++c) {
+          u32 pa[4];
+          qfrag(1, c, pa);
+          mma16816(F16{}, t0, pa, signs2(kc.s0, 2 * c, neg1), signs2(kc.s0, 2 * c + 1, neg1));
+          mma16816(F16{}, t1, pa, signs2(kc.s1, 2 * c, neg1), signs2(kc.s1, 2 * c + 1, neg1));
         }
       }
+    };
+    auto zero_scores = [&]() {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s0[e] = s1[e] = t0[e] = t1[e] = z0[e] = z1[e] = 0.f;
+    };
+    // ---- O_rot += P' · c[idx_v] of V word w: n-blocks ν = 4w .. 4w + 3 (channels 8ν..8ν+7)
+    auto pv_word = [&](const Stage<D>& vc, int w) {
+      u32 a0, a1, a2, a3, b0, b1, b2, b3;
+      lookup4<VWIDE>(vc.v0.w[w], vtab, a0, a1);        // ν = 4w, 4w + 1; tokens 2q, 2q + 1
+      lookup4<VWIDE>(vc.v0.w[w] >> 16, vtab, a2, a3);  // ν = 4w + 2, 4w + 3
+      lookup4<VWIDE>(vc.v1.w[w], vtab, b0, b1);        // tokens 2q + 8, 2q + 9
+      lookup4<VWIDE>(vc.v1.w[w] >> 16, vtab, b2, b3);
+      if (!R16) {
+        // with 8 rows in use the upper accumulators are fed zeros and dropped: not live across
+        // iterations, 32 registers fewer (3 CTAs per SM without spills)
+#pragma unroll
+        for (int n = 4 * w; n < 4 * w + 4; ++n) o[n][2] = o[n][3] = 0.f;
+      }
+      mma16816(F16{}, o[4 * w], pa_, a0, b0);
+      mma16816(F16{}, o[4 * w + 1], pa_, a1, b1);
+      mma16816(F16{}, o[4 * w + 2], pa_, a2, b2);
+      mma16816(F16{}, o[4 * w + 3], pa_, a3, b3);
+    };
+    // ---- scores, masking, online softmax (base 2) of the stage at token `start` for rows g
+    // (e = 0, 1) and g + 8 (e = 2, 3): m, l updated, pa_ = its P ‖v‖, al = O's rescale factors
+    auto softmax = [&](const Stage<D>& kc, int start, float& al0, float& al1) {
       if constexpr (R16) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s0[e] += z0[e], s1[e] += z1[e];
       } else {
+        s0[0] += z0[0], s0[1] += z0[1], s0[2] += z0[2], s0[3] += z0[3];
+        s1[0] += z1[0], s1[1] += z1[1], s1[2] += z1[2], s1[3] += z1[3];
         s0[0] += s0[2], s0[1] += s0[3], s1[0] += s1[2], s1[1] += s1[3];
       }
-      if (QJL) {
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {
-          u32 pa[4];
-          qfrag(1, c, pa);
-          mma16816(F16{}, t0, pa, signs2(cur.s0, 2 * c), signs2(cur.s0, 2 * c + 1));
-          mma16816(F16{}, t1, pa, signs2(cur.s1, 2 * c), signs2(cur.s1, 2 * c + 1));
-        }
-      }
-
-      // ---- scores, masking, online softmax (base 2) for rows g (e = 0, 1) and g + 8 (e = 2, 3)
       const int j0 = start + 2 * q;  // token of s0[0] (s0[1] is j0 + 1, s1[*] are + 8)
-      const float kA = half_lo(cur.kn0.x), rA = half_hi(cur.kn0.x);  // token j0
-      const float kB = half_lo(cur.kn0.y), rB = half_hi(cur.kn0.y);  // j0 + 1
-      const float kC = half_lo(cur.kn1.x), rC = half_hi(cur.kn1.x);  // j0 + 8
-      const float kD = half_lo(cur.kn1.y), rD = half_hi(cur.kn1.y);  // j0 + 9
+      const float kA = half_lo(kc.kn0.x), rA = half_hi(kc.kn0.x);  // token j0
+      const float kB = half_lo(kc.kn0.y), rB = half_hi(kc.kn0.y);  // j0 + 1
+      const float kC = half_lo(kc.kn1.x), rC = half_hi(kc.kn1.x);  // j0 + 8
+      const float kD = half_lo(kc.kn1.y), rD = half_hi(kc.kn1.y);  // j0 + 9
       float sc[8];
       sc[0] = kA * s0[0] + (QJL ? rA * t0[0] : 0.f);
       sc[1] = kB * s0[1] + (QJL ? rB * t0[1] : 0.f);
@@ -469,7 +518,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       const float mn0 = fmax2(m0, mx0), mn1 = fmax2(m1, mx1);
       // a row with no visible key yet keeps m = -inf; subtract 0 instead so that exp2 gives 0
       const float mu0 = mn0 == neg_inf() ? 0.f : mn0, mu1 = mn1 == neg_inf() ? 0.f : mn1;
-      const float al0 = exp2_approx(m0 - mu0), al1 = R16 ? exp2_approx(m1 - mu1) : 1.f;
+      al0 = exp2_approx(m0 - mu0), al1 = R16 ? exp2_approx(m1 - mu1) : 1.f;
       m0 = mn0, m1 = mn1;
       float pr[8];
 #pragma unroll
@@ -479,23 +528,8 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       }
       l0 = l0 * al0 + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
       l1 = l1 * al1 + ((pr[4] + pr[5]) + (pr[6] + pr[7]));
-      // rescale O only when some row's running max moved (rare after the first tokens; the
-      // vote keeps the branch uniform over the warp)
-      if (__any_sync(0xffffffffu, al0 != 1.f || (R16 && al1 != 1.f))) {
-#pragma unroll
-        for (int n = 0; n < NB; ++n) {
-          o[n][0] *= al0, o[n][1] *= al0;
-          if (R16) o[n][2] *= al1, o[n][3] *= al1;
-        }
-      }
-      if (!R16) {
-        // with 8 rows in use the upper accumulators are fed zeros and dropped: not live across
-        // iterations, 32 registers fewer (3 CTAs per SM without spills)
-#pragma unroll
-        for (int n = 0; n < NB; ++n) o[n][2] = o[n][3] = 0.f;
-      }
       // P ‖v‖ as the A operand (p = 0 for masked tokens; the select keeps a garbage norm out)
-      const float vA = half_lo(cur.vn0), vB = half_hi(cur.vn0), vC = half_lo(cur.vn1), vD = half_hi(cur.vn1);
+      const float vA = half_lo(kc.vn0), vB = half_hi(kc.vn0), vC = half_lo(kc.vn1), vD = half_hi(kc.vn1);
       const float vn[4] = {vA, vB, vC, vD};
       float pv[8];
 #pragma unroll
@@ -503,22 +537,61 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         pv[e] = pr[e] == 0.f ? 0.f : pr[e] * vn[e];
         pv[4 + e] = pr[4 + e] == 0.f ? 0.f : pr[4 + e] * vn[e];
       }
-      const u32 pa_[4] = {pack2(F16{}, pv[0], pv[1]), pack2(F16{}, pv[4], pv[5]), pack2(F16{}, pv[2], pv[3]),
-                          pack2(F16{}, pv[6], pv[7])};
+      pa_[0] = pack2(F16{}, pv[0], pv[1]), pa_[1] = pack2(F16{}, pv[4], pv[5]);
+      pa_[2] = pack2(F16{}, pv[2], pv[3]), pa_[3] = pack2(F16{}, pv[6], pv[7]);
+    };
 
-      // ---- O_rot += P' · c[idx_v]: n-block ν = channels 8ν..8ν+7
+    if (iters > 0) {
+      // prologue: stage 0's scores and softmax (O is zero: no rescale)
+      cp_async_wait<kStages - 1>();  // this lane's copies of stage 0 have landed
+      Stage<D> kc;
+      read_keys<D, QJL>(ring, lane, q, kc);
+      zero_scores();
+#pragma unroll
+      for (int w = 0; w < D / 32; ++w) score_word(kc, w), qjl_word(kc, w);
+      float al0, al1;
+      softmax(kc, tok0, al0, al1);
+    }
+
+#pragma unroll 1
+    for (int it = 0; it + 1 < iters; ++it) {
+      // stage it + 1 has landed (kStages + it groups committed, the first it + 2 complete)
+      cp_async_wait<kStages - 2>();
+      Stage<D> kc, vc;
+      read_keys<D, QJL>(ring + ((it + 1) % kStages) * kSlots * 32, lane, q, kc);
+      read_values<D>(ring + (it % kStages) * kSlots * 32, lane, vc);
+      zero_scores();
+      // stage it + 1's scores beside stage it's P·V: independent, interleaved in program order
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) {
-        u32 a0, a1, a2, a3, b0, b1, b2, b3;
-        lookup4<VWIDE>(cur.v0.w[w], vtab, a0, a1);        // ν = 4w, 4w + 1; tokens 2q, 2q + 1
-        lookup4<VWIDE>(cur.v0.w[w] >> 16, vtab, a2, a3);  // ν = 4w + 2, 4w + 3
-        lookup4<VWIDE>(cur.v1.w[w], vtab, b0, b1);        // tokens 2q + 8, 2q + 9
-        lookup4<VWIDE>(cur.v1.w[w] >> 16, vtab, b2, b3);
-        mma16816(F16{}, o[4 * w], pa_, a0, b0);
-        mma16816(F16{}, o[4 * w + 1], pa_, a1, b1);
-        mma16816(F16{}, o[4 * w + 2], pa_, a2, b2);
-        mma16816(F16{}, o[4 * w + 3], pa_, a3, b3);
+        score_word(kc, w);
+        pv_word(vc, w);
+        qjl_word(kc, w);
       }
+      float al0, al1;
+      softmax(kc, tok0 + (it + 1) * kTileK, al0, al1);
+      // rescale O (stage it's P·V included) only when some row's running max moved (rare after
+      // the first tokens; the vote keeps the branch uniform over the warp)
+      if (__any_sync(0xffffffffu, al0 != 1.f || (R16 && al1 != 1.f))) {
+#pragma unroll
+        for (int n = 0; n < NB; ++n) {
+          o[n][0] *= al0, o[n][1] *= al0;
+          if (R16) o[n][2] *= al1, o[n][3] *= al1;
+        }
+      }
+      // refill stage it's slot (this lane read it above and its values went into the MMAs)
+      const int ahead = it + kStages;
+      if (ahead < iters)
+        issue_stage<D, QJL>(src, tok0 + ahead * kTileK, ring_s + (it % kStages) * kStageBytes);
+      cp_async_commit();
+    }
+
+    if (iters > 0) {
+      // epilogue: the last stage's P·V (its copies landed before its scores were read)
+      Stage<D> vc;
+      read_values<D>(ring + ((iters - 1) % kStages) * kSlots * 32, lane, vc);
+#pragma unroll
+      for (int w = 0; w < D / 32; ++w) pv_word(vc, w);
     }
 
     // ---- the segment's partial: (m, l) per row and the unnormalized O_rot
