@@ -112,16 +112,6 @@ __device__ __forceinline__ void wgmma_m64n64k32_u8s8(int (&d)[32], const u32 (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-// D (64 x 32, s32) (+)= A (64 x 32 u8, registers) x B (32 x 32 s8, K-major in shared memory): the
-// same fragments over 4 column groups.
-__device__ __forceinline__ void wgmma_m64n32k32_u8s8(int (&d)[16], const u32 (&a)[4], u64 desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p;\n}\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
-
 // D (64 x 64, s32) (+)= A (64 x 32 s8, K-major in shared memory) x B (as above); A's descriptor
 // follows the same rules as B's.
 __device__ __forceinline__ void wgmma_m64n64k32_s8_ss(int (&d)[32], u64 desc_a, u64 desc_b, int accumulate) {

@@ -582,7 +582,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
   int sacc[32];
   int oacc[32];  // P V of 64 channels: D / 64 passes per tile (160 registers per thread)
-  int oacc0[16], oacc1[16];  // the fast tile's P V passes of 32 channels, alternating
   float ks_next = nt > 0 ? p.ks[kv_base] : 0.0f, vs_next = nt > 0 ? p.vs[kv_base] : 0.0f;
 
   // ---- the fast tile (kFast; turbo_prefill_wgf_*): P quantized against a bound known before
@@ -687,31 +686,17 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         const int i0 = 4 * n0 + e;  // codes i0, i0 + 1 (word i0 / 2) and i0 + 4, i0 + 5
         asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(pa[k2][r]) : "r"(cw[i0 / 2]), "r"(cw[i0 / 2 + 2]));
       }
-    // P^q V^q1 (exact s32) in passes of 32 channels (32 rows of V^T, 2 KiB), one commit group
-    // each, into two accumulators that alternate: the fold of one pass runs while the next pass
-    // computes, so only the first pass's latency is exposed (and that one partly, behind the row
-    // sums below)
-    constexpr int NP = D / 32;  // passes
-    auto issue_pv = [&](int q, int (&acc)[16]) {
+    // P^q V^q1 (exact s32), 64 channels (64 rows of V^T, 4 KiB) per pass, one commit group each
+    auto issue_pv = [&](int half) {
       wgmma_fence();
-      const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (2048 >> 4) * q);
-      wgmma_m64n32k32_u8s8(acc, pa[0], dv, 0);
-      wgmma_m64n32k32_u8s8(acc, pa[1], dv + 2, 1);
+      const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * half);
+      wgmma_m64n64k32_u8s8(oacc, pa[0], dv, 0);
+      wgmma_m64n64k32_u8s8(oacc, pa[1], dv + 2, 1);
       wgmma_commit();
     };
-    // O x r before any pass is in flight (most tiles move no row maximum of the warp: then O x r
-    // is O), so that the folds below are one branch-free FFMA per element: ptxas keeps the
-    // passes pipelined only without a branch between a pass's issue and its fold
-    if (__any_sync(0xffffffffu, r_a != 1.0f || r_b != 1.0f)) {
-#pragma unroll
-      for (int i = 0; i < NTO; ++i) {
-        o[i][0] = __fmul_rn(o[i][0], r_a);
-        o[i][1] = __fmul_rn(o[i][1], r_a);
-        o[i][2] = __fmul_rn(o[i][2], r_b);
-        o[i][3] = __fmul_rn(o[i][3], r_b);
-      }
-    }
-    issue_pv(0, oacc0);
+    // the first pass goes out as soon as the codes exist; the row sums, their shuffles, l and
+    // the rescale vote run while it computes
+    issue_pv(0);
     int rs_a = 0, rs_b = 0;
 #pragma unroll
     for (int k2 = 0; k2 < 2; ++k2)
@@ -727,31 +712,36 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     l_b = __fmaf_rn(l_b, r_b, i2f(rs_b));
     m_a = mn_a;
     m_b = mn_b;
-    auto fold = [&](int q, int (&acc)[16]) {
+    const bool rescale = __any_sync(0xffffffffu, r_a != 1.0f || r_b != 1.0f);
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[4 * q + i][e] = __fmaf_rn(i2f(acc[4 * i + e]), vs_j, o[4 * q + i][e]);
-    };
-    auto step = [&](int q, int (&acc)[16], int (&nxt)[16]) {
-      if (q + 1 < NP) {
-        issue_pv(q + 1, nxt);
-        wgmma_wait<1>();  // pass q complete, pass q + 1 in flight
+    for (int half = 0; half < D / 64; ++half) {
+      if (half > 0) issue_pv(half);
+      // The scores of tile j are in the codes now, so sacc is free: the next tile's Q K^T is
+      // issued behind the last P V pass and runs during its fold (the fold waits for the P V
+      // group only); the next softmax then finds S ready instead of waiting a round trip.
+      if (half == D / 64 - 1 && j + 1 < nt) {
+        issue_s(j + 1);
+        wgmma_wait<1>();
       } else {
         wgmma_wait<0>();
-        // The scores of tile j are in the codes and the last pass is done: the next tile's
-        // Q K^T goes out now and runs during the last fold
-        if (j + 1 < nt) issue_s(j + 1);
       }
-      fence_regs(acc);
-      if (q == NP - 1) mbar_arrive(smem_addr(&bar_empty[st]));  // stage st fully read
-      fold(q, acc);
-      fence_regs(acc);  // the fold's reads of acc stay before the pass that overwrites it
-    };
+      fence_regs(oacc);
+      if (half == D / 64 - 1) mbar_arrive(smem_addr(&bar_empty[st]));  // stage st fully read
+      if (rescale) {
 #pragma unroll
-    for (int q = 0; q < NP; q += 2) {
-      step(q, oacc0, oacc1);
-      step(q + 1, oacc1, oacc0);
+        for (int i = 0; i < 8; ++i) {
+          float (&oi)[4] = o[8 * half + i];
+          oi[0] = __fmaf_rn(i2f(oacc[4 * i]), vs_j, __fmul_rn(oi[0], r_a));
+          oi[1] = __fmaf_rn(i2f(oacc[4 * i + 1]), vs_j, __fmul_rn(oi[1], r_a));
+          oi[2] = __fmaf_rn(i2f(oacc[4 * i + 2]), vs_j, __fmul_rn(oi[2], r_b));
+          oi[3] = __fmaf_rn(i2f(oacc[4 * i + 3]), vs_j, __fmul_rn(oi[3], r_b));
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[8 * half + i][e] = __fmaf_rn(i2f(oacc[4 * i + e]), vs_j, o[8 * half + i][e]);
+      }
     }
   };
 
