@@ -606,7 +606,24 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   }();
   const u64 dq0 = smem_desc(q_tile, 8 * D, kSwK), dk_ring = smem_desc(ring, 8 * D, kSwK);
   const u64 dv_ring = smem_desc(ring + TILE, 512, kSw64);
-  auto fast_tile = [&](int (&cur)[32], float ks_j, float vs_j, int j, u32 v_tile, int st) {
+  // S = Q^q1 K^q1 of tile j (exact s32) into sacc, one commit group; waits for the tile to land
+  const u32 full0 = smem_addr(&bar_full[0]);
+  auto issue_s = [&](int j, int (&sacc)[32]) {
+    const int st = j % kWgStages;
+    mbar_wait(full0 + 8 * st, (j / kWgStages) & 1);
+    wgmma_fence();
+    // descriptors as additions to ones built before the loop (the address field is bits
+    // 0-13 in 16-byte units: +2 per 32-byte k slice, + 2 TILE / 16 per ring stage)
+    const u64 dk = dk_ring + (u64)(st * (2 * TILE >> 4));
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(sacc, dq0 + 2 * ks, dk + 2 * ks, ks);
+    wgmma_commit();
+  };
+  // cur holds S of tile j; at d 128 the two P V passes go to `other` and then to cur (free once
+  // the codes exist), and the next tile's S to `other` (free once the first pass is folded), so
+  // the two 32-register buffers trade roles every tile; at d 64 the one pass goes to `other`
+  // and the next S to cur
+  auto fast_tile = [&](int (&cur)[32], int (&other)[32], float ks_j, float vs_j, int j, int st) {
     const float c2 = __fmul_rn(mul_rn(mul_rn(s_q, ks_j), p.softmax_scale), c_log2e);
     const int key0 = j * kBlock;
     constexpr int kNone = (int)0x80000000;  // below every score (|S| <= 127^2 D < 2^22)
@@ -665,7 +682,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     }
     // P^q straight from the accumulator layout into A registers (keys in slot order)
     u32 pa[2][4];
-    int rs_a = 0, rs_b = 0;
 #pragma unroll
     for (int k2 = 0; k2 < 2; ++k2)
 #pragma unroll
@@ -673,6 +689,24 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         const int n0 = 4 * k2 + 2 * (r >> 1), e = 2 * (r & 1);
         const int i0 = 4 * n0 + e;  // codes i0, i0 + 1 (word i0 / 2) and i0 + 4, i0 + 5
         asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(pa[k2][r]) : "r"(cw[i0 / 2]), "r"(cw[i0 / 2 + 2]));
+      }
+    // P^q V^q1 (exact s32), 64 channels (64 rows of V^T, 4 KiB) per pass, one commit group each
+    auto issue_pv = [&](int half, int (&acc)[32]) {
+      wgmma_fence();
+      const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * half);
+      wgmma_m64n64k32_u8s8(acc, pa[0], dv, 0);
+      wgmma_m64n64k32_u8s8(acc, pa[1], dv + 2, 1);
+      wgmma_commit();
+    };
+    // both passes go out as soon as the codes exist; the row sums, their shuffles, l and the
+    // rescale vote run while they compute
+    issue_pv(0, other);
+    if constexpr (D == 128) issue_pv(1, cur);
+    int rs_a = 0, rs_b = 0;
+#pragma unroll
+    for (int k2 = 0; k2 < 2; ++k2)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
         if (r & 1) rs_b = byte_sum(pa[k2][r], rs_b); else rs_a = byte_sum(pa[k2][r], rs_a);
       }
     rs_a += shfl_xor_i(rs_a, 1);
@@ -684,35 +718,75 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     m_a = mn_a;
     m_b = mn_b;
     const bool rescale = __any_sync(0xffffffffu, r_a != 1.0f || r_b != 1.0f);
-#pragma unroll
-    for (int half = 0; half < D / 64; ++half) {
-      wgmma_fence();
-      const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * half);
-      wgmma_m64n64k32_u8s8(oacc, pa[0], dv, 0);
-      wgmma_m64n64k32_u8s8(oacc, pa[1], dv + 2, 1);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(oacc);
-      if (half == D / 64 - 1) mbar_arrive(smem_addr(&bar_empty[st]));  // stage st fully read
+    auto fold = [&](int half, int (&acc)[32]) {
       if (rescale) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           float (&oi)[4] = o[8 * half + i];
-          oi[0] = __fmaf_rn(i2f(oacc[4 * i]), vs_j, __fmul_rn(oi[0], r_a));
-          oi[1] = __fmaf_rn(i2f(oacc[4 * i + 1]), vs_j, __fmul_rn(oi[1], r_a));
-          oi[2] = __fmaf_rn(i2f(oacc[4 * i + 2]), vs_j, __fmul_rn(oi[2], r_b));
-          oi[3] = __fmaf_rn(i2f(oacc[4 * i + 3]), vs_j, __fmul_rn(oi[3], r_b));
+          oi[0] = __fmaf_rn(i2f(acc[4 * i]), vs_j, __fmul_rn(oi[0], r_a));
+          oi[1] = __fmaf_rn(i2f(acc[4 * i + 1]), vs_j, __fmul_rn(oi[1], r_a));
+          oi[2] = __fmaf_rn(i2f(acc[4 * i + 2]), vs_j, __fmul_rn(oi[2], r_b));
+          oi[3] = __fmaf_rn(i2f(acc[4 * i + 3]), vs_j, __fmul_rn(oi[3], r_b));
         }
       } else {
 #pragma unroll
         for (int i = 0; i < 8; ++i)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) o[8 * half + i][e] = __fmaf_rn(i2f(oacc[4 * i + e]), vs_j, o[8 * half + i][e]);
+          for (int e = 0; e < 4; ++e) o[8 * half + i][e] = __fmaf_rn(i2f(acc[4 * i + e]), vs_j, o[8 * half + i][e]);
       }
+    };
+    if constexpr (D == 128) {
+      wgmma_wait<1>();  // pass 0 done, pass 1 in flight
+      fence_regs(other);
+      fold(0, other);
+      fence_regs(other);  // the fold's reads stay before the next S overwrites `other`
+      // The next tile's Q K^T into `other`: it runs during the second fold
+      if (j + 1 < nt) {
+        issue_s(j + 1, other);
+        wgmma_wait<1>();
+      } else {
+        wgmma_wait<0>();
+      }
+      fence_regs(cur);
+      mbar_arrive(smem_addr(&bar_empty[st]));  // stage st fully read
+      fold(1, cur);
+    } else {
+      // The scores of tile j are in the codes now, so cur is free: the next tile's Q K^T runs
+      // during the fold
+      if (j + 1 < nt) {
+        issue_s(j + 1, cur);
+        wgmma_wait<1>();
+      } else {
+        wgmma_wait<0>();
+      }
+      fence_regs(other);
+      mbar_arrive(smem_addr(&bar_empty[st]));  // stage st fully read
+      fold(0, other);
     }
   };
 
-  for (int j = 0; j < nt; ++j) {
+  if constexpr (kFast) {
+    // S of tile 0 here; S of tile j + 1 is issued inside tile j (fast_tile), at d 128 into the
+    // buffer that did not hold S of tile j (sacc and oacc alternate: the loop takes two tiles)
+    auto tile = [&](int j, int (&cur)[32], int (&other)[32]) {
+      const float ks_j = ks_next, vs_j = vs_next;
+      if (j + 1 < nt) {
+        ks_next = p.ks[kv_base + j + 1];
+        vs_next = p.vs[kv_base + j + 1];
+      }
+      wgmma_wait<0>();
+      fence_regs(cur);
+      fast_tile(cur, other, ks_j, vs_j, j, j % kWgStages);
+    };
+    if (nt > 0) issue_s(0, sacc);
+    for (int j = 0; j < nt; j += 2) {
+      tile(j, sacc, oacc);
+      if (j + 1 < nt) {
+        if constexpr (D == 128) tile(j + 1, oacc, sacc); else tile(j + 1, sacc, oacc);
+      }
+    }
+  }
+  for (int j = 0; j < (kFast ? 0 : nt); ++j) {
     const int st = j % kWgStages;
     const u32 k_tile = ring + st * 2 * TILE, v_tile = k_tile + TILE;
     // the block scales of tile j were loaded during tile j - 1; load those of j + 1 now
@@ -724,25 +798,13 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
     // S = Q^q1 K^q1 (exact s32)
     wgmma_fence();
-    if constexpr (kFast) {
-      // descriptors as additions to ones built before the loop (the address field is bits
-      // 0-13 in 16-byte units: +2 per 32-byte k slice, + 2 TILE / 16 per ring stage)
-      const u64 dk = dk_ring + (u64)(st * (2 * TILE >> 4));
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(sacc, dq0 + 2 * ks, dk + 2 * ks, ks);
-    } else {
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks)
-        wgmma_m64n64k32_s8_ss(sacc, smem_desc(q_tile + 32 * ks, 8 * D, kSwK), smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
-    }
+    for (int ks = 0; ks < KS; ++ks)
+      wgmma_m64n64k32_s8_ss(sacc, smem_desc(q_tile + 32 * ks, 8 * D, kSwK), smem_desc(k_tile + 32 * ks, 8 * D, kSwK), ks);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(sacc);
     int (&cur)[32] = sacc;
-    if constexpr (kFast) {
-      fast_tile(cur, ks_j, vs_j, j, v_tile, st);
-      continue;
-    }
     const float alpha = mul_rn(mul_rn(s_q, ks_j), p.softmax_scale);
     const int key0 = j * kBlock;
     float pf[32];
