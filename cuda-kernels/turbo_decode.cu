@@ -149,8 +149,6 @@ __device__ __forceinline__ bool warp_any(bool p) {
 __device__ __forceinline__ void cp_async4(void* dst_smem, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst_smem)), "l"(src) : "memory");
 }
-// a hint with no effect on results: the 128-byte line holding `p` into L2
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 __device__ __forceinline__ u32 lds32(const u8* p) { return *reinterpret_cast<const u32*>(p); }
 __device__ __forceinline__ void cp_async4_s(u32 dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
@@ -1255,21 +1253,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
                                : lane == 2 ? cp.k.clamp
                                            : cp.v.clamp;
   auto issue = [&](const UnitCursor& c, int which) {
-    if (c.qt < 0) return;
-    if (c.ti >= (c.len >> 6)) {  // kBlock = 64
-      // the INT8 buffer tile is read from global memory where it is used (unit_qk_buffer,
-      // half_v_regs): ask L2 for its rows (ntok x D bytes: at most two 128-byte lines a lane)
-      // and its scale now, a tile ahead, so that those loads wait on L2 and not on DRAM (a unit
-      // meets one in 64 tiles at 4k contexts)
-      const int bytes = (c.len & (kBlock - 1)) * D;
-      const u64 bh = (u64)c.b * p.heads_kv + c.hk;
-      const CacheView& cv = which ? cp.v : cp.k;
-      const i8* rows0 = cv.buf + bh * kBlock * D + (lane << 7);
-      if ((lane << 7) < bytes) prefetch_l2(rows0);
-      if (D == 128 && ((lane + 32) << 7) < bytes) prefetch_l2(rows0 + 4096);
-      if (lane == 0 && bytes > 0) prefetch_l2(cv.buf_scale + bh);
-      return;
-    }
+    if (c.qt < 0 || c.ti >= (c.len >> 6)) return;  // kBlock = 64
     const bool b4 = c.bits == 4;
     const int rb_log = b4 ? (D == 128 ? 6 : 5) : (D == 128 ? 5 : 4);  // log2 row bytes
     const u64 code_off = c.code0 + (u32)(c.ti << (rb_log + 6));       // 64 rows a block (< 4 GiB a head)
