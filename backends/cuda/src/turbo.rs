@@ -79,6 +79,15 @@ pub fn decode_smem_bytes(head_dim: usize) -> usize {
 /// Largest GQA group the `turbo_decode_g4_*` instance serves ([`TurboKernels::decode_for`]).
 pub const DECODE_G4_MAX_GROUP: usize = DECODE_ROWS / 2;
 
+/// Rows of the combine grid (`turbo_combine_*`, one CTA per query row of an output tile): the
+/// rows that can hold a query head, `min(DECODE_ROWS, group)`. The kernel returns at once for a
+/// row past its tile's heads, but launching those CTAs is not free: at Llama's group of 4 half
+/// of a `DECODE_ROWS`-row grid is such rows, and at 64 sequences x 8 KV heads (4,096 CTAs) the
+/// whole grid took two waves of the GPU instead of one (issue 11, docs/TURBO_CUDA.md).
+pub(crate) fn combine_rows(heads_q: usize, heads_kv: usize) -> usize {
+    (heads_q / heads_kv).clamp(1, DECODE_ROWS)
+}
+
 /// Q blocks (consumer warpgroups) per CTA of `turbo_prefill_wg_*` (`kWgConsumers`).
 pub const WG_Q_BLOCKS: usize = 3;
 /// Threads per CTA of `turbo_prefill_wg_*`: three consumer warpgroups and a producer warpgroup.
@@ -1272,7 +1281,7 @@ impl CudaBackend {
         launch(
             gpu,
             &prep.kernels.combine,
-            (pl.num_tiles(), DECODE_ROWS, 1),
+            (pl.num_tiles(), combine_rows(pl.heads_q, pl.heads_kv), 1),
             &mut dp,
         )
     }

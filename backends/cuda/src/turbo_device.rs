@@ -767,7 +767,11 @@ impl TurboStepKernels {
         )?;
         self.launch(
             &self.kernels.combine,
-            (pl.num_tiles(), DECODE_ROWS, 1),
+            (
+                pl.num_tiles(),
+                crate::turbo::combine_rows(pl.heads_q, pl.heads_kv),
+                1,
+            ),
             TURBO_THREADS,
             0,
             stream,
