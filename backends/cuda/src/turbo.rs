@@ -82,11 +82,16 @@ pub const DECODE_G4_MAX_GROUP: usize = DECODE_ROWS / 2;
 /// Rows of the combine grid (`turbo_combine_*`, one CTA per query row of an output tile): the
 /// rows that can hold a query head, `min(DECODE_ROWS, group)`. The kernel returns at once for a
 /// row past its tile's heads, but launching those CTAs is not free: at Llama's group of 4 half
-/// of a `DECODE_ROWS`-row grid is such rows, and at 64 sequences x 8 KV heads (4,096 CTAs) the
-/// whole grid took two waves of the GPU instead of one (issue 11, docs/TURBO_CUDA.md).
+/// of a `DECODE_ROWS`-row grid is such rows, and at 64 sequences x 8 KV heads (4,096 CTAs of
+/// 128 threads) the whole grid took two waves of the GPU instead of one (issue 11,
+/// docs/TURBO_CUDA.md).
 pub(crate) fn combine_rows(heads_q: usize, heads_kv: usize) -> usize {
     (heads_q / heads_kv).clamp(1, DECODE_ROWS)
 }
+
+/// Threads of a `turbo_combine_*` CTA: one warp merges one query row (`kCombineThreads` of
+/// `cuda-kernels/turbo_decode.cu`).
+pub const TURBO_COMBINE_THREADS: u32 = 32;
 
 /// Q blocks (consumer warpgroups) per CTA of `turbo_prefill_wg_*` (`kWgConsumers`).
 pub const WG_Q_BLOCKS: usize = 3;
@@ -1278,10 +1283,12 @@ impl CudaBackend {
             decode_smem_bytes(cache.head_dim),
             &mut dp,
         )?;
-        launch(
+        launch_with(
             gpu,
             &prep.kernels.combine,
             (pl.num_tiles(), combine_rows(pl.heads_q, pl.heads_kv), 1),
+            TURBO_COMBINE_THREADS,
+            0,
             &mut dp,
         )
     }

@@ -772,7 +772,7 @@ impl TurboStepKernels {
                 crate::turbo::combine_rows(pl.heads_q, pl.heads_kv),
                 1,
             ),
-            TURBO_THREADS,
+            crate::turbo::TURBO_COMBINE_THREADS,
             0,
             stream,
             &mut dp,
