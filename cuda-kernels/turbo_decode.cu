@@ -86,6 +86,7 @@ __device__ __forceinline__ u64 block_bytes(int d, int bits) { return (u64)kBlock
 // of the iteration space alone (no CTA barrier after the SAS LUT is filled), with its own shared
 // staging area: K of the next tile loads during this tile's softmax and P V, V of the next tile
 // during its q K^T (UnitStage).
+constexpr int kCombineThreads = 32;  // turbo_combine_*: one warp a CTA (ferrattn_cuda::turbo::TURBO_COMBINE_THREADS)
 constexpr int kUnitRows = 8;   // query heads per output tile (MMA rows 0-7; rows 8-15 stay zero)
 constexpr int kUnitsPerCta = kThreads / 32;
 
@@ -1472,17 +1473,19 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   cp_async_wait<0>();
 }
 
-// Merges the partials of one row of an output tile (grid: tiles x kUnitRows) in slot order and
-// writes O and LSE. One partial is finished exactly as the emulation finishes a row
-// (RowState::finish).
+// Merges the partials of one row of an output tile (grid: tiles x min(kUnitRows, group), one
+// warp a CTA: kCombineThreads) in slot order and writes O and LSE. One partial is finished
+// exactly as the emulation finishes a row (RowState::finish).
 //
 // The merge is the serial fold of decode_twin, `x = fma(x_s, r2_s, x r1_s)` in slot order, but
 // only its two dependent operations per slot stay serial: the rescale factors depend on the
 // running maximum alone, which is a max scan over the slots (exact in any order: no NaN, and no
 // -0 reaches a logit maximum), so r1_s = EXP(M_{s-1} - M_s) and r2_s = EXP(m_s - M_s) are
-// computed one slot per thread, 128 slots at a time, and the partials' O columns are loaded
-// eight slots ahead of the fold. The serial loop it replaces waited on a global load and an
-// exponential per slot (64 slots at batch 1 and 16k tokens: most of that decode's time).
+// computed one slot per lane, 32 slots at a time (the next 32 slots' (m, l) loaded while these
+// are folded), and the partials' O columns (D / 32 channels a lane) are loaded eight slots ahead
+// of the fold. One warp a row and no CTA barrier after the LUT: the combine is a chain of
+// dependent loads per row, and at 64 sequences x 8 KV heads (512 tiles) a 128-thread CTA a row
+// took two waves of the GPU and three barriers a chunk (issue 11, docs/TURBO_CUDA.md).
 __device__ __forceinline__ float shfl_up_f(float v, int d) {
   float r;
   asm volatile("shfl.sync.up.b32 %0, %1, %2, 0x0, 0xffffffff;" : "=f"(r) : "f"(v), "r"(d));
@@ -1490,13 +1493,10 @@ __device__ __forceinline__ float shfl_up_f(float v, int d) {
 }
 template <class T, int D>
 __device__ __forceinline__ void combine_body(const DecodeParams& p) {
-  static_assert(D <= kThreads, "one channel per thread");
-  constexpr int kWarps = kThreads / 32;
-  constexpr int kAhead = 8;  // partial O loads in flight per thread
+  static_assert(D % 32 == 0, "D / 32 channels a lane");
+  constexpr int CPL = D / 32;
+  constexpr int kAhead = 8;  // slots of partial O loaded ahead of the fold
   __shared__ float sLut[17];
-  __shared__ float sR1[kThreads], sR2[kThreads], sL[kThreads];
-  __shared__ int sKind[kThreads];  // 0: no key (skipped), 1: the first partial (taken as is), 2: merged
-  __shared__ float sWarpMax[kWarps];
   sas_lut_init(sLut);
   __syncthreads();
   const Exp ex{sLut, (float)p.sas_nr, p.sas};
@@ -1509,79 +1509,76 @@ __device__ __forceinline__ void combine_body(const DecodeParams& p) {
   const int rows = min(kUnitRows, p.group - qg * kUnitRows);
   const int h0 = hk * p.group + qg * kUnitRows;
   const u32 s0 = p.tile_slot[tile], s1 = p.tile_slot[tile + 1];
-  const int r = blockIdx.y;  // one CTA per query row of the tile
+  const int r = blockIdx.y;  // one CTA (one warp) per query row of the tile
   if (r >= rows) return;     // uniform over the CTA
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int c = tid;  // channel
+  const int lane = threadIdx.x & 31;
+  auto load_ml = [&](u32 slot) {
+    return slot < s1 ? *reinterpret_cast<const float2*>(p.part_ml + ((u64)slot * kUnitRows + r) * 2)
+                     : make_float2(neg_inf(), 0.0f);
+  };
+  auto part_o = [&](u32 slot) { return p.part_o + ((u64)slot * kUnitRows + r) * D + lane; };
   float m_run = neg_inf();  // maximum over the partials of earlier chunks
-  float l = 0.0f, a = 0.0f;
-  for (u32 base = s0; base < s1; base += kThreads) {
-    const int n = (int)min((u32)kThreads, s1 - base);
-    float ms = neg_inf(), ls = 0.0f;
-    if (tid < n) {
-      const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + ((u64)(base + tid) * kUnitRows + r) * 2);
-      ms = ml.x;
-      ls = ml.y;
-    }
-    float inc = ms;  // inclusive max scan within the warp
+  float l = 0.0f, a[CPL];
+#pragma unroll
+  for (int k = 0; k < CPL; ++k) a[k] = 0.0f;
+  float2 ml_next = load_ml(s0 + lane);
+  for (u32 base = s0; base < s1; base += 32) {
+    const int n = (int)min(32u, s1 - base);
+    const float ms = ml_next.x, ls = ml_next.y;  // slot base + lane (-inf past the tile's)
+    ml_next = load_ml(base + 32 + lane);
+    float v[kAhead][CPL];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j)
+#pragma unroll
+      for (int k = 0; k < CPL; ++k) v[j][k] = j < n ? part_o(base + j)[32 * k] : 0.0f;
+    float inc = ms;  // inclusive max scan over the chunk's slots
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const float y = shfl_up_f(inc, o);
       if (lane >= o) inc = fmax2(inc, y);
     }
-    if (lane == 31) sWarpMax[warp] = inc;
-    __syncthreads();
-    float before = m_run, chunk_max = m_run;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      if (w < warp) before = fmax2(before, sWarpMax[w]);
-      chunk_max = fmax2(chunk_max, sWarpMax[w]);
-    }
     float excl = shfl_up_f(inc, 1);
     if (lane == 0) excl = neg_inf();
-    const float prev = fmax2(before, excl);  // the running maximum before this slot
-    if (tid < n) {
-      const float mn = fmax2(prev, ms);
-      const int kind = ms == neg_inf() ? 0 : (prev == neg_inf() ? 1 : 2);
-      sKind[tid] = kind;
-      sR1[tid] = kind == 2 ? ex.rescale(prev, mn) : 0.0f;
-      sR2[tid] = kind == 2 ? ex.rescale(ms, mn) : 0.0f;
-      sL[tid] = ls;
-    }
-    m_run = chunk_max;
-    __syncthreads();
-    if (c < D) {
-      for (int i = 0; i < n; i += kAhead) {
-        float v[kAhead];
+    const float prev = fmax2(m_run, excl);  // the running maximum before this slot
+    const float mn = fmax2(prev, ms);
+    // 0: no key (skipped), 1: the first partial (taken as is), 2: merged
+    const int kind = ms == neg_inf() ? 0 : (prev == neg_inf() ? 1 : 2);
+    const float r1 = kind == 2 ? ex.rescale(prev, mn) : 0.0f;
+    const float r2 = kind == 2 ? ex.rescale(ms, mn) : 0.0f;
+    m_run = fmax2(m_run, shfl_idx_f(inc, 31));
+    for (int i = 0; i < n; i += kAhead) {
+      if (i > 0) {
 #pragma unroll
-        for (int j = 0; j < kAhead; ++j) {
-          v[j] = 0.0f;
-          if (i + j < n && sKind[i + j] != 0) v[j] = p.part_o[((u64)(base + i + j) * kUnitRows + r) * D + c];
-        }
+        for (int j = 0; j < kAhead; ++j)
 #pragma unroll
-        for (int j = 0; j < kAhead; ++j) {
-          if (i + j >= n) break;
-          const int kind = sKind[i + j];
-          if (kind == 1) {
-            a = v[j];
-            l = sL[i + j];
-          } else if (kind == 2) {
-            const float r1 = sR1[i + j], r2 = sR2[i + j];
-            l = fma_rn(sL[i + j], r2, mul_rn(l, r1));
-            a = fma_rn(v[j], r2, mul_rn(a, r1));
+          for (int k = 0; k < CPL; ++k) v[j][k] = i + j < n ? part_o(base + i + j)[32 * k] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) {
+        const int src = min(i + j, 31);
+        const int kd = shfl_idx_i(kind, src);
+        const float sl = shfl_idx_f(ls, src), f1 = shfl_idx_f(r1, src), f2 = shfl_idx_f(r2, src);
+        if (i + j < n) {
+          if (kd == 1) {
+#pragma unroll
+            for (int k = 0; k < CPL; ++k) a[k] = v[j][k];
+            l = sl;
+          } else if (kd == 2) {
+            l = fma_rn(sl, f2, mul_rn(l, f1));
+#pragma unroll
+            for (int k = 0; k < CPL; ++k) a[k] = fma_rn(v[j][k], f2, mul_rn(a[k], f1));
           }
         }
       }
     }
-    __syncthreads();  // the chunk's factors are read before the next chunk writes them
   }
-  if (c < D) {
-    const float m = m_run;
-    const bool empty = m == neg_inf() || l == 0.0f;
-    const int h = h0 + r;
-    p.o[((u64)(b * p.max_sq + qt) * p.heads_q + h) * D + c] = T::from_f32(empty ? 0.0f : div_rn(a, l));
-    if (c == 0) p.lse[((u64)b * p.heads_q + h) * p.max_sq + qt] = empty ? neg_inf() : add_rn(m, logf(l));
-  }
+  const float m = m_run;
+  const bool empty = m == neg_inf() || l == 0.0f;
+  const int h = h0 + r;
+  u16* o = p.o + ((u64)(b * p.max_sq + qt) * p.heads_q + h) * D + lane;
+#pragma unroll
+  for (int k = 0; k < CPL; ++k) o[32 * k] = T::from_f32(empty ? 0.0f : div_rn(a[k], l));
+  if (lane == 0) p.lse[((u64)b * p.heads_q + h) * p.max_sq + qt] = empty ? neg_inf() : add_rn(m, logf(l));
 }
 
 // One token into the INT8 buffer of every (sequence, KV head) that takes one (section 3.3):
@@ -1666,7 +1663,7 @@ __device__ __forceinline__ void flush_body(const FlushParams& p) {
       turbo_decode_g4_fast_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {              \
     ferrattn::turbo::decode_body<ferrattn::T, D, true, true>(p);                             \
   }                                                                                          \
-  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                    \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kCombineThreads)                    \
       turbo_combine_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                     \
     ferrattn::turbo::combine_body<ferrattn::T, D>(p);                                        \
   }                                                                                          \

@@ -313,12 +313,18 @@ class TurboCache:
     so it is not a call to capture in a CUDA graph (the Rust device path's ``TurboDecodeStep``
     is). ``"mixed"`` needs host statistics of the prompt and is refused on CUDA: pass the bits
     per KV head (e.g. a host prefill's ``bits``) or ``"int4"`` / ``"int2"``.
+
+    On a Hopper GPU (sm_90) a CUDA cache decodes on the fast-contract kernels by default (MUFU
+    exponentials, P quantized against the tile's known maximum: O within 2e-2 relative and LSE
+    within 1e-2 of the bit-exact kernels, no less accurate against exact attention;
+    docs/TURBO_CUDA.md); ``exact_decode=True`` selects the bit-exact kernels, whose output
+    equals the CPU emulation's (the host cache) step for step. Other GPUs decode bit-exact.
     """
 
-    def __init__(self, batch, heads_kv, head_dim, kv_bits="mixed", sas=True, max_tokens=None):
+    def __init__(self, batch, heads_kv, head_dim, kv_bits="mixed", sas=True, max_tokens=None, exact_decode=False):
         bits = kv_bits if isinstance(kv_bits, str) else [int(b) for b in kv_bits]
         mt = None if max_tokens is None else int(max_tokens)
-        self._c = _native.TurboCache(int(batch), int(heads_kv), int(head_dim), bits, bool(sas), mt)
+        self._c = _native.TurboCache(int(batch), int(heads_kv), int(head_dim), bits, bool(sas), mt, bool(exact_decode))
         self.batch, self.heads_kv, self.head_dim = int(batch), int(heads_kv), int(head_dim)
         self._ws = None
 

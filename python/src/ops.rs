@@ -766,6 +766,10 @@ pub struct TurboCache {
     /// Tokens per sequence a CUDA cache holds (`None`: its prompt plus
     /// [`crate::turbo_cuda::DEFAULT_RESERVE_TOKENS`]).
     max_tokens: Option<usize>,
+    /// Decode a CUDA cache on the bit-exact kernels (`ferrattn_cuda::Options::exact_turbo_decode`)
+    /// instead of the backend's default (the fast-contract kernels on sm_90). A host cache is the
+    /// emulation, exact either way.
+    exact_decode: bool,
     /// The cache of the last host prefill.
     cache: Option<TurboKvCache>,
     /// The cache of the last CUDA prefill (one of the two is live).
@@ -855,7 +859,7 @@ impl TurboCache {
 #[pymethods]
 impl TurboCache {
     #[new]
-    #[pyo3(signature = (batch, heads_kv, head_dim, kv_bits=None, sas=true, max_tokens=None))]
+    #[pyo3(signature = (batch, heads_kv, head_dim, kv_bits=None, sas=true, max_tokens=None, exact_decode=false))]
     fn new(
         batch: usize,
         heads_kv: usize,
@@ -863,6 +867,7 @@ impl TurboCache {
         kv_bits: Option<&Bound<'_, PyAny>>,
         sas: bool,
         max_tokens: Option<usize>,
+        exact_decode: bool,
     ) -> PyResult<TurboCache> {
         // a name ("int4", "int2", "mixed") or one bit width per KV head
         let policy = match kv_bits {
@@ -912,6 +917,7 @@ impl TurboCache {
             heads_kv,
             head_dim,
             max_tokens,
+            exact_decode,
             cache: None,
             device: None,
         })
@@ -984,6 +990,7 @@ impl TurboCache {
                 &self.cfg,
                 (self.batch, self.heads_kv, self.head_dim),
                 self.max_tokens,
+                self.exact_decode,
                 [&q, &k, &v, out, lse],
                 &ws,
                 causal,

@@ -24,11 +24,24 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// `max_tokens`: the cache's memory is allocated once, at its first prefill.
 pub const DEFAULT_RESERVE_TOKENS: usize = 4096;
 
-/// One TurboAttention device per CUDA device, opened at first use and kept for the process
-/// (its kernels are resolved once per configuration and cached inside).
-fn device(ordinal: usize) -> Result<Arc<TurboDevice>> {
+/// One TurboAttention device per CUDA device and decode kind, opened at first use and kept for
+/// the process (its kernels are resolved once per configuration and cached inside): the
+/// backend's default decode (the fast-contract kernels on sm_90), or with `exact` the bit-exact
+/// kernels (`ferrattn_cuda::Options::exact_turbo_decode`).
+fn device(ordinal: usize, exact: bool) -> Result<Arc<TurboDevice>> {
     static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<TurboDevice>>>> = OnceLock::new();
-    crate::cuda::per_device(&DEVICES, ordinal, |o| Ok(TurboDevice::new(o)?))
+    static EXACT: OnceLock<Mutex<HashMap<usize, Arc<TurboDevice>>>> = OnceLock::new();
+    if exact {
+        crate::cuda::per_device(&EXACT, ordinal, |o| {
+            let options = ferrattn_cuda::Options {
+                exact_turbo_decode: true,
+                ..ferrattn_cuda::Options::default()
+            };
+            Ok(TurboDevice::with_options(o, options)?)
+        })
+    } else {
+        crate::cuda::per_device(&DEVICES, ordinal, |o| Ok(TurboDevice::new(o)?))
+    }
 }
 
 /// The per-head bit widths of a cache made on the device. `mixed` picks the 2-bit heads from
@@ -130,6 +143,7 @@ impl DeviceTurbo {
         cfg: &TurboConfig,
         heads: (usize, usize, usize),
         capacity: Option<usize>,
+        exact_decode: bool,
         t: [&View<'_>; 5],
         ws: &View<'_>,
         causal: bool,
@@ -153,9 +167,10 @@ impl DeviceTurbo {
         spec.validate()?;
         spec.check_lengths(&vec![seqlen; batch])?;
         let plan = TurboPrefillPlan::new(cfg, &s, &vec![seqlen; batch], seqlen, causal)?;
-        let device = device(ordinal)?;
+        let device = device(ordinal, exact_decode)?;
         let reuse = slot.as_ref().is_some_and(|d| {
-            d.ordinal() == ordinal
+            Arc::ptr_eq(&d.device, &device)
+                && d.ordinal() == ordinal
                 && d.cache.bits() == spec.bits.as_slice()
                 && d.cache.capacity_tokens() >= spec.capacity()
         });

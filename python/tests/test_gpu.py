@@ -237,12 +237,13 @@ def test_turbo_cache_cuda_matches_the_host_cache(dtype):
     of sm_90 within 1e-3 of the emulation; stream-K decode merges partials in another order), and
     full INT8 buffers are flushed into blocks (62 + 4 tokens cross 64). Accuracy against the
     float64 reference is the host cache's test (test_cpu.py); the Rust GPU test compares the
-    device cache with the host path's bit for bit."""
+    device cache with the host path's bit for bit. The device cache decodes on the bit-exact
+    kernels (exact_decode=True; the default on sm_90 is the fast contract, tested below)."""
     dt = getattr(torch, dtype)
     b, ctx, steps, hq, hk, d = 2, 62, 4, 8, 2, 128
     q, k, v = turbo_inputs(5, b, ctx + steps, hq, hk, d, dt)
     bits = [4, 2]
-    dev_c = ferrattn.TurboCache(b, hk, d, kv_bits=bits, max_tokens=ctx + steps)
+    dev_c = ferrattn.TurboCache(b, hk, d, kv_bits=bits, max_tokens=ctx + steps, exact_decode=True)
     host_c = ferrattn.TurboCache(b, hk, d, kv_bits=bits)
     f = lambda t: t.float().cpu().numpy()
     # the prompt, dense (a slice of a longer batch is not: the device path reads dense rows)
@@ -278,6 +279,47 @@ def test_turbo_cache_cuda_matches_the_host_cache(dtype):
         assert c.max_abs <= 1e-4, (t, c)
     assert dev_c.memory() == host_c.memory()
     assert dev_c.memory()["compressed_bytes"] > 0, "the buffers became blocks at 64 tokens"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_turbo_cache_cuda_default_decode_within_the_fast_contract(dtype):
+    """The CUDA TurboCache's default decode (on sm_90 the fast-contract kernels, elsewhere the
+    bit-exact ones) against the same steps on exact_decode=True: O within 2e-2 relative
+    (Frobenius) and LSE within 1e-2 absolute (the contract, FAST_O_REL / FAST_LSE_ABS of
+    backends/cuda/tests/gpu_turbo.rs), and O no farther from exact float64 attention than the
+    bit-exact decode's + 10%. The prefills are the same kernel and must agree bit for bit."""
+    dt = getattr(torch, dtype)
+    b, ctx, steps, hq, hk, d = 2, 62, 4, 8, 2, 128
+    q, k, v = turbo_inputs(7, b, ctx + steps, hq, hk, d, dt)
+    bits = [4, 2]
+    fast_c = ferrattn.TurboCache(b, hk, d, kv_bits=bits, max_tokens=ctx + steps)
+    exact_c = ferrattn.TurboCache(b, hk, d, kv_bits=bits, max_tokens=ctx + steps, exact_decode=True)
+    f = lambda t: t.float().cpu().numpy()
+    pq, pk, pv = (t[:, :ctx].contiguous() for t in (q, k, v))
+    fo, fl = fast_c.prefill(pq, pk, pv, causal=True)
+    eo, el = exact_c.prefill(pq, pk, pv, causal=True)
+    assert torch.equal(fo, eo) and torch.equal(fl, el), "the prefill does not depend on the decode kind"
+    for t in range(ctx, ctx + steps):
+        kt, vt, qt = (x[:, t : t + 1].contiguous() for x in (k, v, q))
+        fast_c.append(kt, vt)
+        exact_c.append(kt, vt)
+        fd, fdl = fast_c.decode(qt)
+        ed, edl = exact_c.decode(qt)
+        c = compare(f(fd), f(ed))
+        assert c.rel_fro <= 2e-2, (t, c)
+        c = compare(fdl.cpu().numpy(), edl.cpu().numpy())
+        assert c.max_abs <= 1e-2, (t, c)
+        # exact attention of this step's query over tokens 0..t (float64, on the host)
+        ref = reference(
+            q[:, t : t + 1].double().cpu().numpy(),
+            k[:, : t + 1].double().cpu().numpy(),
+            v[:, : t + 1].double().cpu().numpy(),
+            causal=False,
+        )[0]
+        e_fast = compare(f(fd), ref).rel_fro
+        e_exact = compare(f(ed), ref).rel_fro
+        assert e_fast <= 1.1 * e_exact + 1e-6, (t, e_fast, e_exact)
+    assert fast_c.memory() == exact_c.memory()
 
 
 def test_turbo_cache_cuda_boundary_errors():

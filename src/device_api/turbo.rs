@@ -598,9 +598,11 @@ impl TurboDevice {
         Self::with_options(ordinal, ferrattn_cuda::Options::default())
     }
 
-    /// As [`TurboDevice::new`] with the backend's options, e.g.
-    /// [`ferrattn_cuda::Options::fast_turbo_decode`] for the fast-contract decode kernels (O
-    /// within 2e-2 and LSE within 1e-2 of the bit-exact ones; docs/TURBO_CUDA.md).
+    /// As [`TurboDevice::new`] with the backend's options. The decode follows the backend's
+    /// default: on sm_90 the fast-contract kernels (O within 2e-2 and LSE within 1e-2 of the
+    /// bit-exact ones; docs/TURBO_CUDA.md), elsewhere the bit-exact ones;
+    /// [`ferrattn_cuda::Options::exact_turbo_decode`] selects the bit-exact kernels everywhere,
+    /// [`ferrattn_cuda::Options::fast_turbo_decode`] the fast ones everywhere.
     pub fn with_options(ordinal: usize, options: ferrattn_cuda::Options) -> Result<TurboDevice> {
         let backend = CudaBackend::with_options(ordinal, options);
         backend.gpu()?;

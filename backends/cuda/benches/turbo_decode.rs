@@ -3,13 +3,14 @@
 //! suite's rows) compressed from device-filled K/V, then the decode launch and its combine under
 //! the automatic schedule, `--iters` per CUDA graph, replayed between events over enough caches
 //! to exceed 4x L2; the median of 9 replays. Both decode instances for groups of at most 4 query
-//! heads (`g4`: `turbo_decode_g4_*`, the default; `full`: `turbo_decode_*`, with
-//! `Options::turbo_decode_full_rows`), and their fast-contract twins (`g4fast`, `fullfast`:
-//! `Options::fast_turbo_decode`). Not a test and not the suite: `ferrattn bench --algo turbo`
+//! heads, bit-exact (`Options::exact_turbo_decode`; `g4`: `turbo_decode_g4_*`; `full`:
+//! `turbo_decode_*`, with `Options::turbo_decode_full_rows`), their fast-contract twins
+//! (`g4fast`, `fullfast`: `Options::fast_turbo_decode`), and `default` (the backend's default:
+//! `g4fast` on sm_90, `g4` elsewhere). Not a test and not the suite: `ferrattn bench --algo turbo`
 //! gives the documented rows, checked and beside SDPA.
 //!
 //! Usage: `turbo_decode BATCH CONTEXT [BATCH CONTEXT ...] [--bits int4,mixed] [--iters N]
-//! [--nvrtc] [--only g4,full,g4fast,fullfast] [--units auto,N,...]` (`--units`: the automatic schedule and/or
+//! [--nvrtc] [--only default,g4,full,g4fast,fullfast] [--units auto,N,...]` (`--units`: the automatic schedule and/or
 //! stream-K over N warps, to sweep the schedule) (Llama-3-8B heads: 32 query, 8 KV, d 128, bf16). Prints one line
 //! per shape, cache and instance. `--nvrtc` compiles the kernels at run time, where
 //! `FERRATTN_NVRTC_DEFINES` can change compile-time constants (e.g.
@@ -136,9 +137,12 @@ fn main() {
             },
         })
         .collect();
+    // g4 / full: the bit-exact instances (exact_turbo_decode; the default on sm_90 is the fast
+    // contract), g4fast / fullfast: the fast-contract ones, default: the backend's default
     let g4 = CudaBackend::with_options(
         0,
         Options {
+            exact_turbo_decode: true,
             force_nvrtc: nvrtc,
             ..Options::default()
         },
@@ -151,6 +155,7 @@ fn main() {
         0,
         Options {
             turbo_decode_full_rows: true,
+            exact_turbo_decode: true,
             force_nvrtc: nvrtc,
             ..Options::default()
         },
@@ -172,6 +177,13 @@ fn main() {
             ..Options::default()
         },
     );
+    let default = CudaBackend::with_options(
+        0,
+        Options {
+            force_nvrtc: nvrtc,
+            ..Options::default()
+        },
+    );
     for s in pos.chunks(2) {
         let (batch, ctx) = (s[0], s[1]);
         for name in bits_list.split(',') {
@@ -184,6 +196,7 @@ fn main() {
                 }
             };
             for (inst, b) in [
+                ("default", &default),
                 ("g4", &g4),
                 ("full", &full),
                 ("g4fast", &g4fast),
@@ -192,7 +205,7 @@ fn main() {
                 // without --only: the two bit-exact instances, as before the fast ones existed
                 let wanted = match only.as_deref() {
                     Some(o) => o.split(',').any(|x| x == inst),
-                    None => !inst.ends_with("fast"),
+                    None => inst == "g4" || inst == "full",
                 };
                 if !wanted {
                     continue;

@@ -73,13 +73,19 @@ pub struct Options {
     /// same bits; benchmarks and tests compare them.
     pub turbo_decode_full_rows: bool,
     /// TurboAttention decode on the fast-contract instances (`turbo_decode_fast_*`,
-    /// `turbo_decode_g4_fast_*`): e^x on the MUFU instead of SAS (the threshold n_r kept) and P
+    /// `turbo_decode_g4_fast_*`) also off sm_90, where the bit-exact instances are the default.
+    /// The fast contract: e^x on the MUFU instead of SAS (the threshold n_r kept) and P
     /// quantized against the tile's largest logit (no per-tile division or second maximum).
     /// Not bit-exact: O within 2e-2 relative (Frobenius) and LSE within 1e-2 of the emulation,
     /// O's error against the exact result no larger than the bit-exact kernel's (within 10%) on
-    /// the GPU tests (`docs/TURBO_CUDA.md`). Off by default: the bit-exact kernels are the
-    /// reference.
+    /// the GPU tests (`docs/TURBO_CUDA.md`). On sm_90 (compute capability 9.0) the fast
+    /// instances are the default; `exact_turbo_decode` overrides this option.
     pub fast_turbo_decode: bool,
+    /// TurboAttention decode on the bit-exact instances (`turbo_decode_*`,
+    /// `turbo_decode_g4_*`), whose O equals the CPU emulation bit for bit (one unit per tile)
+    /// or its stream-K twin, even on sm_90 where the fast-contract instances are the default
+    /// (as `exact_turbo_prefill` is for the prefill). Takes precedence over `fast_turbo_decode`.
+    pub exact_turbo_decode: bool,
 }
 
 /// The CUDA backend for one GPU. Construction never fails: an unusable GPU is reported by

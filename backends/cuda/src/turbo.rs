@@ -16,7 +16,11 @@
 //! - decode under [`DecodeSchedule::PerTile`] replays the emulation's tile order
 //!   (bit-identical O); under [`DecodeSchedule::StreamK`] the KV length is split over CTAs as in
 //!   LeanAttention (appendix E) and the partials are merged with the configuration's exponential,
-//!   which [`decode_twin`] reproduces on the CPU bit for bit.
+//!   which [`decode_twin`] reproduces on the CPU bit for bit. That is the bit-exact decode
+//!   (`turbo_decode_*`, `turbo_decode_g4_*`), the default off sm_90 and with
+//!   [`crate::Options::exact_turbo_decode`]; on sm_90 the default is the fast-contract decode
+//!   (`turbo_decode_*fast*`: MUFU exponentials, P against the tile's known maximum; O within
+//!   2e-2 and LSE within 1e-2 of the bit-exact result, `docs/TURBO_CUDA.md`).
 //!
 //! What runs where:
 //! - [`CudaBackend::turbo_prefill`]: Q, K, V (f16/bf16) in; O, LSE and a [`DeviceTurboCache`] out.
@@ -74,6 +78,20 @@ pub fn decode_smem_bytes(head_dim: usize) -> usize {
 
 /// Largest GQA group the `turbo_decode_g4_*` instance serves ([`TurboKernels::decode_for`]).
 pub const DECODE_G4_MAX_GROUP: usize = DECODE_ROWS / 2;
+
+/// Rows of the combine grid (`turbo_combine_*`, one CTA per query row of an output tile): the
+/// rows that can hold a query head, `min(DECODE_ROWS, group)`. The kernel returns at once for a
+/// row past its tile's heads, but launching those CTAs is not free: at Llama's group of 4 half
+/// of a `DECODE_ROWS`-row grid is such rows, and at 64 sequences x 8 KV heads (4,096 CTAs of
+/// 128 threads) the whole grid took two waves of the GPU instead of one (issue 11,
+/// docs/TURBO_CUDA.md).
+pub(crate) fn combine_rows(heads_q: usize, heads_kv: usize) -> usize {
+    (heads_q / heads_kv).clamp(1, DECODE_ROWS)
+}
+
+/// Threads of a `turbo_combine_*` CTA: one warp merges one query row (`kCombineThreads` of
+/// `cuda-kernels/turbo_decode.cu`).
+pub const TURBO_COMBINE_THREADS: u32 = 32;
 
 /// Q blocks (consumer warpgroups) per CTA of `turbo_prefill_wg_*` (`kWgConsumers`).
 pub const WG_Q_BLOCKS: usize = 3;
@@ -270,7 +288,7 @@ pub struct TurboKernels {
     decode_g4_fast: Function,
     /// [`Options::turbo_decode_full_rows`](crate::Options::turbo_decode_full_rows).
     full_rows_only: bool,
-    /// [`Options::fast_turbo_decode`](crate::Options::fast_turbo_decode).
+    /// The fast-contract instances ([`CudaBackend::turbo_decode_is_fast`]).
     fast: bool,
     combine: Function,
     append: Function,
@@ -279,8 +297,8 @@ pub struct TurboKernels {
 
 impl TurboKernels {
     /// The decode instance for GQA groups of `group` query heads: `turbo_decode_g4_*` up to
-    /// [`DECODE_G4_MAX_GROUP`], else `turbo_decode_*`; their `_fast_` twins under
-    /// [`Options::fast_turbo_decode`](crate::Options::fast_turbo_decode).
+    /// [`DECODE_G4_MAX_GROUP`], else `turbo_decode_*`; their `_fast_` twins where
+    /// [`CudaBackend::turbo_decode_is_fast`] (the default on sm_90).
     pub fn decode_for(&self, group: usize) -> &Function {
         match (
             group <= DECODE_G4_MAX_GROUP && !self.full_rows_only,
@@ -724,7 +742,7 @@ impl CudaBackend {
             decode_fast: m.decode.function(&n.decode_fast)?,
             decode_g4_fast: m.decode.function(&n.decode_g4_fast)?,
             full_rows_only: self.options.turbo_decode_full_rows,
-            fast: self.options.fast_turbo_decode,
+            fast: self.turbo_decode_is_fast(),
             combine: m.decode.function(&n.combine)?,
             append: m.decode.function(&n.append)?,
             flush: m.decode.function(&n.flush)?,
@@ -901,6 +919,15 @@ impl CudaBackend {
     /// bit for bit (not sm_90, or [`crate::Options::exact_turbo_prefill`]).
     pub fn turbo_prefill_is_exact(&self) -> bool {
         self.options.exact_turbo_prefill || !self.has_sm90a()
+    }
+
+    /// Whether decodes on this backend run the fast-contract instances (`turbo_decode_fast_*`,
+    /// `turbo_decode_g4_fast_*`): the default on sm_90 and with
+    /// [`crate::Options::fast_turbo_decode`], never with [`crate::Options::exact_turbo_decode`]
+    /// (then the bit-exact instances, O equal to the emulation or its stream-K twin bit for
+    /// bit).
+    pub fn turbo_decode_is_fast(&self) -> bool {
+        !self.options.exact_turbo_decode && (self.options.fast_turbo_decode || self.has_sm90a())
     }
 
     /// Compute capability 9.0: the fatbin's sm_90a code (wgmma, bulk copies) runs here.
@@ -1256,10 +1283,12 @@ impl CudaBackend {
             decode_smem_bytes(cache.head_dim),
             &mut dp,
         )?;
-        launch(
+        launch_with(
             gpu,
             &prep.kernels.combine,
-            (pl.num_tiles(), DECODE_ROWS, 1),
+            (pl.num_tiles(), combine_rows(pl.heads_q, pl.heads_kv), 1),
+            TURBO_COMBINE_THREADS,
+            0,
             &mut dp,
         )
     }

@@ -767,8 +767,12 @@ impl TurboStepKernels {
         )?;
         self.launch(
             &self.kernels.combine,
-            (pl.num_tiles(), DECODE_ROWS, 1),
-            TURBO_THREADS,
+            (
+                pl.num_tiles(),
+                crate::turbo::combine_rows(pl.heads_q, pl.heads_kv),
+                1,
+            ),
+            crate::turbo::TURBO_COMBINE_THREADS,
             0,
             stream,
             &mut dp,

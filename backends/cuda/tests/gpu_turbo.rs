@@ -114,11 +114,12 @@ enum Follows {
     Codes,
 }
 
-/// The default backend and one with `exact_turbo_prefill` (both poisoning outputs), or `None`
-/// after printing why the test is skipped.
+/// The default backend and one with `exact_turbo_prefill` and `exact_turbo_decode` (both
+/// poisoning outputs), or `None` after printing why the test is skipped.
 fn default_and_exact(test: &str) -> Option<(CudaBackend, CudaBackend)> {
     let exact = Options {
         exact_turbo_prefill: true,
+        exact_turbo_decode: true,
         ..Options::default()
     };
     Some((backend(test, Options::default())?, backend(test, exact)?))
@@ -1082,6 +1083,32 @@ fn gpu_turbo_prefill_kernel_choice() {
     let prep = f.turbo_prepare_prefill(&cfg, &p).unwrap();
     assert_eq!(f.turbo_prefill_uses_fast(&prep), sm90);
     eprintln!("sm_90: {sm90}; default prefill kernel is warpgroup MMA: {sm90}");
+    // the decode: the fast-contract instances by default on sm_90, the bit-exact ones with
+    // exact_turbo_decode (which wins over fast_turbo_decode) and by default elsewhere
+    assert_eq!(fast.turbo_decode_is_fast(), sm90);
+    assert!(!exact.turbo_decode_is_fast());
+    for (fast_opt, exact_opt, want) in [
+        (true, false, true),
+        (true, true, false),
+        (false, true, false),
+    ] {
+        let Some(b) = backend(
+            name,
+            Options {
+                fast_turbo_decode: fast_opt,
+                exact_turbo_decode: exact_opt,
+                ..Options::default()
+            },
+        ) else {
+            return;
+        };
+        assert_eq!(
+            b.turbo_decode_is_fast(),
+            want,
+            "fast {fast_opt} exact {exact_opt}"
+        );
+    }
+    eprintln!("default decode is the fast-contract instance: {sm90}");
 }
 
 /// With SAS on, every f32 step of the mma.sync kernel is the emulation's: O bit for bit.
@@ -1187,9 +1214,11 @@ fn prefix(t: &Tensor, s: usize) -> Tensor {
 
 /// Prefill a ragged context, then decode step by step across buffer flushes: each step's O
 /// equals the emulation's (one unit per tile: bit for bit; stream-K: the CPU twin bit for bit),
-/// and the cache equals the emulation's after every flush. Under `Options::fast_turbo_decode`
-/// the steps are held to the fast contract instead (`check_fast`, and the golden comparison
-/// for both schedules).
+/// and the cache equals the emulation's after every flush. Where the backend decodes on the
+/// fast-contract instances (`CudaBackend::turbo_decode_is_fast`: the default on sm_90,
+/// `Options::fast_turbo_decode`) the steps are held to the fast contract instead (`check_fast`,
+/// and the golden comparison for both schedules); the bit-exact cases pass
+/// `Options::exact_turbo_decode`.
 #[allow(clippy::too_many_arguments)] // the shape of one test case
 fn decode_steps(
     test: &str,
@@ -1207,7 +1236,15 @@ fn decode_steps(
     let Some(b) = backend(test, opts) else {
         return;
     };
-    let fast = opts.fast_turbo_decode;
+    let fast = b.turbo_decode_is_fast();
+    if opts.exact_turbo_decode {
+        assert!(
+            !fast,
+            "{test}: exact_turbo_decode selects the bit-exact instances"
+        );
+    } else if opts.fast_turbo_decode {
+        assert!(fast, "{test}: fast_turbo_decode selects the fast instances");
+    }
     let (mut fast_o, mut fast_lse) = (0.0f64, 0.0f64);
     let cfg = cfg_with(bits, sas);
     let (pfull, x, pctx, cx) = steps_inputs(ctx, steps, hq, hk, d, dtype);
@@ -1363,7 +1400,10 @@ fn gpu_turbo_decode_steps_per_tile_match_the_emulation() {
     };
     decode_steps(
         "gpu_turbo_decode_steps_per_tile_match_the_emulation",
-        Options::default(),
+        Options {
+            exact_turbo_decode: true,
+            ..Options::default()
+        },
         DecodeSchedule::PerTile,
         &ctx,
         steps,
@@ -1391,7 +1431,10 @@ fn gpu_turbo_decode_steps_stream_k_match_the_twin() {
     };
     decode_steps(
         "gpu_turbo_decode_steps_stream_k_match_the_twin",
-        Options::default(),
+        Options {
+            exact_turbo_decode: true,
+            ..Options::default()
+        },
         DecodeSchedule::StreamK(37),
         &ctx,
         steps,
@@ -1415,7 +1458,10 @@ fn gpu_turbo_decode_2bit_large_group() {
     }
     decode_steps(
         "gpu_turbo_decode_2bit_large_group",
-        Options::default(),
+        Options {
+            exact_turbo_decode: true,
+            ..Options::default()
+        },
         DecodeSchedule::StreamK(132 * 4),
         &[1500usize, 3000],
         3,
@@ -1447,6 +1493,7 @@ fn gpu_turbo_decode_steps_stream_k_group4_match_the_twin() {
             "gpu_turbo_decode_steps_stream_k_group4_match_the_twin",
             Options {
                 turbo_decode_full_rows: full_rows,
+                exact_turbo_decode: true,
                 ..Options::default()
             },
             DecodeSchedule::StreamK(37),
@@ -1578,7 +1625,13 @@ fn gpu_turbo_fast_decode_costs_no_accuracy_on_the_accuracy_table() {
         exact_turbo_prefill: true,
         ..Options::default()
     };
-    let Some(exact) = backend(name, exact_prefill) else {
+    let Some(exact) = backend(
+        name,
+        Options {
+            exact_turbo_decode: true,
+            ..exact_prefill
+        },
+    ) else {
         return;
     };
     let Some(fast) = backend(
@@ -1663,6 +1716,16 @@ fn gpu_turbo_run_turbo_matches_emulate() {
     let Some((b, exact)) = default_and_exact(name) else {
         return;
     };
+    // the default prefill with the bit-exact decode (the default before the fast decode was)
+    let Some(exact_decode) = backend(
+        name,
+        Options {
+            exact_turbo_decode: true,
+            ..Options::default()
+        },
+    ) else {
+        return;
+    };
     let caps = b.caps().unwrap();
     for causal in [true, false] {
         // sequences 0 and 2 decode (Sq < Sk), 1 prefills
@@ -1680,12 +1743,22 @@ fn gpu_turbo_run_turbo_matches_emulate() {
         // kernel the whole output equals the emulation bit for bit
         let gpu_exact = exact.run_turbo(&pl, &x).unwrap();
         check_vs_emulation(&format!("{what} (exact prefill)"), &emu, &gpu_exact, true);
-        let follows = if b.turbo_prefill_is_exact() {
+        let follows = if exact_decode.turbo_prefill_is_exact() {
             Follows::Bits
         } else {
             Follows::Codes
         };
-        check_following(&what, &emu, &gpu, follows);
+        let gpu_exact_decode = exact_decode.run_turbo(&pl, &x).unwrap();
+        let what_ed = format!("{what} (exact decode)");
+        check_following(&what_ed, &emu, &gpu_exact_decode, follows);
+        check_vs_golden(&what_ed, &p, &x, &emu, &gpu_exact_decode);
+        // the default: on sm_90 the fast-contract decode, held to that contract (the prefill
+        // rows of the batch as well: they are within `Follows::Codes`, inside it)
+        if b.turbo_decode_is_fast() {
+            check_fast(&format!("{what} (default, fast decode)"), &emu, &gpu);
+        } else {
+            check_following(&what, &emu, &gpu, follows);
+        }
         check_vs_golden(&what, &p, &x, &emu, &gpu);
     }
     // a plan for an unsupported head dim is refused by the planner for CUDA
@@ -1765,44 +1838,26 @@ fn gpu_turbo_sanitizer_small() {
             .unwrap();
         assert!(out.o.data.iter().all(|v| v.is_finite()));
     }
-    // the full-row decode instance too (the group of 2 takes turbo_decode_g4_* above)
-    let Some(full) = backend(
-        "gpu_turbo_sanitizer_small",
-        Options {
-            turbo_decode_full_rows: true,
-            ..Options::default()
-        },
-    ) else {
-        return;
-    };
-    let (_, mut cache) = full.turbo_prefill(&cfg, &p, &x, 64).unwrap();
-    let out = full
-        .turbo_decode_step(
-            &cfg,
-            &mut cache,
-            &q,
-            &kn,
-            &vn,
-            p.softmax_scale,
-            Some(DecodeSchedule::StreamK(5)),
-        )
-        .unwrap();
-    assert!(out.o.data.iter().all(|v| v.is_finite()));
-    // the fast-contract instances (Options::fast_turbo_decode), g4 and full rows
-    for full_rows in [false, true] {
-        let Some(fast) = backend(
+    // every decode instance explicitly (the default above is the fast g4 one on sm_90, the
+    // bit-exact g4 one elsewhere; the group of 2 takes turbo_decode_g4_*): bit-exact
+    // (Options::exact_turbo_decode) and fast contract (Options::fast_turbo_decode), g4 and full
+    // rows
+    for (exact, full_rows) in [(true, false), (true, true), (false, false), (false, true)] {
+        let Some(inst) = backend(
             "gpu_turbo_sanitizer_small",
             Options {
-                fast_turbo_decode: true,
+                exact_turbo_decode: exact,
+                fast_turbo_decode: !exact,
                 turbo_decode_full_rows: full_rows,
                 ..Options::default()
             },
         ) else {
             return;
         };
-        let (_, mut cache) = fast.turbo_prefill(&cfg, &p, &x, 64).unwrap();
+        assert_eq!(inst.turbo_decode_is_fast(), !exact);
+        let (_, mut cache) = inst.turbo_prefill(&cfg, &p, &x, 64).unwrap();
         for s in [DecodeSchedule::PerTile, DecodeSchedule::StreamK(5)] {
-            let out = fast
+            let out = inst
                 .turbo_decode_step(&cfg, &mut cache, &q, &kn, &vn, p.softmax_scale, Some(s))
                 .unwrap();
             assert!(out.o.data.iter().all(|v| v.is_finite()));

@@ -535,7 +535,10 @@ pub fn turbo_decode_rows(
         c.gpu.synchronize()?;
         let mut pchk = pk.clone();
         pchk.seqlens_q = vec![1; b];
-        let call = TurboCall::Decode { bits: bits.clone() };
+        let call = TurboCall::Decode {
+            bits: bits.clone(),
+            fast: c.b.turbo_decode_is_fast(),
+        };
         let check = check_turbo(
             &pchk,
             11,
