@@ -255,6 +255,19 @@ __device__ __forceinline__ int dp4a_u8(u32 a, u32 b, int c) {
   return r;
 }
 
+// The row sum of a tile's P codes: the lane's packed code words (two dp4a a word pair), then the
+// lanes that share the row (the quad, and for J = 4 the half-rows lane ^ 16 holds).
+template <int J>
+__device__ __forceinline__ int row_code_sum(const u32 (&pa0)[2], const u32 (&pa2)[2]) {
+  int sum = 0;
+#pragma unroll
+  for (int kk = 0; kk < J / 4; ++kk) sum = dp4a_u8(pa0[kk], 0x01010101u, dp4a_u8(pa2[kk], 0x01010101u, sum));
+  sum += shfl_xor_i(sum, 1);
+  sum += shfl_xor_i(sum, 2);
+  if (J == 4) sum += shfl_xor_i(sum, 16);
+  return sum;
+}
+
 // SAS online softmax of one 64-key tile for row g (the emulation's attend_tile, op for op):
 // returns P's A fragments, the row sum of P codes, the rescale r and s_P s_V. `s` is the exact
 // integer dot product of key 8 j + 2 t + e (every q K^T variant removes its own offsets).
@@ -348,12 +361,7 @@ __device__ __forceinline__ void unit_softmax(UnitState<D>& st, const int (&s)[8]
     pa0[kk] = pack4_u8(code[4 * kk][0], code[4 * kk][1], code[4 * kk + 1][0], code[4 * kk + 1][1]);
     pa2[kk] = pack4_u8(code[4 * kk + 2][0], code[4 * kk + 2][1], code[4 * kk + 3][0], code[4 * kk + 3][1]);
   }
-  int sum = 0;
-#pragma unroll
-  for (int kk = 0; kk < J / 4; ++kk) sum = dp4a_u8(pa0[kk], 0x01010101u, dp4a_u8(pa2[kk], 0x01010101u, sum));
-  sum += shfl_xor_i(sum, 1);
-  sum += shfl_xor_i(sum, 2);
-  if (J == 4) sum += shfl_xor_i(sum, 16);
+  const int sum = row_code_sum<J>(pa0, pa2);
   rs = sum;
   st.l = fma_rn(i2f(sum), s_p, mul_rn(st.l, r));
   st.m = mn;
@@ -460,12 +468,7 @@ __device__ __forceinline__ void unit_softmax_fast(UnitState<D>& st, const int (&
     pa0[kk] = pack_low_bytes(y[4 * kk][0], y[4 * kk][1], y[4 * kk + 1][0], y[4 * kk + 1][1]);
     pa2[kk] = pack_low_bytes(y[4 * kk + 2][0], y[4 * kk + 2][1], y[4 * kk + 3][0], y[4 * kk + 3][1]);
   }
-  int sum = 0;
-#pragma unroll
-  for (int kk = 0; kk < J / 4; ++kk) sum = dp4a_u8(pa0[kk], 0x01010101u, dp4a_u8(pa2[kk], 0x01010101u, sum));
-  sum += shfl_xor_i(sum, 1);
-  sum += shfl_xor_i(sum, 2);
-  if (J == 4) sum += shfl_xor_i(sum, 16);
+  const int sum = row_code_sum<J>(pa0, pa2);
   rs = sum;
   const float s_p = ex2_approx(sub_rn(tmax, mn) * kLog2e) * kInvCodes;
   st.l = fma_rn(i2f(sum), s_p, mul_rn(st.l, r));
