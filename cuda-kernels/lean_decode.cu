@@ -433,19 +433,30 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // Rows are u32: page * page_size + offset, below 2^32 for any pool the host accepts.
   constexpr u32 kNoRow = 0xffffffffu;
   u32* rows_s = reinterpret_cast<u32*>(smem_raw + S::kBytes);  // [2][SK], ahead instances only
-  u32 pending_row = kNoRow;
+  // The next unit's page word stays as loaded until store_fetched turns it into a row: when the
+  // row was computed right after the load (page << shift), the warp stalled there for the word
+  // (ncu source view, Llama B=1 ctx 8k on 128 CTAs, H200, 2026-11-26: 67 of 1466 warp samples on
+  // that shift with pages of 16, whose words miss L1 every other stage, 2 with pages of 64), and
+  // warps 2-3 then waited at the barrier for warps 0-1. A predicated load leaves kNoRow in place
+  // for a key past the sequence, so nothing consumes the word before the next stage.
+  u32 pending_page = kNoRow, pending_off = 0;
   // the rows of the producer's next unit (pt is its tile until that unit's copy_fetched)
   auto fetch_rows = [&]() {
     const int key0 = next_unit_key0();
     if (tid < SK) {
       const int j = key0 + tid;
-      pending_row = j < pt.len_k ? (u32)kv_row_of<PAGED>(p, pt.b, j) : kNoRow;
+      pending_page = kNoRow;
+      pending_off = (u32)j & ((1u << p.page_shift) - 1);
+      const int* w = p.page_table + (u64)pt.b * p.max_pages + (j >> p.page_shift);
+      asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\t@q ld.global.nc.u32 %0, [%1];\n\t}"
+                   : "+r"(pending_page)
+                   : "l"(w), "r"((int)(j < pt.len_k)));
     }
   };
-  auto store_fetched = [&](u32 u) {
-    if (tid < SK) rows_s[(u & 1) * SK + tid] = pending_row;
+  auto store_fetched = [&](u32 u, u32 page, u32 off) {
+    if (tid < SK) rows_s[(u & 1) * SK + tid] = page == kNoRow ? kNoRow : (page << p.page_shift) + off;
   };
-  auto copy_fetched = [&](u32 u) {
+  auto copy_fetched = [&](u32 u, int hk) {
     const u32* rs = rows_s + (u & 1) * SK;
     u64 rows[CH];
     bool ok[CH];
@@ -455,7 +466,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       ok[i] = r != kNoRow;
       rows[i] = ok[i] ? (u64)r : (u64)0;
     }
-    copy_unit(u, pt.hk, rows, ok);
+    copy_unit(u, hk, rows, ok);
   };
   // Issues unit u's copies (its rows stored and visible after a barrier, for a paged cache), and
   // for a paged cache reads the rows of unit u + 1.
@@ -467,23 +478,41 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   constexpr bool ahead = PAGED && AHEAD;
   auto issue_unit = [&](u32 u) {
     if constexpr (ahead) {
-      copy_fetched(u);
+      copy_fetched(u, pt.hk);
       if (u + 1 < units) fetch_rows();  // unit u + 1's
     } else {
       load_unit(u);
     }
   };
+  // The prologue reads the words of units 0 and 1 together: the second stage's copies then wait
+  // for one page-table round trip, not two in series.
   if constexpr (ahead) {
-    if (units > 0) fetch_rows();  // unit 0's
-  }
-#pragma unroll
-  for (int s = 0; s < ST - 1; ++s) {
-    if constexpr (ahead) {
-      if ((u32)s < units) store_fetched((u32)s);
-      __syncthreads();
+    u32 page0 = kNoRow, off0 = 0;
+    int hk0 = 0;
+    if (units > 0) {
+      fetch_rows();  // unit 0's
+      page0 = pending_page;
+      off0 = pending_off;
+      hk0 = pt.hk;
     }
-    if ((u32)s < units) issue_unit((u32)s);
-    cp_async_commit();
+    if (units > 1) fetch_rows();  // unit 1's
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {
+      if ((u32)s < units) {
+        if (s == 0) store_fetched(0, page0, off0); else store_fetched((u32)s, pending_page, pending_off);
+      }
+      __syncthreads();
+      if ((u32)s < units) {
+        if (s == 0) copy_fetched(0, hk0); else issue_unit((u32)s);  // unit 1's word is already read
+      }
+      cp_async_commit();
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {
+      if ((u32)s < units) issue_unit((u32)s);
+      cp_async_commit();
+    }
   }
 
   // ---- consumer state ----
@@ -577,7 +606,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   for (u32 u = 0; u < units; ++u) {
     cp_async_wait<ST - 2>();
     if constexpr (ahead) {
-      if (u + ST - 1 < units) store_fetched(u + ST - 1);
+      if (u + ST - 1 < units) store_fetched(u + ST - 1, pending_page, pending_off);
     }
     __syncthreads();
     if (u + ST - 1 < units) issue_unit(u + ST - 1);

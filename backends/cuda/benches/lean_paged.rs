@@ -5,14 +5,16 @@
 //! `k * batch + b`, what an allocator handing out free pages in order gives when every sequence
 //! grows by one page in turn, as vLLM's does for a running batch). Not a test; prints one line
 //! per configuration and, with `--out`, JSON records. Each storage runs at its planner's grid
-//! (`lean::plan`, `lean::plan_paged`).
+//! (`lean::plan`, `lean::plan_paged`); with `--same-plan` the paged storages run at `lean::plan`'s
+//! grid too, the contiguous one's.
 //!
 //! Method (see /work/.library/device/METHOD.md): K/V filled on the device and copied into the
 //! page pool by the append kernel; warm-up; batches of launches captured in a CUDA graph and
 //! replayed between CUDA events, the variants interleaved batch by batch so that clock drift
 //! hits them alike; the median over batches of the time per launch.
 //!
-//! Usage: `lean_paged [--quick] [--out FILE]`
+//! Usage: `lean_paged [--quick] [--same-plan] [--only SHAPE:B:CTX] [--out FILE]` (`--only` runs one
+//! configuration of the full list, e.g. `llama:1:8192`, for a profiler).
 
 use ferrattn_core::{lean, AttentionProblem, DType, Device};
 use ferrattn_cuda::{
@@ -30,6 +32,12 @@ fn median(mut x: Vec<f32>) -> f32 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
+    let same_plan = args.iter().any(|a| a == "--same-plan");
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     let out_path = args
         .iter()
         .position(|a| a == "--out")
@@ -52,7 +60,7 @@ fn main() {
         ("llama", 64, 32, 8, 128, 1024),
         ("lean", 1, 56, 56, 64, 65536),
     ];
-    if !quick {
+    if !quick || only.is_some() {
         configs.extend([
             ("llama", 1, 32, 8, 128, 32768),
             ("llama", 64, 32, 8, 128, 8192),
@@ -77,12 +85,19 @@ fn main() {
         "p64o/c",
         "coop/pl"
     );
+    if let Some(o) = &only {
+        configs.retain(|c| format!("{}:{}:{}", c.0, c.1, c.5) == *o);
+    }
     for (name, batch, hq, hk, d, ctx) in configs {
         let mut p = AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, DType::F16);
         p.seqlens_k = vec![ctx; batch];
         // each storage at its planner's grid (a paged cache keeps the slot-filling grids)
         let lp = lean::plan(&p, &caps).unwrap();
-        let lp_paged = lean::plan_paged(&p, &caps).unwrap();
+        let lp_paged = if same_plan {
+            lp.clone()
+        } else {
+            lean::plan_paged(&p, &caps).unwrap()
+        };
         let kern = b
             .lean_kernels(LeanInstance::new(p.dtype, d, lp.tile_m).unwrap())
             .unwrap();
