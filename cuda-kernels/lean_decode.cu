@@ -126,6 +126,16 @@ __device__ __forceinline__ int cta_of_iter(const LeanParams& p, u32 it) {
   return lo;
 }
 
+// T when B, else F (NVRTC builds this file without the standard library).
+template <bool B, class T, class F>
+struct Pick {
+  using type = T;
+};
+template <class T, class F>
+struct Pick<false, T, F> {
+  using type = F;
+};
+
 template <int D, int R>
 struct Smem {
   static constexpr int kSk = cfg::stage_keys<D>();
@@ -426,35 +436,44 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // Paged caches: a key's row is a page-table read, a global load whose result the copy's address
   // needs. Read in the same step as the copies, every stage would wait one L2 round trip before its
   // copies are issued, and with one CTA per SM nothing else hides it (H200, 54f6dab: Llama B=1 and
-  // B=8 ctx 8k and B=1 ctx 32k at 128 CTAs 12-34% behind contiguous, at 264 CTAs 0-4%). So the rows
-  // of unit u + 1 are read (thread k < SK reads key k's row into a register) right after unit u's
-  // copies are issued, and stored to shared memory (rows_s, two slots) just before the next
-  // iteration's barrier: the read overlaps a stage of compute, at the cost of one register.
+  // B=8 ctx 8k and B=1 ctx 32k at 128 CTAs 12-34% behind contiguous, at 264 CTAs 0-4%). So the ahead
+  // instances read the page words of unit u + 2 (thread k < SK reads key k's word into a register)
+  // right after unit u's copies are issued, and store the rows to shared memory (rows_s, two
+  // slots) just before the barrier of the iteration that copies them.
   // Rows are u32: page * page_size + offset, below 2^32 for any pool the host accepts.
   constexpr u32 kNoRow = 0xffffffffu;
   u32* rows_s = reinterpret_cast<u32*>(smem_raw + S::kBytes);  // [2][SK], ahead instances only
-  // The next unit's page word stays as loaded until store_fetched turns it into a row: when the
-  // row was computed right after the load (page << shift), the warp stalled there for the word
-  // (ncu source view, Llama B=1 ctx 8k on 128 CTAs, H200, 2026-11-26: 67 of 1466 warp samples on
-  // that shift with pages of 16, whose words miss L1 every other stage, 2 with pages of 64), and
-  // warps 2-3 then waited at the barrier for warps 0-1. A predicated load leaves kNoRow in place
-  // for a key past the sequence, so nothing consumes the word before the next stage.
-  u32 pending_page = kNoRow, pending_off = 0;
-  // the rows of the producer's next unit (pt is its tile until that unit's copy_fetched)
-  auto fetch_rows = [&]() {
+  // A unit's page word stays as loaded until store_fetched turns it into a row: when the row was
+  // computed right after the load (page << shift), the warp stalled there for the word (ncu
+  // source view, Llama B=1 ctx 8k on 128 CTAs, H200, 2026-11-26: 67 of 1466 warp samples on that
+  // shift with pages of 16, whose words miss L1 every other stage, 2 with pages of 64), and warps
+  // 2-3 then waited at the barrier for warps 0-1. A predicated load leaves kNoRow in place for a
+  // key past the sequence, so nothing consumes the word before its unit is stored. The words are
+  // read two units ahead of their copies, so each load has two stages of compute to arrive.
+  constexpr bool ahead = PAGED && AHEAD;
+  struct Fetched {
+    u32 page, off;  // this thread's word as loaded (tid < SK) and its key's offset in the page
+    int hk;         // the KV head of the unit's tile (pt runs ahead of the copies)
+  };
+  struct NoFetched {};
+  // the next unit to copy (fa) and the one after (fb); ahead instances only
+  typename Pick<ahead, Fetched, NoFetched>::type fa{}, fb{};
+  // the words of the producer's next unit; pt is that unit's tile afterwards
+  auto fetch_rows = [&]() -> Fetched {
     const int key0 = next_unit_key0();
+    Fetched f{kNoRow, 0u, pt.hk};
     if (tid < SK) {
       const int j = key0 + tid;
-      pending_page = kNoRow;
-      pending_off = (u32)j & ((1u << p.page_shift) - 1);
+      f.off = (u32)j & ((1u << p.page_shift) - 1);
       const int* w = p.page_table + (u64)pt.b * p.max_pages + (j >> p.page_shift);
       asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\t@q ld.global.nc.u32 %0, [%1];\n\t}"
-                   : "+r"(pending_page)
+                   : "+r"(f.page)
                    : "l"(w), "r"((int)(j < pt.len_k)));
     }
+    return f;
   };
-  auto store_fetched = [&](u32 u, u32 page, u32 off) {
-    if (tid < SK) rows_s[(u & 1) * SK + tid] = page == kNoRow ? kNoRow : (page << p.page_shift) + off;
+  auto store_fetched = [&](u32 u, const Fetched& f) {
+    if (tid < SK) rows_s[(u & 1) * SK + tid] = f.page == kNoRow ? kNoRow : (f.page << p.page_shift) + f.off;
   };
   auto copy_fetched = [&](u32 u, int hk) {
     const u32* rs = rows_s + (u & 1) * SK;
@@ -469,41 +488,34 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     copy_unit(u, hk, rows, ok);
   };
   // Issues unit u's copies (its rows stored and visible after a barrier, for a paged cache), and
-  // for a paged cache reads the rows of unit u + 1.
+  // for a paged cache reads the words of unit u + 2.
   // Which of the two is faster depends on the grid (the host picks the instance, launch.rs
   // `paged_rows_ahead`): ahead wins with one CTA per SM and with pages of 64; with pages of 16 at
   // two CTAs per SM it lost 5-9% against reading in place (H200, 2026-11-23, docs/DEVICE_PATH.md).
   // A template parameter, not a launch parameter: a run-time switch between the two cost 2-5% on
   // both (the same H200 measurements).
-  constexpr bool ahead = PAGED && AHEAD;
   auto issue_unit = [&](u32 u) {
     if constexpr (ahead) {
-      copy_fetched(u, pt.hk);
-      if (u + 1 < units) fetch_rows();  // unit u + 1's
+      copy_fetched(u, fa.hk);
+      fa = fb;
+      if (u + 2 < units) fb = fetch_rows();  // unit u + 2's
     } else {
       load_unit(u);
     }
   };
-  // The prologue reads the words of units 0 and 1 together: the second stage's copies then wait
-  // for one page-table round trip, not two in series.
+  // The prologue reads the words of units 0, 1 and 2 together: the second stage's copies then
+  // wait for one page-table round trip, not two in series.
   if constexpr (ahead) {
-    u32 page0 = kNoRow, off0 = 0;
-    int hk0 = 0;
-    if (units > 0) {
-      fetch_rows();  // unit 0's
-      page0 = pending_page;
-      off0 = pending_off;
-      hk0 = pt.hk;
-    }
-    if (units > 1) fetch_rows();  // unit 1's
+    Fetched f0{kNoRow, 0u, 0};
+    if (units > 0) f0 = fetch_rows();
+    if (units > 1) fa = fetch_rows();
+    if (units > 2) fb = fetch_rows();
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) {
-      if ((u32)s < units) {
-        if (s == 0) store_fetched(0, page0, off0); else store_fetched((u32)s, pending_page, pending_off);
-      }
+      if ((u32)s < units) store_fetched((u32)s, s == 0 ? f0 : fa);
       __syncthreads();
       if ((u32)s < units) {
-        if (s == 0) copy_fetched(0, hk0); else issue_unit((u32)s);  // unit 1's word is already read
+        if (s == 0) copy_fetched(0, f0.hk); else issue_unit((u32)s);  // units 1 and 2 are read
       }
       cp_async_commit();
     }
@@ -606,7 +618,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   for (u32 u = 0; u < units; ++u) {
     cp_async_wait<ST - 2>();
     if constexpr (ahead) {
-      if (u + ST - 1 < units) store_fetched(u + ST - 1, pending_page, pending_off);
+      if (u + ST - 1 < units) store_fetched(u + ST - 1, fa);
     }
     __syncthreads();
     if (u + ST - 1 < units) issue_unit(u + ST - 1);
