@@ -452,24 +452,53 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // possibly divergent code and serializes them (C7518).
   const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int trip = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-  const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
   // the K/V ring, then one INT8 Q block per consumer (swizzle patterns repeat every 1 KiB)
   const u32 ring = (smem_addr(dyn_smem) + 1023) & ~1023u;
   const u32 q_tile = ring + kWgStages * 2 * TILE + wg * TILE;
-  auto visible = [&](int row) -> int {
-    if (row >= sq) return 0;
-    if (!p.causal) return sk;
-    return clampi(row + sk - sq + 1, 0, sk);
+  // Work items: (trip, h, b), three Q blocks of one head. wg: one item per CTA from the 3-d grid.
+  // wgf: persistent; a 1-d grid of at most one CTA per SM walks the items with stride
+  // gridDim.x, longest causal trips first, heads then batch fastest (the query heads of one KV
+  // head are neighbours, so their K/V tiles meet in L2). The producer streams the next item's
+  // tiles into the ring while the consumers finish the current one, so the Q load, the
+  // pipeline fill and the O store of an item no longer stand between two CTAs of one SM.
+  const int n_trips = ((p.max_sq + kBlock - 1) / kBlock + kWgConsumers - 1) / kWgConsumers;
+  const int hb = p.heads_q * p.batch;
+  const int n_items = kFast ? n_trips * hb : 1;
+  const int item0 = kFast ? (int)blockIdx.x : 0, item_step = kFast ? (int)gridDim.x : 1;
+  struct Item {
+    int trip, h, b, sq, sk;
   };
-  auto tiles_of = [&](int qb) {
-    const int nq = clampi(sq - qb * kBlock, 0, kBlock);
-    return nq == 0 ? 0 : (visible(qb * kBlock + nq - 1) + kBlock - 1) / kBlock;
+  auto item_at = [&](int it) {
+    Item w;
+    if constexpr (kFast) {
+      w.trip = n_trips - 1 - it / hb;
+      const int r = it % hb;
+      w.h = r % p.heads_q;
+      w.b = r / p.heads_q;
+    } else {
+      w.trip = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
+      w.h = blockIdx.y;
+      w.b = blockIdx.z;
+    }
+    w.sq = p.seqlens_q[w.b];
+    w.sk = p.seqlens_k[w.b];
+    return w;
   };
-  int nt_cta = 0;
-  for (int w = 0; w < kWgConsumers; ++w) nt_cta = max(nt_cta, tiles_of(kWgConsumers * trip + w));
-  const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
+  auto visible_in = [&](const Item& w, int row) -> int {
+    if (row >= w.sq) return 0;
+    if (!p.causal) return w.sk;
+    return clampi(row + w.sk - w.sq + 1, 0, w.sk);
+  };
+  auto tiles_in = [&](const Item& w, int qb) {
+    const int nq = clampi(w.sq - qb * kBlock, 0, kBlock);
+    return nq == 0 ? 0 : (visible_in(w, qb * kBlock + nq - 1) + kBlock - 1) / kBlock;
+  };
+  auto tiles_of_cta = [&](const Item& w) {
+    int n = 0;
+    for (int c = 0; c < kWgConsumers; ++c) n = max(n, tiles_in(w, kWgConsumers * w.trip + c));
+    return n;
+  };
+  auto kv_base_of = [&](const Item& w) { return ((u64)w.b * p.heads_kv + w.h / p.group) * p.nblk; };
 
   if (tid == 0) {
     for (int s = 0; s < kWgStages; ++s) {
@@ -486,13 +515,20 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   if (wg == kWgConsumers) {  // ---- producer warpgroup: one thread streams the tiles --------------
     setmaxnreg_dec<kProducerRegs>();
     if (tid == kWgConsumers * 128) {
-      for (int j = 0; j < nt_cta; ++j) {
-        const int s = j % kWgStages;
-        if (j >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((j / kWgStages) + 1) & 1);
-        const u32 full = smem_addr(&bar_full[s]);
-        mbar_arrive_expect_tx(full, 2 * TILE);
-        bulk_g2s(ring + s * 2 * TILE, p.kq + (kv_base + j) * TILE, TILE, full);
-        bulk_g2s(ring + s * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
+      int jr = 0;  // tiles this CTA has streamed before the item: ring stage and phase run on
+      for (int it = item0; it < n_items; it += item_step) {
+        const Item w = item_at(it);
+        const int nt_cta = tiles_of_cta(w);
+        const u64 kv_base = kv_base_of(w);
+        for (int j = 0; j < nt_cta; ++j) {
+          const int n = jr + j, s = n % kWgStages;
+          if (n >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((n / kWgStages) + 1) & 1);
+          const u32 full = smem_addr(&bar_full[s]);
+          mbar_arrive_expect_tx(full, 2 * TILE);
+          bulk_g2s(ring + s * 2 * TILE, p.kq + (kv_base + j) * TILE, TILE, full);
+          bulk_g2s(ring + s * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
+        }
+        jr += nt_cta;
       }
     }
     return;
@@ -500,8 +536,15 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 
   // ---- consumer warpgroup: Q block qb -----------------------------------------------------------
   setmaxnreg_inc<kConsumerRegs>();
-  const int qb = kWgConsumers * trip + wg, r0 = qb * kBlock;
-  const int nt = tiles_of(qb);
+  int jr = 0;  // tiles of the ring consumed before the item (stage and phase run on)
+  for (int it = item0; it < n_items; it += item_step) {
+  const Item w = item_at(it);
+  const int h = w.h, b = w.b, sq = w.sq;
+  auto visible = [&](int row) { return visible_in(w, row); };
+  const int nt_cta = tiles_of_cta(w);
+  const u64 kv_base = kv_base_of(w);
+  const int qb = kWgConsumers * w.trip + wg, r0 = qb * kBlock;
+  const int nt = tiles_in(w, qb);
   const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
   const int vis_a = visible(row_a), vis_b = visible(row_b);
   // the fewest keys a row of the block sees: valid rows see growing prefixes, rows past the
@@ -530,6 +573,18 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
           amax = fmax2(amax, fmax2(fmax2(fabsf(f0), fabsf(f1)), fmax2(fabsf(f2), fabsf(f3))));
         }
       }
+    if constexpr (kFast) {
+      // the next item's Q rows of this warpgroup into L2 (64 rows of D x 2 bytes: one line of
+      // 128 bytes per thread at d 128), so that its load above hits L2
+      const int nx = it + item_step;
+      if (nx < n_items) {
+        const Item wn = item_at(nx);
+        const int row = (kWgConsumers * wn.trip + wg) * kBlock + warp * 16 + g + 8 * (t4 >> 1);
+        const int off = 64 * (t4 & 1);  // elements: the two 128-byte lines of a d 128 row
+        if (row < wn.sq && off < D)
+          prefetch_l2(p.q + ((u64)(wn.b * p.max_sq + row) * p.heads_q + wn.h) * D + off);
+      }
+    }
     amax = warp_max(amax);
     if (lane == 0) sRed[wg][1][warp] = amax;
     named_sync(1 + wg, 128);
@@ -609,8 +664,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // S = Q^q1 K^q1 of tile j (exact s32) into sacc, one commit group; waits for the tile to land
   const u32 full0 = smem_addr(&bar_full[0]);
   auto issue_s = [&](int j, int (&sacc)[32]) {
-    const int st = j % kWgStages;
-    mbar_wait(full0 + 8 * st, (j / kWgStages) & 1);
+    const int st = (jr + j) % kWgStages;
+    mbar_wait(full0 + 8 * st, ((jr + j) / kWgStages) & 1);
     wgmma_fence();
     // descriptors as additions to ones built before the loop (the address field is bits
     // 0-13 in 16-byte units: +2 per 32-byte k slice, + 2 TILE / 16 per ring stage)
@@ -776,7 +831,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       }
       wgmma_wait<0>();
       fence_regs(cur);
-      fast_tile(cur, other, ks_j, vs_j, j, j % kWgStages);
+      fast_tile(cur, other, ks_j, vs_j, j, (jr + j) % kWgStages);
     };
     if (nt > 0) issue_s(0, sacc);
     for (int j = 0; j < nt; j += 2) {
@@ -787,7 +842,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     }
   }
   for (int j = 0; j < (kFast ? 0 : nt); ++j) {
-    const int st = j % kWgStages;
+    const int st = (jr + j) % kWgStages;
     const u32 k_tile = ring + st * 2 * TILE, v_tile = k_tile + TILE;
     // the block scales of tile j were loaded during tile j - 1; load those of j + 1 now
     const float ks_j = ks_next, vs_j = vs_next;
@@ -795,7 +850,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       ks_next = p.ks[kv_base + j + 1];
       vs_next = p.vs[kv_base + j + 1];
     }
-    mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
+    mbar_wait(smem_addr(&bar_full[st]), ((jr + j) / kWgStages) & 1);
     // S = Q^q1 K^q1 (exact s32)
     wgmma_fence();
 #pragma unroll
@@ -902,8 +957,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   }
   // tiles only the other warpgroup needs: release them as they land
   for (int j = nt; j < nt_cta; ++j) {
-    const int st = j % kWgStages;
-    mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
+    const int st = (jr + j) % kWgStages;
+    mbar_wait(smem_addr(&bar_full[st]), ((jr + j) / kWgStages) & 1);
     mbar_arrive(smem_addr(&bar_empty[st]));
   }
 
@@ -914,6 +969,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     m_b = m_b == neg_inf() ? m_b : __fsub_rn(__fmul_rn(m_b, ln2), ln255);
   }
   store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
+  jr += nt_cta;
+  }  // items
 #else
   asm volatile("trap;");  // built for another architecture: the host only launches this on sm_90
 #endif

@@ -281,6 +281,11 @@ pub struct TurboKernels {
     /// [`Options::fast_turbo_prefill`](crate::Options::fast_turbo_prefill) (same launch, same
     /// operands), present on sm_90 (compute capability 9.0) only.
     prefill_wg: Option<Function>,
+    /// `prefill_wg` is `turbo_prefill_wgf_*`, a persistent kernel: a 1-d grid of at most
+    /// `sms` CTAs walks the (Q-block trip, head, batch) items ([`TurboKernels::prefill_wg_grid`]).
+    prefill_persistent: bool,
+    /// Streaming multiprocessors of the device (one persistent prefill CTA each).
+    sms: usize,
     decode: Function,
     decode_g4: Function,
     /// The two decode instances under the fast contract, in the same order.
@@ -296,6 +301,24 @@ pub struct TurboKernels {
 }
 
 impl TurboKernels {
+    /// The launch grid of `prefill_wg` for `q_blocks` Q blocks of 64 rows per sequence:
+    /// `turbo_prefill_wg_*` takes one CTA per item (x: trips of [`WG_Q_BLOCKS`] Q blocks, y:
+    /// query heads, z: batch); the persistent `turbo_prefill_wgf_*` takes one CTA per SM (or
+    /// one per item when there are fewer), each walking the items with the grid's stride.
+    pub fn prefill_wg_grid(
+        &self,
+        q_blocks: usize,
+        heads_q: usize,
+        batch: usize,
+    ) -> (usize, usize, usize) {
+        let trips = q_blocks.div_ceil(WG_Q_BLOCKS);
+        if self.prefill_persistent {
+            ((trips * heads_q * batch).min(self.sms.max(1)), 1, 1)
+        } else {
+            (trips, heads_q, batch)
+        }
+    }
+
     /// The decode instance for GQA groups of `group` query heads: `turbo_decode_g4_*` up to
     /// [`DECODE_G4_MAX_GROUP`], else `turbo_decode_*`; their `_fast_` twins where
     /// [`CudaBackend::turbo_decode_is_fast`] (the default on sm_90).
@@ -737,6 +760,8 @@ impl CudaBackend {
             } else {
                 None
             },
+            prefill_persistent: self.has_sm90a() && self.options.fast_turbo_prefill,
+            sms: self.gpu()?.caps.compute_units,
             decode: m.decode.function(&n.decode)?,
             decode_g4: m.decode.function(&n.decode_g4)?,
             decode_fast: m.decode.function(&n.decode_fast)?,
@@ -901,7 +926,7 @@ impl CudaBackend {
             (Some(f), true) => launch_with(
                 self.gpu()?,
                 f,
-                (q_blocks.div_ceil(WG_Q_BLOCKS), p.heads_q, p.batch),
+                prep.kernels.prefill_wg_grid(q_blocks, p.heads_q, p.batch),
                 WG_THREADS,
                 wg_smem_bytes(p.head_dim_qk),
                 &mut pp,

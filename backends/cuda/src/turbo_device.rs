@@ -22,7 +22,7 @@ use super::{
     check, check_supported, code_layout, decode_smem_bytes, plan_decode, wg_smem_bytes,
     AppendParams, CacheParams, DecodeParams, DecodePlan, DecodeSchedule, DeviceTurboCache,
     FlushParams, PrefillParams, QuantParams, TurboKernels, DECODE_ROWS, TURBO_BLOCK, TURBO_THREADS,
-    WG_Q_BLOCKS, WG_THREADS,
+    WG_THREADS,
 };
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -580,7 +580,7 @@ impl TurboStepKernels {
         match (&k.prefill_wg, self.wgmma) {
             (Some(f), true) => self.launch(
                 f,
-                (q_blocks.div_ceil(WG_Q_BLOCKS), p.heads_q, p.batch),
+                k.prefill_wg_grid(q_blocks, p.heads_q, p.batch),
                 WG_THREADS,
                 wg_smem_bytes(p.head_dim_qk),
                 stream,
