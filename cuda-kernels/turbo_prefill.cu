@@ -222,7 +222,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
   // ---- visibility (bottom-right causal) -------------------------------------------------------
   auto visible = [&](int row) -> int {
     if (row >= sq) return 0;
-    if (!p.causal) return sk;
+    if (!(p.causal & 1)) return sk;
     return clampi(row + sk - sq + 1, 0, sk);
   };
   const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
@@ -426,6 +426,11 @@ __device__ __forceinline__ int byte_sum(u32 w, int acc) {
 }
 
 
+// bar.arrive: counts this warp's threads toward named barrier `id` without waiting
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 struct True {
   static constexpr bool value = true;
 };
@@ -486,7 +491,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   };
   auto visible_in = [&](const Item& w, int row) -> int {
     if (row >= w.sq) return 0;
-    if (!p.causal) return w.sk;
+    if (!(p.causal & 1)) return w.sk;
     return clampi(row + w.sk - w.sq + 1, 0, w.sk);
   };
   auto tiles_in = [&](const Item& w, int qb) {
@@ -536,6 +541,16 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 
   // ---- consumer warpgroup: Q block qb -----------------------------------------------------------
   setmaxnreg_inc<kConsumerRegs>();
+  // Ping-pong (wgf at d 128, bit 1 of p.causal; experimental): the three consumer warpgroups
+  // issue their P V wgmmas in turn, a token ring over named barriers kPingBar + w (256
+  // threads: warpgroup w waits, its predecessor arrives). Only tiles every warpgroup of the
+  // item has (j < the fewest tiles of the three) take part, so causal blocks of unequal tile
+  // counts never wait on a partner that has left; warpgroup 2 puts one token in before the
+  // first item and warpgroup 0 takes the last one out after the last, so every barrier sees as
+  // many arrivals as waits and at most one pending token.
+  constexpr int kPingBar = 5;
+  const bool pingpong = kFast && D == 128 && (p.causal & 2) != 0;
+  if (pingpong && wg == kWgConsumers - 1) named_arrive(kPingBar, 256);
   int jr = 0;  // tiles of the ring consumed before the item (stage and phase run on)
   for (int it = item0; it < n_items; it += item_step) {
   const Item w = item_at(it);
@@ -545,6 +560,11 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   const u64 kv_base = kv_base_of(w);
   const int qb = kWgConsumers * w.trip + wg, r0 = qb * kBlock;
   const int nt = tiles_in(w, qb);
+  int nt_pp = 0;  // tiles in the token ring: the fewest of the three warpgroups
+  if (pingpong) {
+    nt_pp = nt;
+    for (int c = 0; c < kWgConsumers; ++c) nt_pp = min(nt_pp, tiles_in(w, kWgConsumers * w.trip + c));
+  }
   const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
   const int vis_a = visible(row_a), vis_b = visible(row_b);
   // the fewest keys a row of the block sees: valid rows see growing prefixes, rows past the
@@ -755,8 +775,11 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     };
     // both passes go out as soon as the codes exist; the row sums, their shuffles, l and the
     // rescale vote run while they compute
+    const bool ring_turn = j < nt_pp;
+    if (ring_turn) named_sync(kPingBar + wg, 256);
     issue_pv(0, other);
     if constexpr (D == 128) issue_pv(1, cur);
+    if (ring_turn) named_arrive(kPingBar + (wg + 1) % kWgConsumers, 256);
     int rs_a = 0, rs_b = 0;
 #pragma unroll
     for (int k2 = 0; k2 < 2; ++k2)
@@ -971,6 +994,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
   jr += nt_cta;
   }  // items
+  if (pingpong && wg == 0) named_sync(kPingBar, 256);  // the last token out
 #else
   asm volatile("trap;");  // built for another architecture: the host only launches this on sm_90
 #endif

@@ -286,6 +286,10 @@ pub struct TurboKernels {
     prefill_persistent: bool,
     /// Streaming multiprocessors of the device (one persistent prefill CTA each).
     sms: usize,
+    /// Experimental (issue 11, not an option yet): `FERRATTN_WGF_PINGPONG=1` at kernel
+    /// resolution makes `turbo_prefill_wgf_*` at d 128 issue its P V wgmmas in turn over the
+    /// three consumer warpgroups (bit 1 of `PrefillParams::causal`).
+    prefill_pingpong: bool,
     decode: Function,
     decode_g4: Function,
     /// The two decode instances under the fast contract, in the same order.
@@ -301,6 +305,17 @@ pub struct TurboKernels {
 }
 
 impl TurboKernels {
+    /// `PrefillParams::causal` for a prefill: bit 0 the mask, bit 1 the experimental
+    /// ping-pong of `turbo_prefill_wgf_*`.
+    pub fn prefill_causal_bits(&self, causal: bool) -> i32 {
+        causal as i32
+            | if self.prefill_persistent && self.prefill_pingpong {
+                2
+            } else {
+                0
+            }
+    }
+
     /// The launch grid of `prefill_wg` for `q_blocks` Q blocks of 64 rows per sequence:
     /// `turbo_prefill_wg_*` takes one CTA per item (x: trips of [`WG_Q_BLOCKS`] Q blocks, y:
     /// query heads, z: batch); the persistent `turbo_prefill_wgf_*` takes one CTA per SM (or
@@ -762,6 +777,7 @@ impl CudaBackend {
             },
             prefill_persistent: self.has_sm90a() && self.options.fast_turbo_prefill,
             sms: self.gpu()?.caps.compute_units,
+            prefill_pingpong: std::env::var("FERRATTN_WGF_PINGPONG").is_ok_and(|v| v == "1"),
             decode: m.decode.function(&n.decode)?,
             decode_g4: m.decode.function(&n.decode_g4)?,
             decode_fast: m.decode.function(&n.decode_fast)?,
@@ -916,7 +932,7 @@ impl CudaBackend {
             heads_kv: p.heads_kv as i32,
             group: p.group_size() as i32,
             nblk: prep.nblk as i32,
-            causal: p.causal as i32,
+            causal: prep.kernels.prefill_causal_bits(p.causal),
             sas: prep.cfg.sas as i32,
             sas_nr: prep.cfg.sas_threshold,
             softmax_scale: p.softmax_scale,

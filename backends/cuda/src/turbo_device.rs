@@ -571,7 +571,7 @@ impl TurboStepKernels {
             heads_kv: p.heads_kv as i32,
             group: p.group_size() as i32,
             nblk: plan.nblk as i32,
-            causal: p.causal as i32,
+            causal: self.kernels.prefill_causal_bits(p.causal),
             sas: plan.cfg.sas as i32,
             sas_nr: plan.cfg.sas_threshold,
             softmax_scale: p.softmax_scale,
