@@ -39,7 +39,8 @@ struct QuantParams {
   float* vs;        // [batch, heads_kv, nblk] block scales of V
   CacheParams cache;  // cache.k.codes == null: no cache is written
   int batch, max_s, heads_kv, nblk;
-  int image;  // 1: kq / vt tiles in the swizzled wgmma image layout (turbo_prefill_wg_*)
+  int image;  // bit 0: kq / vt tiles in the swizzled wgmma image layout (turbo_prefill_wg_*);
+              // bit 1: zero the two item counters of turbo_prefill_wgf_* after vs (see there)
 };
 
 // Mirrors ferrattn_cuda::turbo::PrefillParams (#[repr(C)]).
@@ -67,6 +68,10 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
   __shared__ alignas(16) u8 spar[2 * D];
   __shared__ float red[kThreads / 32];
   const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  if ((p.image & 2) && j == 0 && hk == 0 && b == 0 && threadIdx.x == 0) {
+    int* ctr = reinterpret_cast<int*>(p.vs + (u64)p.batch * p.heads_kv * p.nblk);
+    ctr[0] = ctr[1] = 0;  // the item counters of the attention launch that follows
+  }
   const int n = clampi(p.lens[b] - j * kBlock, 0, kBlock);
   if (n == 0) return;
   const u64 blk = ((u64)b * p.heads_kv + hk) * p.nblk + j;
@@ -98,7 +103,7 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
       i8* dst = p.kq + blk * (kBlock * D);
       for (int i = threadIdx.x; i < kBlock * D / 16; i += kThreads) {
         const int row = i / (D / 16), ch = i % (D / 16);
-        const int at = p.image ? swz<D / 16>(row, ch) : 16 * i;
+        const int at = (p.image & 1) ? swz<D / 16>(row, ch) : 16 * i;
         *reinterpret_cast<Vec16*>(dst + at) = reinterpret_cast<const Vec16*>(sx)[i];
       }
     }
@@ -113,7 +118,7 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
           w[k] = pack4_u8(sx[slot_key(s0) * D + c], sx[slot_key(s0 + 1) * D + c], sx[slot_key(s0 + 2) * D + c],
                           sx[slot_key(s0 + 3) * D + c]);
         }
-        const int at = p.image ? swz<4>(c, q) : c * kBlock + q * 16;
+        const int at = (p.image & 1) ? swz<4>(c, q) : c * kBlock + q * 16;
         reinterpret_cast<Vec16*>(dst + at)[0] = Vec16{w[0], w[1], w[2], w[3]};
       }
     }
@@ -451,6 +456,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   __shared__ alignas(8) u64 bar_empty[kWgStages];
   __shared__ float sLut[17];
   __shared__ float sRed[kWgConsumers][2][4];
+  // wgf: the item ring from the producer's fetches to the consumers (two slots)
+  __shared__ alignas(8) u64 bar_item_full[2];
+  __shared__ alignas(8) u64 bar_item_empty[2];
+  __shared__ int sItem[2];
 
   // The warpgroup index through a lane-0 broadcast: the compiler then treats it, and every
   // loop bound derived from it, as warp-uniform. Without this, ptxas sees the wgmma calls in
@@ -461,23 +470,25 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   const u32 ring = (smem_addr(dyn_smem) + 1023) & ~1023u;
   const u32 q_tile = ring + kWgStages * 2 * TILE + wg * TILE;
   // Work items: (trip, h, b), three Q blocks of one head. wg: one item per CTA from the 3-d grid.
-  // wgf: persistent; a 1-d grid of at most one CTA per SM walks the items with stride
-  // gridDim.x, longest causal trips first, heads then batch fastest (the query heads of one KV
-  // head are neighbours, so their K/V tiles meet in L2). The producer streams the next item's
-  // tiles into the ring while the consumers finish the current one, so the Q load, the
-  // pipeline fill and the O store of an item no longer stand between two CTAs of one SM.
+  // wgf: persistent; a 1-d grid of at most one CTA per SM takes items from a global counter
+  // (dynamic, like the hardware's CTA scheduler: causal rows of unequal length balance) in the
+  // order of the 3-d grid: batch, then head, then the trips of one head longest first, so the
+  // CTAs running at one time read the K/V tiles of a few heads (they meet in L2). The producer
+  // streams the next item's tiles into the ring while the consumers finish the current one, so
+  // the Q load, the pipeline fill and the O store of an item no longer stand between two CTAs
+  // of one SM. The counters (next item, CTAs done) are two ints after p.vs's tiles: zeroed by
+  // the quantization pre-pass (QuantParams::image bit 1) and again by the last CTA to finish,
+  // so a launch of the attention alone (benchmarks) finds them zero too.
   const int n_trips = ((p.max_sq + kBlock - 1) / kBlock + kWgConsumers - 1) / kWgConsumers;
-  const int hb = p.heads_q * p.batch;
-  const int n_items = kFast ? n_trips * hb : 1;
-  const int item0 = kFast ? (int)blockIdx.x : 0, item_step = kFast ? (int)gridDim.x : 1;
+  const int n_items = kFast ? n_trips * p.heads_q * p.batch : 1;
   struct Item {
     int trip, h, b, sq, sk;
   };
   auto item_at = [&](int it) {
     Item w;
     if constexpr (kFast) {
-      w.trip = n_trips - 1 - it / hb;
-      const int r = it % hb;
+      w.trip = n_trips - 1 - it % n_trips;
+      const int r = it / n_trips;
       w.h = r % p.heads_q;
       w.b = r / p.heads_q;
     } else {
@@ -510,6 +521,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       mbar_init(smem_addr(&bar_full[s]), 1);
       mbar_init(smem_addr(&bar_empty[s]), kWgConsumers * 128);
     }
+    for (int s = 0; s < 2; ++s) {
+      mbar_init(smem_addr(&bar_item_full[s]), 1);
+      mbar_init(smem_addr(&bar_item_empty[s]), kWgConsumers * 128);
+    }
     fence_mbar_init();
   }
   // LUT[n] = e^-n for n < -n_r and 0 from n = -n_r on: with t clamped to 16 this is Eq. 14's
@@ -521,10 +536,29 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     setmaxnreg_dec<kProducerRegs>();
     if (tid == kWgConsumers * 128) {
       int jr = 0;  // tiles this CTA has streamed before the item: ring stage and phase run on
-      for (int it = item0; it < n_items; it += item_step) {
+      int* const ctr = reinterpret_cast<int*>(const_cast<float*>(p.vs) + (u64)p.batch * p.heads_kv * p.nblk);
+      for (int k = 0;; ++k) {
+        // the next item, handed to the consumers through the item ring (an index past the
+        // last one tells them to stop)
+        const int it = kFast ? atomicAdd(ctr, 1) : k;
+        const int slot = k & 1;
+        if (k >= 2) mbar_wait(smem_addr(&bar_item_empty[slot]), ((k >> 1) + 1) & 1);
+        sItem[slot] = it < n_items ? it : n_items;
+        mbar_arrive(smem_addr(&bar_item_full[slot]));
+        if (it >= n_items) break;
         const Item w = item_at(it);
         const int nt_cta = tiles_of_cta(w);
         const u64 kv_base = kv_base_of(w);
+        if constexpr (kFast) {
+          // the item's Q rows into L2 (the consumers load them when they reach the item)
+          for (int c = 0; c < kWgConsumers; ++c)
+            for (int r = 0; r < kBlock; ++r) {
+              const int row = (kWgConsumers * w.trip + c) * kBlock + r;
+              if (row >= w.sq) break;
+              const u16* q_row = p.q + ((u64)(w.b * p.max_sq + row) * p.heads_q + w.h) * D;
+              for (int off = 0; off < D; off += 64) prefetch_l2(q_row + off);
+            }
+        }
         for (int j = 0; j < nt_cta; ++j) {
           const int n = jr + j, s = n % kWgStages;
           if (n >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((n / kWgStages) + 1) & 1);
@@ -534,6 +568,14 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
           bulk_g2s(ring + s * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
         }
         jr += nt_cta;
+      }
+      // the last CTA out zeroes the counters for the next launch (every CTA has taken its last
+      // index from ctr[0] before it counts itself done in ctr[1])
+      if constexpr (kFast) __threadfence();  // the last fetch above is ordered before the count
+      if (kFast && atomicAdd(ctr + 1, 1) == (int)gridDim.x - 1) {
+        ctr[0] = 0;
+        ctr[1] = 0;
+        __threadfence();
       }
     }
     return;
@@ -552,7 +594,12 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   const bool pingpong = kFast && D == 128 && (p.causal & 2) != 0;
   if (pingpong && wg == kWgConsumers - 1) named_arrive(kPingBar, 256);
   int jr = 0;  // tiles of the ring consumed before the item (stage and phase run on)
-  for (int it = item0; it < n_items; it += item_step) {
+  for (int k = 0;; ++k) {
+  const int slot = k & 1;
+  mbar_wait(smem_addr(&bar_item_full[slot]), (k >> 1) & 1);
+  const int it = sItem[slot];
+  mbar_arrive(smem_addr(&bar_item_empty[slot]));
+  if (it >= n_items) break;
   const Item w = item_at(it);
   const int h = w.h, b = w.b, sq = w.sq;
   auto visible = [&](int row) { return visible_in(w, row); };
@@ -593,18 +640,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
           amax = fmax2(amax, fmax2(fmax2(fabsf(f0), fabsf(f1)), fmax2(fabsf(f2), fabsf(f3))));
         }
       }
-    if constexpr (kFast) {
-      // the next item's Q rows of this warpgroup into L2 (64 rows of D x 2 bytes: one line of
-      // 128 bytes per thread at d 128), so that its load above hits L2
-      const int nx = it + item_step;
-      if (nx < n_items) {
-        const Item wn = item_at(nx);
-        const int row = (kWgConsumers * wn.trip + wg) * kBlock + warp * 16 + g + 8 * (t4 >> 1);
-        const int off = 64 * (t4 & 1);  // elements: the two 128-byte lines of a d 128 row
-        if (row < wn.sq && off < D)
-          prefetch_l2(p.q + ((u64)(wn.b * p.max_sq + row) * p.heads_q + wn.h) * D + off);
-      }
-    }
     amax = warp_max(amax);
     if (lane == 0) sRed[wg][1][warp] = amax;
     named_sync(1 + wg, 128);

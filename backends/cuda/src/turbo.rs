@@ -305,6 +305,18 @@ pub struct TurboKernels {
 }
 
 impl TurboKernels {
+    /// `QuantParams::image` of a prefill's pre-pass: bit 0 the wgmma tile image, bit 1 zero
+    /// the item counters of the persistent `turbo_prefill_wgf_*` (two ints after `vs`'s
+    /// block scales).
+    pub fn quant_image_bits(&self, wgmma: bool) -> i32 {
+        wgmma as i32
+            | if wgmma && self.prefill_persistent {
+                2
+            } else {
+                0
+            }
+    }
+
     /// `PrefillParams::causal` for a prefill: bit 0 the mask, bit 1 the experimental
     /// ping-pong of `turbo_prefill_wgf_*`.
     pub fn prefill_causal_bits(&self, causal: bool) -> i32 {
@@ -319,7 +331,7 @@ impl TurboKernels {
     /// The launch grid of `prefill_wg` for `q_blocks` Q blocks of 64 rows per sequence:
     /// `turbo_prefill_wg_*` takes one CTA per item (x: trips of [`WG_Q_BLOCKS`] Q blocks, y:
     /// query heads, z: batch); the persistent `turbo_prefill_wgf_*` takes one CTA per SM (or
-    /// one per item when there are fewer), each walking the items with the grid's stride.
+    /// one per item when there are fewer), each taking items from a global counter.
     pub fn prefill_wg_grid(
         &self,
         q_blocks: usize,
@@ -836,7 +848,9 @@ impl CudaBackend {
             kq: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
             vt: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
             ks: DeviceBuffer::alloc(gpu, tiles * 4)?,
-            vs: DeviceBuffer::alloc(gpu, tiles * 4)?,
+            // + the two item counters of the persistent turbo_prefill_wgf_*, which must start
+            // at zero (the kernel leaves them zero)
+            vs: DeviceBuffer::from_slice(gpu, &vec![0f32; tiles + 2])?,
         })
     }
 
@@ -887,7 +901,7 @@ impl CudaBackend {
             max_s: max_s as i32,
             heads_kv: p.heads_kv as i32,
             nblk: prep.nblk as i32,
-            image: prep.wgmma as i32,
+            image: prep.kernels.quant_image_bits(prep.wgmma),
         };
         launch(
             gpu,

@@ -92,7 +92,9 @@ impl TurboPrefillStepPlan {
         let vt = align(kq + tiles * TURBO_BLOCK * d);
         let ks = align(vt + tiles * TURBO_BLOCK * d);
         let vs = align(ks + tiles * 4);
-        let bytes = align(vs + tiles * 4);
+        // the block scales of V, then the two item counters of the persistent
+        // turbo_prefill_wgf_* (zeroed by the pre-pass)
+        let bytes = align(vs + tiles * 4 + 8);
         Ok(TurboPrefillStepPlan {
             problem: p.clone(),
             cfg: cfg.clone(),
@@ -536,7 +538,7 @@ impl TurboStepKernels {
             max_s: p.max_seqlen_k as i32,
             heads_kv: p.heads_kv as i32,
             nblk: plan.nblk as i32,
-            image: self.wgmma as i32,
+            image: self.kernels.quant_image_bits(self.wgmma),
         };
         let k = &self.kernels;
         self.launch(
