@@ -67,15 +67,17 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
   __shared__ alignas(16) i8 sx[kBlock * D];
   __shared__ alignas(16) u8 spar[2 * D];
   __shared__ float red[kThreads / 32];
-  const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-  if ((p.image & 2) && j == 0 && hk == 0 && b == 0 && threadIdx.x == 0) {
+  // K and V of one block in two CTAs (x = 2 j + which): half the serial chain of global round
+  // trips and block reductions per CTA, twice the CTAs in flight
+  const int j = blockIdx.x >> 1, which = blockIdx.x & 1, hk = blockIdx.y, b = blockIdx.z;
+  if ((p.image & 2) && blockIdx.x == 0 && hk == 0 && b == 0 && threadIdx.x == 0) {
     int* ctr = reinterpret_cast<int*>(p.vs + (u64)p.batch * p.heads_kv * p.nblk);
     ctr[0] = ctr[1] = 0;  // the item counters of the attention launch that follows
   }
   const int n = clampi(p.lens[b] - j * kBlock, 0, kBlock);
   if (n == 0) return;
   const u64 blk = ((u64)b * p.heads_kv + hk) * p.nblk + j;
-  for (int which = 0; which < 2; ++which) {
+  {
     const u16* src = which ? p.v : p.k;
     auto row_ptr = [&](int t) { return src + ((u64)(b * p.max_s + j * kBlock + t) * p.heads_kv + hk) * D; };
     float amax = 0.0f;
@@ -130,7 +132,6 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
       compress_block<D>(sx, spar, bits, codes, cv.par + pb * 2 * D, cv.clamp + pb);
       if (threadIdx.x == 0) cv.bscale[pb] = s;
     }
-    __syncthreads();  // sx and spar are rewritten for V
   }
 }
 

@@ -906,7 +906,8 @@ impl CudaBackend {
         launch(
             gpu,
             &prep.kernels.quant_kv,
-            (prep.nblk, p.heads_kv, p.batch),
+            // x: 2 j + (0: K, 1: V) of block j
+            (2 * prep.nblk, p.heads_kv, p.batch),
             &mut qp,
         )?;
         if cache.is_some() {

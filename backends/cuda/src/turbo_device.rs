@@ -543,7 +543,8 @@ impl TurboStepKernels {
         let k = &self.kernels;
         self.launch(
             &k.quant_kv,
-            (plan.nblk, p.heads_kv, p.batch),
+            // x: 2 j + (0: K, 1: V) of block j
+            (2 * plan.nblk, p.heads_kv, p.batch),
             TURBO_THREADS,
             0,
             stream,
