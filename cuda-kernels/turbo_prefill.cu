@@ -411,8 +411,9 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 constexpr int kWgStages = 4;           // K/V tiles in flight per CTA
 constexpr int kWgConsumers = 3;        // consumer warpgroups (Q blocks) per CTA
 constexpr int kWgThreads = kWgConsumers * 128 + 128;  // + the producer warpgroup
-// registers per thread after setmaxnreg: 128 x (24 + 3 x 160) <= 64 Ki
-constexpr int kProducerRegs = 24;
+// registers per thread after setmaxnreg: 128 x (32 + 3 x 160) = 64 Ki (the persistent wgf
+// producer walks items and fetches them: 24 spilled inside its tile loop)
+constexpr int kProducerRegs = 32;
 constexpr int kConsumerRegs = 160;
 constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
 constexpr int kBiasBits = 0x4b400000;  // bits of kBias
@@ -480,26 +481,58 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // of one SM. The counters (next item, CTAs done) are two ints after p.vs's tiles: zeroed by
   // the quantization pre-pass (QuantParams::image bit 1) and again by the last CTA to finish,
   // so a launch of the attention alone (benchmarks) finds them zero too.
-  const int n_trips = ((p.max_sq + kBlock - 1) / kBlock + kWgConsumers - 1) / kWgConsumers;
-  const int n_items = kFast ? n_trips * p.heads_q * p.batch : 1;
+  //
+  // Bit 2 of p.causal (wgf; experimental, selected by the host): grouped items. The Q blocks of
+  // one KV head's query heads, (b, hk, qb descending, h within the group), are cut into items of
+  // three consecutive ones, so one item's warpgroups may hold different query heads (one K/V
+  // stream: the same hk) and, with a group of 3 or more, the same rows (equal causal tile
+  // counts), and the last item of a sequence's KV head leaves at most two warpgroups idle
+  // instead of two per query head.
+  const int nqb = (p.max_sq + kBlock - 1) / kBlock;
+  const int n_trips = (nqb + kWgConsumers - 1) / kWgConsumers;
+  const bool grouped = kFast && (p.causal & 4) != 0;
+  const int per_kv = (p.group * nqb + kWgConsumers - 1) / kWgConsumers;  // grouped items per (b, hk)
+  const int n_items = !kFast ? 1 : grouped ? per_kv * p.heads_kv * p.batch : n_trips * p.heads_q * p.batch;
   struct Item {
-    int trip, h, b, sq, sk;
+    int trip, h, b, sq, sk, hk;  // grouped: trip is the item's index within (b, hk)
   };
   auto item_at = [&](int it) {
     Item w;
     if constexpr (kFast) {
-      w.trip = n_trips - 1 - it % n_trips;
-      const int r = it / n_trips;
-      w.h = r % p.heads_q;
-      w.b = r / p.heads_q;
+      if (grouped) {
+        w.trip = it % per_kv;
+        const int r = it / per_kv;
+        w.hk = r % p.heads_kv;
+        w.b = r / p.heads_kv;
+        w.h = w.hk * p.group;
+      } else {
+        w.trip = n_trips - 1 - it % n_trips;
+        const int r = it / n_trips;
+        w.h = r % p.heads_q;
+        w.b = r / p.heads_q;
+        w.hk = w.h / p.group;
+      }
     } else {
       w.trip = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
       w.h = blockIdx.y;
       w.b = blockIdx.z;
+      w.hk = w.h / p.group;
     }
     w.sq = p.seqlens_q[w.b];
     w.sk = p.seqlens_k[w.b];
     return w;
+  };
+  // the Q block and the query head of consumer c in item w (grouped: a slot past the group's
+  // last Q block gets Q block nqb, whose rows are past max_sq: no tiles, nothing stored)
+  auto qb_of = [&](const Item& w, int c) {
+    if (!grouped) return kWgConsumers * w.trip + c;
+    const int u = kWgConsumers * w.trip + c;
+    return u < p.group * nqb ? nqb - 1 - u / p.group : nqb;
+  };
+  auto h_of = [&](const Item& w, int c) {
+    if (!grouped) return w.h;
+    const int u = kWgConsumers * w.trip + c;
+    return w.hk * p.group + (u < p.group * nqb ? u % p.group : 0);
   };
   auto visible_in = [&](const Item& w, int row) -> int {
     if (row >= w.sq) return 0;
@@ -512,10 +545,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   };
   auto tiles_of_cta = [&](const Item& w) {
     int n = 0;
-    for (int c = 0; c < kWgConsumers; ++c) n = max(n, tiles_in(w, kWgConsumers * w.trip + c));
+    for (int c = 0; c < kWgConsumers; ++c) n = max(n, tiles_in(w, qb_of(w, c)));
     return n;
   };
-  auto kv_base_of = [&](const Item& w) { return ((u64)w.b * p.heads_kv + w.h / p.group) * p.nblk; };
+  auto kv_base_of = [&](const Item& w) { return ((u64)w.b * p.heads_kv + w.hk) * p.nblk; };
 
   if (tid == 0) {
     for (int s = 0; s < kWgStages; ++s) {
@@ -554,9 +587,9 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
           // the item's Q rows into L2 (the consumers load them when they reach the item)
           for (int c = 0; c < kWgConsumers; ++c)
             for (int r = 0; r < kBlock; ++r) {
-              const int row = (kWgConsumers * w.trip + c) * kBlock + r;
+              const int row = qb_of(w, c) * kBlock + r;
               if (row >= w.sq) break;
-              const u16* q_row = p.q + ((u64)(w.b * p.max_sq + row) * p.heads_q + w.h) * D;
+              const u16* q_row = p.q + ((u64)(w.b * p.max_sq + row) * p.heads_q + h_of(w, c)) * D;
               for (int off = 0; off < D; off += 64) prefetch_l2(q_row + off);
             }
         }
@@ -602,16 +635,16 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   mbar_arrive(smem_addr(&bar_item_empty[slot]));
   if (it >= n_items) break;
   const Item w = item_at(it);
-  const int h = w.h, b = w.b, sq = w.sq;
+  const int h = h_of(w, wg), b = w.b, sq = w.sq;
   auto visible = [&](int row) { return visible_in(w, row); };
   const int nt_cta = tiles_of_cta(w);
   const u64 kv_base = kv_base_of(w);
-  const int qb = kWgConsumers * w.trip + wg, r0 = qb * kBlock;
+  const int qb = qb_of(w, wg), r0 = qb * kBlock;
   const int nt = tiles_in(w, qb);
   int nt_pp = 0;  // tiles in the token ring: the fewest of the three warpgroups
   if (pingpong) {
     nt_pp = nt;
-    for (int c = 0; c < kWgConsumers; ++c) nt_pp = min(nt_pp, tiles_in(w, kWgConsumers * w.trip + c));
+    for (int c = 0; c < kWgConsumers; ++c) nt_pp = min(nt_pp, tiles_in(w, qb_of(w, c)));
   }
   const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
   const int vis_a = visible(row_a), vis_b = visible(row_b);

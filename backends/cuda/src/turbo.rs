@@ -290,6 +290,9 @@ pub struct TurboKernels {
     /// resolution makes `turbo_prefill_wgf_*` at d 128 issue its P V wgmmas in turn over the
     /// three consumer warpgroups (bit 1 of `PrefillParams::causal`).
     prefill_pingpong: bool,
+    /// Experimental (issue 11): `FERRATTN_WGF_ORDER=group` makes `turbo_prefill_wgf_*` cut
+    /// the Q blocks of one KV head's query heads into items (bit 2 of `PrefillParams::causal`).
+    prefill_grouped: bool,
     decode: Function,
     decode_g4: Function,
     /// The two decode instances under the fast contract, in the same order.
@@ -309,23 +312,15 @@ impl TurboKernels {
     /// the item counters of the persistent `turbo_prefill_wgf_*` (two ints after `vs`'s
     /// block scales).
     pub fn quant_image_bits(&self, wgmma: bool) -> i32 {
-        wgmma as i32
-            | if wgmma && self.prefill_persistent {
-                2
-            } else {
-                0
-            }
+        wgmma as i32 | ((wgmma && self.prefill_persistent) as i32) << 1
     }
 
-    /// `PrefillParams::causal` for a prefill: bit 0 the mask, bit 1 the experimental
-    /// ping-pong of `turbo_prefill_wgf_*`.
+    /// `PrefillParams::causal` for a prefill: bit 0 the mask, bits 1 and 2 the experimental
+    /// ping-pong and grouped items of `turbo_prefill_wgf_*`.
     pub fn prefill_causal_bits(&self, causal: bool) -> i32 {
-        causal as i32
-            | if self.prefill_persistent && self.prefill_pingpong {
-                2
-            } else {
-                0
-            }
+        let pingpong = self.prefill_persistent && self.prefill_pingpong;
+        let grouped = self.prefill_persistent && self.prefill_grouped;
+        causal as i32 | (pingpong as i32) << 1 | (grouped as i32) << 2
     }
 
     /// The launch grid of `prefill_wg` for `q_blocks` Q blocks of 64 rows per sequence:
@@ -790,6 +785,7 @@ impl CudaBackend {
             prefill_persistent: self.has_sm90a() && self.options.fast_turbo_prefill,
             sms: self.gpu()?.caps.compute_units,
             prefill_pingpong: std::env::var("FERRATTN_WGF_PINGPONG").is_ok_and(|v| v == "1"),
+            prefill_grouped: std::env::var("FERRATTN_WGF_ORDER").is_ok_and(|v| v == "group"),
             decode: m.decode.function(&n.decode)?,
             decode_g4: m.decode.function(&n.decode_g4)?,
             decode_fast: m.decode.function(&n.decode_fast)?,
