@@ -39,8 +39,7 @@ struct QuantParams {
   float* vs;        // [batch, heads_kv, nblk] block scales of V
   CacheParams cache;  // cache.k.codes == null: no cache is written
   int batch, max_s, heads_kv, nblk;
-  int image;  // bit 0: kq / vt tiles in the swizzled wgmma image layout (turbo_prefill_wg_*);
-              // bit 1: zero the two item counters of turbo_prefill_wgf_* after vs (see there)
+  int image;  // 1: kq / vt tiles in the swizzled wgmma image layout (turbo_prefill_wg_*)
 };
 
 // Mirrors ferrattn_cuda::turbo::PrefillParams (#[repr(C)]).
@@ -67,17 +66,11 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
   __shared__ alignas(16) i8 sx[kBlock * D];
   __shared__ alignas(16) u8 spar[2 * D];
   __shared__ float red[kThreads / 32];
-  // K and V of one block in two CTAs (x = 2 j + which): half the serial chain of global round
-  // trips and block reductions per CTA, twice the CTAs in flight
-  const int j = blockIdx.x >> 1, which = blockIdx.x & 1, hk = blockIdx.y, b = blockIdx.z;
-  if ((p.image & 2) && blockIdx.x == 0 && hk == 0 && b == 0 && threadIdx.x == 0) {
-    int* ctr = reinterpret_cast<int*>(p.vs + (u64)p.batch * p.heads_kv * p.nblk);
-    ctr[0] = ctr[1] = 0;  // the item counters of the attention launch that follows
-  }
+  const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int n = clampi(p.lens[b] - j * kBlock, 0, kBlock);
   if (n == 0) return;
   const u64 blk = ((u64)b * p.heads_kv + hk) * p.nblk + j;
-  {
+  for (int which = 0; which < 2; ++which) {
     const u16* src = which ? p.v : p.k;
     auto row_ptr = [&](int t) { return src + ((u64)(b * p.max_s + j * kBlock + t) * p.heads_kv + hk) * D; };
     float amax = 0.0f;
@@ -105,7 +98,7 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
       i8* dst = p.kq + blk * (kBlock * D);
       for (int i = threadIdx.x; i < kBlock * D / 16; i += kThreads) {
         const int row = i / (D / 16), ch = i % (D / 16);
-        const int at = (p.image & 1) ? swz<D / 16>(row, ch) : 16 * i;
+        const int at = p.image ? swz<D / 16>(row, ch) : 16 * i;
         *reinterpret_cast<Vec16*>(dst + at) = reinterpret_cast<const Vec16*>(sx)[i];
       }
     }
@@ -120,7 +113,7 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
           w[k] = pack4_u8(sx[slot_key(s0) * D + c], sx[slot_key(s0 + 1) * D + c], sx[slot_key(s0 + 2) * D + c],
                           sx[slot_key(s0 + 3) * D + c]);
         }
-        const int at = (p.image & 1) ? swz<4>(c, q) : c * kBlock + q * 16;
+        const int at = p.image ? swz<4>(c, q) : c * kBlock + q * 16;
         reinterpret_cast<Vec16*>(dst + at)[0] = Vec16{w[0], w[1], w[2], w[3]};
       }
     }
@@ -132,6 +125,7 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
       compress_block<D>(sx, spar, bits, codes, cv.par + pb * 2 * D, cv.clamp + pb);
       if (threadIdx.x == 0) cv.bscale[pb] = s;
     }
+    __syncthreads();  // sx and spar are rewritten for V
   }
 }
 
@@ -228,7 +222,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
   // ---- visibility (bottom-right causal) -------------------------------------------------------
   auto visible = [&](int row) -> int {
     if (row >= sq) return 0;
-    if (!(p.causal & 1)) return sk;
+    if (!p.causal) return sk;
     return clampi(row + sk - sq + 1, 0, sk);
   };
   const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
@@ -411,9 +405,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 constexpr int kWgStages = 4;           // K/V tiles in flight per CTA
 constexpr int kWgConsumers = 3;        // consumer warpgroups (Q blocks) per CTA
 constexpr int kWgThreads = kWgConsumers * 128 + 128;  // + the producer warpgroup
-// registers per thread after setmaxnreg: 128 x (32 + 3 x 160) = 64 Ki (the persistent wgf
-// producer walks items and fetches them: 24 spilled inside its tile loop)
-constexpr int kProducerRegs = 32;
+// registers per thread after setmaxnreg: 128 x (24 + 3 x 160) <= 64 Ki
+constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 160;
 constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
 constexpr int kBiasBits = 0x4b400000;  // bits of kBias
@@ -432,11 +425,6 @@ __device__ __forceinline__ int byte_sum(u32 w, int acc) {
   return r;
 }
 
-
-// bar.arrive: counts this warp's threads toward named barrier `id` without waiting
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 
 struct True {
   static constexpr bool value = true;
@@ -458,106 +446,35 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   __shared__ alignas(8) u64 bar_empty[kWgStages];
   __shared__ float sLut[17];
   __shared__ float sRed[kWgConsumers][2][4];
-  // wgf: the item ring from the producer's fetches to the consumers (two slots)
-  __shared__ alignas(8) u64 bar_item_full[2];
-  __shared__ alignas(8) u64 bar_item_empty[2];
-  __shared__ int sItem[2];
 
   // The warpgroup index through a lane-0 broadcast: the compiler then treats it, and every
   // loop bound derived from it, as warp-uniform. Without this, ptxas sees the wgmma calls in
   // possibly divergent code and serializes them (C7518).
   const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
+  const int trip = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+  const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
   // the K/V ring, then one INT8 Q block per consumer (swizzle patterns repeat every 1 KiB)
   const u32 ring = (smem_addr(dyn_smem) + 1023) & ~1023u;
   const u32 q_tile = ring + kWgStages * 2 * TILE + wg * TILE;
-  // Work items: (trip, h, b), three Q blocks of one head. wg: one item per CTA from the 3-d grid.
-  // wgf: persistent; a 1-d grid of at most one CTA per SM takes items from a global counter
-  // (dynamic, like the hardware's CTA scheduler: causal rows of unequal length balance) in the
-  // order of the 3-d grid: batch, then head, then the trips of one head longest first, so the
-  // CTAs running at one time read the K/V tiles of a few heads (they meet in L2). The producer
-  // streams the next item's tiles into the ring while the consumers finish the current one, so
-  // the Q load, the pipeline fill and the O store of an item no longer stand between two CTAs
-  // of one SM. The counters (next item, CTAs done) are two ints after p.vs's tiles: zeroed by
-  // the quantization pre-pass (QuantParams::image bit 1) and again by the last CTA to finish,
-  // so a launch of the attention alone (benchmarks) finds them zero too.
-  //
-  // Bit 2 of p.causal (wgf; experimental, selected by the host): grouped items. The Q blocks of
-  // one KV head's query heads, (b, hk, qb descending, h within the group), are cut into items of
-  // three consecutive ones, so one item's warpgroups may hold different query heads (one K/V
-  // stream: the same hk) and, with a group of 3 or more, the same rows (equal causal tile
-  // counts), and the last item of a sequence's KV head leaves at most two warpgroups idle
-  // instead of two per query head.
-  const int nqb = (p.max_sq + kBlock - 1) / kBlock;
-  const int n_trips = (nqb + kWgConsumers - 1) / kWgConsumers;
-  const bool grouped = kFast && (p.causal & 4) != 0;
-  const int per_kv = (p.group * nqb + kWgConsumers - 1) / kWgConsumers;  // grouped items per (b, hk)
-  const int n_items = !kFast ? 1 : grouped ? per_kv * p.heads_kv * p.batch : n_trips * p.heads_q * p.batch;
-  struct Item {
-    int trip, h, b, sq, sk, hk;  // grouped: trip is the item's index within (b, hk)
+  auto visible = [&](int row) -> int {
+    if (row >= sq) return 0;
+    if (!p.causal) return sk;
+    return clampi(row + sk - sq + 1, 0, sk);
   };
-  auto item_at = [&](int it) {
-    Item w;
-    if constexpr (kFast) {
-      if (grouped) {
-        w.trip = it % per_kv;
-        const int r = it / per_kv;
-        w.hk = r % p.heads_kv;
-        w.b = r / p.heads_kv;
-        w.h = w.hk * p.group;
-      } else {
-        w.trip = n_trips - 1 - it % n_trips;
-        const int r = it / n_trips;
-        w.h = r % p.heads_q;
-        w.b = r / p.heads_q;
-        w.hk = w.h / p.group;
-      }
-    } else {
-      w.trip = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
-      w.h = blockIdx.y;
-      w.b = blockIdx.z;
-      w.hk = w.h / p.group;
-    }
-    w.sq = p.seqlens_q[w.b];
-    w.sk = p.seqlens_k[w.b];
-    return w;
+  auto tiles_of = [&](int qb) {
+    const int nq = clampi(sq - qb * kBlock, 0, kBlock);
+    return nq == 0 ? 0 : (visible(qb * kBlock + nq - 1) + kBlock - 1) / kBlock;
   };
-  // the Q block and the query head of consumer c in item w (grouped: a slot past the group's
-  // last Q block gets Q block nqb, whose rows are past max_sq: no tiles, nothing stored)
-  auto qb_of = [&](const Item& w, int c) {
-    if (!grouped) return kWgConsumers * w.trip + c;
-    const int u = kWgConsumers * w.trip + c;
-    return u < p.group * nqb ? nqb - 1 - u / p.group : nqb;
-  };
-  auto h_of = [&](const Item& w, int c) {
-    if (!grouped) return w.h;
-    const int u = kWgConsumers * w.trip + c;
-    return w.hk * p.group + (u < p.group * nqb ? u % p.group : 0);
-  };
-  auto visible_in = [&](const Item& w, int row) -> int {
-    if (row >= w.sq) return 0;
-    if (!(p.causal & 1)) return w.sk;
-    return clampi(row + w.sk - w.sq + 1, 0, w.sk);
-  };
-  auto tiles_in = [&](const Item& w, int qb) {
-    const int nq = clampi(w.sq - qb * kBlock, 0, kBlock);
-    return nq == 0 ? 0 : (visible_in(w, qb * kBlock + nq - 1) + kBlock - 1) / kBlock;
-  };
-  auto tiles_of_cta = [&](const Item& w) {
-    int n = 0;
-    for (int c = 0; c < kWgConsumers; ++c) n = max(n, tiles_in(w, qb_of(w, c)));
-    return n;
-  };
-  auto kv_base_of = [&](const Item& w) { return ((u64)w.b * p.heads_kv + w.hk) * p.nblk; };
+  int nt_cta = 0;
+  for (int w = 0; w < kWgConsumers; ++w) nt_cta = max(nt_cta, tiles_of(kWgConsumers * trip + w));
+  const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
 
   if (tid == 0) {
     for (int s = 0; s < kWgStages; ++s) {
       mbar_init(smem_addr(&bar_full[s]), 1);
       mbar_init(smem_addr(&bar_empty[s]), kWgConsumers * 128);
-    }
-    for (int s = 0; s < 2; ++s) {
-      mbar_init(smem_addr(&bar_item_full[s]), 1);
-      mbar_init(smem_addr(&bar_item_empty[s]), kWgConsumers * 128);
     }
     fence_mbar_init();
   }
@@ -569,47 +486,13 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   if (wg == kWgConsumers) {  // ---- producer warpgroup: one thread streams the tiles --------------
     setmaxnreg_dec<kProducerRegs>();
     if (tid == kWgConsumers * 128) {
-      int jr = 0;  // tiles this CTA has streamed before the item: ring stage and phase run on
-      int* const ctr = reinterpret_cast<int*>(const_cast<float*>(p.vs) + (u64)p.batch * p.heads_kv * p.nblk);
-      for (int k = 0;; ++k) {
-        // the next item, handed to the consumers through the item ring (an index past the
-        // last one tells them to stop)
-        const int it = kFast ? atomicAdd(ctr, 1) : k;
-        const int slot = k & 1;
-        if (k >= 2) mbar_wait(smem_addr(&bar_item_empty[slot]), ((k >> 1) + 1) & 1);
-        sItem[slot] = it < n_items ? it : n_items;
-        mbar_arrive(smem_addr(&bar_item_full[slot]));
-        if (it >= n_items) break;
-        const Item w = item_at(it);
-        const int nt_cta = tiles_of_cta(w);
-        const u64 kv_base = kv_base_of(w);
-        if constexpr (kFast) {
-          // the item's Q rows into L2 (the consumers load them when they reach the item)
-          for (int c = 0; c < kWgConsumers; ++c)
-            for (int r = 0; r < kBlock; ++r) {
-              const int row = qb_of(w, c) * kBlock + r;
-              if (row >= w.sq) break;
-              const u16* q_row = p.q + ((u64)(w.b * p.max_sq + row) * p.heads_q + h_of(w, c)) * D;
-              for (int off = 0; off < D; off += 64) prefetch_l2(q_row + off);
-            }
-        }
-        for (int j = 0; j < nt_cta; ++j) {
-          const int n = jr + j, s = n % kWgStages;
-          if (n >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((n / kWgStages) + 1) & 1);
-          const u32 full = smem_addr(&bar_full[s]);
-          mbar_arrive_expect_tx(full, 2 * TILE);
-          bulk_g2s(ring + s * 2 * TILE, p.kq + (kv_base + j) * TILE, TILE, full);
-          bulk_g2s(ring + s * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
-        }
-        jr += nt_cta;
-      }
-      // the last CTA out zeroes the counters for the next launch (every CTA has taken its last
-      // index from ctr[0] before it counts itself done in ctr[1])
-      if constexpr (kFast) __threadfence();  // the last fetch above is ordered before the count
-      if (kFast && atomicAdd(ctr + 1, 1) == (int)gridDim.x - 1) {
-        ctr[0] = 0;
-        ctr[1] = 0;
-        __threadfence();
+      for (int j = 0; j < nt_cta; ++j) {
+        const int s = j % kWgStages;
+        if (j >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((j / kWgStages) + 1) & 1);
+        const u32 full = smem_addr(&bar_full[s]);
+        mbar_arrive_expect_tx(full, 2 * TILE);
+        bulk_g2s(ring + s * 2 * TILE, p.kq + (kv_base + j) * TILE, TILE, full);
+        bulk_g2s(ring + s * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
       }
     }
     return;
@@ -617,35 +500,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 
   // ---- consumer warpgroup: Q block qb -----------------------------------------------------------
   setmaxnreg_inc<kConsumerRegs>();
-  // Ping-pong (wgf at d 128, bit 1 of p.causal; experimental): the three consumer warpgroups
-  // issue their P V wgmmas in turn, a token ring over named barriers kPingBar + w (256
-  // threads: warpgroup w waits, its predecessor arrives). Only tiles every warpgroup of the
-  // item has (j < the fewest tiles of the three) take part, so causal blocks of unequal tile
-  // counts never wait on a partner that has left; warpgroup 2 puts one token in before the
-  // first item and warpgroup 0 takes the last one out after the last, so every barrier sees as
-  // many arrivals as waits and at most one pending token.
-  constexpr int kPingBar = 5;
-  const bool pingpong = kFast && D == 128 && (p.causal & 2) != 0;
-  if (pingpong && wg == kWgConsumers - 1) named_arrive(kPingBar, 256);
-  int jr = 0;  // tiles of the ring consumed before the item (stage and phase run on)
-  for (int k = 0;; ++k) {
-  const int slot = k & 1;
-  mbar_wait(smem_addr(&bar_item_full[slot]), (k >> 1) & 1);
-  const int it = sItem[slot];
-  mbar_arrive(smem_addr(&bar_item_empty[slot]));
-  if (it >= n_items) break;
-  const Item w = item_at(it);
-  const int h = h_of(w, wg), b = w.b, sq = w.sq;
-  auto visible = [&](int row) { return visible_in(w, row); };
-  const int nt_cta = tiles_of_cta(w);
-  const u64 kv_base = kv_base_of(w);
-  const int qb = qb_of(w, wg), r0 = qb * kBlock;
-  const int nt = tiles_in(w, qb);
-  int nt_pp = 0;  // tiles in the token ring: the fewest of the three warpgroups
-  if (pingpong) {
-    nt_pp = nt;
-    for (int c = 0; c < kWgConsumers; ++c) nt_pp = min(nt_pp, tiles_in(w, qb_of(w, c)));
-  }
+  const int qb = kWgConsumers * trip + wg, r0 = qb * kBlock;
+  const int nt = tiles_of(qb);
   const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
   const int vis_a = visible(row_a), vis_b = visible(row_b);
   // the fewest keys a row of the block sees: valid rows see growing prefixes, rows past the
@@ -753,8 +609,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // S = Q^q1 K^q1 of tile j (exact s32) into sacc, one commit group; waits for the tile to land
   const u32 full0 = smem_addr(&bar_full[0]);
   auto issue_s = [&](int j, int (&sacc)[32]) {
-    const int st = (jr + j) % kWgStages;
-    mbar_wait(full0 + 8 * st, ((jr + j) / kWgStages) & 1);
+    const int st = j % kWgStages;
+    mbar_wait(full0 + 8 * st, (j / kWgStages) & 1);
     wgmma_fence();
     // descriptors as additions to ones built before the loop (the address field is bits
     // 0-13 in 16-byte units: +2 per 32-byte k slice, + 2 TILE / 16 per ring stage)
@@ -844,11 +700,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     };
     // both passes go out as soon as the codes exist; the row sums, their shuffles, l and the
     // rescale vote run while they compute
-    const bool ring_turn = j < nt_pp;
-    if (ring_turn) named_sync(kPingBar + wg, 256);
     issue_pv(0, other);
     if constexpr (D == 128) issue_pv(1, cur);
-    if (ring_turn) named_arrive(kPingBar + (wg + 1) % kWgConsumers, 256);
     int rs_a = 0, rs_b = 0;
 #pragma unroll
     for (int k2 = 0; k2 < 2; ++k2)
@@ -923,7 +776,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       }
       wgmma_wait<0>();
       fence_regs(cur);
-      fast_tile(cur, other, ks_j, vs_j, j, (jr + j) % kWgStages);
+      fast_tile(cur, other, ks_j, vs_j, j, j % kWgStages);
     };
     if (nt > 0) issue_s(0, sacc);
     for (int j = 0; j < nt; j += 2) {
@@ -934,7 +787,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     }
   }
   for (int j = 0; j < (kFast ? 0 : nt); ++j) {
-    const int st = (jr + j) % kWgStages;
+    const int st = j % kWgStages;
     const u32 k_tile = ring + st * 2 * TILE, v_tile = k_tile + TILE;
     // the block scales of tile j were loaded during tile j - 1; load those of j + 1 now
     const float ks_j = ks_next, vs_j = vs_next;
@@ -942,7 +795,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       ks_next = p.ks[kv_base + j + 1];
       vs_next = p.vs[kv_base + j + 1];
     }
-    mbar_wait(smem_addr(&bar_full[st]), ((jr + j) / kWgStages) & 1);
+    mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
     // S = Q^q1 K^q1 (exact s32)
     wgmma_fence();
 #pragma unroll
@@ -1049,8 +902,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   }
   // tiles only the other warpgroup needs: release them as they land
   for (int j = nt; j < nt_cta; ++j) {
-    const int st = (jr + j) % kWgStages;
-    mbar_wait(smem_addr(&bar_full[st]), ((jr + j) / kWgStages) & 1);
+    const int st = j % kWgStages;
+    mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
     mbar_arrive(smem_addr(&bar_empty[st]));
   }
 
@@ -1061,9 +914,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     m_b = m_b == neg_inf() ? m_b : __fsub_rn(__fmul_rn(m_b, ln2), ln255);
   }
   store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
-  jr += nt_cta;
-  }  // items
-  if (pingpong && wg == 0) named_sync(kPingBar, 256);  // the last token out
 #else
   asm volatile("trap;");  // built for another architecture: the host only launches this on sm_90
 #endif

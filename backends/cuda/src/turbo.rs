@@ -281,18 +281,6 @@ pub struct TurboKernels {
     /// [`Options::fast_turbo_prefill`](crate::Options::fast_turbo_prefill) (same launch, same
     /// operands), present on sm_90 (compute capability 9.0) only.
     prefill_wg: Option<Function>,
-    /// `prefill_wg` is `turbo_prefill_wgf_*`, a persistent kernel: a 1-d grid of at most
-    /// `sms` CTAs walks the (Q-block trip, head, batch) items ([`TurboKernels::prefill_wg_grid`]).
-    prefill_persistent: bool,
-    /// Streaming multiprocessors of the device (one persistent prefill CTA each).
-    sms: usize,
-    /// Experimental (issue 11, not an option yet): `FERRATTN_WGF_PINGPONG=1` at kernel
-    /// resolution makes `turbo_prefill_wgf_*` at d 128 issue its P V wgmmas in turn over the
-    /// three consumer warpgroups (bit 1 of `PrefillParams::causal`).
-    prefill_pingpong: bool,
-    /// Experimental (issue 11): `FERRATTN_WGF_ORDER=group` makes `turbo_prefill_wgf_*` cut
-    /// the Q blocks of one KV head's query heads into items (bit 2 of `PrefillParams::causal`).
-    prefill_grouped: bool,
     decode: Function,
     decode_g4: Function,
     /// The two decode instances under the fast contract, in the same order.
@@ -308,39 +296,6 @@ pub struct TurboKernels {
 }
 
 impl TurboKernels {
-    /// `QuantParams::image` of a prefill's pre-pass: bit 0 the wgmma tile image, bit 1 zero
-    /// the item counters of the persistent `turbo_prefill_wgf_*` (two ints after `vs`'s
-    /// block scales).
-    pub fn quant_image_bits(&self, wgmma: bool) -> i32 {
-        wgmma as i32 | ((wgmma && self.prefill_persistent) as i32) << 1
-    }
-
-    /// `PrefillParams::causal` for a prefill: bit 0 the mask, bits 1 and 2 the experimental
-    /// ping-pong and grouped items of `turbo_prefill_wgf_*`.
-    pub fn prefill_causal_bits(&self, causal: bool) -> i32 {
-        let pingpong = self.prefill_persistent && self.prefill_pingpong;
-        let grouped = self.prefill_persistent && self.prefill_grouped;
-        causal as i32 | (pingpong as i32) << 1 | (grouped as i32) << 2
-    }
-
-    /// The launch grid of `prefill_wg` for `q_blocks` Q blocks of 64 rows per sequence:
-    /// `turbo_prefill_wg_*` takes one CTA per item (x: trips of [`WG_Q_BLOCKS`] Q blocks, y:
-    /// query heads, z: batch); the persistent `turbo_prefill_wgf_*` takes one CTA per SM (or
-    /// one per item when there are fewer), each taking items from a global counter.
-    pub fn prefill_wg_grid(
-        &self,
-        q_blocks: usize,
-        heads_q: usize,
-        batch: usize,
-    ) -> (usize, usize, usize) {
-        let trips = q_blocks.div_ceil(WG_Q_BLOCKS);
-        if self.prefill_persistent {
-            ((trips * heads_q * batch).min(self.sms.max(1)), 1, 1)
-        } else {
-            (trips, heads_q, batch)
-        }
-    }
-
     /// The decode instance for GQA groups of `group` query heads: `turbo_decode_g4_*` up to
     /// [`DECODE_G4_MAX_GROUP`], else `turbo_decode_*`; their `_fast_` twins where
     /// [`CudaBackend::turbo_decode_is_fast`] (the default on sm_90).
@@ -782,10 +737,6 @@ impl CudaBackend {
             } else {
                 None
             },
-            prefill_persistent: self.has_sm90a() && self.options.fast_turbo_prefill,
-            sms: self.gpu()?.caps.compute_units,
-            prefill_pingpong: std::env::var("FERRATTN_WGF_PINGPONG").is_ok_and(|v| v == "1"),
-            prefill_grouped: std::env::var("FERRATTN_WGF_ORDER").is_ok_and(|v| v == "group"),
             decode: m.decode.function(&n.decode)?,
             decode_g4: m.decode.function(&n.decode_g4)?,
             decode_fast: m.decode.function(&n.decode_fast)?,
@@ -844,9 +795,7 @@ impl CudaBackend {
             kq: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
             vt: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
             ks: DeviceBuffer::alloc(gpu, tiles * 4)?,
-            // + the two item counters of the persistent turbo_prefill_wgf_*, which must start
-            // at zero (the kernel leaves them zero)
-            vs: DeviceBuffer::from_slice(gpu, &vec![0f32; tiles + 2])?,
+            vs: DeviceBuffer::alloc(gpu, tiles * 4)?,
         })
     }
 
@@ -897,13 +846,12 @@ impl CudaBackend {
             max_s: max_s as i32,
             heads_kv: p.heads_kv as i32,
             nblk: prep.nblk as i32,
-            image: prep.kernels.quant_image_bits(prep.wgmma),
+            image: prep.wgmma as i32,
         };
         launch(
             gpu,
             &prep.kernels.quant_kv,
-            // x: 2 j + (0: K, 1: V) of block j
-            (2 * prep.nblk, p.heads_kv, p.batch),
+            (prep.nblk, p.heads_kv, p.batch),
             &mut qp,
         )?;
         if cache.is_some() {
@@ -943,7 +891,7 @@ impl CudaBackend {
             heads_kv: p.heads_kv as i32,
             group: p.group_size() as i32,
             nblk: prep.nblk as i32,
-            causal: prep.kernels.prefill_causal_bits(p.causal),
+            causal: p.causal as i32,
             sas: prep.cfg.sas as i32,
             sas_nr: prep.cfg.sas_threshold,
             softmax_scale: p.softmax_scale,
@@ -953,7 +901,7 @@ impl CudaBackend {
             (Some(f), true) => launch_with(
                 self.gpu()?,
                 f,
-                prep.kernels.prefill_wg_grid(q_blocks, p.heads_q, p.batch),
+                (q_blocks.div_ceil(WG_Q_BLOCKS), p.heads_q, p.batch),
                 WG_THREADS,
                 wg_smem_bytes(p.head_dim_qk),
                 &mut pp,

@@ -22,7 +22,7 @@ use super::{
     check, check_supported, code_layout, decode_smem_bytes, plan_decode, wg_smem_bytes,
     AppendParams, CacheParams, DecodeParams, DecodePlan, DecodeSchedule, DeviceTurboCache,
     FlushParams, PrefillParams, QuantParams, TurboKernels, DECODE_ROWS, TURBO_BLOCK, TURBO_THREADS,
-    WG_THREADS,
+    WG_Q_BLOCKS, WG_THREADS,
 };
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -92,9 +92,7 @@ impl TurboPrefillStepPlan {
         let vt = align(kq + tiles * TURBO_BLOCK * d);
         let ks = align(vt + tiles * TURBO_BLOCK * d);
         let vs = align(ks + tiles * 4);
-        // the block scales of V, then the two item counters of the persistent
-        // turbo_prefill_wgf_* (zeroed by the pre-pass)
-        let bytes = align(vs + tiles * 4 + 8);
+        let bytes = align(vs + tiles * 4);
         Ok(TurboPrefillStepPlan {
             problem: p.clone(),
             cfg: cfg.clone(),
@@ -538,13 +536,12 @@ impl TurboStepKernels {
             max_s: p.max_seqlen_k as i32,
             heads_kv: p.heads_kv as i32,
             nblk: plan.nblk as i32,
-            image: self.kernels.quant_image_bits(self.wgmma),
+            image: self.wgmma as i32,
         };
         let k = &self.kernels;
         self.launch(
             &k.quant_kv,
-            // x: 2 j + (0: K, 1: V) of block j
-            (2 * plan.nblk, p.heads_kv, p.batch),
+            (plan.nblk, p.heads_kv, p.batch),
             TURBO_THREADS,
             0,
             stream,
@@ -574,7 +571,7 @@ impl TurboStepKernels {
             heads_kv: p.heads_kv as i32,
             group: p.group_size() as i32,
             nblk: plan.nblk as i32,
-            causal: self.kernels.prefill_causal_bits(p.causal),
+            causal: p.causal as i32,
             sas: plan.cfg.sas as i32,
             sas_nr: plan.cfg.sas_threshold,
             softmax_scale: p.softmax_scale,
@@ -583,7 +580,7 @@ impl TurboStepKernels {
         match (&k.prefill_wg, self.wgmma) {
             (Some(f), true) => self.launch(
                 f,
-                k.prefill_wg_grid(q_blocks, p.heads_q, p.batch),
+                (q_blocks.div_ceil(WG_Q_BLOCKS), p.heads_q, p.batch),
                 WG_THREADS,
                 wg_smem_bytes(p.head_dim_qk),
                 stream,
