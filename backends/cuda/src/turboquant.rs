@@ -40,8 +40,9 @@ pub const TILE_K: usize = 16;
 pub const UNIT_WARPS: usize = 4;
 /// Stages of each decode warp's cp.async ring (`kStages` in turboquant_decode.cu).
 pub const DECODE_STAGES: usize = 3;
-/// Bytes of one ring stage: 6 slots of 16 bytes per lane (`kSlots`).
-pub const DECODE_STAGE_BYTES: usize = 6 * 32 * 16;
+/// Bytes of one ring stage (`kStageBytes`): 4 code slots of 16 bytes per lane (`kSlots`), then
+/// 512 bytes for the 16 tokens' signs and norms (`kSmallBytes`, a 16-byte chunk per lane).
+pub const DECODE_STAGE_BYTES: usize = 4 * 32 * 16 + 512;
 /// Warps of a merge CTA (`kCombineWarps`).
 pub const COMBINE_WARPS: usize = 8;
 /// Fewest 16-token iterations per decode unit the schedule aims at: fewer units than resident
