@@ -72,7 +72,8 @@ struct DecodeParams {
   float* part_ml;                 // [segments][16][2] (m, l), m in log2 units
   const int* seqlens_q;           // [B]
   const int* seqlens_k;           // [B]
-  int units, heads_kv, cap, qgroups, group, max_sq, causal, pad;
+  int units, heads_kv, cap, qgroups, group, max_sq, causal;
+  int late_ring;                  // 1: the first segment's ring after pdl_wait (FERRATTN_TQ_EARLY=0)
   u32 ktab[8];                    // σ_k x key centroids (f16): low bytes of entries 0-15, then high
                                   // bytes; 1 / σ_k is folded into the query scale
   u32 vtab[8];                    // σ_v x value centroids, same; 1 / σ_v is applied in the merge
@@ -426,15 +427,16 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   // through L2 only. (At D = 64 the code copies are 8-byte cp.async.ca, through L1: after the
   // wait, as before; see pdl_wait for why nothing goes through L1 before it.)
   constexpr bool kEarly = D == 128;
+  const bool early = kEarly && !p.late_ring;
   Head hd{};
-  if (kEarly && seg_begin < seg_end) {
+  if (early && seg_begin < seg_end) {
     hd = head_of(seg_begin);
     issue_ring(hd);
   }
   pdl_wait();  // the query fragments (the prepare's output) are read below
 
   for (int sgi = seg_begin; sgi < seg_end; ++sgi) {
-    if (!kEarly || sgi != seg_begin) {
+    if (!early || sgi != seg_begin) {
       hd = head_of(sgi);
       // every lane's reads of the previous segment's small bytes are done before they are
       // overwritten (the ring is refilled from the start)

@@ -611,7 +611,9 @@ struct DecodeParams {
     group: i32,
     max_sq: i32,
     causal: i32,
-    pad: i32,
+    /// 1: the first segment's ring is issued after the wait on the prepare, not before
+    /// (`FERRATTN_TQ_EARLY=0`, a diagnostic switch)
+    late_ring: i32,
     ktab: [u32; 8],
     vtab: [u32; 8],
 }
@@ -1386,6 +1388,9 @@ pub struct TurboQuantCuda {
     /// The decode and the merge are launched with programmatic stream serialization
     /// ([`launch_programmatic`]; compute capability 9.0 or newer).
     programmatic: bool,
+    /// The decode issues its first segment's ring after its wait on the prepare
+    /// (`FERRATTN_TQ_EARLY=0`; by default before it, see turboquant_decode.cu).
+    late_ring: bool,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -1579,6 +1584,9 @@ impl TurboQuantCuda {
             compress_per_sm: [0; 2],
             fast_per_sm: [[0; 2]; 2],
             programmatic: false,
+            // FERRATTN_TQ_EARLY=0: the decode's first ring fill after its wait (diagnostic, as
+            // FERRATTN_TQ_PDL: one build timed and tested both ways)
+            late_ring: std::env::var("FERRATTN_TQ_EARLY").is_ok_and(|v| v == "0"),
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -2281,7 +2289,7 @@ impl TurboQuantCuda {
             group: p.group_size() as i32,
             max_sq: p.max_seqlen_q as i32,
             causal: p.causal as i32,
-            pad: 0,
+            late_ring: self.late_ring as i32,
             ktab: self.ktab,
             vtab: self.vtab,
         };
