@@ -702,22 +702,12 @@ __device__ __forceinline__ size_t frag_at(int tile, int r, int o) {
   return ((((size_t)tile * 32 + lane) * (D / 16) + c) * 4 + reg) * 2 + e;
 }
 
-// Rows 0 .. N-1 of q_s times a quarter of Πᵀ (and Sᵀ) at column col: rows past the last valid
-// one are skipped by picking N >= that row at run time (invalid rows in between hold zeros).
+// Rows 0 .. N-1 of q_s times the thread's quarter column of Πᵀ (a) and Sᵀ (c): rows past the last
+// valid one are skipped by picking N >= that row at run time (invalid rows in between hold zeros).
 template <int D, int N>
-__device__ __forceinline__ void project_rows(const PrepareParams& p, const float (*q_s)[D], int quarter, int col,
-                                             float (&rot)[kRows], float (&proj)[kRows]) {
+__device__ __forceinline__ void project_rows(const float (*q_s)[D], int quarter, const float (&a)[D / 4],
+                                             const float (&c)[D / 4], float (&rot)[kRows], float (&proj)[kRows]) {
   constexpr int KQ = D / 4;
-  const float* pit = p.pit + (size_t)quarter * KQ * D + col;
-  const float* st = p.st + (size_t)quarter * KQ * D + col;
-  // every load of the quarter issued before the first FMA: one L2 round trip per thread
-  // instead of KQ / 8 (the kernel is a latency chain at small batch, not a bandwidth one)
-  float a[KQ], c[KQ];
-#pragma unroll
-  for (int kk = 0; kk < KQ; ++kk) {
-    a[kk] = pit[(size_t)kk * D];
-    c[kk] = p.qjl ? st[(size_t)kk * D] : 0.f;
-  }
 #pragma unroll
   for (int kk = 0; kk < KQ; ++kk) {
     const int k = quarter * KQ + kk;
@@ -742,6 +732,21 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
   if (tile >= p.batch_tiles) return;
   const int t = threadIdx.x, cl = t & 31, quarter = t >> 5, col = chunk * 32 + cl;
   const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
+  // this thread's quarter column of Πᵀ (and Sᵀ), every load issued first thing: one round trip
+  // per thread instead of KQ / 8 (the kernel is a latency chain at small batch, not a bandwidth
+  // one), and in flight while the query rows are staged (they were loaded after them, a second
+  // round trip, until issue-10-decode3)
+  constexpr int KQ = D / 4;
+  float a[KQ], c[KQ];
+  {
+    const float* pit = p.pit + (size_t)quarter * KQ * D + col;
+    const float* st = p.st + (size_t)quarter * KQ * D + col;
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk) {
+      a[kk] = pit[(size_t)kk * D];
+      c[kk] = p.qjl ? st[(size_t)kk * D] : 0.f;
+    }
+  }
   if (t < kRows) {  // one thread per row: the integer divisions once per row, not per element
     const int R = qg * kRows + t, hl = R / p.max_sq, i = R % p.max_sq;
     src_s[t] = hl < p.group && i < p.seqlens_q[b]
@@ -761,11 +766,11 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
 #pragma unroll
   for (int r = 0; r < kRows; ++r) rot[r] = 0.f, proj[r] = 0.f;
   if (last <= 4) {
-    project_rows<D, 4>(p, q_s, quarter, col, rot, proj);
+    project_rows<D, 4>(q_s, quarter, a, c, rot, proj);
   } else if (last <= 8) {
-    project_rows<D, 8>(p, q_s, quarter, col, rot, proj);
+    project_rows<D, 8>(q_s, quarter, a, c, rot, proj);
   } else {
-    project_rows<D, kRows>(p, q_s, quarter, col, rot, proj);
+    project_rows<D, kRows>(q_s, quarter, a, c, rot, proj);
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) red[0][quarter][r][cl] = rot[r], red[1][quarter][r][cl] = proj[r];
@@ -830,6 +835,29 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   for (int r = part; r < kRows; r += p.row_split) {
     const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
     if (hl >= p.group) break;  // padding rows of the last tile: every later row is padding too
+    // the warp's first batch of partials, loaded before pass 1: they do not depend on M, so their
+    // round trip overlaps pass 1's (one fewer on the merge's latency chain at small batch)
+    float2 ml[kBatch];
+    float ov[kBatch][PER];
+    auto load_batch = [&](int sb) {
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int s = sb + u * kCombineWarps;
+        ml[u] = make_float2(neg_inf(), 0.f);
+        if (s < s1) {
+          ml[u] = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
+          const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
+          if constexpr (PER == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(po);
+            ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
+          } else {
+            const float2 v = *reinterpret_cast<const float2*>(po);
+            ov[u][0] = v.x, ov[u][1] = v.y;
+          }
+        }
+      }
+    };
+    load_batch(s0 + warp);
     // ---- pass 1: M = max_s m_s (a padded query row has no partial worth reading: M = -inf)
     float m = neg_inf();
     if (i < sq)
@@ -847,24 +875,7 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
     for (int j = 0; j < PER; ++j) acc[j] = 0.f;
     if (M != neg_inf()) {
       for (int sb = s0 + warp; sb < s1; sb += kBatch * kCombineWarps) {
-        float2 ml[kBatch];
-        float ov[kBatch][PER];
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int s = sb + u * kCombineWarps;
-          ml[u] = make_float2(neg_inf(), 0.f);
-          if (s < s1) {
-            ml[u] = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
-            const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
-            if constexpr (PER == 4) {
-              const float4 v = *reinterpret_cast<const float4*>(po);
-              ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
-            } else {
-              const float2 v = *reinterpret_cast<const float2*>(po);
-              ov[u][0] = v.x, ov[u][1] = v.y;
-            }
-          }
-        }
+        if (sb != s0 + warp) load_batch(sb);
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           if (ml[u].x == neg_inf()) continue;  // past the tile's end, or no visible key of this row
