@@ -54,7 +54,7 @@ constexpr int kSlots = 4;         // 16-byte code slots per lane and stage (see 
 constexpr int kSmallBytes = 512;  // a stage's sign and norm bytes after its code slots (<= 352 used)
 constexpr int kStageBytes = kSlots * 32 * 16 + kSmallBytes;  // 2560
 constexpr int kStageU4 = kStageBytes / 16;
-constexpr int kCombineWarps = 8;  // warps of a merge CTA
+constexpr int kCombineWarps = 8;  // warps of a merge CTA (turboquant_combine_d*; the _w16 ones: 16)
 
 // Mirrors ferrattn_cuda::turboquant::DecodeParams (#[repr(C)]).
 struct DecodeParams {
@@ -789,11 +789,14 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
   }
 }
 
-// CTA (tile, part) of kCombineWarps warps merges rows part, part + row_split, ... of its tile.
+// CTA (tile, part) of kCombineWarps warps (8, or 16 for the _w16 kernels: at batch 1, 32k a row
+// has ~200 partials, so 16 warps take ~2 batches of kBatch loads each instead of ~4, fewer
+// round trips in a row) merges rows part, part + row_split, ... of its tile.
 // Per row, two passes over the unit partials so that no step waits on the one before (the old
 // online merge was a chain of ~S/8 dependent rescales per warp, S = the tile's segments: ~130 at
 // batch 1, 32k):
-//   1. the row's maximum M over every segment's m (one load per thread, a CTA max);
+//   1. the row's maximum M over every segment's m (one load per thread, a CTA max; each warp's
+//      first batch of pass 2 is already loading);
 //   2. each warp takes every kCombineWarps-th segment, kBatch loads in flight, and sums
 //      2^(m_s - M) l_s and 2^(m_s - M) O_s (lane: D/32 coordinates of O_rot); the warps' sums
 //      are added through shared memory.
@@ -801,14 +804,14 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
 // Then O = Πᵀ (O_rot / l) for the CTA's rows, kRowBlock rows at a time: thread (k-slice ks,
 // column quad c4) holds its KL rows of Π as float4 (loaded first thing, in flight during the
 // merge), the slices are summed through shared memory in a fixed order (deterministic).
-template <int D>
+template <int D, int kCombineWarps>
 __device__ __forceinline__ void combine(const CombineParams& p) {
   constexpr int PER = D / 32;
   constexpr int NT = kCombineWarps * 32;
   constexpr int C4 = D / 4;      // float4 column quads of the un-rotation
   constexpr int KS = NT / C4;    // k-slices (8 at D = 128, 16 at D = 64)
   constexpr int KL = D / KS;     // k per slice (16, 4)
-  constexpr int kRowBlock = 4;   // rows un-rotated at once
+  constexpr int kRowBlock = kCombineWarps > 8 ? 2 : 4;  // rows un-rotated at once (static smem < 48 KiB)
   constexpr int kBatch = 8;      // segments in flight per warp
   __shared__ float wm[kCombineWarps], wl[kCombineWarps];
   __shared__ float wacc[kCombineWarps][D];
@@ -973,7 +976,11 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   }                                                                                             \
   extern "C" __global__ void __launch_bounds__(ferrattn::tq::kCombineWarps * 32, 2)            \
       turboquant_combine_d##D(const ferrattn::tq::CombineParams p) {                            \
-    ferrattn::tq::combine<D>(p);                                                                \
+    ferrattn::tq::combine<D, ferrattn::tq::kCombineWarps>(p);                                   \
+  }                                                                                             \
+  extern "C" __global__ void __launch_bounds__(16 * 32, 1)                                      \
+      turboquant_combine_w16_d##D(const ferrattn::tq::CombineParams p) {                        \
+    ferrattn::tq::combine<D, 16>(p);                                                            \
   }
 
 FERRATTN_TQ_DIM(64)

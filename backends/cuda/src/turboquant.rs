@@ -43,8 +43,11 @@ pub const DECODE_STAGES: usize = 3;
 /// Bytes of one ring stage (`kStageBytes`): 4 code slots of 16 bytes per lane (`kSlots`), then
 /// 512 bytes for the 16 tokens' signs and norms (`kSmallBytes`, a 16-byte chunk per lane).
 pub const DECODE_STAGE_BYTES: usize = 4 * 32 * 16 + 512;
-/// Warps of a merge CTA (`kCombineWarps`).
-pub const COMBINE_WARPS: usize = 8;
+/// Warps of a merge CTA by default: the `turboquant_combine_w16_d*` kernels (16 warps: at batch 1
+/// each warp takes half as many partials, two batches of loads in a row instead of four);
+/// `FERRATTN_TQ_MERGE_WARPS=8` takes `turboquant_combine_d*` (`kCombineWarps`, 8 warps), a
+/// diagnostic switch so that one build is timed and tested both ways.
+pub const COMBINE_WARPS: usize = 16;
 /// Fewest 16-token iterations per decode unit the schedule aims at: fewer units than resident
 /// warps when the work is small, so that each warp's ring runs long enough to pay for its fill
 /// and the merge has fewer partials to read. 8 (was 16): at batch 1, 32k every resident warp
@@ -273,8 +276,10 @@ pub struct KernelNames {
     pub decode_r8: String,
     /// Fused decode with all 16 MMA rows.
     pub decode_r16: String,
-    /// Merge of the partials and `Πᵀ`.
+    /// Merge of the partials and `Πᵀ`, 8 warps a CTA.
     pub combine: String,
+    /// The same merge, 16 warps a CTA.
+    pub combine_w16: String,
     /// Keys on tensor cores, one f16 `Π` ([`CompressPath::Fast`]).
     pub fast_keys: String,
     /// Values on tensor cores, one f16 `Π`.
@@ -370,6 +375,7 @@ pub fn kernel_names(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<Kern
         decode_r8: format!("turboquant_decode_d{d}_{k}_{v}_r8"),
         decode_r16: format!("turboquant_decode_d{d}_{k}_{v}_r16"),
         combine: format!("turboquant_combine_d{d}"),
+        combine_w16: format!("turboquant_combine_w16_d{d}"),
     })
 }
 
@@ -1354,7 +1360,9 @@ pub struct TurboQuantCuda {
     prepare_q: Function,
     decode_r8: Function,
     decode_r16: Function,
+    /// The merge kernel in use and its warps per CTA (8 or 16, see [`COMBINE_WARPS`]).
     combine: Function,
+    combine_warps: usize,
     pi: DeviceBuffer,
     pit: DeviceBuffer,
     s: DeviceBuffer,
@@ -1519,6 +1527,11 @@ impl TurboQuantCuda {
         };
         let cm = load("turboquant_compress")?;
         let dm = load("turboquant_decode")?;
+        // FERRATTN_TQ_MERGE_WARPS=8: the 8-warp merge (a diagnostic switch, see COMBINE_WARPS)
+        let merge_warps = match std::env::var("FERRATTN_TQ_MERGE_WARPS").as_deref() {
+            Ok("8") => 8,
+            _ => COMBINE_WARPS,
+        };
         let d = p.head_dim_qk;
         let codec = TurboQuantCodec::new(cfg, d, d);
         let pi_h = codec.key_rotation().matrix().to_vec();
@@ -1556,7 +1569,12 @@ impl TurboQuantCuda {
             prepare_q: dm.function(&names.prepare_q)?,
             decode_r8: dm.function(&names.decode_r8)?,
             decode_r16: dm.function(&names.decode_r16)?,
-            combine: dm.function(&names.combine)?,
+            combine: if merge_warps == 8 {
+                dm.function(&names.combine)?
+            } else {
+                dm.function(&names.combine_w16)?
+            },
+            combine_warps: merge_warps,
             pi: DeviceBuffer::from_slice(&gpu, &pi_h)?,
             pit: DeviceBuffer::from_slice(&gpu, &transpose(&pi_h, d))?,
             s: DeviceBuffer::from_slice(&gpu, &s_h)?,
@@ -2332,7 +2350,7 @@ impl TurboQuantCuda {
                 &self.combine,
                 (
                     (prep.tiles * prep.row_split) as u32,
-                    (COMBINE_WARPS * 32) as u32,
+                    (self.combine_warps * 32) as u32,
                 ),
                 0,
                 stream,
