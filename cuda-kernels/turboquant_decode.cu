@@ -27,16 +27,19 @@
 //      MMAs of stage t (two independent chains per warp), then the softmax of stage t + 1.
 //      Bytes in flight: each warp streams its 16-token stages through a private ring of
 //      kStages stages in shared memory filled by cp.async (the whole ring issued at the
-//      segment's start; a stage's slot refilled once its P·V has read its codes). Every lane
-//      copies exactly the bytes it later reads (its own B fragments, signs and norms), so the
-//      ring needs no barrier, only cp.async.wait_group.
+//      segment's start, at D = 128 the first segment's before the wait on the prepare; a
+//      stage's slot refilled once its P·V has read its codes). Every lane copies its own code
+//      bytes (its B fragments); a stage's signs and norms are copied as whole 16-byte chunks by
+//      the first lanes (one cp.async each), so every cp.async.wait_group is followed by a
+//      __syncwarp.
 //      Codes are unpacked in registers, never looked up in shared memory: one nibble per
 //      coordinate, laid out so that one lane's bytes are exactly its B fragments (see
 //      turboquant_compress.cu); `prmt` with the nibbles as selectors looks four centroids up in
 //      byte tables held in registers (low bytes and high bytes of the f16 centroids) and two more
 //      `prmt` interleave them into two f16x2 operands. Sign bits become ±1 f16 pairs with one
 //      shift and one LOP3.
-//   3. turboquant_combine_*: per output row, the unit partials (O_rot, m, l) merged in two
+//   3. turboquant_combine_* (8 warps; turboquant_combine_w16_* with 16 at small batch): per
+//      output row, the unit partials (O_rot, m, l) merged in two
 //      passes (the row's max over every partial, then independent weighted sums over the CTA's
 //      warps, several partials in flight per warp: Lean's reduction, in a different
 //      association), O = Πᵀ (O_rot / l), LSE = (m + log2 l) ln 2. At small batch a tile's rows
@@ -702,12 +705,22 @@ __device__ __forceinline__ size_t frag_at(int tile, int r, int o) {
   return ((((size_t)tile * 32 + lane) * (D / 16) + c) * 4 + reg) * 2 + e;
 }
 
-// Rows 0 .. N-1 of q_s times the thread's quarter column of Πᵀ (a) and Sᵀ (c): rows past the last
-// valid one are skipped by picking N >= that row at run time (invalid rows in between hold zeros).
+// Rows 0 .. N-1 of q_s times a quarter of Πᵀ (and Sᵀ) at column col: rows past the last valid
+// one are skipped by picking N >= that row at run time (invalid rows in between hold zeros).
 template <int D, int N>
-__device__ __forceinline__ void project_rows(const float (*q_s)[D], int quarter, const float (&a)[D / 4],
-                                             const float (&c)[D / 4], float (&rot)[kRows], float (&proj)[kRows]) {
+__device__ __forceinline__ void project_rows(const PrepareParams& p, const float (*q_s)[D], int quarter, int col,
+                                             float (&rot)[kRows], float (&proj)[kRows]) {
   constexpr int KQ = D / 4;
+  const float* pit = p.pit + (size_t)quarter * KQ * D + col;
+  const float* st = p.st + (size_t)quarter * KQ * D + col;
+  // every load of the quarter issued before the first FMA: one L2 round trip per thread
+  // instead of KQ / 8 (the kernel is a latency chain at small batch, not a bandwidth one)
+  float a[KQ], c[KQ];
+#pragma unroll
+  for (int kk = 0; kk < KQ; ++kk) {
+    a[kk] = pit[(size_t)kk * D];
+    c[kk] = p.qjl ? st[(size_t)kk * D] : 0.f;
+  }
 #pragma unroll
   for (int kk = 0; kk < KQ; ++kk) {
     const int k = quarter * KQ + kk;
@@ -732,21 +745,6 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
   if (tile >= p.batch_tiles) return;
   const int t = threadIdx.x, cl = t & 31, quarter = t >> 5, col = chunk * 32 + cl;
   const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
-  // this thread's quarter column of Πᵀ (and Sᵀ), every load issued first thing: one round trip
-  // per thread instead of KQ / 8 (the kernel is a latency chain at small batch, not a bandwidth
-  // one), and in flight while the query rows are staged (they were loaded after them, a second
-  // round trip, until issue-10-decode3)
-  constexpr int KQ = D / 4;
-  float a[KQ], c[KQ];
-  {
-    const float* pit = p.pit + (size_t)quarter * KQ * D + col;
-    const float* st = p.st + (size_t)quarter * KQ * D + col;
-#pragma unroll
-    for (int kk = 0; kk < KQ; ++kk) {
-      a[kk] = pit[(size_t)kk * D];
-      c[kk] = p.qjl ? st[(size_t)kk * D] : 0.f;
-    }
-  }
   if (t < kRows) {  // one thread per row: the integer divisions once per row, not per element
     const int R = qg * kRows + t, hl = R / p.max_sq, i = R % p.max_sq;
     src_s[t] = hl < p.group && i < p.seqlens_q[b]
@@ -766,11 +764,11 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
 #pragma unroll
   for (int r = 0; r < kRows; ++r) rot[r] = 0.f, proj[r] = 0.f;
   if (last <= 4) {
-    project_rows<D, 4>(q_s, quarter, a, c, rot, proj);
+    project_rows<D, 4>(p, q_s, quarter, col, rot, proj);
   } else if (last <= 8) {
-    project_rows<D, 8>(q_s, quarter, a, c, rot, proj);
+    project_rows<D, 8>(p, q_s, quarter, col, rot, proj);
   } else {
-    project_rows<D, kRows>(q_s, quarter, a, c, rot, proj);
+    project_rows<D, kRows>(p, q_s, quarter, col, rot, proj);
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) red[0][quarter][r][cl] = rot[r], red[1][quarter][r][cl] = proj[r];
@@ -789,14 +787,15 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
   }
 }
 
-// CTA (tile, part) of kCombineWarps warps (8, or 16 for the _w16 kernels: at batch 1, 32k a row
-// has ~200 partials, so 16 warps take ~2 batches of kBatch loads each instead of ~4, fewer
-// round trips in a row) merges rows part, part + row_split, ... of its tile.
+// CTA (tile, part) of kCombineWarps warps merges rows part, part + row_split, ... of its tile.
+// The _w16 kernels (16 warps, small batch: one CTA per row in use, see
+// ferrattn_cuda::turboquant::merge_warps) give each warp half as many partials (at batch 1, 32k a
+// row has ~200: ~2 batches of kBatch loads in a row instead of ~4) and load each warp's first
+// batch before pass 1 (it does not depend on M, so its round trip overlaps pass 1's).
 // Per row, two passes over the unit partials so that no step waits on the one before (the old
 // online merge was a chain of ~S/8 dependent rescales per warp, S = the tile's segments: ~130 at
 // batch 1, 32k):
-//   1. the row's maximum M over every segment's m (one load per thread, a CTA max; each warp's
-//      first batch of pass 2 is already loading);
+//   1. the row's maximum M over every segment's m (one load per thread, a CTA max);
 //   2. each warp takes every kCombineWarps-th segment, kBatch loads in flight, and sums
 //      2^(m_s - M) l_s and 2^(m_s - M) O_s (lane: D/32 coordinates of O_rot); the warps' sums
 //      are added through shared memory.
@@ -812,6 +811,7 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   constexpr int KS = NT / C4;    // k-slices (8 at D = 128, 16 at D = 64)
   constexpr int KL = D / KS;     // k per slice (16, 4)
   constexpr int kRowBlock = kCombineWarps > 8 ? 2 : 4;  // rows un-rotated at once (static smem < 48 KiB)
+  constexpr bool kPrefetch = kCombineWarps > 8;          // first batch loaded before pass 1 (_w16)
   constexpr int kBatch = 8;      // segments in flight per warp
   __shared__ float wm[kCombineWarps], wl[kCombineWarps];
   __shared__ float wacc[kCombineWarps][D];
@@ -838,54 +838,103 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   for (int r = part; r < kRows; r += p.row_split) {
     const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
     if (hl >= p.group) break;  // padding rows of the last tile: every later row is padding too
-    // the warp's first batch of partials, loaded before pass 1: they do not depend on M, so their
-    // round trip overlaps pass 1's (one fewer on the merge's latency chain at small batch)
-    float2 ml[kBatch];
-    float ov[kBatch][PER];
-    auto load_batch = [&](int sb) {
+    // (M, l, O_rot sums) of the row; the two versions are kept as they were measured (8 warps:
+    // 0ba6e6d, 16 warps: 502a305, identical SASS)
+    float M, l = 0.f, acc[PER];
+    if constexpr (kPrefetch) {
+      // the warp's first batch of partials, loaded before pass 1: they do not depend on M, so their
+      // round trip overlaps pass 1's (one fewer on the merge's latency chain at small batch)
+      float2 ml[kBatch];
+      float ov[kBatch][PER];
+      auto load_batch = [&](int sb) {
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int s = sb + u * kCombineWarps;
-        ml[u] = make_float2(neg_inf(), 0.f);
-        if (s < s1) {
-          ml[u] = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
-          const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
-          if constexpr (PER == 4) {
-            const float4 v = *reinterpret_cast<const float4*>(po);
-            ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
-          } else {
-            const float2 v = *reinterpret_cast<const float2*>(po);
-            ov[u][0] = v.x, ov[u][1] = v.y;
+        for (int u = 0; u < kBatch; ++u) {
+          const int s = sb + u * kCombineWarps;
+          ml[u] = make_float2(neg_inf(), 0.f);
+          if (s < s1) {
+            ml[u] = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
+            const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
+            if constexpr (PER == 4) {
+              const float4 v = *reinterpret_cast<const float4*>(po);
+              ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
+            } else {
+              const float2 v = *reinterpret_cast<const float2*>(po);
+              ov[u][0] = v.x, ov[u][1] = v.y;
+            }
+          }
+        }
+      };
+      load_batch(s0 + warp);
+      // ---- pass 1: M = max_s m_s (a padded query row has no partial worth reading: M = -inf)
+      float m = neg_inf();
+      if (i < sq)
+        for (int s = s0 + t; s < s1; s += NT) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
+#pragma unroll
+      for (int x = 16; x >= 1; x >>= 1) m = fmax2(m, shfl_xor(m, x));
+      if (lane == 0) wm[warp] = m;
+      __syncthreads();
+      M = neg_inf();
+#pragma unroll
+      for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
+      // ---- pass 2: independent weighted sums (M = -inf: no visible key in any segment)
+#pragma unroll
+      for (int j = 0; j < PER; ++j) acc[j] = 0.f;
+      if (M != neg_inf()) {
+        for (int sb = s0 + warp; sb < s1; sb += kBatch * kCombineWarps) {
+          if (sb != s0 + warp) load_batch(sb);
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            if (ml[u].x == neg_inf()) continue;  // past the tile's end, or no visible key of this row
+            const float f = exp2_approx(ml[u].x - M);
+            l = fmaf(ml[u].y, f, l);
+#pragma unroll
+            for (int j = 0; j < PER; ++j) acc[j] = fmaf(ov[u][j], f, acc[j]);
           }
         }
       }
-    };
-    load_batch(s0 + warp);
-    // ---- pass 1: M = max_s m_s (a padded query row has no partial worth reading: M = -inf)
-    float m = neg_inf();
-    if (i < sq)
-      for (int s = s0 + t; s < s1; s += NT) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
+    } else {
+      // ---- pass 1: M = max_s m_s (a padded query row has no partial worth reading: M = -inf)
+      float m = neg_inf();
+      if (i < sq)
+        for (int s = s0 + t; s < s1; s += NT) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
 #pragma unroll
-    for (int x = 16; x >= 1; x >>= 1) m = fmax2(m, shfl_xor(m, x));
-    if (lane == 0) wm[warp] = m;
-    __syncthreads();
-    float M = neg_inf();
+      for (int x = 16; x >= 1; x >>= 1) m = fmax2(m, shfl_xor(m, x));
+      if (lane == 0) wm[warp] = m;
+      __syncthreads();
+      M = neg_inf();
 #pragma unroll
-    for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
-    // ---- pass 2: independent weighted sums (M = -inf: no visible key in any segment)
-    float l = 0.f, acc[PER];
+      for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
+      // ---- pass 2: independent weighted sums (M = -inf: no visible key in any segment)
 #pragma unroll
-    for (int j = 0; j < PER; ++j) acc[j] = 0.f;
-    if (M != neg_inf()) {
-      for (int sb = s0 + warp; sb < s1; sb += kBatch * kCombineWarps) {
-        if (sb != s0 + warp) load_batch(sb);
+      for (int j = 0; j < PER; ++j) acc[j] = 0.f;
+      if (M != neg_inf()) {
+        for (int sb = s0 + warp; sb < s1; sb += kBatch * kCombineWarps) {
+          float2 ml[kBatch];
+          float ov[kBatch][PER];
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          if (ml[u].x == neg_inf()) continue;  // past the tile's end, or no visible key of this row
-          const float f = exp2_approx(ml[u].x - M);
-          l = fmaf(ml[u].y, f, l);
+          for (int u = 0; u < kBatch; ++u) {
+            const int s = sb + u * kCombineWarps;
+            ml[u] = make_float2(neg_inf(), 0.f);
+            if (s < s1) {
+              ml[u] = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
+              const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
+              if constexpr (PER == 4) {
+                const float4 v = *reinterpret_cast<const float4*>(po);
+                ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
+              } else {
+                const float2 v = *reinterpret_cast<const float2*>(po);
+                ov[u][0] = v.x, ov[u][1] = v.y;
+              }
+            }
+          }
 #pragma unroll
-          for (int j = 0; j < PER; ++j) acc[j] = fmaf(ov[u][j], f, acc[j]);
+          for (int u = 0; u < kBatch; ++u) {
+            if (ml[u].x == neg_inf()) continue;  // past the tile's end, or no visible key of this row
+            const float f = exp2_approx(ml[u].x - M);
+            l = fmaf(ml[u].y, f, l);
+#pragma unroll
+            for (int j = 0; j < PER; ++j) acc[j] = fmaf(ov[u][j], f, acc[j]);
+          }
         }
       }
     }

@@ -43,11 +43,9 @@ pub const DECODE_STAGES: usize = 3;
 /// Bytes of one ring stage (`kStageBytes`): 4 code slots of 16 bytes per lane (`kSlots`), then
 /// 512 bytes for the 16 tokens' signs and norms (`kSmallBytes`, a 16-byte chunk per lane).
 pub const DECODE_STAGE_BYTES: usize = 4 * 32 * 16 + 512;
-/// Warps of a merge CTA by default: the `turboquant_combine_w16_d*` kernels (16 warps: at batch 1
-/// each warp takes half as many partials, two batches of loads in a row instead of four);
-/// `FERRATTN_TQ_MERGE_WARPS=8` takes `turboquant_combine_d*` (`kCombineWarps`, 8 warps), a
-/// diagnostic switch so that one build is timed and tested both ways.
-pub const COMBINE_WARPS: usize = 16;
+/// Warps of a merge CTA of `turboquant_combine_d*` (`kCombineWarps`); the
+/// `turboquant_combine_w16_d*` kernels have 16 (see [`merge_warps`]).
+pub const COMBINE_WARPS: usize = 8;
 /// Fewest 16-token iterations per decode unit the schedule aims at: fewer units than resident
 /// warps when the work is small, so that each warp's ring runs long enough to pay for its fill
 /// and the merge has fewer partials to read. 8 (was 16): at batch 1, 32k every resident warp
@@ -278,7 +276,7 @@ pub struct KernelNames {
     pub decode_r16: String,
     /// Merge of the partials and `Πᵀ`, 8 warps a CTA.
     pub combine: String,
-    /// The same merge, 16 warps a CTA.
+    /// The same merge, 16 warps a CTA (small batch, [`merge_warps`]).
     pub combine_w16: String,
     /// Keys on tensor cores, one f16 `Π` ([`CompressPath::Fast`]).
     pub fast_keys: String,
@@ -1360,9 +1358,11 @@ pub struct TurboQuantCuda {
     prepare_q: Function,
     decode_r8: Function,
     decode_r16: Function,
-    /// The merge kernel in use and its warps per CTA (8 or 16, see [`COMBINE_WARPS`]).
+    /// The merge kernels of 8 and 16 warps a CTA (see [`merge_warps`]).
     combine: Function,
-    combine_warps: usize,
+    combine_w16: Function,
+    /// `FERRATTN_TQ_MERGE_WARPS` (8 or 16): every step's merge with that many warps.
+    merge_forced: Option<usize>,
     pi: DeviceBuffer,
     pit: DeviceBuffer,
     s: DeviceBuffer,
@@ -1453,6 +1453,16 @@ pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize) -> usize
     want.clamp(wave, resident.max(wave))
 }
 
+/// Warps per merge CTA: 16 (`turboquant_combine_w16_d*`) when the merge runs one CTA per row in
+/// use (`row_split > 1`, small batch: a row's ~200 partials at batch 1, 32k, are two batches of
+/// loads per warp instead of four), else 8 (`turboquant_combine_d*`: at batch 64, 4k the 16-warp
+/// merge took the step from 191 to 205 µs on an H200 against the 8-warp one of the same build,
+/// issue-10-decode3 call 2). `forced`
+/// (`FERRATTN_TQ_MERGE_WARPS`) overrides.
+pub fn merge_warps(row_split: usize, forced: Option<usize>) -> usize {
+    forced.unwrap_or(if row_split > 1 { 16 } else { COMBINE_WARPS })
+}
+
 /// Merge CTAs per output tile: with fewer tiles than half the SMs (small batch), one CTA per
 /// row in use (rows `r ≡ part mod row_split`), else one CTA per tile (its rows share the reads
 /// of `Π`).
@@ -1527,10 +1537,12 @@ impl TurboQuantCuda {
         };
         let cm = load("turboquant_compress")?;
         let dm = load("turboquant_decode")?;
-        // FERRATTN_TQ_MERGE_WARPS=8: the 8-warp merge (a diagnostic switch, see COMBINE_WARPS)
-        let merge_warps = match std::env::var("FERRATTN_TQ_MERGE_WARPS").as_deref() {
-            Ok("8") => 8,
-            _ => COMBINE_WARPS,
+        // FERRATTN_TQ_MERGE_WARPS=8 or 16: one merge for every step (a diagnostic switch, so that
+        // one build is timed and tested both ways; see merge_warps)
+        let merge_forced = match std::env::var("FERRATTN_TQ_MERGE_WARPS").as_deref() {
+            Ok("8") => Some(8),
+            Ok("16") => Some(16),
+            _ => None,
         };
         let d = p.head_dim_qk;
         let codec = TurboQuantCodec::new(cfg, d, d);
@@ -1569,12 +1581,9 @@ impl TurboQuantCuda {
             prepare_q: dm.function(&names.prepare_q)?,
             decode_r8: dm.function(&names.decode_r8)?,
             decode_r16: dm.function(&names.decode_r16)?,
-            combine: if merge_warps == 8 {
-                dm.function(&names.combine)?
-            } else {
-                dm.function(&names.combine_w16)?
-            },
-            combine_warps: merge_warps,
+            combine: dm.function(&names.combine)?,
+            combine_w16: dm.function(&names.combine_w16)?,
+            merge_forced,
             pi: DeviceBuffer::from_slice(&gpu, &pi_h)?,
             pit: DeviceBuffer::from_slice(&gpu, &transpose(&pi_h, d))?,
             s: DeviceBuffer::from_slice(&gpu, &s_h)?,
@@ -2344,14 +2353,16 @@ impl TurboQuantCuda {
             row_split: prep.row_split as i32,
             oscale: 1.0 / self.sigma_v,
         };
+        let warps = merge_warps(prep.row_split, self.merge_forced);
         unsafe {
             launch_step_kernel(
                 &self.gpu,
-                &self.combine,
-                (
-                    (prep.tiles * prep.row_split) as u32,
-                    (self.combine_warps * 32) as u32,
-                ),
+                if warps == 16 {
+                    &self.combine_w16
+                } else {
+                    &self.combine
+                },
+                ((prep.tiles * prep.row_split) as u32, (warps * 32) as u32),
                 0,
                 stream,
                 self.programmatic,
@@ -2972,6 +2983,20 @@ mod tests {
             7 * 8 + 7 * 4 + 2 * 4 + 4
         );
         assert_eq!(std::mem::size_of::<CombineParams>(), 7 * 8 + 7 * 4 + 4);
+    }
+
+    #[test]
+    fn the_16_warp_merge_serves_small_batches_only() {
+        // batch 1 (8 tiles on 132 SMs): one CTA per row in use, 16 warps; batch 64: one CTA per
+        // tile, 8 warps (the 16-warp merge lost 191 -> 205 µs there on an H200)
+        let one = AttentionProblem::uniform(1, 1, 32768, 32, 8, 128, 128, DType::F16);
+        let many = AttentionProblem::uniform(64, 1, 4096, 32, 8, 128, 128, DType::F16);
+        let (r1, r64) = (row_split(&one, 8, 132), row_split(&many, 512, 132));
+        assert_eq!((r1, r64), (4, 1));
+        assert_eq!(merge_warps(r1, None), 16);
+        assert_eq!(merge_warps(r64, None), COMBINE_WARPS);
+        assert_eq!(merge_warps(r1, Some(8)), 8);
+        assert_eq!(merge_warps(r64, Some(16)), 16);
     }
 
     #[test]
