@@ -1457,8 +1457,7 @@ pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize) -> usize
 /// use (`row_split > 1`, small batch: a row's ~200 partials at batch 1, 32k, are two batches of
 /// loads per warp instead of four), else 8 (`turboquant_combine_d*`: at batch 64, 4k the 16-warp
 /// merge took the step from 191 to 205 µs on an H200 against the 8-warp one of the same build,
-/// issue-10-decode3 call 2). `forced`
-/// (`FERRATTN_TQ_MERGE_WARPS`) overrides.
+/// issue-10-decode3 call 2). `forced` (`FERRATTN_TQ_MERGE_WARPS`) overrides.
 pub fn merge_warps(row_split: usize, forced: Option<usize>) -> usize {
     forced.unwrap_or(if row_split > 1 { 16 } else { COMBINE_WARPS })
 }
