@@ -27,16 +27,19 @@
 //      MMAs of stage t (two independent chains per warp), then the softmax of stage t + 1.
 //      Bytes in flight: each warp streams its 16-token stages through a private ring of
 //      kStages stages in shared memory filled by cp.async (the whole ring issued at the
-//      segment's start; a stage's slot refilled once its P·V has read its codes). Every lane
-//      copies exactly the bytes it later reads (its own B fragments, signs and norms), so the
-//      ring needs no barrier, only cp.async.wait_group.
+//      segment's start, at D = 128 the first segment's before the wait on the prepare; a
+//      stage's slot refilled once its P·V has read its codes). Every lane copies its own code
+//      bytes (its B fragments); a stage's signs and norms are copied as whole 16-byte chunks by
+//      the first lanes (one cp.async each), so every cp.async.wait_group is followed by a
+//      __syncwarp.
 //      Codes are unpacked in registers, never looked up in shared memory: one nibble per
 //      coordinate, laid out so that one lane's bytes are exactly its B fragments (see
 //      turboquant_compress.cu); `prmt` with the nibbles as selectors looks four centroids up in
 //      byte tables held in registers (low bytes and high bytes of the f16 centroids) and two more
 //      `prmt` interleave them into two f16x2 operands. Sign bits become ±1 f16 pairs with one
 //      shift and one LOP3.
-//   3. turboquant_combine_*: per output row, the unit partials (O_rot, m, l) merged in two
+//   3. turboquant_combine_* (8 warps; turboquant_combine_w16_* with 16 at small batch): per
+//      output row, the unit partials (O_rot, m, l) merged in two
 //      passes (the row's max over every partial, then independent weighted sums over the CTA's
 //      warps, several partials in flight per warp: Lean's reduction, in a different
 //      association), O = Πᵀ (O_rot / l), LSE = (m + log2 l) ln 2. At small batch a tile's rows
@@ -50,8 +53,11 @@ constexpr int kUnitWarps = 4;     // warps (units) per CTA of the decode kernel
 constexpr int kRows = 16;         // MMA rows of an output tile
 constexpr int kTileK = 16;        // tokens per iteration
 constexpr int kStages = 3;        // cp.async ring of each warp: stages in flight + the one computed
-constexpr int kSlots = 6;         // 16-byte slots per lane and stage (see Ring)
-constexpr int kCombineWarps = 8;  // warps of a merge CTA
+constexpr int kSlots = 4;         // 16-byte code slots per lane and stage (see Stage)
+constexpr int kSmallBytes = 512;  // a stage's sign and norm bytes after its code slots (<= 352 used)
+constexpr int kStageBytes = kSlots * 32 * 16 + kSmallBytes;  // 2560
+constexpr int kStageU4 = kStageBytes / 16;
+constexpr int kCombineWarps = 8;  // warps of a merge CTA (turboquant_combine_d*; the _w16 ones: 16)
 
 // Mirrors ferrattn_cuda::turboquant::DecodeParams (#[repr(C)]).
 struct DecodeParams {
@@ -69,7 +75,8 @@ struct DecodeParams {
   float* part_ml;                 // [segments][16][2] (m, l), m in log2 units
   const int* seqlens_q;           // [B]
   const int* seqlens_k;           // [B]
-  int units, heads_kv, cap, qgroups, group, max_sq, causal, pad;
+  int units, heads_kv, cap, qgroups, group, max_sq, causal;
+  int late_ring;                  // 1: the first segment's ring after pdl_wait (FERRATTN_TQ_EARLY=0)
   u32 ktab[8];                    // σ_k x key centroids (f16): low bytes of entries 0-15, then high
                                   // bytes; 1 / σ_k is folded into the query scale
   u32 vtab[8];                    // σ_v x value centroids, same; 1 / σ_v is applied in the merge
@@ -105,13 +112,16 @@ struct CombineParams {
 // Programmatic dependent launch (sm_90; the host sets the launch attribute only there, and
 // without it both instructions are no-ops). The decode and the merge are launched so that their
 // CTAs may become resident while the kernel before them runs (its launch latency and theirs
-// overlap). Each calls `pdl_wait` before its first global load of anything: it returns once the
-// kernel before has completed and its writes are visible. Not only that kernel's output: in the
-// first GPU call of this change (2026-11-26) the decode issued its schedule-table reads and first
-// ring copies (cp.async.ca of norms and signs) before the wait, and gpu_turboquant and the device
-// API tests failed intermittently (wrong O and LSE; the sanitizer grid was clean). Consistent
-// with L1 lines left by earlier kernels being read before the wait (the cause was not isolated),
-// so nothing global is loaded before it, not even data written several kernels earlier.
+// overlap). `pdl_wait` returns once the kernel before has completed and its writes are visible.
+// In the first GPU call of PDL (2026-11-26, issue-10-decode) the decode issued its schedule-table
+// reads and first ring copies (cp.async.ca of norms and signs, through L1) before the wait, and
+// gpu_turboquant and the device API tests failed intermittently (wrong O and LSE; the sanitizer
+// grid was clean). Consistent with L1 lines left by earlier kernels being read before the wait
+// (the cause was not isolated). The rule since issue-10-decode3: before the wait, only data older
+// than the kernel before (the prepare is launched in plain stream order, so the cache, the host's
+// tables and Π are complete when the decode and the merge start), and only through L2
+// (ld.global.cg, cp.async.cg): never an L1-cached load. The prepare's and the decode's outputs
+// are read after the wait.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -177,6 +187,17 @@ __device__ __forceinline__ u32 ldg4(const void* p) {
   asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
+// Through L2 only (never L1): for what is read before pdl_wait (see there)
+__device__ __forceinline__ int ldcg_s32(const int* p) {
+  int v;
+  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float4 ldcg_f32x4(const float* p) {
+  float4 v;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+  return v;
+}
 __device__ __forceinline__ u32 ldg2(const void* p) {
   unsigned short v;
   asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
@@ -202,12 +223,15 @@ struct Words {
   u32 w[D / 32];
 };
 
-// One stage of a warp's ring in shared memory: kSlots x 32 lanes x 16 bytes, slot-major so that
-// the 32 lanes' 16-byte reads of one slot are one conflict-free wavefront set:
-//   0, 1: K codes of tokens g and g + 8 (lane block q; D/8 bytes)
-//   2, 3: V codes of token pairs q and q + 4 (lane block g; D/8 bytes)
-//   4:    sign words of tokens g, g + 8 (QJL), ‖v‖ pairs of tokens 2q, 2q + 1 and 2q + 8, 2q + 9
-//   5:    {‖k‖, ‖r‖} of the same four tokens
+// One stage of a warp's ring in shared memory (kStageBytes): kSlots x 32 lanes x 16 bytes of
+// codes, slot-major so that the 32 lanes' 16-byte reads of one slot are one conflict-free
+// wavefront set, then the stage's small bytes, copied as whole 16-byte chunks by the first
+// NCH lanes (one cp.async per lane instead of six 4-8 byte ones):
+//   slot 0, 1: K codes of tokens g and g + 8 (lane block q; D/8 bytes)
+//   slot 2, 3: V codes of token pairs q and q + 4 (lane block g; D/8 bytes)
+//   small:     [16 tokens][D/8] sign bytes (QJL keys only), [16] {‖k‖, ‖r‖}, [16] ‖v‖ — the
+//              global rows of the 16 tokens as they are (Small<D, QJL> gives the offsets)
+// The small bytes a lane reads were copied by other lanes: a __syncwarp follows every wait.
 // Everything a lane loads for one 16-token iteration, read back from its stage.
 template <int D>
 struct Stage {
@@ -218,14 +242,23 @@ struct Stage {
   u32 vn0, vn1;     // ‖v‖ of the same tokens
 };
 
+// Byte offsets of a stage's small area and the lanes that copy it (16 bytes each).
+template <int D, bool QJL>
+struct Small {
+  static constexpr int kSigns = QJL ? 16 * (D / 8) : 0;  // sign bytes (256 at D = 128)
+  static constexpr int kKn = kSigns;                     // 16 x 4 bytes of {‖k‖, ‖r‖}
+  static constexpr int kVn = kKn + 64;                   // 16 x 2 bytes of ‖v‖
+  static constexpr int kChunks = (kVn + 32) / 16;        // 22 (D = 128, QJL) .. 6 (no QJL)
+  static_assert(kVn + 32 <= kSmallBytes && kSmallBytes == 32 * 16, "small area: a chunk per lane");
+};
+
 // A lane's source addresses at token 0 of its (sequence, KV head) row: computed once per segment,
 // so that a stage costs one offset per stream instead of the whole 64-bit index arithmetic.
 struct Bases {
   const unsigned char* kc;  // K codes of token g, lane block q
   const unsigned char* vc;  // V codes of token pair q, lane block g
-  const unsigned char* sg;  // sign word of token g
-  const u32* kn;            // {‖k‖, ‖r‖} of token 2q
-  const u16* vn;            // ‖v‖ of token 2q
+  const unsigned char* sm;  // this lane's 16-byte chunk of the small bytes at token 0
+  u32 sm_stride;            // bytes per token of that chunk's array
 };
 
 template <typename T>
@@ -233,23 +266,34 @@ __device__ __forceinline__ void opaque(const T*& ptr) {
   asm volatile("" : "+l"(ptr));
 }
 
-template <int D>
-__device__ __forceinline__ Bases bases_of(const DecodeParams& p, size_t row0, int g, int q) {
+template <int D, bool QJL>
+__device__ __forceinline__ Bases bases_of(const DecodeParams& p, size_t row0, int g, int q, int lane) {
+  using S = Small<D, QJL>;
+  constexpr int NS = S::kSigns / 16;  // sign chunks
   Bases r;
   r.kc = p.kcodes + (row0 + g) * (D / 2) + q * (D / 8);
   r.vc = p.vcodes + (row0 / 2 + q) * D + g * (D / 8);
-  // D = 128: the lane's 4 sign bytes; D = 64: the aligned word holding its 2 bytes (picked later)
-  r.sg = p.ksigns + (row0 + g) * (D / 8) + (D == 128 ? q * 4 : (q >> 1) * 4);
-  r.kn = p.knorms + row0 + 2 * q;
-  r.vn = p.vnorms + row0 + 2 * q;
+  // chunk `lane` of the small area: the 16 tokens' signs, then norms (every array's row starts at
+  // a multiple of 16 tokens: cap is a multiple of 16, so each chunk is 16-byte aligned). Lanes
+  // past the last chunk copy the first {‖k‖, ‖r‖} chunk again, into the unused rest of the area
+  // (same addresses as lane NS in the same instruction: no extra traffic, and no branch).
+  if (lane < NS) {
+    r.sm = p.ksigns + row0 * (D / 8) + 16 * lane, r.sm_stride = D / 8;
+  } else if (lane < NS + 4 || lane >= NS + 6) {
+    r.sm = reinterpret_cast<const unsigned char*>(p.knorms + row0) + (lane < NS + 4 ? 16 * (lane - NS) : 0);
+    r.sm_stride = 4;
+  } else {
+    r.sm = reinterpret_cast<const unsigned char*>(p.vnorms + row0) + 16 * (lane - NS - 4), r.sm_stride = 2;
+  }
   // opaque to the compiler: otherwise it folds the stage's token offset into the whole index
   // expression and recomputes every base (64-bit products and carries) at every refill
-  opaque(r.kc), opaque(r.vc), opaque(r.sg), opaque(r.kn), opaque(r.vn);
+  opaque(r.kc), opaque(r.vc), opaque(r.sm);
   return r;
 }
 
 // Issues the copies of the 16 tokens at `tok` (a multiple of 16) into the stage whose lane-`lane`
-// entry of slot 0 is at shared address `st` (slot s of that lane at st + 512 s).
+// entry of slot 0 is at shared address `st` (slot s of that lane at st + 512 s, its chunk of the
+// small area at st + 512 kSlots). At D = 128 every copy is a 16-byte cp.async.cg (L2 only).
 template <int D, bool QJL>
 __device__ __forceinline__ void issue_stage(const Bases& a, int tok, u32 st) {
   constexpr int W = D / 8;  // bytes of a lane's words
@@ -260,17 +304,7 @@ __device__ __forceinline__ void issue_stage(const Bases& a, int tok, u32 st) {
   const unsigned char* v = a.vc + (tok / 2) * D;
   cp_async_n<W>(st + 2 * kSlot, v);
   cp_async_n<W>(st + 3 * kSlot, v + 4 * D);
-  const u32 small = st + 4 * kSlot;
-  if (QJL) {
-    const unsigned char* sg = a.sg + tok * (D / 8);
-    cp_async_n<4>(small + 0, sg);
-    cp_async_n<4>(small + 4, sg + 8 * (D / 8));
-  }
-  cp_async_n<4>(small + 8, a.vn + tok);
-  cp_async_n<4>(small + 12, a.vn + tok + 8);
-  const u32 kn = st + 5 * kSlot;
-  cp_async_n<8>(kn, a.kn + tok);
-  cp_async_n<8>(kn + 8, a.kn + tok + 8);
+  cp_async_n<16>(st + kSlots * kSlot, a.sm + tok * a.sm_stride);
 }
 
 template <int D>
@@ -295,18 +329,25 @@ __device__ __forceinline__ u32 signs_of(u32 w, int q) {
   }
 }
 
-// The key half of a stage (K codes, signs, both norms) and its value half (V codes).
+// The key half of a stage (K codes, signs, both norms) and its value half (V codes). `st` is
+// the stage's first uint4; the small bytes were copied by other lanes (see Stage).
 template <int D, bool QJL>
 __device__ __forceinline__ void read_keys(const uint4* st, int lane, int q, Stage<D>& r) {
+  using S = Small<D, QJL>;
   r.k0 = words_of<D>(st[0 * 32 + lane]);
   r.k1 = words_of<D>(st[1 * 32 + lane]);
-  const uint4 small = st[4 * 32 + lane], kn = st[5 * 32 + lane];
+  const unsigned char* sb = reinterpret_cast<const unsigned char*>(st + kSlots * 32);
   if (QJL) {
-    r.s0 = signs_of<D>(small.x, q);
-    r.s1 = signs_of<D>(small.y, q);
+    // D = 128: the word of lane block q of tokens g, g + 8 (16 bytes a token): 4 lane, 128 + 4 lane;
+    // D = 64: the aligned word holding the lane's 2 bytes (8 bytes a token)
+    const int at = D == 128 ? 4 * lane : (lane >> 2) * 8 + ((lane & 3) >> 1) * 4;
+    r.s0 = signs_of<D>(*reinterpret_cast<const u32*>(sb + at), q);
+    r.s1 = signs_of<D>(*reinterpret_cast<const u32*>(sb + 8 * (D / 8) + at), q);
   }
-  r.vn0 = small.z, r.vn1 = small.w;
-  r.kn0 = make_uint2(kn.x, kn.y), r.kn1 = make_uint2(kn.z, kn.w);
+  r.kn0 = *reinterpret_cast<const uint2*>(sb + S::kKn + 8 * q);
+  r.kn1 = *reinterpret_cast<const uint2*>(sb + S::kKn + 32 + 8 * q);
+  r.vn0 = *reinterpret_cast<const u32*>(sb + S::kVn + 4 * q);
+  r.vn1 = *reinterpret_cast<const u32*>(sb + S::kVn + 16 + 4 * q);
 }
 template <int D>
 __device__ __forceinline__ void read_values(const uint4* st, int lane, Stage<D>& r) {
@@ -332,43 +373,81 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   constexpr int NB = D / 8;   // n8 blocks of the output
   extern __shared__ uint4 ring_all[];
   pdl_launch_dependents();  // the merge may be scheduled now; it waits for this grid's end
-  pdl_wait();               // before any global load (see pdl_wait)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int unit = blockIdx.x * kUnitWarps + warp;
   if (unit >= p.units) return;  // no CTA barrier below: a warp may leave
-  uint4* ring = ring_all + (size_t)warp * kStages * kSlots * 32;
+  uint4* ring = ring_all + (size_t)warp * kStages * kStageU4;
   const u32 ring_s = smem_addr(ring) + 16 * lane;  // shared address of this lane's slot 0, stage 0
-  constexpr u32 kStageBytes = kSlots * 32 * 16;
   // query A fragments, [2][CH][32 lanes] uint4 per warp after the rings, read with one 16-byte
   // load per MMA (whole register quads: no per-iteration moves to build them, and out of the
   // register budget: 3 CTAs per SM). Array 0: 8 rows in use, {hi, lo, hi, lo} of Π q (the low
   // halves stacked on MMA rows 8-15, so one MMA gives both products); 16 rows, the low halves
   // (the high ones stay in registers). Array 1: S q (8 rows: rows 8-15 zero).
-  uint4* qsm = ring_all + (size_t)kUnitWarps * kStages * kSlots * 32 + (size_t)warp * 2 * CH * 32;
+  uint4* qsm = ring_all + (size_t)kUnitWarps * kStages * kStageU4 + (size_t)warp * 2 * CH * 32;
   const int g = lane >> 2, q = lane & 3;
   u32 ktab[8], vtab[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) ktab[i] = p.ktab[i], vtab[i] = p.vtab[i];
   const u32 neg1 = kNegOnePair;  // loaded once: a register for signs2
 
-  const int seg_end = p.unit_segs[unit + 1];
-  for (int sgi = p.unit_segs[unit]; sgi < seg_end; ++sgi) {
-    const int tile = p.segs[4 * sgi], tok0 = p.segs[4 * sgi + 1], tok1 = p.segs[4 * sgi + 2];
-    const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
-    const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
-    const int lim0 = min(tok1, row_end(p, qg, g, sq, sk));
-    const int lim1 = min(tok1, row_end(p, qg, g + 8, sq, sk));
+  // A segment's header: its tile, token range, rows' visible ends and the lane's source bases.
+  // The tables are the host's (uploaded before the prepare kernel, which is launched in plain
+  // stream order) and the cache is written before the prepare too: both are read through L2
+  // (ld.global.cg), never L1, so that they may be read before pdl_wait (see below).
+  struct Head {
+    int tile, tok0, tok1, lim0, lim1, iters;
+    Bases src;
+  };
+  auto head_of = [&](int sgi) {
+    Head hd;
+    hd.tile = ldcg_s32(p.segs + 4 * sgi), hd.tok0 = ldcg_s32(p.segs + 4 * sgi + 1);
+    hd.tok1 = ldcg_s32(p.segs + 4 * sgi + 2);
+    const int qg = hd.tile % p.qgroups, h = (hd.tile / p.qgroups) % p.heads_kv;
+    const int b = hd.tile / (p.qgroups * p.heads_kv);
+    const int sq = ldcg_s32(p.seqlens_q + b), sk = ldcg_s32(p.seqlens_k + b);
+    hd.lim0 = min(hd.tok1, row_end(p, qg, g, sq, sk));
+    hd.lim1 = min(hd.tok1, row_end(p, qg, g + 8, sq, sk));
     const size_t row0 = ((size_t)b * p.heads_kv + h) * p.cap;
-    const Bases src = bases_of<D>(p, row0, g, q);
+    hd.src = bases_of<D, QJL>(p, row0, g, q, lane);
     // the loop bound must be the same in every lane (mma.sync and shfl.sync need the whole
     // warp): the segment's iterations, not a row's visible end (rows differ per lane; masked)
-    const int iters = tok1 > tok0 ? (tok1 - tok0 + kTileK - 1) / kTileK : 0;
-    // the whole ring (kStages stages) goes out before the query fragments are read
+    hd.iters = hd.tok1 > hd.tok0 ? (hd.tok1 - hd.tok0 + kTileK - 1) / kTileK : 0;
+    return hd;
+  };
+  // the whole ring (kStages stages) of a segment
+  auto issue_ring = [&](const Head& hd) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      if (s < iters) issue_stage<D, QJL>(src, tok0 + s * kTileK, ring_s + s * kStageBytes);
+      if (s < hd.iters) issue_stage<D, QJL>(hd.src, hd.tok0 + s * kTileK, ring_s + s * kStageBytes);
       cp_async_commit();
     }
+  };
+
+  const int seg_begin = ldcg_s32(p.unit_segs + unit), seg_end = ldcg_s32(p.unit_segs + unit + 1);
+  // kEarly (D = 128: every ring copy is a 16-byte cp.async.cg): the first segment's ring goes
+  // out before pdl_wait, so that its DRAM round trip overlaps the prepare kernel's tail. Only
+  // the query fragments are the prepare's output; the cache and the tables are older and read
+  // through L2 only. (At D = 64 the code copies are 8-byte cp.async.ca, through L1: after the
+  // wait, as before; see pdl_wait for why nothing goes through L1 before it.)
+  constexpr bool kEarly = D == 128;
+  const bool early = kEarly && !p.late_ring;
+  Head hd{};
+  if (early && seg_begin < seg_end) {
+    hd = head_of(seg_begin);
+    issue_ring(hd);
+  }
+  pdl_wait();  // the query fragments (the prepare's output) are read below
+
+  for (int sgi = seg_begin; sgi < seg_end; ++sgi) {
+    if (!early || sgi != seg_begin) {
+      hd = head_of(sgi);
+      // every lane's reads of the previous segment's small bytes are done before they are
+      // overwritten (the ring is refilled from the start)
+      __syncwarp();
+      issue_ring(hd);
+    }
+    const int tile = hd.tile, tok0 = hd.tok0, lim0 = hd.lim0, lim1 = hd.lim1, iters = hd.iters;
+    const Bases src = hd.src;
     // Π q as hi + lo (two f16 products: the scores then carry the rounding of the centroids
     // only). Every lane reads only the qsm entries it wrote, so no barrier; its reads of the
     // previous segment are done (program order).
@@ -544,6 +623,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     if (iters > 0) {
       // prologue: stage 0's scores and softmax (O is zero: no rescale)
       cp_async_wait<kStages - 1>();  // this lane's copies of stage 0 have landed
+      __syncwarp();                  // and every other lane's (the small bytes)
       Stage<D> kc;
       read_keys<D, QJL>(ring, lane, q, kc);
       zero_scores();
@@ -557,9 +637,12 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     for (int it = 0; it + 1 < iters; ++it) {
       // stage it + 1 has landed (kStages + it groups committed, the first it + 2 complete)
       cp_async_wait<kStages - 2>();
+      // every lane's: the small bytes; also orders the reads of stage it's small bytes (in the
+      // iteration before) before this iteration's refill of its slot
+      __syncwarp();
       Stage<D> kc, vc;
-      read_keys<D, QJL>(ring + ((it + 1) % kStages) * kSlots * 32, lane, q, kc);
-      read_values<D>(ring + (it % kStages) * kSlots * 32, lane, vc);
+      read_keys<D, QJL>(ring + ((it + 1) % kStages) * kStageU4, lane, q, kc);
+      read_values<D>(ring + (it % kStages) * kStageU4, lane, vc);
       zero_scores();
       // stage it + 1's scores beside stage it's P·V: independent, interleaved in program order
 #pragma unroll
@@ -589,7 +672,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     if (iters > 0) {
       // epilogue: the last stage's P·V (its copies landed before its scores were read)
       Stage<D> vc;
-      read_values<D>(ring + ((iters - 1) % kStages) * kSlots * 32, lane, vc);
+      read_values<D>(ring + ((iters - 1) % kStages) * kStageU4, lane, vc);
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) pv_word(vc, w);
     }
@@ -705,6 +788,10 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
 }
 
 // CTA (tile, part) of kCombineWarps warps merges rows part, part + row_split, ... of its tile.
+// The _w16 kernels (16 warps, small batch: one CTA per row in use, see
+// ferrattn_cuda::turboquant::merge_warps) give each warp half as many partials (at batch 1, 32k a
+// row has ~200: ~2 batches of kBatch loads in a row instead of ~4) and load each warp's first
+// batch before pass 1 (it does not depend on M, so its round trip overlaps pass 1's).
 // Per row, two passes over the unit partials so that no step waits on the one before (the old
 // online merge was a chain of ~S/8 dependent rescales per warp, S = the tile's segments: ~130 at
 // batch 1, 32k):
@@ -716,30 +803,32 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
 // Then O = Πᵀ (O_rot / l) for the CTA's rows, kRowBlock rows at a time: thread (k-slice ks,
 // column quad c4) holds its KL rows of Π as float4 (loaded first thing, in flight during the
 // merge), the slices are summed through shared memory in a fixed order (deterministic).
-template <int D>
+template <int D, int kCombineWarps>
 __device__ __forceinline__ void combine(const CombineParams& p) {
   constexpr int PER = D / 32;
   constexpr int NT = kCombineWarps * 32;
   constexpr int C4 = D / 4;      // float4 column quads of the un-rotation
   constexpr int KS = NT / C4;    // k-slices (8 at D = 128, 16 at D = 64)
   constexpr int KL = D / KS;     // k per slice (16, 4)
-  constexpr int kRowBlock = 4;   // rows un-rotated at once
+  constexpr int kRowBlock = kCombineWarps > 8 ? 2 : 4;  // rows un-rotated at once (static smem < 48 KiB)
+  constexpr bool kPrefetch = kCombineWarps > 8;          // first batch loaded before pass 1 (_w16)
   constexpr int kBatch = 8;      // segments in flight per warp
   __shared__ float wm[kCombineWarps], wl[kCombineWarps];
   __shared__ float wacc[kCombineWarps][D];
   __shared__ __align__(16) float orot[kRows][D];
   __shared__ __align__(16) float ypart[KS][kRowBlock][D];
   __shared__ float ms[kRows], ls[kRows];
-  // the partials are the decode's output (launched with programmatic serialization after it);
-  // nothing global is read before the wait (see pdl_wait)
-  pdl_wait();
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const int c4 = t % C4, ks = t / C4;
-  // this thread's rows of Π for the un-rotation, first thing: they arrive while the partials
-  // are merged
+  // this thread's rows of Π for the un-rotation, first thing: they arrive while the decode
+  // finishes and the partials are merged. Π is the engine's (uploaded once, never rewritten) and
+  // read through L2 only, so before the wait (see pdl_wait)
   float4 a[KL];
 #pragma unroll
-  for (int kk = 0; kk < KL; ++kk) a[kk] = *reinterpret_cast<const float4*>(p.pi + (size_t)(ks * KL + kk) * D + 4 * c4);
+  for (int kk = 0; kk < KL; ++kk) a[kk] = ldcg_f32x4(p.pi + (size_t)(ks * KL + kk) * D + 4 * c4);
+  // the partials are the decode's output (launched with programmatic serialization after it);
+  // nothing else global is read before the wait
+  pdl_wait();
   const int tile = blockIdx.x / p.row_split, part = blockIdx.x % p.row_split;
   if (tile >= p.tiles) return;
   const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
@@ -749,25 +838,15 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   for (int r = part; r < kRows; r += p.row_split) {
     const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
     if (hl >= p.group) break;  // padding rows of the last tile: every later row is padding too
-    // ---- pass 1: M = max_s m_s (a padded query row has no partial worth reading: M = -inf)
-    float m = neg_inf();
-    if (i < sq)
-      for (int s = s0 + t; s < s1; s += NT) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
-#pragma unroll
-    for (int x = 16; x >= 1; x >>= 1) m = fmax2(m, shfl_xor(m, x));
-    if (lane == 0) wm[warp] = m;
-    __syncthreads();
-    float M = neg_inf();
-#pragma unroll
-    for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
-    // ---- pass 2: independent weighted sums (M = -inf: no visible key in any segment)
-    float l = 0.f, acc[PER];
-#pragma unroll
-    for (int j = 0; j < PER; ++j) acc[j] = 0.f;
-    if (M != neg_inf()) {
-      for (int sb = s0 + warp; sb < s1; sb += kBatch * kCombineWarps) {
-        float2 ml[kBatch];
-        float ov[kBatch][PER];
+    // (M, l, O_rot sums) of the row; the two versions are kept as they were measured (8 warps:
+    // 0ba6e6d, 16 warps: 502a305, identical SASS)
+    float M, l = 0.f, acc[PER];
+    if constexpr (kPrefetch) {
+      // the warp's first batch of partials, loaded before pass 1: they do not depend on M, so their
+      // round trip overlaps pass 1's (one fewer on the merge's latency chain at small batch)
+      float2 ml[kBatch];
+      float ov[kBatch][PER];
+      auto load_batch = [&](int sb) {
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           const int s = sb + u * kCombineWarps;
@@ -784,13 +863,78 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
             }
           }
         }
+      };
+      load_batch(s0 + warp);
+      // ---- pass 1: M = max_s m_s (a padded query row has no partial worth reading: M = -inf)
+      float m = neg_inf();
+      if (i < sq)
+        for (int s = s0 + t; s < s1; s += NT) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          if (ml[u].x == neg_inf()) continue;  // past the tile's end, or no visible key of this row
-          const float f = exp2_approx(ml[u].x - M);
-          l = fmaf(ml[u].y, f, l);
+      for (int x = 16; x >= 1; x >>= 1) m = fmax2(m, shfl_xor(m, x));
+      if (lane == 0) wm[warp] = m;
+      __syncthreads();
+      M = neg_inf();
 #pragma unroll
-          for (int j = 0; j < PER; ++j) acc[j] = fmaf(ov[u][j], f, acc[j]);
+      for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
+      // ---- pass 2: independent weighted sums (M = -inf: no visible key in any segment)
+#pragma unroll
+      for (int j = 0; j < PER; ++j) acc[j] = 0.f;
+      if (M != neg_inf()) {
+        for (int sb = s0 + warp; sb < s1; sb += kBatch * kCombineWarps) {
+          if (sb != s0 + warp) load_batch(sb);
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            if (ml[u].x == neg_inf()) continue;  // past the tile's end, or no visible key of this row
+            const float f = exp2_approx(ml[u].x - M);
+            l = fmaf(ml[u].y, f, l);
+#pragma unroll
+            for (int j = 0; j < PER; ++j) acc[j] = fmaf(ov[u][j], f, acc[j]);
+          }
+        }
+      }
+    } else {
+      // ---- pass 1: M = max_s m_s (a padded query row has no partial worth reading: M = -inf)
+      float m = neg_inf();
+      if (i < sq)
+        for (int s = s0 + t; s < s1; s += NT) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
+#pragma unroll
+      for (int x = 16; x >= 1; x >>= 1) m = fmax2(m, shfl_xor(m, x));
+      if (lane == 0) wm[warp] = m;
+      __syncthreads();
+      M = neg_inf();
+#pragma unroll
+      for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
+      // ---- pass 2: independent weighted sums (M = -inf: no visible key in any segment)
+#pragma unroll
+      for (int j = 0; j < PER; ++j) acc[j] = 0.f;
+      if (M != neg_inf()) {
+        for (int sb = s0 + warp; sb < s1; sb += kBatch * kCombineWarps) {
+          float2 ml[kBatch];
+          float ov[kBatch][PER];
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            const int s = sb + u * kCombineWarps;
+            ml[u] = make_float2(neg_inf(), 0.f);
+            if (s < s1) {
+              ml[u] = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
+              const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
+              if constexpr (PER == 4) {
+                const float4 v = *reinterpret_cast<const float4*>(po);
+                ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
+              } else {
+                const float2 v = *reinterpret_cast<const float2*>(po);
+                ov[u][0] = v.x, ov[u][1] = v.y;
+              }
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            if (ml[u].x == neg_inf()) continue;  // past the tile's end, or no visible key of this row
+            const float f = exp2_approx(ml[u].x - M);
+            l = fmaf(ml[u].y, f, l);
+#pragma unroll
+            for (int j = 0; j < PER; ++j) acc[j] = fmaf(ov[u][j], f, acc[j]);
+          }
         }
       }
     }
@@ -881,7 +1025,11 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   }                                                                                             \
   extern "C" __global__ void __launch_bounds__(ferrattn::tq::kCombineWarps * 32, 2)            \
       turboquant_combine_d##D(const ferrattn::tq::CombineParams p) {                            \
-    ferrattn::tq::combine<D>(p);                                                                \
+    ferrattn::tq::combine<D, ferrattn::tq::kCombineWarps>(p);                                   \
+  }                                                                                             \
+  extern "C" __global__ void __launch_bounds__(16 * 32, 1)                                      \
+      turboquant_combine_w16_d##D(const ferrattn::tq::CombineParams p) {                        \
+    ferrattn::tq::combine<D, 16>(p);                                                            \
   }
 
 FERRATTN_TQ_DIM(64)

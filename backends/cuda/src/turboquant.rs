@@ -40,9 +40,11 @@ pub const TILE_K: usize = 16;
 pub const UNIT_WARPS: usize = 4;
 /// Stages of each decode warp's cp.async ring (`kStages` in turboquant_decode.cu).
 pub const DECODE_STAGES: usize = 3;
-/// Bytes of one ring stage: 6 slots of 16 bytes per lane (`kSlots`).
-pub const DECODE_STAGE_BYTES: usize = 6 * 32 * 16;
-/// Warps of a merge CTA (`kCombineWarps`).
+/// Bytes of one ring stage (`kStageBytes`): 4 code slots of 16 bytes per lane (`kSlots`), then
+/// 512 bytes for the 16 tokens' signs and norms (`kSmallBytes`, a 16-byte chunk per lane).
+pub const DECODE_STAGE_BYTES: usize = 4 * 32 * 16 + 512;
+/// Warps of a merge CTA of `turboquant_combine_d*` (`kCombineWarps`); the
+/// `turboquant_combine_w16_d*` kernels have 16 (see [`merge_warps`]).
 pub const COMBINE_WARPS: usize = 8;
 /// Fewest 16-token iterations per decode unit the schedule aims at: fewer units than resident
 /// warps when the work is small, so that each warp's ring runs long enough to pay for its fill
@@ -272,8 +274,10 @@ pub struct KernelNames {
     pub decode_r8: String,
     /// Fused decode with all 16 MMA rows.
     pub decode_r16: String,
-    /// Merge of the partials and `Πᵀ`.
+    /// Merge of the partials and `Πᵀ`, 8 warps a CTA.
     pub combine: String,
+    /// The same merge, 16 warps a CTA (small batch, [`merge_warps`]).
+    pub combine_w16: String,
     /// Keys on tensor cores, one f16 `Π` ([`CompressPath::Fast`]).
     pub fast_keys: String,
     /// Values on tensor cores, one f16 `Π`.
@@ -369,6 +373,7 @@ pub fn kernel_names(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<Kern
         decode_r8: format!("turboquant_decode_d{d}_{k}_{v}_r8"),
         decode_r16: format!("turboquant_decode_d{d}_{k}_{v}_r16"),
         combine: format!("turboquant_combine_d{d}"),
+        combine_w16: format!("turboquant_combine_w16_d{d}"),
     })
 }
 
@@ -610,7 +615,9 @@ struct DecodeParams {
     group: i32,
     max_sq: i32,
     causal: i32,
-    pad: i32,
+    /// 1: the first segment's ring is issued after the wait on the prepare, not before
+    /// (`FERRATTN_TQ_EARLY=0`, a diagnostic switch)
+    late_ring: i32,
     ktab: [u32; 8],
     vtab: [u32; 8],
 }
@@ -1351,7 +1358,11 @@ pub struct TurboQuantCuda {
     prepare_q: Function,
     decode_r8: Function,
     decode_r16: Function,
+    /// The merge kernels of 8 and 16 warps a CTA (see [`merge_warps`]).
     combine: Function,
+    combine_w16: Function,
+    /// `FERRATTN_TQ_MERGE_WARPS` (8 or 16): every step's merge with that many warps.
+    merge_forced: Option<usize>,
     pi: DeviceBuffer,
     pit: DeviceBuffer,
     s: DeviceBuffer,
@@ -1385,6 +1396,9 @@ pub struct TurboQuantCuda {
     /// The decode and the merge are launched with programmatic stream serialization
     /// ([`launch_programmatic`]; compute capability 9.0 or newer).
     programmatic: bool,
+    /// The decode issues its first segment's ring after its wait on the prepare
+    /// (`FERRATTN_TQ_EARLY=0`; by default before it, see turboquant_decode.cu).
+    late_ring: bool,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -1437,6 +1451,15 @@ pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize) -> usize
     let wave = UNIT_WARPS * sms;
     let want = decode_iterations(p).div_ceil(MIN_UNIT_ITERS).div_ceil(wave) * wave;
     want.clamp(wave, resident.max(wave))
+}
+
+/// Warps per merge CTA: 16 (`turboquant_combine_w16_d*`) when the merge runs one CTA per row in
+/// use (`row_split > 1`, small batch: a row's ~200 partials at batch 1, 32k, are two batches of
+/// loads per warp instead of four), else 8 (`turboquant_combine_d*`: at batch 64, 4k the 16-warp
+/// merge took the step from 191 to 205 µs on an H200 against the 8-warp one of the same build,
+/// issue-10-decode3 call 2). `forced` (`FERRATTN_TQ_MERGE_WARPS`) overrides.
+pub fn merge_warps(row_split: usize, forced: Option<usize>) -> usize {
+    forced.unwrap_or(if row_split > 1 { 16 } else { COMBINE_WARPS })
 }
 
 /// Merge CTAs per output tile: with fewer tiles than half the SMs (small batch), one CTA per
@@ -1513,6 +1536,13 @@ impl TurboQuantCuda {
         };
         let cm = load("turboquant_compress")?;
         let dm = load("turboquant_decode")?;
+        // FERRATTN_TQ_MERGE_WARPS=8 or 16: one merge for every step (a diagnostic switch, so that
+        // one build is timed and tested both ways; see merge_warps)
+        let merge_forced = match std::env::var("FERRATTN_TQ_MERGE_WARPS").as_deref() {
+            Ok("8") => Some(8),
+            Ok("16") => Some(16),
+            _ => None,
+        };
         let d = p.head_dim_qk;
         let codec = TurboQuantCodec::new(cfg, d, d);
         let pi_h = codec.key_rotation().matrix().to_vec();
@@ -1551,6 +1581,8 @@ impl TurboQuantCuda {
             decode_r8: dm.function(&names.decode_r8)?,
             decode_r16: dm.function(&names.decode_r16)?,
             combine: dm.function(&names.combine)?,
+            combine_w16: dm.function(&names.combine_w16)?,
+            merge_forced,
             pi: DeviceBuffer::from_slice(&gpu, &pi_h)?,
             pit: DeviceBuffer::from_slice(&gpu, &transpose(&pi_h, d))?,
             s: DeviceBuffer::from_slice(&gpu, &s_h)?,
@@ -1578,6 +1610,9 @@ impl TurboQuantCuda {
             compress_per_sm: [0; 2],
             fast_per_sm: [[0; 2]; 2],
             programmatic: false,
+            // FERRATTN_TQ_EARLY=0: the decode's first ring fill after its wait (diagnostic, as
+            // FERRATTN_TQ_PDL: one build timed and tested both ways)
+            late_ring: std::env::var("FERRATTN_TQ_EARLY").is_ok_and(|v| v == "0"),
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -2280,7 +2315,7 @@ impl TurboQuantCuda {
             group: p.group_size() as i32,
             max_sq: p.max_seqlen_q as i32,
             causal: p.causal as i32,
-            pad: 0,
+            late_ring: self.late_ring as i32,
             ktab: self.ktab,
             vtab: self.vtab,
         };
@@ -2317,14 +2352,16 @@ impl TurboQuantCuda {
             row_split: prep.row_split as i32,
             oscale: 1.0 / self.sigma_v,
         };
+        let warps = merge_warps(prep.row_split, self.merge_forced);
         unsafe {
             launch_step_kernel(
                 &self.gpu,
-                &self.combine,
-                (
-                    (prep.tiles * prep.row_split) as u32,
-                    (COMBINE_WARPS * 32) as u32,
-                ),
+                if warps == 16 {
+                    &self.combine_w16
+                } else {
+                    &self.combine
+                },
+                ((prep.tiles * prep.row_split) as u32, (warps * 32) as u32),
                 0,
                 stream,
                 self.programmatic,
@@ -2945,6 +2982,20 @@ mod tests {
             7 * 8 + 7 * 4 + 2 * 4 + 4
         );
         assert_eq!(std::mem::size_of::<CombineParams>(), 7 * 8 + 7 * 4 + 4);
+    }
+
+    #[test]
+    fn the_16_warp_merge_serves_small_batches_only() {
+        // batch 1 (8 tiles on 132 SMs): one CTA per row in use, 16 warps; batch 64: one CTA per
+        // tile, 8 warps (the 16-warp merge lost 191 -> 205 µs there on an H200)
+        let one = AttentionProblem::uniform(1, 1, 32768, 32, 8, 128, 128, DType::F16);
+        let many = AttentionProblem::uniform(64, 1, 4096, 32, 8, 128, 128, DType::F16);
+        let (r1, r64) = (row_split(&one, 8, 132), row_split(&many, 512, 132));
+        assert_eq!((r1, r64), (4, 1));
+        assert_eq!(merge_warps(r1, None), 16);
+        assert_eq!(merge_warps(r64, None), COMBINE_WARPS);
+        assert_eq!(merge_warps(r1, Some(8)), 8);
+        assert_eq!(merge_warps(r64, Some(16)), 16);
     }
 
     #[test]
