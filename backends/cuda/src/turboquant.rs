@@ -1356,6 +1356,11 @@ pub struct TurboQuantCuda {
     split_values: Function,
     path: CompressPath,
     prepare_q: Function,
+    /// The prepare kernel before issue 10's prepare pass (`turboquant_prepare_q_v1_d*`: D / 32
+    /// CTAs per tile instead of D / 8, bit-identical outputs); see [`Self::set_prepare_v1`].
+    prepare_q_v1: Function,
+    /// Whether steps launch `prepare_q_v1` instead of `prepare_q`.
+    prepare_v1: bool,
     decode_r8: Function,
     decode_r16: Function,
     /// The merge kernels of 8 and 16 warps a CTA (see [`merge_warps`]).
@@ -1578,6 +1583,10 @@ impl TurboQuantCuda {
             smem_fast_keys: fast_compress_smem_bytes(d, cfg.key_qjl),
             smem_fast_values: fast_compress_smem_bytes(d, false),
             prepare_q: dm.function(&names.prepare_q)?,
+            prepare_q_v1: dm.function(&format!("turboquant_prepare_q_v1_d{d}"))?,
+            // FERRATTN_TQ_PREPARE=v1: the prepare kernel before issue 10's prepare pass
+            // (diagnostic: one build timed both ways; the outputs are bit-identical)
+            prepare_v1: std::env::var("FERRATTN_TQ_PREPARE").is_ok_and(|v| v == "v1"),
             decode_r8: dm.function(&names.decode_r8)?,
             decode_r16: dm.function(&names.decode_r16)?,
             combine: dm.function(&names.combine)?,
@@ -1679,6 +1688,14 @@ impl TurboQuantCuda {
                 .caps
                 .compute_capability
                 .is_some_and(|cc| cc >= (9, 0));
+    }
+
+    /// Launches the prepare kernel before issue 10's prepare pass (`turboquant_prepare_q_v1_d*`,
+    /// D / 32 CTAs per output tile) instead of today's (D / 8 CTAs per tile). Both write
+    /// bit-identical query fragments (same FMA order per element); a diagnostic switch (also
+    /// `FERRATTN_TQ_PREPARE=v1`) and the reference of the bit-identity test.
+    pub fn set_prepare_v1(&mut self, on: bool) {
+        self.prepare_v1 = on;
     }
 
     /// See [`Self::set_programmatic_launch`].
@@ -2282,11 +2299,17 @@ impl TurboQuantCuda {
             qscale: p.softmax_scale * log2e / self.sigma_k,
             pscale: p.softmax_scale * log2e * self.codec.sketch().correction_scale(),
         };
+        // v1: one CTA per (tile, 32 output columns); today's: one per (tile, 8 columns)
+        let (prepare, cols) = if self.prepare_v1 {
+            (&self.prepare_q_v1, 32)
+        } else {
+            (&self.prepare_q, 8)
+        };
         unsafe {
             launch_on(
                 &self.gpu,
-                &self.prepare_q,
-                ((prep.tiles * d / 32) as u32, 128),
+                prepare,
+                ((prep.tiles * d / cols) as u32, 128),
                 0,
                 stream,
                 false,

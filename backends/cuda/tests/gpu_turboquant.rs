@@ -247,13 +247,29 @@ fn gpu_decode_matches_the_emulation() {
             cfgs
         };
         for cfg in cfgs {
-            let t = engine(&b, &cfg, &p);
+            let mut t = engine(&b, &cfg, &p);
             let (out, _) = t.run(&p, &x, units).unwrap();
             let what = format!(
                 "{} lq {lq:?} lk {lk:?} {hq}/{hk} d {d} causal {causal} units {units:?}",
                 name(&cfg)
             );
             check_decode(&what, &p, &x, &cfg, &out);
+            // issue 10's prepare (D / 8 CTAs per tile) keeps the v1 kernel's FMA order per
+            // element: the whole step's O and LSE must be bit-identical to v1's
+            t.set_prepare_v1(true);
+            let (v1, _) = t.run(&p, &x, units).unwrap();
+            t.set_prepare_v1(false);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&out.o.data),
+                bits(&v1.o.data),
+                "{what}: O differs from the v1 prepare's"
+            );
+            assert_eq!(
+                bits(&out.lse.data),
+                bits(&v1.lse.data),
+                "{what}: LSE differs from the v1 prepare's"
+            );
         }
     }
 }
