@@ -9,9 +9,11 @@
 //   1. turboquant_prepare_q_*: every query row rotated (Π q) and projected (S q) once, scaled by
 //      softmax_scale · log2 e (and √(π/2)/m for S q), rounded to f16 and written straight in the
 //      A-fragment order of mma.m16n8k16: the units load their query tile with 16-byte loads.
-//      One CTA per (output tile, 32 output columns), the head dim split in four k-quarters
-//      reduced through shared memory, Πᵀ and Sᵀ read from L2 (no staging of the whole matrix:
-//      at batch 1 the 8 tiles would otherwise serialise on 128 KiB of staging each).
+//      Two kernels with bit-identical outputs (ferrattn_cuda::turboquant::PrepareKernel): up to
+//      16 output tiles the spread one, one CTA per (output tile, 8 output columns); above, v1,
+//      one CTA per (output tile, 32 output columns). Both split the head dim in four k-quarters
+//      reduced through shared memory in the same order, Πᵀ and Sᵀ read from L2 (no staging of
+//      the whole matrix: at batch 1 the 8 tiles would otherwise serialise on 128 KiB each).
 //   2. turboquant_decode_*: one warp per *unit* of the stream-K schedule. An output tile is the
 //      16 MMA rows of one (sequence, KV head): the GQA group's query heads times the query
 //      tokens (rows r = head_in_group · max_sq + i), so every K/V byte is read once for all of
@@ -733,10 +735,12 @@ __device__ __forceinline__ void project_rows(const PrepareParams& p, const float
   }
 }
 
-// The prepare before issue 10's prepare pass (FERRATTN_TQ_PREPARE=v1, a diagnostic switch and the
-// reference of the bit-identity test): CTA (tile, chunk) of 128 threads, output columns
-// chunk·32 .. +32 of the tile's 16 rows; thread (quarter, column) sums a quarter of the head dim
-// for both Π q and S q, Πᵀ / Sᵀ read from L2 with coalesced loads (D / 32 CTAs per tile).
+// The prepare before issue 10's prepare pass, launched above 16 output tiles (where it measured
+// faster than the spread one below: ~3x fewer instructions in all), at every batch with
+// FERRATTN_TQ_PREPARE=v1, and the reference of the bit-identity test. CTA (tile, chunk) of 128
+// threads: output columns chunk·32 .. +32 of the tile's 16 rows; thread (quarter, column) sums
+// a quarter of the head dim for both Π q and S q, Πᵀ / Sᵀ read from L2 with coalesced loads
+// (D / 32 CTAs per tile).
 template <int D>
 __device__ __forceinline__ void prepare_q_v1(const PrepareParams& p) {
   __shared__ float q_s[kRows][D];
@@ -811,7 +815,10 @@ __device__ __forceinline__ void project_half(const float (*q_s)[D], const float 
 // Each thread loads its 32 (D = 128) elements of one matrix column first thing, before the
 // query (their L2 round trip overlaps the query's), and runs at most 8 rows of one matrix: a
 // quarter of v1's FMAs and half its loads. The quarters are summed in v1's order, so every
-// output element is bit-identical to v1's (tested: gpu_turboquant, FERRATTN_TQ_PREPARE=v1).
+// output element is bit-identical to v1's (tested: gpu_turboquant, gpu_decode_matches_the_emulation).
+// Launched up to 16 output tiles only: every CTA loads all 16 query rows and its idle warps still
+// run the fill and the output, so in all it executes ~3x v1's instructions (480k against 156k at
+// batch 1, 32k, ncu): faster at batch 1 (latency), slower at 128+ tiles (throughput).
 template <int D>
 __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
   constexpr int KQ = D / 4, CH = D / 8, RH = kRows / 2;

@@ -622,6 +622,27 @@ struct DecodeParams {
     vtab: [u32; 8],
 }
 
+/// The prepare kernel of a step (`Π q` and `S q` into the decode's A fragments): both compute
+/// every output element with the same FMAs in the same order, so their outputs are
+/// bit-identical; they differ in how the work is spread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrepareKernel {
+    /// `Spread` up to [`PREPARE_SPREAD_MAX_TILES`] output tiles, `V1` above.
+    Auto,
+    /// `turboquant_prepare_q_v1_d*`: one CTA per (tile, 32 output columns), each thread both
+    /// matrices and up to 16 rows (D / 32 CTAs per tile).
+    V1,
+    /// `turboquant_prepare_q_d*` (issue 10's prepare pass): one CTA per (tile, 8 output
+    /// columns), each thread one matrix and up to 8 rows (D / 8 CTAs per tile).
+    Spread,
+}
+
+/// [`PrepareKernel::Auto`] launches the spread prepare up to this many output tiles (128 CTAs at
+/// D = 128: one wave on an H100 / H200). Measured on an H200 (2026-11-26, docs/TURBOQUANT_CUDA.md
+/// "prepare"): spread 2.1 us faster a step at 8 tiles (batch 1), 7% and 25% slower a step at 128
+/// and 512 tiles (16 x 16k, 64 x 4k), so the bound is at most 16x the measured win's tiles.
+pub const PREPARE_SPREAD_MAX_TILES: usize = 16;
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct PrepareParams {
@@ -1357,10 +1378,10 @@ pub struct TurboQuantCuda {
     path: CompressPath,
     prepare_q: Function,
     /// The prepare kernel before issue 10's prepare pass (`turboquant_prepare_q_v1_d*`: D / 32
-    /// CTAs per tile instead of D / 8, bit-identical outputs); see [`Self::set_prepare_v1`].
+    /// CTAs per tile instead of D / 8, bit-identical outputs); see [`PrepareKernel`].
     prepare_q_v1: Function,
-    /// Whether steps launch `prepare_q_v1` instead of `prepare_q`.
-    prepare_v1: bool,
+    /// Which of the two prepare kernels steps launch.
+    prepare_kernel: PrepareKernel,
     decode_r8: Function,
     decode_r16: Function,
     /// The merge kernels of 8 and 16 warps a CTA (see [`merge_warps`]).
@@ -1584,9 +1605,13 @@ impl TurboQuantCuda {
             smem_fast_values: fast_compress_smem_bytes(d, false),
             prepare_q: dm.function(&names.prepare_q)?,
             prepare_q_v1: dm.function(&format!("turboquant_prepare_q_v1_d{d}"))?,
-            // FERRATTN_TQ_PREPARE=v1: the prepare kernel before issue 10's prepare pass
-            // (diagnostic: one build timed both ways; the outputs are bit-identical)
-            prepare_v1: std::env::var("FERRATTN_TQ_PREPARE").is_ok_and(|v| v == "v1"),
+            // FERRATTN_TQ_PREPARE=v1 / spread: one prepare kernel at every batch (diagnostic:
+            // one build timed both ways; the outputs are bit-identical)
+            prepare_kernel: match std::env::var("FERRATTN_TQ_PREPARE").as_deref() {
+                Ok("v1") => PrepareKernel::V1,
+                Ok("spread") => PrepareKernel::Spread,
+                _ => PrepareKernel::Auto,
+            },
             decode_r8: dm.function(&names.decode_r8)?,
             decode_r16: dm.function(&names.decode_r16)?,
             combine: dm.function(&names.combine)?,
@@ -1690,12 +1715,12 @@ impl TurboQuantCuda {
                 .is_some_and(|cc| cc >= (9, 0));
     }
 
-    /// Launches the prepare kernel before issue 10's prepare pass (`turboquant_prepare_q_v1_d*`,
-    /// D / 32 CTAs per output tile) instead of today's (D / 8 CTAs per tile). Both write
-    /// bit-identical query fragments (same FMA order per element); a diagnostic switch (also
-    /// `FERRATTN_TQ_PREPARE=v1`) and the reference of the bit-identity test.
-    pub fn set_prepare_v1(&mut self, on: bool) {
-        self.prepare_v1 = on;
+    /// Picks the prepare kernel of the steps launched from now on (default
+    /// [`PrepareKernel::Auto`], or `FERRATTN_TQ_PREPARE=v1` / `spread` in the environment).
+    /// Both kernels write bit-identical query fragments; a diagnostic switch and the reference of
+    /// the bit-identity test.
+    pub fn set_prepare_kernel(&mut self, k: PrepareKernel) {
+        self.prepare_kernel = k;
     }
 
     /// See [`Self::set_programmatic_launch`].
@@ -2299,11 +2324,15 @@ impl TurboQuantCuda {
             qscale: p.softmax_scale * log2e / self.sigma_k,
             pscale: p.softmax_scale * log2e * self.codec.sketch().correction_scale(),
         };
-        // v1: one CTA per (tile, 32 output columns); today's: one per (tile, 8 columns)
-        let (prepare, cols) = if self.prepare_v1 {
-            (&self.prepare_q_v1, 32)
-        } else {
+        // v1: one CTA per (tile, 32 output columns); spread: one per (tile, 8 columns)
+        let spread = match self.prepare_kernel {
+            PrepareKernel::Auto => prep.tiles <= PREPARE_SPREAD_MAX_TILES,
+            k => k == PrepareKernel::Spread,
+        };
+        let (prepare, cols) = if spread {
             (&self.prepare_q, 8)
+        } else {
+            (&self.prepare_q_v1, 32)
         };
         unsafe {
             launch_on(

@@ -13,7 +13,7 @@
 
 use ferrattn_core::turboquant::{self, TurboQuantCodec, TurboQuantConfig};
 use ferrattn_core::{golden, AttentionInputs, AttentionProblem, Comparison, DType, Tensor};
-use ferrattn_cuda::turboquant::TurboQuantCuda;
+use ferrattn_cuda::turboquant::{PrepareKernel, TurboQuantCuda};
 use ferrattn_cuda::{CudaBackend, Options};
 
 mod common;
@@ -254,11 +254,13 @@ fn gpu_decode_matches_the_emulation() {
                 name(&cfg)
             );
             check_decode(&what, &p, &x, &cfg, &out);
-            // issue 10's prepare (D / 8 CTAs per tile) keeps the v1 kernel's FMA order per
-            // element: the whole step's O and LSE must be bit-identical to v1's
-            t.set_prepare_v1(true);
+            // the spread prepare (D / 8 CTAs per tile) keeps the v1 kernel's FMA order per
+            // element: the whole step's O and LSE must be bit-identical with either
+            t.set_prepare_kernel(PrepareKernel::V1);
             let (v1, _) = t.run(&p, &x, units).unwrap();
-            t.set_prepare_v1(false);
+            t.set_prepare_kernel(PrepareKernel::Spread);
+            let (out, _) = t.run(&p, &x, units).unwrap();
+            t.set_prepare_kernel(PrepareKernel::Auto);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(
                 bits(&out.o.data),
