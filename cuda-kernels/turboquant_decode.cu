@@ -10,7 +10,7 @@
 //      softmax_scale · log2 e (and √(π/2)/m for S q), rounded to f16 and written straight in the
 //      A-fragment order of mma.m16n8k16: the units load their query tile with 16-byte loads.
 //      Two kernels with bit-identical outputs (ferrattn_cuda::turboquant::PrepareKernel): up to
-//      16 output tiles the spread one, one CTA per (output tile, 8 output columns); above, v1,
+//      8 output tiles the spread one, one CTA per (output tile, 8 output columns); above, v1,
 //      one CTA per (output tile, 32 output columns). Both split the head dim in four k-quarters
 //      reduced through shared memory in the same order, Πᵀ and Sᵀ read from L2 (no staging of
 //      the whole matrix: at batch 1 the 8 tiles would otherwise serialise on 128 KiB each).
@@ -735,7 +735,7 @@ __device__ __forceinline__ void project_rows(const PrepareParams& p, const float
   }
 }
 
-// The prepare before issue 10's prepare pass, launched above 16 output tiles (where it measured
+// The prepare before issue 10's prepare pass, launched above 8 output tiles (at 128+ it measured
 // faster than the spread one below: ~3x fewer instructions in all), at every batch with
 // FERRATTN_TQ_PREPARE=v1, and the reference of the bit-identity test. CTA (tile, chunk) of 128
 // threads: output columns chunk·32 .. +32 of the tile's 16 rows; thread (quarter, column) sums
@@ -816,7 +816,7 @@ __device__ __forceinline__ void project_half(const float (*q_s)[D], const float 
 // query (their L2 round trip overlaps the query's), and runs at most 8 rows of one matrix: a
 // quarter of v1's FMAs and half its loads. The quarters are summed in v1's order, so every
 // output element is bit-identical to v1's (tested: gpu_turboquant, gpu_decode_matches_the_emulation).
-// Launched up to 16 output tiles only: every CTA loads all 16 query rows and its idle warps still
+// Launched up to 8 output tiles only: every CTA loads all 16 query rows and its idle warps still
 // run the fill and the output, so in all it executes ~3x v1's instructions (480k against 156k at
 // batch 1, 32k, ncu): faster at batch 1 (latency), slower at 128+ tiles (throughput).
 template <int D>

@@ -638,10 +638,11 @@ pub enum PrepareKernel {
 }
 
 /// [`PrepareKernel::Auto`] launches the spread prepare up to this many output tiles (128 CTAs at
-/// D = 128: one wave on an H100 / H200). Measured on an H200 (2026-11-26, docs/TURBOQUANT_CUDA.md
-/// "prepare"): spread 2.1 us faster a step at 8 tiles (batch 1), 7% and 25% slower a step at 128
-/// and 512 tiles (16 x 16k, 64 x 4k), so the bound is at most 16x the measured win's tiles.
-pub const PREPARE_SPREAD_MAX_TILES: usize = 16;
+/// D = 128, one per SM on an H100 / H200), v1 above. Measured on an H200 (2026-11-26,
+/// docs/TURBOQUANT_CUDA.md "the prepare kernel"): spread 2.1 µs a step faster at 8 tiles (batch
+/// 1, 8 KV heads), 7% and 25% a step slower at 128 and 512 tiles (16 x 16k, 64 x 4k). Nothing
+/// between 8 and 128 tiles was measured, so the bound is the measured win's.
+pub const PREPARE_SPREAD_MAX_TILES: usize = 8;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
