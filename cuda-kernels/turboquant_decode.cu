@@ -9,9 +9,11 @@
 //   1. turboquant_prepare_q_*: every query row rotated (Π q) and projected (S q) once, scaled by
 //      softmax_scale · log2 e (and √(π/2)/m for S q), rounded to f16 and written straight in the
 //      A-fragment order of mma.m16n8k16: the units load their query tile with 16-byte loads.
-//      One CTA per (output tile, 32 output columns), the head dim split in four k-quarters
-//      reduced through shared memory, Πᵀ and Sᵀ read from L2 (no staging of the whole matrix:
-//      at batch 1 the 8 tiles would otherwise serialise on 128 KiB of staging each).
+//      Two kernels with bit-identical outputs (ferrattn_cuda::turboquant::PrepareKernel): up to
+//      8 output tiles the spread one, one CTA per (output tile, 8 output columns); above, v1,
+//      one CTA per (output tile, 32 output columns). Both split the head dim in four k-quarters
+//      reduced through shared memory in the same order, Πᵀ and Sᵀ read from L2 (no staging of
+//      the whole matrix: at batch 1 the 8 tiles would otherwise serialise on 128 KiB each).
 //   2. turboquant_decode_*: one warp per *unit* of the stream-K schedule. An output tile is the
 //      16 MMA rows of one (sequence, KV head): the GQA group's query heads times the query
 //      tokens (rows r = head_in_group · max_sq + i), so every K/V byte is read once for all of
@@ -733,10 +735,14 @@ __device__ __forceinline__ void project_rows(const PrepareParams& p, const float
   }
 }
 
-// CTA (tile, chunk) of 128 threads: output columns chunk·32 .. +32 of the tile's 16 rows; thread
-// (quarter, column) sums a quarter of the head dim, Πᵀ / Sᵀ read from L2 with coalesced loads.
+// The prepare before issue 10's prepare pass, launched above 8 output tiles (at 128+ it measured
+// faster than the spread one below: ~3x fewer instructions in all), at every batch with
+// FERRATTN_TQ_PREPARE=v1, and the reference of the bit-identity test. CTA (tile, chunk) of 128
+// threads: output columns chunk·32 .. +32 of the tile's 16 rows; thread (quarter, column) sums
+// a quarter of the head dim for both Π q and S q, Πᵀ / Sᵀ read from L2 with coalesced loads
+// (D / 32 CTAs per tile).
 template <int D>
-__device__ __forceinline__ void prepare_q(const PrepareParams& p) {
+__device__ __forceinline__ void prepare_q_v1(const PrepareParams& p) {
   __shared__ float q_s[kRows][D];
   __shared__ float red[2][4][kRows][33];
   __shared__ long long src_s[kRows];  // element offset of row r's query in q, -1: padding row
@@ -775,6 +781,111 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
   __syncthreads();
   for (int x = t; x < kRows * 32; x += 128) {
     const int r = x / 32, c2 = x % 32, o = chunk * 32 + c2;
+    const float xr = ((red[0][0][r][c2] + red[0][1][r][c2]) + (red[0][2][r][c2] + red[0][3][r][c2])) * p.qscale;
+    const size_t at = frag_at<D>(tile, r, o);
+    const u16 hi = F16::from_f32(xr);
+    reinterpret_cast<u16*>(p.qf)[at] = hi;
+    reinterpret_cast<u16*>(p.qf_lo)[at] = F16::from_f32(xr - F16::to_f32(hi));
+    if (p.qjl) {
+      const float xp = (red[1][0][r][c2] + red[1][1][r][c2]) + (red[1][2][r][c2] + red[1][3][r][c2]);
+      reinterpret_cast<u16*>(p.pf)[at] = F16::from_f32(xp * p.pscale);
+    }
+  }
+}
+
+// Rows r0 .. r0+N-1 of q_s times one quarter of one matrix (Πᵀ or Sᵀ, already in registers) at
+// one column: the FMA chain of every output element is the v1 kernel's (project_rows), k in
+// increasing order from 0.f, so the outputs are bit-identical to it.
+template <int D, int N>
+__device__ __forceinline__ void project_half(const float (*q_s)[D], const float (&a)[D / 4], int quarter, int r0,
+                                             float (&acc)[kRows / 2]) {
+  constexpr int KQ = D / 4;
+#pragma unroll
+  for (int kk = 0; kk < KQ; ++kk) {
+    const int k = quarter * KQ + kk;
+#pragma unroll
+    for (int r = 0; r < N; ++r) acc[r] = fmaf(a[kk], q_s[r0 + r][k], acc[r]);
+  }
+}
+
+// CTA (tile, chunk) of 128 threads: output columns chunk·8 .. +8 of the tile's 16 rows (D / 8
+// CTAs per tile: 128 at batch 1 with 8 KV heads at D = 128, where v1 had 32 with one warp per
+// scheduler and ~1216 instructions per warp on the critical path). Thread t: column t % 8,
+// k-quarter (t / 8) % 4, matrix (t / 32) % 2 (0: Πᵀ, 1: Sᵀ), row half t / 64 (rows 0-7, 8-15).
+// Each thread loads its 32 (D = 128) elements of one matrix column first thing, before the
+// query (their L2 round trip overlaps the query's), and runs at most 8 rows of one matrix: a
+// quarter of v1's FMAs and half its loads. The quarters are summed in v1's order, so every
+// output element is bit-identical to v1's (tested: gpu_turboquant, gpu_decode_matches_the_emulation).
+// Launched up to 8 output tiles only: every CTA loads all 16 query rows and its idle warps still
+// run the fill and the output, so in all it executes ~3x v1's instructions (480k against 156k at
+// batch 1, 32k, ncu): faster at batch 1 (latency), slower at 128+ tiles (throughput).
+template <int D>
+__device__ __forceinline__ void prepare_q(const PrepareParams& p) {
+  constexpr int KQ = D / 4, CH = D / 8, RH = kRows / 2;
+  __shared__ float q_s[kRows][D];
+  __shared__ float red[2][4][kRows][8];
+  __shared__ long long src_s[kRows];  // element offset of row r's query in q, -1: padding head
+  __shared__ int pos_s[kRows];
+  pdl_launch_dependents();  // the decode may be scheduled now; it waits for this grid's end
+  const int tile = blockIdx.x / CH, chunk = blockIdx.x % CH;
+  if (tile >= p.batch_tiles) return;
+  const int t = threadIdx.x, cl = t & 7, quarter = (t >> 3) & 3, mat = (t >> 5) & 1, half = t >> 6;
+  const int col = chunk * 8 + cl;
+  // this thread's quarter of one matrix column: Πᵀ and Sᵀ are the engine's (uploaded before
+  // the launch, never rewritten), so they are loaded before anything else
+  float a[KQ];
+  {
+    const float* m = (mat ? p.st : p.pit) + (size_t)quarter * KQ * D + col;
+    const bool live = mat == 0 || p.qjl;
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk) a[kk] = live ? m[(size_t)kk * D] : 0.f;
+  }
+  const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
+  if (t < kRows) {  // one thread per row: the integer divisions once per row, not per element
+    const int R = qg * kRows + t, hl = R / p.max_sq, i = R % p.max_sq;
+    // the row's place in q whether or not i < seqlens_q[b] (in bounds: i < max_sq), so that
+    // the query's loads below do not wait for the length's; pos_s: the row's query index
+    src_s[t] = hl < p.group ? (((long long)b * p.max_sq + i) * p.heads_q + h * p.group + hl) * D : -1;
+    pos_s[t] = i;
+  }
+  __syncthreads();
+  // every element of the tile's rows loaded at once (row x / D of element x = i·128 + t), the
+  // sequence's length beside them: one round trip; rows past the length become zeros as in v1
+  constexpr int kLoads = kRows * D / 128;
+  const int len = p.seqlens_q[b];
+  u16 qv[kLoads];
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    const int x = i * 128 + t;
+    const long long src = src_s[x / D];
+    qv[i] = src >= 0 ? p.q[src + x % D] : u16(0);
+  }
+  int last = 0;  // rows 0 .. last-1 hold every valid row
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+    if (src_s[r] >= 0 && pos_s[r] < len) last = r + 1;
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    const int x = i * 128 + t, r = x / D;
+    q_s[r][x % D] = src_s[r] >= 0 && pos_s[r] < len ? F16::to_f32(qv[i]) : 0.f;
+  }
+  __syncthreads();
+  float acc[RH];
+#pragma unroll
+  for (int r = 0; r < RH; ++r) acc[r] = 0.f;
+  // rows this half runs: v1 ran rows 0 .. N-1 with N in {4, 8, 16} >= last; rows past N stay
+  // 0.f there and here, rows in between hold zero queries in both
+  const int n = last - half * RH;
+  if (n > 4) {
+    project_half<D, 8>(q_s, a, quarter, half * RH, acc);
+  } else if (n > 0) {
+    project_half<D, 4>(q_s, a, quarter, half * RH, acc);
+  }
+#pragma unroll
+  for (int r = 0; r < RH; ++r) red[mat][quarter][half * RH + r][cl] = acc[r];
+  __syncthreads();
+  {  // one output element (row t / 8, column t % 8) per thread
+    const int r = t >> 3, c2 = t & 7, o = chunk * 8 + c2;
     const float xr = ((red[0][0][r][c2] + red[0][1][r][c2]) + (red[0][2][r][c2] + red[0][3][r][c2])) * p.qscale;
     const size_t at = frag_at<D>(tile, r, o);
     const u16 hi = F16::from_f32(xr);
@@ -1022,6 +1133,10 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   extern "C" __global__ void __launch_bounds__(128) turboquant_prepare_q_d##D(                  \
       const ferrattn::tq::PrepareParams p) {                                                    \
     ferrattn::tq::prepare_q<D>(p);                                                              \
+  }                                                                                             \
+  extern "C" __global__ void __launch_bounds__(128) turboquant_prepare_q_v1_d##D(               \
+      const ferrattn::tq::PrepareParams p) {                                                    \
+    ferrattn::tq::prepare_q_v1<D>(p);                                                           \
   }                                                                                             \
   extern "C" __global__ void __launch_bounds__(ferrattn::tq::kCombineWarps * 32, 2)            \
       turboquant_combine_d##D(const ferrattn::tq::CombineParams p) {                            \

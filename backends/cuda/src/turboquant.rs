@@ -622,6 +622,28 @@ struct DecodeParams {
     vtab: [u32; 8],
 }
 
+/// The prepare kernel of a step (`Π q` and `S q` into the decode's A fragments): both compute
+/// every output element with the same FMAs in the same order, so their outputs are
+/// bit-identical; they differ in how the work is spread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrepareKernel {
+    /// `Spread` up to [`PREPARE_SPREAD_MAX_TILES`] output tiles, `V1` above.
+    Auto,
+    /// `turboquant_prepare_q_v1_d*`: one CTA per (tile, 32 output columns), each thread both
+    /// matrices and up to 16 rows (D / 32 CTAs per tile).
+    V1,
+    /// `turboquant_prepare_q_d*` (issue 10's prepare pass): one CTA per (tile, 8 output
+    /// columns), each thread one matrix and up to 8 rows (D / 8 CTAs per tile).
+    Spread,
+}
+
+/// [`PrepareKernel::Auto`] launches the spread prepare up to this many output tiles (128 CTAs at
+/// D = 128, one per SM on an H100 / H200), v1 above. Measured on an H200 (2026-11-26,
+/// docs/TURBOQUANT_CUDA.md "the prepare kernel"): spread 2.1 µs a step faster at 8 tiles (batch
+/// 1, 8 KV heads), 7% and 25% a step slower at 128 and 512 tiles (16 x 16k, 64 x 4k). Nothing
+/// between 8 and 128 tiles was measured, so the bound is the measured win's.
+pub const PREPARE_SPREAD_MAX_TILES: usize = 8;
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct PrepareParams {
@@ -1356,6 +1378,11 @@ pub struct TurboQuantCuda {
     split_values: Function,
     path: CompressPath,
     prepare_q: Function,
+    /// The prepare kernel before issue 10's prepare pass (`turboquant_prepare_q_v1_d*`: D / 32
+    /// CTAs per tile instead of D / 8, bit-identical outputs); see [`PrepareKernel`].
+    prepare_q_v1: Function,
+    /// Which of the two prepare kernels steps launch.
+    prepare_kernel: PrepareKernel,
     decode_r8: Function,
     decode_r16: Function,
     /// The merge kernels of 8 and 16 warps a CTA (see [`merge_warps`]).
@@ -1578,6 +1605,14 @@ impl TurboQuantCuda {
             smem_fast_keys: fast_compress_smem_bytes(d, cfg.key_qjl),
             smem_fast_values: fast_compress_smem_bytes(d, false),
             prepare_q: dm.function(&names.prepare_q)?,
+            prepare_q_v1: dm.function(&format!("turboquant_prepare_q_v1_d{d}"))?,
+            // FERRATTN_TQ_PREPARE=v1 / spread: one prepare kernel at every batch (diagnostic:
+            // one build timed both ways; the outputs are bit-identical)
+            prepare_kernel: match std::env::var("FERRATTN_TQ_PREPARE").as_deref() {
+                Ok("v1") => PrepareKernel::V1,
+                Ok("spread") => PrepareKernel::Spread,
+                _ => PrepareKernel::Auto,
+            },
             decode_r8: dm.function(&names.decode_r8)?,
             decode_r16: dm.function(&names.decode_r16)?,
             combine: dm.function(&names.combine)?,
@@ -1679,6 +1714,14 @@ impl TurboQuantCuda {
                 .caps
                 .compute_capability
                 .is_some_and(|cc| cc >= (9, 0));
+    }
+
+    /// Picks the prepare kernel of the steps launched from now on (default
+    /// [`PrepareKernel::Auto`], or `FERRATTN_TQ_PREPARE=v1` / `spread` in the environment).
+    /// Both kernels write bit-identical query fragments; a diagnostic switch and the reference of
+    /// the bit-identity test.
+    pub fn set_prepare_kernel(&mut self, k: PrepareKernel) {
+        self.prepare_kernel = k;
     }
 
     /// See [`Self::set_programmatic_launch`].
@@ -2282,11 +2325,21 @@ impl TurboQuantCuda {
             qscale: p.softmax_scale * log2e / self.sigma_k,
             pscale: p.softmax_scale * log2e * self.codec.sketch().correction_scale(),
         };
+        // v1: one CTA per (tile, 32 output columns); spread: one per (tile, 8 columns)
+        let spread = match self.prepare_kernel {
+            PrepareKernel::Auto => prep.tiles <= PREPARE_SPREAD_MAX_TILES,
+            k => k == PrepareKernel::Spread,
+        };
+        let (prepare, cols) = if spread {
+            (&self.prepare_q, 8)
+        } else {
+            (&self.prepare_q_v1, 32)
+        };
         unsafe {
             launch_on(
                 &self.gpu,
-                &self.prepare_q,
-                ((prep.tiles * d / 32) as u32, 128),
+                prepare,
+                ((prep.tiles * d / cols) as u32, 128),
                 0,
                 stream,
                 false,

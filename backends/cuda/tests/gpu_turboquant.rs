@@ -13,7 +13,7 @@
 
 use ferrattn_core::turboquant::{self, TurboQuantCodec, TurboQuantConfig};
 use ferrattn_core::{golden, AttentionInputs, AttentionProblem, Comparison, DType, Tensor};
-use ferrattn_cuda::turboquant::TurboQuantCuda;
+use ferrattn_cuda::turboquant::{PrepareKernel, TurboQuantCuda};
 use ferrattn_cuda::{CudaBackend, Options};
 
 mod common;
@@ -247,13 +247,31 @@ fn gpu_decode_matches_the_emulation() {
             cfgs
         };
         for cfg in cfgs {
-            let t = engine(&b, &cfg, &p);
+            let mut t = engine(&b, &cfg, &p);
             let (out, _) = t.run(&p, &x, units).unwrap();
             let what = format!(
                 "{} lq {lq:?} lk {lk:?} {hq}/{hk} d {d} causal {causal} units {units:?}",
                 name(&cfg)
             );
             check_decode(&what, &p, &x, &cfg, &out);
+            // the spread prepare (D / 8 CTAs per tile) keeps the v1 kernel's FMA order per
+            // element: the whole step's O and LSE must be bit-identical with either
+            t.set_prepare_kernel(PrepareKernel::V1);
+            let (v1, _) = t.run(&p, &x, units).unwrap();
+            t.set_prepare_kernel(PrepareKernel::Spread);
+            let (out, _) = t.run(&p, &x, units).unwrap();
+            t.set_prepare_kernel(PrepareKernel::Auto);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&out.o.data),
+                bits(&v1.o.data),
+                "{what}: O differs from the v1 prepare's"
+            );
+            assert_eq!(
+                bits(&out.lse.data),
+                bits(&v1.lse.data),
+                "{what}: LSE differs from the v1 prepare's"
+            );
         }
     }
 }
