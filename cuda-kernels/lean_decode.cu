@@ -73,11 +73,16 @@ struct LeanParams {
 // Contiguous: sequence b's own rows. Paged (vLLM / FlashInfer layout): the page table maps the
 // logical page j / page_size to a page of the pool. Only called for j < seqlens_k[b], whose pages
 // the host validated against the pool before uploading the table.
+// The page-table word that maps key j of sequence b to its pool page (paged kernels).
+__device__ __forceinline__ const int* page_word_of(const LeanParams& p, int b, int j) {
+  return p.page_table + (u64)b * p.max_pages + (j >> p.page_shift);
+}
+
 template <bool PAGED>
 __device__ __forceinline__ u64 kv_row_of(const LeanParams& p, int b, int j) {
   if constexpr (PAGED) {
     // read-only for the whole launch (uploaded before it): the non-coherent path
-    const int page = __ldg(p.page_table + (u64)b * p.max_pages + (j >> p.page_shift));
+    const int page = __ldg(page_word_of(p, b, j));
     return ((u64)page << p.page_shift) + (u64)(j & ((1 << p.page_shift) - 1));
   } else {
     return (u64)b * p.max_sk + j;
@@ -465,7 +470,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     if (tid < SK) {
       const int j = key0 + tid;
       f.off = (u32)j & ((1u << p.page_shift) - 1);
-      const int* w = p.page_table + (u64)pt.b * p.max_pages + (j >> p.page_shift);
+      const int* w = page_word_of(p, pt.b, j);
       asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\t@q ld.global.nc.u32 %0, [%1];\n\t}"
                    : "+r"(f.page)
                    : "l"(w), "r"((int)(j < pt.len_k)));

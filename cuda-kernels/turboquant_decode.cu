@@ -707,6 +707,23 @@ __device__ __forceinline__ size_t frag_at(int tile, int r, int o) {
   return ((((size_t)tile * 32 + lane) * (D / 16) + c) * 4 + reg) * 2 + e;
 }
 
+// Output element (row r, column o = chunk columns + c2) of both prepare kernels from the four
+// k-quarters' partial sums in red (matrix 0: Π q, 1: S q), summed in one fixed order:
+// Π q scaled, split into f16 hi + lo, and S q scaled when the keys carry QJL.
+template <int D, int W>
+__device__ __forceinline__ void write_q_element(const PrepareParams& p, const float (&red)[2][4][kRows][W], int tile,
+                                                int r, int c2, int o) {
+  const float xr = ((red[0][0][r][c2] + red[0][1][r][c2]) + (red[0][2][r][c2] + red[0][3][r][c2])) * p.qscale;
+  const size_t at = frag_at<D>(tile, r, o);
+  const u16 hi = F16::from_f32(xr);
+  reinterpret_cast<u16*>(p.qf)[at] = hi;
+  reinterpret_cast<u16*>(p.qf_lo)[at] = F16::from_f32(xr - F16::to_f32(hi));
+  if (p.qjl) {
+    const float xp = (red[1][0][r][c2] + red[1][1][r][c2]) + (red[1][2][r][c2] + red[1][3][r][c2]);
+    reinterpret_cast<u16*>(p.pf)[at] = F16::from_f32(xp * p.pscale);
+  }
+}
+
 // Rows 0 .. N-1 of q_s times a quarter of Πᵀ (and Sᵀ) at column col: rows past the last valid
 // one are skipped by picking N >= that row at run time (invalid rows in between hold zeros).
 template <int D, int N>
@@ -780,16 +797,8 @@ __device__ __forceinline__ void prepare_q_v1(const PrepareParams& p) {
   for (int r = 0; r < kRows; ++r) red[0][quarter][r][cl] = rot[r], red[1][quarter][r][cl] = proj[r];
   __syncthreads();
   for (int x = t; x < kRows * 32; x += 128) {
-    const int r = x / 32, c2 = x % 32, o = chunk * 32 + c2;
-    const float xr = ((red[0][0][r][c2] + red[0][1][r][c2]) + (red[0][2][r][c2] + red[0][3][r][c2])) * p.qscale;
-    const size_t at = frag_at<D>(tile, r, o);
-    const u16 hi = F16::from_f32(xr);
-    reinterpret_cast<u16*>(p.qf)[at] = hi;
-    reinterpret_cast<u16*>(p.qf_lo)[at] = F16::from_f32(xr - F16::to_f32(hi));
-    if (p.qjl) {
-      const float xp = (red[1][0][r][c2] + red[1][1][r][c2]) + (red[1][2][r][c2] + red[1][3][r][c2]);
-      reinterpret_cast<u16*>(p.pf)[at] = F16::from_f32(xp * p.pscale);
-    }
+    const int r = x / 32, c2 = x % 32;
+    write_q_element<D>(p, red, tile, r, c2, chunk * 32 + c2);
   }
 }
 
@@ -884,18 +893,8 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
 #pragma unroll
   for (int r = 0; r < RH; ++r) red[mat][quarter][half * RH + r][cl] = acc[r];
   __syncthreads();
-  {  // one output element (row t / 8, column t % 8) per thread
-    const int r = t >> 3, c2 = t & 7, o = chunk * 8 + c2;
-    const float xr = ((red[0][0][r][c2] + red[0][1][r][c2]) + (red[0][2][r][c2] + red[0][3][r][c2])) * p.qscale;
-    const size_t at = frag_at<D>(tile, r, o);
-    const u16 hi = F16::from_f32(xr);
-    reinterpret_cast<u16*>(p.qf)[at] = hi;
-    reinterpret_cast<u16*>(p.qf_lo)[at] = F16::from_f32(xr - F16::to_f32(hi));
-    if (p.qjl) {
-      const float xp = (red[1][0][r][c2] + red[1][1][r][c2]) + (red[1][2][r][c2] + red[1][3][r][c2]);
-      reinterpret_cast<u16*>(p.pf)[at] = F16::from_f32(xp * p.pscale);
-    }
-  }
+  // one output element (row t / 8, column t % 8) per thread
+  write_q_element<D>(p, red, tile, t >> 3, t & 7, chunk * 8 + (t & 7));
 }
 
 // CTA (tile, part) of kCombineWarps warps merges rows part, part + row_split, ... of its tile.
