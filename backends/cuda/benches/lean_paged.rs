@@ -12,9 +12,14 @@
 //! page pool by the append kernel; warm-up; batches of launches captured in a CUDA graph and
 //! replayed between CUDA events, the variants interleaved batch by batch so that clock drift
 //! hits them alike; the median over batches of the time per launch.
+//! The launches of a batch cycle over `sets` copies of the K/V (contiguous buffers and page
+//! pools), as an engine's layers do, so that the K/V read by a batch is at least 4x the L2
+//! (`--sets N` overrides; `--sets 1`, every launch on the same K/V, was the method before
+//! 2026-11-26 and leaves small rows L2-resident). Every layer of a variant shares one workspace,
+//! so one page table, as one decode step's layers share the step's table.
 //!
-//! Usage: `lean_paged [--quick] [--same-plan] [--only SHAPE:B:CTX] [--out FILE]` (`--only` runs one
-//! configuration of the full list, e.g. `llama:1:8192`, for a profiler).
+//! Usage: `lean_paged [--quick] [--same-plan] [--sets N] [--only SHAPE:B:CTX] [--out FILE]`
+//! (`--only` runs one configuration of the full list, e.g. `llama:1:8192`, for a profiler).
 
 use ferrattn_core::{lean, AttentionProblem, DType, Device};
 use ferrattn_cuda::{
@@ -43,6 +48,12 @@ fn main() {
         .position(|a| a == "--out")
         .and_then(|i| args.get(i + 1))
         .cloned();
+    let sets_arg: Option<usize> = args
+        .iter()
+        .position(|a| a == "--sets")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0);
     let b = CudaBackend::new(0);
     let gpu = match b.gpu() {
         Ok(g) => g.clone(),
@@ -69,10 +80,11 @@ fn main() {
     }
     let mut json = String::from("[\n");
     println!(
-        "{:<6} {:>3} {:>6} | {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>7} {:>7} {:>7} {:>7} {:>7}",
+        "{:<6} {:>3} {:>6} {:>4} | {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>7} {:>7} {:>7} {:>7} {:>7}",
         "shape",
         "B",
         "ctx",
+        "sets",
         "contig us",
         "page16 us",
         "page64 us",
@@ -101,9 +113,16 @@ fn main() {
         let kern = b
             .lean_kernels(LeanInstance::new(p.dtype, d, lp.tile_m).unwrap())
             .unwrap();
-        let x = b.random_inputs(&p, 7, 2.0).unwrap();
         let row = hk * d * 2;
+        // K/V copies (layers) so that a batch of launches reads at least 4x the L2
+        let kv_bytes = 2 * batch * ctx * row;
+        let sets = sets_arg.unwrap_or_else(|| (4 * caps.l2_bytes).div_ceil(kv_bytes).clamp(1, 64));
+        let xs: Vec<_> = (0..sets)
+            .map(|i| b.random_inputs(&p, 7 + i as u32, 2.0).unwrap())
+            .collect();
+        let x = &xs[0];
         let s = gpu.raw_stream();
+        // per page layout: the step (one table, shared by every set) and each set's (K, V) pool
         let mut pools = Vec::new();
         for (page, shuffled) in [(16usize, true), (64, true), (16, false), (64, false)] {
             let max_pages = ctx.div_ceil(page);
@@ -116,37 +135,44 @@ fn main() {
                 ids.shuffle(&mut rand::rngs::StdRng::seed_from_u64(page as u64));
             }
             let paging = Paging::new(page, num_pages, max_pages, ids, &p.seqlens_k).unwrap();
-            let kb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
-            let vb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
             let fill =
                 LeanStepPlan::new(&p, &lp_paged, KvStorage::Paged(paging.clone()), ctx).unwrap();
             let ws = DeviceBuffer::alloc(&gpu, fill.workspace_bytes()).unwrap();
-            // SAFETY: buffers allocated above for these shapes.
-            unsafe {
-                kern.upload(&fill, ws.ptr(), s).unwrap();
-                kern.append(
-                    &fill,
-                    (x.k().ptr(), x.v().ptr()),
-                    (kb.ptr(), vb.ptr()),
-                    ws.ptr(),
-                    s,
-                )
-                .unwrap();
+            let mut set_pools = Vec::new();
+            for xi in &xs {
+                let kb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
+                let vb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
+                // SAFETY: buffers allocated above for these shapes.
+                unsafe {
+                    kern.upload(&fill, ws.ptr(), s).unwrap();
+                    kern.append(
+                        &fill,
+                        (xi.k().ptr(), xi.v().ptr()),
+                        (kb.ptr(), vb.ptr()),
+                        ws.ptr(),
+                        s,
+                    )
+                    .unwrap();
+                }
+                set_pools.push((kb, vb));
             }
+            gpu.synchronize().unwrap();
             let step = LeanStepPlan::new(&p, &lp_paged, KvStorage::Paged(paging), 0).unwrap();
-            pools.push((step, kb, vb));
+            pools.push((step, set_pools));
         }
         let contig = LeanStepPlan::new(&p, &lp, KvStorage::Contiguous, 0).unwrap();
+        let contig_kv: Vec<(u64, u64)> = xs.iter().map(|xi| (xi.k().ptr(), xi.v().ptr())).collect();
         let o = DeviceBuffer::alloc(&gpu, batch * hq * d * 2).unwrap();
         let lse = DeviceBuffer::alloc(&gpu, batch * hq * 4).unwrap();
         let ws_bytes = pools.iter().map(|p| p.0.workspace_bytes()).max().unwrap();
-        // one workspace per variant, tables uploaded once
-        let mut variants: Vec<(LeanStepPlan, u64, u64, DeviceBuffer, bool)> = Vec::new();
-        for (step, kb, vb) in &pools {
+        // one workspace per variant, tables uploaded once: (step, each set's (K, V), workspace,
+        // cooperative launch)
+        type Variant = (LeanStepPlan, Vec<(u64, u64)>, DeviceBuffer, bool);
+        let mut variants: Vec<Variant> = Vec::new();
+        for (step, set_pools) in &pools {
             variants.push((
                 step.clone(),
-                kb.ptr(),
-                vb.ptr(),
+                set_pools.iter().map(|(k, v)| (k.ptr(), v.ptr())).collect(),
                 DeviceBuffer::alloc(&gpu, ws_bytes).unwrap(),
                 true,
             ));
@@ -155,40 +181,40 @@ fn main() {
             0,
             (
                 contig.clone(),
-                x.k().ptr(),
-                x.v().ptr(),
+                contig_kv.clone(),
                 DeviceBuffer::alloc(&gpu, ws_bytes).unwrap(),
                 true,
             ),
         );
         variants.push((
             contig,
-            x.k().ptr(),
-            x.v().ptr(),
+            contig_kv,
             DeviceBuffer::alloc(&gpu, ws_bytes).unwrap(),
             false,
         ));
         for v in &variants {
             // SAFETY: workspace of at least the step's size.
-            unsafe { kern.upload(&v.0, v.3.ptr(), s).unwrap() };
+            unsafe { kern.upload(&v.0, v.2.ptr(), s).unwrap() };
         }
         gpu.synchronize().unwrap();
-        let per_batch = 20;
+        // at least 20 launches a batch, whole rounds over the sets
+        let per_batch = 20usize.div_ceil(sets) * sets;
         let graphs: Vec<Graph> = variants
             .iter()
             .map(|v| {
-                kern.set_cooperative(v.4);
-                let t = LeanTensors {
-                    q: x.q().ptr(),
-                    k: v.1,
-                    v: v.2,
-                    o: o.ptr(),
-                    lse: lse.ptr(),
-                };
+                kern.set_cooperative(v.3);
                 let g = Graph::capture(&gpu, || {
-                    for _ in 0..per_batch {
+                    for i in 0..per_batch {
+                        let (k, vv) = v.1[i % sets];
+                        let t = LeanTensors {
+                            q: x.q().ptr(),
+                            k,
+                            v: vv,
+                            o: o.ptr(),
+                            lse: lse.ptr(),
+                        };
                         // SAFETY: as above.
-                        unsafe { kern.run(&v.0, &t, v.3.ptr(), s)? };
+                        unsafe { kern.run(&v.0, &t, v.2.ptr(), s)? };
                     }
                     Ok(())
                 })
@@ -211,12 +237,12 @@ fn main() {
         }
         let t: Vec<f32> = times.into_iter().map(median).collect();
         println!(
-            "{name:<6} {batch:>3} {ctx:>6} | {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
+            "{name:<6} {batch:>3} {ctx:>6} {sets:>4} | {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
             t[0], t[1], t[2], t[3], t[4], t[5], t[1] / t[0], t[2] / t[0], t[3] / t[0], t[4] / t[0], t[0] / t[5]
         );
         let _ = writeln!(
             json,
-            "  {{\"shape\": \"{name}\", \"batch\": {batch}, \"heads_q\": {hq}, \"heads_kv\": {hk}, \"head_dim\": {d}, \"ctx\": {ctx}, \"ctas\": {}, \"paged_ctas\": {}, \"contiguous_us\": {:.3}, \"paged16_us\": {:.3}, \"paged64_us\": {:.3}, \"paged16_ordered_us\": {:.3}, \"paged64_ordered_us\": {:.3}, \"plain_launch_us\": {:.3}}},",
+            "  {{\"shape\": \"{name}\", \"batch\": {batch}, \"heads_q\": {hq}, \"heads_kv\": {hk}, \"head_dim\": {d}, \"ctx\": {ctx}, \"sets\": {sets}, \"ctas\": {}, \"paged_ctas\": {}, \"contiguous_us\": {:.3}, \"paged16_us\": {:.3}, \"paged64_us\": {:.3}, \"paged16_ordered_us\": {:.3}, \"paged64_ordered_us\": {:.3}, \"plain_launch_us\": {:.3}}},",
             lp.num_ctas, lp_paged.num_ctas, t[0], t[1], t[2], t[3], t[4], t[5]
         );
     }
