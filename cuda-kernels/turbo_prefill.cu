@@ -408,14 +408,18 @@ constexpr int kWgThreads = kWgConsumers * 128 + 128;  // + the producer warpgrou
 // registers per thread after setmaxnreg: 128 x (24 + 3 x 160) <= 64 Ki
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 160;
-// turbo_prefill_wgf_* (issue 11, round 4): two consumer warpgroups of 240 registers
-// (128 x (24 + 2 x 240) <= 64 Ki), so that a warpgroup can hold the S of two 64-key tiles, the
-// S of the next two in flight, and O; eight K/V tiles in flight (two being read, two in S, four
-// landing). Mirrored by ferrattn_cuda::turbo::WGF_SHAPE.
+// turbo_prefill_wgf_* (issue 11, round 4): three consumer warpgroups of 160 registers, each
+// with one pair of S buffers (the S of a chunk of two 64-key tiles), or (built with
+// FERRATTN_WGF_CONSUMERS=2) two of 240 registers (128 x (24 + 2 x 240) <= 64 Ki) with two pairs,
+// the next chunk's S in flight behind the P V passes; eight K/V tiles in flight. Mirrored by
+// ferrattn_cuda::turbo::WGF_SHAPE.
+#ifndef FERRATTN_WGF_CONSUMERS
+#define FERRATTN_WGF_CONSUMERS 3
+#endif
 constexpr int kWgfStages = 8;
-constexpr int kWgfConsumers = 2;
+constexpr int kWgfConsumers = FERRATTN_WGF_CONSUMERS;
 constexpr int kWgfThreads = kWgfConsumers * 128 + 128;
-constexpr int kWgfConsumerRegs = 240;
+constexpr int kWgfConsumerRegs = kWgfConsumers == 2 ? 240 : 160;
 constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
 constexpr int kBiasBits = 0x4b400000;  // bits of kBias
 
@@ -620,6 +624,9 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // s_ref, and l adds each tile's code sum times s_ref / s_V_h (>= 1, at most 2). A one-tile
   // chunk is exactly round 3's tile (offset 0, weight 1).
   if constexpr (kFast) {
+    // two consumer warpgroups (240 registers): two pairs of S buffers, the next chunk's S
+    // issued behind the P V passes; three (160 registers): one pair
+    constexpr bool kTwoBuffers = kWgfConsumers == 2;
     const float c_log2e = 1.4426950408889634f;
     const bool thresh = sas_on && p.sas_nr >= -5;
     const u32 thr2 = [&] {
@@ -782,13 +789,14 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       };
       issue_pv(0, c0);
       if constexpr (D == 128) issue_pv(1, c1);
-      // the next chunk's S behind them, into the other buffers (one commit group)
       const bool pair_n = pairable(jn, vsn0, vsn1);
       const bool more = jn < nt;
-      if (more) {
-        issue_s(jn, n0);
-        if (pair_n) issue_s(jn + 1, n1);
-        wgmma_commit();
+      if constexpr (kTwoBuffers) {  // the next chunk's S behind them, into the other buffers
+        if (more) {
+          issue_s(jn, n0);
+          if (pair_n) issue_s(jn + 1, n1);
+          wgmma_commit();
+        }
       }
       // row sums (the two tiles' in the low and high 16 bits: at most 64 x 255 each), l and the
       // rescale vote while the passes compute
@@ -840,7 +848,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         mbar_arrive(empty0 + 8 * st0);
         if (pair) mbar_arrive(empty0 + 8 * st1);
       };
-      if constexpr (D == 128) {
+      if constexpr (kTwoBuffers && D == 128) {
         if (more) wgmma_wait<2>(); else wgmma_wait<1>();  // pass 0 done
         fence_regs(c0);
         fold(0, c0);
@@ -848,11 +856,50 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         fence_regs(c1);
         release();
         fold(1, c1);
-      } else {
+      } else if constexpr (kTwoBuffers) {
         if (more) wgmma_wait<1>(); else wgmma_wait<0>();
         fence_regs(c0);
         release();
         fold(0, c0);
+      } else if constexpr (D == 128) {
+        // one pair of buffers: the next chunk's first S goes into c0 once pass 0 is folded and
+        // runs during the fold of pass 1; its second S into c1 after that fold
+        wgmma_wait<1>();  // pass 0 done
+        fence_regs(c0);
+        fold(0, c0);
+        fence_regs(c0);
+        if (more) {
+          issue_s(jn, c0);
+          wgmma_commit();
+          wgmma_wait<1>();  // pass 1 done
+        } else {
+          wgmma_wait<0>();
+        }
+        fence_regs(c1);
+        release();
+        fold(1, c1);
+        fence_regs(c1);
+        if (more && pair_n) {
+          issue_s(jn + 1, c1);
+          wgmma_commit();
+        }
+      } else {
+        // d 64: c1 is free once the codes exist, c0 once its pass is folded
+        if (more && pair_n) {
+          issue_s(jn + 1, c1);
+          wgmma_commit();
+          wgmma_wait<1>();
+        } else {
+          wgmma_wait<0>();
+        }
+        fence_regs(c0);
+        release();
+        fold(0, c0);
+        fence_regs(c0);
+        if (more) {
+          issue_s(jn, c0);
+          wgmma_commit();
+        }
       }
       fence_regs(c0);  // the folds' reads stay before the buffers take S again
       fence_regs(c1);
@@ -864,15 +911,20 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       pair = pair_n;
     };
 
-    int sa0[32], sa1[32], sb0[32], sb1[32];
+    int sa0[32], sa1[32];
     if (nt > 0) {
       issue_s(0, sa0);
       if (pair) issue_s(1, sa1);
       wgmma_commit();
     }
-    while (j < nt) {
-      chunk(sa0, sa1, sb0, sb1);
-      if (j < nt) chunk(sb0, sb1, sa0, sa1);
+    if constexpr (kTwoBuffers) {
+      int sb0[32], sb1[32];
+      while (j < nt) {
+        chunk(sa0, sa1, sb0, sb1);
+        if (j < nt) chunk(sb0, sb1, sa0, sa1);
+      }
+    } else {
+      while (j < nt) chunk(sa0, sa1, sa0, sa1);
     }
   }
   for (int j = 0; j < (kFast ? 0 : nt); ++j) {

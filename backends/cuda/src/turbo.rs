@@ -113,11 +113,13 @@ pub const WG_SHAPE: WgShape = WgShape {
     threads: 512,
     stages: 4,
 };
-/// `turbo_prefill_wgf_*`: two consumer warpgroups of 240 registers (S of two tiles per
-/// chunk, the next chunk's S in flight), eight tiles in flight.
+/// `turbo_prefill_wgf_*`: three consumer warpgroups of 160 registers (the S of a chunk of
+/// two tiles in one pair of buffers), eight tiles in flight (`kWgf*`; the kernel built with
+/// `FERRATTN_WGF_CONSUMERS=2` has two warpgroups of 240 registers and needs `q_blocks: 2,
+/// threads: 384`).
 pub const WGF_SHAPE: WgShape = WgShape {
-    q_blocks: 2,
-    threads: 384,
+    q_blocks: 3,
+    threads: 512,
     stages: 8,
 };
 
@@ -796,7 +798,7 @@ impl CudaBackend {
         let wgmma = match (&kernels.prefill_wg, self.options.exact_turbo_prefill) {
             (Some((f, shape)), false) => {
                 let _bound = gpu.bind()?;
-                // SAFETY: a valid function handle; the size (at head dim 128: 89 KiB for wg, 145
+                // SAFETY: a valid function handle; the size (at head dim 128: 89 KiB for wg, 153
                 // KiB for wgf) is within the 227 KiB an sm_90 block may opt into.
                 check("cuFuncSetAttribute", unsafe {
                     sys::cuFuncSetAttribute(

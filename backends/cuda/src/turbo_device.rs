@@ -361,7 +361,7 @@ impl CudaBackend {
         let wgmma = match (&kernels.prefill_wg, self.options.exact_turbo_prefill) {
             (Some((f, shape)), false) => {
                 let _bound = gpu.bind()?;
-                // SAFETY: a valid function handle; the size (at head dim 128: 89 KiB for wg, 145
+                // SAFETY: a valid function handle; the size (at head dim 128: 89 KiB for wg, 153
                 // KiB for wgf) is within the 227 KiB an sm_90 block may opt into.
                 check("cuFuncSetAttribute", unsafe {
                     sys::cuFuncSetAttribute(
