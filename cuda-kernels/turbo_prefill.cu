@@ -618,7 +618,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // and no SAS threshold applies, else per tile; the chunks are taken greedily from tile 0
   // (ferrattn_core::turbo::attention::fixed_p_chunks). One row maximum per chunk, so P V of the
   // 128 keys accumulates in INT32 and O is folded once per chunk (the fold, 2 instructions per O
-  // element, was a quarter of the tile's instructions). The two tiles' V scales differ: the
+  // element, was about 30% of the tile's instructions). The two tiles' V scales differ: the
   // codes of tile h are taken against s_ref = max(s_V_j, s_V_j+1) through the exponent (x gets
   // log2(s_V_h / s_ref) <= 0 added, free in the FFMA: p_h' = p s_V_h / s_ref), O is folded with
   // s_ref, and l adds each tile's code sum times s_ref / s_V_h (>= 1, at most 2). A one-tile
