@@ -408,6 +408,18 @@ constexpr int kWgThreads = kWgConsumers * 128 + 128;  // + the producer warpgrou
 // registers per thread after setmaxnreg: 128 x (24 + 3 x 160) <= 64 Ki
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 160;
+// turbo_prefill_wgf_* (issue 11, round 4): three consumer warpgroups of 160 registers, each
+// with one pair of S buffers (the S of a chunk of two 64-key tiles), or (built with
+// FERRATTN_WGF_CONSUMERS=2) two of 240 registers (128 x (24 + 2 x 240) <= 64 Ki) with two pairs,
+// the next chunk's S in flight behind the P V passes; eight K/V tiles in flight. Mirrored by
+// ferrattn_cuda::turbo::WGF_SHAPE.
+#ifndef FERRATTN_WGF_CONSUMERS
+#define FERRATTN_WGF_CONSUMERS 3
+#endif
+constexpr int kWgfStages = 8;
+constexpr int kWgfConsumers = FERRATTN_WGF_CONSUMERS;
+constexpr int kWgfThreads = kWgfConsumers * 128 + 128;
+constexpr int kWgfConsumerRegs = kWgfConsumers == 2 ? 240 : 160;
 constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
 constexpr int kBiasBits = 0x4b400000;  // bits of kBias
 
@@ -437,6 +449,10 @@ template <class T, int D, bool kFast>
 __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #ifdef FERRATTN_SM90A
   using namespace sm90;
+  // the fast kernel's shape (kWgf*) hides the namespace's (kWg*) in this body
+  constexpr int kWgStages = kFast ? kWgfStages : turbo::kWgStages;
+  constexpr int kWgConsumers = kFast ? kWgfConsumers : turbo::kWgConsumers;
+  constexpr int kConsumerRegs = kFast ? kWgfConsumerRegs : turbo::kConsumerRegs;
   constexpr int KS = D / 32;        // k32 slices of Q K^T
   constexpr int TILE = kBlock * D;  // bytes of one INT8 K (or V^T) tile
   constexpr int NTO = D / 8;        // n8 column groups of O
@@ -584,8 +600,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   int oacc[32];  // P V of 64 channels: D / 64 passes per tile (160 registers per thread)
   float ks_next = nt > 0 ? p.ks[kv_base] : 0.0f, vs_next = nt > 0 ? p.vs[kv_base] : 0.0f;
 
-  // ---- the fast tile (kFast; turbo_prefill_wgf_*): P quantized against a bound known before
-  // the tile. With m the running row maximum (log2 units here), p = 2^(x - m) lies in [0, 1], so
+  // ---- the fast path (kFast; turbo_prefill_wgf_*): P quantized against a bound known before
+  // the chunk. With m the running row maximum (log2 units here), p = 2^(x - m) lies in [0, 1], so
   // P^q = rne(255 p) as u8 (s_P = 1/255 fixed) needs no tile maximum, no cross-warp reduction, no
   // barrier and no division. Per score element: integer row max (IMNMX), I2FP, one FFMA for the
   // scaled and shifted logit in log2 units, one MUFU.EX2, then per pair of keys one F2FP (the two
@@ -596,72 +612,70 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // below SAS's ~1e-3); its threshold: codes below 1/2 round to 0, i.e. x < ln(1/510) = -6.23
   // gives 0, so n_r <= -6 is the u8 rounding's cut; n_r >= -5 is applied as p >= e^n_r on the
   // f16 probabilities.
-  const float c_log2e = 1.4426950408889634f;
-  const bool thresh = sas_on && p.sas_nr >= -5;
-  const u32 thr2 = [&] {
-    const float t = exp2_approx((float)p.sas_nr * c_log2e);  // e^n_r
-    u32 h;
-    asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(h) : "f"(t));
-    return h;
-  }();
-  const u64 dq0 = smem_desc(q_tile, 8 * D, kSwK), dk_ring = smem_desc(ring, 8 * D, kSwK);
-  const u64 dv_ring = smem_desc(ring + TILE, 512, kSw64);
-  // S = Q^q1 K^q1 of tile j (exact s32) into sacc, one commit group; waits for the tile to land
-  const u32 full0 = smem_addr(&bar_full[0]);
-  auto issue_s = [&](int j, int (&sacc)[32]) {
-    const int st = j % kWgStages;
-    mbar_wait(full0 + 8 * st, (j / kWgStages) & 1);
-    wgmma_fence();
-    // descriptors as additions to ones built before the loop (the address field is bits
-    // 0-13 in 16-byte units: +2 per 32-byte k slice, + 2 TILE / 16 per ring stage)
-    const u64 dk = dk_ring + (u64)(st * (2 * TILE >> 4));
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(sacc, dq0 + 2 * ks, dk + 2 * ks, ks);
-    wgmma_commit();
-  };
-  // cur holds S of tile j; at d 128 the two P V passes go to `other` and then to cur (free once
-  // the codes exist), and the next tile's S to `other` (free once the first pass is folded), so
-  // the two 32-register buffers trade roles every tile; at d 64 the one pass goes to `other`
-  // and the next S to cur
-  auto fast_tile = [&](int (&cur)[32], int (&other)[32], float ks_j, float vs_j, int j, int st) {
-    const float c2 = __fmul_rn(mul_rn(mul_rn(s_q, ks_j), p.softmax_scale), c_log2e);
-    const int key0 = j * kBlock;
+  //
+  // Chunks of two tiles (round 4): the softmax, P V and the O fold run per chunk of two 64-key
+  // tiles j, j + 1 (128 keys) where the two V block scales are within a factor 2 (and both > 0)
+  // and no SAS threshold applies, else per tile; the chunks are taken greedily from tile 0
+  // (ferrattn_core::turbo::attention::fixed_p_chunks). One row maximum per chunk, so P V of the
+  // 128 keys accumulates in INT32 and O is folded once per chunk (the fold, 2 instructions per O
+  // element, was about 30% of the tile's instructions). The two tiles' V scales differ: the
+  // codes of tile h are taken against s_ref = max(s_V_j, s_V_j+1) through the exponent (x gets
+  // log2(s_V_h / s_ref) <= 0 added, free in the FFMA: p_h' = p s_V_h / s_ref), O is folded with
+  // s_ref, and l adds each tile's code sum times s_ref / s_V_h (>= 1, at most 2). A one-tile
+  // chunk is exactly round 3's tile (offset 0, weight 1).
+  if constexpr (kFast) {
+    // two consumer warpgroups (240 registers): two pairs of S buffers, the next chunk's S
+    // issued behind the P V passes; three (160 registers): one pair
+    constexpr bool kTwoBuffers = kWgfConsumers == 2;
+    const float c_log2e = 1.4426950408889634f;
+    const bool thresh = sas_on && p.sas_nr >= -5;
+    const u32 thr2 = [&] {
+      const float t = exp2_approx((float)p.sas_nr * c_log2e);  // e^n_r
+      u32 h;
+      asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(h) : "f"(t));
+      return h;
+    }();
+    const u64 dq0 = smem_desc(q_tile, 8 * D, kSwK), dk_ring = smem_desc(ring, 8 * D, kSwK);
+    const u64 dv_ring = smem_desc(ring + TILE, 512, kSw64);
+    const u32 full0 = smem_addr(&bar_full[0]), empty0 = smem_addr(&bar_empty[0]);
     constexpr int kNone = (int)0x80000000;  // below every score (|S| <= 127^2 D < 2^22)
-    const bool masked = key0 + kBlock > vis_min;
-    if (masked) {
+    // S = Q^q1 K^q1 of tile j (exact s32) into acc (no commit); waits for the tile to land
+    auto issue_s = [&](int j, int (&acc)[32]) {
+      const int st = j % kWgStages;
+      mbar_wait(full0 + 8 * st, (j / kWgStages) & 1);
+      wgmma_fence();
+      // descriptors as additions to ones built before the loop (the address field is bits
+      // 0-13 in 16-byte units: +2 per 32-byte k slice, + 2 TILE / 16 per ring stage)
+      const u64 dk = dk_ring + (u64)(st * (2 * TILE >> 4));
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(acc, dq0 + 2 * ks, dk + 2 * ks, ks);
+    };
+    // whether tiles j and j + 1 form one chunk (the same for every thread: the lane-0 broadcast
+    // tells ptxas so, as for wg)
+    auto pairable = [&](int j, float vs0, float vs1) -> bool {
+      const float lo = fminf(vs0, vs1), hi = fmaxf(vs0, vs1);
+      const int ok = j + 1 < nt && !thresh && lo > 0.0f && __fmul_rn(2.0f, lo) >= hi;
+      return __shfl_sync(0xffffffffu, ok, 0) != 0;
+    };
+    auto mask_scores = [&](int (&s)[32], int k0) {
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
-        const int key = key0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
-        if (key >= ((i & 2) ? vis_b : vis_a)) cur[i] = kNone;
+        const int key = k0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
+        if (key >= ((i & 2) ? vis_b : vis_a)) s[i] = kNone;
       }
-    }
-    int ia = kNone, ib = kNone;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      if (i & 2) ib = max(ib, cur[i]); else ia = max(ia, cur[i]);
-    }
-    ia = max(ia, shfl_xor_i(ia, 1));
-    ia = max(ia, shfl_xor_i(ia, 2));
-    ib = max(ib, shfl_xor_i(ib, 1));
-    ib = max(ib, shfl_xor_i(ib, 2));
-    // c2 >= 0: the largest integer score is the largest logit
-    const float ta = ia == kNone ? neg_inf() : __fmul_rn(i2f(ia), c2);
-    const float tb = ib == kNone ? neg_inf() : __fmul_rn(i2f(ib), c2);
-    const float mn_a = fmaxf(m_a, ta), mn_b = fmaxf(m_b, tb);
-    const float r_a = m_a == mn_a ? 1.0f : exp2_approx(__fsub_rn(m_a, mn_a));
-    const float r_b = m_b == mn_b ? 1.0f : exp2_approx(__fsub_rn(m_b, mn_b));
-    const float nm_a = -mn_a, nm_b = -mn_b;
-    u32 cw[16];  // two codes per word: 0x6400 + code in each f16 half
-    // the branches on the mask and the threshold are taken once per tile, not per element
-    auto codes = [&](auto mask, auto thr) {
+    };
+    // the u8 codes of one tile's scores into two A register pairs (keys in slot order)
+    auto codes = [&](const int (&s)[32], float c2, float nb_a, float nb_b, u32 (&pa0)[4], u32 (&pa1)[4], auto mask,
+                     auto thr) {
+      u32 cw[16];  // two codes per word: 0x6400 + code in each f16 half
 #pragma unroll
       for (int k = 0; k < 16; ++k) {
         const int i = 2 * k;
-        const float nm = (i & 2) ? nm_b : nm_a;
-        float x0 = __fmaf_rn(i2f(cur[i]), c2, nm), x1 = __fmaf_rn(i2f(cur[i + 1]), c2, nm);
+        const float nb = (i & 2) ? nb_b : nb_a;
+        float x0 = __fmaf_rn(i2f(s[i]), c2, nb), x1 = __fmaf_rn(i2f(s[i + 1]), c2, nb);
         if (decltype(mask)::value) {
-          x0 = cur[i] == kNone ? neg_inf() : x0;
-          x1 = cur[i + 1] == kNone ? neg_inf() : x1;
+          x0 = s[i] == kNone ? neg_inf() : x0;
+          x1 = s[i + 1] == kNone ? neg_inf() : x1;
         }
         // MUFU.EX2 on f32 (ex2.approx.f16x2 is two MUFU.F16 and a PRMT on sm_90), the pair
         // of probabilities then packed to f16x2 for the quantization
@@ -674,116 +688,243 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         }
         asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(cw[k]) : "r"(e), "r"(0x5bf85bf8u), "r"(0x64006400u));
       }
+#pragma unroll
+      for (int k2 = 0; k2 < 2; ++k2)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int n0 = 4 * k2 + 2 * (r >> 1), e = 2 * (r & 1);
+          const int i0 = 4 * n0 + e;  // codes i0, i0 + 1 (word i0 / 2) and i0 + 4, i0 + 5
+          u32& dst = k2 == 0 ? pa0[r] : pa1[r];
+          asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(dst) : "r"(cw[i0 / 2]), "r"(cw[i0 / 2 + 2]));
+        }
     };
-    if (thresh) {
-      if (masked) codes(True{}, True{}); else codes(False{}, True{});
-    } else {
-      if (masked) codes(True{}, False{}); else codes(False{}, False{});
-    }
-    // P^q straight from the accumulator layout into A registers (keys in slot order)
-    u32 pa[2][4];
+
+    // the current chunk: tiles j (and j + 1 when pair), their scales; the next chunk's are
+    // loaded at the start of each chunk
+    int j = 0;
+    float ks0 = nt > 0 ? p.ks[kv_base] : 0.0f, vs0 = nt > 0 ? p.vs[kv_base] : 0.0f;
+    float ks1 = nt > 1 ? p.ks[kv_base + 1] : 0.0f, vs1 = nt > 1 ? p.vs[kv_base + 1] : 0.0f;
+    bool pair = pairable(0, vs0, vs1);
+    // S of the current chunk in (c0, c1); its P V passes go to c0 and c1 (free once the codes
+    // exist) and the next chunk's S to (n0, n1) as soon as the passes are out, so the two pairs
+    // of buffers trade roles every chunk (the loop takes two chunks)
+    auto chunk = [&](int (&c0)[32], int (&c1)[32], int (&n0)[32], int (&n1)[32]) {
+      const int jn = j + (pair ? 2 : 1);
+      const float ksn0 = jn < nt ? p.ks[kv_base + jn] : 0.0f, vsn0 = jn < nt ? p.vs[kv_base + jn] : 0.0f;
+      const float ksn1 = jn + 1 < nt ? p.ks[kv_base + jn + 1] : 0.0f;
+      const float vsn1 = jn + 1 < nt ? p.vs[kv_base + jn + 1] : 0.0f;
+      // s_ref, and for the tile whose scale is below it: log2(s_V / s_ref) and s_ref / s_V
+      const float s_ref = pair ? fmaxf(vs0, vs1) : vs0;
+      const float w_lo = pair && vs0 != vs1 ? div_rn(s_ref, fminf(vs0, vs1)) : 1.0f;
+      const float off_lo = w_lo == 1.0f ? 0.0f : -log2_approx(w_lo);
+      const bool lo0 = pair && vs0 < vs1;  // tile j has the smaller scale
+      const float off0 = lo0 ? off_lo : 0.0f, off1 = lo0 ? 0.0f : off_lo;
+      const float w0 = lo0 ? w_lo : 1.0f, w1 = lo0 ? 1.0f : w_lo;
+      const float c2_0 = __fmul_rn(mul_rn(mul_rn(s_q, ks0), p.softmax_scale), c_log2e);
+      const float c2_1 = __fmul_rn(mul_rn(mul_rn(s_q, ks1), p.softmax_scale), c_log2e);
+      const int st0 = j % kWgStages, st1 = (j + 1) % kWgStages;
+
+      wgmma_wait<0>();
+      fence_regs(c0);
+      fence_regs(c1);
+      const int key0 = j * kBlock;
+      const bool masked0 = key0 + kBlock > vis_min, masked1 = pair && key0 + 2 * kBlock > vis_min;
+      if (masked0) mask_scores(c0, key0);
+      if (masked1) mask_scores(c1, key0 + kBlock);
+      int ia = kNone, ib = kNone;
 #pragma unroll
-    for (int k2 = 0; k2 < 2; ++k2)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int n0 = 4 * k2 + 2 * (r >> 1), e = 2 * (r & 1);
-        const int i0 = 4 * n0 + e;  // codes i0, i0 + 1 (word i0 / 2) and i0 + 4, i0 + 5
-        asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(pa[k2][r]) : "r"(cw[i0 / 2]), "r"(cw[i0 / 2 + 2]));
+      for (int i = 0; i < 32; ++i) {
+        if (i & 2) ib = max(ib, c0[i]); else ia = max(ia, c0[i]);
       }
-    // P^q V^q1 (exact s32), 64 channels (64 rows of V^T, 4 KiB) per pass, one commit group each
-    auto issue_pv = [&](int half, int (&acc)[32]) {
-      wgmma_fence();
-      const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * half);
-      wgmma_m64n64k32_u8s8(acc, pa[0], dv, 0);
-      wgmma_m64n64k32_u8s8(acc, pa[1], dv + 2, 1);
-      wgmma_commit();
-    };
-    // both passes go out as soon as the codes exist; the row sums, their shuffles, l and the
-    // rescale vote run while they compute
-    issue_pv(0, other);
-    if constexpr (D == 128) issue_pv(1, cur);
-    int rs_a = 0, rs_b = 0;
+      // c2 >= 0: the largest integer score is the largest logit
+      float ta = ia == kNone ? neg_inf() : __fmul_rn(i2f(ia), c2_0);
+      float tb = ib == kNone ? neg_inf() : __fmul_rn(i2f(ib), c2_0);
+      if (pair) {
+        ia = kNone;
+        ib = kNone;
 #pragma unroll
-    for (int k2 = 0; k2 < 2; ++k2)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        if (r & 1) rs_b = byte_sum(pa[k2][r], rs_b); else rs_a = byte_sum(pa[k2][r], rs_a);
+        for (int i = 0; i < 32; ++i) {
+          if (i & 2) ib = max(ib, c1[i]); else ia = max(ia, c1[i]);
+        }
+        ta = fmaxf(ta, ia == kNone ? neg_inf() : __fmul_rn(i2f(ia), c2_1));
+        tb = fmaxf(tb, ib == kNone ? neg_inf() : __fmul_rn(i2f(ib), c2_1));
       }
-    rs_a += shfl_xor_i(rs_a, 1);
-    rs_a += shfl_xor_i(rs_a, 2);
-    rs_b += shfl_xor_i(rs_b, 1);
-    rs_b += shfl_xor_i(rs_b, 2);
-    l_a = __fmaf_rn(l_a, r_a, i2f(rs_a));
-    l_b = __fmaf_rn(l_b, r_b, i2f(rs_b));
-    m_a = mn_a;
-    m_b = mn_b;
-    const bool rescale = __any_sync(0xffffffffu, r_a != 1.0f || r_b != 1.0f);
-    auto fold = [&](int half, int (&acc)[32]) {
-      if (rescale) {
+      ta = fmaxf(ta, shfl_xor(ta, 1));
+      ta = fmaxf(ta, shfl_xor(ta, 2));
+      tb = fmaxf(tb, shfl_xor(tb, 1));
+      tb = fmaxf(tb, shfl_xor(tb, 2));
+      const float mn_a = fmaxf(m_a, ta), mn_b = fmaxf(m_b, tb);
+      const float r_a = m_a == mn_a ? 1.0f : exp2_approx(__fsub_rn(m_a, mn_a));
+      const float r_b = m_b == mn_b ? 1.0f : exp2_approx(__fsub_rn(m_b, mn_b));
+      u32 pa[4][4];
+      // the branches on the mask and the threshold are taken once per tile, not per element
+      {
+        const float nb_a = __fsub_rn(off0, mn_a), nb_b = __fsub_rn(off0, mn_b);
+        if (thresh) {
+          if (masked0) codes(c0, c2_0, nb_a, nb_b, pa[0], pa[1], True{}, True{});
+          else codes(c0, c2_0, nb_a, nb_b, pa[0], pa[1], False{}, True{});
+        } else {
+          if (masked0) codes(c0, c2_0, nb_a, nb_b, pa[0], pa[1], True{}, False{});
+          else codes(c0, c2_0, nb_a, nb_b, pa[0], pa[1], False{}, False{});
+        }
+      }
+      if (pair) {  // no threshold on chunks of two tiles
+        const float nb_a = __fsub_rn(off1, mn_a), nb_b = __fsub_rn(off1, mn_b);
+        if (masked1) codes(c1, c2_1, nb_a, nb_b, pa[2], pa[3], True{}, False{});
+        else codes(c1, c2_1, nb_a, nb_b, pa[2], pa[3], False{}, False{});
+      }
+      // P^q V^q1 (exact s32) of the chunk's keys, 64 channels (64 rows of V^T, 4 KiB) per pass,
+      // one commit group each
+      auto issue_pv = [&](int half, int (&acc)[32]) {
+        wgmma_fence();
+        const u64 dv = dv_ring + (u64)(st0 * (2 * TILE >> 4) + (4096 >> 4) * half);
+        wgmma_m64n64k32_u8s8(acc, pa[0], dv, 0);
+        wgmma_m64n64k32_u8s8(acc, pa[1], dv + 2, 1);
+        if (pair) {
+          const u64 dv1 = dv_ring + (u64)(st1 * (2 * TILE >> 4) + (4096 >> 4) * half);
+          wgmma_m64n64k32_u8s8(acc, pa[2], dv1, 1);
+          wgmma_m64n64k32_u8s8(acc, pa[3], dv1 + 2, 1);
+        }
+        wgmma_commit();
+      };
+      issue_pv(0, c0);
+      if constexpr (D == 128) issue_pv(1, c1);
+      const bool pair_n = pairable(jn, vsn0, vsn1);
+      const bool more = jn < nt;
+      if constexpr (kTwoBuffers) {  // the next chunk's S behind them, into the other buffers
+        if (more) {
+          issue_s(jn, n0);
+          if (pair_n) issue_s(jn + 1, n1);
+          wgmma_commit();
+        }
+      }
+      // row sums (the two tiles' in the low and high 16 bits: at most 64 x 255 each), l and the
+      // rescale vote while the passes compute
+      int ra0 = 0, rb0 = 0, ra1 = 0, rb1 = 0;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          float (&oi)[4] = o[8 * half + i];
-          oi[0] = __fmaf_rn(i2f(acc[4 * i]), vs_j, __fmul_rn(oi[0], r_a));
-          oi[1] = __fmaf_rn(i2f(acc[4 * i + 1]), vs_j, __fmul_rn(oi[1], r_a));
-          oi[2] = __fmaf_rn(i2f(acc[4 * i + 2]), vs_j, __fmul_rn(oi[2], r_b));
-          oi[3] = __fmaf_rn(i2f(acc[4 * i + 3]), vs_j, __fmul_rn(oi[3], r_b));
+      for (int k2 = 0; k2 < 2; ++k2)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          if (r & 1) rb0 = byte_sum(pa[k2][r], rb0); else ra0 = byte_sum(pa[k2][r], ra0);
+        }
+      if (pair) {
+#pragma unroll
+        for (int k2 = 2; k2 < 4; ++k2)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            if (r & 1) rb1 = byte_sum(pa[k2][r], rb1); else ra1 = byte_sum(pa[k2][r], ra1);
+          }
+      }
+      int rs_a = ra0 + (ra1 << 16), rs_b = rb0 + (rb1 << 16);
+      rs_a += shfl_xor_i(rs_a, 1);
+      rs_a += shfl_xor_i(rs_a, 2);
+      rs_b += shfl_xor_i(rs_b, 1);
+      rs_b += shfl_xor_i(rs_b, 2);
+      const float lt_a = __fmaf_rn(i2f(rs_a >> 16), w1, __fmul_rn(i2f(rs_a & 0xffff), w0));
+      const float lt_b = __fmaf_rn(i2f(rs_b >> 16), w1, __fmul_rn(i2f(rs_b & 0xffff), w0));
+      l_a = __fmaf_rn(l_a, r_a, lt_a);
+      l_b = __fmaf_rn(l_b, r_b, lt_b);
+      m_a = mn_a;
+      m_b = mn_b;
+      const bool rescale = __any_sync(0xffffffffu, r_a != 1.0f || r_b != 1.0f);
+      auto fold = [&](int half, int (&acc)[32]) {
+        if (rescale) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            float (&oi)[4] = o[8 * half + i];
+            oi[0] = __fmaf_rn(i2f(acc[4 * i]), s_ref, __fmul_rn(oi[0], r_a));
+            oi[1] = __fmaf_rn(i2f(acc[4 * i + 1]), s_ref, __fmul_rn(oi[1], r_a));
+            oi[2] = __fmaf_rn(i2f(acc[4 * i + 2]), s_ref, __fmul_rn(oi[2], r_b));
+            oi[3] = __fmaf_rn(i2f(acc[4 * i + 3]), s_ref, __fmul_rn(oi[3], r_b));
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[8 * half + i][e] = __fmaf_rn(i2f(acc[4 * i + e]), s_ref, o[8 * half + i][e]);
+        }
+      };
+      auto release = [&] {  // the chunk's stages fully read
+        mbar_arrive(empty0 + 8 * st0);
+        if (pair) mbar_arrive(empty0 + 8 * st1);
+      };
+      if constexpr (kTwoBuffers && D == 128) {
+        if (more) wgmma_wait<2>(); else wgmma_wait<1>();  // pass 0 done
+        fence_regs(c0);
+        fold(0, c0);
+        if (more) wgmma_wait<1>(); else wgmma_wait<0>();  // pass 1 done
+        fence_regs(c1);
+        release();
+        fold(1, c1);
+      } else if constexpr (kTwoBuffers) {
+        if (more) wgmma_wait<1>(); else wgmma_wait<0>();
+        fence_regs(c0);
+        release();
+        fold(0, c0);
+      } else if constexpr (D == 128) {
+        // one pair of buffers: the next chunk's first S goes into c0 once pass 0 is folded and
+        // runs during the fold of pass 1; its second S into c1 after that fold
+        wgmma_wait<1>();  // pass 0 done
+        fence_regs(c0);
+        fold(0, c0);
+        fence_regs(c0);
+        if (more) {
+          issue_s(jn, c0);
+          wgmma_commit();
+          wgmma_wait<1>();  // pass 1 done
+        } else {
+          wgmma_wait<0>();
+        }
+        fence_regs(c1);
+        release();
+        fold(1, c1);
+        fence_regs(c1);
+        if (more && pair_n) {
+          issue_s(jn + 1, c1);
+          wgmma_commit();
         }
       } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[8 * half + i][e] = __fmaf_rn(i2f(acc[4 * i + e]), vs_j, o[8 * half + i][e]);
+        // d 64: c1 is free once the codes exist, c0 once its pass is folded
+        if (more && pair_n) {
+          issue_s(jn + 1, c1);
+          wgmma_commit();
+          wgmma_wait<1>();
+        } else {
+          wgmma_wait<0>();
+        }
+        fence_regs(c0);
+        release();
+        fold(0, c0);
+        fence_regs(c0);
+        if (more) {
+          issue_s(jn, c0);
+          wgmma_commit();
+        }
       }
+      fence_regs(c0);  // the folds' reads stay before the buffers take S again
+      fence_regs(c1);
+      j = jn;
+      ks0 = ksn0;
+      vs0 = vsn0;
+      ks1 = ksn1;
+      vs1 = vsn1;
+      pair = pair_n;
     };
-    if constexpr (D == 128) {
-      wgmma_wait<1>();  // pass 0 done, pass 1 in flight
-      fence_regs(other);
-      fold(0, other);
-      fence_regs(other);  // the fold's reads stay before the next S overwrites `other`
-      // The next tile's Q K^T into `other`: it runs during the second fold
-      if (j + 1 < nt) {
-        issue_s(j + 1, other);
-        wgmma_wait<1>();
-      } else {
-        wgmma_wait<0>();
-      }
-      fence_regs(cur);
-      mbar_arrive(smem_addr(&bar_empty[st]));  // stage st fully read
-      fold(1, cur);
-    } else {
-      // The scores of tile j are in the codes now, so cur is free: the next tile's Q K^T runs
-      // during the fold
-      if (j + 1 < nt) {
-        issue_s(j + 1, cur);
-        wgmma_wait<1>();
-      } else {
-        wgmma_wait<0>();
-      }
-      fence_regs(other);
-      mbar_arrive(smem_addr(&bar_empty[st]));  // stage st fully read
-      fold(0, other);
-    }
-  };
 
-  if constexpr (kFast) {
-    // S of tile 0 here; S of tile j + 1 is issued inside tile j (fast_tile), at d 128 into the
-    // buffer that did not hold S of tile j (sacc and oacc alternate: the loop takes two tiles)
-    auto tile = [&](int j, int (&cur)[32], int (&other)[32]) {
-      const float ks_j = ks_next, vs_j = vs_next;
-      if (j + 1 < nt) {
-        ks_next = p.ks[kv_base + j + 1];
-        vs_next = p.vs[kv_base + j + 1];
+    int sa0[32], sa1[32];
+    if (nt > 0) {
+      issue_s(0, sa0);
+      if (pair) issue_s(1, sa1);
+      wgmma_commit();
+    }
+    if constexpr (kTwoBuffers) {
+      int sb0[32], sb1[32];
+      while (j < nt) {
+        chunk(sa0, sa1, sb0, sb1);
+        if (j < nt) chunk(sb0, sb1, sa0, sa1);
       }
-      wgmma_wait<0>();
-      fence_regs(cur);
-      fast_tile(cur, other, ks_j, vs_j, j, j % kWgStages);
-    };
-    if (nt > 0) issue_s(0, sacc);
-    for (int j = 0; j < nt; j += 2) {
-      tile(j, sacc, oacc);
-      if (j + 1 < nt) {
-        if constexpr (D == 128) tile(j + 1, oacc, sacc); else tile(j + 1, sacc, oacc);
-      }
+    } else {
+      while (j < nt) chunk(sa0, sa1, sa0, sa1);
     }
   }
   for (int j = 0; j < (kFast ? 0 : nt); ++j) {
@@ -940,7 +1081,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       turbo_prefill_wg_##TN##_d##D(const ferrattn::turbo::PrefillParams p) {                   \
     ferrattn::turbo::prefill_wg_body<ferrattn::T, D, false>(p);                                \
   }                                                                                            \
-  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kWgThreads, 1)                 \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kWgfThreads, 1)                \
       turbo_prefill_wgf_##TN##_d##D(const ferrattn::turbo::PrefillParams p) {                  \
     ferrattn::turbo::prefill_wg_body<ferrattn::T, D, true>(p);                                 \
   }

@@ -93,17 +93,42 @@ pub(crate) fn combine_rows(heads_q: usize, heads_kv: usize) -> usize {
 /// `cuda-kernels/turbo_decode.cu`).
 pub const TURBO_COMBINE_THREADS: u32 = 32;
 
-/// Q blocks (consumer warpgroups) per CTA of `turbo_prefill_wg_*` (`kWgConsumers`).
-pub const WG_Q_BLOCKS: usize = 3;
-/// Threads per CTA of `turbo_prefill_wg_*`: three consumer warpgroups and a producer warpgroup.
-pub const WG_THREADS: u32 = 512;
-/// K/V tiles in flight in `turbo_prefill_wg_*` (`kWgStages`).
-pub const WG_STAGES: usize = 4;
+/// The launch shape of a warpgroup-MMA prefill kernel: Q blocks (consumer warpgroups) per CTA,
+/// threads per CTA (the consumers and one producer warpgroup) and K/V tiles in flight; mirrors
+/// `kWg*` (`turbo_prefill_wg_*`) and `kWgf*` (`turbo_prefill_wgf_*`) of
+/// `cuda-kernels/turbo_prefill.cu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WgShape {
+    /// 64-row Q blocks per CTA, one per consumer warpgroup.
+    pub q_blocks: usize,
+    /// Threads per CTA: 128 per consumer warpgroup and 128 for the producer.
+    pub threads: u32,
+    /// K/V tiles in the shared-memory ring.
+    pub stages: usize,
+}
 
-/// Dynamic shared memory of `turbo_prefill_wg_*`: the ring of INT8 K and V^T tiles, one INT8
-/// Q block per consumer warpgroup, and the slack that aligns them to 1 KiB.
-pub fn wg_smem_bytes(head_dim: usize) -> u32 {
-    ((WG_STAGES * 2 + WG_Q_BLOCKS) * TURBO_BLOCK * head_dim + 1024) as u32
+/// `turbo_prefill_wg_*`: three consumer warpgroups of 160 registers, four tiles in flight.
+pub const WG_SHAPE: WgShape = WgShape {
+    q_blocks: 3,
+    threads: 512,
+    stages: 4,
+};
+/// `turbo_prefill_wgf_*`: three consumer warpgroups of 160 registers (the S of a chunk of
+/// two tiles in one pair of buffers), eight tiles in flight (`kWgf*`; the kernel built with
+/// `FERRATTN_WGF_CONSUMERS=2` has two warpgroups of 240 registers and needs `q_blocks: 2,
+/// threads: 384`).
+pub const WGF_SHAPE: WgShape = WgShape {
+    q_blocks: 3,
+    threads: 512,
+    stages: 8,
+};
+
+impl WgShape {
+    /// Dynamic shared memory: the ring of INT8 K and V^T tiles, one INT8 Q block per consumer
+    /// warpgroup, and the slack that aligns them to 1 KiB.
+    pub fn smem_bytes(&self, head_dim: usize) -> u32 {
+        ((self.stages * 2 + self.q_blocks) * TURBO_BLOCK * head_dim + 1024) as u32
+    }
 }
 
 // ---- kernel parameter blocks, mirrored by the structs of turbo_common.cuh and the .cu files ----
@@ -278,9 +303,9 @@ pub struct TurboKernels {
     buffer_tail: Function,
     prefill: Function,
     /// `turbo_prefill_wg_*`, or `turbo_prefill_wgf_*` with
-    /// [`Options::fast_turbo_prefill`](crate::Options::fast_turbo_prefill) (same launch, same
-    /// operands), present on sm_90 (compute capability 9.0) only.
-    prefill_wg: Option<Function>,
+    /// [`Options::fast_turbo_prefill`](crate::Options::fast_turbo_prefill) (same operands, its
+    /// own launch shape), present on sm_90 (compute capability 9.0) only.
+    prefill_wg: Option<(Function, WgShape)>,
     decode: Function,
     decode_g4: Function,
     /// The two decode instances under the fast contract, in the same order.
@@ -729,11 +754,11 @@ impl CudaBackend {
             buffer_tail: m.prefill.function(&n.buffer_tail)?,
             prefill: m.prefill.function(&n.prefill)?,
             prefill_wg: if self.has_sm90a() {
-                Some(m.prefill.function(if self.options.fast_turbo_prefill {
-                    &n.prefill_wgf
+                Some(if self.options.fast_turbo_prefill {
+                    (m.prefill.function(&n.prefill_wgf)?, WGF_SHAPE)
                 } else {
-                    &n.prefill_wg
-                })?)
+                    (m.prefill.function(&n.prefill_wg)?, WG_SHAPE)
+                })
             } else {
                 None
             },
@@ -771,15 +796,15 @@ impl CudaBackend {
         let tiles = p.batch * p.heads_kv * nblk;
         let kernels = self.turbo_kernels(p.dtype, d)?;
         let wgmma = match (&kernels.prefill_wg, self.options.exact_turbo_prefill) {
-            (Some(f), false) => {
+            (Some((f, shape)), false) => {
                 let _bound = gpu.bind()?;
-                // SAFETY: a valid function handle; the size (89 KiB at head dim 128) is within
-                // the 227 KiB an sm_90 block may opt into.
+                // SAFETY: a valid function handle; the size (at head dim 128: 89 KiB for wg, 153
+                // KiB for wgf) is within the 227 KiB an sm_90 block may opt into.
                 check("cuFuncSetAttribute", unsafe {
                     sys::cuFuncSetAttribute(
                         f.f,
                         sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        wg_smem_bytes(d) as i32,
+                        shape.smem_bytes(d) as i32,
                     )
                 })?;
                 true
@@ -898,12 +923,12 @@ impl CudaBackend {
         };
         let q_blocks = p.max_seqlen_q.div_ceil(TURBO_BLOCK);
         match (&prep.kernels.prefill_wg, prep.wgmma) {
-            (Some(f), true) => launch_with(
+            (Some((f, shape)), true) => launch_with(
                 self.gpu()?,
                 f,
-                (q_blocks.div_ceil(WG_Q_BLOCKS), p.heads_q, p.batch),
-                WG_THREADS,
-                wg_smem_bytes(p.head_dim_qk),
+                (q_blocks.div_ceil(shape.q_blocks), p.heads_q, p.batch),
+                shape.threads,
+                shape.smem_bytes(p.head_dim_qk),
                 &mut pp,
             ),
             _ => launch(

@@ -19,10 +19,9 @@
 //! compresses the buffer as it is, so a replay leaves the cache as one append did.
 
 use super::{
-    check, check_supported, code_layout, decode_smem_bytes, plan_decode, wg_smem_bytes,
-    AppendParams, CacheParams, DecodeParams, DecodePlan, DecodeSchedule, DeviceTurboCache,
-    FlushParams, PrefillParams, QuantParams, TurboKernels, DECODE_ROWS, TURBO_BLOCK, TURBO_THREADS,
-    WG_Q_BLOCKS, WG_THREADS,
+    check, check_supported, code_layout, decode_smem_bytes, plan_decode, AppendParams, CacheParams,
+    DecodeParams, DecodePlan, DecodeSchedule, DeviceTurboCache, FlushParams, PrefillParams,
+    QuantParams, TurboKernels, DECODE_ROWS, TURBO_BLOCK, TURBO_THREADS,
 };
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -360,15 +359,15 @@ impl CudaBackend {
         let gpu = self.gpu()?.clone();
         let kernels = self.turbo_decode_kernels(dtype, head_dim)?;
         let wgmma = match (&kernels.prefill_wg, self.options.exact_turbo_prefill) {
-            (Some(f), false) => {
+            (Some((f, shape)), false) => {
                 let _bound = gpu.bind()?;
-                // SAFETY: a valid function handle; the size (89 KiB at head dim 128) is within
-                // the 227 KiB an sm_90 block may opt into.
+                // SAFETY: a valid function handle; the size (at head dim 128: 89 KiB for wg, 153
+                // KiB for wgf) is within the 227 KiB an sm_90 block may opt into.
                 check("cuFuncSetAttribute", unsafe {
                     sys::cuFuncSetAttribute(
                         f.f,
                         sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        wg_smem_bytes(head_dim) as i32,
+                        shape.smem_bytes(head_dim) as i32,
                     )
                 })?;
                 true
@@ -578,11 +577,11 @@ impl TurboStepKernels {
         };
         let q_blocks = p.max_seqlen_q.div_ceil(TURBO_BLOCK);
         match (&k.prefill_wg, self.wgmma) {
-            (Some(f), true) => self.launch(
+            (Some((f, shape)), true) => self.launch(
                 f,
-                (q_blocks.div_ceil(WG_Q_BLOCKS), p.heads_q, p.batch),
-                WG_THREADS,
-                wg_smem_bytes(p.head_dim_qk),
+                (q_blocks.div_ceil(shape.q_blocks), p.heads_q, p.batch),
+                shape.threads,
+                shape.smem_bytes(p.head_dim_qk),
                 stream,
                 &mut pp,
             )?,

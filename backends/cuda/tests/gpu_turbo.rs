@@ -1055,6 +1055,50 @@ fn gpu_turbo_fast_prefill_matches_its_twin() {
         let what = format!("fast prefill sas {} n_r {}", cfg.sas, cfg.sas_threshold);
         check_fast_prefill(&what, &b, &cfg, &p, &x, 0);
     }
+    // V blocks whose scales pair with an exponent offset (x 1.6), do not pair (x 3, and a block
+    // of zeros: s_V = 0), so the chunks are of one and two tiles in every combination
+    // (turbo::fixed_p_chunks)
+    let p = problem(&[300, 520], &[520, 520], 8, 2, 128, DType::BF16, true);
+    let mut x = inputs(&p, 23);
+    let v = x.v.as_mut().unwrap();
+    for b in 0..p.batch {
+        for t in 0..p.seqlens_k[b] {
+            let f = match t / 64 {
+                1 => 1.6,
+                2 => 3.0,
+                4 => 0.0,
+                6 => 0.7,
+                _ => 1.0,
+            };
+            for h in 0..p.heads_kv {
+                v.row4_mut(b, t, h)
+                    .iter_mut()
+                    .for_each(|e| *e = p.dtype.round(*e * f));
+            }
+        }
+    }
+    let cfg = TurboConfig::default();
+    check_fast_prefill("fast prefill uneven V block scales", &b, &cfg, &p, &x, 0);
+    let p = problem(&[300, 520], &[520, 520], 8, 2, 64, DType::F16, false);
+    let mut x = inputs(&p, 24);
+    let v = x.v.as_mut().unwrap();
+    for b in 0..p.batch {
+        for t in (64..128).chain(256..320) {
+            for h in 0..p.heads_kv {
+                v.row4_mut(b, t, h)
+                    .iter_mut()
+                    .for_each(|e| *e = p.dtype.round(*e * 2.5));
+            }
+        }
+    }
+    check_fast_prefill(
+        "fast prefill uneven V block scales d 64",
+        &b,
+        &cfg,
+        &p,
+        &x,
+        0,
+    );
 }
 
 /// On sm_90 the default prefill is the warpgroup-MMA kernel (so the tests above exercise it);

@@ -168,82 +168,154 @@ pub fn round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
-/// One prefill tile step under the fast contract ([`PQuant::FixedU8`]); the CPU twin of
-/// `turbo_prefill_wgf_*`, step for step (`m` in log2 units, `l` and `O` in code units, i.e.
-/// 255 times the paper's; [`finish_fixed_p`] undoes both):
-/// 1. `c2 = ((s_q * s_k) * softmax_scale) * log2(e)`; `t = f32(max_j dot_ij) * c2` over the
-///    visible keys (the integer maximum is the logit maximum: `c2 >= 0`).
-/// 2. `m_new = max(m, t)`; `r = 1` if `m_new == m`, else `2^(m - m_new)`.
-/// 3. `x = fma(f32(dot), c2, -m_new)`; `p = f16(2^x)` (the kernel: `ex2.approx`, then f16).
-/// 4. SAS threshold: with SAS on and `n_r >= -5`, `p < f16(e^n_r)` gives 0; below that the u8
-///    rounding is the cut (`p < 1/510`, `x < -6.23` natural-log units).
+/// Whether K/V blocks `j` and `j + 1` of a query block that visits `nt` blocks form one chunk
+/// of the fast contract ([`attend_chunk_fixed_p`]): both exist, no SAS threshold applies
+/// (`threshold` is [`fixed_p_threshold`]'s), and the two V block scales are positive and within
+/// a factor 2 (`2 min >= max`, f32).
+pub fn fixed_p_pairable(j: usize, nt: usize, threshold: bool, vs0: f32, vs1: f32) -> bool {
+    let (lo, hi) = (vs0.min(vs1), vs0.max(vs1));
+    j + 1 < nt && !threshold && lo > 0.0 && 2.0 * lo >= hi
+}
+
+/// The chunks of the fast contract for a query block that visits the first `nt` K/V blocks
+/// (V block scales `vs`), as `(first block, blocks)`: taken greedily from block 0, two blocks
+/// where [`fixed_p_pairable`], else one.
+pub fn fixed_p_chunks(vs: &[f32], nt: usize, threshold: bool) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut j = 0;
+    while j < nt {
+        let n = if fixed_p_pairable(
+            j,
+            nt,
+            threshold,
+            vs[j],
+            vs.get(j + 1).copied().unwrap_or(0.0),
+        ) {
+            2
+        } else {
+            1
+        };
+        out.push((j, n));
+        j += n;
+    }
+    out
+}
+
+/// One prefill step of the fast contract ([`PQuant::FixedU8`]) over a chunk of one or two
+/// consecutive K/V blocks ([`fixed_p_chunks`]); the CPU twin of `turbo_prefill_wgf_*`, step for
+/// step (`m` in log2 units, `l` and `O` in code units, i.e. 255 times the paper's;
+/// [`finish_fixed_p`] undoes both). `blocks[h]` starts at key `firsts[h]`.
+/// 1. Per block `h`: `c2_h = ((s_q * s_k_h) * softmax_scale) * log2(e)`. The chunk's reference
+///    V scale `s_ref = max_h s_v_h`; for a block whose scale is below it (two blocks, different
+///    scales) `w = s_ref / s_v_h` (f32 division) and `off_h = -log2(w)` (the kernel:
+///    `lg2.approx`), else `w = 1`, `off = 0`. A one-block chunk is round 3's tile step.
+/// 2. `t = max_h f32(max_j dot_ij over block h's visible keys) * c2_h` (the integer maximum is the
+///    logit maximum: `c2 >= 0`); `m_new = max(m, t)`; `r = 1` if `m_new == m`, else
+///    `2^(m - m_new)`.
+/// 3. `x = fma(f32(dot), c2_h, off_h - m_new)`; `p = f16(2^x)` (the kernel: `ex2.approx`, then
+///    f16), i.e. `p = 2^(x - m) s_v_h / s_ref`: the codes of both blocks against one scale.
+/// 4. SAS threshold (one-block chunks only): with SAS on and `n_r >= -5`, `p < f16(e^n_r)`
+///    gives 0; below that the u8 rounding is the cut (`p < 1/510`, `x < -6.23` natural-log
+///    units; in a two-block chunk the block with the smaller V scale cuts at up to twice that
+///    `p`, since its codes carry `s_v_h / s_ref >= 1/2`).
 /// 5. `code = rne(255 p)` in `0..=255` (the kernel: `fma.f16x2(p, 255, 1024)`).
-/// 6. `l = fma(l, r, f32(rowsum code))`, `O = fma(f32(code . V^q1), s_V, O * r)`.
-#[allow(clippy::too_many_arguments)] // the operands of one tile step, named as in Alg. 1
-pub fn attend_tile_fixed_p(
+/// 6. `l = fma(l, r, fma(f32(rowsum_1), w_1, f32(rowsum_0) * w_0))` (`rowsum_1 = 0`, `w_1 = 1`
+///    for one block), `O = fma(f32(sum_h code . V_h^q1), s_ref, O * r)`: P V of the whole chunk
+///    accumulates in INT32 and O is folded once.
+#[allow(clippy::too_many_arguments)] // the operands of one chunk step, named as in Alg. 1
+pub fn attend_chunk_fixed_p(
     q: &Int8Block,
     softmax_scale: f32,
     visible: &[usize],
-    k: &Int8Block,
-    v: &Int8Block,
-    first: usize,
+    blocks: &[(&Int8Block, &Int8Block)],
+    firsts: &[usize],
     threshold: Option<i32>,
     states: &mut [RowState],
 ) {
-    let (rows, n) = (q.rows, k.rows);
-    if n == 0 {
-        return;
-    }
+    assert!(matches!(blocks.len(), 1 | 2) && firsts.len() == blocks.len());
+    let rows = q.rows;
     let d = q.codes.len() / rows.max(1);
-    let dv = v.codes.len() / n;
-    let c2 = ((q.scale * k.scale) * softmax_scale) * std::f32::consts::LOG2_E;
+    let pair = blocks.len() == 2;
+    let vs0 = blocks[0].1.scale;
+    let vs1 = if pair { blocks[1].1.scale } else { vs0 };
+    let s_ref = if pair { vs0.max(vs1) } else { vs0 };
+    let w_lo = if pair && vs0 != vs1 {
+        s_ref / vs0.min(vs1)
+    } else {
+        1.0
+    };
+    let off_lo = if w_lo == 1.0 { 0.0 } else { -w_lo.log2() };
+    let lo0 = pair && vs0 < vs1;
+    let off = [
+        if lo0 { off_lo } else { 0.0 },
+        if lo0 { 0.0 } else { off_lo },
+    ];
+    let w = [if lo0 { w_lo } else { 1.0 }, if lo0 { 1.0 } else { w_lo }];
+    let c2: Vec<f32> = blocks
+        .iter()
+        .map(|(k, _)| ((q.scale * k.scale) * softmax_scale) * std::f32::consts::LOG2_E)
+        .collect();
     let thr = threshold.map(|n_r| round_f16((n_r as f32 * std::f32::consts::LOG2_E).exp2()));
-    let mut dots = vec![0i32; n];
+    let dv = blocks[0].1.codes.len() / blocks[0].1.rows.max(1);
+    let mut dots: Vec<Vec<i32>> = blocks.iter().map(|(k, _)| vec![0i32; k.rows]).collect();
     let mut acc = vec![0i32; dv];
     for i in 0..rows {
-        let vis = visible[i].saturating_sub(first).min(n);
-        if vis == 0 {
+        let vis: Vec<usize> = blocks
+            .iter()
+            .zip(firsts)
+            .map(|((k, _), &f)| visible[i].saturating_sub(f).min(k.rows))
+            .collect();
+        if vis.iter().all(|&n| n == 0) {
             continue; // nothing visible: the state is left as it was
         }
         let qi = &q.codes[i * d..(i + 1) * d];
-        for (j, dj) in dots.iter_mut().enumerate().take(vis) {
-            let kj = &k.codes[j * d..(j + 1) * d];
-            *dj = qi.iter().zip(kj).map(|(&a, &b)| a as i32 * b as i32).sum();
+        let mut t = f32::NEG_INFINITY;
+        for (h, ((k, _), dh)) in blocks.iter().zip(dots.iter_mut()).enumerate() {
+            for (j, dj) in dh.iter_mut().enumerate().take(vis[h]) {
+                let kj = &k.codes[j * d..(j + 1) * d];
+                *dj = qi.iter().zip(kj).map(|(&a, &b)| a as i32 * b as i32).sum();
+            }
+            if let Some(&imax) = dh[..vis[h]].iter().max() {
+                t = t.max(imax as f32 * c2[h]);
+            }
         }
-        let imax = *dots[..vis].iter().max().expect("vis > 0");
         let st = &mut states[i];
-        let m_new = st.m.max(imax as f32 * c2);
+        let m_new = st.m.max(t);
         let r = if m_new == st.m {
             1.0
         } else {
             (st.m - m_new).exp2()
         };
         acc.iter_mut().for_each(|a| *a = 0);
-        let mut rowsum = 0i32;
-        for (j, &dot) in dots.iter().enumerate().take(vis) {
-            let x = (dot as f32).mul_add(c2, -m_new);
-            let mut p = round_f16(x.exp2());
-            if thr.is_some_and(|t| p < t) {
-                p = 0.0;
-            }
-            let code = rne(255.0 * p).min(255.0) as i32;
-            if code == 0 {
-                continue;
-            }
-            rowsum += code;
-            for (a, &vc) in acc.iter_mut().zip(&v.codes[j * dv..(j + 1) * dv]) {
-                *a += code * vc as i32;
+        let mut rowsum = [0i32; 2];
+        for (h, (_, v)) in blocks.iter().enumerate() {
+            let nb = off[h] - m_new;
+            for (j, &dot) in dots[h].iter().enumerate().take(vis[h]) {
+                let x = (dot as f32).mul_add(c2[h], nb);
+                let mut p = round_f16(x.exp2());
+                if thr.is_some_and(|t| p < t) {
+                    p = 0.0;
+                }
+                let code = rne(255.0 * p).min(255.0) as i32;
+                if code == 0 {
+                    continue;
+                }
+                rowsum[h] += code;
+                for (a, &vc) in acc.iter_mut().zip(&v.codes[j * dv..(j + 1) * dv]) {
+                    *a += code * vc as i32;
+                }
             }
         }
+        let lt = (rowsum[1] as f32).mul_add(w[1], rowsum[0] as f32 * w[0]);
         st.m = m_new;
-        st.l = st.l.mul_add(r, rowsum as f32);
+        st.l = st.l.mul_add(r, lt);
         for (o, &a) in st.acc.iter_mut().zip(&acc) {
-            *o = (a as f32).mul_add(v.scale, *o * r);
+            *o = (a as f32).mul_add(s_ref, *o * r);
         }
     }
 }
 
-/// `O = acc * (1 / l)` and `LSE = (m ln 2 - ln 255) + ln(l)` of a [`attend_tile_fixed_p`] state
+/// `O = acc * (1 / l)` and `LSE = (m ln 2 - ln 255) + ln(l)` of a [`attend_chunk_fixed_p`] state
 /// (as the kernel finishes it); zeros and `-inf` for a row that saw no key.
 pub fn finish_fixed_p(st: &RowState) -> RowOut {
     if st.m == f32::NEG_INFINITY || st.l == 0.0 {
@@ -397,32 +469,44 @@ pub(crate) fn prefill_into(
                 let visible: Vec<usize> = (r0..r1).map(|i| p.visible_keys(b, i)).collect();
                 let reach = visible.iter().copied().max().unwrap_or(0);
                 let mut states = vec![RowState::new(dv); r1 - r0];
-                for (j, (kb, vb)) in blocks.iter().enumerate() {
-                    let first = j * cfg.block_k;
-                    if first >= reach {
-                        break;
+                match pq {
+                    PQuant::PerTile => {
+                        for (j, (kb, vb)) in blocks.iter().enumerate() {
+                            let first = j * cfg.block_k;
+                            if first >= reach {
+                                break;
+                            }
+                            attend_tile(
+                                &qb,
+                                p.softmax_scale,
+                                &visible,
+                                kb,
+                                vb,
+                                first,
+                                exp,
+                                &mut states,
+                            );
+                        }
                     }
-                    match pq {
-                        PQuant::PerTile => attend_tile(
-                            &qb,
-                            p.softmax_scale,
-                            &visible,
-                            kb,
-                            vb,
-                            first,
-                            exp,
-                            &mut states,
-                        ),
-                        PQuant::FixedU8 => attend_tile_fixed_p(
-                            &qb,
-                            p.softmax_scale,
-                            &visible,
-                            kb,
-                            vb,
-                            first,
-                            fixed_p_threshold(cfg),
-                            &mut states,
-                        ),
+                    PQuant::FixedU8 => {
+                        // the chunks of one or two blocks of the fast contract
+                        let nt = reach.div_ceil(cfg.block_k).min(blocks.len());
+                        let vs: Vec<f32> = blocks.iter().map(|(_, vb)| vb.scale).collect();
+                        let threshold = fixed_p_threshold(cfg);
+                        for (j, n) in fixed_p_chunks(&vs, nt, threshold.is_some()) {
+                            let chunk: Vec<(&Int8Block, &Int8Block)> =
+                                blocks[j..j + n].iter().map(|(k, v)| (k, v)).collect();
+                            let firsts: Vec<usize> = (j..j + n).map(|b| b * cfg.block_k).collect();
+                            attend_chunk_fixed_p(
+                                &qb,
+                                p.softmax_scale,
+                                &visible,
+                                &chunk,
+                                &firsts,
+                                threshold,
+                                &mut states,
+                            );
+                        }
                     }
                 }
                 match pq {

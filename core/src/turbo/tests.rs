@@ -997,7 +997,8 @@ fn turbo_decode_and_append_refuse_tensors_shorter_than_their_shape() {
 }
 
 /// The fast contract of `turbo_prefill_wgf_*` (P quantized with the fixed scale 1/255 against
-/// the running row maximum, exp2 instead of SAS; `attention::attend_tile_fixed_p`) against the
+/// the running row maximum, exp2 instead of SAS, chunks of two K/V blocks with one fold;
+/// `attention::attend_chunk_fixed_p`) against the
 /// f64 golden and the emulation: within the INT8 bounds, no less accurate than the emulation
 /// (finer P codes: 1/255 against >= 1/119 of the tile maximum; exp2 exact where SAS is within
 /// 1.1e-3), and O within `FIXED_P_VS_EMULATION` of the emulation's.
@@ -1069,3 +1070,19 @@ fn turbo_fixed_p_prefill_is_as_accurate_as_the_emulation() {
 /// bound; the accuracy statement is the one against the golden above (no worse than the
 /// emulation). The kernel against its twin is tight (backends/cuda/tests/gpu_turbo.rs).
 const FIXED_P_VS_EMULATION: (f64, f64) = (0.04, 0.03);
+
+/// The chunks of the fast contract: greedy from block 0, two blocks where both V scales are
+/// positive and within a factor 2 and no SAS threshold applies, else one; never past `nt`.
+#[test]
+fn turbo_fixed_p_chunks_pair_blocks_of_close_v_scales() {
+    use super::attention::fixed_p_chunks;
+    let vs = [1.0, 1.9, 4.0, 0.0, 0.0, 1.0, 0.5, 0.49, 1.0];
+    assert_eq!(
+        fixed_p_chunks(&vs, 9, false),
+        vec![(0, 2), (2, 1), (3, 1), (4, 1), (5, 2), (7, 1), (8, 1)]
+    );
+    assert_eq!(fixed_p_chunks(&vs, 2, false), vec![(0, 2)]);
+    assert_eq!(fixed_p_chunks(&vs, 1, false), vec![(0, 1)]);
+    assert_eq!(fixed_p_chunks(&vs, 3, true), vec![(0, 1), (1, 1), (2, 1)]);
+    assert!(fixed_p_chunks(&vs, 0, false).is_empty());
+}
