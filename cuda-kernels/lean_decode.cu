@@ -153,7 +153,7 @@ struct Smem {
   // (lean_decode_body), last. Only those instances reserve it (kBytesAhead): a kilobyte more per
   // CTA slowed the contiguous one-CTA-per-tile rows (Lean-paper B=16 ctx 1k, 64.8-66.6 -> 69.6-70.9
   // us on an H200) by moving two CTAs per SM into a larger shared-memory carveout (less L1).
-  static constexpr int kRowsBytes = 2 * kSk * 4;
+  static constexpr int kRowsBytes = 2 * kSk * 4 + 4 * kSk * 4;  // rows_s [2][SK], words_s [4][SK]
   static constexpr int bytes_for(int stages) {
     return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0);
   }
@@ -455,30 +455,46 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // 2-3 then waited at the barrier for warps 0-1. A predicated load leaves kNoRow in place for a
   // key past the sequence, so nothing consumes the word before its unit is stored. The words are
   // read two units ahead of their copies, so each load has two stages of compute to arrive.
+  // They are not loaded into registers: a word loaded into fb and moved into fa an iteration
+  // later made the move wait for the load (the loop cannot rename fa and fb without unrolling by
+  // two; SASS of 6b7cef6: IMAD.MOV of the loaded register right after the stage's barrier). With
+  // one CTA per SM and a full ring in front of it, a word that misses L1 took longer than a stage,
+  // so every stage with pages of 16 (a new 32-byte sector of words each stage at d 64) waited there:
+  // Lean-paper B=1 ctx 64k on 112 CTAs, pages of 16 in pool order (the contiguous addresses) 1.40x
+  // contiguous, pages of 64 1.12x (H200, 2026-11-26). So each thread copies its word into a slot
+  // of words_s with cp.async, in the commit group of the unit whose copies it follows, and reads
+  // it back itself after the wait that completes that group (its own copy: no barrier needed).
   constexpr bool ahead = PAGED && AHEAD;
   struct Fetched {
-    u32 page, off;  // this thread's word as loaded (tid < SK) and its key's offset in the page
-    int hk;         // the KV head of the unit's tile (pt runs ahead of the copies)
+    u32 off;  // this thread's key's offset in its page (tid < SK)
+    int hk;   // the KV head of the unit's tile (pt runs ahead of the copies)
+    bool ok;  // the key is in the sequence (its word was copied)
   };
   struct NoFetched {};
   // the next unit to copy (fa) and the one after (fb); ahead instances only
   typename Pick<ahead, Fetched, NoFetched>::type fa{}, fb{};
+  // page words of units u (slot u % 4): written two units ahead of their copies, read one unit
+  // ahead (store_fetched); slot u is rewritten for unit u + 4 two iterations after it was read
+  u32* words_s = rows_s + 2 * SK;
+  u32 w_next = 0;  // the unit whose words fetch_rows reads next
   // the words of the producer's next unit; pt is that unit's tile afterwards
   auto fetch_rows = [&]() -> Fetched {
     const int key0 = next_unit_key0();
-    Fetched f{kNoRow, 0u, pt.hk};
+    Fetched f{0u, pt.hk, false};
     if (tid < SK) {
       const int j = key0 + tid;
       f.off = (u32)j & ((1u << p.page_shift) - 1);
-      const int* w = page_word_of(p, pt.b, j);
-      asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\t@q ld.global.nc.u32 %0, [%1];\n\t}"
-                   : "+r"(f.page)
-                   : "l"(w), "r"((int)(j < pt.len_k)));
+      f.ok = j < pt.len_k;
+      const int* w = f.ok ? page_word_of(p, pt.b, j) : p.page_table;  // src-size 0: not read
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(words_s + (w_next & 3) * SK + tid)),
+                   "l"(w), "r"(f.ok ? 4 : 0)
+                   : "memory");
     }
+    ++w_next;
     return f;
   };
   auto store_fetched = [&](u32 u, const Fetched& f) {
-    if (tid < SK) rows_s[(u & 1) * SK + tid] = f.page == kNoRow ? kNoRow : (f.page << p.page_shift) + f.off;
+    if (tid < SK) rows_s[(u & 1) * SK + tid] = f.ok ? (words_s[(u & 3) * SK + tid] << p.page_shift) + f.off : kNoRow;
   };
   auto copy_fetched = [&](u32 u, int hk) {
     const u32* rs = rows_s + (u & 1) * SK;
@@ -508,13 +524,15 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       load_unit(u);
     }
   };
-  // The prologue reads the words of units 0, 1 and 2 together: the second stage's copies then
-  // wait for one page-table round trip, not two in series.
+  // The prologue reads the words of units 0, 1 and 2 together (one commit group, waited for at
+  // once): the second stage's copies then wait for one page-table round trip, not two in series.
   if constexpr (ahead) {
-    Fetched f0{kNoRow, 0u, 0};
+    Fetched f0{0u, 0, false};
     if (units > 0) f0 = fetch_rows();
     if (units > 1) fa = fetch_rows();
     if (units > 2) fb = fetch_rows();
+    cp_async_commit();
+    cp_async_wait<0>();
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) {
       if ((u32)s < units) store_fetched((u32)s, s == 0 ? f0 : fa);
