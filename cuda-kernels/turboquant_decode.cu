@@ -138,6 +138,13 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// v of lane `src` (whole warp)
+__device__ __forceinline__ float shfl_idx(float v, int src) {
+  float r;
+  asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(src));
+  return r;
+}
+
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
   u32 r;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
@@ -293,20 +300,27 @@ __device__ __forceinline__ Bases bases_of(const DecodeParams& p, size_t row0, in
   return r;
 }
 
-// Issues the copies of the 16 tokens at `tok` (a multiple of 16) into the stage whose lane-`lane`
-// entry of slot 0 is at shared address `st` (slot s of that lane at st + 512 s, its chunk of the
-// small area at st + 512 kSlots). At D = 128 every copy is a 16-byte cp.async.cg (L2 only).
+// Moves the bases by `tok` tokens (a multiple of 16; value rows hold token pairs)
+template <int D>
+__device__ __forceinline__ void advance(Bases& a, int tok) {
+  a.kc += tok * (D / 2), a.vc += (tok / 2) * D, a.sm += tok * a.sm_stride;
+}
+
+// Issues the copies of the 16 tokens at the bases (a running cursor: a stage costs three pointer
+// increments, not its token's index arithmetic) into the stage whose lane-`lane` entry of slot 0
+// is at shared address `st` (slot s of that lane at st + 512 s, its chunk of the small area at
+// st + 512 kSlots), then moves the bases to the next 16 tokens. At D = 128 every copy is a
+// 16-byte cp.async.cg (L2 only).
 template <int D, bool QJL>
-__device__ __forceinline__ void issue_stage(const Bases& a, int tok, u32 st) {
+__device__ __forceinline__ void issue_stage(Bases& a, u32 st) {
   constexpr int W = D / 8;  // bytes of a lane's words
   constexpr u32 kSlot = 32 * 16;
-  const unsigned char* k = a.kc + tok * (D / 2);
-  cp_async_n<W>(st + 0 * kSlot, k);
-  cp_async_n<W>(st + 1 * kSlot, k + 8 * (D / 2));
-  const unsigned char* v = a.vc + (tok / 2) * D;
-  cp_async_n<W>(st + 2 * kSlot, v);
-  cp_async_n<W>(st + 3 * kSlot, v + 4 * D);
-  cp_async_n<16>(st + kSlots * kSlot, a.sm + tok * a.sm_stride);
+  cp_async_n<W>(st + 0 * kSlot, a.kc);
+  cp_async_n<W>(st + 1 * kSlot, a.kc + 8 * (D / 2));
+  cp_async_n<W>(st + 2 * kSlot, a.vc);
+  cp_async_n<W>(st + 3 * kSlot, a.vc + 4 * D);
+  cp_async_n<16>(st + kSlots * kSlot, a.sm);
+  advance<D>(a, kTileK);
 }
 
 template <int D>
@@ -416,11 +430,12 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     hd.iters = hd.tok1 > hd.tok0 ? (hd.tok1 - hd.tok0 + kTileK - 1) / kTileK : 0;
     return hd;
   };
-  // the whole ring (kStages stages) of a segment
-  auto issue_ring = [&](const Head& hd) {
+  // the whole ring (kStages stages) of a segment; hd.src is left at the first stage not issued
+  auto issue_ring = [&](Head& hd) {
+    advance<D>(hd.src, hd.tok0);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      if (s < hd.iters) issue_stage<D, QJL>(hd.src, hd.tok0 + s * kTileK, ring_s + s * kStageBytes);
+      if (s < hd.iters) issue_stage<D, QJL>(hd.src, ring_s + s * kStageBytes);
       cp_async_commit();
     }
   };
@@ -449,7 +464,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       issue_ring(hd);
     }
     const int tile = hd.tile, tok0 = hd.tok0, lim0 = hd.lim0, lim1 = hd.lim1, iters = hd.iters;
-    const Bases src = hd.src;
+    Bases src = hd.src;  // at stage kStages (when the segment has that many)
     // Π q as hi + lo (two f16 products: the scores then carry the rounding of the centroids
     // only). Every lane reads only the qsm entries it wrote, so no barrier; its reads of the
     // previous segment are done (program order).
@@ -474,9 +489,14 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       const uint4 v = qsm[(arr * CH + c) * 32 + lane];
       f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
     };
-    float o[NB][4];
+    // R16: O_rot in the C layout of P · V (o[ν]: rows g and g + 8, channels 8ν + 2q, + 1).
+    // 8 rows: O_rotᵀ = Vᵀ · Pᵀ, channels as the MMA's M and the 8 rows in use as its N, so no
+    // MMA row is wasted: o[μ] holds channels 16μ + g (entries 0, 1) and 16μ + 8 + g (2, 3) of
+    // rows 2q, 2q + 1 (half the P·V MMAs of the 16-row form, and no dropped rows to zero).
+    constexpr int NO = R16 ? NB : NB / 2;
+    float o[NO][4];
 #pragma unroll
-    for (int n = 0; n < NB; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
 
     // Software pipeline over the 16-token stages: one loop iteration runs the score MMAs of
@@ -542,16 +562,19 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       lookup4<VWIDE>(vc.v0.w[w] >> 16, vtab, a2, a3);  // ν = 4w + 2, 4w + 3
       lookup4<VWIDE>(vc.v1.w[w], vtab, b0, b1);        // tokens 2q + 8, 2q + 9
       lookup4<VWIDE>(vc.v1.w[w] >> 16, vtab, b2, b3);
-      if (!R16) {
-        // with 8 rows in use the upper accumulators are fed zeros and dropped: not live across
-        // iterations, 32 registers fewer (3 CTAs per SM without spills)
-#pragma unroll
-        for (int n = 4 * w; n < 4 * w + 4; ++n) o[n][2] = o[n][3] = 0.f;
+      if constexpr (R16) {
+        mma16816(F16{}, o[4 * w], pa_, a0, b0);
+        mma16816(F16{}, o[4 * w + 1], pa_, a1, b1);
+        mma16816(F16{}, o[4 * w + 2], pa_, a2, b2);
+        mma16816(F16{}, o[4 * w + 3], pa_, a3, b3);
+      } else {
+        // Vᵀ as the A operand: the B fragments of n-blocks 4w, 4w + 1 (channels 8ν + g, tokens
+        // 2q.. and 2q + 8..) are exactly the A fragment of channels 32w .. 32w + 15 (rows g,
+        // g + 8; k = tokens), and Pᵀ's B fragment is pa_'s row-g halves (tokens 2q.., 2q + 8..)
+        const u32 va0[4] = {a0, a1, b0, b1}, va1[4] = {a2, a3, b2, b3};
+        mma16816(F16{}, o[2 * w], va0, pa_[0], pa_[2]);
+        mma16816(F16{}, o[2 * w + 1], va1, pa_[0], pa_[2]);
       }
-      mma16816(F16{}, o[4 * w], pa_, a0, b0);
-      mma16816(F16{}, o[4 * w + 1], pa_, a1, b1);
-      mma16816(F16{}, o[4 * w + 2], pa_, a2, b2);
-      mma16816(F16{}, o[4 * w + 3], pa_, a3, b3);
     };
     // ---- scores, masking, online softmax (base 2) of the stage at token `start` for rows g
     // (e = 0, 1) and g + 8 (e = 2, 3): m, l updated, pa_ = its P ‖v‖, al = O's rescale factors
@@ -635,6 +658,10 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       softmax(kc, tok0, al0, al1);
     }
 
+    // byte offsets in the ring of stage it's slot (its values are read, then it is refilled) and
+    // of stage it + 1's (its keys are read): rotated, not recomputed as it % kStages
+    u32 so_v = 0, so_k = kStageBytes;
+    const unsigned char* ring_b = reinterpret_cast<const unsigned char*>(ring);
 #pragma unroll 1
     for (int it = 0; it + 1 < iters; ++it) {
       // stage it + 1 has landed (kStages + it groups committed, the first it + 2 complete)
@@ -643,8 +670,8 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       // iteration before) before this iteration's refill of its slot
       __syncwarp();
       Stage<D> kc, vc;
-      read_keys<D, QJL>(ring + ((it + 1) % kStages) * kStageU4, lane, q, kc);
-      read_values<D>(ring + (it % kStages) * kStageU4, lane, vc);
+      read_keys<D, QJL>(reinterpret_cast<const uint4*>(ring_b + so_k), lane, q, kc);
+      read_values<D>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
       zero_scores();
       // stage it + 1's scores beside stage it's P·V: independent, interleaved in program order
 #pragma unroll
@@ -658,23 +685,29 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       // rescale O (stage it's P·V included) only when some row's running max moved (rare after
       // the first tokens; the vote keeps the branch uniform over the warp)
       if (__any_sync(0xffffffffu, al0 != 1.f || (R16 && al1 != 1.f))) {
+        if constexpr (R16) {
 #pragma unroll
-        for (int n = 0; n < NB; ++n) {
-          o[n][0] *= al0, o[n][1] *= al0;
-          if (R16) o[n][2] *= al1, o[n][3] *= al1;
+          for (int n = 0; n < NB; ++n) o[n][0] *= al0, o[n][1] *= al0, o[n][2] *= al1, o[n][3] *= al1;
+        } else {
+          // Oᵀ: this lane's columns are rows 2q and 2q + 1, whose factors the lanes 8q and
+          // 8q + 4 computed (row g = lane / 4)
+          const float a0 = shfl_idx(al0, 8 * q), a1 = shfl_idx(al0, 8 * q + 4);
+#pragma unroll
+          for (int n = 0; n < NO; ++n) o[n][0] *= a0, o[n][1] *= a1, o[n][2] *= a0, o[n][3] *= a1;
         }
       }
       // refill stage it's slot (this lane read it above and its values went into the MMAs)
-      const int ahead = it + kStages;
-      if (ahead < iters)
-        issue_stage<D, QJL>(src, tok0 + ahead * kTileK, ring_s + (it % kStages) * kStageBytes);
+      if (it + kStages < iters) issue_stage<D, QJL>(src, ring_s + so_v);
       cp_async_commit();
+      so_v = so_k;
+      so_k = so_k == (kStages - 1) * kStageBytes ? 0u : so_k + kStageBytes;
     }
 
     if (iters > 0) {
-      // epilogue: the last stage's P·V (its copies landed before its scores were read)
+      // epilogue: the last stage's P·V (its copies landed before its scores were read; so_v is
+      // its slot)
       Stage<D> vc;
-      read_values<D>(ring + ((iters - 1) % kStages) * kStageU4, lane, vc);
+      read_values<D>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) pv_word(vc, w);
     }
@@ -685,10 +718,22 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     l1 += shfl_xor(l1, 1);
     l1 += shfl_xor(l1, 2);
     float* po = p.part_o + (size_t)sgi * kRows * D;
+    if constexpr (R16) {
 #pragma unroll
-    for (int n = 0; n < NB; ++n) {
-      *reinterpret_cast<float2*>(po + g * D + 8 * n + 2 * q) = make_float2(o[n][0], o[n][1]);
-      if (R16) *reinterpret_cast<float2*>(po + (g + 8) * D + 8 * n + 2 * q) = make_float2(o[n][2], o[n][3]);
+      for (int n = 0; n < NB; ++n) {
+        *reinterpret_cast<float2*>(po + g * D + 8 * n + 2 * q) = make_float2(o[n][0], o[n][1]);
+        *reinterpret_cast<float2*>(po + (g + 8) * D + 8 * n + 2 * q) = make_float2(o[n][2], o[n][3]);
+      }
+    } else {
+      // Oᵀ: rows 2q, 2q + 1, channels 16μ + g and 16μ + 8 + g (32-byte runs per row over g)
+      float* pr = po + (2 * q) * D + g;  // one address; every store below at a constant offset
+#pragma unroll
+      for (int n = 0; n < NO; ++n) {
+        pr[16 * n] = o[n][0];
+        pr[D + 16 * n] = o[n][1];
+        pr[16 * n + 8] = o[n][2];
+        pr[D + 16 * n + 8] = o[n][3];
+      }
     }
     if (q == 0) {
       float* ml = p.part_ml + (size_t)sgi * kRows * 2;
