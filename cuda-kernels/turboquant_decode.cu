@@ -51,7 +51,8 @@
 namespace ferrattn {
 namespace tq {
 
-constexpr int kUnitWarps = 4;     // warps (units) per CTA of the decode kernel
+constexpr int kUnitWarps8 = 7;    // warps (units) per CTA of the decode kernels with <= 8 rows
+constexpr int kUnitWarps16 = 4;   // ... with 16 rows (ferrattn_cuda::turboquant::unit_warps)
 constexpr int kRows = 16;         // MMA rows of an output tile
 constexpr int kTileK = 16;        // tokens per iteration
 constexpr int kStages = 3;        // cp.async ring of each warp: stages in flight + the one computed
@@ -112,16 +113,21 @@ struct CombineParams {
 };
 
 // Programmatic dependent launch (sm_90; the host sets the launch attribute only there, and
-// without it both instructions are no-ops). The decode and the merge are launched so that their
-// CTAs may become resident while the kernel before them runs (its launch latency and theirs
-// overlap). `pdl_wait` returns once the kernel before has completed and its writes are visible.
+// without it both instructions are no-ops). The prepare, the decode and the merge are launched so
+// that their CTAs may become resident while the kernel before them runs (its launch latency and
+// theirs overlap). `pdl_wait` returns once the kernel before has completed and its writes are
+// visible. The prepare (issue-10-decode4; FERRATTN_TQ_PREPARE_PDL=0: plain stream order) follows
+// an unknown kernel (the caller's, an append, the previous step's merge): before its wait it reads
+// only Πᵀ / Sᵀ (the engine's, through L2), and it lets the decode be scheduled only after its
+// wait, so that everything before the prepare is complete when the decode's CTAs start (the
+// decode reads the cache and the tables before its own wait, below).
 // In the first GPU call of PDL (2026-11-26, issue-10-decode) the decode issued its schedule-table
 // reads and first ring copies (cp.async.ca of norms and signs, through L1) before the wait, and
 // gpu_turboquant and the device API tests failed intermittently (wrong O and LSE; the sanitizer
 // grid was clean). Consistent with L1 lines left by earlier kernels being read before the wait
 // (the cause was not isolated). The rule since issue-10-decode3: before the wait, only data older
-// than the kernel before (the prepare is launched in plain stream order, so the cache, the host's
-// tables and Π are complete when the decode and the merge start), and only through L2
+// than the kernel before (the prepare signals the decode after its own wait, so the cache, the
+// host's tables and Π are complete when the decode and the merge start), and only through L2
 // (ld.global.cg, cp.async.cg): never an L1-cached load. The prepare's and the decode's outputs
 // are read after the wait.
 __device__ __forceinline__ void pdl_wait() {
@@ -200,6 +206,11 @@ __device__ __forceinline__ u32 ldg4(const void* p) {
 __device__ __forceinline__ int ldcg_s32(const int* p) {
   int v;
   asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float ldcg_f32(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
   return v;
 }
 __device__ __forceinline__ float4 ldcg_f32x4(const float* p) {
@@ -390,6 +401,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   extern __shared__ uint4 ring_all[];
   pdl_launch_dependents();  // the merge may be scheduled now; it waits for this grid's end
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int kUnitWarps = R16 ? kUnitWarps16 : kUnitWarps8;
   const int unit = blockIdx.x * kUnitWarps + warp;
   if (unit >= p.units) return;  // no CTA barrier below: a warp may leave
   uint4* ring = ring_all + (size_t)warp * kStages * kStageU4;
@@ -808,9 +820,10 @@ __device__ __forceinline__ void prepare_q_v1(const PrepareParams& p) {
   __shared__ float q_s[kRows][D];
   __shared__ float red[2][4][kRows][33];
   __shared__ long long src_s[kRows];  // element offset of row r's query in q, -1: padding row
-  pdl_launch_dependents();  // the decode may be scheduled now; it waits for this grid's end
   const int tile = blockIdx.x / (D / 32), chunk = blockIdx.x % (D / 32);
   if (tile >= p.batch_tiles) return;
+  pdl_wait();               // the kernel before may write q, and the decode before it read qf
+  pdl_launch_dependents();  // after the wait: see pdl_wait (the decode reads the cache early)
   const int t = threadIdx.x, cl = t & 31, quarter = t >> 5, col = chunk * 32 + cl;
   const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
   if (t < kRows) {  // one thread per row: the integer divisions once per row, not per element
@@ -880,20 +893,22 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
   __shared__ float red[2][4][kRows][8];
   __shared__ long long src_s[kRows];  // element offset of row r's query in q, -1: padding head
   __shared__ int pos_s[kRows];
-  pdl_launch_dependents();  // the decode may be scheduled now; it waits for this grid's end
   const int tile = blockIdx.x / CH, chunk = blockIdx.x % CH;
   if (tile >= p.batch_tiles) return;
   const int t = threadIdx.x, cl = t & 7, quarter = (t >> 3) & 3, mat = (t >> 5) & 1, half = t >> 6;
   const int col = chunk * 8 + cl;
   // this thread's quarter of one matrix column: Πᵀ and Sᵀ are the engine's (uploaded before
-  // the launch, never rewritten), so they are loaded before anything else
+  // the launch, never rewritten), so they are loaded before anything else, before the wait on
+  // the kernel before (through L2 only: see pdl_wait)
   float a[KQ];
   {
     const float* m = (mat ? p.st : p.pit) + (size_t)quarter * KQ * D + col;
     const bool live = mat == 0 || p.qjl;
 #pragma unroll
-    for (int kk = 0; kk < KQ; ++kk) a[kk] = live ? m[(size_t)kk * D] : 0.f;
+    for (int kk = 0; kk < KQ; ++kk) a[kk] = live ? ldcg_f32(m + (size_t)kk * D) : 0.f;
   }
+  pdl_wait();               // the kernel before may write q, and the decode before it read qf
+  pdl_launch_dependents();  // after the wait: see pdl_wait (the decode reads the cache early)
   const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
   if (t < kRows) {  // one thread per row: the integer divisions once per row, not per element
     const int R = qg * kRows + t, hl = R / p.max_sq, i = R % p.max_sq;
@@ -975,6 +990,9 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   __shared__ float ms[kRows], ls[kRows];
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const int c4 = t % C4, ks = t / C4;
+  // the next step's prepare may be scheduled now: it reads nothing this kernel writes and writes
+  // its query fragments only after its wait (this grid's end, so the decode's too)
+  pdl_launch_dependents();
   // this thread's rows of Π for the un-rotation, first thing: they arrive while the decode
   // finishes and the partials are merged. Π is the engine's (uploaded once, never rewritten) and
   // read through L2 only, so before the wait (see pdl_wait)
@@ -1160,7 +1178,8 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
 // bit codebook (8-entry tables), or without QJL with 2-3 bits (n8) or 4 bits (n16); values with
 // 2-3 bits (v8) or 4 bits (v16); 8 or 16 MMA rows in use.
 #define FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, RN, R16)                                     \
-  extern "C" __global__ void __launch_bounds__(ferrattn::tq::kUnitWarps * 32, R16 ? 2 : 3)    \
+  extern "C" __global__ void __launch_bounds__(                                              \
+      (R16 ? ferrattn::tq::kUnitWarps16 : ferrattn::tq::kUnitWarps8) * 32, 2)                 \
       turboquant_decode_d##D##_##KN##_##VN##_##RN(const ferrattn::tq::DecodeParams p) {          \
     ferrattn::tq::decode_unit<D, QJL, KW, VW, R16>(p);                                          \
   }

@@ -36,8 +36,22 @@ use std::sync::Arc;
 pub const ROWS: usize = 16;
 /// Tokens per decode iteration (one `n8` pair of `mma.m16n8k16`).
 pub const TILE_K: usize = 16;
-/// Warps (units) per CTA of the decode kernel.
-pub const UNIT_WARPS: usize = 4;
+/// Warps (units) per CTA of the decode kernels with at most 8 MMA rows in use (`decode_r8`,
+/// `kUnitWarps8`): 7, two CTAs per SM (14 warps; 4-warp CTAs fitted 3, 12 warps: the shared
+/// memory of 15 or 16 warps' rings and query fragments does not fit at d = 128).
+pub const UNIT_WARPS_R8: usize = 7;
+/// Warps (units) per CTA of the decode kernels with 16 rows (`decode_r16`, `kUnitWarps16`):
+/// 4, two CTAs per SM (~210 registers).
+pub const UNIT_WARPS_R16: usize = 4;
+
+/// Warps per CTA of the decode kernel for 16 MMA rows in use (`r16`) or at most 8.
+pub fn unit_warps(r16: bool) -> usize {
+    if r16 {
+        UNIT_WARPS_R16
+    } else {
+        UNIT_WARPS_R8
+    }
+}
 /// Stages of each decode warp's cp.async ring (`kStages` in turboquant_decode.cu).
 pub const DECODE_STAGES: usize = 3;
 /// Bytes of one ring stage (`kStageBytes`): 4 code slots of 16 bytes per lane (`kSlots`), then
@@ -691,9 +705,10 @@ fn arg<T>(x: &mut T) -> *mut std::ffi::c_void {
 
 /// [`launch_on`] (plain, not cooperative) or, with `programmatic`, with programmatic stream
 /// serialization: the kernel may be scheduled once every CTA of the kernel before it on `stream`
-/// has started and signalled (`griddepcontrol.launch_dependents`, first thing in the query
-/// preparation and the decode), and waits on the device (`griddepcontrol.wait`) before reading
-/// that kernel's output. Inside a stream capture the driver records a programmatic graph edge.
+/// has started and signalled (`griddepcontrol.launch_dependents`: first thing in the decode and
+/// the merge, right after its own wait in the query preparation), and waits on the device
+/// (`griddepcontrol.wait`) before reading that kernel's output. Inside a stream capture the
+/// driver records a programmatic graph edge.
 ///
 /// # Safety
 /// As [`launch_on`]; `f` calls `griddepcontrol.wait` before its first read of anything the
@@ -1307,6 +1322,8 @@ pub struct PreparedTurboQuantDecode {
     pub row_split: usize,
     qgroups: usize,
     decode: Function,
+    /// The decode kernel is `decode_r16` (its CTA size: [`unit_warps`]).
+    r16: bool,
     segs: u64,
     unit_segs: u64,
     tile_segs: u64,
@@ -1426,6 +1443,9 @@ pub struct TurboQuantCuda {
     /// The decode issues its first segment's ring after its wait on the prepare
     /// (`FERRATTN_TQ_EARLY=0`; by default before it, see turboquant_decode.cu).
     late_ring: bool,
+    /// The prepare is launched with programmatic serialization too (with `programmatic`; after
+    /// the kernel before it, whichever it is). `FERRATTN_TQ_PREPARE_PDL=0`: plain stream order.
+    prepare_pdl: bool,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -1454,10 +1474,10 @@ pub fn cache_bytes(batch: usize, heads_kv: usize, d: usize, capacity: usize) -> 
         .sum()
 }
 
-/// Dynamic shared memory of a decode CTA: every warp's cp.async ring, then every warp's query
-/// A fragments (`[2][d/16][32 lanes]` register quads of 16 bytes).
-pub fn decode_smem_bytes(head_dim: usize) -> usize {
-    UNIT_WARPS * (DECODE_STAGES * DECODE_STAGE_BYTES + 2 * (head_dim / 16) * 32 * 16)
+/// Dynamic shared memory of a decode CTA (16 MMA rows in use: `r16`): every warp's cp.async
+/// ring, then every warp's query A fragments (`[2][d/16][32 lanes]` register quads of 16 bytes).
+pub fn decode_smem_bytes(head_dim: usize, r16: bool) -> usize {
+    unit_warps(r16) * (DECODE_STAGES * DECODE_STAGE_BYTES + 2 * (head_dim / 16) * 32 * 16)
 }
 
 /// 16-token iterations of `p`'s decode (every output tile over its sequence's keys).
@@ -1472,10 +1492,10 @@ pub fn decode_iterations(p: &AttentionProblem) -> usize {
 }
 
 /// Default stream-K width: every resident warp when there is work for each to run
-/// [`MIN_UNIT_ITERS`] iterations, else fewer, in whole waves of `UNIT_WARPS` per SM (at least
-/// one CTA per SM).
+/// [`MIN_UNIT_ITERS`] iterations, else fewer, in whole waves of one CTA ([`unit_warps`]) per
+/// SM (at least one CTA per SM).
 pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize) -> usize {
-    let wave = UNIT_WARPS * sms;
+    let wave = unit_warps(p.group_size() * p.max_seqlen_q > 8) * sms;
     let want = decode_iterations(p).div_ceil(MIN_UNIT_ITERS).div_ceil(wave) * wave;
     want.clamp(wave, resident.max(wave))
 }
@@ -1648,6 +1668,8 @@ impl TurboQuantCuda {
             // FERRATTN_TQ_EARLY=0: the decode's first ring fill after its wait (diagnostic, as
             // FERRATTN_TQ_PDL: one build timed and tested both ways)
             late_ring: std::env::var("FERRATTN_TQ_EARLY").is_ok_and(|v| v == "0"),
+            // FERRATTN_TQ_PREPARE_PDL=0: the prepare in plain stream order (diagnostic, as above)
+            prepare_pdl: std::env::var("FERRATTN_TQ_PREPARE_PDL").map_or(true, |v| v != "0"),
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -1660,14 +1682,14 @@ impl TurboQuantCuda {
         for f in [&t.fast_values, &t.split_values] {
             set_smem(f, t.smem_fast_values)?;
         }
-        for f in [&t.decode_r8, &t.decode_r16] {
-            set_smem(f, decode_smem_bytes(d))?;
-        }
+        set_smem(&t.decode_r8, decode_smem_bytes(d, false))?;
+        set_smem(&t.decode_r16, decode_smem_bytes(d, true))?;
         let sms = t.gpu.caps.compute_units;
-        let warps = |f: &Function| -> Result<usize> {
-            Ok(occupancy(f, UNIT_WARPS * 32, decode_smem_bytes(d))? * UNIT_WARPS * sms)
+        let warps = |f: &Function, r16: bool| -> Result<usize> {
+            let w = unit_warps(r16);
+            Ok(occupancy(f, w * 32, decode_smem_bytes(d, r16))? * w * sms)
         };
-        t.resident = [warps(&t.decode_r8)?, warps(&t.decode_r16)?];
+        t.resident = [warps(&t.decode_r8, false)?, warps(&t.decode_r16, true)?];
         t.compress_per_sm = [
             occupancy(&t.compress_keys, d, t.smem_keys)?,
             occupancy(&t.compress_values, d, t.smem_values)?,
@@ -1880,6 +1902,7 @@ impl TurboQuantCuda {
                     } else {
                         self.decode_r8.clone()
                     },
+                    r16: t.r16,
                     segs: at(r.segs),
                     unit_segs: at(r.unit_segs),
                     tile_segs: at(r.tile_segs),
@@ -2335,14 +2358,17 @@ impl TurboQuantCuda {
         } else {
             (&self.prepare_q_v1, 32)
         };
+        // SAFETY: the parameter struct mirrors the kernel's and lives across the call; the
+        // addresses are the caller's (this function's contract) and the engine's. Under PDL the
+        // prepare reads only Πᵀ / Sᵀ before its wait and writes after it (see launch_step_kernel).
         unsafe {
-            launch_on(
+            launch_step_kernel(
                 &self.gpu,
                 prepare,
                 ((prep.tiles * d / cols) as u32, 128),
                 0,
                 stream,
-                false,
+                self.programmatic && self.prepare_pdl,
                 &mut [arg(&mut pp)],
             )
         }?;
@@ -2379,10 +2405,10 @@ impl TurboQuantCuda {
                 &self.gpu,
                 &prep.decode,
                 (
-                    prep.units.div_ceil(UNIT_WARPS) as u32,
-                    (UNIT_WARPS * 32) as u32,
+                    prep.units.div_ceil(unit_warps(prep.r16)) as u32,
+                    (unit_warps(prep.r16) * 32) as u32,
                 ),
-                decode_smem_bytes(d) as u32,
+                decode_smem_bytes(d, prep.r16) as u32,
                 stream,
                 self.programmatic,
                 &mut [arg(&mut dp)],
