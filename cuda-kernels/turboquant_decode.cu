@@ -51,8 +51,17 @@
 namespace ferrattn {
 namespace tq {
 
-constexpr int kUnitWarps8 = 7;    // warps (units) per CTA of the decode kernels with <= 8 rows
-constexpr int kUnitWarps16 = 4;   // ... with 16 rows (ferrattn_cuda::turboquant::unit_warps)
+constexpr int kUnitWarps16 = 4;   // warps (units) per CTA of the decode kernels with 16 rows; with
+                                  // <= 8 rows the launch's (blockDim.x / 32, at most kMaxUnitWarps8:
+                                  // ferrattn_cuda::turboquant::unit_warps)
+constexpr int kMaxUnitWarps8 = 7;
+constexpr int kMaxRegs8 = 144;    // registers of the <= 8-row kernels: 7-warp CTAs fit 2 per SM
+static_assert(2 * kMaxUnitWarps8 * 32 * kMaxRegs8 <= 65536, "two 7-warp CTAs per SM (registers)");
+// O_rot transposed at <= 8 rows (Vᵀ as the MMA's A operand; see decode_unit)
+#ifndef FERRATTN_TQ_PV_T
+#define FERRATTN_TQ_PV_T 1
+#endif
+constexpr bool kPvT = FERRATTN_TQ_PV_T != 0;
 constexpr int kRows = 16;         // MMA rows of an output tile
 constexpr int kTileK = 16;        // tokens per iteration
 constexpr int kStages = 3;        // cp.async ring of each warp: stages in flight + the one computed
@@ -401,7 +410,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   extern __shared__ uint4 ring_all[];
   pdl_launch_dependents();  // the merge may be scheduled now; it waits for this grid's end
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  constexpr int kUnitWarps = R16 ? kUnitWarps16 : kUnitWarps8;
+  const int kUnitWarps = R16 ? kUnitWarps16 : (int)(blockDim.x >> 5);
   const int unit = blockIdx.x * kUnitWarps + warp;
   if (unit >= p.units) return;  // no CTA barrier below: a warp may leave
   uint4* ring = ring_all + (size_t)warp * kStages * kStageU4;
@@ -505,7 +514,8 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     // 8 rows: O_rotᵀ = Vᵀ · Pᵀ, channels as the MMA's M and the 8 rows in use as its N, so no
     // MMA row is wasted: o[μ] holds channels 16μ + g (entries 0, 1) and 16μ + 8 + g (2, 3) of
     // rows 2q, 2q + 1 (half the P·V MMAs of the 16-row form, and no dropped rows to zero).
-    constexpr int NO = R16 ? NB : NB / 2;
+    constexpr bool T = !R16 && kPvT;
+    constexpr int NO = T ? NB / 2 : NB;
     float o[NO][4];
 #pragma unroll
     for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -574,7 +584,13 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       lookup4<VWIDE>(vc.v0.w[w] >> 16, vtab, a2, a3);  // ν = 4w + 2, 4w + 3
       lookup4<VWIDE>(vc.v1.w[w], vtab, b0, b1);        // tokens 2q + 8, 2q + 9
       lookup4<VWIDE>(vc.v1.w[w] >> 16, vtab, b2, b3);
-      if constexpr (R16) {
+      if constexpr (!T) {
+        if (!R16) {
+          // with 8 rows in use the upper accumulators are fed zeros and dropped: not live across
+          // iterations, 32 registers fewer (3 CTAs per SM without spills)
+#pragma unroll
+          for (int n = 4 * w; n < 4 * w + 4; ++n) o[n][2] = o[n][3] = 0.f;
+        }
         mma16816(F16{}, o[4 * w], pa_, a0, b0);
         mma16816(F16{}, o[4 * w + 1], pa_, a1, b1);
         mma16816(F16{}, o[4 * w + 2], pa_, a2, b2);
@@ -697,9 +713,12 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       // rescale O (stage it's P·V included) only when some row's running max moved (rare after
       // the first tokens; the vote keeps the branch uniform over the warp)
       if (__any_sync(0xffffffffu, al0 != 1.f || (R16 && al1 != 1.f))) {
-        if constexpr (R16) {
+        if constexpr (!T) {
 #pragma unroll
-          for (int n = 0; n < NB; ++n) o[n][0] *= al0, o[n][1] *= al0, o[n][2] *= al1, o[n][3] *= al1;
+          for (int n = 0; n < NB; ++n) {
+            o[n][0] *= al0, o[n][1] *= al0;
+            if (R16) o[n][2] *= al1, o[n][3] *= al1;
+          }
         } else {
           // Oᵀ: this lane's columns are rows 2q and 2q + 1, whose factors the lanes 8q and
           // 8q + 4 computed (row g = lane / 4)
@@ -730,11 +749,11 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     l1 += shfl_xor(l1, 1);
     l1 += shfl_xor(l1, 2);
     float* po = p.part_o + (size_t)sgi * kRows * D;
-    if constexpr (R16) {
+    if constexpr (!T) {
 #pragma unroll
       for (int n = 0; n < NB; ++n) {
         *reinterpret_cast<float2*>(po + g * D + 8 * n + 2 * q) = make_float2(o[n][0], o[n][1]);
-        *reinterpret_cast<float2*>(po + (g + 8) * D + 8 * n + 2 * q) = make_float2(o[n][2], o[n][3]);
+        if (R16) *reinterpret_cast<float2*>(po + (g + 8) * D + 8 * n + 2 * q) = make_float2(o[n][2], o[n][3]);
       }
     } else {
       // Oᵀ: rows 2q, 2q + 1, channels 16μ + g and 16μ + 8 + g (32-byte runs per row over g)
@@ -1177,15 +1196,16 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
 // Closed list (ferrattn_cuda::turboquant::kernel_names): D in {64, 128}; keys with QJL and a 1-3
 // bit codebook (8-entry tables), or without QJL with 2-3 bits (n8) or 4 bits (n16); values with
 // 2-3 bits (v8) or 4 bits (v16); 8 or 16 MMA rows in use.
-#define FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, RN, R16)                                     \
-  extern "C" __global__ void __launch_bounds__(                                              \
-      (R16 ? ferrattn::tq::kUnitWarps16 : ferrattn::tq::kUnitWarps8) * 32, 2)                 \
-      turboquant_decode_d##D##_##KN##_##VN##_##RN(const ferrattn::tq::DecodeParams p) {          \
+// ATTR: the <= 8-row kernels are launched with 4 to kMaxUnitWarps8 warps per CTA (the host's
+// choice), so a register cap rather than launch bounds; the 16-row ones with 4 warps, 2 per SM.
+#define FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, RN, R16, ATTR)                               \
+  extern "C" __global__ void ATTR turboquant_decode_d##D##_##KN##_##VN##_##RN(                 \
+      const ferrattn::tq::DecodeParams p) {                                                     \
     ferrattn::tq::decode_unit<D, QJL, KW, VW, R16>(p);                                          \
   }
-#define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, VN, VW)    \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false) \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r16, true)
+#define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, VN, VW)                                                        \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false, __maxnreg__(ferrattn::tq::kMaxRegs8))              \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r16, true, __launch_bounds__(ferrattn::tq::kUnitWarps16 * 32, 2))
 #define FERRATTN_TQ_DECODE_V(D, KN, QJL, KW)         \
   FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, v8, false)    \
   FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, v16, true)

@@ -36,22 +36,14 @@ use std::sync::Arc;
 pub const ROWS: usize = 16;
 /// Tokens per decode iteration (one `n8` pair of `mma.m16n8k16`).
 pub const TILE_K: usize = 16;
-/// Warps (units) per CTA of the decode kernels with at most 8 MMA rows in use (`decode_r8`,
-/// `kUnitWarps8`): 7, two CTAs per SM (14 warps; 4-warp CTAs fitted 3, 12 warps: the shared
-/// memory of 15 or 16 warps' rings and query fragments does not fit at d = 128).
-pub const UNIT_WARPS_R8: usize = 7;
-/// Warps (units) per CTA of the decode kernels with 16 rows (`decode_r16`, `kUnitWarps16`):
-/// 4, two CTAs per SM (~210 registers).
-pub const UNIT_WARPS_R16: usize = 4;
-
-/// Warps per CTA of the decode kernel for 16 MMA rows in use (`r16`) or at most 8.
-pub fn unit_warps(r16: bool) -> usize {
-    if r16 {
-        UNIT_WARPS_R16
-    } else {
-        UNIT_WARPS_R8
-    }
-}
+/// Warps (units) per CTA of the decode kernels: the 16-row ones (`decode_r16`, `kUnitWarps16`)
+/// always, the <= 8-row ones (`decode_r8`) by default. Those take 4 to [`MAX_UNIT_WARPS_R8`]
+/// (`FERRATTN_TQ_UNIT_WARPS`, a diagnostic): at d = 128, 4-warp CTAs fit 3 per SM (12 warps),
+/// 7-warp ones 2 (14 warps, at most 144 registers: `kMaxRegs8`); 14 warps measured slower on an
+/// H200 (issue-10-decode4).
+pub const UNIT_WARPS: usize = 4;
+/// Most warps per CTA of the <= 8-row decode kernels (`kMaxUnitWarps8`).
+pub const MAX_UNIT_WARPS_R8: usize = 7;
 /// Stages of each decode warp's cp.async ring (`kStages` in turboquant_decode.cu).
 pub const DECODE_STAGES: usize = 3;
 /// Bytes of one ring stage (`kStageBytes`): 4 code slots of 16 bytes per lane (`kSlots`), then
@@ -1322,8 +1314,8 @@ pub struct PreparedTurboQuantDecode {
     pub row_split: usize,
     qgroups: usize,
     decode: Function,
-    /// The decode kernel is `decode_r16` (its CTA size: [`unit_warps`]).
-    r16: bool,
+    /// Warps per CTA of the decode launch ([`UNIT_WARPS`]).
+    warps: usize,
     segs: u64,
     unit_segs: u64,
     tile_segs: u64,
@@ -1446,6 +1438,9 @@ pub struct TurboQuantCuda {
     /// The prepare is launched with programmatic serialization too (with `programmatic`; after
     /// the kernel before it, whichever it is). `FERRATTN_TQ_PREPARE_PDL=0`: plain stream order.
     prepare_pdl: bool,
+    /// Warps per CTA of `decode_r8` and `decode_r16` ([`UNIT_WARPS`]; `FERRATTN_TQ_UNIT_WARPS`
+    /// sets the first, 4 to [`MAX_UNIT_WARPS_R8`]).
+    unit_warps: [usize; 2],
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -1474,10 +1469,10 @@ pub fn cache_bytes(batch: usize, heads_kv: usize, d: usize, capacity: usize) -> 
         .sum()
 }
 
-/// Dynamic shared memory of a decode CTA (16 MMA rows in use: `r16`): every warp's cp.async
-/// ring, then every warp's query A fragments (`[2][d/16][32 lanes]` register quads of 16 bytes).
-pub fn decode_smem_bytes(head_dim: usize, r16: bool) -> usize {
-    unit_warps(r16) * (DECODE_STAGES * DECODE_STAGE_BYTES + 2 * (head_dim / 16) * 32 * 16)
+/// Dynamic shared memory of a decode CTA of `warps` warps: every warp's cp.async ring, then
+/// every warp's query A fragments (`[2][d/16][32 lanes]` register quads of 16 bytes).
+pub fn decode_smem_bytes(head_dim: usize, warps: usize) -> usize {
+    warps * (DECODE_STAGES * DECODE_STAGE_BYTES + 2 * (head_dim / 16) * 32 * 16)
 }
 
 /// 16-token iterations of `p`'s decode (every output tile over its sequence's keys).
@@ -1492,10 +1487,10 @@ pub fn decode_iterations(p: &AttentionProblem) -> usize {
 }
 
 /// Default stream-K width: every resident warp when there is work for each to run
-/// [`MIN_UNIT_ITERS`] iterations, else fewer, in whole waves of one CTA ([`unit_warps`]) per
-/// SM (at least one CTA per SM).
-pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize) -> usize {
-    let wave = unit_warps(p.group_size() * p.max_seqlen_q > 8) * sms;
+/// [`MIN_UNIT_ITERS`] iterations, else fewer, in whole waves of one CTA (`warps` warps) per SM
+/// (at least one CTA per SM).
+pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize, warps: usize) -> usize {
+    let wave = warps * sms;
     let want = decode_iterations(p).div_ceil(MIN_UNIT_ITERS).div_ceil(wave) * wave;
     want.clamp(wave, resident.max(wave))
 }
@@ -1670,6 +1665,15 @@ impl TurboQuantCuda {
             late_ring: std::env::var("FERRATTN_TQ_EARLY").is_ok_and(|v| v == "0"),
             // FERRATTN_TQ_PREPARE_PDL=0: the prepare in plain stream order (diagnostic, as above)
             prepare_pdl: std::env::var("FERRATTN_TQ_PREPARE_PDL").map_or(true, |v| v != "0"),
+            // FERRATTN_TQ_UNIT_WARPS=4..7: the 8-row decode's CTA size (diagnostic, as above)
+            unit_warps: [
+                std::env::var("FERRATTN_TQ_UNIT_WARPS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|w| (UNIT_WARPS..=MAX_UNIT_WARPS_R8).contains(w))
+                    .unwrap_or(UNIT_WARPS),
+                UNIT_WARPS,
+            ],
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -1682,14 +1686,16 @@ impl TurboQuantCuda {
         for f in [&t.fast_values, &t.split_values] {
             set_smem(f, t.smem_fast_values)?;
         }
-        set_smem(&t.decode_r8, decode_smem_bytes(d, false))?;
-        set_smem(&t.decode_r16, decode_smem_bytes(d, true))?;
+        set_smem(&t.decode_r8, decode_smem_bytes(d, t.unit_warps[0]))?;
+        set_smem(&t.decode_r16, decode_smem_bytes(d, t.unit_warps[1]))?;
         let sms = t.gpu.caps.compute_units;
-        let warps = |f: &Function, r16: bool| -> Result<usize> {
-            let w = unit_warps(r16);
-            Ok(occupancy(f, w * 32, decode_smem_bytes(d, r16))? * w * sms)
+        let warps = |f: &Function, w: usize| -> Result<usize> {
+            Ok(occupancy(f, w * 32, decode_smem_bytes(d, w))? * w * sms)
         };
-        t.resident = [warps(&t.decode_r8, false)?, warps(&t.decode_r16, true)?];
+        t.resident = [
+            warps(&t.decode_r8, t.unit_warps[0])?,
+            warps(&t.decode_r16, t.unit_warps[1])?,
+        ];
         t.compress_per_sm = [
             occupancy(&t.compress_keys, d, t.smem_keys)?,
             occupancy(&t.compress_values, d, t.smem_values)?,
@@ -1902,7 +1908,7 @@ impl TurboQuantCuda {
                     } else {
                         self.decode_r8.clone()
                     },
-                    r16: t.r16,
+                    warps: self.unit_warps[t.r16 as usize],
                     segs: at(r.segs),
                     unit_segs: at(r.unit_segs),
                     tile_segs: at(r.tile_segs),
@@ -2222,7 +2228,12 @@ impl TurboQuantCuda {
     /// decode kernel resident on this GPU; host only).
     pub fn default_units(&self, p: &AttentionProblem) -> usize {
         let r16 = p.group_size() * p.max_seqlen_q > 8;
-        default_units(p, self.resident[r16 as usize], self.gpu.caps.compute_units)
+        default_units(
+            p,
+            self.resident[r16 as usize],
+            self.gpu.caps.compute_units,
+            self.unit_warps[r16 as usize],
+        )
     }
 
     /// [`TurboQuantDecodeTables::new`] with this GPU's default width when `units` is `None`
@@ -2405,10 +2416,10 @@ impl TurboQuantCuda {
                 &self.gpu,
                 &prep.decode,
                 (
-                    prep.units.div_ceil(unit_warps(prep.r16)) as u32,
-                    (unit_warps(prep.r16) * 32) as u32,
+                    prep.units.div_ceil(prep.warps) as u32,
+                    (prep.warps * 32) as u32,
                 ),
-                decode_smem_bytes(d, prep.r16) as u32,
+                decode_smem_bytes(d, prep.warps) as u32,
                 stream,
                 self.programmatic,
                 &mut [arg(&mut dp)],
