@@ -37,13 +37,31 @@ pub const ROWS: usize = 16;
 /// Tokens per decode iteration (one `n8` pair of `mma.m16n8k16`).
 pub const TILE_K: usize = 16;
 /// Warps (units) per CTA of the decode kernels: the 16-row ones (`decode_r16`, `kUnitWarps16`)
-/// always, the <= 8-row ones (`decode_r8`) by default. Those take 4 to [`MAX_UNIT_WARPS_R8`]
-/// (`FERRATTN_TQ_UNIT_WARPS`, a diagnostic): at d = 128, 4-warp CTAs fit 3 per SM (12 warps),
-/// 7-warp ones 2 (14 warps, at most 144 registers: `kMaxRegs8`); 14 warps measured slower on an
-/// H200 (issue-10-decode4).
+/// always, the <= 8-row ones (`decode_r8`) except at small work ([`small_decode`]). Those take
+/// 4 to [`MAX_UNIT_WARPS_R8`] warps (`FERRATTN_TQ_UNIT_WARPS` forces one, a diagnostic): at
+/// d = 128, 4-warp CTAs fit 3 per SM (12 warps). 7-warp CTAs at 128 registers, two per SM,
+/// measured slower at every shape (H200, issue-10-decode4 call 1).
 pub const UNIT_WARPS: usize = 4;
-/// Most warps per CTA of the <= 8-row decode kernels (`kMaxUnitWarps8`).
+/// Most warps per CTA of the <= 8-row decode kernels (`kMaxUnitWarps8`), and their CTA size at
+/// small work: one 7-warp CTA per SM ([`small_decode`]).
 pub const MAX_UNIT_WARPS_R8: usize = 7;
+
+/// Whether `p`'s decode (at most 8 MMA rows in use) takes the small-work schedule on `sms` SMs:
+/// one CTA of [`MAX_UNIT_WARPS_R8`] warps per SM, so 7 units per SM instead of every resident
+/// warp (12 per SM at d = 128), each running ~1.7x the iterations. Chosen where the default
+/// width would give every warp 8 to 16 iterations (batch 1 at 32k with 8 KV heads: 10.3): there
+/// it measured 34.5 µs against 39.0 µs a step (1 x 32k, k4q-v3, H200, issue-10-decode4 call 2,
+/// as `FERRATTN_TQ_UNIT_WARPS=7`, the same kernels), at 16 x 16k and 32 x 32k (83 and 248
+/// iterations a warp) 7% and 11% slower. Fewer than 8 a warp (shorter contexts) was not measured
+/// and keeps the default.
+pub fn small_decode(p: &AttentionProblem, sms: usize) -> bool {
+    const DEFAULT_WARPS_PER_SM: usize = 12; // 3 CTAs of UNIT_WARPS at d = 128
+    if p.group_size() * p.max_seqlen_q > 8 {
+        return false;
+    }
+    let per_warp = decode_iterations(p) as f64 / (DEFAULT_WARPS_PER_SM * sms) as f64;
+    (8.0..16.0).contains(&per_warp)
+}
 /// Stages of each decode warp's cp.async ring (`kStages` in turboquant_decode.cu).
 pub const DECODE_STAGES: usize = 3;
 /// Bytes of one ring stage (`kStageBytes`): 4 code slots of 16 bytes per lane (`kSlots`), then
@@ -1438,9 +1456,9 @@ pub struct TurboQuantCuda {
     /// The prepare is launched with programmatic serialization too (with `programmatic`; after
     /// the kernel before it, whichever it is). `FERRATTN_TQ_PREPARE_PDL=0`: plain stream order.
     prepare_pdl: bool,
-    /// Warps per CTA of `decode_r8` and `decode_r16` ([`UNIT_WARPS`]; `FERRATTN_TQ_UNIT_WARPS`
-    /// sets the first, 4 to [`MAX_UNIT_WARPS_R8`]).
-    unit_warps: [usize; 2],
+    /// `FERRATTN_TQ_UNIT_WARPS` (4 to [`MAX_UNIT_WARPS_R8`]): the CTA size of every 8-row
+    /// decode, whatever its size (see [`Self::unit_warps_for`]).
+    unit_warps_forced: Option<usize>,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -1666,14 +1684,10 @@ impl TurboQuantCuda {
             // FERRATTN_TQ_PREPARE_PDL=0: the prepare in plain stream order (diagnostic, as above)
             prepare_pdl: std::env::var("FERRATTN_TQ_PREPARE_PDL").map_or(true, |v| v != "0"),
             // FERRATTN_TQ_UNIT_WARPS=4..7: the 8-row decode's CTA size (diagnostic, as above)
-            unit_warps: [
-                std::env::var("FERRATTN_TQ_UNIT_WARPS")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|w| (UNIT_WARPS..=MAX_UNIT_WARPS_R8).contains(w))
-                    .unwrap_or(UNIT_WARPS),
-                UNIT_WARPS,
-            ],
+            unit_warps_forced: std::env::var("FERRATTN_TQ_UNIT_WARPS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|w| (UNIT_WARPS..=MAX_UNIT_WARPS_R8).contains(w)),
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -1686,15 +1700,16 @@ impl TurboQuantCuda {
         for f in [&t.fast_values, &t.split_values] {
             set_smem(f, t.smem_fast_values)?;
         }
-        set_smem(&t.decode_r8, decode_smem_bytes(d, t.unit_warps[0]))?;
-        set_smem(&t.decode_r16, decode_smem_bytes(d, t.unit_warps[1]))?;
+        // the 8-row kernels are launched with 4 to 7 warps per CTA (unit_warps_for)
+        set_smem(&t.decode_r8, decode_smem_bytes(d, MAX_UNIT_WARPS_R8))?;
+        set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS))?;
         let sms = t.gpu.caps.compute_units;
         let warps = |f: &Function, w: usize| -> Result<usize> {
             Ok(occupancy(f, w * 32, decode_smem_bytes(d, w))? * w * sms)
         };
         t.resident = [
-            warps(&t.decode_r8, t.unit_warps[0])?,
-            warps(&t.decode_r16, t.unit_warps[1])?,
+            warps(&t.decode_r8, t.unit_warps_forced.unwrap_or(UNIT_WARPS))?,
+            warps(&t.decode_r16, UNIT_WARPS)?,
         ];
         t.compress_per_sm = [
             occupancy(&t.compress_keys, d, t.smem_keys)?,
@@ -1908,7 +1923,7 @@ impl TurboQuantCuda {
                     } else {
                         self.decode_r8.clone()
                     },
-                    warps: self.unit_warps[t.r16 as usize],
+                    warps: self.unit_warps_for(&t.problem),
                     segs: at(r.segs),
                     unit_segs: at(r.unit_segs),
                     tile_segs: at(r.tile_segs),
@@ -2228,12 +2243,24 @@ impl TurboQuantCuda {
     /// decode kernel resident on this GPU; host only).
     pub fn default_units(&self, p: &AttentionProblem) -> usize {
         let r16 = p.group_size() * p.max_seqlen_q > 8;
-        default_units(
-            p,
-            self.resident[r16 as usize],
-            self.gpu.caps.compute_units,
-            self.unit_warps[r16 as usize],
-        )
+        let sms = self.gpu.caps.compute_units;
+        if !r16 && self.unit_warps_forced.is_none() && small_decode(p, sms) {
+            return MAX_UNIT_WARPS_R8 * sms;
+        }
+        default_units(p, self.resident[r16 as usize], sms, self.unit_warps_for(p))
+    }
+
+    /// Warps per CTA of `p`'s decode launch: [`UNIT_WARPS`], or [`MAX_UNIT_WARPS_R8`] for the
+    /// 8-row kernels at small work ([`small_decode`]), or `FERRATTN_TQ_UNIT_WARPS` (8 rows).
+    pub fn unit_warps_for(&self, p: &AttentionProblem) -> usize {
+        if p.group_size() * p.max_seqlen_q > 8 {
+            return UNIT_WARPS;
+        }
+        match self.unit_warps_forced {
+            Some(w) => w,
+            None if small_decode(p, self.gpu.caps.compute_units) => MAX_UNIT_WARPS_R8,
+            None => UNIT_WARPS,
+        }
     }
 
     /// [`TurboQuantDecodeTables::new`] with this GPU's default width when `units` is `None`
@@ -3086,6 +3113,27 @@ mod tests {
         assert_eq!(merge_warps(r64, None), COMBINE_WARPS);
         assert_eq!(merge_warps(r1, Some(8)), 8);
         assert_eq!(merge_warps(r64, Some(16)), 16);
+    }
+
+    #[test]
+    fn the_small_work_schedule_takes_the_measured_regime_only() {
+        // 8 to 16 iterations a warp at 12 warps per SM on 132 SMs: batch 1 at 32k (10.3), where
+        // one 7-warp CTA per SM measured faster; not 1 x 128k (41, not measured that way), 16 x
+        // 16k and 32 x 32k (83 and 248: measured slower), 1 x 16k (5.2, not measured), nor the
+        // 16-row kernels (query length 4 with 4 query heads per KV head)
+        let shape = |b, sq, ctx| AttentionProblem::uniform(b, sq, ctx, 32, 8, 128, 128, DType::F16);
+        assert!(small_decode(&shape(1, 1, 32768), 132));
+        for (b, sq, ctx) in [
+            (1, 1, 131072),
+            (16, 1, 16384),
+            (32, 1, 32768),
+            (1, 1, 16384),
+            (1, 4, 32768),
+        ] {
+            assert!(!small_decode(&shape(b, sq, ctx), 132), "{b} x {sq} x {ctx}");
+        }
+        // a 7-warp CTA's rings and query fragments at d = 128 (the kernels' opt-in maximum)
+        assert_eq!(decode_smem_bytes(128, MAX_UNIT_WARPS_R8), 111_104);
     }
 
     #[test]
