@@ -1459,6 +1459,10 @@ pub struct TurboQuantCuda {
     /// `FERRATTN_TQ_UNIT_WARPS` (4 to [`MAX_UNIT_WARPS_R8`]): the CTA size of every 8-row
     /// decode, whatever its size (see [`Self::unit_warps_for`]).
     unit_warps_forced: Option<usize>,
+    /// A 7-warp CTA's shared memory fits this device (opt-in maximum per block): the
+    /// small-work schedule is available ([`small_decode`]; 111 KiB at d = 128, so not on GPUs
+    /// with about 100 KiB).
+    seven_fit: bool,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -1586,6 +1590,7 @@ impl TurboQuantCuda {
     ) -> Result<TurboQuantCuda> {
         let names = kernel_names(cfg, p)?;
         let gpu = backend.gpu()?.clone();
+        let caps_smem = gpu.caps.shared_mem_per_block;
         let force = backend.options().force_nvrtc;
         let load = |img: &str| {
             kernels::Module::load(
@@ -1687,7 +1692,11 @@ impl TurboQuantCuda {
             unit_warps_forced: std::env::var("FERRATTN_TQ_UNIT_WARPS")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .filter(|w| (UNIT_WARPS..=MAX_UNIT_WARPS_R8).contains(w)),
+                .filter(|&w| {
+                    (UNIT_WARPS..=MAX_UNIT_WARPS_R8).contains(&w)
+                        && decode_smem_bytes(d, w) <= caps_smem
+                }),
+            seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8) <= caps_smem,
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -1701,7 +1710,12 @@ impl TurboQuantCuda {
             set_smem(f, t.smem_fast_values)?;
         }
         // the 8-row kernels are launched with 4 to 7 warps per CTA (unit_warps_for)
-        set_smem(&t.decode_r8, decode_smem_bytes(d, MAX_UNIT_WARPS_R8))?;
+        let most = if t.seven_fit {
+            MAX_UNIT_WARPS_R8
+        } else {
+            t.unit_warps_forced.unwrap_or(UNIT_WARPS)
+        };
+        set_smem(&t.decode_r8, decode_smem_bytes(d, most))?;
         set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS))?;
         let sms = t.gpu.caps.compute_units;
         let warps = |f: &Function, w: usize| -> Result<usize> {
@@ -2244,7 +2258,7 @@ impl TurboQuantCuda {
     pub fn default_units(&self, p: &AttentionProblem) -> usize {
         let r16 = p.group_size() * p.max_seqlen_q > 8;
         let sms = self.gpu.caps.compute_units;
-        if !r16 && self.unit_warps_forced.is_none() && small_decode(p, sms) {
+        if !r16 && self.unit_warps_forced.is_none() && self.seven_fit && small_decode(p, sms) {
             return MAX_UNIT_WARPS_R8 * sms;
         }
         default_units(p, self.resident[r16 as usize], sms, self.unit_warps_for(p))
@@ -2258,7 +2272,9 @@ impl TurboQuantCuda {
         }
         match self.unit_warps_forced {
             Some(w) => w,
-            None if small_decode(p, self.gpu.caps.compute_units) => MAX_UNIT_WARPS_R8,
+            None if self.seven_fit && small_decode(p, self.gpu.caps.compute_units) => {
+                MAX_UNIT_WARPS_R8
+            }
             None => UNIT_WARPS,
         }
     }
