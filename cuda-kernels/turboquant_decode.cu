@@ -22,7 +22,9 @@
 //        T  = (S q) · signsᵀ            mma.m16n8k16, signs as ±1 f16 (QJL keys only)
 //        s  = ‖k‖ S + ‖r‖ T             (base 2: the scales were folded into the queries)
 //        online softmax in base 2 (exp2 of s - m, running max and sum per row)
-//        O_rot += (p ‖v‖) · c[idx_v]    mma.m16n8k16, P from the S accumulators, V as B
+//        O_rot += (p ‖v‖) · c[idx_v]    mma.m16n8k16, P from the S accumulators, V as B; with at
+//                                       most 8 rows in use transposed, O_rotᵀ += Vᵀ · Pᵀ (V as A,
+//                                       the rows as N: half the MMAs, no MMA row wasted)
 //      O is accumulated in the rotated basis: Π_vᵀ Σ_j p_j ‖v_j‖ c[idx_j] = Σ_j p_j v̂_j, so Πᵀ is
 //      applied once per output row (in the merge) instead of once per value tile.
 //      Software-pipelined: a loop iteration runs the score MMAs of stage t + 1 beside the P·V
@@ -509,7 +511,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     // 8 rows: O_rotᵀ = Vᵀ · Pᵀ, channels as the MMA's M and the 8 rows in use as its N, so no
     // MMA row is wasted: o[μ] holds channels 16μ + g (entries 0, 1) and 16μ + 8 + g (2, 3) of
     // rows 2q, 2q + 1 (half the P·V MMAs of the 16-row form, and no dropped rows to zero).
-    // (untransposed at 8 rows, with the dropped rows zeroed per iteration, measured 1.5-3.8%
+    // (untransposed at 8 rows, with the dropped rows zeroed per iteration, measured 1.8-4.8%
     // slower, H200, issue-10-decode4 call 2)
     constexpr bool T = !R16;
     constexpr int NO = T ? NB / 2 : NB;
