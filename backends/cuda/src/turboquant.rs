@@ -1348,6 +1348,14 @@ pub struct PreparedTurboQuantDecode {
     _owned: Option<Arc<DeviceBuffer>>,
 }
 
+impl PreparedTurboQuantDecode {
+    /// Warps per CTA of the decode launch ([`UNIT_WARPS`], or [`MAX_UNIT_WARPS_R8`] at small
+    /// work: [`TurboQuantCuda::unit_warps_for`]).
+    pub fn warps_per_cta(&self) -> usize {
+        self.warps
+    }
+}
+
 /// An append made ready to launch: where each sequence's new tokens go, on the device (in a
 /// caller's workspace, [`TurboQuantCuda::upload_step`], or in memory it owns,
 /// [`TurboQuantCuda::prepare_append`]).
