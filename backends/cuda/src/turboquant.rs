@@ -1789,6 +1789,30 @@ impl TurboQuantCuda {
         self.prepare_kernel = k;
     }
 
+    /// Forces the warps per CTA of the 8-row decode launches prepared from now on (4 to
+    /// [`MAX_UNIT_WARPS_R8`], where that CTA's shared memory fits; `None`: the default,
+    /// [`Self::unit_warps_for`]), as `FERRATTN_TQ_UNIT_WARPS` does. The schedule (units,
+    /// segments) does not depend on it, so with the same `units` the outputs are bit-identical
+    /// (tested). The default width ([`Self::default_units`]) keeps the occupancy measured at
+    /// load.
+    pub fn set_unit_warps(&mut self, warps: Option<usize>) -> Result<()> {
+        if let Some(w) = warps {
+            let top = if self.seven_fit {
+                MAX_UNIT_WARPS_R8
+            } else {
+                UNIT_WARPS
+            };
+            if !(UNIT_WARPS..=top).contains(&w) {
+                return Err(CudaError::Unsupported {
+                    what: format!("{w} warps per decode CTA"),
+                    supported: format!("{UNIT_WARPS} to {top} on this device"),
+                });
+            }
+        }
+        self.unit_warps_forced = warps;
+        Ok(())
+    }
+
     /// See [`Self::set_programmatic_launch`].
     pub fn programmatic_launch(&self) -> bool {
         self.programmatic
