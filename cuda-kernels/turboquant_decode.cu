@@ -22,7 +22,9 @@
 //        T  = (S q) · signsᵀ            mma.m16n8k16, signs as ±1 f16 (QJL keys only)
 //        s  = ‖k‖ S + ‖r‖ T             (base 2: the scales were folded into the queries)
 //        online softmax in base 2 (exp2 of s - m, running max and sum per row)
-//        O_rot += (p ‖v‖) · c[idx_v]    mma.m16n8k16, P from the S accumulators, V as B
+//        O_rot += (p ‖v‖) · c[idx_v]    mma.m16n8k16, P from the S accumulators, V as B; with at
+//                                       most 8 rows in use transposed, O_rotᵀ += Vᵀ · Pᵀ (V as A,
+//                                       the rows as N: half the MMAs, no MMA row wasted)
 //      O is accumulated in the rotated basis: Π_vᵀ Σ_j p_j ‖v_j‖ c[idx_j] = Σ_j p_j v̂_j, so Πᵀ is
 //      applied once per output row (in the merge) instead of once per value tile.
 //      Software-pipelined: a loop iteration runs the score MMAs of stage t + 1 beside the P·V
@@ -51,7 +53,12 @@
 namespace ferrattn {
 namespace tq {
 
-constexpr int kUnitWarps = 4;     // warps (units) per CTA of the decode kernel
+constexpr int kUnitWarps16 = 4;   // warps (units) per CTA of the decode kernels with 16 rows; with
+                                  // <= 8 rows the launch's (blockDim.x / 32, at most kMaxUnitWarps8:
+                                  // ferrattn_cuda::turboquant::unit_warps)
+constexpr int kMaxUnitWarps8 = 7;
+constexpr int kMaxRegs8 = 144;    // registers of the <= 8-row kernels: 7-warp CTAs fit 2 per SM
+static_assert(2 * kMaxUnitWarps8 * 32 * kMaxRegs8 <= 65536, "two 7-warp CTAs per SM (registers)");
 constexpr int kRows = 16;         // MMA rows of an output tile
 constexpr int kTileK = 16;        // tokens per iteration
 constexpr int kStages = 3;        // cp.async ring of each warp: stages in flight + the one computed
@@ -112,16 +119,21 @@ struct CombineParams {
 };
 
 // Programmatic dependent launch (sm_90; the host sets the launch attribute only there, and
-// without it both instructions are no-ops). The decode and the merge are launched so that their
-// CTAs may become resident while the kernel before them runs (its launch latency and theirs
-// overlap). `pdl_wait` returns once the kernel before has completed and its writes are visible.
+// without it both instructions are no-ops). The prepare, the decode and the merge are launched so
+// that their CTAs may become resident while the kernel before them runs (its launch latency and
+// theirs overlap). `pdl_wait` returns once the kernel before has completed and its writes are
+// visible. The prepare (issue-10-decode4; FERRATTN_TQ_PREPARE_PDL=0: plain stream order) follows
+// an unknown kernel (the caller's, an append, the previous step's merge): before its wait it reads
+// only Πᵀ / Sᵀ (the engine's, through L2), and it lets the decode be scheduled only after its
+// wait, so that everything before the prepare is complete when the decode's CTAs start (the
+// decode reads the cache and the tables before its own wait, below).
 // In the first GPU call of PDL (2026-11-26, issue-10-decode) the decode issued its schedule-table
 // reads and first ring copies (cp.async.ca of norms and signs, through L1) before the wait, and
 // gpu_turboquant and the device API tests failed intermittently (wrong O and LSE; the sanitizer
 // grid was clean). Consistent with L1 lines left by earlier kernels being read before the wait
 // (the cause was not isolated). The rule since issue-10-decode3: before the wait, only data older
-// than the kernel before (the prepare is launched in plain stream order, so the cache, the host's
-// tables and Π are complete when the decode and the merge start), and only through L2
+// than the kernel before (the prepare signals the decode after its own wait, so the cache, the
+// host's tables and Π are complete when the decode and the merge start), and only through L2
 // (ld.global.cg, cp.async.cg): never an L1-cached load. The prepare's and the decode's outputs
 // are read after the wait.
 __device__ __forceinline__ void pdl_wait() {
@@ -136,6 +148,13 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// v of lane `src` (whole warp)
+__device__ __forceinline__ float shfl_idx(float v, int src) {
+  float r;
+  asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(src));
+  return r;
 }
 
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
@@ -193,6 +212,11 @@ __device__ __forceinline__ u32 ldg4(const void* p) {
 __device__ __forceinline__ int ldcg_s32(const int* p) {
   int v;
   asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float ldcg_f32(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
   return v;
 }
 __device__ __forceinline__ float4 ldcg_f32x4(const float* p) {
@@ -293,20 +317,27 @@ __device__ __forceinline__ Bases bases_of(const DecodeParams& p, size_t row0, in
   return r;
 }
 
-// Issues the copies of the 16 tokens at `tok` (a multiple of 16) into the stage whose lane-`lane`
-// entry of slot 0 is at shared address `st` (slot s of that lane at st + 512 s, its chunk of the
-// small area at st + 512 kSlots). At D = 128 every copy is a 16-byte cp.async.cg (L2 only).
+// Moves the bases by `tok` tokens (a multiple of 16; value rows hold token pairs)
+template <int D>
+__device__ __forceinline__ void advance(Bases& a, int tok) {
+  a.kc += tok * (D / 2), a.vc += (tok / 2) * D, a.sm += tok * a.sm_stride;
+}
+
+// Issues the copies of the 16 tokens at the bases (a running cursor: a stage costs three pointer
+// increments, not its token's index arithmetic) into the stage whose lane-`lane` entry of slot 0
+// is at shared address `st` (slot s of that lane at st + 512 s, its chunk of the small area at
+// st + 512 kSlots), then moves the bases to the next 16 tokens. At D = 128 every copy is a
+// 16-byte cp.async.cg (L2 only).
 template <int D, bool QJL>
-__device__ __forceinline__ void issue_stage(const Bases& a, int tok, u32 st) {
+__device__ __forceinline__ void issue_stage(Bases& a, u32 st) {
   constexpr int W = D / 8;  // bytes of a lane's words
   constexpr u32 kSlot = 32 * 16;
-  const unsigned char* k = a.kc + tok * (D / 2);
-  cp_async_n<W>(st + 0 * kSlot, k);
-  cp_async_n<W>(st + 1 * kSlot, k + 8 * (D / 2));
-  const unsigned char* v = a.vc + (tok / 2) * D;
-  cp_async_n<W>(st + 2 * kSlot, v);
-  cp_async_n<W>(st + 3 * kSlot, v + 4 * D);
-  cp_async_n<16>(st + kSlots * kSlot, a.sm + tok * a.sm_stride);
+  cp_async_n<W>(st + 0 * kSlot, a.kc);
+  cp_async_n<W>(st + 1 * kSlot, a.kc + 8 * (D / 2));
+  cp_async_n<W>(st + 2 * kSlot, a.vc);
+  cp_async_n<W>(st + 3 * kSlot, a.vc + 4 * D);
+  cp_async_n<16>(st + kSlots * kSlot, a.sm);
+  advance<D>(a, kTileK);
 }
 
 template <int D>
@@ -376,6 +407,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   extern __shared__ uint4 ring_all[];
   pdl_launch_dependents();  // the merge may be scheduled now; it waits for this grid's end
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int kUnitWarps = R16 ? kUnitWarps16 : (int)(blockDim.x >> 5);
   const int unit = blockIdx.x * kUnitWarps + warp;
   if (unit >= p.units) return;  // no CTA barrier below: a warp may leave
   uint4* ring = ring_all + (size_t)warp * kStages * kStageU4;
@@ -416,11 +448,12 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     hd.iters = hd.tok1 > hd.tok0 ? (hd.tok1 - hd.tok0 + kTileK - 1) / kTileK : 0;
     return hd;
   };
-  // the whole ring (kStages stages) of a segment
-  auto issue_ring = [&](const Head& hd) {
+  // the whole ring (kStages stages) of a segment; hd.src is left at the first stage not issued
+  auto issue_ring = [&](Head& hd) {
+    advance<D>(hd.src, hd.tok0);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      if (s < hd.iters) issue_stage<D, QJL>(hd.src, hd.tok0 + s * kTileK, ring_s + s * kStageBytes);
+      if (s < hd.iters) issue_stage<D, QJL>(hd.src, ring_s + s * kStageBytes);
       cp_async_commit();
     }
   };
@@ -449,7 +482,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       issue_ring(hd);
     }
     const int tile = hd.tile, tok0 = hd.tok0, lim0 = hd.lim0, lim1 = hd.lim1, iters = hd.iters;
-    const Bases src = hd.src;
+    Bases src = hd.src;  // at stage kStages (when the segment has that many)
     // Π q as hi + lo (two f16 products: the scores then carry the rounding of the centroids
     // only). Every lane reads only the qsm entries it wrote, so no barrier; its reads of the
     // previous segment are done (program order).
@@ -474,9 +507,17 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       const uint4 v = qsm[(arr * CH + c) * 32 + lane];
       f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
     };
-    float o[NB][4];
+    // R16: O_rot in the C layout of P · V (o[ν]: rows g and g + 8, channels 8ν + 2q, + 1).
+    // 8 rows: O_rotᵀ = Vᵀ · Pᵀ, channels as the MMA's M and the 8 rows in use as its N, so no
+    // MMA row is wasted: o[μ] holds channels 16μ + g (entries 0, 1) and 16μ + 8 + g (2, 3) of
+    // rows 2q, 2q + 1 (half the P·V MMAs of the 16-row form, and no dropped rows to zero).
+    // (untransposed at 8 rows, with the dropped rows zeroed per iteration, measured 1.8-4.8%
+    // slower, H200, issue-10-decode4 call 2)
+    constexpr bool T = !R16;
+    constexpr int NO = T ? NB / 2 : NB;
+    float o[NO][4];
 #pragma unroll
-    for (int n = 0; n < NB; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
 
     // Software pipeline over the 16-token stages: one loop iteration runs the score MMAs of
@@ -542,16 +583,19 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       lookup4<VWIDE>(vc.v0.w[w] >> 16, vtab, a2, a3);  // ν = 4w + 2, 4w + 3
       lookup4<VWIDE>(vc.v1.w[w], vtab, b0, b1);        // tokens 2q + 8, 2q + 9
       lookup4<VWIDE>(vc.v1.w[w] >> 16, vtab, b2, b3);
-      if (!R16) {
-        // with 8 rows in use the upper accumulators are fed zeros and dropped: not live across
-        // iterations, 32 registers fewer (3 CTAs per SM without spills)
-#pragma unroll
-        for (int n = 4 * w; n < 4 * w + 4; ++n) o[n][2] = o[n][3] = 0.f;
+      if constexpr (!T) {
+        mma16816(F16{}, o[4 * w], pa_, a0, b0);
+        mma16816(F16{}, o[4 * w + 1], pa_, a1, b1);
+        mma16816(F16{}, o[4 * w + 2], pa_, a2, b2);
+        mma16816(F16{}, o[4 * w + 3], pa_, a3, b3);
+      } else {
+        // Vᵀ as the A operand: the B fragments of n-blocks 4w, 4w + 1 (channels 8ν + g, tokens
+        // 2q.. and 2q + 8..) are exactly the A fragment of channels 32w .. 32w + 15 (rows g,
+        // g + 8; k = tokens), and Pᵀ's B fragment is pa_'s row-g halves (tokens 2q.., 2q + 8..)
+        const u32 va0[4] = {a0, a1, b0, b1}, va1[4] = {a2, a3, b2, b3};
+        mma16816(F16{}, o[2 * w], va0, pa_[0], pa_[2]);
+        mma16816(F16{}, o[2 * w + 1], va1, pa_[0], pa_[2]);
       }
-      mma16816(F16{}, o[4 * w], pa_, a0, b0);
-      mma16816(F16{}, o[4 * w + 1], pa_, a1, b1);
-      mma16816(F16{}, o[4 * w + 2], pa_, a2, b2);
-      mma16816(F16{}, o[4 * w + 3], pa_, a3, b3);
     };
     // ---- scores, masking, online softmax (base 2) of the stage at token `start` for rows g
     // (e = 0, 1) and g + 8 (e = 2, 3): m, l updated, pa_ = its P ‖v‖, al = O's rescale factors
@@ -635,6 +679,10 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       softmax(kc, tok0, al0, al1);
     }
 
+    // byte offsets in the ring of stage it's slot (its values are read, then it is refilled) and
+    // of stage it + 1's (its keys are read): rotated, not recomputed as it % kStages
+    u32 so_v = 0, so_k = kStageBytes;
+    const unsigned char* ring_b = reinterpret_cast<const unsigned char*>(ring);
 #pragma unroll 1
     for (int it = 0; it + 1 < iters; ++it) {
       // stage it + 1 has landed (kStages + it groups committed, the first it + 2 complete)
@@ -643,8 +691,8 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       // iteration before) before this iteration's refill of its slot
       __syncwarp();
       Stage<D> kc, vc;
-      read_keys<D, QJL>(ring + ((it + 1) % kStages) * kStageU4, lane, q, kc);
-      read_values<D>(ring + (it % kStages) * kStageU4, lane, vc);
+      read_keys<D, QJL>(reinterpret_cast<const uint4*>(ring_b + so_k), lane, q, kc);
+      read_values<D>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
       zero_scores();
       // stage it + 1's scores beside stage it's P·V: independent, interleaved in program order
 #pragma unroll
@@ -658,23 +706,29 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       // rescale O (stage it's P·V included) only when some row's running max moved (rare after
       // the first tokens; the vote keeps the branch uniform over the warp)
       if (__any_sync(0xffffffffu, al0 != 1.f || (R16 && al1 != 1.f))) {
+        if constexpr (!T) {
 #pragma unroll
-        for (int n = 0; n < NB; ++n) {
-          o[n][0] *= al0, o[n][1] *= al0;
-          if (R16) o[n][2] *= al1, o[n][3] *= al1;
+          for (int n = 0; n < NB; ++n) o[n][0] *= al0, o[n][1] *= al0, o[n][2] *= al1, o[n][3] *= al1;
+        } else {
+          // Oᵀ: this lane's columns are rows 2q and 2q + 1, whose factors the lanes 8q and
+          // 8q + 4 computed (row g = lane / 4)
+          const float a0 = shfl_idx(al0, 8 * q), a1 = shfl_idx(al0, 8 * q + 4);
+#pragma unroll
+          for (int n = 0; n < NO; ++n) o[n][0] *= a0, o[n][1] *= a1, o[n][2] *= a0, o[n][3] *= a1;
         }
       }
       // refill stage it's slot (this lane read it above and its values went into the MMAs)
-      const int ahead = it + kStages;
-      if (ahead < iters)
-        issue_stage<D, QJL>(src, tok0 + ahead * kTileK, ring_s + (it % kStages) * kStageBytes);
+      if (it + kStages < iters) issue_stage<D, QJL>(src, ring_s + so_v);
       cp_async_commit();
+      so_v = so_k;
+      so_k = so_k == (kStages - 1) * kStageBytes ? 0u : so_k + kStageBytes;
     }
 
     if (iters > 0) {
-      // epilogue: the last stage's P·V (its copies landed before its scores were read)
+      // epilogue: the last stage's P·V (its copies landed before its scores were read; so_v is
+      // its slot)
       Stage<D> vc;
-      read_values<D>(ring + ((iters - 1) % kStages) * kStageU4, lane, vc);
+      read_values<D>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) pv_word(vc, w);
     }
@@ -685,10 +739,22 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     l1 += shfl_xor(l1, 1);
     l1 += shfl_xor(l1, 2);
     float* po = p.part_o + (size_t)sgi * kRows * D;
+    if constexpr (!T) {
 #pragma unroll
-    for (int n = 0; n < NB; ++n) {
-      *reinterpret_cast<float2*>(po + g * D + 8 * n + 2 * q) = make_float2(o[n][0], o[n][1]);
-      if (R16) *reinterpret_cast<float2*>(po + (g + 8) * D + 8 * n + 2 * q) = make_float2(o[n][2], o[n][3]);
+      for (int n = 0; n < NB; ++n) {
+        *reinterpret_cast<float2*>(po + g * D + 8 * n + 2 * q) = make_float2(o[n][0], o[n][1]);
+        *reinterpret_cast<float2*>(po + (g + 8) * D + 8 * n + 2 * q) = make_float2(o[n][2], o[n][3]);
+      }
+    } else {
+      // Oᵀ: rows 2q, 2q + 1, channels 16μ + g and 16μ + 8 + g (32-byte runs per row over g)
+      float* pr = po + (2 * q) * D + g;  // one address; every store below at a constant offset
+#pragma unroll
+      for (int n = 0; n < NO; ++n) {
+        pr[16 * n] = o[n][0];
+        pr[D + 16 * n] = o[n][1];
+        pr[16 * n + 8] = o[n][2];
+        pr[D + 16 * n + 8] = o[n][3];
+      }
     }
     if (q == 0) {
       float* ml = p.part_ml + (size_t)sgi * kRows * 2;
@@ -763,9 +829,10 @@ __device__ __forceinline__ void prepare_q_v1(const PrepareParams& p) {
   __shared__ float q_s[kRows][D];
   __shared__ float red[2][4][kRows][33];
   __shared__ long long src_s[kRows];  // element offset of row r's query in q, -1: padding row
-  pdl_launch_dependents();  // the decode may be scheduled now; it waits for this grid's end
   const int tile = blockIdx.x / (D / 32), chunk = blockIdx.x % (D / 32);
   if (tile >= p.batch_tiles) return;
+  pdl_wait();               // the kernel before may write q, and the decode before it read qf
+  pdl_launch_dependents();  // after the wait: see pdl_wait (the decode reads the cache early)
   const int t = threadIdx.x, cl = t & 31, quarter = t >> 5, col = chunk * 32 + cl;
   const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
   if (t < kRows) {  // one thread per row: the integer divisions once per row, not per element
@@ -835,20 +902,22 @@ __device__ __forceinline__ void prepare_q(const PrepareParams& p) {
   __shared__ float red[2][4][kRows][8];
   __shared__ long long src_s[kRows];  // element offset of row r's query in q, -1: padding head
   __shared__ int pos_s[kRows];
-  pdl_launch_dependents();  // the decode may be scheduled now; it waits for this grid's end
   const int tile = blockIdx.x / CH, chunk = blockIdx.x % CH;
   if (tile >= p.batch_tiles) return;
   const int t = threadIdx.x, cl = t & 7, quarter = (t >> 3) & 3, mat = (t >> 5) & 1, half = t >> 6;
   const int col = chunk * 8 + cl;
   // this thread's quarter of one matrix column: Πᵀ and Sᵀ are the engine's (uploaded before
-  // the launch, never rewritten), so they are loaded before anything else
+  // the launch, never rewritten), so they are loaded before anything else, before the wait on
+  // the kernel before (through L2 only: see pdl_wait)
   float a[KQ];
   {
     const float* m = (mat ? p.st : p.pit) + (size_t)quarter * KQ * D + col;
     const bool live = mat == 0 || p.qjl;
 #pragma unroll
-    for (int kk = 0; kk < KQ; ++kk) a[kk] = live ? m[(size_t)kk * D] : 0.f;
+    for (int kk = 0; kk < KQ; ++kk) a[kk] = live ? ldcg_f32(m + (size_t)kk * D) : 0.f;
   }
+  pdl_wait();               // the kernel before may write q, and the decode before it read qf
+  pdl_launch_dependents();  // after the wait: see pdl_wait (the decode reads the cache early)
   const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
   if (t < kRows) {  // one thread per row: the integer divisions once per row, not per element
     const int R = qg * kRows + t, hl = R / p.max_sq, i = R % p.max_sq;
@@ -930,6 +999,9 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   __shared__ float ms[kRows], ls[kRows];
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const int c4 = t % C4, ks = t / C4;
+  // the next step's prepare may be scheduled now: it reads nothing this kernel writes and writes
+  // its query fragments only after its wait (this grid's end, so the decode's too)
+  pdl_launch_dependents();
   // this thread's rows of Π for the un-rotation, first thing: they arrive while the decode
   // finishes and the partials are merged. Π is the engine's (uploaded once, never rewritten) and
   // read through L2 only, so before the wait (see pdl_wait)
@@ -1114,14 +1186,16 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
 // Closed list (ferrattn_cuda::turboquant::kernel_names): D in {64, 128}; keys with QJL and a 1-3
 // bit codebook (8-entry tables), or without QJL with 2-3 bits (n8) or 4 bits (n16); values with
 // 2-3 bits (v8) or 4 bits (v16); 8 or 16 MMA rows in use.
-#define FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, RN, R16)                                     \
-  extern "C" __global__ void __launch_bounds__(ferrattn::tq::kUnitWarps * 32, R16 ? 2 : 3)    \
-      turboquant_decode_d##D##_##KN##_##VN##_##RN(const ferrattn::tq::DecodeParams p) {          \
+// ATTR: the <= 8-row kernels are launched with 4 to kMaxUnitWarps8 warps per CTA (the host's
+// choice), so a register cap rather than launch bounds; the 16-row ones with 4 warps, 2 per SM.
+#define FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, RN, R16, ATTR)                               \
+  extern "C" __global__ void ATTR turboquant_decode_d##D##_##KN##_##VN##_##RN(                 \
+      const ferrattn::tq::DecodeParams p) {                                                     \
     ferrattn::tq::decode_unit<D, QJL, KW, VW, R16>(p);                                          \
   }
-#define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, VN, VW)    \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false) \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r16, true)
+#define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, VN, VW)                                                        \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false, __maxnreg__(ferrattn::tq::kMaxRegs8))              \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r16, true, __launch_bounds__(ferrattn::tq::kUnitWarps16 * 32, 2))
 #define FERRATTN_TQ_DECODE_V(D, KN, QJL, KW)         \
   FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, v8, false)    \
   FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, v16, true)

@@ -9,7 +9,10 @@
 //! f16). `--units`: stream-K width (default: the engine's); `--sets`: caches compressed from the
 //! same K/V and rotated over the graph's steps, as layers would be (default 1: one cache, which
 //! can sit in L2 when it is smaller); `--no-pdl`: plain stream order instead of programmatic
-//! dependent launch.
+//! dependent launch. The line ends with the decode's warps per CTA. Diagnostic switches of the
+//! engine (environment): `FERRATTN_TQ_UNIT_WARPS=4..7` (the 8-row decode's CTA size at every
+//! size), `FERRATTN_TQ_PREPARE_PDL=0` (the prepare in plain stream order), `FERRATTN_TQ_EARLY=0`,
+//! `FERRATTN_TQ_PREPARE=v1|spread`, `FERRATTN_TQ_MERGE_WARPS=8|16`, `FERRATTN_TQ_PDL=0`.
 //! Under ncu: the first `3 x configs` launches are the warm-up calls, one step per config.
 
 use ferrattn_core::turboquant::TurboQuantConfig;
@@ -75,7 +78,7 @@ fn main() {
             value_bits,
             ..TurboQuantConfig::paper_default(&p)
         };
-        let run = || -> ferrattn_cuda::Result<(f32, usize, usize)> {
+        let run = || -> ferrattn_cuda::Result<(f32, usize, usize, usize)> {
             let mut tq = b.turboquant(&cfg, &p)?;
             tq.set_programmatic_launch(pdl);
             let mut caches = vec![];
@@ -105,11 +108,16 @@ fn main() {
                 ts.push(s.elapsed_ms(&e)? / iters as f32);
             }
             ts.sort_by(|a, b| a.total_cmp(b));
-            Ok((ts[ts.len() / 2], caches[0].bytes_read(), preps[0].units))
+            Ok((
+                ts[ts.len() / 2],
+                caches[0].bytes_read(),
+                preps[0].units,
+                preps[0].warps_per_cta(),
+            ))
         };
         match run() {
-            Ok((ms, bytes, units)) => println!(
-                "turboquant B={batch} ctx={ctx} {name}: {ms:.4} ms per step, {:.0} GB/s of {:.1} MB compressed, {units} units, {sets} sets, pdl {pdl}",
+            Ok((ms, bytes, units, warps)) => println!(
+                "turboquant B={batch} ctx={ctx} {name}: {ms:.4} ms per step, {:.0} GB/s of {:.1} MB compressed, {units} units, {sets} sets, pdl {pdl}, {warps}-warp CTAs",
                 bytes as f64 / (ms as f64 * 1e-3) / 1e9,
                 bytes as f64 / 1e6
             ),

@@ -36,8 +36,32 @@ use std::sync::Arc;
 pub const ROWS: usize = 16;
 /// Tokens per decode iteration (one `n8` pair of `mma.m16n8k16`).
 pub const TILE_K: usize = 16;
-/// Warps (units) per CTA of the decode kernel.
+/// Warps (units) per CTA of the decode kernels: the 16-row ones (`decode_r16`, `kUnitWarps16`)
+/// always, the <= 8-row ones (`decode_r8`) except at small work ([`small_decode`]). Those take
+/// 4 to [`MAX_UNIT_WARPS_R8`] warps (`FERRATTN_TQ_UNIT_WARPS` forces one, a diagnostic): at
+/// d = 128, 4-warp CTAs fit 3 per SM (12 warps). 7-warp CTAs at 128 registers, two per SM,
+/// measured slower at every shape (H200, issue-10-decode4 call 1).
 pub const UNIT_WARPS: usize = 4;
+/// Most warps per CTA of the <= 8-row decode kernels (`kMaxUnitWarps8`), and their CTA size at
+/// small work: one 7-warp CTA per SM ([`small_decode`]).
+pub const MAX_UNIT_WARPS_R8: usize = 7;
+
+/// Whether `p`'s decode (at most 8 MMA rows in use) takes the small-work schedule on `sms` SMs:
+/// one CTA of [`MAX_UNIT_WARPS_R8`] warps per SM, so 7 units per SM instead of every resident
+/// warp (12 per SM at d = 128), each running ~1.7x the iterations. Chosen where the default
+/// width would give every warp 8 to 16 iterations (batch 1 at 32k with 8 KV heads: 10.3): there
+/// it measured 34.5 µs against 39.0 µs a step (1 x 32k, k4q-v3, H200, issue-10-decode4 call 2,
+/// as `FERRATTN_TQ_UNIT_WARPS=7`, the same kernels), at 16 x 16k and 32 x 32k (83 and 248
+/// iterations a warp) 7% and 11% slower. Fewer than 8 a warp (shorter contexts) was not measured
+/// and keeps the default.
+pub fn small_decode(p: &AttentionProblem, sms: usize) -> bool {
+    const DEFAULT_WARPS_PER_SM: usize = 12; // 3 CTAs of UNIT_WARPS at d = 128
+    if p.group_size() * p.max_seqlen_q > 8 {
+        return false;
+    }
+    let per_warp = decode_iterations(p) as f64 / (DEFAULT_WARPS_PER_SM * sms) as f64;
+    (8.0..16.0).contains(&per_warp)
+}
 /// Stages of each decode warp's cp.async ring (`kStages` in turboquant_decode.cu).
 pub const DECODE_STAGES: usize = 3;
 /// Bytes of one ring stage (`kStageBytes`): 4 code slots of 16 bytes per lane (`kSlots`), then
@@ -691,9 +715,10 @@ fn arg<T>(x: &mut T) -> *mut std::ffi::c_void {
 
 /// [`launch_on`] (plain, not cooperative) or, with `programmatic`, with programmatic stream
 /// serialization: the kernel may be scheduled once every CTA of the kernel before it on `stream`
-/// has started and signalled (`griddepcontrol.launch_dependents`, first thing in the query
-/// preparation and the decode), and waits on the device (`griddepcontrol.wait`) before reading
-/// that kernel's output. Inside a stream capture the driver records a programmatic graph edge.
+/// has started and signalled (`griddepcontrol.launch_dependents`: first thing in the decode and
+/// the merge, right after its own wait in the query preparation), and waits on the device
+/// (`griddepcontrol.wait`) before reading that kernel's output. Inside a stream capture the
+/// driver records a programmatic graph edge.
 ///
 /// # Safety
 /// As [`launch_on`]; `f` calls `griddepcontrol.wait` before its first read of anything the
@@ -1307,6 +1332,8 @@ pub struct PreparedTurboQuantDecode {
     pub row_split: usize,
     qgroups: usize,
     decode: Function,
+    /// Warps per CTA of the decode launch ([`UNIT_WARPS`]).
+    warps: usize,
     segs: u64,
     unit_segs: u64,
     tile_segs: u64,
@@ -1319,6 +1346,14 @@ pub struct PreparedTurboQuantDecode {
     seqlens_k: u64,
     /// The memory the addresses point into, when the prepared decode owns it.
     _owned: Option<Arc<DeviceBuffer>>,
+}
+
+impl PreparedTurboQuantDecode {
+    /// Warps per CTA of the decode launch ([`UNIT_WARPS`], or [`MAX_UNIT_WARPS_R8`] at small
+    /// work: [`TurboQuantCuda::unit_warps_for`]).
+    pub fn warps_per_cta(&self) -> usize {
+        self.warps
+    }
 }
 
 /// An append made ready to launch: where each sequence's new tokens go, on the device (in a
@@ -1426,6 +1461,16 @@ pub struct TurboQuantCuda {
     /// The decode issues its first segment's ring after its wait on the prepare
     /// (`FERRATTN_TQ_EARLY=0`; by default before it, see turboquant_decode.cu).
     late_ring: bool,
+    /// The prepare is launched with programmatic serialization too (with `programmatic`; after
+    /// the kernel before it, whichever it is). `FERRATTN_TQ_PREPARE_PDL=0`: plain stream order.
+    prepare_pdl: bool,
+    /// `FERRATTN_TQ_UNIT_WARPS` (4 to [`MAX_UNIT_WARPS_R8`]): the CTA size of every 8-row
+    /// decode, whatever its size (see [`Self::unit_warps_for`]).
+    unit_warps_forced: Option<usize>,
+    /// A 7-warp CTA's shared memory fits this device (opt-in maximum per block): the
+    /// small-work schedule is available ([`small_decode`]; 111 KiB at d = 128, so not on GPUs
+    /// with about 100 KiB).
+    seven_fit: bool,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -1454,10 +1499,10 @@ pub fn cache_bytes(batch: usize, heads_kv: usize, d: usize, capacity: usize) -> 
         .sum()
 }
 
-/// Dynamic shared memory of a decode CTA: every warp's cp.async ring, then every warp's query
-/// A fragments (`[2][d/16][32 lanes]` register quads of 16 bytes).
-pub fn decode_smem_bytes(head_dim: usize) -> usize {
-    UNIT_WARPS * (DECODE_STAGES * DECODE_STAGE_BYTES + 2 * (head_dim / 16) * 32 * 16)
+/// Dynamic shared memory of a decode CTA of `warps` warps: every warp's cp.async ring, then
+/// every warp's query A fragments (`[2][d/16][32 lanes]` register quads of 16 bytes).
+pub fn decode_smem_bytes(head_dim: usize, warps: usize) -> usize {
+    warps * (DECODE_STAGES * DECODE_STAGE_BYTES + 2 * (head_dim / 16) * 32 * 16)
 }
 
 /// 16-token iterations of `p`'s decode (every output tile over its sequence's keys).
@@ -1472,10 +1517,10 @@ pub fn decode_iterations(p: &AttentionProblem) -> usize {
 }
 
 /// Default stream-K width: every resident warp when there is work for each to run
-/// [`MIN_UNIT_ITERS`] iterations, else fewer, in whole waves of `UNIT_WARPS` per SM (at least
-/// one CTA per SM).
-pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize) -> usize {
-    let wave = UNIT_WARPS * sms;
+/// [`MIN_UNIT_ITERS`] iterations, else fewer, in whole waves of one CTA (`warps` warps) per SM
+/// (at least one CTA per SM).
+pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize, warps: usize) -> usize {
+    let wave = warps * sms;
     let want = decode_iterations(p).div_ceil(MIN_UNIT_ITERS).div_ceil(wave) * wave;
     want.clamp(wave, resident.max(wave))
 }
@@ -1553,6 +1598,7 @@ impl TurboQuantCuda {
     ) -> Result<TurboQuantCuda> {
         let names = kernel_names(cfg, p)?;
         let gpu = backend.gpu()?.clone();
+        let caps_smem = gpu.caps.shared_mem_per_block;
         let force = backend.options().force_nvrtc;
         let load = |img: &str| {
             kernels::Module::load(
@@ -1648,6 +1694,17 @@ impl TurboQuantCuda {
             // FERRATTN_TQ_EARLY=0: the decode's first ring fill after its wait (diagnostic, as
             // FERRATTN_TQ_PDL: one build timed and tested both ways)
             late_ring: std::env::var("FERRATTN_TQ_EARLY").is_ok_and(|v| v == "0"),
+            // FERRATTN_TQ_PREPARE_PDL=0: the prepare in plain stream order (diagnostic, as above)
+            prepare_pdl: std::env::var("FERRATTN_TQ_PREPARE_PDL").map_or(true, |v| v != "0"),
+            // FERRATTN_TQ_UNIT_WARPS=4..7: the 8-row decode's CTA size (diagnostic, as above)
+            unit_warps_forced: std::env::var("FERRATTN_TQ_UNIT_WARPS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&w| {
+                    (UNIT_WARPS..=MAX_UNIT_WARPS_R8).contains(&w)
+                        && decode_smem_bytes(d, w) <= caps_smem
+                }),
+            seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8) <= caps_smem,
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -1660,14 +1717,22 @@ impl TurboQuantCuda {
         for f in [&t.fast_values, &t.split_values] {
             set_smem(f, t.smem_fast_values)?;
         }
-        for f in [&t.decode_r8, &t.decode_r16] {
-            set_smem(f, decode_smem_bytes(d))?;
-        }
-        let sms = t.gpu.caps.compute_units;
-        let warps = |f: &Function| -> Result<usize> {
-            Ok(occupancy(f, UNIT_WARPS * 32, decode_smem_bytes(d))? * UNIT_WARPS * sms)
+        // the 8-row kernels are launched with 4 to 7 warps per CTA (unit_warps_for)
+        let most = if t.seven_fit {
+            MAX_UNIT_WARPS_R8
+        } else {
+            t.unit_warps_forced.unwrap_or(UNIT_WARPS)
         };
-        t.resident = [warps(&t.decode_r8)?, warps(&t.decode_r16)?];
+        set_smem(&t.decode_r8, decode_smem_bytes(d, most))?;
+        set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS))?;
+        let sms = t.gpu.caps.compute_units;
+        let warps = |f: &Function, w: usize| -> Result<usize> {
+            Ok(occupancy(f, w * 32, decode_smem_bytes(d, w))? * w * sms)
+        };
+        t.resident = [
+            warps(&t.decode_r8, t.unit_warps_forced.unwrap_or(UNIT_WARPS))?,
+            warps(&t.decode_r16, UNIT_WARPS)?,
+        ];
         t.compress_per_sm = [
             occupancy(&t.compress_keys, d, t.smem_keys)?,
             occupancy(&t.compress_values, d, t.smem_values)?,
@@ -1722,6 +1787,30 @@ impl TurboQuantCuda {
     /// the bit-identity test.
     pub fn set_prepare_kernel(&mut self, k: PrepareKernel) {
         self.prepare_kernel = k;
+    }
+
+    /// Forces the warps per CTA of the 8-row decode launches prepared from now on (4 to
+    /// [`MAX_UNIT_WARPS_R8`], where that CTA's shared memory fits; `None`: the default,
+    /// [`Self::unit_warps_for`]), as `FERRATTN_TQ_UNIT_WARPS` does. The schedule (units,
+    /// segments) does not depend on it, so with the same `units` the outputs are bit-identical
+    /// (tested). The default width ([`Self::default_units`]) keeps the occupancy measured at
+    /// load.
+    pub fn set_unit_warps(&mut self, warps: Option<usize>) -> Result<()> {
+        if let Some(w) = warps {
+            let top = if self.seven_fit {
+                MAX_UNIT_WARPS_R8
+            } else {
+                UNIT_WARPS
+            };
+            if !(UNIT_WARPS..=top).contains(&w) {
+                return Err(CudaError::Unsupported {
+                    what: format!("{w} warps per decode CTA"),
+                    supported: format!("{UNIT_WARPS} to {top} on this device"),
+                });
+            }
+        }
+        self.unit_warps_forced = warps;
+        Ok(())
     }
 
     /// See [`Self::set_programmatic_launch`].
@@ -1880,6 +1969,7 @@ impl TurboQuantCuda {
                     } else {
                         self.decode_r8.clone()
                     },
+                    warps: self.unit_warps_for(&t.problem),
                     segs: at(r.segs),
                     unit_segs: at(r.unit_segs),
                     tile_segs: at(r.tile_segs),
@@ -2199,7 +2289,26 @@ impl TurboQuantCuda {
     /// decode kernel resident on this GPU; host only).
     pub fn default_units(&self, p: &AttentionProblem) -> usize {
         let r16 = p.group_size() * p.max_seqlen_q > 8;
-        default_units(p, self.resident[r16 as usize], self.gpu.caps.compute_units)
+        let sms = self.gpu.caps.compute_units;
+        if !r16 && self.unit_warps_forced.is_none() && self.seven_fit && small_decode(p, sms) {
+            return MAX_UNIT_WARPS_R8 * sms;
+        }
+        default_units(p, self.resident[r16 as usize], sms, self.unit_warps_for(p))
+    }
+
+    /// Warps per CTA of `p`'s decode launch: [`UNIT_WARPS`], or [`MAX_UNIT_WARPS_R8`] for the
+    /// 8-row kernels at small work ([`small_decode`]), or `FERRATTN_TQ_UNIT_WARPS` (8 rows).
+    pub fn unit_warps_for(&self, p: &AttentionProblem) -> usize {
+        if p.group_size() * p.max_seqlen_q > 8 {
+            return UNIT_WARPS;
+        }
+        match self.unit_warps_forced {
+            Some(w) => w,
+            None if self.seven_fit && small_decode(p, self.gpu.caps.compute_units) => {
+                MAX_UNIT_WARPS_R8
+            }
+            None => UNIT_WARPS,
+        }
     }
 
     /// [`TurboQuantDecodeTables::new`] with this GPU's default width when `units` is `None`
@@ -2335,14 +2444,17 @@ impl TurboQuantCuda {
         } else {
             (&self.prepare_q_v1, 32)
         };
+        // SAFETY: the parameter struct mirrors the kernel's and lives across the call; the
+        // addresses are the caller's (this function's contract) and the engine's. Under PDL the
+        // prepare reads only Πᵀ / Sᵀ before its wait and writes after it (see launch_step_kernel).
         unsafe {
-            launch_on(
+            launch_step_kernel(
                 &self.gpu,
                 prepare,
                 ((prep.tiles * d / cols) as u32, 128),
                 0,
                 stream,
-                false,
+                self.programmatic && self.prepare_pdl,
                 &mut [arg(&mut pp)],
             )
         }?;
@@ -2379,10 +2491,10 @@ impl TurboQuantCuda {
                 &self.gpu,
                 &prep.decode,
                 (
-                    prep.units.div_ceil(UNIT_WARPS) as u32,
-                    (UNIT_WARPS * 32) as u32,
+                    prep.units.div_ceil(prep.warps) as u32,
+                    (prep.warps * 32) as u32,
                 ),
-                decode_smem_bytes(d) as u32,
+                decode_smem_bytes(d, prep.warps) as u32,
                 stream,
                 self.programmatic,
                 &mut [arg(&mut dp)],
@@ -3049,6 +3161,27 @@ mod tests {
         assert_eq!(merge_warps(r64, None), COMBINE_WARPS);
         assert_eq!(merge_warps(r1, Some(8)), 8);
         assert_eq!(merge_warps(r64, Some(16)), 16);
+    }
+
+    #[test]
+    fn the_small_work_schedule_takes_the_measured_regime_only() {
+        // 8 to 16 iterations a warp at 12 warps per SM on 132 SMs: batch 1 at 32k (10.3), where
+        // one 7-warp CTA per SM measured faster; not 1 x 128k (41, not measured that way), 16 x
+        // 16k and 32 x 32k (83 and 248: measured slower), 1 x 16k (5.2, not measured), nor the
+        // 16-row kernels (query length 4 with 4 query heads per KV head)
+        let shape = |b, sq, ctx| AttentionProblem::uniform(b, sq, ctx, 32, 8, 128, 128, DType::F16);
+        assert!(small_decode(&shape(1, 1, 32768), 132));
+        for (b, sq, ctx) in [
+            (1, 1, 131072),
+            (16, 1, 16384),
+            (32, 1, 32768),
+            (1, 1, 16384),
+            (1, 4, 32768),
+        ] {
+            assert!(!small_decode(&shape(b, sq, ctx), 132), "{b} x {sq} x {ctx}");
+        }
+        // a 7-warp CTA's rings and query fragments at d = 128 (the kernels' opt-in maximum)
+        assert_eq!(decode_smem_bytes(128, MAX_UNIT_WARPS_R8), 111_104);
     }
 
     #[test]

@@ -272,6 +272,29 @@ fn gpu_decode_matches_the_emulation() {
                 bits(&v1.lse.data),
                 "{what}: LSE differs from the v1 prepare's"
             );
+            // the decode's CTA size (4 warps, or 7 as at small work) groups the same units:
+            // with the same width the outputs are bit-identical (7-warp CTAs need ~111 KiB of
+            // shared memory at d = 128: every Hopper GPU; elsewhere the check is skipped)
+            let u = units.unwrap_or_else(|| t.default_units(&p));
+            t.set_unit_warps(Some(4)).unwrap();
+            let (w4, _) = t.run(&p, &x, Some(u)).unwrap();
+            if t.set_unit_warps(Some(7)).is_err() {
+                eprintln!("{what}: 7-warp CTAs do not fit this GPU; CTA-size check skipped");
+                t.set_unit_warps(None).unwrap();
+                continue;
+            }
+            let (w7, _) = t.run(&p, &x, Some(u)).unwrap();
+            t.set_unit_warps(None).unwrap();
+            assert_eq!(
+                bits(&w7.o.data),
+                bits(&w4.o.data),
+                "{what}: O differs between 7- and 4-warp CTAs ({u} units)"
+            );
+            assert_eq!(
+                bits(&w7.lse.data),
+                bits(&w4.lse.data),
+                "{what}: LSE differs between 7- and 4-warp CTAs ({u} units)"
+            );
         }
     }
 }
