@@ -519,6 +519,82 @@ fn gpu_fast_compression_meets_its_contract() {
     }
 }
 
+/// Rows at the edges of the fast norm (an f32 sum first, the f64 sum where the f32 one cannot
+/// settle the f16 norm's rounding): all zeros, only f16 subnormals, subnormals beside a large
+/// value, one nonzero element, and norms next to an f16 rounding midpoint (sqrt(1 + 2^-10) lies
+/// 2^-23 below the midpoint between 1 and 1 + 2^-10), through both fast paths against the
+/// contract (norms bit-exact with the emulation).
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
+fn gpu_fast_compression_edge_rows_meet_its_contract() {
+    use ferrattn_cuda::turboquant::CompressPath;
+    let Some(b) = backend(
+        "gpu_fast_compression_edge_rows_meet_its_contract",
+        Options::default(),
+    ) else {
+        return;
+    };
+    let sub = |k: usize| {
+        ((k % 7) as f32 + 1.0) * 2f32.powi(-24) * if k.is_multiple_of(3) { -1.0 } else { 1.0 }
+    };
+    for d in [64usize, 128] {
+        let lk: &[usize] = &[37, 9];
+        let p = problem(&[1, 1], lk, 8, 2, d, false);
+        let mut x = inputs(&p, 29 + d as u64);
+        let edge = |row: &mut [f32], j: usize| match j {
+            0 => row.fill(0.0),
+            1 => row.iter_mut().enumerate().for_each(|(k, v)| *v = sub(k)),
+            2 => {
+                row.iter_mut()
+                    .enumerate()
+                    .for_each(|(k, v)| *v = sub(k + 1));
+                row[3] = 1000.0;
+            }
+            3 => {
+                row.fill(0.0);
+                row[5] = -0.5;
+            }
+            4 | 5 => {
+                row.fill(0.0);
+                row[0] = 1.0;
+                row[d - 1] = if j == 4 { 0.03125 } else { -0.03125 };
+                if j == 5 {
+                    row[7] = 2f32.powi(-24);
+                }
+            }
+            _ => {}
+        };
+        for bb in 0..p.batch {
+            for j in 0..6.min(p.seqlens_k[bb]) {
+                for h in 0..p.heads_kv {
+                    edge(x.k.row4_mut(bb, j, h), j);
+                    edge(x.v.as_mut().unwrap().row4_mut(bb, j, h), j);
+                }
+            }
+        }
+        for cfg in configs(&p) {
+            for path in [CompressPath::Fast, CompressPath::Split] {
+                let t = engine(&b, &cfg, &p).with_compress_path(path);
+                let (out, cache) = t.run(&p, &x, None).unwrap();
+                let got = cache.download(p.max_seqlen_k).unwrap();
+                let what = format!("edge rows {} {path:?} d {d}", name(&cfg));
+                let m = check_fast_cache(&what, &p, &x, &cfg, &got, path);
+                assert!(
+                    out.o.data.iter().all(|v| v.is_finite()),
+                    "{what}: non-finite O"
+                );
+                eprintln!(
+                    "{what}: contract met ({} coordinates off, {} signs off)",
+                    m.codes_off, m.signs_off
+                );
+            }
+        }
+    }
+}
+
 /// Appends through the fast path (ragged, odd starts, single tokens and a block) leave the same
 /// cache as one fast compression of everything: a token's codes do not depend on where its tile
 /// starts, and value token pairs split across appends keep both nibbles.
