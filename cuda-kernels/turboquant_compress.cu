@@ -292,15 +292,19 @@ FERRATTN_TQ_COMPRESS(128)
 // Fast compression on tensor cores (the fast contract of docs/TURBOQUANT_CUDA.md, "Compression on
 // tensor cores"). Same inputs, same outputs and layout as above; the rotation is one MMA product
 // per token block instead of d^2 IEEE mul/add per row:
-//   ‖x‖   f64 sums of the (exact) squares: 2-4 threads per row, 4 interleaved partials each,
-//         combined in a fixed order, then as the emulation (equal to the emulation's
-//         sequential sum unless a partial sum rounds: not seen in any test)
+//   ‖x‖   an f32 FMA sum of the (exact) squares over 2-4 threads per row, within 2^-18 of the
+//         exact norm; where that bound cannot decide the f16 rounding of the stored norm, f64
+//         sums as the emulation (4 interleaved partials per thread, combined in a fixed order:
+//         equal to the emulation's sequential sum unless a partial sum rounds, not seen in any
+//         test). Stored f16 norms are the emulation's bit for bit; the f32 norm that scales y is
+//         within 2^-18 of the emulation's (inside the 2^-14 of τ below)
 //   y     = (Π x) / ‖x‖ with x exact in f16 and Π as one f16 matrix (SPLIT = false) or as f16
 //         hi + lo (SPLIT = true: two MMAs, about f32 accuracy); f32 accumulation
 //   idx   = #{boundaries_f32 < y} by a uniform-grid lookup (code_of; exact for the y it is given):
 //         equal to the emulation's except where its rotated coordinate
 //         lies within τ of a boundary, τ = 2^-11 + 2^-14 (one f16 Π: |δΠ| <= 2^-11 |Π| and
-//         Σ_k |Π_ok| |u_k| <= 1) or 2^-14 (split Π; accumulation and the emulation's own f32 sum)
+//         Σ_k |Π_ok| |u_k| <= 1) or 2^-14 (split Π; accumulation, the f32 norm and the
+//         emulation's own f32 sum)
 //   γ     = ‖y - c[idx]‖ in the rotated basis (rotation-invariant), f32 sums
 //   signs = sign((S Πᵀ) (y - c[idx])): M = S Πᵀ precomputed on the host as one f16 matrix, the
 //         residual rounded to f16: one MMA; equal to sign(S r) except where |(S r)_i| is within
