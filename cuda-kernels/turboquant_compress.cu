@@ -535,8 +535,9 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   float* cen_s = bnd_s + 16;                                     // [16] (unused)
   u32* sg_s = reinterpret_cast<u32*>(cen_s + 16);                // [kRows][4] (QJL)
   // [kDstSlots][kRows] cache row or -1 of each chunk row, written by the chunk's loads: slot
-  // k % 4 for the k-th chunk of this CTA (the loads of chunk k + 2 run while chunk k is
-  // processed; slot (k + 2) % 4 was last read by chunk k - 2, before the barriers of chunk k - 1)
+  // kc % 4 for the kc-th chunk of this CTA (the loads of chunk kc + 2 run while chunk kc is
+  // processed; slot (kc + 2) % 4 was last read by chunk kc - 2, before the barriers of chunk
+  // kc - 1)
   long long* dst_ring = reinterpret_cast<long long*>(sg_s + kRows * 4);
   // key code rows of D/2 + 16 bytes (the byte stores of the 4 token rows a store instruction
   // touches fall in different banks); value pair rows of D bytes
@@ -576,25 +577,26 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     cp_async_commit();
     c_load += gridDim.x;
   }
-  int stage = 0, k = 0;  // k: this CTA's chunk count
+  int stage = 0, kc = 0;  // kc: this CTA's chunk count
   for (int c = blockIdx.x; c < chunks; c += gridDim.x) {
     {
       const int ls = (stage + kStages - 1) % kStages;
       if (c_load < chunks)
         load_chunk<D>(p, c_load, items, xs_a + 2u * ls * L::kStageHalves,
-                      dst_ring + ((k + kStages - 1) % kDstSlots) * kRows);
+                      dst_ring + ((kc + kStages - 1) % kDstSlots) * kRows);
       cp_async_commit();
       c_load += gridDim.x;
     }
     cp_async_wait<kStages - 1>();
     __syncthreads();
     const u16* x = xs + stage * L::kStageHalves;
-    const long long* dst_s = dst_ring + (k % kDstSlots) * kRows;
+    const long long* dst_s = dst_ring + (kc % kDstSlots) * kRows;
 
     // ‖x‖: NT / kRows threads per row. First an f32 sum of the (exact) squares, FMA by FMA, and
     // a butterfly over the row's threads (a + b == b + a: every thread ends with one value): at
     // most PER - 1 + log2 TPR <= 33 roundings of a sum of positive terms, so the sum is within
-    // 2^-19 and n = sqrt.rn of it within 2^-18 of the exact ‖x‖ (relative). The stored f16 norm
+    // 33 2^-24 < 2^-18 and n = sqrt.rn of it within 2^-19 of the exact ‖x‖ (relative; the
+    // emulation's f32 ‖x‖ is within 2^-24 of it). The stored f16 norm
     // must be the emulation's bit for bit: where n (1 - 2^-17) and n (1 + 2^-17) round to one
     // f16, so does the emulation's ‖x‖, and n serves (it scales y within 2^-18 of the
     // emulation's, inside the code margin's 2^-14 for f32 sums; ‖r‖ = f16(n γ) within one f16
@@ -810,7 +812,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
       }
     }
     stage = (stage + 1) % kStages;
-    ++k;
+    ++kc;
   }
   cp_async_wait<0>();
 }

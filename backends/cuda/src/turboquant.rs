@@ -3087,7 +3087,8 @@ mod tests {
         );
         assert_eq!(
             std::mem::size_of::<FastCompressParams>(),
-            10 * 8 + 6 * 4 + 35 * 4 + 4
+            // + the two FastDiv pairs (u32), then padding to 8
+            10 * 8 + 6 * 4 + 35 * 4 + 4 * 4 + 4
         );
         assert_eq!(std::mem::size_of::<DecodeParams>(), 14 * 8 + 8 * 4 + 16 * 4);
         assert_eq!(
