@@ -600,7 +600,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     // must be the emulation's bit for bit: where n (1 - 2^-17) and n (1 + 2^-17) round to one
     // f16, so does the emulation's ‖x‖, and n serves (it scales y within 2^-18 of the
     // emulation's, inside the code margin's 2^-14 for f32 sums; ‖r‖ = f16(n γ) within one f16
-    // step). Otherwise (about 1% of rows) the row is summed again as the emulation does, in f64
+    // step). Otherwise (about 1-2% of rows) the row is summed again as the emulation does, in f64
     // (4 interleaved partials per thread, combined in a fixed order: equal to the emulation's
     // sequential sum unless a partial sum rounds), and that ‖x‖ is used.
     {
