@@ -292,15 +292,19 @@ FERRATTN_TQ_COMPRESS(128)
 // Fast compression on tensor cores (the fast contract of docs/TURBOQUANT_CUDA.md, "Compression on
 // tensor cores"). Same inputs, same outputs and layout as above; the rotation is one MMA product
 // per token block instead of d^2 IEEE mul/add per row:
-//   ‖x‖   f64 sums of the (exact) squares: 2-4 threads per row, 4 interleaved partials each,
-//         combined in a fixed order, then as the emulation (equal to the emulation's
-//         sequential sum unless a partial sum rounds: not seen in any test)
+//   ‖x‖   an f32 FMA sum of the (exact) squares over 2-4 threads per row, within 2^-18 of the
+//         exact norm; where that bound cannot decide the f16 rounding of the stored norm, f64
+//         sums as the emulation (4 interleaved partials per thread, combined in a fixed order:
+//         equal to the emulation's sequential sum unless a partial sum rounds, not seen in any
+//         test). Stored f16 norms are the emulation's bit for bit; the f32 norm that scales y is
+//         within 2^-18 of the emulation's (inside the 2^-14 of τ below)
 //   y     = (Π x) / ‖x‖ with x exact in f16 and Π as one f16 matrix (SPLIT = false) or as f16
 //         hi + lo (SPLIT = true: two MMAs, about f32 accuracy); f32 accumulation
 //   idx   = #{boundaries_f32 < y} by a uniform-grid lookup (code_of; exact for the y it is given):
 //         equal to the emulation's except where its rotated coordinate
 //         lies within τ of a boundary, τ = 2^-11 + 2^-14 (one f16 Π: |δΠ| <= 2^-11 |Π| and
-//         Σ_k |Π_ok| |u_k| <= 1) or 2^-14 (split Π; accumulation and the emulation's own f32 sum)
+//         Σ_k |Π_ok| |u_k| <= 1) or 2^-14 (split Π; accumulation, the f32 norm and the
+//         emulation's own f32 sum)
 //   γ     = ‖y - c[idx]‖ in the rotated basis (rotation-invariant), f32 sums
 //   signs = sign((S Πᵀ) (y - c[idx])): M = S Πᵀ precomputed on the host as one f16 matrix, the
 //         residual rounded to f16: one MMA; equal to sign(S r) except where |(S r)_i| is within
@@ -318,23 +322,27 @@ constexpr int kTile = 8;            // destination tokens per tile (one MMA n8)
 constexpr int kTilesPerChunk = 8;   // tiles per chunk
 constexpr int kRows = kTile * kTilesPerChunk;  // token rows per chunk
 constexpr int kStages = 3;
+constexpr int kDstSlots = 4;  // destination-row ring (kStages + 1: see compress_fast)
 
 __device__ __forceinline__ u32 shfl_xor_u32(u32 v, int m) {
   u32 r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(m));
   return r;
 }
-__device__ __forceinline__ double shfl_xor_f64(double v, int m) {
+// within the TPR lanes of one row (the lanes that took a divergent branch together)
+__device__ __forceinline__ double shfl_xor_f64_in(double v, int m, int tpr) {
+  const u32 lane = threadIdx.x % 32;
+  const u32 group = ((1u << tpr) - 1u) << (lane & ~(u32)(tpr - 1));
   u32 lo, hi;
   asm("mov.b64 {%0, %1}, %2;" : "=r"(lo), "=r"(hi) : "d"(v));
-  lo = shfl_xor_u32(lo, m);
-  hi = shfl_xor_u32(hi, m);
+  asm volatile("shfl.sync.bfly.b32 %0, %0, %1, 0x1f, %2;" : "+r"(lo) : "r"(m), "r"(group));
+  asm volatile("shfl.sync.bfly.b32 %0, %0, %1, 0x1f, %2;" : "+r"(hi) : "r"(m), "r"(group));
   double r;
   asm("mov.b64 %0, {%1, %2};" : "=d"(r) : "r"(lo), "r"(hi));
   return r;
 }
-__device__ __forceinline__ void red_or_shared(u32* p, u32 v) {
-  asm volatile("red.shared.or.b32 [%0], %1;" ::"r"(smem_addr(p)), "r"(v) : "memory");
+__device__ __forceinline__ void red_or_shared_a(u32 a, u32 v) {
+  asm volatile("red.shared.or.b32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
 }
 
 // Mirrors ferrattn_cuda::turboquant::FastCompressParams (#[repr(C)]).
@@ -354,8 +362,16 @@ struct FastParams {
   int n_bounds;
   float bounds[15];
   float cents[16];
-  float lut_lo, lut_hi, lut_scale, lut_off;  // y clamped to [lo, hi], bin = rint(y scale + off)
+  float lut_lo, lut_hi;       // the range of y the bins cover (host only)
+  float lut_scale, lut_off;   // bin = rint(255 sat(y scale + off))
+  u32 groups_mul, groups_shr; // item / groups = umulhi(item, mul) >> shr (mul = 0: groups = 1)
+  u32 heads_mul, heads_shr;   // likewise / heads_kv (ferrattn_cuda::turboquant::FastDiv)
 };
+
+// n / d for 0 <= n < 2^31 by the host's round-up reciprocal (FastDiv): no integer division
+__device__ __forceinline__ int fast_div(int n, u32 mul, u32 shr) {
+  return mul ? (int)(__umulhi((u32)n, mul) >> shr) : n;
+}
 
 constexpr int kLut = 256;
 
@@ -369,35 +385,41 @@ struct Layout {
 
 __device__ __forceinline__ void tile_coords(const FastParams& p, int item, int& b, int& h, int& first,
                                             int& lo, int& hi) {
-  const int x = item % p.groups;
-  h = (item / p.groups) % p.heads_kv;
-  b = item / (p.groups * p.heads_kv);
+  const int bh = fast_div(item, p.groups_mul, p.groups_shr);
+  const int x = item - bh * p.groups;
+  b = fast_div(bh, p.heads_mul, p.heads_shr);
+  h = bh - b * p.heads_kv;
   const int d0 = p.dst0[b], cnt = p.count[b];
-  first = (d0 / kTile) * kTile + x * kTile;
+  first = (d0 & ~(kTile - 1)) + x * kTile;  // d0 >= 0
   lo = max(first, d0);
   hi = min(first + kTile, d0 + cnt);
 }
 
-// Source row (element offset) of chunk row r, or -1 (tile outside the work, token outside the
-// append): zero-filled.
-__device__ __forceinline__ long long src_row(const FastParams& p, int item, int items, int t) {
-  if (item >= items) return -1;
-  int b, h, first, lo, hi;
-  tile_coords(p, item, b, h, first, lo, hi);
-  const int j = first + t;
-  if (j < lo || j >= hi) return -1;
-  return ((long long)b * p.src_len + (j - p.dst0[b])) * p.heads_kv + h;
-}
-
-// Each thread copies pieces (16 bytes) of one row: one row lookup per thread and chunk.
+// Each thread copies pieces (16 bytes) of one row (zero-filled for a tile outside the work or a
+// token outside the append): one row lookup per thread and chunk, 32-bit shared addresses. The
+// row's first thread also records its destination cache row (or -1) in `dst` (a slot of the
+// destination ring, read when the chunk is processed).
 template <int D>
-__device__ __forceinline__ void load_chunk(const FastParams& p, int chunk, int items, u16* xs) {
+__device__ __forceinline__ void load_chunk(const FastParams& p, int chunk, int items, u32 xs_a,
+                                           long long* dst) {
   constexpr int S = Layout<D>::kStride, C = D / 8, TPR = Layout<D>::kThreads / kRows;
   const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
-  const long long row = src_row(p, chunk * kTilesPerChunk + r / kTile, items, r % kTile);
-  const u16* src = row >= 0 ? p.src + row * D : p.src;
+  const int item = chunk * kTilesPerChunk + r / kTile;
+  long long src_row = -1, dst_row = -1;
+  if (item < items) {
+    int b, h, first, lo, hi;
+    tile_coords(p, item, b, h, first, lo, hi);
+    const int j = first + r % kTile;
+    if (j >= lo && j < hi) {
+      src_row = ((long long)b * p.src_len + (j - p.dst0[b])) * p.heads_kv + h;
+      dst_row = ((long long)b * p.heads_kv + h) * p.cap + j;
+    }
+  }
+  if (part == 0) dst[r] = dst_row;
+  const u16* src = p.src + (src_row >= 0 ? src_row * D : 0) + part * 8;
+  const u32 d = xs_a + 2u * (r * S + part * 8);
 #pragma unroll
-  for (int c = part; c < C; c += TPR) cp_async16(xs + r * S + c * 8, src + c * 8, row >= 0);
+  for (int c = 0; c < C / TPR; ++c) cp_async16_s(d + 16u * TPR * c, src + 8 * TPR * c, src_row >= 0);
 }
 
 // two f16 of a row (col even: 4-byte aligned)
@@ -405,17 +427,21 @@ __device__ __forceinline__ u32 ld_pair(const u16* m, int row, int col, int d) {
   return ld_global_u32(m + row * d + col);
 }
 
-// A fragments of rows [16w, 16w + 16) of a row-major f16 D x D matrix, one per k16 step
-template <int D>
+// A fragments of rows [16w, 16w + 16) of a row-major f16 D x D matrix, one per k16 step. MMA
+// row g (< 8) is matrix row 16w + g and MMA row g + 8 is 16w + g + 8, or, with PAIRS, 16w + 2g
+// and 16w + 2g + 1: then each lane's accumulators hold a channel pair (2g, 2g + 1), whose codes
+// share a byte of the key layout and whose residuals share a 32-bit word.
+template <int D, bool PAIRS = false>
 __device__ __forceinline__ void load_a(const u16* m, int w, int lane, u32 (&a)[D / 16][4]) {
-  const int g = lane / 4, q = lane % 4, r0 = 16 * w + g;
+  const int g = lane / 4, q = lane % 4;
+  const int r0 = PAIRS ? 16 * w + 2 * g : 16 * w + g, r1 = PAIRS ? r0 + 1 : r0 + 8;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const int c0 = 16 * kk + 2 * q;
     a[kk][0] = ld_pair(m, r0, c0, D);
-    a[kk][1] = ld_pair(m, r0 + 8, c0, D);
+    a[kk][1] = ld_pair(m, r1, c0, D);
     a[kk][2] = ld_pair(m, r0, c0 + 8, D);
-    a[kk][3] = ld_pair(m, r0 + 8, c0 + 8, D);
+    a[kk][3] = ld_pair(m, r1, c0 + 8, D);
   }
 }
 
@@ -456,29 +482,43 @@ __device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const 
   }
 }
 
-// #{bounds < y} and its centroid by a uniform grid over y: bin k = rint(clamp(y) scale + off)
-// holds at most one boundary (the host checks), entry k = {first boundary of bin >= k (or +inf),
-// #{boundaries of bins < k}, its centroid, the next centroid}; the grid is monotone in y, so
-// count + (boundary < y) is the exact count (ferrattn_cuda::turboquant::CodeLut is the twin).
-// `lut` is the shared address of the table minus 16 * 0x4B400000 (mod 2^32): entry k of a bin
-// whose f32 bits are 0x4B400000 + k.
-__device__ __forceinline__ int code_of(u32 lut, const FastParams& p, float y, float& cent) {
-  float yc, u, t;
-  asm("max.f32 %0, %1, %2;" : "=f"(yc) : "f"(y), "f"(p.lut_lo));
-  asm("min.f32 %0, %0, %1;" : "+f"(yc) : "f"(p.lut_hi));
-  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(yc), "f"(p.lut_scale), "f"(p.lut_off));
-  asm("add.rn.f32 %0, %1, 0f4B400000;" : "=f"(t) : "f"(u));  // + 1.5 2^23: rint into the low bits
+// #{bounds < y} and its centroid by a uniform grid over y: bin k = rint(255 sat(y scale + off))
+// (two FMAs: the saturation clamps) holds at most one boundary (the host checks), entry k =
+// {first boundary of bin >= k (or +inf), #{boundaries of bins < k}, its centroid, the next
+// centroid}; the grid is monotone in y, so count + (boundary < y) is the exact count
+// (ferrattn_cuda::turboquant::CodeLut is the twin). `lut` is the shared address of the table
+// minus E * 0x4B000000 (mod 2^32), E the entry's bytes: fma(u, 255, 2^23) has the f32 bits
+// 0x4B000000 + k, so the entry's address is one LEA. Without the centroids (values, MSE keys) the
+// table holds 8-byte entries {boundary, count}.
+__device__ __forceinline__ u32 code_bits(const FastParams& p, float y) {
+  float u, t;
+  asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(y), "f"(p.lut_scale), "f"(p.lut_off));
+  asm("fma.rn.f32 %0, %1, 0f437F0000, 0f4B000000;" : "=f"(t) : "f"(u));  // 255 u + 2^23
   u32 bits;
   asm("mov.b32 %0, %1;" : "=r"(bits) : "f"(t));
-  float4 e;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(e.x), "=f"(e.y), "=f"(e.z), "=f"(e.w)
-               : "r"(lut + bits * 16u));
-  const bool up = e.x < y;
-  cent = up ? e.w : e.z;
+  return bits;
+}
+// bound < y exactly when bound - y < 0 (IEEE subtraction of unequal values never gives zero, and
+// equal ones give +0; the host stores no -0 boundary and +inf past the last): the sign bit of
+// the difference is the comparison, so count + (sign >> 31) is one LEA.HI
+__device__ __forceinline__ u32 below_bit(float bound, float y) {
+  return __float_as_uint(tq::fsub_rn(bound, y)) >> 31;
+}
+__device__ __forceinline__ u32 code_of(u32 lut, const FastParams& p, float y) {
+  float bnd;
   u32 c;
-  asm("mov.b32 %0, %1;" : "=r"(c) : "f"(e.y));
-  return (int)c + (up ? 1 : 0);
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=f"(bnd), "=r"(c) : "r"(lut + code_bits(p, y) * 8u));
+  return c + below_bit(bnd, y);
+}
+__device__ __forceinline__ u32 code_cent_of(u32 lut, const FastParams& p, float y, float& cent) {
+  float bnd;
+  u32 c, c0, c1;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(bnd), "=r"(c), "=r"(c0), "=r"(c1)
+               : "r"(lut + code_bits(p, y) * 16u));
+  const u32 m = (u32)((int)__float_as_uint(tq::fsub_rn(bnd, y)) >> 31);  // all ones: up
+  cent = __uint_as_float((c0 & ~m) | (c1 & m));
+  return c - m;
 }
 
 template <int D, bool KEYS, bool QJL, bool SPLIT>
@@ -494,81 +534,128 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   float* bnd_s = gam_s + L::kWarps * kRows;                      // [16] (unused: the lookup)
   float* cen_s = bnd_s + 16;                                     // [16] (unused)
   u32* sg_s = reinterpret_cast<u32*>(cen_s + 16);                // [kRows][4] (QJL)
-  long long* dst_s = reinterpret_cast<long long*>(sg_s + kRows * 4);  // [kRows] cache row or -1
-  unsigned char* cd_s = reinterpret_cast<unsigned char*>(dst_s + kRows);  // kRows * D / 2
-  float4* lut_s = reinterpret_cast<float4*>(cd_s + kRows * D / 2);        // [kLut]
+  // [kDstSlots][kRows] cache row or -1 of each chunk row, written by the chunk's loads: slot
+  // kc % 4 for the kc-th chunk of this CTA (the loads of chunk kc + 2 run while chunk kc is
+  // processed; slot (kc + 2) % 4 was last read by chunk kc - 2, before the barriers of chunk
+  // kc - 1)
+  long long* dst_ring = reinterpret_cast<long long*>(sg_s + kRows * 4);
+  // key code rows of D/2 + 16 bytes (the byte stores of the 4 token rows a store instruction
+  // touches fall in different banks); value pair rows of D bytes
+  constexpr int kCd = D / 2 + 16;
+  unsigned char* cd_s = reinterpret_cast<unsigned char*>(dst_ring + kDstSlots * kRows);  // kRows * kCd
+  float4* lut_s = reinterpret_cast<float4*>(cd_s + kRows * kCd);          // [kLut]
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int items = p.batch * p.heads_kv * p.groups;
   const int chunks = (items + kTilesPerChunk - 1) / kTilesPerChunk;
   (void)cen_s;
-  for (int i = threadIdx.x; i < kLut; i += NT) lut_s[i] = p.lut[i];
-  const u32 lut_a = smem_addr(lut_s) - 16u * 0x4B400000u;
+  // QJL keys: 16-byte entries {boundary, count, c[count], c[count + 1]}; else {boundary, count}
+  constexpr u32 kEntry = QJL ? 16u : 8u;
+  for (int i = threadIdx.x; i < kLut; i += NT) {
+    const float4 e = p.lut[i];
+    if (QJL) lut_s[i] = e;
+    else reinterpret_cast<float2*>(lut_s)[i] = make_float2(e.x, e.y);
+  }
+  // the table's biased address through shared memory: ptxas cannot split it into a uniform
+  // base and a constant added to every lookup's address (one LEA per lookup, not two ops)
+  __shared__ u32 lut_base_s;
+  if (threadIdx.x == 0) lut_base_s = smem_addr(lut_s) - kEntry * 0x4B000000u;
+  __syncthreads();
+  const u32 lut_a = *reinterpret_cast<volatile u32*>(&lut_base_s);
   u32 ah[D / 16][4], al[SPLIT ? D / 16 : 1][4], am[QJL ? D / 16 : 1][4];
-  load_a<D>(p.pi_hi, w, lane, ah);
-  if (SPLIT) load_a<D>(p.pi_lo, w, lane, reinterpret_cast<u32(&)[D / 16][4]>(al));
+  load_a<D, KEYS>(p.pi_hi, w, lane, ah);
+  if (SPLIT) load_a<D, KEYS>(p.pi_lo, w, lane, reinterpret_cast<u32(&)[D / 16][4]>(al));
   if (QJL) load_a<D>(p.m, w, lane, reinterpret_cast<u32(&)[D / 16][4]>(am));
 
   // ring: chunks blockIdx.x + k gridDim.x; stage k % kStages
+  const u32 xs_a = smem_addr(xs);
   int c_load = blockIdx.x;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (c_load < chunks) load_chunk<D>(p, c_load, items, xs + s * L::kStageHalves);
+    if (c_load < chunks)
+      load_chunk<D>(p, c_load, items, xs_a + 2u * s * L::kStageHalves, dst_ring + s * kRows);
     cp_async_commit();
     c_load += gridDim.x;
   }
-  int stage = 0;
+  int stage = 0, kc = 0;  // kc: this CTA's chunk count
   for (int c = blockIdx.x; c < chunks; c += gridDim.x) {
     {
       const int ls = (stage + kStages - 1) % kStages;
-      if (c_load < chunks) load_chunk<D>(p, c_load, items, xs + ls * L::kStageHalves);
+      if (c_load < chunks)
+        load_chunk<D>(p, c_load, items, xs_a + 2u * ls * L::kStageHalves,
+                      dst_ring + ((kc + kStages - 1) % kDstSlots) * kRows);
       cp_async_commit();
       c_load += gridDim.x;
     }
     cp_async_wait<kStages - 1>();
     __syncthreads();
     const u16* x = xs + stage * L::kStageHalves;
-    const int item0 = c * kTilesPerChunk;
+    const long long* dst_s = dst_ring + (kc % kDstSlots) * kRows;
 
-    // ‖x‖: NT / kRows threads per row, each f64 sums over its slice (4 interleaved partials),
-    // combined in a fixed order; the squares of f16 values are exact in f64, so this equals the
-    // emulation's sequential sum unless a partial sum rounds
+    // ‖x‖: NT / kRows threads per row. First an f32 sum of the (exact) squares, FMA by FMA, and
+    // a butterfly over the row's threads (a + b == b + a: every thread ends with one value): at
+    // most PER - 1 + log2 TPR <= 33 roundings of a sum of positive terms, so the sum is within
+    // 33 2^-24 < 2^-18 and n = sqrt.rn of it within 2^-19 of the exact ‖x‖ (relative; the
+    // emulation's f32 ‖x‖ is within 2^-24 of it). The stored f16 norm
+    // must be the emulation's bit for bit: where n (1 - 2^-17) and n (1 + 2^-17) round to one
+    // f16, so does the emulation's ‖x‖, and n serves (it scales y within 2^-18 of the
+    // emulation's, inside the code margin's 2^-14 for f32 sums; ‖r‖ = f16(n γ) within one f16
+    // step). Otherwise (about 1-2% of rows) the row is summed again as the emulation does, in f64
+    // (4 interleaved partials per thread, combined in a fixed order: equal to the emulation's
+    // sequential sum unless a partial sum rounds), and that ‖x‖ is used.
     {
       constexpr int TPR = NT / kRows, PER = D / TPR;
       const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
-      double a4[4] = {0.0, 0.0, 0.0, 0.0};
       const u16* xr = x + r * S + part * PER;
+      float s32 = 0.f;
 #pragma unroll
       for (int k = 0; k < PER; k += 8) {
         float f[8];
         unpack8<F16>(ld_shared16(xr + k), f);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          double v = (double)f[e], sq;
-          asm("mul.rn.f64 %0, %1, %1;" : "=d"(sq) : "d"(v));
-          asm("add.rn.f64 %0, %0, %1;" : "+d"(a4[e % 4]) : "d"(sq));
-        }
+        for (int e = 0; e < 8; ++e) s32 = fmaf(f[e], f[e], s32);
       }
-      double acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
 #pragma unroll
-      for (int o = 1; o < TPR; o *= 2) acc = acc + shfl_xor_f64(acc, o);  // a + b == b + a
-      if (part == 0) {
+      for (int o = 1; o < TPR; o *= 2) s32 = s32 + shfl_xor(s32, o);
+      float n;
+      asm("sqrt.rn.f32 %0, %1;" : "=f"(n) : "f"(s32));
+      if (F16::from_f32(tq::fmul_rn(n, 1.f - 0x1p-17f)) != F16::from_f32(tq::fmul_rn(n, 1.f + 0x1p-17f))) {
+        // |x| to f64 without a 64-bit conversion (16 per clock per SM): its f32 bits b (exact
+        // for every f16, subnormals included) give the f64's high word (b >> 3) + (1023 - 127)
+        // << 20 and a zero low word (an f16's 10 mantissa bits fit the high word); fma(v, v,
+        // acc) is add(acc, v v) since v v is exact. A zero maps to 2^-127: its square 2^-254
+        // is absorbed, unrounded, by the first nonzero square (each >= 2^-48) of its partial or
+        // by any nonzero partial, and an all-zero row sums below 2^-200, which is cleared.
+        double a4[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+        for (int k = 0; k < PER; k += 8) {
+          Vec16 v = ld_shared16(xr + k);
+          v.x &= 0x7fff7fffu;
+          v.y &= 0x7fff7fffu;
+          v.z &= 0x7fff7fffu;
+          v.w &= 0x7fff7fffu;
+          float f[8];
+          unpack8<F16>(v, f);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const u32 hi = (__float_as_uint(f[e]) >> 3) + 0x38000000u;
+            double dv;
+            asm("mov.b64 %0, {%1, %2};" : "=d"(dv) : "r"(0u), "r"(hi));
+            asm("fma.rn.f64 %0, %1, %1, %0;" : "+d"(a4[e % 4]) : "d"(dv));
+          }
+        }
+        double acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
+        // the row's TPR threads all take this branch (they hold one n), so the shuffle is full
+#pragma unroll
+        for (int o = 1; o < TPR; o *= 2) acc = acc + shfl_xor_f64_in(acc, o, TPR);
+        if (acc < 0x1p-200) acc = 0.0;
         double rt;
         asm("sqrt.rn.f64 %0, %1;" : "=d"(rt) : "d"(acc));
-        float n;
         asm("cvt.rn.f32.f64 %0, %1;" : "=f"(n) : "d"(rt));
+      }
+      if (part == 0) {
         nrm_s[r] = n;
         inv_s[r] = n > 0.f ? tq::fdiv_rn(1.f, n) : 0.f;
-        // destination cache row of chunk row r
-        long long dst = -1;
-        const int item = item0 + r / kTile;
-        if (item < items) {
-          int b, h, first, lo, hi;
-          tile_coords(p, item, b, h, first, lo, hi);
-          const int j = first + r % kTile;
-          if (j >= lo && j < hi) dst = ((long long)b * p.heads_kv + h) * p.cap + j;
-        }
-        dst_s[r] = dst;
       }
       if (QJL)
         for (int i = threadIdx.x; i < kRows * 4; i += NT) sg_s[i] = 0u;
@@ -579,6 +666,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
 #pragma unroll 1
     for (int t0 = 0; t0 < kTilesPerChunk; t0 += kGroup) {
       float acc[kGroup][4];
+      float gs[2 * kGroup];  // QJL: this lane's part of γ² of its 2 kGroup token rows
       tile_products<D, SPLIT>(ah, reinterpret_cast<const u32(&)[D / 16][4]>(al), x, t0, lane, acc);
 #pragma unroll
       for (int jt = 0; jt < kGroup; ++jt) {
@@ -586,20 +674,20 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         const float2 iv = *reinterpret_cast<const float2*>(inv_s + r0);
         const float y[4] = {tq::fmul_rn(acc[jt][0], iv.x), tq::fmul_rn(acc[jt][1], iv.y),
                             tq::fmul_rn(acc[jt][2], iv.x), tq::fmul_rn(acc[jt][3], iv.y)};
-        int idx[4];
+        u32 idx[4];
         float cen[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) idx[e] = code_of(lut_a, p, y[e], cen[e]);
+        for (int e = 0; e < 4; ++e) {
+          if (QJL) idx[e] = code_cent_of(lut_a, p, y[e], cen[e]);
+          else idx[e] = code_of(lut_a, p, y[e]);
+        }
         if (KEYS) {
-          // byte (2w + η) of lane block g/2: low nibble channel with g even, high with g odd
-          const u32 mine = idx[0] | (idx[1] << 4) | (idx[2] << 8) | (idx[3] << 12);
-          const u32 other = shfl_xor_u32(mine, 4);
-          const u32 lo = (g & 1) ? other : mine, hi = (g & 1) ? mine : other;
-          const int s = g & 1;  // token 2q + s
-          const u32 b0 = ((lo >> (4 * s)) & 15u) | (((hi >> (4 * s)) & 15u) << 4);
-          const u32 b1 = ((lo >> (4 * s + 8)) & 15u) | (((hi >> (4 * s + 8)) & 15u) << 4);
-          *reinterpret_cast<u16*>(cd_s + (r0 + s) * (D / 2) + (g / 2) * (D / 8) + 2 * w) =
-              (u16)(b0 | (b1 << 8));
+          // channel pairs (load_a<D, true>): acc[.][0] / [2] are channels c = 16w + 2g and c + 1
+          // of token 2q, [1] / [3] of token 2q + 1; c = 16κ + 8η + 2q' with κ = w, η = g / 4,
+          // q' = g % 4: byte 2w + g / 4 of lane block g % 4, c in the low nibble
+          unsigned char* cb = cd_s + r0 * kCd + (g & 3) * (D / 8) + 2 * w + (g >> 2);
+          cb[0] = (unsigned char)(idx[0] | (idx[2] << 4));
+          cb[kCd] = (unsigned char)(idx[1] | (idx[3] << 4));
         } else {
           // pair row r0 / 2: byte g (D/8) + 2w + η, even token low nibble
           const u32 b0 = idx[0] | (idx[1] << 4), b1 = idx[2] | (idx[3] << 4);
@@ -609,23 +697,39 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
           float rr[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) rr[e] = y[e] - cen[e];
-          float s0 = rr[0] * rr[0] + rr[2] * rr[2], s1 = rr[1] * rr[1] + rr[3] * rr[3];
-#pragma unroll
-          for (int o = 4; o < 32; o *= 2) {
-            s0 += shfl_xor(s0, o);
-            s1 += shfl_xor(s1, o);
-          }
-          if (g == 0) *reinterpret_cast<float2*>(gam_s + w * kRows + r0) = make_float2(s0, s1);
-          const int o0 = 16 * w + g;
-          rrs[r0 * S + o0] = F16::from_f32(rr[0]);
-          rrs[(r0 + 1) * S + o0] = F16::from_f32(rr[1]);
-          rrs[r0 * S + o0 + 8] = F16::from_f32(rr[2]);
-          rrs[(r0 + 1) * S + o0 + 8] = F16::from_f32(rr[3]);
+          gs[2 * jt] = rr[0] * rr[0] + rr[2] * rr[2];      // token r0
+          gs[2 * jt + 1] = rr[1] * rr[1] + rr[3] * rr[3];  // token r0 + 1
+          // channels (o0, o0 + 1) of tokens r0, r0 + 1 as packed f16 pairs
+          const int o0 = 16 * w + 2 * g;
+          u32 p0, p1;
+          asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(p0) : "f"(rr[2]), "f"(rr[0]));
+          asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(p1) : "f"(rr[3]), "f"(rr[1]));
+          *reinterpret_cast<u32*>(rrs + r0 * S + o0) = p0;
+          *reinterpret_cast<u32*>(rrs + (r0 + 1) * S + o0) = p1;
         }
+      }
+      if (QJL) {
+        // γ² of the warp's 16 channels: the 8 values of the lanes g = 0..7 summed by a transposed
+        // butterfly (each round halves the values a lane keeps), so that lane g ends with value
+        // g = 2 jt + τ: token row 8 (t0 + jt) + 2q + τ
+        static_assert(kGroup == 4, "the butterfly reduces 2 kGroup = 8 values over 8 lanes");
+#pragma unroll
+        for (int half = 4, m = 16; half >= 1; half /= 2, m /= 2) {
+          const bool up = (lane & m) != 0;
+#pragma unroll
+          for (int i = 0; i < half; ++i) {
+            const float keep = up ? gs[i + half] : gs[i], send = up ? gs[i] : gs[i + half];
+            gs[i] = keep + shfl_xor(send, m);
+          }
+        }
+        gam_s[w * kRows + (t0 + (g >> 1)) * kTile + 2 * q + (g & 1)] = gs[0];
       }
     }
     if (QJL) {
       __syncthreads();
+      const int e = 2 * w + (g & 1) * (D / 8);
+      // word g/2 of token row 2q + g % 2 of a tile
+      const u32 sg_a = smem_addr(sg_s) + 16u * (2 * q + (g & 1)) + 4u * (g >> 1);
 #pragma unroll 1
       for (int t0 = 0; t0 < kTilesPerChunk; t0 += kGroup) {
         float acc[kGroup][4];
@@ -633,17 +737,16 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
                                 reinterpret_cast<const u32(&)[D / 16][4]>(am), rrs, t0, lane, acc);
 #pragma unroll
         for (int jt = 0; jt < kGroup; ++jt) {
-          // channel 16w + g (+8): lane block g/2, bit 2w (+1) + (g % 2) D/8
-          const int e = (g & 1) * (D / 8);
-          const u32 m0 = ((acc[jt][0] >= 0.f ? 1u : 0u) << (2 * w + e)) |
-                         ((acc[jt][2] >= 0.f ? 1u : 0u) << (2 * w + 1 + e));
-          const u32 m1 = ((acc[jt][1] >= 0.f ? 1u : 0u) << (2 * w + e)) |
-                         ((acc[jt][3] >= 0.f ? 1u : 0u) << (2 * w + 1 + e));
-          const u32 o0 = shfl_xor_u32(m0, 4), o1 = shfl_xor_u32(m1, 4);
-          const int r0 = (t0 + jt) * kTile + 2 * q;
-          // even g: token 2q, odd g: token 2q + 1
-          if ((g & 1) == 0) red_or_shared(&sg_s[r0 * 4 + g / 2], m0 | o0);
-          else red_or_shared(&sg_s[(r0 + 1) * 4 + g / 2], m1 | o1);
+          // channel 16w + g (+8): lane block g/2, bit e (+1), e = 2w + (g % 2) D/8; the sign
+          // bit of the product is the comparison (a -0 product, if any, is a tie the contract
+          // allows: |(S r)_i| = 0)
+          const u32 m0 = (~__float_as_uint(acc[jt][0]) >> 31 << e) |
+                         (~__float_as_uint(acc[jt][2]) >> 31 << (e + 1));
+          const u32 m1 = (~__float_as_uint(acc[jt][1]) >> 31 << e) |
+                         (~__float_as_uint(acc[jt][3]) >> 31 << (e + 1));
+          // even g keeps token 2q and sends 2q + 1 to its odd partner, which keeps 2q + 1
+          const u32 keep = (g & 1) ? m1 : m0, send = (g & 1) ? m0 : m1;
+          red_or_shared_a(sg_a + 16u * kTile * (t0 + jt), keep | shfl_xor_u32(send, 4));
         }
       }
     }
@@ -656,7 +759,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         const long long row = dst_s[r];
         if (row < 0) continue;
         *reinterpret_cast<Vec16*>(p.codes + row * (D / 2) + 16 * piece) =
-            ld_shared16(cd_s + r * (D / 2) + 16 * piece);
+            ld_shared16(cd_s + r * kCd + 16 * piece);
       }
     } else {
       for (int i = threadIdx.x; i < (kRows / 2) * (D / 16); i += NT) {  // D bytes per token pair
@@ -709,6 +812,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
       }
     }
     stage = (stage + 1) % kStages;
+    ++kc;
   }
   cp_async_wait<0>();
 }
@@ -723,8 +827,8 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   }
 #define FERRATTN_TQF(D)                                                                           \
   FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, 2)                        \
-  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, 2)                       \
-  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, 2)                        \
+  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, 3)                       \
+  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, 3)                        \
   FERRATTN_TQF_ONE(turboquant_split_keys_qjl_d##D, D, true, true, true, 1)                        \
   FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, 2)                       \
   FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, 2)

@@ -533,13 +533,57 @@ struct FastCompressParams {
     lut_hi: f32,
     lut_scale: f32,
     lut_off: f32,
+    /// `item / groups` as `umulhi(item, groups_div.0) >> groups_div.1` ([`FastDiv`]).
+    groups_div: FastDiv,
+    /// `bh / heads_kv`, likewise.
+    heads_div: FastDiv,
+}
+
+/// Division of a non-negative `i32` by a constant as the kernels do it
+/// (`tqf::fast_div`): `n / d = umulhi(n, mul) >> shr` for every `0 <= n < 2^31`, `mul = 0`
+/// meaning `d = 1` (round-up reciprocal with `p = 31 + ceil(log2 d)`, as CUTLASS's
+/// `FastDivmod`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastDiv {
+    /// Multiplier (`ceil(2^p / d)`), 0 for `d = 1`.
+    pub mul: u32,
+    /// Shift after the high product (`p - 32`).
+    pub shr: u32,
+}
+
+impl FastDiv {
+    /// The divisor `d >= 1`.
+    pub fn new(d: u32) -> FastDiv {
+        assert!(d >= 1, "division by {d}");
+        if d == 1 {
+            return FastDiv { mul: 0, shr: 0 };
+        }
+        let l = 32 - (d - 1).leading_zeros(); // ceil(log2 d)
+        let p = 31 + l;
+        let m = (1u64 << p).div_ceil(d as u64);
+        FastDiv {
+            mul: u32::try_from(m).expect("the multiplier fits 32 bits"),
+            shr: p - 32,
+        }
+    }
+
+    /// `n / d` as the kernel computes it (`n < 2^31`).
+    pub fn div(&self, n: u32) -> u32 {
+        if self.mul == 0 {
+            n
+        } else {
+            ((n as u64 * self.mul as u64) >> 32) as u32 >> self.shr
+        }
+    }
 }
 
 /// Entries of a [`CodeLut`] (`tqf::kLut`).
 pub const CODE_LUT_BINS: usize = 256;
 
-/// The fast kernels' code lookup (`tqf::code_of`): `y` clamped to `[lo, hi]`, bin
-/// `k = rint(fma(y, scale, off))` (f32, as the kernel), entry `k` = `{first boundary whose bin
+/// The fast kernels' code lookup (`tqf::code_of`): `u = fma(y, scale, off)` saturated to
+/// `[0, 1]` (`[lo, hi]` in `y`), bin `k = rint(255 u)` (f32, as the kernel: two FMAs), entry
+/// `k` = `{first boundary whose bin
 /// is >= k (+inf if none), that boundary's index, centroid[index], centroid[index + 1]}`. The
 /// bin is monotone in `y` and holds at most one boundary (checked here), so
 /// `index + (boundary < y)` is exactly `#{boundaries < y}`, the emulation's `Codebook::index`.
@@ -551,9 +595,9 @@ pub struct CodeLut {
     pub lo: f32,
     /// Clamp of `y` above.
     pub hi: f32,
-    /// Bins per unit of `y`.
+    /// `1 / (hi - lo)`: `u = sat(fma(y, scale, off))` runs over `[0, 1]` on `[lo, hi]`.
     pub scale: f32,
-    /// Offset: bin = `rint(fma(y, scale, off))`.
+    /// `-lo / (hi - lo)`.
     pub off: f32,
 }
 
@@ -569,7 +613,7 @@ impl CodeLut {
         let (b0, b1) = (bounds[0], bounds[n - 1]);
         let w = ((b1 - b0) / (CODE_LUT_BINS - 2) as f32).max(1e-3);
         let (lo, hi) = (b0 - w, b1 + w);
-        let scale = (CODE_LUT_BINS - 1) as f32 / (hi - lo);
+        let scale = 1.0 / (hi - lo);
         let off = -lo * scale;
         let mut lut = CodeLut {
             entries: Vec::new(),
@@ -587,7 +631,12 @@ impl CodeLut {
             .map(|k| {
                 let c = bins.iter().filter(|&&bk| bk < k).count();
                 [
-                    if c < n { bounds[c] } else { f32::INFINITY },
+                    // + 0.0: no -0 boundary (the kernel compares by the sign of bound - y)
+                    if c < n {
+                        bounds[c] + 0.0
+                    } else {
+                        f32::INFINITY
+                    },
                     f32::from_bits(c as u32),
                     cents[c],
                     cents[(c + 1).min(n)],
@@ -597,19 +646,27 @@ impl CodeLut {
         lut
     }
 
-    /// The bin of `y`, computed as the kernel does (f32 fma, then `+ 1.5 · 2^23` rounds to an
-    /// integer).
+    /// The bin of `y`, computed as the kernel does: `u = fma.rn.sat(y, scale, off)` (NaN and
+    /// below 0 give 0, above 1 gives 1), then `fma(u, 255, 2^23)` rounds `255 u` to an integer
+    /// in the low bits.
     pub fn bin(&self, y: f32) -> usize {
-        let yc = y.max(self.lo).min(self.hi);
-        let u = yc.mul_add(self.scale, self.off);
-        let t = u + 12_582_912.0f32;
-        t.to_bits().wrapping_sub(0x4B40_0000) as usize
+        let v = y.mul_add(self.scale, self.off);
+        let u = if v > 1.0 {
+            1.0
+        } else if v > 0.0 {
+            v
+        } else {
+            0.0
+        };
+        let t = u.mul_add(255.0, 8_388_608.0f32);
+        t.to_bits().wrapping_sub(0x4B00_0000) as usize
     }
 
     /// `(#{boundaries < y}, its centroid)` as the kernel looks them up.
     pub fn code(&self, y: f32) -> (u8, f32) {
         let e = self.entries[self.bin(y)];
-        let up = e[0] < y;
+        // as the kernel: the sign bit of bound - y (equal values give +0)
+        let up = (e[0] - y).to_bits() >> 31 == 1;
         let c = e[1].to_bits() + up as u32;
         (c as u8, if up { e[3] } else { e[2] })
     }
@@ -1548,7 +1605,8 @@ pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
 
 /// Shared memory of a fast compression kernel (`tqf::compress_fast` in turboquant_compress.cu):
 /// the cp.async ring, the residual tile (keys with QJL), norms, `γ` partials, the codebook, the
-/// sign words, the destination rows and the code rows.
+/// sign words, the destination rows (a ring of 4 chunks) and the code rows (`d/2 + 16` bytes each: byte stores of
+/// different rows fall in different banks).
 pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
     let tile = FAST_ROWS * (d + 8) * 2;
     let warps = d / 16;
@@ -1556,8 +1614,8 @@ pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
         + if keys_with_qjl { tile } else { 0 }
         + 4 * (2 * FAST_ROWS + warps * FAST_ROWS + 32)
         + FAST_ROWS * 16
-        + FAST_ROWS * 8
-        + FAST_ROWS * d / 2
+        + 4 * FAST_ROWS * 8 // the destination-row ring (tqf::kDstSlots)
+        + FAST_ROWS * (d / 2 + 16)
         + CODE_LUT_BINS * 16
 }
 
@@ -2249,6 +2307,8 @@ impl TurboQuantCuda {
             lut_hi: lut.0.hi,
             lut_scale: lut.0.scale,
             lut_off: lut.0.off,
+            groups_div: FastDiv::new(groups as u32),
+            heads_div: FastDiv::new(hk as u32),
         };
         let grid = chunks.min(sms * per_sm) as u32;
         // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
@@ -3139,7 +3199,8 @@ mod tests {
         );
         assert_eq!(
             std::mem::size_of::<FastCompressParams>(),
-            10 * 8 + 6 * 4 + 35 * 4 + 4
+            // + the two FastDiv pairs (u32), then padding to 8
+            10 * 8 + 6 * 4 + 35 * 4 + 4 * 4 + 4
         );
         assert_eq!(std::mem::size_of::<DecodeParams>(), 14 * 8 + 8 * 4 + 16 * 4);
         assert_eq!(
@@ -3465,6 +3526,33 @@ mod tests {
         for path in [CompressPath::Exact, CompressPath::Fast] {
             let e = check_compress_contract(&p, &x, &cfg, &bad, path).unwrap_err();
             assert!(e.contains("norms"), "{path:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn fast_div_equals_integer_division() {
+        let mut ds: Vec<u32> = (1..=300).collect();
+        ds.extend([
+            511,
+            512,
+            513,
+            4095,
+            4096,
+            4097,
+            65_535,
+            65_537,
+            1 << 20,
+            12_345_679,
+        ]);
+        for d in ds {
+            let f = FastDiv::new(d);
+            let mut ns: Vec<u32> = (0..2000).collect();
+            ns.extend([(1 << 31) - 1, (1 << 31) - 2, (1 << 30) + 7, 123_456_789]);
+            ns.extend((1..64).flat_map(|k| [k * d - 1, k * d, k * d + 1]));
+            ns.extend((1..64).map(|k| ((1u64 << 31) - 1 - k as u64 * d as u64 % (1 << 31)) as u32));
+            for n in ns.into_iter().filter(|&n| n < 1 << 31) {
+                assert_eq!(f.div(n), n / d, "{n} / {d}");
+            }
         }
     }
 

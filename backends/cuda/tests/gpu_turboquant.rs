@@ -542,6 +542,156 @@ fn gpu_fast_compression_meets_its_contract() {
     }
 }
 
+/// Rows at the edges of the fast norm (an f32 sum first, the f64 sum where the f32 one cannot
+/// settle the f16 norm's rounding): all zeros, only f16 subnormals, subnormals beside a large
+/// value, one nonzero element, and norms next to an f16 rounding midpoint (sqrt(1 + 2^-10) lies
+/// 2^-23 below the midpoint between 1 and 1 + 2^-10), through both fast paths against the
+/// contract (norms bit-exact with the emulation).
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
+fn gpu_fast_compression_edge_rows_meet_its_contract() {
+    use ferrattn_cuda::turboquant::CompressPath;
+    let Some(b) = backend(
+        "gpu_fast_compression_edge_rows_meet_its_contract",
+        Options::default(),
+    ) else {
+        return;
+    };
+    let sub = |k: usize| {
+        ((k % 7) as f32 + 1.0) * 2f32.powi(-24) * if k.is_multiple_of(3) { -1.0 } else { 1.0 }
+    };
+    for d in [64usize, 128] {
+        let lk: &[usize] = &[37, 9];
+        let p = problem(&[1, 1], lk, 8, 2, d, false);
+        let mut x = inputs(&p, 29 + d as u64);
+        let edge = |row: &mut [f32], j: usize| match j {
+            0 => row.fill(0.0),
+            1 => row.iter_mut().enumerate().for_each(|(k, v)| *v = sub(k)),
+            2 => {
+                row.iter_mut()
+                    .enumerate()
+                    .for_each(|(k, v)| *v = sub(k + 1));
+                row[3] = 1000.0;
+            }
+            3 => {
+                row.fill(0.0);
+                row[5] = -0.5;
+            }
+            4 | 5 => {
+                row.fill(0.0);
+                row[0] = 1.0;
+                row[d - 1] = if j == 4 { 0.03125 } else { -0.03125 };
+                if j == 5 {
+                    row[7] = 2f32.powi(-24);
+                }
+            }
+            _ => {}
+        };
+        for bb in 0..p.batch {
+            for j in 0..6.min(p.seqlens_k[bb]) {
+                for h in 0..p.heads_kv {
+                    edge(x.k.row4_mut(bb, j, h), j);
+                    edge(x.v.as_mut().unwrap().row4_mut(bb, j, h), j);
+                }
+            }
+        }
+        for cfg in configs(&p) {
+            for path in [CompressPath::Fast, CompressPath::Split] {
+                let t = engine(&b, &cfg, &p).with_compress_path(path);
+                let (out, cache) = t.run(&p, &x, None).unwrap();
+                let got = cache.download(p.max_seqlen_k).unwrap();
+                let what = format!("edge rows {} {path:?} d {d}", name(&cfg));
+                let m = check_fast_cache(&what, &p, &x, &cfg, &got, path);
+                assert!(
+                    out.o.data.iter().all(|v| v.is_finite()),
+                    "{what}: non-finite O"
+                );
+                eprintln!(
+                    "{what}: contract met ({} coordinates off, {} signs off)",
+                    m.codes_off, m.signs_off
+                );
+            }
+        }
+    }
+}
+
+/// A prefill long enough that every CTA of the fast kernels runs dozens of chunks (the cp.async
+/// ring and the destination-row ring wrap many times; the contract tests above run one or two
+/// chunks per CTA): the fast cache against the exact one, both on the GPU. Norms must be equal
+/// bit for bit (a misplaced or unwritten row breaks them); a near-tie code or sign flips in at
+/// most ~6e-4 of the coordinates (the contract tests' measured rate), a misplaced row in most of
+/// its own, so more than 1% of codes or signs off is a failure.
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
+fn gpu_fast_compression_of_a_long_prefill_matches_the_exact_norms() {
+    use ferrattn_cuda::turboquant::CompressPath;
+    let Some(b) = backend(
+        "gpu_fast_compression_of_a_long_prefill_matches_the_exact_norms",
+        Options::default(),
+    ) else {
+        return;
+    };
+    if small_only() {
+        return;
+    }
+    for d in [128usize, 64] {
+        let lk: &[usize] = &[4096, 4093, 4096, 3001];
+        let p = problem(&[1; 4], lk, 32, 8, d, false);
+        let x = inputs(&p, 41 + d as u64);
+        let cfg = configs(&p)[0].clone();
+        let (_, exact) = engine(&b, &cfg, &p).run(&p, &x, None).unwrap();
+        let exact = exact.download(p.max_seqlen_k).unwrap();
+        let t = engine(&b, &cfg, &p).with_compress_path(CompressPath::Fast);
+        let (_, fast) = t.run(&p, &x, None).unwrap();
+        let fast = fast.download(p.max_seqlen_k).unwrap();
+        let (hk, sk) = (p.heads_kv, p.max_seqlen_k);
+        let (mut rows, mut codes_off, mut signs_off) = (0usize, 0usize, 0usize);
+        let sb = exact.k_signs.len() / (p.batch * sk * hk);
+        for bb in 0..p.batch {
+            for j in 0..p.seqlens_k[bb] {
+                for h in 0..hk {
+                    let r = (bb * sk + j) * hk + h;
+                    assert_eq!(
+                        (fast.k_norm[r].to_bits(), fast.v_norm[r].to_bits()),
+                        (exact.k_norm[r].to_bits(), exact.v_norm[r].to_bits()),
+                        "d {d}: norms of (b {bb}, token {j}, head {h})"
+                    );
+                    codes_off += (0..d)
+                        .filter(|&o| {
+                            fast.k_idx[r * d + o] != exact.k_idx[r * d + o]
+                                || fast.v_idx[r * d + o] != exact.v_idx[r * d + o]
+                        })
+                        .count();
+                    signs_off += (0..sb)
+                        .map(|i| {
+                            (fast.k_signs[r * sb + i] ^ exact.k_signs[r * sb + i]).count_ones()
+                                as usize
+                        })
+                        .sum::<usize>();
+                    rows += 1;
+                }
+            }
+        }
+        let (fc, fs) = (
+            codes_off as f64 / (rows * d) as f64,
+            signs_off as f64 / (rows * sb * 8) as f64,
+        );
+        eprintln!(
+            "long prefill d {d}, {rows} rows: norms bit-equal, coordinates with a key or value code off {fc:.2e}, signs off {fs:.2e}"
+        );
+        assert!(
+            fc < 1e-2 && fs < 1e-2,
+            "d {d}: codes off {fc}, signs off {fs}"
+        );
+    }
+}
+
 /// Appends through the fast path (ragged, odd starts, single tokens and a block) leave the same
 /// cache as one fast compression of everything: a token's codes do not depend on where its tile
 /// starts, and value token pairs split across appends keep both nibbles.
