@@ -1,0 +1,280 @@
+//! TurboQuant on CUDA (issue 10): compression kernels and a fused decode over the compressed
+//! cache (`cuda-kernels/turboquant_compress.cu`, `cuda-kernels/turboquant_decode.cu`; the kernel
+//! files' headers give the dataflow). The contract is `ferrattn_core::turboquant`:
+//!
+//! * codes and norms equal [`TurboQuantCodec::compress`] bit for bit ([`DeviceTurboQuantCache::download`]
+//!   turns the device layout back into the core's [`CompressedKv`]) on the default
+//!   [`CompressPath::Exact`]; the tensor-core paths ([`CompressPath::Fast`], [`CompressPath::Split`])
+//!   keep `‖x‖` bit-exact and codes, `‖r‖` and signs within the margins stated there;
+//! * the decode equals [`TurboQuantCodec::attend`] up to the f16 rounding of the tensor-core
+//!   operands (centroids, `p ‖v‖`, `S q`; `Π q` goes in as two f16 halves), split over the KV length with the core's stream-K
+//!   schedule (`ferrattn_core::lean::Schedule::stream_k` over a `TileSpace` of 16-token
+//!   iterations) and merged in key order by a second kernel.
+//!
+//! Closed list ([`check_supported`]): f16 inputs, `head_dim_qk = head_dim_v ∈ {64, 128}`, keys of
+//! 2-4 bits with QJL (`m = d`) or without, values of 2-4 bits. Anything else is `Unsupported`.
+//!
+//! The cache ([`DeviceTurboQuantCache`]) is contiguous per (sequence, KV head) with a fixed
+//! capacity; [`TurboQuantCuda::compress`] writes a prefill's tokens and
+//! [`TurboQuantCuda::append`] a decode step's new tokens at each sequence's end.
+//!
+//! Files by concern: `support.rs` (the closed list and the kernel names), `contract.rs` (the
+//! compression paths and their contract check, `FastDiv`, `CodeLut`), `params.rs` (the kernels'
+//! parameter structs), `cache.rs` (the device cache), `step.rs` (step plans and prepared
+//! launches), `engine.rs` ([`TurboQuantCuda`] and its launches), [`layout`], [`twin`] and the host
+//! tests; this file keeps the schedule's constants, the stream-K tables and the host sizing
+//! functions.
+
+mod cache;
+mod contract;
+mod engine;
+/// The device layout of the compressed cache and its host twin (what the kernels write and read;
+/// see the header of `cuda-kernels/turboquant_compress.cu`).
+pub mod layout;
+mod params;
+mod step;
+mod support;
+/// The decode kernels' slow twin: `turboquant_prepare_q`, `turboquant_decode` and
+/// `turboquant_combine` simulated lane by lane on the host, over the device layout of the cache
+/// (the bytes [`layout`] describes), with `prmt` byte selection and the `mma.m16n8k16` fragment
+/// layouts of the PTX ISA. The MMAs are exact products accumulated in f32 (the tensor cores'
+/// rounding differs in the last bits). Host tests hold it against the emulation, so the
+/// fragment bookkeeping is checked on every machine, GPU or not.
+#[allow(clippy::needless_range_loop)] // lane-indexed arrays mirror the kernel's registers
+pub mod twin;
+
+pub use self::cache::DeviceTurboQuantCache;
+pub use self::contract::{
+    check_compress_contract, CodeLut, CompressPath, ContractCounts, FastDiv, CODE_LUT_BINS,
+    FAST_CODE_MARGIN, FAST_RNORM_REL, FAST_SIGN_MARGIN, SPLIT_CODE_MARGIN,
+};
+pub use self::engine::{PrepareKernel, TurboQuantCuda, PREPARE_SPREAD_MAX_TILES};
+pub use self::params::{centroid_tables, f16_friendly_scale};
+pub use self::step::{
+    PreparedTurboQuantAppend, PreparedTurboQuantDecode, PreparedTurboQuantStep,
+    TurboQuantAppendTables, TurboQuantDecodeTables, TurboQuantStepPlan, TURBOQUANT_WORKSPACE_ALIGN,
+};
+pub use self::support::{check_supported, kernel_names, KernelNames};
+
+use ferrattn_core::lean::{Schedule, TileSpace};
+#[cfg(doc)] // intra-doc links only
+use ferrattn_core::turboquant::{CompressedKv, TurboQuantCodec};
+use ferrattn_core::AttentionProblem;
+use half::f16;
+
+/// MMA rows of one output tile (query heads of a KV group x query tokens).
+pub const ROWS: usize = 16;
+/// Tokens per decode iteration (one `n8` pair of `mma.m16n8k16`).
+pub const TILE_K: usize = 16;
+/// Warps (units) per CTA of the decode kernels: the 16-row ones (`decode_r16`, `kUnitWarps16`)
+/// always, the <= 8-row ones (`decode_r8`) except at small work ([`small_decode`]). Those take
+/// 4 to [`MAX_UNIT_WARPS_R8`] warps (`FERRATTN_TQ_UNIT_WARPS` forces one, a diagnostic): at
+/// d = 128, 4-warp CTAs fit 3 per SM (12 warps). 7-warp CTAs at 128 registers, two per SM,
+/// measured slower at every shape (H200, issue-10-decode4 call 1).
+pub const UNIT_WARPS: usize = 4;
+/// Most warps per CTA of the <= 8-row decode kernels (`kMaxUnitWarps8`), and their CTA size at
+/// small work: one 7-warp CTA per SM ([`small_decode`]).
+pub const MAX_UNIT_WARPS_R8: usize = 7;
+
+/// Whether `p`'s decode (at most 8 MMA rows in use) takes the small-work schedule on `sms` SMs:
+/// one CTA of [`MAX_UNIT_WARPS_R8`] warps per SM, so 7 units per SM instead of every resident
+/// warp (12 per SM at d = 128), each running ~1.7x the iterations. Chosen where the default
+/// width would give every warp 8 to 16 iterations (batch 1 at 32k with 8 KV heads: 10.3): there
+/// it measured 34.5 µs against 39.0 µs a step (1 x 32k, k4q-v3, H200, issue-10-decode4 call 2,
+/// as `FERRATTN_TQ_UNIT_WARPS=7`, the same kernels), at 16 x 16k and 32 x 32k (83 and 248
+/// iterations a warp) 7% and 11% slower. Fewer than 8 a warp (shorter contexts) was not measured
+/// and keeps the default.
+pub fn small_decode(p: &AttentionProblem, sms: usize) -> bool {
+    const DEFAULT_WARPS_PER_SM: usize = 12; // 3 CTAs of UNIT_WARPS at d = 128
+    if p.group_size() * p.max_seqlen_q > 8 {
+        return false;
+    }
+    let per_warp = decode_iterations(p) as f64 / (DEFAULT_WARPS_PER_SM * sms) as f64;
+    (8.0..16.0).contains(&per_warp)
+}
+/// Stages of each decode warp's cp.async ring (`kStages` in turboquant_decode.cu).
+pub const DECODE_STAGES: usize = 3;
+/// Bytes of one ring stage (`kStageBytes`): 4 code slots of 16 bytes per lane (`kSlots`), then
+/// 512 bytes for the 16 tokens' signs and norms (`kSmallBytes`, a 16-byte chunk per lane).
+pub const DECODE_STAGE_BYTES: usize = 4 * 32 * 16 + 512;
+/// Warps of a merge CTA of `turboquant_combine_d*` (`kCombineWarps`); the
+/// `turboquant_combine_w16_d*` kernels have 16 (see [`merge_warps`]).
+pub const COMBINE_WARPS: usize = 8;
+/// Fewest 16-token iterations per decode unit the schedule aims at: fewer units than resident
+/// warps when the work is small, so that each warp's ring runs long enough to pay for its fill
+/// and the merge has fewer partials to read. 8 (was 16): at batch 1, 32k every resident warp
+/// (3 CTAs per SM) runs ~10 iterations instead of 2 CTAs per SM running ~16; the decode loop is
+/// issue-latency bound, so the third CTA's warps are worth more than a shorter prologue share.
+pub const MIN_UNIT_ITERS: usize = 8;
+/// Destination tokens per work item of the compression kernels.
+pub const COMPRESS_TOKENS: usize = 16;
+/// Destination tokens per tile of the fast compression kernels (one MMA `n8`).
+pub const FAST_TILE: usize = 8;
+/// Token rows per chunk of a fast compression CTA (`kRows` in turboquant_compress.cu).
+pub const FAST_ROWS: usize = 64;
+/// Stages of the fast compression kernels' cp.async ring (`tqf::kStages`).
+pub const FAST_STAGES: usize = 3;
+
+/// The decode schedule as the kernels read it (host-side, pure).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduleTables {
+    /// 16-row query groups per (sequence, KV head).
+    pub qgroups: usize,
+    /// Output tiles `(b · Hk + h) · qgroups + qg`.
+    pub tiles: usize,
+    /// Units (warps).
+    pub units: usize,
+    /// Per segment: tile, first token, end token, 0.
+    pub segs: Vec<i32>,
+    /// `units + 1` first segments of each unit.
+    pub unit_segs: Vec<i32>,
+    /// `tiles + 1` first segments of each tile (a tile's segments are consecutive).
+    pub tile_segs: Vec<i32>,
+}
+
+/// Stream-K over `units` warps of the iteration space of `p` (`lean::TileSpace` with
+/// [`TILE_K`]-token iterations and 16-row query groups), as segments the decode kernel walks.
+pub fn schedule_tables(p: &AttentionProblem, units: usize) -> ScheduleTables {
+    let qgroups = (p.group_size() * p.max_seqlen_q).div_ceil(ROWS);
+    let space = TileSpace::new(p, TILE_K, qgroups);
+    let schedule = Schedule::stream_k(&space, units.max(1));
+    let segs = schedule.segments(&space);
+    let units = schedule.num_ctas();
+    let tiles = space.num_tiles();
+    let mut seg_tab = Vec::with_capacity(segs.len() * 4);
+    let mut unit_segs = vec![0i32; units + 1];
+    let mut tile_segs = vec![-1i32; tiles + 1];
+    for (i, s) in segs.iter().enumerate() {
+        let (b, _, _) = space.tile_coords(s.tile);
+        let sk = p.seqlens_k[b];
+        let t0 = (s.local_begin as usize * TILE_K).min(sk);
+        let t1 = (s.local_end as usize * TILE_K).min(sk);
+        seg_tab.extend_from_slice(&[s.tile as i32, t0 as i32, t1 as i32, 0]);
+        unit_segs[s.cta + 1] = i as i32 + 1;
+        if tile_segs[s.tile] < 0 {
+            tile_segs[s.tile] = i as i32;
+        }
+    }
+    for u in 1..=units {
+        unit_segs[u] = unit_segs[u].max(unit_segs[u - 1]);
+    }
+    tile_segs[tiles] = segs.len() as i32;
+    ScheduleTables {
+        qgroups,
+        tiles,
+        units,
+        segs: seg_tab,
+        unit_segs,
+        tile_segs,
+    }
+}
+
+/// Tokens per sequence a cache made for `capacity` tokens holds ([`TurboQuantCuda::alloc_cache`]
+/// rounds up to whole 16-token decode iterations).
+pub fn cache_capacity(capacity: usize) -> usize {
+    capacity.div_ceil(TILE_K).max(1) * TILE_K
+}
+
+/// Device bytes [`TurboQuantCuda::alloc_cache`] allocates for `batch` sequences of `capacity`
+/// tokens, `heads_kv` heads of dimension `d` (sign bytes are allocated with or without QJL).
+pub fn cache_bytes(batch: usize, heads_kv: usize, d: usize, capacity: usize) -> usize {
+    let rows = batch * heads_kv * cache_capacity(capacity);
+    [rows * d / 2, rows * d / 8, rows * 4, rows * d / 2, rows * 2]
+        .iter()
+        .map(|b| b.div_ceil(4) * 4)
+        .sum()
+}
+
+/// Dynamic shared memory of a decode CTA of `warps` warps: every warp's cp.async ring, then
+/// every warp's query A fragments (`[2][d/16][32 lanes]` register quads of 16 bytes).
+pub fn decode_smem_bytes(head_dim: usize, warps: usize) -> usize {
+    warps * (DECODE_STAGES * DECODE_STAGE_BYTES + 2 * (head_dim / 16) * 32 * 16)
+}
+
+/// 16-token iterations of `p`'s decode (every output tile over its sequence's keys).
+pub fn decode_iterations(p: &AttentionProblem) -> usize {
+    let qgroups = (p.group_size() * p.max_seqlen_q).div_ceil(ROWS);
+    p.seqlens_k
+        .iter()
+        .map(|&l| l.div_ceil(TILE_K))
+        .sum::<usize>()
+        * p.heads_kv
+        * qgroups
+}
+
+/// Default stream-K width: every resident warp when there is work for each to run
+/// [`MIN_UNIT_ITERS`] iterations, else fewer, in whole waves of one CTA (`warps` warps) per SM
+/// (at least one CTA per SM).
+pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize, warps: usize) -> usize {
+    let wave = warps * sms;
+    let want = decode_iterations(p).div_ceil(MIN_UNIT_ITERS).div_ceil(wave) * wave;
+    want.clamp(wave, resident.max(wave))
+}
+
+/// Warps per merge CTA: 16 (`turboquant_combine_w16_d*`) when the merge runs one CTA per row in
+/// use (`row_split > 1`, small batch: a row's ~200 partials at batch 1, 32k, are two batches of
+/// loads per warp instead of four), else 8 (`turboquant_combine_d*`: at batch 64, 4k the 16-warp
+/// merge took the step from 191 to 205 µs on an H200 against the 8-warp one of the same build,
+/// issue-10-decode3 call 2). `forced` (`FERRATTN_TQ_MERGE_WARPS`) overrides.
+pub fn merge_warps(row_split: usize, forced: Option<usize>) -> usize {
+    forced.unwrap_or(if row_split > 1 { 16 } else { COMBINE_WARPS })
+}
+
+/// Merge CTAs per output tile: with fewer tiles than half the SMs (small batch), one CTA per
+/// row in use (rows `r ≡ part mod row_split`), else one CTA per tile (its rows share the reads
+/// of `Π`).
+pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
+    if 2 * tiles > sms {
+        return 1;
+    }
+    (p.group_size() * p.max_seqlen_q)
+        .min(ROWS)
+        .next_power_of_two()
+}
+
+/// Shared memory of a fast compression kernel (`tqf::compress_fast` in turboquant_compress.cu):
+/// the cp.async ring, the residual tile (keys with QJL), norms, `γ` partials, the codebook, the
+/// sign words, the destination rows (a ring of 4 chunks) and the code rows (`d/2 + 16` bytes each: byte stores of
+/// different rows fall in different banks).
+pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
+    let tile = FAST_ROWS * (d + 8) * 2;
+    let warps = d / 16;
+    FAST_STAGES * tile
+        + if keys_with_qjl { tile } else { 0 }
+        + 4 * (2 * FAST_ROWS + warps * FAST_ROWS + 32)
+        + FAST_ROWS * 16
+        + 4 * FAST_ROWS * 8 // the destination-row ring (tqf::kDstSlots)
+        + FAST_ROWS * (d / 2 + 16)
+        + CODE_LUT_BINS * 16
+}
+
+/// `Π` as f16 hi and lo (`lo = f16(Π - hi)`) and `S Πᵀ` (f64 products, rounded once to f16),
+/// as f16 bits, row-major: the A operands of the fast compression kernels.
+pub fn fast_matrices(pi: &[f32], s: &[f32], d: usize) -> (Vec<u16>, Vec<u16>, Vec<u16>) {
+    let hi: Vec<f16> = pi.iter().map(|&x| f16::from_f32(x)).collect();
+    let lo: Vec<u16> = pi
+        .iter()
+        .zip(&hi)
+        .map(|(&x, h)| f16::from_f32(x - h.to_f32()).to_bits())
+        .collect();
+    let mut m = vec![0u16; d * d];
+    for i in 0..d {
+        for k in 0..d {
+            let v: f64 = (0..d)
+                .map(|o| s[i * d + o] as f64 * pi[k * d + o] as f64)
+                .sum();
+            m[i * d + k] = f16::from_f64(v).to_bits();
+        }
+    }
+    (hi.iter().map(|h| h.to_bits()).collect(), lo, m)
+}
+
+/// Shared memory of a compression kernel (`compress` in turboquant_compress.cu).
+pub fn compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
+    let s = d + 4;
+    let mats = if keys_with_qjl { 2 } else { 1 };
+    4 * (mats * d * s + 2 * COMPRESS_TOKENS * s + 2 * COMPRESS_TOKENS) + 2 * COMPRESS_TOKENS * d
+}
+
+#[cfg(test)]
+mod tests;
