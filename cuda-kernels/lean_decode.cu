@@ -442,28 +442,18 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // needs. Read in the same step as the copies, every stage would wait one L2 round trip before its
   // copies are issued, and with one CTA per SM nothing else hides it (H200, 54f6dab: Llama B=1 and
   // B=8 ctx 8k and B=1 ctx 32k at 128 CTAs 12-34% behind contiguous, at 264 CTAs 0-4%). So the ahead
-  // instances read the page words of unit u + 2 (thread k < SK reads key k's word into a register)
-  // right after unit u's copies are issued, and store the rows to shared memory (rows_s, two
-  // slots) just before the barrier of the iteration that copies them.
+  // instances read the page words of unit u + 2 right after unit u's copies are issued (thread
+  // k < SK copies key k's word into words_s with cp.async, in the same commit group), and just
+  // before the barrier of the iteration that copies unit u + 2 the same thread, past the wait that
+  // completed that group, turns its word into a row in rows_s (two slots).
+  // The words never pass through registers: a loaded word carried from one iteration to the next
+  // was moved between registers (the loop cannot rename them without unrolling), and the move
+  // waited for the load; with one CTA per SM and a full ring in front of it that stalled every
+  // stage (Lean-paper B=1 ctx 64k on 112 CTAs, pages of 16: 1.34x contiguous before, 1.05x after;
+  // H200, 2026-11-26, docs/DEVICE_PATH.md "Lean paged, eleventh session").
   // Rows are u32: page * page_size + offset, below 2^32 for any pool the host accepts.
   constexpr u32 kNoRow = 0xffffffffu;
   u32* rows_s = reinterpret_cast<u32*>(smem_raw + S::kBytes);  // [2][SK], ahead instances only
-  // A unit's page word stays as loaded until store_fetched turns it into a row: when the row was
-  // computed right after the load (page << shift), the warp stalled there for the word (ncu
-  // source view, Llama B=1 ctx 8k on 128 CTAs, H200, 2026-11-26: 67 of 1466 warp samples on that
-  // shift with pages of 16, whose words miss L1 every other stage, 2 with pages of 64), and warps
-  // 2-3 then waited at the barrier for warps 0-1. A predicated load leaves kNoRow in place for a
-  // key past the sequence, so nothing consumes the word before its unit is stored. The words are
-  // read two units ahead of their copies, so each load has two stages of compute to arrive.
-  // They are not loaded into registers: a word loaded into fb and moved into fa an iteration
-  // later made the move wait for the load (the loop cannot rename fa and fb without unrolling by
-  // two; SASS of 6b7cef6: IMAD.MOV of the loaded register right after the stage's barrier). With
-  // one CTA per SM and a full ring in front of it, a word that misses L1 took longer than a stage,
-  // so every stage with pages of 16 (a new 32-byte sector of words each stage at d 64) waited there:
-  // Lean-paper B=1 ctx 64k on 112 CTAs, pages of 16 in pool order (the contiguous addresses) 1.40x
-  // contiguous, pages of 64 1.12x (H200, 2026-11-26). So each thread copies its word into a slot
-  // of words_s with cp.async, in the commit group of the unit whose copies it follows, and reads
-  // it back itself after the wait that completes that group (its own copy: no barrier needed).
   constexpr bool ahead = PAGED && AHEAD;
   struct Fetched {
     u32 off;  // this thread's key's offset in its page (tid < SK)

@@ -409,17 +409,14 @@ constexpr int kWgThreads = kWgConsumers * 128 + 128;  // + the producer warpgrou
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 160;
 // turbo_prefill_wgf_* (issue 11, round 4): three consumer warpgroups of 160 registers, each
-// with one pair of S buffers (the S of a chunk of two 64-key tiles), or (built with
-// FERRATTN_WGF_CONSUMERS=2) two of 240 registers (128 x (24 + 2 x 240) <= 64 Ki) with two pairs,
-// the next chunk's S in flight behind the P V passes; eight K/V tiles in flight. Mirrored by
-// ferrattn_cuda::turbo::WGF_SHAPE.
-#ifndef FERRATTN_WGF_CONSUMERS
-#define FERRATTN_WGF_CONSUMERS 3
-#endif
+// with one pair of S buffers (the S of a chunk of two 64-key tiles); eight K/V tiles in flight.
+// Mirrored by ferrattn_cuda::turbo::WGF_SHAPE. (Two warpgroups of 240 registers with two pairs of
+// buffers, the next chunk's S in flight behind the P V passes, measured 0.83-0.88x this shape:
+// docs/TURBO_CUDA.md, "Prefill: chunks of two tiles, one O fold per chunk"; source at d2b3482.)
 constexpr int kWgfStages = 8;
-constexpr int kWgfConsumers = FERRATTN_WGF_CONSUMERS;
+constexpr int kWgfConsumers = 3;
 constexpr int kWgfThreads = kWgfConsumers * 128 + 128;
-constexpr int kWgfConsumerRegs = kWgfConsumers == 2 ? 240 : 160;
+constexpr int kWgfConsumerRegs = 160;
 constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
 constexpr int kBiasBits = 0x4b400000;  // bits of kBias
 
@@ -624,9 +621,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // s_ref, and l adds each tile's code sum times s_ref / s_V_h (>= 1, at most 2). A one-tile
   // chunk is exactly round 3's tile (offset 0, weight 1).
   if constexpr (kFast) {
-    // two consumer warpgroups (240 registers): two pairs of S buffers, the next chunk's S
-    // issued behind the P V passes; three (160 registers): one pair
-    constexpr bool kTwoBuffers = kWgfConsumers == 2;
     const float c_log2e = 1.4426950408889634f;
     const bool thresh = sas_on && p.sas_nr >= -5;
     const u32 thr2 = [&] {
@@ -706,9 +700,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     float ks1 = nt > 1 ? p.ks[kv_base + 1] : 0.0f, vs1 = nt > 1 ? p.vs[kv_base + 1] : 0.0f;
     bool pair = pairable(0, vs0, vs1);
     // S of the current chunk in (c0, c1); its P V passes go to c0 and c1 (free once the codes
-    // exist) and the next chunk's S to (n0, n1) as soon as the passes are out, so the two pairs
-    // of buffers trade roles every chunk (the loop takes two chunks)
-    auto chunk = [&](int (&c0)[32], int (&c1)[32], int (&n0)[32], int (&n1)[32]) {
+    // exist), and the next chunk's S into them again once each pass is folded
+    auto chunk = [&](int (&c0)[32], int (&c1)[32]) {
       const int jn = j + (pair ? 2 : 1);
       const float ksn0 = jn < nt ? p.ks[kv_base + jn] : 0.0f, vsn0 = jn < nt ? p.vs[kv_base + jn] : 0.0f;
       const float ksn1 = jn + 1 < nt ? p.ks[kv_base + jn + 1] : 0.0f;
@@ -791,13 +784,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       if constexpr (D == 128) issue_pv(1, c1);
       const bool pair_n = pairable(jn, vsn0, vsn1);
       const bool more = jn < nt;
-      if constexpr (kTwoBuffers) {  // the next chunk's S behind them, into the other buffers
-        if (more) {
-          issue_s(jn, n0);
-          if (pair_n) issue_s(jn + 1, n1);
-          wgmma_commit();
-        }
-      }
       // row sums (the two tiles' in the low and high 16 bits: at most 64 x 255 each), l and the
       // rescale vote while the passes compute
       int ra0 = 0, rb0 = 0, ra1 = 0, rb1 = 0;
@@ -848,20 +834,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         mbar_arrive(empty0 + 8 * st0);
         if (pair) mbar_arrive(empty0 + 8 * st1);
       };
-      if constexpr (kTwoBuffers && D == 128) {
-        if (more) wgmma_wait<2>(); else wgmma_wait<1>();  // pass 0 done
-        fence_regs(c0);
-        fold(0, c0);
-        if (more) wgmma_wait<1>(); else wgmma_wait<0>();  // pass 1 done
-        fence_regs(c1);
-        release();
-        fold(1, c1);
-      } else if constexpr (kTwoBuffers) {
-        if (more) wgmma_wait<1>(); else wgmma_wait<0>();
-        fence_regs(c0);
-        release();
-        fold(0, c0);
-      } else if constexpr (D == 128) {
+      if constexpr (D == 128) {
         // one pair of buffers: the next chunk's first S goes into c0 once pass 0 is folded and
         // runs during the fold of pass 1; its second S into c1 after that fold
         wgmma_wait<1>();  // pass 0 done
@@ -917,15 +890,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       if (pair) issue_s(1, sa1);
       wgmma_commit();
     }
-    if constexpr (kTwoBuffers) {
-      int sb0[32], sb1[32];
-      while (j < nt) {
-        chunk(sa0, sa1, sb0, sb1);
-        if (j < nt) chunk(sb0, sb1, sa0, sa1);
-      }
-    } else {
-      while (j < nt) chunk(sa0, sa1, sa0, sa1);
-    }
+    while (j < nt) chunk(sa0, sa1);
   }
   for (int j = 0; j < (kFast ? 0 : nt); ++j) {
     const int st = j % kWgStages;

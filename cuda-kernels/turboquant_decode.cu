@@ -1020,103 +1020,56 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
   for (int r = part; r < kRows; r += p.row_split) {
     const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq;
     if (hl >= p.group) break;  // padding rows of the last tile: every later row is padding too
-    // (M, l, O_rot sums) of the row; the two versions are kept as they were measured (8 warps:
-    // 0ba6e6d, 16 warps: 502a305, identical SASS)
+    // (M, l, O_rot sums) of the row
     float M, l = 0.f, acc[PER];
-    if constexpr (kPrefetch) {
-      // the warp's first batch of partials, loaded before pass 1: they do not depend on M, so their
-      // round trip overlaps pass 1's (one fewer on the merge's latency chain at small batch)
-      float2 ml[kBatch];
-      float ov[kBatch][PER];
-      auto load_batch = [&](int sb) {
+    // a batch of kBatch partials of this warp (segments sb, sb + kCombineWarps, ...)
+    float2 ml[kBatch];
+    float ov[kBatch][PER];
+    auto load_batch = [&](int sb) {
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int s = sb + u * kCombineWarps;
-          ml[u] = make_float2(neg_inf(), 0.f);
-          if (s < s1) {
-            ml[u] = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
-            const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
-            if constexpr (PER == 4) {
-              const float4 v = *reinterpret_cast<const float4*>(po);
-              ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
-            } else {
-              const float2 v = *reinterpret_cast<const float2*>(po);
-              ov[u][0] = v.x, ov[u][1] = v.y;
-            }
-          }
-        }
-      };
-      load_batch(s0 + warp);
-      // ---- pass 1: M = max_s m_s (a padded query row has no partial worth reading: M = -inf)
-      float m = neg_inf();
-      if (i < sq)
-        for (int s = s0 + t; s < s1; s += NT) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
-#pragma unroll
-      for (int x = 16; x >= 1; x >>= 1) m = fmax2(m, shfl_xor(m, x));
-      if (lane == 0) wm[warp] = m;
-      __syncthreads();
-      M = neg_inf();
-#pragma unroll
-      for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
-      // ---- pass 2: independent weighted sums (M = -inf: no visible key in any segment)
-#pragma unroll
-      for (int j = 0; j < PER; ++j) acc[j] = 0.f;
-      if (M != neg_inf()) {
-        for (int sb = s0 + warp; sb < s1; sb += kBatch * kCombineWarps) {
-          if (sb != s0 + warp) load_batch(sb);
-#pragma unroll
-          for (int u = 0; u < kBatch; ++u) {
-            if (ml[u].x == neg_inf()) continue;  // past the tile's end, or no visible key of this row
-            const float f = exp2_approx(ml[u].x - M);
-            l = fmaf(ml[u].y, f, l);
-#pragma unroll
-            for (int j = 0; j < PER; ++j) acc[j] = fmaf(ov[u][j], f, acc[j]);
+      for (int u = 0; u < kBatch; ++u) {
+        const int s = sb + u * kCombineWarps;
+        ml[u] = make_float2(neg_inf(), 0.f);
+        if (s < s1) {
+          ml[u] = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
+          const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
+          if constexpr (PER == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(po);
+            ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
+          } else {
+            const float2 v = *reinterpret_cast<const float2*>(po);
+            ov[u][0] = v.x, ov[u][1] = v.y;
           }
         }
       }
-    } else {
-      // ---- pass 1: M = max_s m_s (a padded query row has no partial worth reading: M = -inf)
-      float m = neg_inf();
-      if (i < sq)
-        for (int s = s0 + t; s < s1; s += NT) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
+    };
+    // _w16: the warp's first batch before pass 1: it does not depend on M, so its round trip
+    // overlaps pass 1's (one fewer on the merge's latency chain at small batch)
+    if constexpr (kPrefetch) load_batch(s0 + warp);
+    // ---- pass 1: M = max_s m_s (a padded query row has no partial worth reading: M = -inf)
+    float m = neg_inf();
+    if (i < sq)
+      for (int s = s0 + t; s < s1; s += NT) m = fmax2(m, p.part_ml[((size_t)s * kRows + r) * 2]);
 #pragma unroll
-      for (int x = 16; x >= 1; x >>= 1) m = fmax2(m, shfl_xor(m, x));
-      if (lane == 0) wm[warp] = m;
-      __syncthreads();
-      M = neg_inf();
+    for (int x = 16; x >= 1; x >>= 1) m = fmax2(m, shfl_xor(m, x));
+    if (lane == 0) wm[warp] = m;
+    __syncthreads();
+    M = neg_inf();
 #pragma unroll
-      for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
-      // ---- pass 2: independent weighted sums (M = -inf: no visible key in any segment)
+    for (int w = 0; w < kCombineWarps; ++w) M = fmax2(M, wm[w]);
+    // ---- pass 2: independent weighted sums (M = -inf: no visible key in any segment)
 #pragma unroll
-      for (int j = 0; j < PER; ++j) acc[j] = 0.f;
-      if (M != neg_inf()) {
-        for (int sb = s0 + warp; sb < s1; sb += kBatch * kCombineWarps) {
-          float2 ml[kBatch];
-          float ov[kBatch][PER];
+    for (int j = 0; j < PER; ++j) acc[j] = 0.f;
+    if (M != neg_inf()) {
+      for (int sb = s0 + warp; sb < s1; sb += kBatch * kCombineWarps) {
+        if (!kPrefetch || sb != s0 + warp) load_batch(sb);
 #pragma unroll
-          for (int u = 0; u < kBatch; ++u) {
-            const int s = sb + u * kCombineWarps;
-            ml[u] = make_float2(neg_inf(), 0.f);
-            if (s < s1) {
-              ml[u] = *reinterpret_cast<const float2*>(p.part_ml + ((size_t)s * kRows + r) * 2);
-              const float* po = p.part_o + ((size_t)s * kRows + r) * D + lane * PER;
-              if constexpr (PER == 4) {
-                const float4 v = *reinterpret_cast<const float4*>(po);
-                ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
-              } else {
-                const float2 v = *reinterpret_cast<const float2*>(po);
-                ov[u][0] = v.x, ov[u][1] = v.y;
-              }
-            }
-          }
+        for (int u = 0; u < kBatch; ++u) {
+          if (ml[u].x == neg_inf()) continue;  // past the tile's end, or no visible key of this row
+          const float f = exp2_approx(ml[u].x - M);
+          l = fmaf(ml[u].y, f, l);
 #pragma unroll
-          for (int u = 0; u < kBatch; ++u) {
-            if (ml[u].x == neg_inf()) continue;  // past the tile's end, or no visible key of this row
-            const float f = exp2_approx(ml[u].x - M);
-            l = fmaf(ml[u].y, f, l);
-#pragma unroll
-            for (int j = 0; j < PER; ++j) acc[j] = fmaf(ov[u][j], f, acc[j]);
-          }
+          for (int j = 0; j < PER; ++j) acc[j] = fmaf(ov[u][j], f, acc[j]);
         }
       }
     }

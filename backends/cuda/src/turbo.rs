@@ -114,9 +114,7 @@ pub const WG_SHAPE: WgShape = WgShape {
     stages: 4,
 };
 /// `turbo_prefill_wgf_*`: three consumer warpgroups of 160 registers (the S of a chunk of
-/// two tiles in one pair of buffers), eight tiles in flight (`kWgf*`; the kernel built with
-/// `FERRATTN_WGF_CONSUMERS=2` has two warpgroups of 240 registers and needs `q_blocks: 2,
-/// threads: 384`).
+/// two tiles in one pair of buffers), eight tiles in flight (`kWgf*`).
 pub const WGF_SHAPE: WgShape = WgShape {
     q_blocks: 3,
     threads: 512,
