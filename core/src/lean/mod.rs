@@ -225,12 +225,6 @@ pub const ONE_PER_SM_MAX_ITERS: u64 = 1024;
 ///   one sequence run together). Lean-paper B=64 ctx 1k: 313 us against 336 us for stream-K.
 ///   Not persistent, so not launched cooperatively; its workspace has no per-CTA region.
 pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
-    plan_rules(p, caps, true)
-}
-
-/// [`plan`]'s rules; `bandwidth_rule` false leaves out the one-CTA-per-SM rule of low-bandwidth
-/// devices ([`plan_paged`]).
-fn plan_rules(p: &AttentionProblem, caps: &DeviceCaps, bandwidth_rule: bool) -> Result<LeanPlan> {
     let sms = caps.compute_units.max(1);
     let slots = sms.saturating_mul(caps.ctas_per_unit.max(1));
     let mut pl = plan_with_ctas(p, caps, slots)?;
@@ -242,10 +236,9 @@ fn plan_rules(p: &AttentionProblem, caps: &DeviceCaps, bandwidth_rule: bool) -> 
         return Ok(pl);
     }
     let n = space.iters[0];
-    let low_bandwidth = bandwidth_rule
-        && caps
-            .dram_bytes_per_unit()
-            .is_some_and(|b| b <= ONE_PER_SM_MAX_DRAM_PER_UNIT);
+    let low_bandwidth = caps
+        .dram_bytes_per_unit()
+        .is_some_and(|b| b <= ONE_PER_SM_MAX_DRAM_PER_UNIT);
     if tiles < slots && low_bandwidth {
         if let Some(g) = aligned_one_per_sm(tiles, sms, space.total_iters()) {
             pl.schedule = Schedule::stream_k(&space, g);
@@ -271,14 +264,18 @@ fn plan_rules(p: &AttentionProblem, caps: &DeviceCaps, bandwidth_rule: bool) -> 
     Ok(pl)
 }
 
-/// [`plan`] for a paged KV cache: the same rules without the one-CTA-per-SM rule of low-bandwidth
-/// devices ([`ONE_PER_SM_MAX_DRAM_PER_UNIT`]). The paged kernel does not keep up at one CTA per SM
-/// under a saturated memory system (H100, 2026-11-25, `lean_paged`: Lean-paper B=1 ctx 64k on 112
-/// CTAs took 1.46x contiguous with pages of 16 and 1.19x with pages of 64; Llama B=8 ctx 8k on 128
-/// CTAs 1.25x with pages of 16), where on the slot-filling grid the same H100 kind measured
-/// 1.009x and 1.034x (492cb46, `docs/results/h100-2026-11-25-492cb46/lean_paged.txt`).
+/// [`plan`] for a paged KV cache: the same grids as a contiguous one. Until 2026-11-26 it left out
+/// the one-CTA-per-SM rule ([`ONE_PER_SM_MAX_DRAM_PER_UNIT`]): the paged kernel then moved each
+/// loaded page word between registers an iteration after its load, which stalled every stage at
+/// one CTA per SM (Lean-paper B=1 ctx 64k on 112 CTAs 1.34-1.46x contiguous with pages of 16).
+/// With the words copied into shared memory (`lean_decode.cu`, `words_s`) the aligned grids are
+/// the faster ones for paged caches too (`lean_paged --same-plan` against the slot-filling grids
+/// in the same call, `docs/results/h200-2026-11-26-lean-paged11/`): on an H100 Lean-paper B=1 ctx
+/// 64k 1.022-1.025x contiguous with pages of 16 against 1.079-1.080x, Llama B=1 ctx 32k
+/// 1.025-1.034x against 1.065-1.069x, Llama B=8 ctx 8k 1.038x against 1.055-1.057x; on an H200
+/// Lean-paper B=1 ctx 64k 1.046x against 1.066-1.070x.
 pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
-    plan_rules(p, caps, false)
+    plan(p, caps)
 }
 
 /// DRAM bandwidth per SM (bytes per second) up to which [`plan`] runs aligned grids of one CTA per
@@ -740,9 +737,10 @@ mod tests {
         // an aligned grid that would idle more than a fifth of the SMs (70 tiles: 70 CTAs): as before
         let p = uniform(1, 65536, 70, 70, 64);
         assert_eq!(plan(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
-        // a paged cache keeps the slot-filling grids
+        // a paged cache takes the same grids (one CTA per SM here)
         let p = uniform(1, 65536, 56, 56, 64);
-        assert_eq!(plan_paged(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
+        assert_eq!(plan_paged(&p, &h100).unwrap(), plan(&p, &h100).unwrap());
+        assert_ne!(plan_paged(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
         // old serialised caps without the field still load (None)
         let mut v = serde_json::to_value(&unknown).unwrap();
         v.as_object_mut().unwrap().remove("dram_bytes_per_s");
