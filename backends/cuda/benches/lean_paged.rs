@@ -18,8 +18,10 @@
 //! 2026-11-26 and leaves small rows L2-resident). Every layer of a variant shares one workspace,
 //! so one page table, as one decode step's layers share the step's table.
 //!
-//! Usage: `lean_paged [--quick] [--same-plan] [--sets N] [--only SHAPE:B:CTX] [--out FILE]`
-//! (`--only` runs one configuration of the full list, e.g. `llama:1:8192`, for a profiler).
+//! Usage: `lean_paged [--quick] [--same-plan] [--sets N] [--window-bytes N] [--only SHAPE:B:CTX]
+//! [--out FILE]` (`--only` runs one configuration of the full list, e.g. `llama:1:8192`, for a
+//! profiler; `--window-bytes N` shuffles each sequence's pages only within windows of N bytes of
+//! its K, a probe of how much of the shuffled layouts' cost is address locality).
 
 use ferrattn_core::{lean, AttentionProblem, DType, Device};
 use ferrattn_cuda::{
@@ -51,6 +53,14 @@ fn main() {
     let sets_arg: Option<usize> = args
         .iter()
         .position(|a| a == "--sets")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0);
+    // shuffled layouts: permute the pages only within windows of this many bytes of one
+    // sequence's K (a locality probe: 2 MiB windows keep the TLB reach of the contiguous cache)
+    let window_bytes: Option<usize> = args
+        .iter()
+        .position(|a| a == "--window-bytes")
         .and_then(|i| args.get(i + 1))
         .and_then(|n| n.parse().ok())
         .filter(|&n| n > 0);
@@ -132,7 +142,18 @@ fn main() {
                 .map(|i| ((i % max_pages) * batch + i / max_pages) as i32)
                 .collect();
             if shuffled {
-                ids.shuffle(&mut rand::rngs::StdRng::seed_from_u64(page as u64));
+                let mut rng = rand::rngs::StdRng::seed_from_u64(page as u64);
+                match window_bytes {
+                    None => ids.shuffle(&mut rng),
+                    Some(w) => {
+                        let pages = (w / (page * row)).max(1);
+                        for seq in ids.chunks_mut(max_pages) {
+                            for win in seq.chunks_mut(pages) {
+                                win.shuffle(&mut rng);
+                            }
+                        }
+                    }
+                }
             }
             let paging = Paging::new(page, num_pages, max_pages, ids, &p.seqlens_k).unwrap();
             let fill =

@@ -225,6 +225,16 @@ pub const ONE_PER_SM_MAX_ITERS: u64 = 1024;
 ///   one sequence run together). Lean-paper B=64 ctx 1k: 313 us against 336 us for stream-K.
 ///   Not persistent, so not launched cooperatively; its workspace has no per-CTA region.
 pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
+    plan_rules(p, caps, true)
+}
+
+/// [`plan`]'s rules; `several_tiles_per_sm` false leaves out the one-CTA-per-SM grids that give a
+/// CTA several whole tiles (more tiles than SMs), which [`plan_paged`] does not take.
+fn plan_rules(
+    p: &AttentionProblem,
+    caps: &DeviceCaps,
+    several_tiles_per_sm: bool,
+) -> Result<LeanPlan> {
     let sms = caps.compute_units.max(1);
     let slots = sms.saturating_mul(caps.ctas_per_unit.max(1));
     let mut pl = plan_with_ctas(p, caps, slots)?;
@@ -239,7 +249,7 @@ pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
     let low_bandwidth = caps
         .dram_bytes_per_unit()
         .is_some_and(|b| b <= ONE_PER_SM_MAX_DRAM_PER_UNIT);
-    if tiles < slots && low_bandwidth {
+    if tiles < slots && low_bandwidth && (several_tiles_per_sm || tiles <= sms) {
         if let Some(g) = aligned_one_per_sm(tiles, sms, space.total_iters()) {
             pl.schedule = Schedule::stream_k(&space, g);
             pl.num_ctas = pl.schedule.num_ctas();
@@ -264,18 +274,23 @@ pub fn plan(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
     Ok(pl)
 }
 
-/// [`plan`] for a paged KV cache: the same grids as a contiguous one. Until 2026-11-26 it left out
-/// the one-CTA-per-SM rule ([`ONE_PER_SM_MAX_DRAM_PER_UNIT`]): the paged kernel then moved each
-/// loaded page word between registers an iteration after its load, which stalled every stage at
-/// one CTA per SM (Lean-paper B=1 ctx 64k on 112 CTAs 1.34-1.46x contiguous with pages of 16).
-/// With the words copied into shared memory (`lean_decode.cu`, `words_s`) the aligned grids are
-/// the faster ones for paged caches too (`lean_paged --same-plan` against the slot-filling grids
-/// in the same call, `docs/results/h200-2026-11-26-lean-paged11/`): on an H100 Lean-paper B=1 ctx
-/// 64k 1.022-1.025x contiguous with pages of 16 against 1.079-1.080x, Llama B=1 ctx 32k
-/// 1.025-1.034x against 1.065-1.069x, Llama B=8 ctx 8k 1.038x against 1.055-1.057x; on an H200
-/// Lean-paper B=1 ctx 64k 1.046x against 1.066-1.070x.
+/// [`plan`] for a paged KV cache: the same grids as a contiguous one, except the one-CTA-per-SM
+/// grids that give each CTA several whole tiles (more tiles than SMs), where the slot-filling
+/// grid stays. Until 2026-11-26 it left out the one-CTA-per-SM rule
+/// ([`ONE_PER_SM_MAX_DRAM_PER_UNIT`]) altogether: the paged kernel then moved each loaded page
+/// word between registers an iteration after its load, which stalled every stage at one CTA per
+/// SM (Lean-paper B=1 ctx 64k on 112 CTAs 1.34-1.46x contiguous with pages of 16). With the words
+/// copied into shared memory (`lean_decode.cu`, `words_s`) the aligned grids are the faster ones
+/// for paged caches where a CTA holds part of one tile (`lean_paged --same-plan` against the
+/// slot-filling grids in the same call, `docs/results/h200-2026-11-26-lean-paged11/`): on an H100
+/// Lean-paper B=1 ctx 64k 1.022-1.025x contiguous with pages of 16 against 1.079-1.080x, Llama
+/// B=1 ctx 32k 1.025-1.034x against 1.065-1.069x; on an H200 Lean-paper B=1 ctx 64k 1.038-1.041x
+/// against 1.065-1.066x, Llama B=1 ctx 32k 1.038-1.042x against 1.075-1.079x. With two whole
+/// tiles per CTA (Lean-paper B=4 ctx 16k: 224 tiles on 112 CTAs) the same H200 call measured the
+/// paged kernel at 243-246 us on the aligned grid against 234-235 us on the slot-filling one
+/// (`docs/results/h200-2026-11-26-v12-lean/call1/`).
 pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
-    plan(p, caps)
+    plan_rules(p, caps, false)
 }
 
 /// DRAM bandwidth per SM (bytes per second) up to which [`plan`] runs aligned grids of one CTA per
@@ -737,10 +752,15 @@ mod tests {
         // an aligned grid that would idle more than a fifth of the SMs (70 tiles: 70 CTAs): as before
         let p = uniform(1, 65536, 70, 70, 64);
         assert_eq!(plan(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
-        // a paged cache takes the same grids (one CTA per SM here)
+        // a paged cache takes the same grids (one CTA per SM here: 56 tiles, two CTAs each)
         let p = uniform(1, 65536, 56, 56, 64);
         assert_eq!(plan_paged(&p, &h100).unwrap(), plan(&p, &h100).unwrap());
         assert_ne!(plan_paged(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
+        // but not where one CTA per SM gives each CTA two whole tiles (224 tiles on 112 CTAs):
+        // there it keeps the slot-filling grid
+        let p = uniform(4, 16384, 56, 56, 64);
+        assert_eq!(plan(&p, &h100).unwrap().num_ctas, 112);
+        assert_eq!(plan_paged(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
         // old serialised caps without the field still load (None)
         let mut v = serde_json::to_value(&unknown).unwrap();
         v.as_object_mut().unwrap().remove("dram_bytes_per_s");
