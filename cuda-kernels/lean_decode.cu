@@ -141,6 +141,20 @@ struct Pick<false, T, F> {
   using type = F;
 };
 
+// ldmatrix from a shared-window address (smem_addr) computed in 32 bits by the caller: the
+// generic-pointer form cost each of a stage's 16 ldmatrix about five 64-bit address instructions
+// (ncu source counters, Lean-paper B=1 ctx 64k, H200, 2026-11-26).
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 template <int D, int R>
 struct Smem {
   static constexpr int kSk = cfg::stage_keys<D>();
@@ -574,6 +588,9 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   float m2[2], l2[2];
   int vis2[2];
   const int g = lane >> 2, t4 = lane & 3, mat = lane >> 3, r8 = lane & 7;
+  // MMA path: a lane's ldmatrix row (bytes into a stage's K or V) and its chunk XOR (bytes)
+  const u32 qk_row = (u32)(warp * KW + ((mat >> 1) << 3) + r8) * D * 2, qk_x = (u32)(((mat & 1) ^ r8) << 4);
+  const u32 pv_row = (u32)(warp * KW + ((mat & 1) << 3) + r8) * D * 2, pv_x = (u32)(((mat >> 1) ^ r8) << 4);
 
   // A new segment (Alg. 2 lines 11-16): Q, the row states and the accumulators of tile ct. It runs
   // after the previous segment's role (store or merge), so the accumulators are dead during a
@@ -664,6 +681,10 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     const u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
     const u16* vs = ks + SK * D;
     if constexpr (kMma) {
+      // 32-bit shared addresses: the stage's K (and V) window plus a lane's row and its swizzled
+      // chunk. A lane reads key kb + 16 n + 8 (bit of mat) + r8, so key % 8 = r8 and swz's XOR
+      // acts on the chunk alone: chunk 2 c + b (b = one bit of mat) ^ r8 = 2 c ^ (b ^ r8).
+      const u32 ks_a = slot_of(u), vs_a = ks_a + SK * D * 2;
       // S = Q K^T for this warp's KW keys (Alg. 1 line 20) on tensor cores
       const int kb = warp * KW;
       float sacc[NT][4];
@@ -676,7 +697,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
           u32 b[4];
-          ldmatrix_x4(b, ks + swz<D>(kb + np * 16 + ((mat >> 1) << 3) + r8, 2 * k2 + (mat & 1)));
+          ldsm_x4(b, ks_a + qk_row + np * 16 * D * 2 + (((2 * k2) << 4) ^ qk_x));
           mma16816(T{}, sacc[2 * np], qa[k2], b[0], b[1]);
           mma16816(T{}, sacc[2 * np + 1], qa[k2], b[2], b[3]);
         }
@@ -739,7 +760,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
           u32 b[4];
-          ldmatrix_x4_trans(b, vs + swz<D>(kb + kt * 16 + ((mat & 1) << 3) + r8, 2 * np + (mat >> 1)));
+          ldsm_x4_trans(b, vs_a + pv_row + kt * 16 * D * 2 + (((2 * np) << 4) ^ pv_x));
           mma16816(T{}, oa[2 * np], a, b[0], b[1]);
           mma16816(T{}, oa[2 * np + 1], a, b[2], b[3]);
         }
