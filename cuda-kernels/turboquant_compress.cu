@@ -36,6 +36,7 @@
 //                                   holds channel 8ν + g, token 2p low nibble, 2p+1 high
 //          norms [B][Hk][cap]       f16 ‖v‖
 #include "common.cuh"
+#include "sm90.cuh"
 
 namespace ferrattn {
 namespace tq {
@@ -375,13 +376,23 @@ __device__ __forceinline__ int fast_div(int n, u32 mul, u32 shr) {
 
 constexpr int kLut = 256;
 
+// A token tile (kRows rows of D f16) in shared memory is the K-major B operand of wgmma with the
+// 128-byte swizzle: channels [64a, 64a + 64) of every row form block a of kRows 128-byte rows
+// (8-row atoms of 1024 bytes, aligned to 1024), and the 16-byte chunk c of row r sits at chunk
+// c ^ (r % 8) of its 128 bytes. No padding: wgmma reads each row once per warpgroup, and
+// 16-byte accesses of 8 consecutive rows at one chunk fall in 8 different bank groups.
 template <int D>
 struct Layout {
   static constexpr int kWarps = D / 16;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kStride = D + 8;  // f16 per smem row: 16-byte rows, ldmatrix conflict-free
-  static constexpr int kStageHalves = kRows * kStride;
+  static constexpr int kBlockBytes = kRows * 128;  // one 64-channel block of a tile
+  static constexpr int kTileBytes = kRows * D * 2;
 };
+// byte offset of channel `ch` (a multiple of 2) of row `r` in a swizzled tile
+template <int D>
+__device__ __forceinline__ u32 sw_byte(int r, int ch) {
+  return (u32)((ch >> 6) * Layout<D>::kBlockBytes + r * 128 + ((((ch >> 3) & 7) ^ (r & 7)) << 4) + (ch & 7) * 2);
+}
 
 __device__ __forceinline__ void tile_coords(const FastParams& p, int item, int& b, int& h, int& first,
                                             int& lo, int& hi) {
@@ -402,7 +413,7 @@ __device__ __forceinline__ void tile_coords(const FastParams& p, int item, int& 
 template <int D>
 __device__ __forceinline__ void load_chunk(const FastParams& p, int chunk, int items, u32 xs_a,
                                            long long* dst) {
-  constexpr int S = Layout<D>::kStride, C = D / 8, TPR = Layout<D>::kThreads / kRows;
+  constexpr int C = D / 8, TPR = Layout<D>::kThreads / kRows;
   const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
   const int item = chunk * kTilesPerChunk + r / kTile;
   long long src_row = -1, dst_row = -1;
@@ -417,9 +428,9 @@ __device__ __forceinline__ void load_chunk(const FastParams& p, int chunk, int i
   }
   if (part == 0) dst[r] = dst_row;
   const u16* src = p.src + (src_row >= 0 ? src_row * D : 0) + part * 8;
-  const u32 d = xs_a + 2u * (r * S + part * 8);
 #pragma unroll
-  for (int c = 0; c < C / TPR; ++c) cp_async16_s(d + 16u * TPR * c, src + 8 * TPR * c, src_row >= 0);
+  for (int c = 0; c < C / TPR; ++c)
+    cp_async16_s(xs_a + sw_byte<D>(r, 8 * (part + TPR * c)), src + 8 * TPR * c, src_row >= 0);
 }
 
 // two f16 of a row (col even: 4-byte aligned)
@@ -454,21 +465,63 @@ __device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
 // Tiles computed together by a warp: independent MMA chains and epilogues in flight.
 constexpr int kGroup = 4;
 
-// acc[j] = A (16 rows of the warp) x rows [8 (t0 + j), 8 (t0 + j) + 8) of the smem tile (B)
+#if defined(FERRATTN_SM90A)
+// D (64 x 32, f32) (+)= A (64 x 16 f16, registers) x B (32 x 16 f16, K-major in shared memory).
+// The A fragment of warp w % 4 of the warpgroup is the mma.m16n8k16 A fragment of its 16 rows, and
+// d[4j .. 4j + 3] is the m16n8 C fragment of columns [8j, 8j + 8) (PTX ISA "Register fragments
+// ... wgmma .m64nNk16"), so the callers keep the mma.sync layouts.
+__device__ __forceinline__ void wgmma_m64n32k16_f16_rs(float (&d)[kGroup][4], const u32 (&a)[4], u64 desc_b,
+                                                       int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+      "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_proxy_fence() { sm90::fence_proxy_async(); }
+__device__ __forceinline__ void fence_acc(float (&d)[kGroup][4]) {
+#pragma unroll
+  for (int j = 0; j < kGroup; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+#else
+__device__ __forceinline__ void wgmma_proxy_fence() {}  // ldmatrix reads through the generic proxy
+#endif
+
+// acc[j] = A (16 rows of the warp) x rows [8 (t0 + j), 8 (t0 + j) + 8) of the swizzled tile at
+// shared address `xs_a` (B). sm_90a: one wgmma.m64n32k16 per k16 step per warpgroup (the
+// warpgroup's 4 warps own 64 output channels and read the 32 token rows once); elsewhere
+// (the compute_80 PTX) ldmatrix + mma.sync per warp.
 template <int D, bool SPLIT>
-__device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const u32 (&al)[D / 16][4],
-                                              const u16* xs, int t0, int lane,
-                                              float (&acc)[kGroup][4]) {
-  constexpr int S = Layout<D>::kStride;
+__device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const u32 (&al)[D / 16][4], u32 xs_a,
+                                              int t0, int lane, float (&acc)[kGroup][4]) {
+#if defined(FERRATTN_SM90A)
+  (void)lane;
+  // k step kk: block kk / 4, 32 bytes kk % 4 into the 128-byte rows; rows from 8 t0 (1024-aligned)
+  const u64 desc0 = sm90::smem_desc(xs_a + t0 * kTile * 128, 1024, sm90::kSw128);
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const u64 dk = desc0 + (u64)(((kk >> 2) * Layout<D>::kBlockBytes + (kk & 3) * 32) >> 4);
+    wgmma_m64n32k16_f16_rs(acc, ah[kk], dk, kk > 0);
+    if (SPLIT) wgmma_m64n32k16_f16_rs(acc, al[kk], dk, 1);
+  }
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  fence_acc(acc);
+#else
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  // 32-bit shared addresses: immediate offsets per (tile, k step), no 64-bit pointer math
-  const u32 row = smem_addr(xs + (t0 * kTile + (lane & 7)) * S + 8 * (lane >> 3));
+  const int rr = t0 * kTile + (lane & 7);
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk += 2) {
     u32 bf[kGroup][4];
 #pragma unroll
-    for (int j = 0; j < kGroup; ++j) ldsm_x4(bf[j], row + 2 * (j * kTile * S + 16 * kk));
+    for (int j = 0; j < kGroup; ++j) ldsm_x4(bf[j], xs_a + sw_byte<D>(rr + j * kTile, 16 * kk + 8 * (lane >> 3)));
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], ah[kk], bf[j][0], bf[j][1]);
 #pragma unroll
@@ -480,6 +533,7 @@ __device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const 
       for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], al[kk + 1], bf[j][2], bf[j][3]);
     }
   }
+#endif
 }
 
 // #{bounds < y} and its centroid by a uniform grid over y: bin k = rint(255 sat(y scale + off))
@@ -524,11 +578,14 @@ __device__ __forceinline__ u32 code_cent_of(u32 lut, const FastParams& p, float 
 template <int D, bool KEYS, bool QJL, bool SPLIT>
 __device__ __forceinline__ void compress_fast(const FastParams& p) {
   using L = Layout<D>;
-  constexpr int S = L::kStride, NT = L::kThreads;
+  constexpr int NT = L::kThreads;
   extern __shared__ float4 smem4[];
-  u16* xs = reinterpret_cast<u16*>(smem4);                       // [kStages][kRows][S]
-  u16* rrs = xs + kStages * L::kStageHalves;                     // [kRows][S] residual (QJL)
-  float* inv_s = reinterpret_cast<float*>(rrs + (QJL ? L::kStageHalves : 0));  // [kRows]
+  // the swizzled tiles start at a 1024-byte boundary (the host adds 1024 bytes of slack)
+  unsigned char* base = reinterpret_cast<unsigned char*>(smem4);
+  base += (1024u - (smem_addr(base) & 1023u)) & 1023u;
+  u16* xs = reinterpret_cast<u16*>(base);                        // [kStages] swizzled tiles
+  u16* rrs = xs + kStages * L::kTileBytes / 2;                   // swizzled residual tile (QJL)
+  float* inv_s = reinterpret_cast<float*>(rrs + (QJL ? L::kTileBytes / 2 : 0));  // [kRows]
   float* nrm_s = inv_s + kRows;                                  // [kRows]
   float* gam_s = nrm_s + kRows;                                  // [kWarps][kRows] (QJL)
   float* bnd_s = gam_s + L::kWarps * kRows;                      // [16] (unused: the lookup)
@@ -573,7 +630,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (c_load < chunks)
-      load_chunk<D>(p, c_load, items, xs_a + 2u * s * L::kStageHalves, dst_ring + s * kRows);
+      load_chunk<D>(p, c_load, items, xs_a + s * L::kTileBytes, dst_ring + s * kRows);
     cp_async_commit();
     c_load += gridDim.x;
   }
@@ -582,14 +639,16 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     {
       const int ls = (stage + kStages - 1) % kStages;
       if (c_load < chunks)
-        load_chunk<D>(p, c_load, items, xs_a + 2u * ls * L::kStageHalves,
+        load_chunk<D>(p, c_load, items, xs_a + ls * L::kTileBytes,
                       dst_ring + ((kc + kStages - 1) % kDstSlots) * kRows);
       cp_async_commit();
       c_load += gridDim.x;
     }
     cp_async_wait<kStages - 1>();
+    wgmma_proxy_fence();  // this thread's cp.async rows are read by wgmma (async proxy)
     __syncthreads();
-    const u16* x = xs + stage * L::kStageHalves;
+    const u32 x_a = xs_a + stage * L::kTileBytes;
+    const unsigned char* x = reinterpret_cast<const unsigned char*>(xs) + stage * L::kTileBytes;
     const long long* dst_s = dst_ring + (kc % kDstSlots) * kRows;
 
     // ‖x‖: NT / kRows threads per row. First an f32 sum of the (exact) squares, FMA by FMA, and
@@ -606,12 +665,13 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     {
       constexpr int TPR = NT / kRows, PER = D / TPR;
       const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
-      const u16* xr = x + r * S + part * PER;
+      // chunk k / 8 of the row's part: swizzled 16-byte pieces
+      auto xr = [&](int k) { return reinterpret_cast<const u16*>(x + sw_byte<D>(r, part * PER + k)); };
       float s32 = 0.f;
 #pragma unroll
       for (int k = 0; k < PER; k += 8) {
         float f[8];
-        unpack8<F16>(ld_shared16(xr + k), f);
+        unpack8<F16>(ld_shared16(xr(k)), f);
 #pragma unroll
         for (int e = 0; e < 8; ++e) s32 = fmaf(f[e], f[e], s32);
       }
@@ -629,7 +689,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         double a4[4] = {0.0, 0.0, 0.0, 0.0};
 #pragma unroll
         for (int k = 0; k < PER; k += 8) {
-          Vec16 v = ld_shared16(xr + k);
+          Vec16 v = ld_shared16(xr(k));
           v.x &= 0x7fff7fffu;
           v.y &= 0x7fff7fffu;
           v.z &= 0x7fff7fffu;
@@ -667,7 +727,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     for (int t0 = 0; t0 < kTilesPerChunk; t0 += kGroup) {
       float acc[kGroup][4];
       float gs[2 * kGroup];  // QJL: this lane's part of γ² of its 2 kGroup token rows
-      tile_products<D, SPLIT>(ah, reinterpret_cast<const u32(&)[D / 16][4]>(al), x, t0, lane, acc);
+      tile_products<D, SPLIT>(ah, reinterpret_cast<const u32(&)[D / 16][4]>(al), x_a, t0, lane, acc);
 #pragma unroll
       for (int jt = 0; jt < kGroup; ++jt) {
         const int r0 = (t0 + jt) * kTile + 2 * q;  // chunk rows of acc[.][0] / acc[.][1]
@@ -704,8 +764,9 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
           u32 p0, p1;
           asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(p0) : "f"(rr[2]), "f"(rr[0]));
           asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(p1) : "f"(rr[3]), "f"(rr[1]));
-          *reinterpret_cast<u32*>(rrs + r0 * S + o0) = p0;
-          *reinterpret_cast<u32*>(rrs + (r0 + 1) * S + o0) = p1;
+          unsigned char* rb = reinterpret_cast<unsigned char*>(rrs);
+          *reinterpret_cast<u32*>(rb + sw_byte<D>(r0, o0)) = p0;
+          *reinterpret_cast<u32*>(rb + sw_byte<D>(r0 + 1, o0)) = p1;
         }
       }
       if (QJL) {
@@ -726,6 +787,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
       }
     }
     if (QJL) {
+      wgmma_proxy_fence();  // the residual stores are read by wgmma (async proxy)
       __syncthreads();
       const int e = 2 * w + (g & 1) * (D / 8);
       // word g/2 of token row 2q + g % 2 of a tile
@@ -734,7 +796,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
       for (int t0 = 0; t0 < kTilesPerChunk; t0 += kGroup) {
         float acc[kGroup][4];
         tile_products<D, false>(reinterpret_cast<const u32(&)[D / 16][4]>(am),
-                                reinterpret_cast<const u32(&)[D / 16][4]>(am), rrs, t0, lane, acc);
+                                reinterpret_cast<const u32(&)[D / 16][4]>(am), smem_addr(rrs), t0, lane, acc);
 #pragma unroll
         for (int jt = 0; jt < kGroup; ++jt) {
           // channel 16w + g (+8): lane block g/2, bit e (+1), e = 2w + (g % 2) D/8; the sign
