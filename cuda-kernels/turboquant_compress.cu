@@ -537,13 +537,16 @@ __device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const 
 }
 
 // #{bounds < y} and its centroid by a uniform grid over y: bin k = rint(255 sat(y scale + off))
-// (two FMAs: the saturation clamps) holds at most one boundary (the host checks), entry k =
-// {first boundary of bin >= k (or +inf), #{boundaries of bins < k}, its centroid, the next
-// centroid}; the grid is monotone in y, so count + (boundary < y) is the exact count
-// (ferrattn_cuda::turboquant::CodeLut is the twin). `lut` is the shared address of the table
-// minus E * 0x4B000000 (mod 2^32), E the entry's bytes: fma(u, 255, 2^23) has the f32 bits
-// 0x4B000000 + k, so the entry's address is one LEA. Without the centroids (values, MSE keys) the
-// table holds 8-byte entries {boundary, count}.
+// (two FMAs: the saturation clamps) holds at most one boundary (the host checks), so with
+// count_k = #{boundaries of bins < k} and bound_k = the first boundary of a bin >= k (+inf if none;
+// that is boundary count_k), count_k + (bound_k < y) is the exact count: the grid is monotone in y
+// (ferrattn_cuda::turboquant::CodeLut is the twin and holds these per bin). In shared memory the
+// kernel keeps count_k as one byte per bin (256 bytes: a warp's 32 lookups touch at most 2 words
+// per bank) and the boundaries and centroids as 16- and 32-entry f32 tables indexed by the count
+// (at most 16 distinct words: conflict-free), not a random 8- or 16-byte entry per coordinate
+// (5-7 wavefronts per warp lookup measured). `cnt` is the shared address of the byte table minus
+// 0x4B000000 (mod 2^32): fma(u, 255, 2^23) has the f32 bits 0x4B000000 + k, so the byte's
+// address is one add.
 __device__ __forceinline__ u32 code_bits(const FastParams& p, float y) {
   float u, t;
   asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(y), "f"(p.lut_scale), "f"(p.lut_off));
@@ -553,26 +556,24 @@ __device__ __forceinline__ u32 code_bits(const FastParams& p, float y) {
   return bits;
 }
 // bound < y exactly when bound - y < 0 (IEEE subtraction of unequal values never gives zero, and
-// equal ones give +0; the host stores no -0 boundary and +inf past the last): the sign bit of
+// equal ones give +0; the tables hold no -0 boundary and +inf past the last): the sign bit of
 // the difference is the comparison, so count + (sign >> 31) is one LEA.HI
 __device__ __forceinline__ u32 below_bit(float bound, float y) {
   return __float_as_uint(tq::fsub_rn(bound, y)) >> 31;
 }
-__device__ __forceinline__ u32 code_of(u32 lut, const FastParams& p, float y) {
-  float bnd;
+__device__ __forceinline__ u32 code_of(u32 cnt, u32 bnd, const FastParams& p, float y) {
   u32 c;
-  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=f"(bnd), "=r"(c) : "r"(lut + code_bits(p, y) * 8u));
-  return c + below_bit(bnd, y);
+  float b;
+  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(cnt + code_bits(p, y)));
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b) : "r"(bnd + 4u * c));
+  return c + below_bit(b, y);
 }
-__device__ __forceinline__ u32 code_cent_of(u32 lut, const FastParams& p, float y, float& cent) {
-  float bnd;
-  u32 c, c0, c1;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(bnd), "=r"(c), "=r"(c0), "=r"(c1)
-               : "r"(lut + code_bits(p, y) * 16u));
-  const u32 m = (u32)((int)__float_as_uint(tq::fsub_rn(bnd, y)) >> 31);  // all ones: up
-  cent = __uint_as_float((c0 & ~m) | (c1 & m));
-  return c - m;
+// the same and the centroid of the code (`cen`: the centroid table's shared address)
+__device__ __forceinline__ u32 code_cent_of(u32 cnt, u32 bnd, u32 cen, const FastParams& p, float y,
+                                            float& cent) {
+  const u32 c = code_of(cnt, bnd, p, y);
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(cent) : "r"(cen + 4u * c));
+  return c;
 }
 
 template <int D, bool KEYS, bool QJL, bool SPLIT>
@@ -600,25 +601,30 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // touches fall in different banks); value pair rows of D bytes
   constexpr int kCd = D / 2 + 16;
   unsigned char* cd_s = reinterpret_cast<unsigned char*>(dst_ring + kDstSlots * kRows);  // kRows * kCd
-  float4* lut_s = reinterpret_cast<float4*>(cd_s + kRows * kCd);          // [kLut]
+  // the code lookup: [kLut] counts (bytes), [16] boundaries (+inf from n_bounds on), [32]
+  // centroids (the last one repeated)
+  unsigned char* cnt_s = cd_s + kRows * kCd;
+  float* bnd_t = reinterpret_cast<float*>(cnt_s + kLut);
+  float* cen_t = bnd_t + 16;
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int items = p.batch * p.heads_kv * p.groups;
   const int chunks = (items + kTilesPerChunk - 1) / kTilesPerChunk;
   (void)cen_s;
-  // QJL keys: 16-byte entries {boundary, count, c[count], c[count + 1]}; else {boundary, count}
-  constexpr u32 kEntry = QJL ? 16u : 8u;
-  for (int i = threadIdx.x; i < kLut; i += NT) {
-    const float4 e = p.lut[i];
-    if (QJL) lut_s[i] = e;
-    else reinterpret_cast<float2*>(lut_s)[i] = make_float2(e.x, e.y);
+  for (int i = threadIdx.x; i < kLut; i += NT) cnt_s[i] = (unsigned char)__float_as_uint(p.lut[i].y);
+  if (threadIdx.x < 16) {
+    // boundary c of the table = CodeLut's boundary of the bins whose count is c (+ 0: no -0)
+    const int c = threadIdx.x;
+    bnd_t[c] = c < p.n_bounds ? tq::fadd_rn(p.bounds[c], 0.f) : __int_as_float(0x7f800000);
   }
-  // the table's biased address through shared memory: ptxas cannot split it into a uniform
-  // base and a constant added to every lookup's address (one LEA per lookup, not two ops)
-  __shared__ u32 lut_base_s;
-  if (threadIdx.x == 0) lut_base_s = smem_addr(lut_s) - kEntry * 0x4B000000u;
+  if (threadIdx.x < 32) cen_t[threadIdx.x] = p.cents[min((int)threadIdx.x, p.n_bounds)];
+  // the byte table's biased address through shared memory: ptxas cannot split it into a uniform
+  // base and a constant added to every lookup's address (one add per lookup, not two ops)
+  __shared__ u32 cnt_base_s;
+  if (threadIdx.x == 0) cnt_base_s = smem_addr(cnt_s) - 0x4B000000u;
   __syncthreads();
-  const u32 lut_a = *reinterpret_cast<volatile u32*>(&lut_base_s);
+  const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
+  const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
   u32 ah[D / 16][4], al[SPLIT ? D / 16 : 1][4], am[QJL ? D / 16 : 1][4];
   load_a<D, KEYS>(p.pi_hi, w, lane, ah);
   if (SPLIT) load_a<D, KEYS>(p.pi_lo, w, lane, reinterpret_cast<u32(&)[D / 16][4]>(al));
@@ -738,8 +744,8 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         float cen[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          if (QJL) idx[e] = code_cent_of(lut_a, p, y[e], cen[e]);
-          else idx[e] = code_of(lut_a, p, y[e]);
+          if (QJL) idx[e] = code_cent_of(cnt_a, bnd_a, cen_a, p, y[e], cen[e]);
+          else idx[e] = code_of(cnt_a, bnd_a, p, y[e]);
         }
         if (KEYS) {
           // channel pairs (load_a<D, true>): acc[.][0] / [2] are channels c = 16w + 2g and c + 1
