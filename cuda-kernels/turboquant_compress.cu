@@ -598,8 +598,10 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // kc - 1)
   long long* dst_ring = reinterpret_cast<long long*>(sg_s + kRows * 4);
   // key code rows of D/2 + 16 bytes (the byte stores of the 4 token rows a store instruction
-  // touches fall in different banks); value pair rows of D bytes
-  constexpr int kCd = D / 2 + 16;
+  // touches fall in different banks); value pair rows of D + 4 bytes (a store instruction's 4
+  // pair rows x 8 lane blocks fall in 32 different banks; D bytes: 4-way), read back by words
+  constexpr int kCd = D / 2 + 16, kCv = D + 4;
+  static_assert((kRows / 2) * kCv <= kRows * kCd, "value pair rows fit the key code rows");
   unsigned char* cd_s = reinterpret_cast<unsigned char*>(dst_ring + kDstSlots * kRows);  // kRows * kCd
   // the code lookup: [kLut] counts (bytes), [16] boundaries (+inf from n_bounds on), [32]
   // centroids (the last one repeated)
@@ -757,7 +759,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         } else {
           // pair row r0 / 2: byte g (D/8) + 2w + η, even token low nibble
           const u32 b0 = idx[0] | (idx[1] << 4), b1 = idx[2] | (idx[3] << 4);
-          *reinterpret_cast<u16*>(cd_s + (r0 / 2) * D + g * (D / 8) + 2 * w) = (u16)(b0 | (b1 << 8));
+          *reinterpret_cast<u16*>(cd_s + (r0 / 2) * kCv + g * (D / 8) + 2 * w) = (u16)(b0 | (b1 << 8));
         }
         if (QJL) {
           float rr[4];
@@ -838,9 +840,10 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         // the even row is token j (even), the odd one j + 1: the pair's index is (row of j) / 2
         const long long pair = ev ? re / 2 : (ro - 1) / 2;
         unsigned char* dst = p.codes + pair * D + 16 * piece;
-        const unsigned char* src = cd_s + pr * D + 16 * piece;
+        const unsigned char* src = cd_s + pr * kCv + 16 * piece;
         if (ev && od) {
-          *reinterpret_cast<Vec16*>(dst) = ld_shared16(src);
+          const u32* sw = reinterpret_cast<const u32*>(src);  // 4-byte aligned only
+          *reinterpret_cast<Vec16*>(dst) = Vec16{sw[0], sw[1], sw[2], sw[3]};
         } else {
           // as the exact kernel: an even token alone clears the high nibble, an odd one keeps
           // its partner's low nibble
