@@ -314,8 +314,12 @@ FERRATTN_TQ_COMPRESS(128)
 // (and M) held as A fragments in registers for the whole kernel; the tokens stream through as
 // the B operand (the N dimension), 64 token rows per chunk (8 tiles of 8 destination tokens of
 // one (sequence, KV head), aligned to 8 so that value token pairs stay in one tile), fed by a
-// 3-stage cp.async ring. Codes, signs and norms are assembled in shared memory and written as
-// whole rows.
+// 3-stage cp.async ring into 128-byte-swizzled shared tiles. On sm_90a each warpgroup (4 warps,
+// 64 output channels) multiplies 32 token rows at a time with wgmma.m64n32k16 (A from registers,
+// B through a shared-memory descriptor): the tile is read once per warpgroup, not once per warp
+// (ldmatrix + mma.sync, the compute_80 PTX's path). Codes come from a count byte per grid bin and
+// a boundary table indexed by that count (code_of). Codes, signs and norms are assembled in
+// shared memory and written as whole rows.
 namespace ferrattn {
 namespace tqf {
 
