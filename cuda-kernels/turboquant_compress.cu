@@ -36,6 +36,7 @@
 //                                   holds channel 8ν + g, token 2p low nibble, 2p+1 high
 //          norms [B][Hk][cap]       f16 ‖v‖
 #include "common.cuh"
+#include "sm90.cuh"
 
 namespace ferrattn {
 namespace tq {
@@ -313,8 +314,12 @@ FERRATTN_TQ_COMPRESS(128)
 // (and M) held as A fragments in registers for the whole kernel; the tokens stream through as
 // the B operand (the N dimension), 64 token rows per chunk (8 tiles of 8 destination tokens of
 // one (sequence, KV head), aligned to 8 so that value token pairs stay in one tile), fed by a
-// 3-stage cp.async ring. Codes, signs and norms are assembled in shared memory and written as
-// whole rows.
+// 3-stage cp.async ring into 128-byte-swizzled shared tiles. On sm_90a each warpgroup (4 warps,
+// 64 output channels) multiplies 32 token rows at a time with wgmma.m64n32k16 (A from registers,
+// B through a shared-memory descriptor): the tile is read once per warpgroup, not once per warp
+// (ldmatrix + mma.sync, the compute_80 PTX's path). Codes come from a count byte per grid bin and
+// a boundary table indexed by that count (code_of). Codes, signs and norms are assembled in
+// shared memory and written as whole rows.
 namespace ferrattn {
 namespace tqf {
 
@@ -375,13 +380,23 @@ __device__ __forceinline__ int fast_div(int n, u32 mul, u32 shr) {
 
 constexpr int kLut = 256;
 
+// A token tile (kRows rows of D f16) in shared memory is the K-major B operand of wgmma with the
+// 128-byte swizzle: channels [64a, 64a + 64) of every row form block a of kRows 128-byte rows
+// (8-row atoms of 1024 bytes, aligned to 1024), and the 16-byte chunk c of row r sits at chunk
+// c ^ (r % 8) of its 128 bytes. No padding: wgmma reads each row once per warpgroup, and
+// 16-byte accesses of 8 consecutive rows at one chunk fall in 8 different bank groups.
 template <int D>
 struct Layout {
   static constexpr int kWarps = D / 16;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kStride = D + 8;  // f16 per smem row: 16-byte rows, ldmatrix conflict-free
-  static constexpr int kStageHalves = kRows * kStride;
+  static constexpr int kBlockBytes = kRows * 128;  // one 64-channel block of a tile
+  static constexpr int kTileBytes = kRows * D * 2;
 };
+// byte offset of channel `ch` (a multiple of 2) of row `r` in a swizzled tile
+template <int D>
+__device__ __forceinline__ u32 sw_byte(int r, int ch) {
+  return (u32)((ch >> 6) * Layout<D>::kBlockBytes + r * 128 + ((((ch >> 3) & 7) ^ (r & 7)) << 4) + (ch & 7) * 2);
+}
 
 __device__ __forceinline__ void tile_coords(const FastParams& p, int item, int& b, int& h, int& first,
                                             int& lo, int& hi) {
@@ -402,7 +417,7 @@ __device__ __forceinline__ void tile_coords(const FastParams& p, int item, int& 
 template <int D>
 __device__ __forceinline__ void load_chunk(const FastParams& p, int chunk, int items, u32 xs_a,
                                            long long* dst) {
-  constexpr int S = Layout<D>::kStride, C = D / 8, TPR = Layout<D>::kThreads / kRows;
+  constexpr int C = D / 8, TPR = Layout<D>::kThreads / kRows;
   const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
   const int item = chunk * kTilesPerChunk + r / kTile;
   long long src_row = -1, dst_row = -1;
@@ -417,9 +432,9 @@ __device__ __forceinline__ void load_chunk(const FastParams& p, int chunk, int i
   }
   if (part == 0) dst[r] = dst_row;
   const u16* src = p.src + (src_row >= 0 ? src_row * D : 0) + part * 8;
-  const u32 d = xs_a + 2u * (r * S + part * 8);
 #pragma unroll
-  for (int c = 0; c < C / TPR; ++c) cp_async16_s(d + 16u * TPR * c, src + 8 * TPR * c, src_row >= 0);
+  for (int c = 0; c < C / TPR; ++c)
+    cp_async16_s(xs_a + sw_byte<D>(r, 8 * (part + TPR * c)), src + 8 * TPR * c, src_row >= 0);
 }
 
 // two f16 of a row (col even: 4-byte aligned)
@@ -454,21 +469,63 @@ __device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
 // Tiles computed together by a warp: independent MMA chains and epilogues in flight.
 constexpr int kGroup = 4;
 
-// acc[j] = A (16 rows of the warp) x rows [8 (t0 + j), 8 (t0 + j) + 8) of the smem tile (B)
+#if defined(FERRATTN_SM90A)
+// D (64 x 32, f32) (+)= A (64 x 16 f16, registers) x B (32 x 16 f16, K-major in shared memory).
+// The A fragment of warp w % 4 of the warpgroup is the mma.m16n8k16 A fragment of its 16 rows, and
+// d[4j .. 4j + 3] is the m16n8 C fragment of columns [8j, 8j + 8) (PTX ISA "Register fragments
+// ... wgmma .m64nNk16"), so the callers keep the mma.sync layouts.
+__device__ __forceinline__ void wgmma_m64n32k16_f16_rs(float (&d)[kGroup][4], const u32 (&a)[4], u64 desc_b,
+                                                       int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+      "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_proxy_fence() { sm90::fence_proxy_async(); }
+__device__ __forceinline__ void fence_acc(float (&d)[kGroup][4]) {
+#pragma unroll
+  for (int j = 0; j < kGroup; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+#else
+__device__ __forceinline__ void wgmma_proxy_fence() {}  // ldmatrix reads through the generic proxy
+#endif
+
+// acc[j] = A (16 rows of the warp) x rows [8 (t0 + j), 8 (t0 + j) + 8) of the swizzled tile at
+// shared address `xs_a` (B). sm_90a: one wgmma.m64n32k16 per k16 step per warpgroup (the
+// warpgroup's 4 warps own 64 output channels and read the 32 token rows once); elsewhere
+// (the compute_80 PTX) ldmatrix + mma.sync per warp.
 template <int D, bool SPLIT>
-__device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const u32 (&al)[D / 16][4],
-                                              const u16* xs, int t0, int lane,
-                                              float (&acc)[kGroup][4]) {
-  constexpr int S = Layout<D>::kStride;
+__device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const u32 (&al)[D / 16][4], u32 xs_a,
+                                              int t0, int lane, float (&acc)[kGroup][4]) {
+#if defined(FERRATTN_SM90A)
+  (void)lane;
+  // k step kk: block kk / 4, 32 bytes kk % 4 into the 128-byte rows; rows from 8 t0 (1024-aligned)
+  const u64 desc0 = sm90::smem_desc(xs_a + t0 * kTile * 128, 1024, sm90::kSw128);
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const u64 dk = desc0 + (u64)(((kk >> 2) * Layout<D>::kBlockBytes + (kk & 3) * 32) >> 4);
+    wgmma_m64n32k16_f16_rs(acc, ah[kk], dk, kk > 0);
+    if (SPLIT) wgmma_m64n32k16_f16_rs(acc, al[kk], dk, 1);
+  }
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  fence_acc(acc);
+#else
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  // 32-bit shared addresses: immediate offsets per (tile, k step), no 64-bit pointer math
-  const u32 row = smem_addr(xs + (t0 * kTile + (lane & 7)) * S + 8 * (lane >> 3));
+  const int rr = t0 * kTile + (lane & 7);
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk += 2) {
     u32 bf[kGroup][4];
 #pragma unroll
-    for (int j = 0; j < kGroup; ++j) ldsm_x4(bf[j], row + 2 * (j * kTile * S + 16 * kk));
+    for (int j = 0; j < kGroup; ++j) ldsm_x4(bf[j], xs_a + sw_byte<D>(rr + j * kTile, 16 * kk + 8 * (lane >> 3)));
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], ah[kk], bf[j][0], bf[j][1]);
 #pragma unroll
@@ -480,16 +537,20 @@ __device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const 
       for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], al[kk + 1], bf[j][2], bf[j][3]);
     }
   }
+#endif
 }
 
 // #{bounds < y} and its centroid by a uniform grid over y: bin k = rint(255 sat(y scale + off))
-// (two FMAs: the saturation clamps) holds at most one boundary (the host checks), entry k =
-// {first boundary of bin >= k (or +inf), #{boundaries of bins < k}, its centroid, the next
-// centroid}; the grid is monotone in y, so count + (boundary < y) is the exact count
-// (ferrattn_cuda::turboquant::CodeLut is the twin). `lut` is the shared address of the table
-// minus E * 0x4B000000 (mod 2^32), E the entry's bytes: fma(u, 255, 2^23) has the f32 bits
-// 0x4B000000 + k, so the entry's address is one LEA. Without the centroids (values, MSE keys) the
-// table holds 8-byte entries {boundary, count}.
+// (two FMAs: the saturation clamps) holds at most one boundary (the host checks), so with
+// count_k = #{boundaries of bins < k} and bound_k = the first boundary of a bin >= k (+inf if none;
+// that is boundary count_k), count_k + (bound_k < y) is the exact count: the grid is monotone in y
+// (ferrattn_cuda::turboquant::CodeLut is the twin and holds these per bin). In shared memory the
+// kernel keeps count_k as one byte per bin (256 bytes: a warp's 32 lookups touch at most 2 words
+// per bank) and the boundaries and centroids as 16- and 32-entry f32 tables indexed by the count
+// (at most 16 distinct words: conflict-free), not a random 8- or 16-byte entry per coordinate
+// (5-7 wavefronts per warp lookup measured). `cnt` is the shared address of the byte table minus
+// 0x4B000000 (mod 2^32): fma(u, 255, 2^23) has the f32 bits 0x4B000000 + k, so the byte's
+// address is one add.
 __device__ __forceinline__ u32 code_bits(const FastParams& p, float y) {
   float u, t;
   asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(y), "f"(p.lut_scale), "f"(p.lut_off));
@@ -499,36 +560,37 @@ __device__ __forceinline__ u32 code_bits(const FastParams& p, float y) {
   return bits;
 }
 // bound < y exactly when bound - y < 0 (IEEE subtraction of unequal values never gives zero, and
-// equal ones give +0; the host stores no -0 boundary and +inf past the last): the sign bit of
+// equal ones give +0; the tables hold no -0 boundary and +inf past the last): the sign bit of
 // the difference is the comparison, so count + (sign >> 31) is one LEA.HI
 __device__ __forceinline__ u32 below_bit(float bound, float y) {
   return __float_as_uint(tq::fsub_rn(bound, y)) >> 31;
 }
-__device__ __forceinline__ u32 code_of(u32 lut, const FastParams& p, float y) {
-  float bnd;
+__device__ __forceinline__ u32 code_of(u32 cnt, u32 bnd, const FastParams& p, float y) {
   u32 c;
-  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=f"(bnd), "=r"(c) : "r"(lut + code_bits(p, y) * 8u));
-  return c + below_bit(bnd, y);
+  float b;
+  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(cnt + code_bits(p, y)));
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b) : "r"(bnd + 4u * c));
+  return c + below_bit(b, y);
 }
-__device__ __forceinline__ u32 code_cent_of(u32 lut, const FastParams& p, float y, float& cent) {
-  float bnd;
-  u32 c, c0, c1;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(bnd), "=r"(c), "=r"(c0), "=r"(c1)
-               : "r"(lut + code_bits(p, y) * 16u));
-  const u32 m = (u32)((int)__float_as_uint(tq::fsub_rn(bnd, y)) >> 31);  // all ones: up
-  cent = __uint_as_float((c0 & ~m) | (c1 & m));
-  return c - m;
+// the same and the centroid of the code (`cen`: the centroid table's shared address)
+__device__ __forceinline__ u32 code_cent_of(u32 cnt, u32 bnd, u32 cen, const FastParams& p, float y,
+                                            float& cent) {
+  const u32 c = code_of(cnt, bnd, p, y);
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(cent) : "r"(cen + 4u * c));
+  return c;
 }
 
 template <int D, bool KEYS, bool QJL, bool SPLIT>
 __device__ __forceinline__ void compress_fast(const FastParams& p) {
   using L = Layout<D>;
-  constexpr int S = L::kStride, NT = L::kThreads;
+  constexpr int NT = L::kThreads;
   extern __shared__ float4 smem4[];
-  u16* xs = reinterpret_cast<u16*>(smem4);                       // [kStages][kRows][S]
-  u16* rrs = xs + kStages * L::kStageHalves;                     // [kRows][S] residual (QJL)
-  float* inv_s = reinterpret_cast<float*>(rrs + (QJL ? L::kStageHalves : 0));  // [kRows]
+  // the swizzled tiles start at a 1024-byte boundary (the host adds 1024 bytes of slack)
+  unsigned char* base = reinterpret_cast<unsigned char*>(smem4);
+  base += (1024u - (smem_addr(base) & 1023u)) & 1023u;
+  u16* xs = reinterpret_cast<u16*>(base);                        // [kStages] swizzled tiles
+  u16* rrs = xs + kStages * L::kTileBytes / 2;                   // swizzled residual tile (QJL)
+  float* inv_s = reinterpret_cast<float*>(rrs + (QJL ? L::kTileBytes / 2 : 0));  // [kRows]
   float* nrm_s = inv_s + kRows;                                  // [kRows]
   float* gam_s = nrm_s + kRows;                                  // [kWarps][kRows] (QJL)
   float* bnd_s = gam_s + L::kWarps * kRows;                      // [16] (unused: the lookup)
@@ -540,28 +602,35 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // kc - 1)
   long long* dst_ring = reinterpret_cast<long long*>(sg_s + kRows * 4);
   // key code rows of D/2 + 16 bytes (the byte stores of the 4 token rows a store instruction
-  // touches fall in different banks); value pair rows of D bytes
-  constexpr int kCd = D / 2 + 16;
+  // touches fall in different banks); value pair rows of D + 4 bytes (a store instruction's 4
+  // pair rows x 8 lane blocks fall in 32 different banks; D bytes: 4-way), read back by words
+  constexpr int kCd = D / 2 + 16, kCv = D + 4;
+  static_assert((kRows / 2) * kCv <= kRows * kCd, "value pair rows fit the key code rows");
   unsigned char* cd_s = reinterpret_cast<unsigned char*>(dst_ring + kDstSlots * kRows);  // kRows * kCd
-  float4* lut_s = reinterpret_cast<float4*>(cd_s + kRows * kCd);          // [kLut]
+  // the code lookup: [kLut] counts (bytes), [16] boundaries (+inf from n_bounds on), [32]
+  // centroids (the last one repeated)
+  unsigned char* cnt_s = cd_s + kRows * kCd;
+  float* bnd_t = reinterpret_cast<float*>(cnt_s + kLut);
+  float* cen_t = bnd_t + 16;
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int items = p.batch * p.heads_kv * p.groups;
   const int chunks = (items + kTilesPerChunk - 1) / kTilesPerChunk;
   (void)cen_s;
-  // QJL keys: 16-byte entries {boundary, count, c[count], c[count + 1]}; else {boundary, count}
-  constexpr u32 kEntry = QJL ? 16u : 8u;
-  for (int i = threadIdx.x; i < kLut; i += NT) {
-    const float4 e = p.lut[i];
-    if (QJL) lut_s[i] = e;
-    else reinterpret_cast<float2*>(lut_s)[i] = make_float2(e.x, e.y);
+  for (int i = threadIdx.x; i < kLut; i += NT) cnt_s[i] = (unsigned char)__float_as_uint(p.lut[i].y);
+  if (threadIdx.x < 16) {
+    // boundary c of the table = CodeLut's boundary of the bins whose count is c (+ 0: no -0)
+    const int c = threadIdx.x;
+    bnd_t[c] = c < p.n_bounds ? tq::fadd_rn(p.bounds[c], 0.f) : __int_as_float(0x7f800000);
   }
-  // the table's biased address through shared memory: ptxas cannot split it into a uniform
-  // base and a constant added to every lookup's address (one LEA per lookup, not two ops)
-  __shared__ u32 lut_base_s;
-  if (threadIdx.x == 0) lut_base_s = smem_addr(lut_s) - kEntry * 0x4B000000u;
+  if (threadIdx.x < 32) cen_t[threadIdx.x] = p.cents[min((int)threadIdx.x, p.n_bounds)];
+  // the byte table's biased address through shared memory: ptxas cannot split it into a uniform
+  // base and a constant added to every lookup's address (one add per lookup, not two ops)
+  __shared__ u32 cnt_base_s;
+  if (threadIdx.x == 0) cnt_base_s = smem_addr(cnt_s) - 0x4B000000u;
   __syncthreads();
-  const u32 lut_a = *reinterpret_cast<volatile u32*>(&lut_base_s);
+  const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
+  const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
   u32 ah[D / 16][4], al[SPLIT ? D / 16 : 1][4], am[QJL ? D / 16 : 1][4];
   load_a<D, KEYS>(p.pi_hi, w, lane, ah);
   if (SPLIT) load_a<D, KEYS>(p.pi_lo, w, lane, reinterpret_cast<u32(&)[D / 16][4]>(al));
@@ -573,7 +642,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (c_load < chunks)
-      load_chunk<D>(p, c_load, items, xs_a + 2u * s * L::kStageHalves, dst_ring + s * kRows);
+      load_chunk<D>(p, c_load, items, xs_a + s * L::kTileBytes, dst_ring + s * kRows);
     cp_async_commit();
     c_load += gridDim.x;
   }
@@ -582,14 +651,16 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     {
       const int ls = (stage + kStages - 1) % kStages;
       if (c_load < chunks)
-        load_chunk<D>(p, c_load, items, xs_a + 2u * ls * L::kStageHalves,
+        load_chunk<D>(p, c_load, items, xs_a + ls * L::kTileBytes,
                       dst_ring + ((kc + kStages - 1) % kDstSlots) * kRows);
       cp_async_commit();
       c_load += gridDim.x;
     }
     cp_async_wait<kStages - 1>();
+    wgmma_proxy_fence();  // this thread's cp.async rows are read by wgmma (async proxy)
     __syncthreads();
-    const u16* x = xs + stage * L::kStageHalves;
+    const u32 x_a = xs_a + stage * L::kTileBytes;
+    const unsigned char* x = reinterpret_cast<const unsigned char*>(xs) + stage * L::kTileBytes;
     const long long* dst_s = dst_ring + (kc % kDstSlots) * kRows;
 
     // ‖x‖: NT / kRows threads per row. First an f32 sum of the (exact) squares, FMA by FMA, and
@@ -606,12 +677,13 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     {
       constexpr int TPR = NT / kRows, PER = D / TPR;
       const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
-      const u16* xr = x + r * S + part * PER;
+      // chunk k / 8 of the row's part: swizzled 16-byte pieces
+      auto xr = [&](int k) { return reinterpret_cast<const u16*>(x + sw_byte<D>(r, part * PER + k)); };
       float s32 = 0.f;
 #pragma unroll
       for (int k = 0; k < PER; k += 8) {
         float f[8];
-        unpack8<F16>(ld_shared16(xr + k), f);
+        unpack8<F16>(ld_shared16(xr(k)), f);
 #pragma unroll
         for (int e = 0; e < 8; ++e) s32 = fmaf(f[e], f[e], s32);
       }
@@ -629,7 +701,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         double a4[4] = {0.0, 0.0, 0.0, 0.0};
 #pragma unroll
         for (int k = 0; k < PER; k += 8) {
-          Vec16 v = ld_shared16(xr + k);
+          Vec16 v = ld_shared16(xr(k));
           v.x &= 0x7fff7fffu;
           v.y &= 0x7fff7fffu;
           v.z &= 0x7fff7fffu;
@@ -667,7 +739,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     for (int t0 = 0; t0 < kTilesPerChunk; t0 += kGroup) {
       float acc[kGroup][4];
       float gs[2 * kGroup];  // QJL: this lane's part of γ² of its 2 kGroup token rows
-      tile_products<D, SPLIT>(ah, reinterpret_cast<const u32(&)[D / 16][4]>(al), x, t0, lane, acc);
+      tile_products<D, SPLIT>(ah, reinterpret_cast<const u32(&)[D / 16][4]>(al), x_a, t0, lane, acc);
 #pragma unroll
       for (int jt = 0; jt < kGroup; ++jt) {
         const int r0 = (t0 + jt) * kTile + 2 * q;  // chunk rows of acc[.][0] / acc[.][1]
@@ -678,8 +750,8 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         float cen[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          if (QJL) idx[e] = code_cent_of(lut_a, p, y[e], cen[e]);
-          else idx[e] = code_of(lut_a, p, y[e]);
+          if (QJL) idx[e] = code_cent_of(cnt_a, bnd_a, cen_a, p, y[e], cen[e]);
+          else idx[e] = code_of(cnt_a, bnd_a, p, y[e]);
         }
         if (KEYS) {
           // channel pairs (load_a<D, true>): acc[.][0] / [2] are channels c = 16w + 2g and c + 1
@@ -691,7 +763,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         } else {
           // pair row r0 / 2: byte g (D/8) + 2w + η, even token low nibble
           const u32 b0 = idx[0] | (idx[1] << 4), b1 = idx[2] | (idx[3] << 4);
-          *reinterpret_cast<u16*>(cd_s + (r0 / 2) * D + g * (D / 8) + 2 * w) = (u16)(b0 | (b1 << 8));
+          *reinterpret_cast<u16*>(cd_s + (r0 / 2) * kCv + g * (D / 8) + 2 * w) = (u16)(b0 | (b1 << 8));
         }
         if (QJL) {
           float rr[4];
@@ -704,8 +776,9 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
           u32 p0, p1;
           asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(p0) : "f"(rr[2]), "f"(rr[0]));
           asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(p1) : "f"(rr[3]), "f"(rr[1]));
-          *reinterpret_cast<u32*>(rrs + r0 * S + o0) = p0;
-          *reinterpret_cast<u32*>(rrs + (r0 + 1) * S + o0) = p1;
+          unsigned char* rb = reinterpret_cast<unsigned char*>(rrs);
+          *reinterpret_cast<u32*>(rb + sw_byte<D>(r0, o0)) = p0;
+          *reinterpret_cast<u32*>(rb + sw_byte<D>(r0 + 1, o0)) = p1;
         }
       }
       if (QJL) {
@@ -726,6 +799,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
       }
     }
     if (QJL) {
+      wgmma_proxy_fence();  // the residual stores are read by wgmma (async proxy)
       __syncthreads();
       const int e = 2 * w + (g & 1) * (D / 8);
       // word g/2 of token row 2q + g % 2 of a tile
@@ -734,7 +808,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
       for (int t0 = 0; t0 < kTilesPerChunk; t0 += kGroup) {
         float acc[kGroup][4];
         tile_products<D, false>(reinterpret_cast<const u32(&)[D / 16][4]>(am),
-                                reinterpret_cast<const u32(&)[D / 16][4]>(am), rrs, t0, lane, acc);
+                                reinterpret_cast<const u32(&)[D / 16][4]>(am), smem_addr(rrs), t0, lane, acc);
 #pragma unroll
         for (int jt = 0; jt < kGroup; ++jt) {
           // channel 16w + g (+8): lane block g/2, bit e (+1), e = 2w + (g % 2) D/8; the sign
@@ -770,9 +844,10 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         // the even row is token j (even), the odd one j + 1: the pair's index is (row of j) / 2
         const long long pair = ev ? re / 2 : (ro - 1) / 2;
         unsigned char* dst = p.codes + pair * D + 16 * piece;
-        const unsigned char* src = cd_s + pr * D + 16 * piece;
+        const unsigned char* src = cd_s + pr * kCv + 16 * piece;
         if (ev && od) {
-          *reinterpret_cast<Vec16*>(dst) = ld_shared16(src);
+          const u32* sw = reinterpret_cast<const u32*>(src);  // 4-byte aligned only
+          *reinterpret_cast<Vec16*>(dst) = Vec16{sw[0], sw[1], sw[2], sw[3]};
         } else {
           // as the exact kernel: an even token alone clears the high nibble, an odd one keeps
           // its partner's low nibble

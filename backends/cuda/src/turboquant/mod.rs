@@ -233,19 +233,22 @@ pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
 }
 
 /// Shared memory of a fast compression kernel (`tqf::compress_fast` in turboquant_compress.cu):
-/// the cp.async ring, the residual tile (keys with QJL), norms, `γ` partials, the codebook, the
-/// sign words, the destination rows (a ring of 4 chunks) and the code rows (`d/2 + 16` bytes each: byte stores of
-/// different rows fall in different banks).
+/// the cp.async ring and the residual tile (keys with QJL) as unpadded 128-byte-swizzled tiles
+/// (the `wgmma` B operand; 1024 bytes of slack align them to their 1024-byte swizzle atoms),
+/// norms, `γ` partials, the code lookup's tables, the sign words, the destination rows (a ring of 4 chunks)
+/// and the code rows (`d/2 + 16` bytes each: byte stores of different rows fall in different
+/// banks).
 pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
-    let tile = FAST_ROWS * (d + 8) * 2;
+    let tile = FAST_ROWS * d * 2;
     let warps = d / 16;
-    FAST_STAGES * tile
+    1024 + FAST_STAGES * tile
         + if keys_with_qjl { tile } else { 0 }
         + 4 * (2 * FAST_ROWS + warps * FAST_ROWS + 32)
         + FAST_ROWS * 16
         + 4 * FAST_ROWS * 8 // the destination-row ring (tqf::kDstSlots)
         + FAST_ROWS * (d / 2 + 16)
-        + CODE_LUT_BINS * 16
+        + CODE_LUT_BINS
+        + 4 * (16 + 32) // the code lookup: a count byte per bin, 16 boundaries, 32 centroids
 }
 
 /// `Π` as f16 hi and lo (`lo = f16(Π - hi)`) and `S Πᵀ` (f64 products, rounded once to f16),
