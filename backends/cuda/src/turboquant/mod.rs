@@ -78,20 +78,22 @@ pub const MAX_UNIT_WARPS_R8: usize = 7;
 
 /// Whether `p`'s decode (at most 8 MMA rows in use) takes the small-work schedule on `sms` SMs:
 /// one CTA of [`MAX_UNIT_WARPS_R8`] warps per SM, so 7 units per SM instead of every resident
-/// warp (12 per SM at d = 128). Chosen where the default width would give every warp 5 to 24
-/// iterations. Measured (k4q-v3, H200, `FERRATTN_TQ_UNIT_WARPS=7` with 924 units against the
-/// default, the same kernels): 1 x 16k (5.2 iterations a warp) 26.1 µs against 32.8 µs a step
-/// (issue-10-decode5 call 1), 1 x 32k (10.3) 34.5 against 39.0 (issue-10-decode4 call 2), 2 x
-/// 32k (20.7) 53.3 against 54.2 (issue-10-decode5 call 1); 16 x 16k and 32 x 32k (83 and 248)
-/// 7% and 11% slower (issue-10-decode4). Fewer than 5 a warp (shorter contexts) and 24 to 83
-/// were not measured and keep the default.
+/// warp (12 per SM at d = 128). Chosen where the default width would give every warp 2.5 to 24
+/// iterations. Measured (k4q-v3, H200, the same kernels, one 7-warp CTA per SM with 924 units
+/// against the 4-warp default width), issue-10-decode5 call 2: 1 x 8k (2.6 iterations a warp)
+/// 22.8 against 24.9 µs a step, 1 x 64k and 4 x 16k (20.7) 49.8 and 55.0 against 51.6 and
+/// 55.3, 1 x 128k (41) 79.9 against 77.4-77.5 (forced with `FERRATTN_TQ_UNIT_WARPS`), 1 x 16k
+/// (5.2) 26.1-26.2 against main's 33.3-33.4 and 2 x 32k (20.7) 53.5 against 54.9 (de8498b's 5
+/// to 24 rule); issue-10-decode4: 1 x 32k (10.3) 34.5 against 39.0, 16 x 16k and 32 x 32k (83
+/// and 248) 7% and 11% slower. Fewer than 2.5 a warp (shorter contexts) and 24 to 41 were not
+/// measured and keep the default.
 pub fn small_decode(p: &AttentionProblem, sms: usize) -> bool {
     const DEFAULT_WARPS_PER_SM: usize = 12; // 3 CTAs of UNIT_WARPS at d = 128
     if p.group_size() * p.max_seqlen_q > 8 {
         return false;
     }
     let per_warp = decode_iterations(p) as f64 / (DEFAULT_WARPS_PER_SM * sms) as f64;
-    (5.0..24.0).contains(&per_warp)
+    (2.5..24.0).contains(&per_warp)
 }
 /// Stages of each decode warp's cp.async ring (`kStages` in turboquant_decode.cu).
 pub const DECODE_STAGES: usize = 3;
