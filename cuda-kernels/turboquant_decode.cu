@@ -40,8 +40,9 @@
 //      coordinate, laid out so that one lane's bytes are exactly its B fragments (see
 //      turboquant_compress.cu); `prmt` with the nibbles as selectors looks four centroids up in
 //      byte tables held in registers (low bytes and high bytes of the f16 centroids) and two more
-//      `prmt` interleave them into two f16x2 operands. Sign bits become ±1 f16 pairs with one
-//      shift and one LOP3.
+//      `prmt` interleave them into two f16x2 operands. Sign bits enter the T MMA as mantissa
+//      bits of 1.0 (one LOP3 a pair, one shift per 4 pairs; S q pre-scaled and T started at a
+//      per-row constant: see signs2m). Stages below every live row's end skip the masking.
 //   3. turboquant_combine_* (8 warps; turboquant_combine_w16_* with 16 at small batch): per
 //      output row, the unit partials (O_rot, m, l) merged in two
 //      passes (the row's max over every partial, then independent weighted sums over the CTA's
@@ -150,6 +151,27 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+constexpr int INT_MAX_ = 0x7fffffff;
+// max of two floats in one instruction (max.f32; fmax2's compare and select take two). They
+// differ only where an operand is NaN (max.f32 returns the other); the scores are finite or -inf.
+__device__ __forceinline__ float fmax1(float a, float b) {
+  float r;
+  asm("max.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+// the least v over the warp (uniform result)
+__device__ __forceinline__ int warp_min(int v) {
+  int r;
+  asm volatile("redux.sync.min.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+  return r;
+}
+template <bool B>
+struct MaskTag {
+  static constexpr bool value = B;
+};
+using Masked = MaskTag<true>;
+using Unmasked = MaskTag<false>;
+
 // v of lane `src` (whole warp)
 __device__ __forceinline__ float shfl_idx(float v, int src) {
   float r;
@@ -183,14 +205,55 @@ __device__ __forceinline__ void lookup4(u32 w, const u32 (&t)[8], u32& a, u32& b
   b = prmt(lo, hi, 0x7362u);
 }
 
-// ±1 f16 pair from sign bits jj and jj + 16 of w (stored 1 = +1, as QjlSketch::signs_into).
-// `neg1` is 0xBC00BC00 (-1, -1) held in a register: with both masks as immediates the compiler
-// needs two LOP3 (one immediate each), with one in a register a single LOP3 does (a & b) ^ c.
-// (-1, -1) in f16 for signs2, a variable (never written) so that the compiler cannot fold it
-// back into an immediate
-__device__ u32 kNegOnePair = 0xBC00BC00u;
-__device__ __forceinline__ u32 signs2(u32 w, int jj, u32 neg1) {
-  return ((w << (15 - jj)) & 0x80008000u) ^ neg1;
+// QJL sign pairs as f16 mantissas (issue-10-decode5). A ±1 pair costs a shift and a LOP3 per
+// pair (jj and jj + 16 moved to bits 15 and 31, then xor -1); here the pair jj's bits stay ±1
+// only in the algebra: B = 1 + b · 2^(p - 10) with b ∈ {0, 1} the stored sign bit (1 = +1) masked
+// into mantissa bit p of 1.0 (f16 0x3C00), one LOP3 `(w & m) | 0x3C003C00`, and the 4 pairs of
+// a k32 group (jj = 4G .. 4G + 3, the pairs of MMA chunks 2G and 2G + 1) share one shift that
+// puts them at mantissa bits 6-9 (p = 6 + jj % 4; 22-25 in the high half). With the A entry of
+// coordinate i scaled by M_i = 2^(11 - p_i) (32, 16, 8, 4: exact in f16 barring overflow, see
+// qjl_scale), Σ_i a_i B_i = Σ_i M_i Sq_i + 2 Σ_i Sq_i b_i, so
+//   T = Σ_i Sq_i (2 b_i - 1) = Σ_i a_i B_i - C,  C = Σ_i Sq_i (1 + M_i)  (per MMA row),
+// and the T accumulators start at -C (computed once per segment from the same f16 Sq_i).
+// Per 16 tokens and lane: 8 shifts + 32 LOP3 for the 32 pairs instead of 64 instructions.
+// The host twin (turboquant::twin::decode) computes T this way too.
+// `one` is 0x3C003C00 held in a register (kOnePair: a variable, never written, so that the
+// compiler cannot fold it back into an immediate: with one immediate mask, one LOP3 does it).
+__device__ u32 kOnePair = 0x3C003C00u;
+// the sign word moved so that pair 4G's bits (4G, 4G + 16) sit at mantissa bits 6 and 22
+template <int G>
+__device__ __forceinline__ u32 sign_group(u32 w) {
+  if constexpr (4 * G <= 6) {
+    return w << (6 - 4 * G);
+  } else {
+    return w >> (4 * G - 6);
+  }
+}
+__device__ __forceinline__ u32 sign_group_rt(u32 w, int G) {
+  return G == 0 ? sign_group<0>(w) : G == 1 ? sign_group<1>(w) : G == 2 ? sign_group<2>(w) : sign_group<3>(w);
+}
+// pair 4G + k of a sign_group word: f16x2 (1 + b_lo 2^(k - 4), 1 + b_hi 2^(k - 4))
+__device__ __forceinline__ u32 signs2m(u32 sh, int k, u32 one) { return (sh & (0x00400040u << k)) | one; }
+// The A-fragment scale of chunk c's registers 0, 1 (k = 2q, 2q + 1: pair 2c, p = 6 + 2 (c & 1))
+// and 2, 3 (k = 2q + 8, ..: pair 2c + 1): M = 2^(11 - p) as an f16x2 multiplier.
+__device__ __forceinline__ u32 qjl_scale(int c, int reg) {
+  const int e = 5 - 2 * (c & 1) - (reg >> 1);  // log2 M
+  const u32 h = (u32)(15 + e) << 10;           // f16 2^e
+  return h | (h << 16);
+}
+// d = A B + c (f16 inputs, f32 accumulators) with c a separate operand: a loop-invariant start
+// value costs no moves into the accumulators
+__device__ __forceinline__ void mma16816_c(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1, const float (&c)[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+__device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
+  u32 r;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
 }
 
 __device__ __forceinline__ uint4 ldg16(const void* p) {
@@ -390,6 +453,11 @@ __device__ __forceinline__ void read_values(const uint4* st, int lane, Stage<D>&
 
 __device__ __forceinline__ float half_lo(u32 w) { return F16::to_f32((u16)(w & 0xffffu)); }
 __device__ __forceinline__ float half_hi(u32 w) { return F16::to_f32((u16)(w >> 16)); }
+// Σ over the f16x2 pair w of x (1 + M), M = 2^e, in f32 (every product is exact: 11 + 6 bits)
+__device__ __forceinline__ float qjl_const2(u32 w, int e) {
+  const float f = 1.f + (float)(1 << e);
+  return half_lo(w) * f + half_hi(w) * f;
+}
 
 // Visible keys of MMA row r of tile (b, qg): causal bottom-right as AttentionProblem::visible_keys,
 // 0 for padding rows.
@@ -422,7 +490,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   u32 ktab[8], vtab[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) ktab[i] = p.ktab[i], vtab[i] = p.vtab[i];
-  const u32 neg1 = kNegOnePair;  // loaded once: a register for signs2
+  const u32 one = kOnePair;  // loaded once: a register for signs2m
 
   // A segment's header: its tile, token range, rows' visible ends and the lane's source bases.
   // The tables are the host's (uploaded before the prepare kernel, which is launched in plain
@@ -482,11 +550,16 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       issue_ring(hd);
     }
     const int tile = hd.tile, tok0 = hd.tok0, lim0 = hd.lim0, lim1 = hd.lim1, iters = hd.iters;
+    // live rows see a token of the segment (padding rows, and rows whose visible keys end before
+    // it, are dead: their partial is written as empty); live_lim: the warp's least live end
+    const bool dead0 = lim0 <= tok0, dead1 = !R16 || lim1 <= tok0;
+    const int live_lim = warp_min(min(dead0 ? INT_MAX_ : lim0, dead1 ? INT_MAX_ : lim1));
     Bases src = hd.src;  // at stage kStages (when the segment has that many)
     // Π q as hi + lo (two f16 products: the scores then carry the rounding of the centroids
     // only). Every lane reads only the qsm entries it wrote, so no barrier; its reads of the
     // previous segment are done (program order).
     u32 qa[R16 ? CH : 1][4];
+    float cg = 0.f, cg8 = 0.f;  // C of rows g and g + 8 (signs2m)
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
       const size_t at = ((size_t)(tile * 32 + lane) * CH + c) * 4;
@@ -498,10 +571,22 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         qsm[c * 32 + lane] = make_uint4(v.x, l.x, v.z, l.z);
       }
       if (QJL) {
+        // S q scaled by the mantissa weights of its sign pairs (see signs2m), and the rows'
+        // constants C (this lane's share; rows g: registers 0, 2, rows g + 8: 1, 3)
         const uint4 w = ldg16(p.pf + at);
-        qsm[(CH + c) * 32 + lane] = R16 ? w : make_uint4(w.x, 0u, w.z, 0u);
+        const int e01 = 5 - 2 * (c & 1), e23 = e01 - 1;
+        cg += qjl_const2(w.x, e01), cg += qjl_const2(w.z, e23);
+        if (R16) cg8 += qjl_const2(w.y, e01), cg8 += qjl_const2(w.w, e23);
+        const u32 m01 = qjl_scale(c, 0), m23 = qjl_scale(c, 2);
+        qsm[(CH + c) * 32 + lane] = R16 ? make_uint4(hmul2(w.x, m01), hmul2(w.y, m01), hmul2(w.z, m23), hmul2(w.w, m23))
+                                        : make_uint4(hmul2(w.x, m01), 0u, hmul2(w.z, m23), 0u);
       }
     }
+    // the row sums over the 4 lanes of a quad (lanes 4g .. 4g + 3 hold row g's 16-column pieces)
+    cg += shfl_xor(cg, 1), cg8 += shfl_xor(cg8, 1);
+    cg += shfl_xor(cg, 2), cg8 += shfl_xor(cg8, 2);
+    // the T accumulators' start (loop-invariant: the first MMA of each chain reads it as its C)
+    const float tc[4] = {-cg, -cg, -cg8, -cg8};
     // A fragment of array arr, chunk c, from qsm
     auto qfrag = [&](int arr, int c, u32 (&f)[4]) {
       const uint4 v = qsm[(arr * CH + c) * 32 + lane];
@@ -563,18 +648,26 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     // T = (S q) · signsᵀ, chunks 2w and 2w + 1
     auto qjl_word = [&](const Stage<D>& kc, int w) {
       if (QJL) {
+        // pairs 4w .. 4w + 3: chunk 2w's b0, b1, chunk 2w + 1's b0, b1 (one shift per token row)
+        const u32 h0 = sign_group_rt(kc.s0, w), h1 = sign_group_rt(kc.s1, w);
 #pragma unroll
         for (int c = 2 * w; c < 2 * w + 2; ++c) {
           u32 pa[4];
           qfrag(1, c, pa);
-          mma16816(F16{}, t0, pa, signs2(kc.s0, 2 * c, neg1), signs2(kc.s0, 2 * c + 1, neg1));
-          mma16816(F16{}, t1, pa, signs2(kc.s1, 2 * c, neg1), signs2(kc.s1, 2 * c + 1, neg1));
+          const int k = 2 * (c & 1);
+          if (c == 0) {  // the chains' first MMAs: C = -C_row (tc), not the accumulators
+            mma16816_c(t0, pa, signs2m(h0, k, one), signs2m(h0, k + 1, one), tc);
+            mma16816_c(t1, pa, signs2m(h1, k, one), signs2m(h1, k + 1, one), tc);
+          } else {
+            mma16816(F16{}, t0, pa, signs2m(h0, k, one), signs2m(h0, k + 1, one));
+            mma16816(F16{}, t1, pa, signs2m(h1, k, one), signs2m(h1, k + 1, one));
+          }
         }
       }
     };
     auto zero_scores = [&]() {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s0[e] = s1[e] = t0[e] = t1[e] = z0[e] = z1[e] = 0.f;
+      for (int e = 0; e < 4; ++e) s0[e] = s1[e] = z0[e] = z1[e] = 0.f;  // t0, t1: from tc (qjl_word)
     };
     // ---- O_rot += P' · c[idx_v] of V word w: n-blocks ν = 4w .. 4w + 3 (channels 8ν..8ν+7)
     auto pv_word = [&](const Stage<D>& vc, int w) {
@@ -599,7 +692,11 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     };
     // ---- scores, masking, online softmax (base 2) of the stage at token `start` for rows g
     // (e = 0, 1) and g + 8 (e = 2, 3): m, l updated, pa_ = its P ‖v‖, al = O's rescale factors
-    auto softmax = [&](const Stage<D>& kc, int start, float& al0, float& al1) {
+    // `mask` (Masked / Unmasked): an Unmasked stage lies below every live row's end (live_lim),
+    // so neither the token mask nor the p = 0 select of P ‖v‖ is needed (every norm in it is a
+    // written token's); dead rows then score finite garbage, dropped at the partial's write
+    auto softmax = [&](auto mask, const Stage<D>& kc, int start, float& al0, float& al1) {
+      constexpr bool kMask = decltype(mask)::value;
       if constexpr (R16) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s0[e] += z0[e], s1[e] += z1[e];
@@ -626,21 +723,23 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       } else {
         sc[4] = sc[5] = sc[6] = sc[7] = neg_inf();  // rows 8-15 are not in use
       }
-      const int tok[4] = {j0, j0 + 1, j0 + 8, j0 + 9};
+      if constexpr (kMask) {
+        const int tok[4] = {j0, j0 + 1, j0 + 8, j0 + 9};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (tok[e] >= lim0) sc[e] = neg_inf();
-        if (tok[e] >= lim1) sc[4 + e] = neg_inf();
+        for (int e = 0; e < 4; ++e) {
+          if (tok[e] >= lim0) sc[e] = neg_inf();
+          if (tok[e] >= lim1) sc[4 + e] = neg_inf();
+        }
       }
-      float mx0 = fmax2(fmax2(sc[0], sc[1]), fmax2(sc[2], sc[3]));
-      float mx1 = fmax2(fmax2(sc[4], sc[5]), fmax2(sc[6], sc[7]));
-      mx0 = fmax2(mx0, shfl_xor(mx0, 1));
-      mx0 = fmax2(mx0, shfl_xor(mx0, 2));
+      float mx0 = fmax1(fmax1(sc[0], sc[1]), fmax1(sc[2], sc[3]));
+      float mx1 = fmax1(fmax1(sc[4], sc[5]), fmax1(sc[6], sc[7]));
+      mx0 = fmax1(mx0, shfl_xor(mx0, 1));
+      mx0 = fmax1(mx0, shfl_xor(mx0, 2));
       if (R16) {
-        mx1 = fmax2(mx1, shfl_xor(mx1, 1));
-        mx1 = fmax2(mx1, shfl_xor(mx1, 2));
+        mx1 = fmax1(mx1, shfl_xor(mx1, 1));
+        mx1 = fmax1(mx1, shfl_xor(mx1, 2));
       }
-      const float mn0 = fmax2(m0, mx0), mn1 = fmax2(m1, mx1);
+      const float mn0 = fmax1(m0, mx0), mn1 = fmax1(m1, mx1);
       // a row with no visible key yet keeps m = -inf; subtract 0 instead so that exp2 gives 0
       const float mu0 = mn0 == neg_inf() ? 0.f : mn0, mu1 = mn1 == neg_inf() ? 0.f : mn1;
       al0 = exp2_approx(m0 - mu0), al1 = R16 ? exp2_approx(m1 - mu1) : 1.f;
@@ -659,8 +758,8 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       float pv[8];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        pv[e] = pr[e] == 0.f ? 0.f : pr[e] * vn[e];
-        pv[4 + e] = pr[4 + e] == 0.f ? 0.f : pr[4 + e] * vn[e];
+        pv[e] = kMask && pr[e] == 0.f ? 0.f : pr[e] * vn[e];
+        pv[4 + e] = kMask && pr[4 + e] == 0.f ? 0.f : pr[4 + e] * vn[e];
       }
       pa_[0] = pack2(F16{}, pv[0], pv[1]), pa_[1] = pack2(F16{}, pv[4], pv[5]);
       pa_[2] = pack2(F16{}, pv[2], pv[3]), pa_[3] = pack2(F16{}, pv[6], pv[7]);
@@ -676,7 +775,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) score_word(kc, w), qjl_word(kc, w);
       float al0, al1;
-      softmax(kc, tok0, al0, al1);
+      softmax(Masked{}, kc, tok0, al0, al1);
     }
 
     // byte offsets in the ring of stage it's slot (its values are read, then it is refilled) and
@@ -702,7 +801,12 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         qjl_word(kc, w);
       }
       float al0, al1;
-      softmax(kc, tok0 + (it + 1) * kTileK, al0, al1);
+      const int start = tok0 + (it + 1) * kTileK;
+      if (start + kTileK <= live_lim) {  // uniform
+        softmax(Unmasked{}, kc, start, al0, al1);
+      } else {
+        softmax(Masked{}, kc, start, al0, al1);
+      }
       // rescale O (stage it's P·V included) only when some row's running max moved (rare after
       // the first tokens; the vote keeps the branch uniform over the warp)
       if (__any_sync(0xffffffffu, al0 != 1.f || (R16 && al1 != 1.f))) {
@@ -738,6 +842,25 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     l0 += shfl_xor(l0, 2);
     l1 += shfl_xor(l1, 1);
     l1 += shfl_xor(l1, 2);
+    // dead rows: the empty partial (m = -inf, l = 0, O = 0), as the masked softmax gives them
+    if (dead0) m0 = neg_inf(), l0 = 0.f;
+    if (dead1) m1 = neg_inf(), l1 = 0.f;
+    if constexpr (!T) {
+#pragma unroll
+      for (int n = 0; n < NB; ++n) {
+        if (dead0) o[n][0] = o[n][1] = 0.f;
+        if (dead1) o[n][2] = o[n][3] = 0.f;
+      }
+    } else {
+      // Oᵀ: this lane's columns are rows 2q and 2q + 1 (lanes 8q and 8q + 4 hold their lims)
+      const bool da = shfl_idx(dead0 ? 1.f : 0.f, 8 * q) != 0.f;
+      const bool db = shfl_idx(dead0 ? 1.f : 0.f, 8 * q + 4) != 0.f;
+#pragma unroll
+      for (int n = 0; n < NO; ++n) {
+        if (da) o[n][0] = o[n][2] = 0.f;
+        if (db) o[n][1] = o[n][3] = 0.f;
+      }
+    }
     float* po = p.part_o + (size_t)sgi * kRows * D;
     if constexpr (!T) {
 #pragma unroll

@@ -78,19 +78,22 @@ pub const MAX_UNIT_WARPS_R8: usize = 7;
 
 /// Whether `p`'s decode (at most 8 MMA rows in use) takes the small-work schedule on `sms` SMs:
 /// one CTA of [`MAX_UNIT_WARPS_R8`] warps per SM, so 7 units per SM instead of every resident
-/// warp (12 per SM at d = 128), each running ~1.7x the iterations. Chosen where the default
-/// width would give every warp 8 to 16 iterations (batch 1 at 32k with 8 KV heads: 10.3): there
-/// it measured 34.5 µs against 39.0 µs a step (1 x 32k, k4q-v3, H200, issue-10-decode4 call 2,
-/// as `FERRATTN_TQ_UNIT_WARPS=7`, the same kernels), at 16 x 16k and 32 x 32k (83 and 248
-/// iterations a warp) 7% and 11% slower. Fewer than 8 a warp (shorter contexts) was not measured
-/// and keeps the default.
+/// warp (12 per SM at d = 128). Chosen where the default width would give every warp 2.5 to 24
+/// iterations. Measured (k4q-v3, H200, the same kernels, one 7-warp CTA per SM with 924 units
+/// against the 4-warp default width), issue-10-decode5 call 2: 1 x 8k (2.6 iterations a warp)
+/// 22.8 against 24.9 µs a step, 1 x 64k and 4 x 16k (20.7) 49.8 and 55.0 against 51.6 and
+/// 55.3, 1 x 128k (41) 79.9 against 77.4-77.5 (forced with `FERRATTN_TQ_UNIT_WARPS`), 1 x 16k
+/// (5.2) 26.1-26.2 against main's 33.3-33.4 and 2 x 32k (20.7) 53.5 against 54.9 (de8498b's 5
+/// to 24 rule); issue-10-decode4: 1 x 32k (10.3) 34.5 against 39.0, 16 x 16k and 32 x 32k (83
+/// and 248) 7% and 11% slower. Fewer than 2.5 a warp (shorter contexts) and 24 to 41 were not
+/// measured and keep the default.
 pub fn small_decode(p: &AttentionProblem, sms: usize) -> bool {
     const DEFAULT_WARPS_PER_SM: usize = 12; // 3 CTAs of UNIT_WARPS at d = 128
     if p.group_size() * p.max_seqlen_q > 8 {
         return false;
     }
     let per_warp = decode_iterations(p) as f64 / (DEFAULT_WARPS_PER_SM * sms) as f64;
-    (8.0..16.0).contains(&per_warp)
+    (2.5..24.0).contains(&per_warp)
 }
 /// Stages of each decode warp's cp.async ring (`kStages` in turboquant_decode.cu).
 pub const DECODE_STAGES: usize = 3;

@@ -46,17 +46,27 @@ fn the_16_warp_merge_serves_small_batches_only() {
 
 #[test]
 fn the_small_work_schedule_takes_the_measured_regime_only() {
-    // 8 to 16 iterations a warp at 12 warps per SM on 132 SMs: batch 1 at 32k (10.3), where
-    // one 7-warp CTA per SM measured faster; not 1 x 128k (41, not measured that way), 16 x
-    // 16k and 32 x 32k (83 and 248: measured slower), 1 x 16k (5.2, not measured), nor the
+    // 2.5 to 24 iterations a warp at 12 warps per SM on 132 SMs: batch 1 at 8k, 16k, 32k and
+    // 64k (2.6, 5.2, 10.3, 20.7), 2 x 32k and 4 x 16k (20.7), where one 7-warp CTA per SM
+    // measured faster (or equal: 4 x 16k); not 1 x 128k (41: measured slower that way), 16 x
+    // 16k and 32 x 32k (83 and 248: measured slower), 1 x 4k (1.3, not measured), nor the
     // 16-row kernels (query length 4 with 4 query heads per KV head)
     let shape = |b, sq, ctx| AttentionProblem::uniform(b, sq, ctx, 32, 8, 128, 128, DType::F16);
-    assert!(small_decode(&shape(1, 1, 32768), 132));
+    for (b, ctx) in [
+        (1, 8192),
+        (1, 16384),
+        (1, 32768),
+        (1, 65536),
+        (2, 32768),
+        (4, 16384),
+    ] {
+        assert!(small_decode(&shape(b, 1, ctx), 132), "{b} x {ctx}");
+    }
     for (b, sq, ctx) in [
         (1, 1, 131072),
         (16, 1, 16384),
         (32, 1, 32768),
-        (1, 1, 16384),
+        (1, 1, 4096),
         (1, 4, 32768),
     ] {
         assert!(!small_decode(&shape(b, sq, ctx), 132), "{b} x {sq} x {ctx}");

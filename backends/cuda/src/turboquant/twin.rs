@@ -92,8 +92,23 @@ pub fn lookup4(w: u32, t: &[u32; 8], wide: bool) -> (u32, u32) {
     (prmt(lo, hi, 0x5140), prmt(lo, hi, 0x7362))
 }
 
-fn signs2(w: u32, jj: u32) -> u32 {
-    ((w << (15 - jj)) & 0x8000_8000) ^ 0xBC00_BC00
+/// QJL sign pair `jj` of word `w` (bits jj and jj + 16, stored 1 = +1) as the kernel's B
+/// fragment (`signs2m` in turboquant_decode.cu): not ±1 but `1 + b 2^(p - 10)`, the bit masked
+/// into mantissa bit `p = 6 + jj % 4` of f16 1.0 after the shift of its group of 4 pairs.
+fn signs2m(w: u32, jj: u32) -> u32 {
+    let g = jj / 4;
+    let sh = if 4 * g <= 6 {
+        w << (6 - 4 * g)
+    } else {
+        w >> (4 * g - 6)
+    };
+    (sh & (0x0040_0040 << (jj % 4))) | 0x3C00_3C00
+}
+
+/// log2 of the weight `M = 2^(11 - p)` by which the kernel scales the S q entries of chunk `c`,
+/// A register `reg` (0, 1: pair 2c; 2, 3: pair 2c + 1), so that `Σ a B = Σ M Sq + 2 Σ Sq b`.
+fn qjl_log2_scale(c: usize, reg: usize) -> i32 {
+    5 - 2 * (c % 2) as i32 - (reg / 2) as i32
 }
 
 fn half2(w: u32) -> (f32, f32) {
@@ -289,6 +304,33 @@ pub fn decode(
                     }
                 }
                 if qjl {
+                    // T = Σ a B - C (signs2m): the accumulators start at -C of their row,
+                    // C = Σ_i Sq_i (1 + M_i) summed as the kernel does (per lane over its chunks in
+                    // order, registers 0 then 2 for row g, 1 then 3 for row g + 8; then the quad's
+                    // lanes as (q0 + q1) + (q2 + q3))
+                    let part = |lane: usize, regs: [usize; 2]| -> f32 {
+                        let mut acc = 0f32;
+                        for c in 0..ch {
+                            for reg in regs {
+                                let w = pf[frag(tile, lane, c, reg)];
+                                let fct = 1.0 + (1u32 << qjl_log2_scale(c, reg)) as f32;
+                                let (lo, hi) = half2(w);
+                                acc += lo * fct + hi * fct;
+                            }
+                        }
+                        acc
+                    };
+                    for lane in 0..32 {
+                        let quad = lane & !3;
+                        for (half, regs) in [(0usize, [0usize, 2]), (1, [1, 3])] {
+                            let pq: [f32; 4] = std::array::from_fn(|j| part(quad + j, regs));
+                            let c = (pq[0] + pq[1]) + (pq[2] + pq[3]);
+                            for tacc in [&mut t0, &mut t1] {
+                                tacc[lane][2 * half] = -c;
+                                tacc[lane][2 * half + 1] = -c;
+                            }
+                        }
+                    }
                     let sg = |tok: usize, lane: usize| -> u32 {
                         let at = (row0 + tok) * d / 8 + (lane % 4) * d / 32;
                         let wv = words(&im.ksigns[at..at + d / 32])[0];
@@ -299,15 +341,20 @@ pub fn decode(
                         }
                     };
                     for c in 0..ch {
+                        // S q times its pairs' weights, in f16 (exact barring overflow)
                         let a: [[u32; 4]; 32] = std::array::from_fn(|lane| {
-                            std::array::from_fn(|r| pf[frag(tile, lane, c, r)])
+                            std::array::from_fn(|r| {
+                                let (lo, hi) = half2(pf[frag(tile, lane, c, r)]);
+                                let m = (1u32 << qjl_log2_scale(c, r)) as f32;
+                                h(lo * m) as u32 | (h(hi * m) as u32) << 16
+                            })
                         });
                         for (off, tacc) in [(0usize, &mut t0), (8, &mut t1)] {
                             let b0: [u32; 32] = std::array::from_fn(|lane| {
-                                signs2(sg(start + lane / 4 + off, lane), 2 * c as u32)
+                                signs2m(sg(start + lane / 4 + off, lane), 2 * c as u32)
                             });
                             let b1: [u32; 32] = std::array::from_fn(|lane| {
-                                signs2(sg(start + lane / 4 + off, lane), 2 * c as u32 + 1)
+                                signs2m(sg(start + lane / 4 + off, lane), 2 * c as u32 + 1)
                             });
                             mma(tacc, &a, &b0, &b1);
                         }
