@@ -62,34 +62,9 @@ struct PrefillParams {
   u64* trace;              // turbo_prefill_wgf_*: null, or kTraceWords per CTA (wgf_trace)
 };
 
-// quantize_int8(x, s) without a division per element, for the blocks of this file (s =
-// int8_scale(max |x|) over the block x belongs to, so |x / s| <= 119): y = x r with r =
-// rcp.rn(s) lies within 2^-16 of fl(x / s) (0.5 ulp of y, |x / s| 2^-24 from r's rounding and
-// 0.5 ulp of fl(x / s), each at most 2^-17 below 128), so where y is more than 2^-15 from every
-// half-integer both round to the same integer. `redo` is set for the others (about one element
-// in 16,000) and for a non-finite or out-of-range y (s zero or subnormal); the caller then
-// quantizes again with quantize_int8, so the codes are quantize_int8's bit for bit. (div.rn is
-// a reciprocal, four dependent FMAs and a checked slow path per element, which ptxas cannot
-// interleave: 64 per thread made most of the Q block's 7 us prologue, issue 11 round 5.)
-__device__ __forceinline__ float rcp_rn(float x) {
-  float r;
-  asm("rcp.rn.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-__device__ __forceinline__ int quant_rcp(float x, float r, bool& redo) {
-  constexpr float kRound = 12582912.0f;  // 1.5 x 2^23: y + kRound holds rne(y) in its low bits
-  const float y = __fmul_rn(x, r);
-  const float t = __fadd_rn(y, kRound);
-  const float frac = __fsub_rn(y, __fsub_rn(t, kRound));  // y - rne(y), in [-0.5, 0.5]
-  redo |= !(fabsf(y) < 128.0f) || __fsub_rn(0.5f, fabsf(frac)) <= 3.0517578125e-05f;  // 2^-15
-  return clampi(__float_as_int(t) - 0x4b400000, -127, 127);
-}
-
 template <class T, int D>
 __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
-  constexpr int V8 = D / 8;                        // 16-byte vectors per row
-  constexpr int PER = kBlock * V8 / kThreads;      // of them per thread and tensor
-  static_assert(kBlock * V8 % kThreads == 0, "whole vectors per thread");
+  constexpr int V8 = D / 8;  // 16-byte vectors per row
   __shared__ alignas(16) i8 sx[kBlock * D];
   __shared__ alignas(16) u8 spar[2 * D];
   __shared__ float red[kThreads / 32];
@@ -97,64 +72,27 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
   const int n = clampi(p.lens[b] - j * kBlock, 0, kBlock);
   if (n == 0) return;
   const u64 blk = ((u64)b * p.heads_kv + hk) * p.nblk + j;
-  // K and V of the block in registers, every load issued before the first use (one round trip
-  // to memory instead of one per vector and pass); vector k of a thread is row
-  // (tid + k kThreads) / V8, 16-byte column (tid + k kThreads) % V8; rows past n stay 0
-  Vec16 raw[2][PER];
-#pragma unroll
   for (int which = 0; which < 2; ++which) {
     const u16* src = which ? p.v : p.k;
-#pragma unroll
-    for (int k = 0; k < PER; ++k) {
-      const int i = threadIdx.x + k * kThreads, t = i / V8, c8 = i % V8;
-      raw[which][k] = Vec16{0, 0, 0, 0};
-      if (t < n) raw[which][k] = ld_global_nc16(src + ((u64)(b * p.max_s + j * kBlock + t) * p.heads_kv + hk) * D + c8 * 8);
-    }
-  }
-#pragma unroll
-  for (int which = 0; which < 2; ++which) {
+    auto row_ptr = [&](int t) { return src + ((u64)(b * p.max_s + j * kBlock + t) * p.heads_kv + hk) * D; };
     float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < PER; ++k) {
+    for (int i = threadIdx.x; i < n * V8; i += kThreads) {
       float f[8];
-      unpack8<T>(raw[which][k], f);
-#pragma unroll
+      unpack8<T>(ld_global_nc16(row_ptr(i / V8) + (i % V8) * 8), f);
       for (int e = 0; e < 8; ++e) amax = fmax2(amax, fabsf(f[e]));
     }
     const float s = int8_scale(block_max(amax, red));
-    // the codes through quant_rcp; a thread with an element near a rounding boundary redoes
-    // its vectors by division (rows past n are zero vectors: codes 0 either way)
-    const float r = rcp_rn(s);
-    u32 w[PER][2];
-    bool redo = false;
-#pragma unroll
-    for (int k = 0; k < PER; ++k) {
-      float f[8];
-      unpack8<T>(raw[which][k], f);
-      w[k][0] = pack4_u8(quant_rcp(f[0], r, redo), quant_rcp(f[1], r, redo), quant_rcp(f[2], r, redo),
-                         quant_rcp(f[3], r, redo));
-      w[k][1] = pack4_u8(quant_rcp(f[4], r, redo), quant_rcp(f[5], r, redo), quant_rcp(f[6], r, redo),
-                         quant_rcp(f[7], r, redo));
-    }
-    if (s == 0.0f) {  // a block of zeros: codes 0 (quantize_int8), no redo
-#pragma unroll
-      for (int k = 0; k < PER; ++k) w[k][0] = w[k][1] = 0;
-      redo = false;
-    }
-    if (redo) {
-#pragma unroll
-      for (int k = 0; k < PER; ++k) {
+    for (int i = threadIdx.x; i < kBlock * V8; i += kThreads) {
+      const int t = i / V8, c8 = i % V8;
+      u32 lo = 0, hi = 0;
+      if (t < n) {
         float f[8];
-        unpack8<T>(raw[which][k], f);
-        w[k][0] = pack4_u8(quantize_int8(f[0], s), quantize_int8(f[1], s), quantize_int8(f[2], s), quantize_int8(f[3], s));
-        w[k][1] = pack4_u8(quantize_int8(f[4], s), quantize_int8(f[5], s), quantize_int8(f[6], s), quantize_int8(f[7], s));
+        unpack8<T>(ld_global_nc16(row_ptr(t) + c8 * 8), f);
+        lo = pack4_u8(quantize_int8(f[0], s), quantize_int8(f[1], s), quantize_int8(f[2], s), quantize_int8(f[3], s));
+        hi = pack4_u8(quantize_int8(f[4], s), quantize_int8(f[5], s), quantize_int8(f[6], s), quantize_int8(f[7], s));
       }
-    }
-#pragma unroll
-    for (int k = 0; k < PER; ++k) {
-      const int i = threadIdx.x + k * kThreads, t = i / V8, c8 = i % V8;
-      reinterpret_cast<u32*>(sx + t * D + c8 * 8)[0] = w[k][0];
-      reinterpret_cast<u32*>(sx + t * D + c8 * 8)[1] = w[k][1];
+      reinterpret_cast<u32*>(sx + t * D + c8 * 8)[0] = lo;
+      reinterpret_cast<u32*>(sx + t * D + c8 * 8)[1] = hi;
     }
     __syncthreads();
     if (threadIdx.x == 0) (which ? p.vs : p.ks)[blk] = s;
@@ -691,39 +629,28 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   float s_q;
   {
     u32 raw[KS][4][2];  // the 4 16-bit values of each A register
-    // loaded for every row below max_sq (in the buffer) without waiting for sq; rows past the
-    // sequence are zeroed before use
+    float amax = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int row = (r & 1) ? row_b : row_a, col = 32 * ks + 16 * (r >> 1) + 4 * t4;
         raw[ks][r][0] = raw[ks][r][1] = 0;
-        if (row < p.max_sq) {
+        if (row < sq) {
           const u32* src = reinterpret_cast<const u32*>(p.q + ((u64)(b * p.max_sq + row) * p.heads_q + h) * D + col);
           raw[ks][r][0] = src[0];
           raw[ks][r][1] = src[1];
+          float f0, f1, f2, f3;
+          T::unpack2(raw[ks][r][0], f0, f1);
+          T::unpack2(raw[ks][r][1], f2, f3);
+          amax = fmax2(amax, fmax2(fmax2(fabsf(f0), fabsf(f1)), fmax2(fabsf(f2), fabsf(f3))));
         }
-      }
-    float amax = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        if (((r & 1) ? row_b : row_a) >= sq) raw[ks][r][0] = raw[ks][r][1] = 0;
-        float f0, f1, f2, f3;
-        T::unpack2(raw[ks][r][0], f0, f1);
-        T::unpack2(raw[ks][r][1], f2, f3);
-        amax = fmax2(amax, fmax2(fmax2(fabsf(f0), fabsf(f1)), fmax2(fabsf(f2), fabsf(f3))));
       }
     amax = warp_max(amax);
     if (lane == 0) sRed[wg][1][warp] = amax;
     named_sync(1 + wg, 128);
     amax = fmax2(fmax2(sRed[wg][1][0], sRed[wg][1][1]), fmax2(sRed[wg][1][2], sRed[wg][1][3]));
     s_q = int8_scale(amax);
-    const float r_q = rcp_rn(s_q);
-    u32 wq[KS][4];
-    bool redo = false;
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
@@ -731,35 +658,11 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         float f0, f1, f2, f3;
         T::unpack2(raw[ks][r][0], f0, f1);
         T::unpack2(raw[ks][r][1], f2, f3);
-        wq[ks][r] = pack4_u8(quant_rcp(f0, r_q, redo), quant_rcp(f1, r_q, redo), quant_rcp(f2, r_q, redo),
-                             quant_rcp(f3, r_q, redo));
-      }
-    if (s_q == 0.0f) {  // a block of zeros (or of rows past the sequence): codes 0, no redo
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) wq[ks][r] = 0;
-      redo = false;
-    }
-    if (redo) {  // rare (see quant_rcp): this thread's codes again, by division
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          float f0, f1, f2, f3;
-          T::unpack2(raw[ks][r][0], f0, f1);
-          T::unpack2(raw[ks][r][1], f2, f3);
-          wq[ks][r] = pack4_u8(quantize_int8(f0, s_q), quantize_int8(f1, s_q), quantize_int8(f2, s_q),
-                               quantize_int8(f3, s_q));
-        }
-    }
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
         const int row = warp * 16 + g + 8 * (r & 1), col = 32 * ks + 16 * (r >> 1) + 4 * t4;
         const u32 at = q_tile + swz<D / 16>(row, col >> 4) + (col & 15);
-        asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(wq[ks][r]) : "memory");
+        const u32 w = pack4_u8(quantize_int8(f0, s_q), quantize_int8(f1, s_q), quantize_int8(f2, s_q),
+                               quantize_int8(f3, s_q));
+        asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(w) : "memory");
       }
     fence_proxy_async();  // the generic-proxy stores are visible to wgmma (async proxy)
     named_sync(1 + wg, 128);
