@@ -59,7 +59,7 @@ struct PrefillParams {
   int sas_nr;              // SAS threshold n_r
   float softmax_scale;
   int order;               // turbo_prefill_wgf_*: 0 the KV head's CTAs together, 1 trip-major (wgf_cta)
-  u64* trace;              // turbo_prefill_wgf_*: null, or kTraceWords per CTA (wgf_trace)
+  u64* trace;              // turbo_prefill_wgf_*: null, or kTraceWords per CTA (wgf_trace_slot)
 };
 
 template <class T, int D>
@@ -476,9 +476,10 @@ __device__ __forceinline__ WgfCta wgf_cta(int order) {
 // A diagnostic of turbo_prefill_wgf_* (ferrattn_cuda's FERRATTN_WGF_TRACE; null otherwise):
 // per CTA, at its linear block index (the dispatch order), kTraceWords words: 0 globaltimer at
 // entry, 1 clock64 at entry, 2 clock64 once warpgroup 0's Q block is in shared memory, 3 once
-// its tile loop is done, 4 once its rows are stored, 5 globaltimer then, 6 the latest
-// globaltimer at which a consumer warpgroup stored its rows (a max over the three), 7 SM id |
-// the CTA's tiles << 32. Read by docs/TURBO_CUDA.md's profile of round 5.
+// its tile loop is done, 4 once its rows are stored (after the tiles only the other warpgroups
+// need), 5 globaltimer then, 6 the latest globaltimer at which a consumer warpgroup stored its
+// rows (a max over the three), 7 SM id | the CTA's tiles << 32. Read by docs/TURBO_CUDA.md's
+// profile of round 5 (docs/results/turbo-prefill5-h200-2026-11-26/trace_summary.py).
 constexpr int kTraceWords = 8;
 __device__ __forceinline__ u64* wgf_trace_slot(const PrefillParams& p) {
   const u32 lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);

@@ -1764,6 +1764,50 @@ fn check_decode_query(
 mod tests {
     use super::*;
 
+    /// The fast prefill's grouped grid: at Llama's 32 / 8 heads and 4 x 4096, 86 CTAs per KV
+    /// head (256 items of three) instead of 22 per query head, trip-major for causal; the
+    /// items of a KV head, walked as `wgf_cta` and the kernel's `item` walk them, cover every
+    /// (query block, query head) pair once, the last CTA's extra items past the list.
+    #[test]
+    fn wgf_grid_covers_every_query_block_of_the_group_once() {
+        if std::env::var_os("FERRATTN_WGF_ORDER").is_some() {
+            return; // the override would change the order under test
+        }
+        assert_eq!(WG_SHAPE.launch_grid(true, 4096, 32, 8, 4), ((22, 32, 4), 0));
+        assert_eq!(
+            WGF_SHAPE.launch_grid(false, 4096, 32, 8, 4),
+            ((86, 8, 4), 0)
+        );
+        assert_eq!(WGF_SHAPE.launch_grid(true, 4096, 32, 8, 4), ((8, 4, 86), 1));
+        for (sq, hq, hk) in [
+            (4096, 32, 8),
+            (65, 8, 2),
+            (577, 4, 4),
+            (129, 8, 1),
+            (300, 6, 2),
+        ] {
+            let ((trips, _, _), _) = WGF_SHAPE.launch_grid(false, sq, hq, hk, 1);
+            let (group, nqb) = (hq / hk, sq.div_ceil(TURBO_BLOCK));
+            let mut seen = vec![0u32; group * nqb];
+            for trip in 0..trips {
+                let first = 3 * trip;
+                let (qb0, hg0) = (first / group, first % group);
+                for w in 0..3 {
+                    let hg = hg0 + w;
+                    let carry = (hg >= group) as usize + (hg >= 2 * group) as usize;
+                    let (qb, hg) = (qb0 + carry, hg - carry * group);
+                    if qb < nqb {
+                        seen[qb * group + hg] += 1;
+                    }
+                }
+            }
+            assert!(
+                seen.iter().all(|&n| n == 1),
+                "sq {sq} hq {hq} hk {hk}: {seen:?}"
+            );
+        }
+    }
+
     #[test]
     fn param_blocks_match_the_kernel_structs() {
         // CacheView: 6 pointers; CacheParams: 2 views, 3 x 8 bytes, 2 ints
