@@ -58,6 +58,8 @@ struct PrefillParams {
   int sas;                 // 1: SAS exponentials, 0: expf
   int sas_nr;              // SAS threshold n_r
   float softmax_scale;
+  int order;               // turbo_prefill_wgf_*: 0 the KV head's CTAs together, 1 trip-major (wgf_cta)
+  u64* trace;              // turbo_prefill_wgf_*: null, or kTraceWords per CTA (wgf_trace_slot)
 };
 
 template <class T, int D>
@@ -442,6 +444,58 @@ struct False {
   static constexpr bool value = false;
 };
 
+// The CTA of turbo_prefill_wgf_* (issue 11, round 5): a CTA's three consumer warpgroups take
+// consecutive items of its KV head's list of (query block qb, query head of the group hg),
+// qb-major (item = qb x group + hg), so its three Q blocks may belong to different query heads
+// of the group; they share the K/V stream. At 4 x 4096 with 32 / 8 heads this is 2,752 CTAs (21
+// waves of 132) where one query head per CTA gave 2,816 (22 waves, the last a third full), and
+// a causal CTA's three blocks see tile counts at most one apart (two before). The grid holds
+// ceil(group x nqb / 3) trips, KV heads and sequences; the CTA's items are 3 trip .. 3 trip + 2,
+// and trip counts down as the hardware's dispatch order (the linear block index) counts up: the
+// longest causal blocks first. order 0: grid (trips, KV heads, batch), the CTAs of one KV head
+// consecutive; order 1: grid (KV heads, batch, trips), trip-major: the longest blocks of every
+// head and sequence first (a better fill of the last wave for causal prefill). The special
+// registers are read through asm volatile, so that a second call (before the store) recomputes
+// the coordinates instead of keeping them live across the tile loop.
+struct WgfCta {
+  int trip, hk, b;
+};
+__device__ __forceinline__ WgfCta wgf_cta(int order) {
+  int bx, by, bz, n;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(bx));
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(by));
+  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(bz));
+  if (order) {
+    asm volatile("mov.u32 %0, %%nctaid.z;" : "=r"(n));
+    return WgfCta{n - 1 - bz, bx, by};
+  }
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(n));
+  return WgfCta{n - 1 - bx, by, bz};
+}
+
+// A diagnostic of turbo_prefill_wgf_* (ferrattn_cuda's FERRATTN_WGF_TRACE; null otherwise):
+// per CTA, at its linear block index (the dispatch order), kTraceWords words: 0 globaltimer at
+// entry, 1 clock64 at entry, 2 clock64 once warpgroup 0's Q block is in shared memory, 3 once
+// its tile loop is done, 4 once its rows are stored (after the tiles only the other warpgroups
+// need), 5 globaltimer then, 6 the latest globaltimer at which a consumer warpgroup stored its
+// rows (a max over the three), 7 SM id | the CTA's tiles << 32. Read by docs/TURBO_CUDA.md's
+// profile of round 5 (docs/results/turbo-prefill5-h200-2026-11-26/trace_summary.py).
+constexpr int kTraceWords = 8;
+__device__ __forceinline__ u64* wgf_trace_slot(const PrefillParams& p) {
+  const u32 lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  return p.trace + (u64)lin * kTraceWords;
+}
+__device__ __forceinline__ u64 global_ns() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ u64 sm_clock() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+  return t;
+}
+
 template <class T, int D, bool kFast>
 __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #ifdef FERRATTN_SM90A
@@ -465,8 +519,50 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // possibly divergent code and serializes them (C7518).
   const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int trip = gridDim.x - 1 - blockIdx.x;  // the longest causal query blocks start first
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+  // wg: one CTA per (three Q blocks of one query head, query head, sequence), the longest
+  // causal query blocks of each head first. wgf: see wgf_cta; (qb_of(w), h_of(w)) is the
+  // query block and head of consumer warpgroup w.
+  const int nqb = (p.max_sq + kBlock - 1) / kBlock;
+  int trip, hk, b;
+  if constexpr (kFast) {
+    const WgfCta c = wgf_cta(p.order);
+    trip = c.trip;
+    hk = c.hk;
+    b = c.b;
+  } else {
+    trip = gridDim.x - 1 - blockIdx.x;
+    b = blockIdx.z;
+    hk = blockIdx.y / p.group;
+  }
+  // wgf: item 3 trip + w = qb x group + hg, one division for the first (the others by carries
+  // in `item`); wg: the items are the query blocks of blockIdx.y
+  int qb0 = kWgConsumers * trip, hg0 = 0;
+  if constexpr (kFast) {
+    qb0 = kWgConsumers * trip / p.group;
+    hg0 = kWgConsumers * trip - qb0 * p.group;
+  }
+  auto item = [&](int w, int& q, int& hg) {  // w < 3: at most two carries
+    hg = hg0 + w;
+    const int carry = (hg >= p.group) + (hg >= 2 * p.group);
+    q = qb0 + carry;
+    hg -= carry * p.group;
+  };
+  auto qb_of = [&](int w) -> int {
+    if constexpr (kFast) {
+      int q, hg;
+      item(w, q, hg);
+      return q < nqb ? q : nqb;  // items past the list: no rows
+    }
+    return qb0 + w;
+  };
+  auto h_of = [&](int w) -> int {
+    if constexpr (kFast) {
+      int q, hg;
+      item(w, q, hg);
+      return hk * p.group + hg;
+    }
+    return (int)blockIdx.y;
+  };
   const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
   // the K/V ring, then one INT8 Q block per consumer (swizzle patterns repeat every 1 KiB)
   const u32 ring = (smem_addr(dyn_smem) + 1023) & ~1023u;
@@ -481,9 +577,17 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     return nq == 0 ? 0 : (visible(qb * kBlock + nq - 1) + kBlock - 1) / kBlock;
   };
   int nt_cta = 0;
-  for (int w = 0; w < kWgConsumers; ++w) nt_cta = max(nt_cta, tiles_of(kWgConsumers * trip + w));
+  for (int w = 0; w < kWgConsumers; ++w) nt_cta = max(nt_cta, tiles_of(qb_of(w)));
   const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
 
+  if (kFast && p.trace != nullptr && tid == 0) {
+    u64* t = wgf_trace_slot(p);
+    t[0] = global_ns();
+    t[1] = sm_clock();
+    u32 smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    t[7] = smid | (u64)nt_cta << 32;
+  }
   if (tid == 0) {
     for (int s = 0; s < kWgStages; ++s) {
       mbar_init(smem_addr(&bar_full[s]), 1);
@@ -513,7 +617,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 
   // ---- consumer warpgroup: Q block qb -----------------------------------------------------------
   setmaxnreg_inc<kConsumerRegs>();
-  const int qb = kWgConsumers * trip + wg, r0 = qb * kBlock;
+  const int qb = qb_of(wg), h = h_of(wg), r0 = qb * kBlock;
   const int nt = tiles_of(qb);
   const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
   const int vis_a = visible(row_a), vis_b = visible(row_b);
@@ -564,6 +668,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     fence_proxy_async();  // the generic-proxy stores are visible to wgmma (async proxy)
     named_sync(1 + wg, 128);
   }
+  if (kFast && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[2] = sm_clock();
 
   // e^x of the configuration for x = s - m_new <= 0: Exp::operator() without branches (every
   // element runs the same instructions, so the 32 per thread pipeline), floor through the bias.
@@ -1006,6 +1111,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       }
     }
   }
+  if (kFast && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[3] = sm_clock();
   // tiles only the other warpgroup needs: release them as they land
   for (int j = nt; j < nt_cta; ++j) {
     const int st = j % kWgStages;
@@ -1019,7 +1125,22 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     m_a = m_a == neg_inf() ? m_a : __fsub_rn(__fmul_rn(m_a, ln2), ln255);
     m_b = m_b == neg_inf() ? m_b : __fsub_rn(__fmul_rn(m_b, ln2), ln255);
   }
-  store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
+  if constexpr (kFast) {
+    const WgfCta c = wgf_cta(p.order);  // recomputed: nothing of it stays live across the loop
+    const int hs = c.hk * p.group + (kWgConsumers * c.trip + wg) % p.group;
+    store_rows<T, D, false>(p, c.b, hs, t4, row_a, m_a, l_a, m_b, l_b, o);
+    if (p.trace != nullptr && (tid & 127) == 0) {
+      u64* t = wgf_trace_slot(p);
+      const u64 now = global_ns();
+      if (tid == 0) {
+        t[4] = sm_clock();
+        t[5] = now;
+      }
+      asm volatile("red.global.max.u64 [%0], %1;" ::"l"(t + 6), "l"(now) : "memory");
+    }
+  } else {
+    store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
+  }
 #else
   asm volatile("trap;");  // built for another architecture: the host only launches this on sm_90
 #endif

@@ -9,9 +9,12 @@
 //! turbo` gives the documented rows, checked and beside SDPA; `scripts/bench_sdpa.py` times
 //! SDPA on the same shapes (docs/TURBO_CUDA.md says how they were run together).
 //!
-//! Usage: `turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no]`.
-//! Prints one line per shape, causal flag and kernel: ms total / attention only and TFLOP/s
-//! (4 B H N^2 D, halved when causal, over the total).
+//! Usage: `turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no]
+//! [--trace DIR]`. Prints one line per shape, causal flag and kernel: ms total / attention only
+//! and TFLOP/s (4 B H N^2 D, halved when causal, over the total). With `FERRATTN_WGF_TRACE` set,
+//! `--trace DIR` writes the fast kernel's per-CTA trace of the last attention launch
+//! (`ferrattn_cuda::turbo::TRACE_WORDS` little-endian u64 per CTA) to
+//! `DIR/trace_BATCHxLEN_c{0,1}.bin` (the traced run's timings include the trace's stores).
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
 use ferrattn_core::{AttentionProblem, DType};
@@ -58,6 +61,7 @@ fn time_one(
     batch: usize,
     len: usize,
     causal: bool,
+    trace: Option<&str>,
 ) -> ferrattn_cuda::Result<(f32, f32)> {
     let gpu = b.gpu()?.clone();
     let mut p = AttentionProblem::uniform(batch, len, len, HQ, HK, D, D, DType::BF16);
@@ -85,6 +89,13 @@ fn time_one(
         |_| b.turbo_prefill_attention_only(&prep, &inputs[0], &mut out),
         1,
     )?;
+    if let (Some(dir), Some(words)) = (trace, b.turbo_prefill_trace(&prep)?) {
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let path = format!("{dir}/trace_{batch}x{len}_c{}.bin", causal as u8);
+        if let Err(e) = std::fs::write(&path, bytes) {
+            eprintln!("turbo_prefill: {path}: {e}");
+        }
+    }
     Ok((total, attn))
 }
 
@@ -102,10 +113,11 @@ fn main() {
         .filter_map(|a| a.parse().ok())
         .collect();
     if pos.is_empty() || !pos.len().is_multiple_of(2) {
-        eprintln!("usage: turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no]");
+        eprintln!("usage: turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no] [--trace DIR]");
         std::process::exit(2);
     }
     let only = flag("--only");
+    let trace = flag("--trace");
     let causals: &[bool] = match flag("--causal").as_deref() {
         Some("yes") => &[true],
         Some("no") => &[false],
@@ -132,7 +144,7 @@ fn main() {
                 if only.as_deref().is_some_and(|o| o != name) {
                     continue;
                 }
-                match time_one(b, batch, len, causal) {
+                match time_one(b, batch, len, causal, trace.as_deref()) {
                     Ok((t, a)) => println!(
                         "turbo prefill {batch} x {len} causal {causal} {name}: {t:.3} ms total, {a:.3} ms attention, {:.1} TFLOP/s total ({:.1} attention)",
                         flops / (t as f64 * 1e-3) / 1e12,

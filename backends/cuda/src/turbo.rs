@@ -105,6 +105,10 @@ pub struct WgShape {
     pub threads: u32,
     /// K/V tiles in the shared-memory ring.
     pub stages: usize,
+    /// The CTA's Q blocks are consecutive items of its KV head's (query block, query head)
+    /// list, so they may belong to different query heads of the GQA group (`wgf_cta` of
+    /// turbo_prefill.cu); else they are consecutive blocks of one query head.
+    pub grouped: bool,
 }
 
 /// `turbo_prefill_wg_*`: three consumer warpgroups of 160 registers, four tiles in flight.
@@ -112,6 +116,7 @@ pub const WG_SHAPE: WgShape = WgShape {
     q_blocks: 3,
     threads: 512,
     stages: 4,
+    grouped: false,
 };
 /// `turbo_prefill_wgf_*`: three consumer warpgroups of 160 registers (the S of a chunk of
 /// two tiles in one pair of buffers), eight tiles in flight (`kWgf*`).
@@ -119,6 +124,7 @@ pub const WGF_SHAPE: WgShape = WgShape {
     q_blocks: 3,
     threads: 512,
     stages: 8,
+    grouped: true,
 };
 
 impl WgShape {
@@ -126,6 +132,41 @@ impl WgShape {
     /// warpgroup, and the slack that aligns them to 1 KiB.
     pub fn smem_bytes(&self, head_dim: usize) -> u32 {
         ((self.stages * 2 + self.q_blocks) * TURBO_BLOCK * head_dim + 1024) as u32
+    }
+
+    /// The grid of a prefill and `PrefillParams::order`. Not `grouped`: `(CTAs per query
+    /// head, query heads, batch)`, order 0. `grouped` (`wgf_cta` of turbo_prefill.cu): each CTA
+    /// takes `q_blocks` items of its KV head's `group x ceil(max_seqlen_q / 64)` (query block,
+    /// query head) pairs, `trips` CTAs per KV head; order 1 (trip-major, grid `(KV heads, batch,
+    /// trips)`: the longest causal query blocks of every head and sequence dispatched first) for
+    /// causal prefill where `trips` fits the grid's z, order 0 (grid `(trips, KV heads, batch)`)
+    /// otherwise. `FERRATTN_WGF_ORDER` (`head` or `trip`, read once) overrides the choice, a
+    /// measurement hook (docs/TURBO_CUDA.md).
+    pub fn launch_grid(
+        &self,
+        causal: bool,
+        max_seqlen_q: usize,
+        heads_q: usize,
+        heads_kv: usize,
+        batch: usize,
+    ) -> ((usize, usize, usize), i32) {
+        let q_blocks = max_seqlen_q.div_ceil(TURBO_BLOCK);
+        if !self.grouped {
+            return ((q_blocks.div_ceil(self.q_blocks), heads_q, batch), 0);
+        }
+        static OVERRIDE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+        let forced =
+            OVERRIDE.get_or_init(|| match std::env::var("FERRATTN_WGF_ORDER").as_deref() {
+                Ok("head") => Some(false),
+                Ok("trip") => Some(true),
+                _ => None,
+            });
+        let trips = (q_blocks * (heads_q / heads_kv)).div_ceil(self.q_blocks);
+        if forced.unwrap_or(causal) && trips <= 65535 {
+            ((heads_kv, batch, trips), 1)
+        } else {
+            ((trips, heads_kv, batch), 0)
+        }
     }
 }
 
@@ -198,6 +239,10 @@ pub(crate) struct PrefillParams {
     sas: i32,
     sas_nr: i32,
     softmax_scale: f32,
+    /// `turbo_prefill_wgf_*`: the CTA order of a grouped grid ([`WgShape::launch_grid`]).
+    order: i32,
+    /// `turbo_prefill_wgf_*`: 0, or [`TRACE_WORDS`] u64 per CTA (`FERRATTN_WGF_TRACE`).
+    trace: u64,
 }
 
 /// `struct DecodeParams` (turbo_decode.cu).
@@ -708,7 +753,16 @@ pub struct PreparedTurboPrefill {
     vt: DeviceBuffer,
     ks: DeviceBuffer,
     vs: DeviceBuffer,
+    /// `FERRATTN_WGF_TRACE` set and the fast kernel chosen: [`TRACE_WORDS`] u64 per CTA of
+    /// the attention grid, the last launch's (`wgf_trace_slot` of turbo_prefill.cu).
+    trace: Option<DeviceBuffer>,
 }
+
+/// Words per CTA of the fast prefill's diagnostic trace (`kTraceWords` of turbo_prefill.cu):
+/// globaltimer at entry, clock64 at entry, after the Q block, after the tile loop, after the
+/// store (warpgroup 0), globaltimer then, the latest consumer's globaltimer after its store,
+/// and SM id | tiles << 32.
+pub const TRACE_WORDS: usize = 8;
 
 /// A decode launch made ready: the plan's tables and the partial buffers on the device.
 #[derive(Debug)]
@@ -809,12 +863,26 @@ impl CudaBackend {
             }
             _ => false,
         };
+        // a diagnostic, read once: the fast kernel's per-CTA timeline (docs/TURBO_CUDA.md)
+        static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let traced = *TRACE.get_or_init(|| std::env::var_os("FERRATTN_WGF_TRACE").is_some());
+        let trace = match &kernels.prefill_wg {
+            Some((_, shape)) if wgmma && traced && self.options.fast_turbo_prefill => {
+                let (g, _) =
+                    shape.launch_grid(p.causal, p.max_seqlen_q, p.heads_q, p.heads_kv, p.batch);
+                let mut t = DeviceBuffer::alloc(gpu, g.0 * g.1 * g.2 * TRACE_WORDS * 8)?;
+                t.fill_u32(0)?;
+                Some(t)
+            }
+            _ => None,
+        };
         Ok(PreparedTurboPrefill {
             problem: p.clone(),
             cfg: cfg.clone(),
             kernels,
             wgmma,
             nblk,
+            trace,
             kq: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
             vt: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
             ks: DeviceBuffer::alloc(gpu, tiles * 4)?,
@@ -918,17 +986,24 @@ impl CudaBackend {
             sas: prep.cfg.sas as i32,
             sas_nr: prep.cfg.sas_threshold,
             softmax_scale: p.softmax_scale,
+            order: 0,
+            trace: prep.trace.as_ref().map_or(0, |t| t.ptr()),
         };
         let q_blocks = p.max_seqlen_q.div_ceil(TURBO_BLOCK);
         match (&prep.kernels.prefill_wg, prep.wgmma) {
-            (Some((f, shape)), true) => launch_with(
-                self.gpu()?,
-                f,
-                (q_blocks.div_ceil(shape.q_blocks), p.heads_q, p.batch),
-                shape.threads,
-                shape.smem_bytes(p.head_dim_qk),
-                &mut pp,
-            ),
+            (Some((f, shape)), true) => {
+                let (grid, order) =
+                    shape.launch_grid(p.causal, p.max_seqlen_q, p.heads_q, p.heads_kv, p.batch);
+                pp.order = order;
+                launch_with(
+                    self.gpu()?,
+                    f,
+                    grid,
+                    shape.threads,
+                    shape.smem_bytes(p.head_dim_qk),
+                    &mut pp,
+                )
+            }
             _ => launch(
                 self.gpu()?,
                 &prep.kernels.prefill,
@@ -963,6 +1038,19 @@ impl CudaBackend {
     /// [`crate::Options::exact_turbo_prefill`]); else the bit-exact mma.sync kernel.
     pub fn turbo_prefill_uses_wgmma(&self, prep: &PreparedTurboPrefill) -> bool {
         prep.wgmma
+    }
+
+    /// The fast prefill's per-CTA trace of the last attention launch ([`TRACE_WORDS`] words
+    /// per CTA in the order of the linear block index), when `FERRATTN_WGF_TRACE` was set at
+    /// the first prepare; a diagnostic (docs/TURBO_CUDA.md). Synchronizes.
+    pub fn turbo_prefill_trace(&self, prep: &PreparedTurboPrefill) -> Result<Option<Vec<u64>>> {
+        match &prep.trace {
+            Some(t) => {
+                self.gpu()?.synchronize()?;
+                Ok(Some(t.to_vec::<u64>()?))
+            }
+            None => Ok(None),
+        }
     }
 
     /// Whether a prepared prefill runs the fast-contract kernel `turbo_prefill_wgf_*`
@@ -1676,6 +1764,50 @@ fn check_decode_query(
 mod tests {
     use super::*;
 
+    /// The fast prefill's grouped grid: at Llama's 32 / 8 heads and 4 x 4096, 86 CTAs per KV
+    /// head (256 items of three) instead of 22 per query head, trip-major for causal; the
+    /// items of a KV head, walked as `wgf_cta` and the kernel's `item` walk them, cover every
+    /// (query block, query head) pair once, the last CTA's extra items past the list.
+    #[test]
+    fn wgf_grid_covers_every_query_block_of_the_group_once() {
+        if std::env::var_os("FERRATTN_WGF_ORDER").is_some() {
+            return; // the override would change the order under test
+        }
+        assert_eq!(WG_SHAPE.launch_grid(true, 4096, 32, 8, 4), ((22, 32, 4), 0));
+        assert_eq!(
+            WGF_SHAPE.launch_grid(false, 4096, 32, 8, 4),
+            ((86, 8, 4), 0)
+        );
+        assert_eq!(WGF_SHAPE.launch_grid(true, 4096, 32, 8, 4), ((8, 4, 86), 1));
+        for (sq, hq, hk) in [
+            (4096, 32, 8),
+            (65, 8, 2),
+            (577, 4, 4),
+            (129, 8, 1),
+            (300, 6, 2),
+        ] {
+            let ((trips, _, _), _) = WGF_SHAPE.launch_grid(false, sq, hq, hk, 1);
+            let (group, nqb) = (hq / hk, sq.div_ceil(TURBO_BLOCK));
+            let mut seen = vec![0u32; group * nqb];
+            for trip in 0..trips {
+                let first = 3 * trip;
+                let (qb0, hg0) = (first / group, first % group);
+                for w in 0..3 {
+                    let hg = hg0 + w;
+                    let carry = (hg >= group) as usize + (hg >= 2 * group) as usize;
+                    let (qb, hg) = (qb0 + carry, hg - carry * group);
+                    if qb < nqb {
+                        seen[qb * group + hg] += 1;
+                    }
+                }
+            }
+            assert!(
+                seen.iter().all(|&n| n == 1),
+                "sq {sq} hq {hq} hk {hk}: {seen:?}"
+            );
+        }
+    }
+
     #[test]
     fn param_blocks_match_the_kernel_structs() {
         // CacheView: 6 pointers; CacheParams: 2 views, 3 x 8 bytes, 2 ints
@@ -1683,8 +1815,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<CacheParams>(), 128);
         // QuantParams: 7 pointers, cache, 5 ints, padded to 8
         assert_eq!(std::mem::size_of::<QuantParams>(), 7 * 8 + 128 + 20 + 4);
-        // PrefillParams: 9 pointers, 9 ints, 1 float
-        assert_eq!(std::mem::size_of::<PrefillParams>(), 9 * 8 + 10 * 4);
+        // PrefillParams: 9 pointers, 10 ints, 1 float, 4 bytes of padding, 1 pointer
+        assert_eq!(std::mem::size_of::<PrefillParams>(), 10 * 8 + 12 * 4);
         // DecodeParams: 11 pointers, cache, 10 ints, 1 float, padded to 8
         assert_eq!(std::mem::size_of::<DecodeParams>(), 11 * 8 + 128 + 44 + 4);
         // AppendParams: 4 pointers, cache, 3 ints, padded

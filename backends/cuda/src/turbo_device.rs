@@ -574,17 +574,24 @@ impl TurboStepKernels {
             sas: plan.cfg.sas as i32,
             sas_nr: plan.cfg.sas_threshold,
             softmax_scale: p.softmax_scale,
+            order: 0,
+            trace: 0,
         };
         let q_blocks = p.max_seqlen_q.div_ceil(TURBO_BLOCK);
         match (&k.prefill_wg, self.wgmma) {
-            (Some((f, shape)), true) => self.launch(
-                f,
-                (q_blocks.div_ceil(shape.q_blocks), p.heads_q, p.batch),
-                shape.threads,
-                shape.smem_bytes(p.head_dim_qk),
-                stream,
-                &mut pp,
-            )?,
+            (Some((f, shape)), true) => {
+                let (grid, order) =
+                    shape.launch_grid(p.causal, p.max_seqlen_q, p.heads_q, p.heads_kv, p.batch);
+                pp.order = order;
+                self.launch(
+                    f,
+                    grid,
+                    shape.threads,
+                    shape.smem_bytes(p.head_dim_qk),
+                    stream,
+                    &mut pp,
+                )?
+            }
             _ => self.launch(
                 &k.prefill,
                 (q_blocks, p.heads_q, p.batch),
