@@ -18,10 +18,11 @@
 //! 2026-11-26 and leaves small rows L2-resident). Every layer of a variant shares one workspace,
 //! so one page table, as one decode step's layers share the step's table.
 //!
-//! Usage: `lean_paged [--quick] [--same-plan] [--sets N] [--window-bytes N] [--only SHAPE:B:CTX]
-//! [--out FILE]` (`--only` runs one configuration of the full list, e.g. `llama:1:8192`, for a
+//! Usage: `lean_paged [--quick] [--same-plan] [--sets N] [--window-bytes N] [--ahead always|never]
+//! [--only SHAPE:B:CTX] [--out FILE]` (`--only` runs one configuration of the full list, e.g. `llama:1:8192`, for a
 //! profiler; `--window-bytes N` shuffles each sequence's pages only within windows of N bytes of
-//! its K, a probe of how much of the shuffled layouts' cost is address locality).
+//! its K, a probe of how much of the shuffled layouts' cost is address locality; `--ahead` forces the
+//! paged instance that reads the page table a stage ahead, or the one that reads it in place).
 
 use ferrattn_core::{lean, AttentionProblem, DType, Device};
 use ferrattn_cuda::{
@@ -64,6 +65,16 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|n| n.parse().ok())
         .filter(|&n| n > 0);
+    // `--ahead always|never`: force the paged instance (default: the grid decides)
+    let ahead: Option<bool> = args
+        .iter()
+        .position(|a| a == "--ahead")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|m| match m.as_str() {
+            "always" => Some(true),
+            "never" => Some(false),
+            _ => None,
+        });
     let b = CudaBackend::new(0);
     let gpu = match b.gpu() {
         Ok(g) => g.clone(),
@@ -123,6 +134,7 @@ fn main() {
         let kern = b
             .lean_kernels(LeanInstance::new(p.dtype, d, lp.tile_m).unwrap())
             .unwrap();
+        kern.set_paged_rows_ahead(ahead);
         let row = hk * d * 2;
         // K/V copies (layers) so that a batch of launches reads at least 4x the L2
         let kv_bytes = 2 * batch * ctx * row;
