@@ -167,7 +167,7 @@ struct Smem {
   // (lean_decode_body), last. Only those instances reserve it (kBytesAhead): a kilobyte more per
   // CTA slowed the contiguous one-CTA-per-tile rows (Lean-paper B=16 ctx 1k, 64.8-66.6 -> 69.6-70.9
   // us on an H200) by moving two CTAs per SM into a larger shared-memory carveout (less L1).
-  static constexpr int kRowsBytes = 2 * kSk * 8 + 4 * kSk * 4;  // offs_s [2][SK] (u64), words_s [4][SK]
+  static constexpr int kRowsBytes = 2 * kSk * 4 + 4 * kSk * 4;  // rows_s [2][SK], words_s [4][SK]
   static constexpr int bytes_for(int stages) {
     return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0);
   }
@@ -459,78 +459,84 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // instances read the page words of unit u + 2 right after unit u's copies are issued (thread
   // k < SK copies key k's word into words_s with cp.async, in the same commit group), and just
   // before the barrier of the iteration that copies unit u + 2 the same thread, past the wait that
-  // completed that group, turns its word into the byte offset of its row in offs_s (two slots).
+  // completed that group, turns its word into its pool row in rows_s (two slots).
   // The words never pass through registers: a loaded word carried from one iteration to the next
   // was moved between registers (the loop cannot rename them without unrolling), and the move
   // waited for the load; with one CTA per SM and a full ring in front of it that stalled every
   // stage (Lean-paper B=1 ctx 64k on 112 CTAs, pages of 16: 1.34x contiguous before, 1.05x after;
   // H200, 2026-11-26, docs/DEVICE_PATH.md "Lean paged, eleventh session").
-  // A key's place is stored as the byte offset of its row in the pool (row * heads_kv * D * 2, a
-  // u64: rows are below 2^32 for any pool the host accepts), so a copy's address is one 64-bit add
-  // to the unit's K (or V) base; storing the row index cost each of a thread's 8 chunks a multiply,
-  // a shift and a select (about 12 instructions a chunk against 5).
-  constexpr u64 kNoOff = ~0ull;
-  u64* offs_s = reinterpret_cast<u64*>(smem_raw + S::kBytes);  // [2][SK], ahead instances only
+  // A key's place is its pool row (page * page_size + offset, a u32: below 2^32 for any pool the
+  // host accepts); a copy's address is one IMAD.WIDE.U32 (row * row bytes + the unit's K or V
+  // base). The per-unit state the ring carries is two words (the rotation of a four-field struct
+  // cost about 20 moves and byte permutes a stage; ncu, H200, 2026-11-26).
+  constexpr u32 kNoRow = 0xffffffffu;
+  u32* rows_s = reinterpret_cast<u32*>(smem_raw + S::kBytes);  // [2][SK], ahead instances only
   constexpr bool ahead = PAGED && AHEAD;
+  constexpr u32 kFull = 0x80000000u;
   struct Fetched {
-    u32 off;    // this thread's key's offset in its page (tid < SK)
-    int hk;     // the KV head of the unit's tile (pt runs ahead of the copies)
-    bool ok;    // the key is in the sequence (its word was copied)
-    bool full;  // every key of the unit is in the sequence (uniform over the CTA)
+    u32 off;   // this thread's key's offset in its page, or kNoRow past the sequence (tid < SK)
+    u32 unit;  // the KV head of the unit's tile (pt runs ahead of the copies) | kFull when every
+               // key of the unit is in the sequence (uniform over the CTA)
   };
   struct NoFetched {};
   // the next unit to copy (fa) and the one after (fb); ahead instances only
   typename Pick<ahead, Fetched, NoFetched>::type fa{}, fb{};
   // page words of units u (slot u % 4): written two units ahead of their copies, read one unit
   // ahead (store_fetched); slot u is rewritten for unit u + 4 two iterations after it was read
-  u32* words_s = reinterpret_cast<u32*>(offs_s + 2 * SK);
+  u32* words_s = rows_s + 2 * SK;
   u32 w_next = 0;  // the unit whose words fetch_rows reads next
   const u32 row_bytes = (u32)p.heads_kv * D * 2;
   // the words of the producer's next unit; pt is that unit's tile afterwards
   auto fetch_rows = [&]() -> Fetched {
     const int key0 = next_unit_key0();
-    Fetched f{0u, pt.hk, false, key0 + SK <= pt.len_k};
+    Fetched f{kNoRow, (u32)pt.hk | (key0 + SK <= pt.len_k ? kFull : 0u)};
     if (tid < SK) {
       const int j = key0 + tid;
-      f.off = (u32)j & ((1u << p.page_shift) - 1);
-      f.ok = j < pt.len_k;
-      const int* w = f.ok ? page_word_of(p, pt.b, j) : p.page_table;  // src-size 0: not read
+      const bool ok = j < pt.len_k;
+      if (ok) f.off = (u32)j & ((1u << p.page_shift) - 1);
+      const int* w = ok ? page_word_of(p, pt.b, j) : p.page_table;  // src-size 0: not read
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(words_s + (w_next & 3) * SK + tid)),
-                   "l"(w), "r"(f.ok ? 4 : 0)
+                   "l"(w), "r"(ok ? 4 : 0)
                    : "memory");
     }
     ++w_next;
     return f;
   };
   auto store_fetched = [&](u32 u, const Fetched& f) {
-    if (tid < SK) {
-      const u32 row = (words_s[(u & 3) * SK + tid] << p.page_shift) + f.off;
-      offs_s[(u & 1) * SK + tid] = f.ok ? (u64)row * row_bytes : kNoOff;
-    }
+    if (tid < SK) rows_s[(u & 1) * SK + tid] = f.off != kNoRow ? (words_s[(u & 3) * SK + tid] << p.page_shift) + f.off : kNoRow;
   };
-  auto copy_fetched = [&](u32 u, int hk, bool full) {
-    const u64* os = offs_s + (u & 1) * SK;
+  auto copy_fetched = [&](u32 u, u32 unit) {
+    const u32* rs = rows_s + (u & 1) * SK;
     const u32 ks = slot_of(u), vs = ks + SK * D * 2;
-    const u64 col = ((u64)hk * D + cc * 8) * 2;
-    const char* kb = reinterpret_cast<const char*>(p.k) + col;
-    const char* vb = reinterpret_cast<const char*>(p.v) + col;
-    // all offsets first: each copy's asm is a memory clobber, so a shared read placed after one
+    const u64 col = ((u64)(unit & ~kFull) * D + cc * 8) * 2;
+    const u64 kb = reinterpret_cast<u64>(p.k) + col, dv = reinterpret_cast<u64>(p.v) - reinterpret_cast<u64>(p.k);
+    // K's address as one IMAD.WIDE.U32 (row * row_bytes + base) and V's as K's plus the distance
+    // of the pools (written as C, the shared product was split off and each address took about
+    // six instructions)
+    auto at = [&](u32 row) {
+      u64 a;
+      asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(a) : "r"(row), "r"(row_bytes), "l"(kb));
+      return a;
+    };
+    // all rows first: each copy's asm is a memory clobber, so a shared read placed after one
     // would wait for it and then for its own latency, chunk by chunk
-    u64 o[CH];
+    u32 r[CH];
 #pragma unroll
-    for (int i = 0; i < CH; ++i) o[i] = os[key_t + i * KPC];
-    if (full) {  // every key in the sequence (nearly every unit): no predicates, no selects
+    for (int i = 0; i < CH; ++i) r[i] = rs[key_t + i * KPC];
+    if (unit & kFull) {  // every key in the sequence (nearly every unit): no predicates, no selects
 #pragma unroll
       for (int i = 0; i < CH; ++i) {
-        cp_async16_s(ks + dst_of(i), kb + o[i], true);
-        cp_async16_s(vs + dst_of(i), vb + o[i], true);
+        const u64 a = at(r[i]);
+        cp_async16_s(ks + dst_of(i), reinterpret_cast<const char*>(a), true);
+        cp_async16_s(vs + dst_of(i), reinterpret_cast<const char*>(a + dv), true);
       }
     } else {
 #pragma unroll
       for (int i = 0; i < CH; ++i) {
-        const bool ok = o[i] != kNoOff;
-        cp_async16_s(ks + dst_of(i), ok ? kb + o[i] : reinterpret_cast<const char*>(p.k), ok);
-        cp_async16_s(vs + dst_of(i), ok ? vb + o[i] : reinterpret_cast<const char*>(p.v), ok);
+        const bool ok = r[i] != kNoRow;
+        const u64 a = ok ? at(r[i]) : reinterpret_cast<u64>(p.k);
+        cp_async16_s(ks + dst_of(i), reinterpret_cast<const char*>(a), ok);
+        cp_async16_s(vs + dst_of(i), reinterpret_cast<const char*>(a + dv), ok);
       }
     }
   };
@@ -543,7 +549,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // both (the same H200 measurements).
   auto issue_unit = [&](u32 u) {
     if constexpr (ahead) {
-      copy_fetched(u, fa.hk, fa.full);
+      copy_fetched(u, fa.unit);
       fa = fb;
       if (u + 2 < units) fb = fetch_rows();  // unit u + 2's
     } else {
@@ -553,7 +559,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // The prologue reads the words of units 0, 1 and 2 together (one commit group, waited for at
   // once): the second stage's copies then wait for one page-table round trip, not two in series.
   if constexpr (ahead) {
-    Fetched f0{0u, 0, false, false};
+    Fetched f0{kNoRow, 0u};
     if (units > 0) f0 = fetch_rows();
     if (units > 1) fa = fetch_rows();
     if (units > 2) fb = fetch_rows();
@@ -564,7 +570,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       if ((u32)s < units) store_fetched((u32)s, s == 0 ? f0 : fa);
       __syncthreads();
       if ((u32)s < units) {
-        if (s == 0) copy_fetched(0, f0.hk, f0.full); else issue_unit((u32)s);  // units 1 and 2 are read
+        if (s == 0) copy_fetched(0, f0.unit); else issue_unit((u32)s);  // units 1 and 2 are read
       }
       cp_async_commit();
     }
