@@ -13,6 +13,10 @@
 // 2. turbo_buffer_tail_*: per (KV head, sequence): the universal scale (max of the block scales:
 //    division by 119 is monotone, so it equals max|x| / 119 over all tokens) and the INT8 buffer
 //    of the tokens after the last full block (ferrattn_core::turbo::cache module docs).
+// 2b. turbo_quant_q_* (before turbo_prefill_wgf_* only): the same stage 1 for the 64-row query
+//    blocks ("s_Q_i = max(abs(Q_i))/119"), into INT8 tiles in the K-tile image layout and one
+//    scale per (block, query head, sequence), so that the fast kernel's consumers start on a
+//    bulk-copied Q block instead of quantizing it (issue 11, round 6).
 // 3. turbo_prefill_*: one CTA per (64-row query block, query head, sequence), 4 warps of 16 rows.
 //    Q block quantized on chip ("s_Q_i = max(abs(Q_i))/119"), then for each visible K/V tile in
 //    ascending order (double-buffered cp.async): S = Q^q1 K^q1 on mma.m16n8k32 s8 (exact s32),
@@ -60,9 +64,19 @@ struct PrefillParams {
   float softmax_scale;
   int order;               // turbo_prefill_wgf_*: 0 the KV head's CTAs together, 1 trip-major (wgf_cta)
   u64* trace;              // turbo_prefill_wgf_*: null, or kTraceWords per CTA (wgf_trace_slot)
+  // turbo_prefill_wgf_*: the Q blocks turbo_quant_q_* wrote (the K-tile image layout, codes and
+  // scales those of the on-chip prologue of turbo_prefill_wg_*, bit for bit)
+  const i8* qq;            // [batch, heads_q, ceil(max_sq / 64), 64, D] INT8 Q tiles
+  const float* qs;         // [batch, heads_q, ceil(max_sq / 64)] block scales s_Q
 };
 
-template <class T, int D>
+// kTensors 2: K and V (turbo_quant_kv_*); 1: K alone, which turbo_quant_q_* uses for the query
+// blocks of the fast prefill (k = q, heads_kv = heads_q, max_s = max_sq, lens = seqlens_q,
+// nblk = ceil(max_sq / 64), kq / ks = PrefillParams::qq / qs, image 1, no cache): the same
+// "s_Q_i = max(abs(Q_i))/119, Q_i^q1 = round(Q_i / s_Q_i)" as the wg kernels' prologue, whose
+// amax (a max, order-free), int8_scale and quantize_int8 it shares; rows past the sequence are 0
+// there and here, and a block with no row is not written (no warpgroup reads it).
+template <class T, int D, int kTensors = 2>
 __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
   constexpr int V8 = D / 8;  // 16-byte vectors per row
   __shared__ alignas(16) i8 sx[kBlock * D];
@@ -72,7 +86,7 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
   const int n = clampi(p.lens[b] - j * kBlock, 0, kBlock);
   if (n == 0) return;
   const u64 blk = ((u64)b * p.heads_kv + hk) * p.nblk + j;
-  for (int which = 0; which < 2; ++which) {
+  for (int which = 0; which < kTensors; ++which) {
     const u16* src = which ? p.v : p.k;
     auto row_ptr = [&](int t) { return src + ((u64)(b * p.max_s + j * kBlock + t) * p.heads_kv + hk) * D; };
     float amax = 0.0f;
@@ -390,7 +404,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 // exact bytes the wgmma shared-memory descriptors read: K rows of D bytes with the 128- or
 // 64-byte swizzle, V^T rows of 64 keys with the 64-byte swizzle) into a kWgStages-deep ring, one
 // bulk copy per tile, completion counted on transaction mbarriers. Each warpgroup quantizes its
-// Q block into shared memory in the K-tile layout; per 64-key tile it issues S = Q^q1 K^q1 as
+// Q block into shared memory in the K-tile layout (wgf: the producer copies the block
+// turbo_quant_q_* quantized, before the first K/V tiles); per 64-key tile it issues S = Q^q1 K^q1 as
 // D / 32 wgmma.m64n64k32.s8 (both operands in shared memory), runs the SAS online softmax on the
 // accumulator registers, packs P^q into A registers (keys in slot order, which the V^T image
 // shares) and issues P^q V^q1 in passes of 64 channels (two wgmma.m64n64k32.s8 each, P from
@@ -478,9 +493,11 @@ __device__ __forceinline__ WgfCta wgf_cta(int order) {
 // entry, 1 clock64 at entry, 2 clock64 once warpgroup 0's Q block is in shared memory, 3 once
 // its tile loop is done, 4 once its rows are stored (after the tiles only the other warpgroups
 // need), 5 globaltimer then, 6 the latest globaltimer at which a consumer warpgroup stored its
-// rows (a max over the three), 7 SM id | the CTA's tiles << 32. Read by docs/TURBO_CUDA.md's
-// profile of round 5 (docs/results/turbo-prefill5-h200-2026-11-26/trace_summary.py).
-constexpr int kTraceWords = 8;
+// rows (a max over the three), 7 SM id | the CTA's tiles << 32, 8 clock64 once the producer
+// thread starts issuing copies, 9 clock64 once warpgroup 0's tile 0 has landed (its first S
+// issued). Read by docs/TURBO_CUDA.md's profiles of rounds 5 and 6
+// (docs/results/turbo-prefill6-h200-2026-11-26/trace_summary.py).
+constexpr int kTraceWords = 10;
 __device__ __forceinline__ u64* wgf_trace_slot(const PrefillParams& p) {
   const u32 lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   return p.trace + (u64)lin * kTraceWords;
@@ -511,6 +528,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   extern __shared__ u8 dyn_smem[];
   __shared__ alignas(8) u64 bar_full[kWgStages];
   __shared__ alignas(8) u64 bar_empty[kWgStages];
+  __shared__ alignas(8) u64 bar_q[kWgConsumers];  // wgf: consumer w's Q block has landed
   __shared__ float sLut[17];
   __shared__ float sRed[kWgConsumers][2][4];
 
@@ -593,6 +611,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       mbar_init(smem_addr(&bar_full[s]), 1);
       mbar_init(smem_addr(&bar_empty[s]), kWgConsumers * 128);
     }
+    if (kFast)
+      for (int w = 0; w < kWgConsumers; ++w) mbar_init(smem_addr(&bar_q[w]), 1);
     fence_mbar_init();
   }
   // LUT[n] = e^-n for n < -n_r and 0 from n = -n_r on: with t clamped to 16 this is Eq. 14's
@@ -603,6 +623,19 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   if (wg == kWgConsumers) {  // ---- producer warpgroup: one thread streams the tiles --------------
     setmaxnreg_dec<kProducerRegs>();
     if (tid == kWgConsumers * 128) {
+      if (kFast && p.trace != nullptr) wgf_trace_slot(p)[8] = sm_clock();
+      if constexpr (kFast) {
+        // the consumers' INT8 Q blocks (turbo_quant_q_*) first: each one's first S needs its Q
+        // block and tile 0; a block without tiles is neither copied nor waited for
+        for (int w = 0; w < kWgConsumers; ++w) {
+          const int qbw = qb_of(w);
+          if (tiles_of(qbw) == 0) continue;
+          const u32 bq = smem_addr(&bar_q[w]);
+          mbar_arrive_expect_tx(bq, TILE);
+          bulk_g2s(ring + kWgStages * 2 * TILE + w * TILE,
+                   p.qq + (((u64)b * p.heads_q + h_of(w)) * nqb + qbw) * TILE, TILE, bq);
+        }
+      }
       for (int j = 0; j < nt_cta; ++j) {
         const int s = j % kWgStages;
         if (j >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((j / kWgStages) + 1) & 1);
@@ -626,9 +659,24 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   const int vis_min = min(visible(r0), visible(r0 + kBlock - 1));
 
   // Q block to INT8 with one scale (max over the whole block), into the warpgroup's shared
-  // tile in the layout of a K tile (the wgmma A operand)
+  // tile in the layout of a K tile (the wgmma A operand). wgf: turbo_quant_q_* did it in the
+  // pre-pass (the same codes and scale); the producer's bulk copy brings the block.
   float s_q;
-  {
+  // wgf: the block scales of the first chunk's tiles, loaded before the wait for Q
+  float ks0 = 0.0f, vs0 = 0.0f, ks1 = 0.0f, vs1 = 0.0f;
+  if constexpr (kFast) {
+    s_q = 0.0f;
+    if (nt > 0) {
+      s_q = p.qs[((u64)b * p.heads_q + h) * nqb + qb];
+      ks0 = p.ks[kv_base];
+      vs0 = p.vs[kv_base];
+      if (nt > 1) {
+        ks1 = p.ks[kv_base + 1];
+        vs1 = p.vs[kv_base + 1];
+      }
+      mbar_wait(smem_addr(&bar_q[wg]), 0);
+    }
+  } else {
     u32 raw[KS][4][2];  // the 4 16-bit values of each A register
     float amax = 0.0f;
 #pragma unroll
@@ -801,8 +849,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     // the current chunk: tiles j (and j + 1 when pair), their scales; the next chunk's are
     // loaded at the start of each chunk
     int j = 0;
-    float ks0 = nt > 0 ? p.ks[kv_base] : 0.0f, vs0 = nt > 0 ? p.vs[kv_base] : 0.0f;
-    float ks1 = nt > 1 ? p.ks[kv_base + 1] : 0.0f, vs1 = nt > 1 ? p.vs[kv_base + 1] : 0.0f;
     bool pair = pairable(0, vs0, vs1);
     // S of the current chunk in (c0, c1); its P V passes go to c0 and c1 (free once the codes
     // exist), and the next chunk's S into them again once each pass is folded
@@ -992,6 +1038,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     int sa0[32], sa1[32];
     if (nt > 0) {
       issue_s(0, sa0);
+      if (p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
       if (pair) issue_s(1, sa1);
       wgmma_commit();
     }
@@ -1154,6 +1201,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                      \
       turbo_quant_kv_##TN##_d##D(const ferrattn::turbo::QuantParams p) {                       \
     ferrattn::turbo::quant_kv_body<ferrattn::T, D>(p);                                         \
+  }                                                                                            \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                      \
+      turbo_quant_q_##TN##_d##D(const ferrattn::turbo::QuantParams p) {                        \
+    ferrattn::turbo::quant_kv_body<ferrattn::T, D, 1>(p);                                      \
   }                                                                                            \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                      \
       turbo_buffer_tail_##TN##_d##D(const ferrattn::turbo::QuantParams p) {                    \

@@ -413,6 +413,142 @@ fn gpu_turbo_cache_matches_the_host_path_and_replays_in_a_graph() {
 /// partials (one rank empty on some rows: LSE `-inf`), folded in a given order on the caller's
 /// stream, equal the core's CPU merge of the same partials within one rounding of the dtype (O)
 /// and the LSE tolerance; bad views are typed errors before any launch.
+/// The fast prefill (`Options::fast_turbo_prefill`: `turbo_prefill_wgf_*` after
+/// `turbo_quant_q_*`, the Q tiles in the step's workspace) through [`TurboDevice`] equals the
+/// host path of the same backend bit for bit: O, LSE and the compressed cache (skips without a
+/// GPU; on a GPU other than sm_90 both paths run the mma.sync kernel).
+#[test]
+fn gpu_turbo_fast_prefill_device_path_matches_the_host_path() {
+    use ferrattn::device_api::{
+        Stream, TurboCacheSpec, TurboDevice, TurboPrefillPlan, TurboPrefillViews, TurboShape,
+        Workspace,
+    };
+    use ferrattn::turbo::TurboConfig;
+    use ferrattn::{AttentionInputs, AttentionProblem, Tensor};
+    use ferrattn_cuda::DeviceBuffer;
+    use half::bf16;
+    use rand::SeedableRng;
+    let options = ferrattn_cuda::Options {
+        fast_turbo_prefill: true,
+        ..ferrattn_cuda::Options::default()
+    };
+    let dev = match TurboDevice::with_options(0, options) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIPPED gpu_turbo_fast_prefill_device_path_matches_the_host_path: {e}");
+            return;
+        }
+    };
+    let host = dev.backend();
+    let g = host.gpu().unwrap().clone();
+    // SAFETY: the backend's own stream, alive as long as `dev`.
+    let stream = unsafe { Stream::from_raw(g.raw_stream() as *mut std::ffi::c_void) };
+    let (b, hq, hk, d, max) = (3usize, 16usize, 4usize, 128usize, 200usize);
+    let lens = [200usize, 62, 129];
+    let cfg = TurboConfig::default();
+    let shape = TurboShape {
+        batch: b,
+        heads_q: hq,
+        heads_kv: hk,
+        head_dim: d,
+        dtype: DType::BF16,
+        softmax_scale: None,
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let mut randn = |s: &[usize]| Tensor::randn(s, DType::BF16, 1.0, &mut rng);
+    let bits16 = |t: &Tensor| -> Vec<u16> {
+        t.data
+            .iter()
+            .map(|&x| bf16::from_f32(x).to_bits())
+            .collect()
+    };
+    let upload = |t: &Tensor| DeviceBuffer::from_slice(&g, &bits16(t)).unwrap();
+    let view = |buf: &DeviceBuffer, dtype: DType, s: &[usize]| {
+        // SAFETY: `buf` holds at least these bytes of device 0 and outlives the work.
+        unsafe {
+            TensorView::cuda(
+                buf.ptr(),
+                buf.bytes(),
+                0,
+                dtype,
+                s,
+                &ferrattn::device_api::contiguous_strides(s),
+            )
+        }
+        .unwrap()
+    };
+    let (q, k, v) = (
+        randn(&[b, max, hq, d]),
+        randn(&[b, max, hk, d]),
+        randn(&[b, max, hk, d]),
+    );
+    let mut p = AttentionProblem::uniform(b, max, max, hq, hk, d, d, DType::BF16);
+    p.seqlens_q = lens.to_vec();
+    p.seqlens_k = lens.to_vec();
+    p.causal = true;
+    let x = AttentionInputs::new(q.clone(), k.clone(), v.clone());
+    let (want, ref_cache) = host.turbo_prefill(&cfg, &p, &x, 0).unwrap();
+    let spec = TurboCacheSpec {
+        batch: b,
+        heads_kv: hk,
+        head_dim: d,
+        bits: ref_cache.bits.clone(),
+        capacity_tokens: max,
+    };
+    let mut cache = dev.cache(&spec).unwrap();
+    let plan = TurboPrefillPlan::new(&cfg, &shape, &lens, max, true).unwrap();
+    let ws_buf = DeviceBuffer::alloc(&g, plan.workspace_bytes().max(1 << 20)).unwrap();
+    // SAFETY: a fresh allocation of device 0, used only by this step.
+    let mut ws = unsafe { Workspace::cuda(ws_buf.ptr(), ws_buf.bytes(), 0) };
+    let (qb, kb, vb) = (upload(&q), upload(&k), upload(&v));
+    let ob = DeviceBuffer::alloc(&g, b * max * hq * d * 2).unwrap();
+    let lb = DeviceBuffer::alloc(&g, b * hq * max * 4).unwrap();
+    let (qv, kv_, vv) = (
+        view(&qb, DType::BF16, &[b, max, hq, d]),
+        view(&kb, DType::BF16, &[b, max, hk, d]),
+        view(&vb, DType::BF16, &[b, max, hk, d]),
+    );
+    let (ov, lv) = (
+        view(&ob, DType::BF16, &[b, max, hq, d]),
+        view(&lb, DType::F32, &[b, hq, max]),
+    );
+    {
+        let step = dev.begin_prefill(&plan, &mut ws, stream).unwrap();
+        let xv = TurboPrefillViews {
+            q: &qv,
+            k: &kv_,
+            v: &vv,
+            o: &ov,
+            lse: &lv,
+        };
+        step.run(&xv, &mut cache, stream).unwrap();
+    }
+    let o_bits: Vec<u32> = ob
+        .to_vec::<u16>()
+        .unwrap()
+        .iter()
+        .map(|&x| bf16::from_bits(x).to_f32().to_bits())
+        .collect();
+    let want_o: Vec<u32> = want.o.data.iter().map(|x| x.to_bits()).collect();
+    assert_eq!(o_bits, want_o, "fast prefill O");
+    let lse: Vec<u32> = lb
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_bits())
+        .collect();
+    let want_lse: Vec<u32> = want.lse.data.iter().map(|x| x.to_bits()).collect();
+    assert_eq!(lse, want_lse, "fast prefill LSE");
+    assert!(
+        cache.download().unwrap() == ref_cache.download().unwrap(),
+        "fast prefill cache"
+    );
+    eprintln!(
+        "fast prefill through the device path: O, LSE and cache equal the host path's (fast kernel: {})",
+        !host.turbo_prefill_is_exact()
+    );
+}
+
 #[test]
 fn gpu_merge_states_matches_the_core_merge() {
     use ferrattn::device_api::{contiguous_strides, LeanDecoder, MergeViews, Stream};

@@ -456,6 +456,9 @@ pub fn fill_kernel_name(dtype: DType) -> Result<&'static str> {
 pub struct TurboKernelNames {
     /// BPQ stage 1 of K and V per block (and stage 2 into the cache).
     pub quant_kv: String,
+    /// BPQ stage 1 of the query blocks for `prefill_wgf` (INT8 Q tiles and block scales, the
+    /// codes of the wg kernels' on-chip prologue).
+    pub quant_q: String,
     /// Universal scale and INT8 buffer of the tokens after the last full block.
     pub buffer_tail: String,
     /// Alg. 1 attention (mma.sync; bit-exact with the emulation).
@@ -505,6 +508,7 @@ pub fn turbo_kernel_names(dtype: DType, head_dim: usize) -> Result<TurboKernelNa
     };
     Ok(TurboKernelNames {
         quant_kv: format!("turbo_quant_kv_{dt}_d{d}"),
+        quant_q: format!("turbo_quant_q_{dt}_d{d}"),
         buffer_tail: format!("turbo_buffer_tail_{dt}_d{d}"),
         prefill: format!("turbo_prefill_{dt}_d{d}"),
         prefill_wg: format!("turbo_prefill_wg_{dt}_d{d}"),

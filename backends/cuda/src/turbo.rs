@@ -243,6 +243,41 @@ pub(crate) struct PrefillParams {
     order: i32,
     /// `turbo_prefill_wgf_*`: 0, or [`TRACE_WORDS`] u64 per CTA (`FERRATTN_WGF_TRACE`).
     trace: u64,
+    /// `turbo_prefill_wgf_*`: the INT8 Q tiles `turbo_quant_q_*` wrote, `[batch, heads_q,
+    /// ceil(max_seqlen_q / 64), 64, D]` in the K-tile image layout; 0 for the other kernels.
+    qq: u64,
+    /// `turbo_prefill_wgf_*`: their block scales s_Q (f32), `[batch, heads_q, ceil(max_seqlen_q
+    /// / 64)]`; 0 for the other kernels.
+    qs: u64,
+}
+
+/// Bytes of the INT8 Q tiles and of their scales `turbo_quant_q_*` writes for the fast prefill
+/// of `p`.
+pub(crate) fn q_tile_bytes(p: &AttentionProblem) -> (usize, usize) {
+    let blocks = p.batch * p.heads_q * p.max_seqlen_q.div_ceil(TURBO_BLOCK);
+    (blocks * TURBO_BLOCK * p.head_dim_qk, blocks * 4)
+}
+
+impl QuantParams {
+    /// The parameters of `turbo_quant_q_*` (`quant_kv_body` with one tensor): the query blocks
+    /// of `q` (`[batch, max_seqlen_q, heads_q, D]`, `seqlens_q` rows each) into `qq` / `qs`.
+    pub(crate) fn for_q(p: &AttentionProblem, q: u64, seqlens_q: u64, qq: u64, qs: u64) -> Self {
+        QuantParams {
+            k: q,
+            v: 0,
+            lens: seqlens_q,
+            kq: qq,
+            vt: 0,
+            ks: qs,
+            vs: 0,
+            cache: CacheParams::default(),
+            batch: p.batch as i32,
+            max_s: p.max_seqlen_q as i32,
+            heads_kv: p.heads_q as i32,
+            nblk: p.max_seqlen_q.div_ceil(TURBO_BLOCK) as i32,
+            image: 1,
+        }
+    }
 }
 
 /// `struct DecodeParams` (turbo_decode.cu).
@@ -343,6 +378,8 @@ pub struct TurboModules {
 #[derive(Clone, Debug)]
 pub struct TurboKernels {
     quant_kv: Function,
+    /// `turbo_quant_q_*`: the query blocks of `turbo_prefill_wgf_*` to INT8.
+    quant_q: Function,
     buffer_tail: Function,
     prefill: Function,
     /// `turbo_prefill_wg_*`, or `turbo_prefill_wgf_*` with
@@ -753,6 +790,9 @@ pub struct PreparedTurboPrefill {
     vt: DeviceBuffer,
     ks: DeviceBuffer,
     vs: DeviceBuffer,
+    /// The fast kernel chosen: the INT8 Q tiles and their scales (`turbo_quant_q_*`, launched
+    /// with the attention).
+    q_tiles: Option<(DeviceBuffer, DeviceBuffer)>,
     /// `FERRATTN_WGF_TRACE` set and the fast kernel chosen: [`TRACE_WORDS`] u64 per CTA of
     /// the attention grid, the last launch's (`wgf_trace_slot` of turbo_prefill.cu).
     trace: Option<DeviceBuffer>,
@@ -761,8 +801,9 @@ pub struct PreparedTurboPrefill {
 /// Words per CTA of the fast prefill's diagnostic trace (`kTraceWords` of turbo_prefill.cu):
 /// globaltimer at entry, clock64 at entry, after the Q block, after the tile loop, after the
 /// store (warpgroup 0), globaltimer then, the latest consumer's globaltimer after its store,
-/// and SM id | tiles << 32.
-pub const TRACE_WORDS: usize = 8;
+/// SM id | tiles << 32, clock64 once the producer starts its copies, and once warpgroup 0's
+/// tile 0 has landed.
+pub const TRACE_WORDS: usize = 10;
 
 /// A decode launch made ready: the plan's tables and the partial buffers on the device.
 #[derive(Debug)]
@@ -803,6 +844,7 @@ impl CudaBackend {
         let m = self.turbo_modules()?;
         Ok(TurboKernels {
             quant_kv: m.prefill.function(&n.quant_kv)?,
+            quant_q: m.prefill.function(&n.quant_q)?,
             buffer_tail: m.prefill.function(&n.buffer_tail)?,
             prefill: m.prefill.function(&n.prefill)?,
             prefill_wg: if self.has_sm90a() {
@@ -876,6 +918,15 @@ impl CudaBackend {
             }
             _ => None,
         };
+        let q_tiles = if wgmma && self.options.fast_turbo_prefill {
+            let (codes, scales) = q_tile_bytes(p);
+            Some((
+                DeviceBuffer::alloc(gpu, codes)?,
+                DeviceBuffer::alloc(gpu, scales)?,
+            ))
+        } else {
+            None
+        };
         Ok(PreparedTurboPrefill {
             problem: p.clone(),
             cfg: cfg.clone(),
@@ -883,6 +934,7 @@ impl CudaBackend {
             wgmma,
             nblk,
             trace,
+            q_tiles,
             kq: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
             vt: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
             ks: DeviceBuffer::alloc(gpu, tiles * 4)?,
@@ -988,10 +1040,23 @@ impl CudaBackend {
             softmax_scale: p.softmax_scale,
             order: 0,
             trace: prep.trace.as_ref().map_or(0, |t| t.ptr()),
+            qq: 0,
+            qs: 0,
         };
         let q_blocks = p.max_seqlen_q.div_ceil(TURBO_BLOCK);
         match (&prep.kernels.prefill_wg, prep.wgmma) {
             (Some((f, shape)), true) => {
+                if let Some((qq, qs)) = &prep.q_tiles {
+                    let mut qp = QuantParams::for_q(p, q, seqlens_q, qq.ptr(), qs.ptr());
+                    launch(
+                        self.gpu()?,
+                        &prep.kernels.quant_q,
+                        (q_blocks, p.heads_q, p.batch),
+                        &mut qp,
+                    )?;
+                    pp.qq = qq.ptr();
+                    pp.qs = qs.ptr();
+                }
                 let (grid, order) =
                     shape.launch_grid(p.causal, p.max_seqlen_q, p.heads_q, p.heads_kv, p.batch);
                 pp.order = order;
@@ -1048,6 +1113,22 @@ impl CudaBackend {
             Some(t) => {
                 self.gpu()?.synchronize()?;
                 Ok(Some(t.to_vec::<u64>()?))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The INT8 Q tiles and block scales `turbo_quant_q_*` wrote at the last launch of `prep`
+    /// (`(codes, scales)` in the layout of [`PrefillParams`]'s `qq` / `qs`; blocks without a
+    /// row are not written), for the fast kernel only; a test hook. Synchronizes.
+    pub fn turbo_prefill_q_tiles(
+        &self,
+        prep: &PreparedTurboPrefill,
+    ) -> Result<Option<(Vec<i8>, Vec<f32>)>> {
+        match &prep.q_tiles {
+            Some((q, s)) => {
+                self.gpu()?.synchronize()?;
+                Ok(Some((q.to_vec::<i8>()?, s.to_vec::<f32>()?)))
             }
             None => Ok(None),
         }
@@ -1764,6 +1845,20 @@ fn check_decode_query(
 mod tests {
     use super::*;
 
+    /// The fast prefill's INT8 Q workspace (`turbo_quant_q_*`): one 64 x D tile and one f32
+    /// scale per (sequence, query head, 64-row block), in both prefill paths (the device
+    /// path's step plan reserves it after the K/V tiles).
+    #[test]
+    fn q_tiles_take_one_block_per_query_block_and_head() {
+        let p = AttentionProblem::uniform(4, 4096, 4096, 32, 8, 128, 128, DType::BF16);
+        assert_eq!(q_tile_bytes(&p), (4 * 32 * 64 * 64 * 128, 4 * 32 * 64 * 4));
+        let p = AttentionProblem::uniform(2, 65, 65, 8, 2, 64, 64, DType::F16);
+        assert_eq!(q_tile_bytes(&p), (2 * 8 * 2 * 64 * 64, 2 * 8 * 2 * 4));
+        let plan = device::TurboPrefillStepPlan::new(&TurboConfig::default(), &p).unwrap();
+        let kv = 2 * (2 * 2 * 2 * 64 * 64) + 2 * (2 * 2 * 2 * 4);
+        assert!(plan.workspace_bytes() >= kv + q_tile_bytes(&p).0 + q_tile_bytes(&p).1);
+    }
+
     /// The fast prefill's grouped grid: at Llama's 32 / 8 heads and 4 x 4096, 86 CTAs per KV
     /// head (256 items of three) instead of 22 per query head, trip-major for causal; the
     /// items of a KV head, walked as `wgf_cta` and the kernel's `item` walk them, cover every
@@ -1815,8 +1910,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<CacheParams>(), 128);
         // QuantParams: 7 pointers, cache, 5 ints, padded to 8
         assert_eq!(std::mem::size_of::<QuantParams>(), 7 * 8 + 128 + 20 + 4);
-        // PrefillParams: 9 pointers, 10 ints, 1 float, 4 bytes of padding, 1 pointer
-        assert_eq!(std::mem::size_of::<PrefillParams>(), 10 * 8 + 12 * 4);
+        // PrefillParams: 9 pointers, 10 ints, 1 float, 4 bytes of padding, 3 pointers
+        assert_eq!(std::mem::size_of::<PrefillParams>(), 12 * 8 + 12 * 4);
         // DecodeParams: 11 pointers, cache, 10 ints, 1 float, padded to 8
         assert_eq!(std::mem::size_of::<DecodeParams>(), 11 * 8 + 128 + 44 + 4);
         // AppendParams: 4 pointers, cache, 3 ints, padded

@@ -21,7 +21,7 @@
 use super::{
     check, check_supported, code_layout, decode_smem_bytes, plan_decode, AppendParams, CacheParams,
     DecodeParams, DecodePlan, DecodeSchedule, DeviceTurboCache, FlushParams, PrefillParams,
-    QuantParams, TurboKernels, DECODE_ROWS, TURBO_BLOCK, TURBO_THREADS,
+    QuantParams, TurboKernels, DECODE_ROWS, TURBO_BLOCK, TURBO_THREADS, WGF_SHAPE,
 };
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -67,6 +67,10 @@ pub struct TurboPrefillStepPlan {
     vt: usize,
     ks: usize,
     vs: usize,
+    /// Offsets of the INT8 Q tiles and their scales (`turbo_quant_q_*`; used when the step
+    /// kernels are the fast `turbo_prefill_wgf_*`, reserved always: the plan does not know).
+    qq: usize,
+    qs: usize,
     bytes: usize,
 }
 
@@ -91,7 +95,10 @@ impl TurboPrefillStepPlan {
         let vt = align(kq + tiles * TURBO_BLOCK * d);
         let ks = align(vt + tiles * TURBO_BLOCK * d);
         let vs = align(ks + tiles * 4);
-        let bytes = align(vs + tiles * 4);
+        let (q_codes, q_scales) = super::q_tile_bytes(p);
+        let qq = align(vs + tiles * 4);
+        let qs = align(qq + q_codes);
+        let bytes = align(qs + q_scales);
         Ok(TurboPrefillStepPlan {
             problem: p.clone(),
             cfg: cfg.clone(),
@@ -101,6 +108,8 @@ impl TurboPrefillStepPlan {
             vt,
             ks,
             vs,
+            qq,
+            qs,
             bytes,
         })
     }
@@ -576,10 +585,26 @@ impl TurboStepKernels {
             softmax_scale: p.softmax_scale,
             order: 0,
             trace: 0,
+            qq: 0,
+            qs: 0,
         };
         let q_blocks = p.max_seqlen_q.div_ceil(TURBO_BLOCK);
         match (&k.prefill_wg, self.wgmma) {
             (Some((f, shape)), true) => {
+                if *shape == WGF_SHAPE {
+                    let (qq, qs) = (workspace + plan.qq as u64, workspace + plan.qs as u64);
+                    let mut qp = QuantParams::for_q(p, t.q, lens, qq, qs);
+                    self.launch(
+                        &k.quant_q,
+                        (q_blocks, p.heads_q, p.batch),
+                        TURBO_THREADS,
+                        0,
+                        stream,
+                        &mut qp,
+                    )?;
+                    pp.qq = qq;
+                    pp.qs = qs;
+                }
                 let (grid, order) =
                     shape.launch_grid(p.causal, p.max_seqlen_q, p.heads_q, p.heads_kv, p.batch);
                 pp.order = order;

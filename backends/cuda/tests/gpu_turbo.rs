@@ -1018,6 +1018,91 @@ fn check_fast_prefill(
     check_vs_golden(what, p, x, &emu, &gpu);
 }
 
+/// Byte of channel `c` of row `row` in an INT8 tile image of `d` channels per row
+/// (`swz<D / 16>` of turbo_common.cuh: 16-byte chunks XOR-permuted by row).
+fn image_at(row: usize, c: usize, d: usize) -> usize {
+    let chunks = d / 16;
+    let x = if chunks == 4 { (row >> 1) & 3 } else { row & 7 };
+    row * d + (((c / 16) ^ x) << 4) + c % 16
+}
+
+/// The fast prefill's INT8 Q blocks come from the pre-pass (`turbo_quant_q_*`) instead of an
+/// on-chip prologue: every block with a row holds `quantize_int8(q, int8_scale(block))` over
+/// the block's rows of its sequence (the padding rows, 3000 here, excluded; rows past the
+/// sequence 0), bit for bit, in the K-tile image layout, and its scale is `int8_scale`'s bits.
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+fn gpu_turbo_fast_prefill_q_tiles_are_the_prologue_codes() {
+    use ferrattn_core::turbo::quant::{int8_scale, quantize_int8};
+    use ferrattn_cuda::launch::{DeviceInputs, DeviceOutputs};
+    let name = "gpu_turbo_fast_prefill_q_tiles_are_the_prologue_codes";
+    let Some(b) = fast_backend(name) else {
+        return;
+    };
+    let mut checked = 0;
+    for &d in &[64usize, 128] {
+        for &dtype in &[DType::F16, DType::BF16] {
+            let p = problem(&[150, 64, 0, 1], &[150, 64, 3, 70], 8, 4, d, dtype, true);
+            let x = inputs(&p, 300 + d as u64);
+            let cfg = TurboConfig::default();
+            let prep = b.turbo_prepare_prefill(&cfg, &p).unwrap();
+            if !b.turbo_prefill_uses_fast(&prep) {
+                eprintln!("{name}: the fast kernel is not used here (not sm_90); skipped");
+                return;
+            }
+            let gpu = b.gpu().unwrap();
+            let dx = DeviceInputs::upload(gpu, &p, &x).unwrap();
+            let mut out = DeviceOutputs::alloc(gpu, &p).unwrap();
+            b.turbo_launch_prefill(&prep, &dx, &mut out, None).unwrap();
+            let (codes, scales) = b.turbo_prefill_q_tiles(&prep).unwrap().unwrap();
+            let nqb = p.max_seqlen_q.div_ceil(TURBO_BLOCK);
+            assert_eq!(scales.len(), p.batch * p.heads_q * nqb);
+            assert_eq!(codes.len(), scales.len() * TURBO_BLOCK * d);
+            for s in 0..p.batch {
+                for h in 0..p.heads_q {
+                    for qb in 0..nqb {
+                        let rows = p.seqlens_q[s]
+                            .saturating_sub(qb * TURBO_BLOCK)
+                            .min(TURBO_BLOCK);
+                        if rows == 0 {
+                            continue;
+                        }
+                        let blk = (s * p.heads_q + h) * nqb + qb;
+                        let row = |r: usize| x.q.row4(s, qb * TURBO_BLOCK + r, h);
+                        let sc = int8_scale((0..rows).flat_map(row));
+                        assert_eq!(
+                            scales[blk].to_bits(),
+                            sc.to_bits(),
+                            "d {d} {dtype} seq {s} head {h} block {qb}: s_Q {} vs {sc}",
+                            scales[blk]
+                        );
+                        let tile = &codes[blk * TURBO_BLOCK * d..(blk + 1) * TURBO_BLOCK * d];
+                        for r in 0..TURBO_BLOCK {
+                            for c in 0..d {
+                                let want = if r < rows {
+                                    quantize_int8(row(r)[c], sc)
+                                } else {
+                                    0
+                                };
+                                assert_eq!(
+                                    tile[image_at(r, c, d)],
+                                    want,
+                                    "d {d} {dtype} seq {s} head {h} block {qb} row {r} channel {c}"
+                                );
+                            }
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{name}: {checked} Q blocks equal to the prologue's codes and scales");
+}
+
 #[test]
 #[cfg_attr(
     ferrattn_no_gpu,
