@@ -114,6 +114,19 @@ fn set_smem(f: &Function, bytes: usize) -> Result<()> {
     })
 }
 
+/// The largest shared-memory carveout for `f` (a hint the driver may override).
+fn set_max_carveout(f: &Function) -> Result<()> {
+    let _bound = f.bind()?;
+    // SAFETY: valid function handle; 100 (percent of the maximum) is in the attribute's range.
+    check("cuFuncSetAttribute", unsafe {
+        sys::cuFuncSetAttribute(
+            f.f,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+            100,
+        )
+    })
+}
+
 fn occupancy(f: &Function, threads: usize, smem: usize) -> Result<usize> {
     let _bound = f.bind()?;
     let mut occ = 0i32;
@@ -322,15 +335,16 @@ impl TurboQuantCuda {
             late_ring: std::env::var("FERRATTN_TQ_EARLY").is_ok_and(|v| v == "0"),
             // FERRATTN_TQ_PREPARE_PDL=0: the prepare in plain stream order (diagnostic, as above)
             prepare_pdl: std::env::var("FERRATTN_TQ_PREPARE_PDL").map_or(true, |v| v != "0"),
-            // FERRATTN_TQ_UNIT_WARPS=4..7: the 8-row decode's CTA size (diagnostic, as above)
+            // FERRATTN_TQ_UNIT_WARPS=4..8: the 8-row decode's CTA size (diagnostic, as above;
+            // 8 is a measurement of one 8-warp CTA per SM at small work, not a default)
             unit_warps_forced: std::env::var("FERRATTN_TQ_UNIT_WARPS")
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .filter(|&w| {
-                    (UNIT_WARPS..=MAX_UNIT_WARPS_R8).contains(&w)
-                        && decode_smem_bytes(d, w) <= caps_smem
+                    (UNIT_WARPS..=MAX_UNIT_WARPS_R8 + 1).contains(&w)
+                        && decode_smem_bytes(d, w, false) <= caps_smem
                 }),
-            seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8) <= caps_smem,
+            seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false) <= caps_smem,
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -343,21 +357,29 @@ impl TurboQuantCuda {
         for f in [&t.fast_values, &t.split_values] {
             set_smem(f, t.smem_fast_values)?;
         }
-        // the 8-row kernels are launched with 4 to 7 warps per CTA (unit_warps_for)
+        // the 8-row kernels are launched with 4 to 7 warps per CTA (unit_warps_for; 8 forced)
+        let forced = t.unit_warps_forced.unwrap_or(UNIT_WARPS);
         let most = if t.seven_fit {
-            MAX_UNIT_WARPS_R8
+            MAX_UNIT_WARPS_R8.max(forced)
         } else {
-            t.unit_warps_forced.unwrap_or(UNIT_WARPS)
+            forced
         };
-        set_smem(&t.decode_r8, decode_smem_bytes(d, most))?;
-        set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS))?;
+        set_smem(&t.decode_r8, decode_smem_bytes(d, most, false))?;
+        set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS, true))?;
+        // 4 CTAs of 4 warps per SM need nearly all of the SM's shared memory (4 x 54 KiB at
+        // d = 128): ask for the largest carveout rather than leave it to the driver's choice
+        set_max_carveout(&t.decode_r8)?;
         let sms = t.gpu.caps.compute_units;
-        let warps = |f: &Function, w: usize| -> Result<usize> {
-            Ok(occupancy(f, w * 32, decode_smem_bytes(d, w))? * w * sms)
+        let warps = |f: &Function, w: usize, r16: bool| -> Result<usize> {
+            Ok(occupancy(f, w * 32, decode_smem_bytes(d, w, r16))? * w * sms)
         };
         t.resident = [
-            warps(&t.decode_r8, t.unit_warps_forced.unwrap_or(UNIT_WARPS))?,
-            warps(&t.decode_r16, UNIT_WARPS)?,
+            warps(
+                &t.decode_r8,
+                t.unit_warps_forced.unwrap_or(UNIT_WARPS),
+                false,
+            )?,
+            warps(&t.decode_r16, UNIT_WARPS, true)?,
         ];
         t.compress_per_sm = [
             occupancy(&t.compress_keys, d, t.smem_keys)?,
@@ -596,6 +618,7 @@ impl TurboQuantCuda {
                         self.decode_r8.clone()
                     },
                     warps: self.unit_warps_for(&t.problem),
+                    r16: t.r16,
                     segs: at(r.segs),
                     unit_segs: at(r.unit_segs),
                     tile_segs: at(r.tile_segs),
@@ -1122,7 +1145,7 @@ impl TurboQuantCuda {
                     prep.units.div_ceil(prep.warps) as u32,
                     (prep.warps * 32) as u32,
                 ),
-                decode_smem_bytes(d, prep.warps) as u32,
+                decode_smem_bytes(d, prep.warps, prep.r16) as u32,
                 stream,
                 self.programmatic,
                 &mut [arg(&mut dp)],
