@@ -60,11 +60,10 @@ constexpr int kUnitWarps16 = 4;   // warps (units) per CTA of the decode kernels
                                   // <= 8 rows the launch's (blockDim.x / 32, at most kMaxUnitWarps8:
                                   // ferrattn_cuda::turboquant::unit_warps)
 constexpr int kMaxUnitWarps8 = 7;
-constexpr int kMaxRegs8 = 128;    // registers of the <= 8-row kernels: 4-warp CTAs fit 4 per SM
-                                  // (with their shared memory, decode_smem_bytes; was 144: 3)
-constexpr int kMaxRegs8Wide = 144;  // v16 (4-bit values): spills at 128 (3 CTAs per SM)
-static_assert(4 * 4 * 32 * kMaxRegs8 <= 65536, "four 4-warp CTAs per SM (registers)");
-static_assert(2 * kMaxUnitWarps8 * 32 * kMaxRegs8Wide <= 65536, "two 7-warp CTAs per SM (registers)");
+constexpr int kMaxRegs8 = 144;    // registers of the <= 8-row kernels: 7-warp CTAs fit 2 per SM
+                                  // (128, 4 CTAs of 4 warps per SM, measured slower:
+                                  // issue-10-decode6 call 1)
+static_assert(2 * kMaxUnitWarps8 * 32 * kMaxRegs8 <= 65536, "two 7-warp CTAs per SM (registers)");
 constexpr int kRows = 16;         // MMA rows of an output tile
 constexpr int kTileK = 16;        // tokens per iteration
 constexpr int kStages = 3;        // cp.async ring of each warp: stages in flight + the one computed
@@ -487,7 +486,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   const u32 ring_s = smem_addr(ring) + 16 * lane;  // shared address of this lane's slot 0, stage 0
   // query A fragments, [2][CH][32 lanes] uint4 per warp after the rings, read with one 16-byte
   // load per MMA (whole register quads: no per-iteration moves to build them, and out of the
-  // register budget: 4 CTAs per SM). Array 0: 8 rows in use, {hi, lo, hi, lo} of Π q (the low
+  // register budget: 3 CTAs per SM). Array 0: 8 rows in use, {hi, lo, hi, lo} of Π q (the low
   // halves stacked on MMA rows 8-15, so one MMA gives both products); 16 rows, the low halves
   // (the high ones stay in registers). Array 1: S q; with 8 rows [CH/2][32 lanes] quads, chunks
   // 2w and 2w + 1 stacked on MMA rows 0-7 and 8-15 of one A fragment (see qjl_word; was one quad
@@ -1311,8 +1310,7 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
     ferrattn::tq::decode_unit<D, QJL, KW, VW, R16>(p);                                          \
   }
 #define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, VN, VW)                                                        \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false,                                                     \
-                     __maxnreg__(VW ? ferrattn::tq::kMaxRegs8Wide : ferrattn::tq::kMaxRegs8))       \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false, __maxnreg__(ferrattn::tq::kMaxRegs8))              \
   FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r16, true, __launch_bounds__(ferrattn::tq::kUnitWarps16 * 32, 2))
 #define FERRATTN_TQ_DECODE_V(D, KN, QJL, KW)         \
   FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, v8, false)    \

@@ -114,19 +114,6 @@ fn set_smem(f: &Function, bytes: usize) -> Result<()> {
     })
 }
 
-/// The largest shared-memory carveout for `f` (a hint the driver may override).
-fn set_max_carveout(f: &Function) -> Result<()> {
-    let _bound = f.bind()?;
-    // SAFETY: valid function handle; 100 (percent of the maximum) is in the attribute's range.
-    check("cuFuncSetAttribute", unsafe {
-        sys::cuFuncSetAttribute(
-            f.f,
-            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-            100,
-        )
-    })
-}
-
 fn occupancy(f: &Function, threads: usize, smem: usize) -> Result<usize> {
     let _bound = f.bind()?;
     let mut occ = 0i32;
@@ -366,9 +353,6 @@ impl TurboQuantCuda {
         };
         set_smem(&t.decode_r8, decode_smem_bytes(d, most, false))?;
         set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS, true))?;
-        // 4 CTAs of 4 warps per SM need nearly all of the SM's shared memory (4 x 54 KiB at
-        // d = 128): ask for the largest carveout rather than leave it to the driver's choice
-        set_max_carveout(&t.decode_r8)?;
         let sms = t.gpu.caps.compute_units;
         let warps = |f: &Function, w: usize, r16: bool| -> Result<usize> {
             Ok(occupancy(f, w * 32, decode_smem_bytes(d, w, r16))? * w * sms)
