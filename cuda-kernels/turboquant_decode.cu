@@ -490,7 +490,8 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   // halves stacked on MMA rows 8-15, so one MMA gives both products); 16 rows, the low halves
   // (the high ones stay in registers). Array 1: S q; with 8 rows [CH/2][32 lanes] quads, chunks
   // 2w and 2w + 1 stacked on MMA rows 0-7 and 8-15 of one A fragment (see qjl_word; was one quad
-  // a chunk with rows 8-15 zero): 13.5 KiB a warp at D = 128, so 4 CTAs of 4 warps fit an SM.
+  // a chunk with rows 8-15 zero): 13.5 KiB a warp at D = 128 (4 CTAs of 4 warps per SM at 128
+  // registers measured slower: issue-10-decode6 call 1).
   constexpr int kQWarpU4 = R16 ? 2 * CH * 32 : CH * 32 + CH * 16;
   uint4* qsm = ring_all + (size_t)kUnitWarps * kStages * kStageU4 + (size_t)warp * kQWarpU4;
   const int g = lane >> 2, q = lane & 3;
@@ -681,19 +682,19 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
           }
           mma16816(F16{}, u0, pa, signs2m(h0, 2, one), signs2m(h0, 3, one));
           mma16816(F16{}, u1, pa, signs2m(h1, 2, one), signs2m(h1, 3, one));
-          return;
-        }
+        } else {
 #pragma unroll
-        for (int c = 2 * w; c < 2 * w + 2; ++c) {
-          u32 pa[4];
-          qfrag(1, c, pa);
-          const int k = 2 * (c & 1);
-          if (c == 0) {  // the chains' first MMAs: C = -C_row (tc), not the accumulators
-            mma16816_c(t0, pa, signs2m(h0, k, one), signs2m(h0, k + 1, one), tc);
-            mma16816_c(t1, pa, signs2m(h1, k, one), signs2m(h1, k + 1, one), tc);
-          } else {
-            mma16816(F16{}, t0, pa, signs2m(h0, k, one), signs2m(h0, k + 1, one));
-            mma16816(F16{}, t1, pa, signs2m(h1, k, one), signs2m(h1, k + 1, one));
+          for (int c = 2 * w; c < 2 * w + 2; ++c) {
+            u32 pa[4];
+            qfrag(1, c, pa);
+            const int k = 2 * (c & 1);
+            if (c == 0) {  // the chains' first MMAs: C = -C_row (tc), not the accumulators
+              mma16816_c(t0, pa, signs2m(h0, k, one), signs2m(h0, k + 1, one), tc);
+              mma16816_c(t1, pa, signs2m(h1, k, one), signs2m(h1, k + 1, one), tc);
+            } else {
+              mma16816(F16{}, t0, pa, signs2m(h0, k, one), signs2m(h0, k + 1, one));
+              mma16816(F16{}, t1, pa, signs2m(h1, k, one), signs2m(h1, k + 1, one));
+            }
           }
         }
       }

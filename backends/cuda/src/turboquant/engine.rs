@@ -322,13 +322,12 @@ impl TurboQuantCuda {
             late_ring: std::env::var("FERRATTN_TQ_EARLY").is_ok_and(|v| v == "0"),
             // FERRATTN_TQ_PREPARE_PDL=0: the prepare in plain stream order (diagnostic, as above)
             prepare_pdl: std::env::var("FERRATTN_TQ_PREPARE_PDL").map_or(true, |v| v != "0"),
-            // FERRATTN_TQ_UNIT_WARPS=4..8: the 8-row decode's CTA size (diagnostic, as above;
-            // 8 is a measurement of one 8-warp CTA per SM at small work, not a default)
+            // FERRATTN_TQ_UNIT_WARPS=4..7: the 8-row decode's CTA size (diagnostic, as above)
             unit_warps_forced: std::env::var("FERRATTN_TQ_UNIT_WARPS")
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .filter(|&w| {
-                    (UNIT_WARPS..=MAX_UNIT_WARPS_R8 + 1).contains(&w)
+                    (UNIT_WARPS..=MAX_UNIT_WARPS_R8).contains(&w)
                         && decode_smem_bytes(d, w, false) <= caps_smem
                 }),
             seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false) <= caps_smem,
@@ -344,12 +343,11 @@ impl TurboQuantCuda {
         for f in [&t.fast_values, &t.split_values] {
             set_smem(f, t.smem_fast_values)?;
         }
-        // the 8-row kernels are launched with 4 to 7 warps per CTA (unit_warps_for; 8 forced)
-        let forced = t.unit_warps_forced.unwrap_or(UNIT_WARPS);
+        // the 8-row kernels are launched with 4 to 7 warps per CTA (unit_warps_for)
         let most = if t.seven_fit {
-            MAX_UNIT_WARPS_R8.max(forced)
+            MAX_UNIT_WARPS_R8
         } else {
-            forced
+            t.unit_warps_forced.unwrap_or(UNIT_WARPS)
         };
         set_smem(&t.decode_r8, decode_smem_bytes(d, most, false))?;
         set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS, true))?;

@@ -69,9 +69,9 @@ pub const TILE_K: usize = 16;
 /// Warps (units) per CTA of the decode kernels: the 16-row ones (`decode_r16`, `kUnitWarps16`)
 /// always, the <= 8-row ones (`decode_r8`) except at small work ([`small_decode`]). Those take
 /// 4 to [`MAX_UNIT_WARPS_R8`] warps (`FERRATTN_TQ_UNIT_WARPS` forces one, a diagnostic): at
-/// d = 128, 4-warp CTAs fit 4 per SM (16 warps: 128 registers, 54 KiB of shared memory; 3 before
-/// issue-10-decode6). 7-warp CTAs at 128 registers, two per SM, measured slower at every shape
-/// (H200, issue-10-decode4 call 1).
+/// d = 128, 4-warp CTAs fit 3 per SM (12 warps). 7-warp CTAs at 128 registers, two per SM,
+/// measured slower at every shape (H200, issue-10-decode4 call 1); so did 4 CTAs of 4 warps per
+/// SM at 128 registers (issue-10-decode6 call 1: 16 x 16k 141.4 -> 146.0 µs).
 pub const UNIT_WARPS: usize = 4;
 /// Most warps per CTA of the <= 8-row decode kernels (`kMaxUnitWarps8`), and their CTA size at
 /// small work: one 7-warp CTA per SM ([`small_decode`]).
@@ -89,9 +89,7 @@ pub const MAX_UNIT_WARPS_R8: usize = 7;
 /// and 248) 7% and 11% slower. Fewer than 2.5 a warp (shorter contexts) and 24 to 41 were not
 /// measured and keep the default.
 pub fn small_decode(p: &AttentionProblem, sms: usize) -> bool {
-    // the rule's scale: 3 CTAs of UNIT_WARPS, the occupancy at which its bounds were measured
-    // (issue-10-decode5; 4 since issue-10-decode6: the bounds are kept, not re-measured)
-    const DEFAULT_WARPS_PER_SM: usize = 12;
+    const DEFAULT_WARPS_PER_SM: usize = 12; // 3 CTAs of UNIT_WARPS at d = 128
     if p.group_size() * p.max_seqlen_q > 8 {
         return false;
     }
@@ -195,7 +193,7 @@ pub fn cache_bytes(batch: usize, heads_kv: usize, d: usize, capacity: usize) -> 
 /// every warp's query A fragments: `[2][d/16][32 lanes]` register quads of 16 bytes with 16 rows
 /// (`rows16`, `decode_r16`); with at most 8 rows (`decode_r8`) the `S q` array is half that
 /// (`[d/32][32 lanes]` quads, two chunks stacked on the MMA's rows 0-7 and 8-15: `qjl_word` in
-/// turboquant_decode.cu), so that 4-warp CTAs fit 4 per SM at d = 128 (54 KiB each).
+/// turboquant_decode.cu): 54 KiB a 4-warp CTA at d = 128 instead of 62.
 pub fn decode_smem_bytes(head_dim: usize, warps: usize, rows16: bool) -> usize {
     let quads = head_dim / 16 * 32; // one array of A fragments, in 16-byte quads
     let query = if rows16 { 2 * quads } else { quads + quads / 2 };
