@@ -19,7 +19,9 @@
 //      tokens (rows r = head_in_group · max_sq + i), so every K/V byte is read once for all of
 //      them. Per 16 tokens:
 //        S  = (Π q) · c[idx]ᵀ           mma.m16n8k16, K as the B operand (centroids, f16)
-//        T  = (S q) · signsᵀ            mma.m16n8k16, signs as ±1 f16 (QJL keys only)
+//        T  = (S q) · signsᵀ            mma.m16n8k16, signs as ±1 f16 (QJL keys only); with at
+//                                       most 8 rows, two k-chunks of S q stacked on MMA rows
+//                                       0-7 and 8-15 (two chains, summed in the softmax)
 //        s  = ‖k‖ S + ‖r‖ T             (base 2: the scales were folded into the queries)
 //        online softmax in base 2 (exp2 of s - m, running max and sum per row)
 //        O_rot += (p ‖v‖) · c[idx_v]    mma.m16n8k16, P from the S accumulators, V as B; with at
@@ -59,6 +61,8 @@ constexpr int kUnitWarps16 = 4;   // warps (units) per CTA of the decode kernels
                                   // ferrattn_cuda::turboquant::unit_warps)
 constexpr int kMaxUnitWarps8 = 7;
 constexpr int kMaxRegs8 = 144;    // registers of the <= 8-row kernels: 7-warp CTAs fit 2 per SM
+                                  // (128, 4 CTAs of 4 warps per SM, measured slower:
+                                  // issue-10-decode6 call 1)
 static_assert(2 * kMaxUnitWarps8 * 32 * kMaxRegs8 <= 65536, "two 7-warp CTAs per SM (registers)");
 constexpr int kRows = 16;         // MMA rows of an output tile
 constexpr int kTileK = 16;        // tokens per iteration
@@ -484,8 +488,12 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   // load per MMA (whole register quads: no per-iteration moves to build them, and out of the
   // register budget: 3 CTAs per SM). Array 0: 8 rows in use, {hi, lo, hi, lo} of Π q (the low
   // halves stacked on MMA rows 8-15, so one MMA gives both products); 16 rows, the low halves
-  // (the high ones stay in registers). Array 1: S q (8 rows: rows 8-15 zero).
-  uint4* qsm = ring_all + (size_t)kUnitWarps * kStages * kStageU4 + (size_t)warp * 2 * CH * 32;
+  // (the high ones stay in registers). Array 1: S q; with 8 rows [CH/2][32 lanes] quads, chunks
+  // 2w and 2w + 1 stacked on MMA rows 0-7 and 8-15 of one A fragment (see qjl_word; was one quad
+  // a chunk with rows 8-15 zero): 13.5 KiB a warp at D = 128 (4 CTAs of 4 warps per SM at 128
+  // registers measured slower: issue-10-decode6 call 1).
+  constexpr int kQWarpU4 = R16 ? 2 * CH * 32 : CH * 32 + CH * 16;
+  uint4* qsm = ring_all + (size_t)kUnitWarps * kStages * kStageU4 + (size_t)warp * kQWarpU4;
   const int g = lane >> 2, q = lane & 3;
   u32 ktab[8], vtab[8];
 #pragma unroll
@@ -560,6 +568,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     // previous segment are done (program order).
     u32 qa[R16 ? CH : 1][4];
     float cg = 0.f, cg8 = 0.f;  // C of rows g and g + 8 (signs2m)
+    u32 ev_x = 0u, ev_z = 0u;   // 8 rows: S q of the even chunk, stored with the odd one
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
       const size_t at = ((size_t)(tile * 32 + lane) * CH + c) * 4;
@@ -578,8 +587,13 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         cg += qjl_const2(w.x, e01), cg += qjl_const2(w.z, e23);
         if (R16) cg8 += qjl_const2(w.y, e01), cg8 += qjl_const2(w.w, e23);
         const u32 m01 = qjl_scale(c, 0), m23 = qjl_scale(c, 2);
-        qsm[(CH + c) * 32 + lane] = R16 ? make_uint4(hmul2(w.x, m01), hmul2(w.y, m01), hmul2(w.z, m23), hmul2(w.w, m23))
-                                        : make_uint4(hmul2(w.x, m01), 0u, hmul2(w.z, m23), 0u);
+        if (R16) {
+          qsm[(CH + c) * 32 + lane] = make_uint4(hmul2(w.x, m01), hmul2(w.y, m01), hmul2(w.z, m23), hmul2(w.w, m23));
+        } else if (c % 2 == 0) {  // rows g of chunk c (w.y, w.w: rows 8-15, zero)
+          ev_x = hmul2(w.x, m01), ev_z = hmul2(w.z, m23);
+        } else {  // chunk c - 1 on rows 0-7, chunk c on rows 8-15
+          qsm[(CH + c / 2) * 32 + lane] = make_uint4(ev_x, hmul2(w.x, m01), ev_z, hmul2(w.z, m23));
+        }
       }
     }
     // the row sums over the 4 lanes of a quad (lanes 4g .. 4g + 3 hold row g's 16-column pieces)
@@ -611,6 +625,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     // P ‖v‖ (the A operand of its P·V) from the iteration before.
     u32 pa_[4] = {0u, 0u, 0u, 0u};
     float s0[4], s1[4], t0[4], t1[4], z0[4], z1[4];
+    float u0[R16 ? 1 : 4], u1[R16 ? 1 : 4];  // 8 rows: T of the odd chunks, on rows 8-15
 
     // ---- S = (Π q) · c[idx]ᵀ of K word w (tokens 0-7: s0, 8-15: s1), q = hi + lo in two f16
     // MMAs (the scores then carry the rounding of the centroids only; the low halves come from
@@ -650,17 +665,36 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       if (QJL) {
         // pairs 4w .. 4w + 3: chunk 2w's b0, b1, chunk 2w + 1's b0, b1 (one shift per token row)
         const u32 h0 = sign_group_rt(kc.s0, w), h1 = sign_group_rt(kc.s1, w);
-#pragma unroll
-        for (int c = 2 * w; c < 2 * w + 2; ++c) {
+        if constexpr (!R16) {
+          // 8 rows: S q of chunk 2w on MMA rows 0-7 and of chunk 2w + 1 on rows 8-15 (one A
+          // fragment). An MMA's output row depends on its A row only, so chunk 2w's signs give
+          // rows 0-7 of t (rows 8-15: unused products) and chunk 2w + 1's rows 8-15 of u; the
+          // softmax takes T = t[0..1] + u[2..3]: t starts at tc (-C of row g), u at 0
+          // (zero_scores; rows 8-15 of tc are 0 at 8 rows).
           u32 pa[4];
-          qfrag(1, c, pa);
-          const int k = 2 * (c & 1);
-          if (c == 0) {  // the chains' first MMAs: C = -C_row (tc), not the accumulators
-            mma16816_c(t0, pa, signs2m(h0, k, one), signs2m(h0, k + 1, one), tc);
-            mma16816_c(t1, pa, signs2m(h1, k, one), signs2m(h1, k + 1, one), tc);
+          qfrag(1, w, pa);
+          if (w == 0) {
+            mma16816_c(t0, pa, signs2m(h0, 0, one), signs2m(h0, 1, one), tc);
+            mma16816_c(t1, pa, signs2m(h1, 0, one), signs2m(h1, 1, one), tc);
           } else {
-            mma16816(F16{}, t0, pa, signs2m(h0, k, one), signs2m(h0, k + 1, one));
-            mma16816(F16{}, t1, pa, signs2m(h1, k, one), signs2m(h1, k + 1, one));
+            mma16816(F16{}, t0, pa, signs2m(h0, 0, one), signs2m(h0, 1, one));
+            mma16816(F16{}, t1, pa, signs2m(h1, 0, one), signs2m(h1, 1, one));
+          }
+          mma16816(F16{}, u0, pa, signs2m(h0, 2, one), signs2m(h0, 3, one));
+          mma16816(F16{}, u1, pa, signs2m(h1, 2, one), signs2m(h1, 3, one));
+        } else {
+#pragma unroll
+          for (int c = 2 * w; c < 2 * w + 2; ++c) {
+            u32 pa[4];
+            qfrag(1, c, pa);
+            const int k = 2 * (c & 1);
+            if (c == 0) {  // the chains' first MMAs: C = -C_row (tc), not the accumulators
+              mma16816_c(t0, pa, signs2m(h0, k, one), signs2m(h0, k + 1, one), tc);
+              mma16816_c(t1, pa, signs2m(h1, k, one), signs2m(h1, k + 1, one), tc);
+            } else {
+              mma16816(F16{}, t0, pa, signs2m(h0, k, one), signs2m(h0, k + 1, one));
+              mma16816(F16{}, t1, pa, signs2m(h1, k, one), signs2m(h1, k + 1, one));
+            }
           }
         }
       }
@@ -668,6 +702,10 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     auto zero_scores = [&]() {
 #pragma unroll
       for (int e = 0; e < 4; ++e) s0[e] = s1[e] = z0[e] = z1[e] = 0.f;  // t0, t1: from tc (qjl_word)
+      if constexpr (!R16) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) u0[e] = u1[e] = 0.f;
+      }
     };
     // ---- O_rot += P' · c[idx_v] of V word w: n-blocks ν = 4w .. 4w + 3 (channels 8ν..8ν+7)
     auto pv_word = [&](const Stage<D>& vc, int w) {
@@ -711,6 +749,9 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       const float kC = half_lo(kc.kn1.x), rC = half_hi(kc.kn1.x);  // j0 + 8
       const float kD = half_lo(kc.kn1.y), rD = half_hi(kc.kn1.y);  // j0 + 9
       float sc[8];
+      if constexpr (QJL && !R16) {  // the odd chunks' T, rows 8-15 of u (qjl_word)
+        t0[0] += u0[2], t0[1] += u0[3], t1[0] += u1[2], t1[1] += u1[3];
+      }
       sc[0] = kA * s0[0] + (QJL ? rA * t0[0] : 0.f);
       sc[1] = kB * s0[1] + (QJL ? rB * t0[1] : 0.f);
       sc[2] = kC * s1[0] + (QJL ? rC * t1[0] : 0.f);

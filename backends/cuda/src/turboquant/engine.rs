@@ -328,9 +328,9 @@ impl TurboQuantCuda {
                 .and_then(|v| v.parse().ok())
                 .filter(|&w| {
                     (UNIT_WARPS..=MAX_UNIT_WARPS_R8).contains(&w)
-                        && decode_smem_bytes(d, w) <= caps_smem
+                        && decode_smem_bytes(d, w, false) <= caps_smem
                 }),
-            seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8) <= caps_smem,
+            seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false) <= caps_smem,
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -349,15 +349,19 @@ impl TurboQuantCuda {
         } else {
             t.unit_warps_forced.unwrap_or(UNIT_WARPS)
         };
-        set_smem(&t.decode_r8, decode_smem_bytes(d, most))?;
-        set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS))?;
+        set_smem(&t.decode_r8, decode_smem_bytes(d, most, false))?;
+        set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS, true))?;
         let sms = t.gpu.caps.compute_units;
-        let warps = |f: &Function, w: usize| -> Result<usize> {
-            Ok(occupancy(f, w * 32, decode_smem_bytes(d, w))? * w * sms)
+        let warps = |f: &Function, w: usize, r16: bool| -> Result<usize> {
+            Ok(occupancy(f, w * 32, decode_smem_bytes(d, w, r16))? * w * sms)
         };
         t.resident = [
-            warps(&t.decode_r8, t.unit_warps_forced.unwrap_or(UNIT_WARPS))?,
-            warps(&t.decode_r16, UNIT_WARPS)?,
+            warps(
+                &t.decode_r8,
+                t.unit_warps_forced.unwrap_or(UNIT_WARPS),
+                false,
+            )?,
+            warps(&t.decode_r16, UNIT_WARPS, true)?,
         ];
         t.compress_per_sm = [
             occupancy(&t.compress_keys, d, t.smem_keys)?,
@@ -596,6 +600,7 @@ impl TurboQuantCuda {
                         self.decode_r8.clone()
                     },
                     warps: self.unit_warps_for(&t.problem),
+                    r16: t.r16,
                     segs: at(r.segs),
                     unit_segs: at(r.unit_segs),
                     tile_segs: at(r.tile_segs),
@@ -1122,7 +1127,7 @@ impl TurboQuantCuda {
                     prep.units.div_ceil(prep.warps) as u32,
                     (prep.warps * 32) as u32,
                 ),
-                decode_smem_bytes(d, prep.warps) as u32,
+                decode_smem_bytes(d, prep.warps, prep.r16) as u32,
                 stream,
                 self.programmatic,
                 &mut [arg(&mut dp)],

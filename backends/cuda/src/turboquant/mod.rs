@@ -70,7 +70,8 @@ pub const TILE_K: usize = 16;
 /// always, the <= 8-row ones (`decode_r8`) except at small work ([`small_decode`]). Those take
 /// 4 to [`MAX_UNIT_WARPS_R8`] warps (`FERRATTN_TQ_UNIT_WARPS` forces one, a diagnostic): at
 /// d = 128, 4-warp CTAs fit 3 per SM (12 warps). 7-warp CTAs at 128 registers, two per SM,
-/// measured slower at every shape (H200, issue-10-decode4 call 1).
+/// measured slower at every shape (H200, issue-10-decode4 call 1); so did 4 CTAs of 4 warps per
+/// SM at 128 registers (issue-10-decode6 call 1: 16 x 16k 141.4 -> 146.0 µs).
 pub const UNIT_WARPS: usize = 4;
 /// Most warps per CTA of the <= 8-row decode kernels (`kMaxUnitWarps8`), and their CTA size at
 /// small work: one 7-warp CTA per SM ([`small_decode`]).
@@ -189,9 +190,14 @@ pub fn cache_bytes(batch: usize, heads_kv: usize, d: usize, capacity: usize) -> 
 }
 
 /// Dynamic shared memory of a decode CTA of `warps` warps: every warp's cp.async ring, then
-/// every warp's query A fragments (`[2][d/16][32 lanes]` register quads of 16 bytes).
-pub fn decode_smem_bytes(head_dim: usize, warps: usize) -> usize {
-    warps * (DECODE_STAGES * DECODE_STAGE_BYTES + 2 * (head_dim / 16) * 32 * 16)
+/// every warp's query A fragments: `[2][d/16][32 lanes]` register quads of 16 bytes with 16 rows
+/// (`rows16`, `decode_r16`); with at most 8 rows (`decode_r8`) the `S q` array is half that
+/// (`[d/32][32 lanes]` quads, two chunks stacked on the MMA's rows 0-7 and 8-15: `qjl_word` in
+/// turboquant_decode.cu): 54 KiB a 4-warp CTA at d = 128 instead of 62.
+pub fn decode_smem_bytes(head_dim: usize, warps: usize, rows16: bool) -> usize {
+    let quads = head_dim / 16 * 32; // one array of A fragments, in 16-byte quads
+    let query = if rows16 { 2 * quads } else { quads + quads / 2 };
+    warps * (DECODE_STAGES * DECODE_STAGE_BYTES + query * 16)
 }
 
 /// 16-token iterations of `p`'s decode (every output tile over its sequence's keys).

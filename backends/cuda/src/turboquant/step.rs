@@ -302,6 +302,8 @@ pub struct PreparedTurboQuantDecode {
     pub(super) decode: Function,
     /// Warps per CTA of the decode launch ([`UNIT_WARPS`]).
     pub(super) warps: usize,
+    /// 16 MMA rows in use (`decode_r16`): its query fragments take more shared memory.
+    pub(super) r16: bool,
     pub(super) segs: u64,
     pub(super) unit_segs: u64,
     pub(super) tile_segs: u64,

@@ -189,6 +189,7 @@ pub fn decode(
     let group = p.group_size();
     let st = schedule_tables(p, units);
     let qjl = codec.key_qjl;
+    let r8 = group * p.max_seqlen_q <= 8; // the <= 8-row kernels (decode_r8)
     let kwide = codec.key.mse().bits() == 4;
     let vwide = codec.value.bits() == 4;
     let kc = codec.key.mse().codebook().centroids_f32();
@@ -267,6 +268,11 @@ pub fn decode(
                 let mut s1 = s0;
                 let mut t0 = s0;
                 let mut t1 = s0;
+                // at most 8 rows: the odd chunks' T in a second pair of chains from 0 (the
+                // kernel stacks chunks 2w and 2w + 1 on MMA rows 0-7 and 8-15: qjl_word), added
+                // to the even chunks' chains (from -C) before the scores
+                let mut u0 = s0;
+                let mut u1 = s0;
                 let k0: Vec<Vec<u32>> = (0..32)
                     .map(|lane| {
                         let (g, q4) = (lane / 4, lane % 4);
@@ -349,7 +355,13 @@ pub fn decode(
                                 h(lo * m) as u32 | (h(hi * m) as u32) << 16
                             })
                         });
-                        for (off, tacc) in [(0usize, &mut t0), (8, &mut t1)] {
+                        let odd = r8 && c % 2 == 1;
+                        let (ta, tb) = if odd {
+                            (&mut u0, &mut u1)
+                        } else {
+                            (&mut t0, &mut t1)
+                        };
+                        for (off, tacc) in [(0usize, ta), (8, tb)] {
                             let b0: [u32; 32] = std::array::from_fn(|lane| {
                                 signs2m(sg(start + lane / 4 + off, lane), 2 * c as u32)
                             });
@@ -357,6 +369,14 @@ pub fn decode(
                                 signs2m(sg(start + lane / 4 + off, lane), 2 * c as u32 + 1)
                             });
                             mma(tacc, &a, &b0, &b1);
+                        }
+                    }
+                    if r8 {
+                        for lane in 0..32 {
+                            for e in 0..4 {
+                                t0[lane][e] += u0[lane][e];
+                                t1[lane][e] += u1[lane][e];
+                            }
                         }
                     }
                 }
