@@ -472,6 +472,25 @@ mod turbo {
             .expect("a valid plan")
     }
 
+    #[test]
+    fn prefill_workspace_counts_the_query_tiles() {
+        // the fast prefill quantises Q into the workspace (one INT8 byte per element, one f32
+        // scale per 64-row block and query head): a plan with 4x the query heads needs its
+        // codes more (the scales, 32 and 128 bytes here, share one aligned tail)
+        let narrow = TurboShape {
+            heads_q: HK,
+            ..shape()
+        };
+        let small = TurboPrefillPlan::new(&TurboConfig::default(), &narrow, &[S, 37], S, true)
+            .expect("a valid plan")
+            .workspace_bytes();
+        let blocks = S.div_ceil(64);
+        assert_eq!(
+            prefill_plan().workspace_bytes() - small,
+            (HQ - HK) * B * blocks * 64 * D
+        );
+    }
+
     struct Decode<'a> {
         q: TensorView<'a>,
         o: TensorView<'a>,

@@ -342,7 +342,7 @@ class TurboCache:
         if dev[0] == _t.DL_CUDA:
             b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
             out, lse = _device_outputs(q, dev, out, lse, (b, sq, hq, v.shape[-1]), (b, hq, sq), True)
-            ws = self._workspace(q, self._c.workspace_bytes("prefill", int(sq)))
+            ws = self._workspace(q, self._c.workspace_bytes("prefill", int(sq), int(hq)))
             dev, handle, (qc, kc, vc), (oc, lc) = _prepare((q, k, v), (out, lse), stream)
             self._c.prefill(qc, kc, vc, bool(causal), softmax_scale, oc, lc, handle, _t.export(ws, handle))
             return out, lse

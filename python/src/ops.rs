@@ -1123,7 +1123,8 @@ impl TurboCache {
     }
 
     /// Workspace bytes a CUDA call needs: `prefill` of `seqlen` tokens, or the next `append`
-    /// / `decode` (with `heads_q` query heads; `like`: a tensor of the call's dtype).
+    /// / `decode` (`heads_q`: the call's query heads, for `prefill` and `decode`; `like`: a
+    /// tensor of the call's dtype).
     #[pyo3(signature = (kind, seqlen=0, heads_q=0, like=None))]
     fn workspace_bytes(
         &self,
@@ -1145,7 +1146,7 @@ impl TurboCache {
             d.step_workspace_bytes(&self.cfg, hq, &like, append)
         };
         Ok(match kind {
-            "prefill" => DeviceTurbo::prefill_workspace_bytes(&self.cfg, heads, seqlen)?,
+            "prefill" => DeviceTurbo::prefill_workspace_bytes(&self.cfg, heads, heads_q, seqlen)?,
             "append" => step(true)?,
             "decode" => step(false)?,
             other => {

@@ -115,23 +115,25 @@ impl DeviceTurbo {
         }
     }
 
-    /// Workspace bytes a prefill of `seqlen` tokens per sequence needs.
+    /// Workspace bytes a prefill of `seqlen` tokens per sequence with `heads_q` query heads
+    /// needs.
     pub fn prefill_workspace_bytes(
         cfg: &TurboConfig,
         heads: (usize, usize, usize),
+        heads_q: usize,
         seqlen: usize,
     ) -> Result<usize> {
         let (batch, heads_kv, head_dim) = heads;
         let s = TurboShape {
             batch,
-            heads_q: heads_kv,
+            heads_q,
             heads_kv,
             head_dim,
             dtype: ferrattn_core::DType::F16,
             softmax_scale: None,
         };
-        // the workspace (INT8 tiles, the length table) depends on batch, KV heads, head dim
-        // and length only
+        // the workspace (INT8 tiles of Q, K and V, the length table) depends on batch, the
+        // heads, head dim and length only
         Ok(TurboPrefillPlan::new(cfg, &s, &vec![seqlen; batch], seqlen, true)?.workspace_bytes())
     }
 

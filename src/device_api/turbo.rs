@@ -373,7 +373,8 @@ impl TurboPrefillPlan {
         })
     }
 
-    /// Workspace bytes of the step (the INT8 K/V tiles of BPQ stage 1 and the length table).
+    /// Workspace bytes of the step (the INT8 K/V tiles of BPQ stage 1, the INT8 Q tiles of the
+    /// fast prefill's pre-pass and the length table): it depends on the query heads too.
     pub fn workspace_bytes(&self) -> usize {
         self.step.workspace_bytes()
     }
