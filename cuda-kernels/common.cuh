@@ -164,17 +164,23 @@ __device__ __forceinline__ u32 pack2(BF16, float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
-// four 8x8 b16 matrices; lanes 8j..8j+7 give the row addresses of matrix j
-__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* row) {
+// four 8x8 b16 matrices; lanes 8j..8j+7 give the row addresses of matrix j, as shared-window
+// addresses (smem_addr): a caller that keeps them in 32 bits saves the 64-bit generic-pointer
+// arithmetic (about five instructions per ldmatrix in the Lean stage loop; docs/DEVICE_PATH.md,
+// "Lean, twelfth session")
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(row)));
+               : "r"(row));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* row) {
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(row)));
+               : "r"(row));
 }
+// the same from generic pointers into shared memory
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* row) { ldmatrix_x4(r, smem_addr(row)); }
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* row) { ldmatrix_x4_trans(r, smem_addr(row)); }
 __device__ __forceinline__ u32 ld_global_u32(const void* p) {
   u32 v;
   asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));

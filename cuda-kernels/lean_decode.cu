@@ -141,20 +141,6 @@ struct Pick<false, T, F> {
   using type = F;
 };
 
-// ldmatrix from a shared-window address (smem_addr) computed in 32 bits by the caller: the
-// generic-pointer form cost each of a stage's 16 ldmatrix about five 64-bit address instructions
-// (ncu source counters, Lean-paper B=1 ctx 64k, H200, 2026-11-26).
-__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(u32 (&r)[4], u32 addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
 template <int D, int R>
 struct Smem {
   static constexpr int kSk = cfg::stage_keys<D>();
@@ -703,7 +689,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
           u32 b[4];
-          ldsm_x4(b, ks_a + qk_row + np * 16 * D * 2 + (((2 * k2) << 4) ^ qk_x));
+          ldmatrix_x4(b, ks_a + qk_row + np * 16 * D * 2 + (((2 * k2) << 4) ^ qk_x));
           mma16816(T{}, sacc[2 * np], qa[k2], b[0], b[1]);
           mma16816(T{}, sacc[2 * np + 1], qa[k2], b[2], b[3]);
         }
@@ -766,7 +752,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
           u32 b[4];
-          ldsm_x4_trans(b, vs_a + pv_row + kt * 16 * D * 2 + (((2 * np) << 4) ^ pv_x));
+          ldmatrix_x4_trans(b, vs_a + pv_row + kt * 16 * D * 2 + (((2 * np) << 4) ^ pv_x));
           mma16816(T{}, oa[2 * np], a, b[0], b[1]);
           mma16816(T{}, oa[2 * np + 1], a, b[2], b[3]);
         }

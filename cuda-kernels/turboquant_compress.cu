@@ -460,12 +460,6 @@ __device__ __forceinline__ void load_a(const u16* m, int w, int lane, u32 (&a)[D
   }
 }
 
-__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
 // Tiles computed together by a warp: independent MMA chains and epilogues in flight.
 constexpr int kGroup = 4;
 
@@ -525,7 +519,7 @@ __device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const 
   for (int kk = 0; kk < D / 16; kk += 2) {
     u32 bf[kGroup][4];
 #pragma unroll
-    for (int j = 0; j < kGroup; ++j) ldsm_x4(bf[j], xs_a + sw_byte<D>(rr + j * kTile, 16 * kk + 8 * (lane >> 3)));
+    for (int j = 0; j < kGroup; ++j) ldmatrix_x4(bf[j], xs_a + sw_byte<D>(rr + j * kTile, 16 * kk + 8 * (lane >> 3)));
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], ah[kk], bf[j][0], bf[j][1]);
 #pragma unroll
