@@ -41,40 +41,30 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let same_plan = args.iter().any(|a| a == "--same-plan");
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
-    let out_path = args
-        .iter()
-        .position(|a| a == "--out")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
-    let sets_arg: Option<usize> = args
-        .iter()
-        .position(|a| a == "--sets")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .filter(|&n| n > 0);
+    // the word after `flag`, if any
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let positive = |flag: &str| {
+        value(flag)
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+    };
+    let only = value("--only");
+    let out_path = value("--out");
+    let sets_arg = positive("--sets");
     // shuffled layouts: permute the pages only within windows of this many bytes of one
-    // sequence's K (a locality probe: 2 MiB windows keep the TLB reach of the contiguous cache)
-    let window_bytes: Option<usize> = args
-        .iter()
-        .position(|a| a == "--window-bytes")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .filter(|&n| n > 0);
+    // sequence's K (a locality probe)
+    let window_bytes = positive("--window-bytes");
     // `--ahead always|never`: force the paged instance (default: the grid decides)
-    let ahead: Option<bool> = args
-        .iter()
-        .position(|a| a == "--ahead")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|m| match m.as_str() {
-            "always" => Some(true),
-            "never" => Some(false),
-            _ => None,
-        });
+    let ahead = value("--ahead").and_then(|m| match m.as_str() {
+        "always" => Some(true),
+        "never" => Some(false),
+        _ => None,
+    });
     let b = CudaBackend::new(0);
     let gpu = match b.gpu() {
         Ok(g) => g.clone(),
@@ -171,13 +161,14 @@ fn main() {
             let fill =
                 LeanStepPlan::new(&p, &lp_paged, KvStorage::Paged(paging.clone()), ctx).unwrap();
             let ws = DeviceBuffer::alloc(&gpu, fill.workspace_bytes()).unwrap();
+            // SAFETY: a workspace of the fill's size.
+            unsafe { kern.upload(&fill, ws.ptr(), s).unwrap() };
             let mut set_pools = Vec::new();
             for xi in &xs {
                 let kb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
                 let vb = DeviceBuffer::alloc(&gpu, num_pages * page * row).unwrap();
                 // SAFETY: buffers allocated above for these shapes.
                 unsafe {
-                    kern.upload(&fill, ws.ptr(), s).unwrap();
                     kern.append(
                         &fill,
                         (xi.k().ptr(), xi.v().ptr()),
