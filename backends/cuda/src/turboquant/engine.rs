@@ -13,8 +13,8 @@ use super::step::{
 use super::support::{check_supported, kernel_names, KernelNames};
 use super::{
     cache_capacity, compress_smem_bytes, decode_smem_bytes, default_units,
-    fast_compress_smem_bytes, fast_matrices, merge_warps, small_decode, FAST_ROWS, FAST_TILE,
-    MAX_UNIT_WARPS_R8, UNIT_WARPS,
+    fast_compress_smem_bytes, fast_matrices, merge_warps, small_decode, small_work_smem_bytes,
+    FAST_ROWS, FAST_TILE, MAX_UNIT_WARPS_R8, UNIT_WARPS,
 };
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
@@ -151,6 +151,8 @@ pub struct TurboQuantCuda {
     /// Which of the two prepare kernels steps launch.
     prepare_kernel: PrepareKernel,
     decode_r8: Function,
+    /// `decode_r8` with the merge fused in (the small-work schedule, [`small_work_smem_bytes`]).
+    decode_r8f: Function,
     decode_r16: Function,
     /// The merge kernels of 8 and 16 warps a CTA (see [`merge_warps`]).
     combine: Function,
@@ -203,6 +205,11 @@ pub struct TurboQuantCuda {
     /// small-work schedule is available ([`small_decode`]; 111 KiB at d = 128, so not on GPUs
     /// with about 100 KiB).
     seven_fit: bool,
+    /// The 7-warp launches of the small-work schedule take [`small_work_smem_bytes`] (one CTA
+    /// per SM by construction) and run the merge inside the decode (`decode_r8f`), unless
+    /// `FERRATTN_TQ_FUSED=0` (a diagnostic: the separate merge kernel, the same padded CTA).
+    fused_fit: bool,
+    fused_off: bool,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -286,6 +293,7 @@ impl TurboQuantCuda {
                 _ => PrepareKernel::Auto,
             },
             decode_r8: dm.function(&names.decode_r8)?,
+            decode_r8f: dm.function(&names.decode_r8f)?,
             decode_r16: dm.function(&names.decode_r16)?,
             combine: dm.function(&names.combine)?,
             combine_w16: dm.function(&names.combine_w16)?,
@@ -331,6 +339,8 @@ impl TurboQuantCuda {
                         && decode_smem_bytes(d, w, false) <= caps_smem
                 }),
             seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false) <= caps_smem,
+            fused_fit: small_work_smem_bytes(d, caps_smem) <= caps_smem,
+            fused_off: std::env::var("FERRATTN_TQ_FUSED").is_ok_and(|v| v == "0"),
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -349,7 +359,17 @@ impl TurboQuantCuda {
         } else {
             t.unit_warps_forced.unwrap_or(UNIT_WARPS)
         };
-        set_smem(&t.decode_r8, decode_smem_bytes(d, most, false))?;
+        let r8_smem = decode_smem_bytes(d, most, false);
+        if t.fused_fit {
+            // the 7-warp launches (either kernel) take the small-work CTA's shared memory
+            set_smem(
+                &t.decode_r8,
+                r8_smem.max(small_work_smem_bytes(d, caps_smem)),
+            )?;
+            set_smem(&t.decode_r8f, small_work_smem_bytes(d, caps_smem))?;
+        } else {
+            set_smem(&t.decode_r8, r8_smem)?;
+        }
         set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS, true))?;
         let sms = t.gpu.caps.compute_units;
         let warps = |f: &Function, w: usize, r16: bool| -> Result<usize> {
@@ -441,6 +461,13 @@ impl TurboQuantCuda {
         }
         self.unit_warps_forced = warps;
         Ok(())
+    }
+
+    /// Runs the merge inside the decode where [`Self::fused_merge_for`] allows it (`true`, the
+    /// default unless `FERRATTN_TQ_FUSED=0`) or always as a kernel of its own (`false`), for
+    /// the decodes prepared from now on. Either way O and LSE are bit-identical (tested).
+    pub fn set_fused_merge(&mut self, on: bool) {
+        self.fused_off = !on;
     }
 
     /// See [`Self::set_programmatic_launch`].
@@ -587,6 +614,8 @@ impl TurboQuantCuda {
                     )));
                 }
                 let at = |off: usize| workspace + off as u64;
+                let warps = self.unit_warps_for(&t.problem);
+                let fused = self.fused_merge_for(t.r16, warps);
                 Some(PreparedTurboQuantDecode {
                     problem: t.problem.clone(),
                     units: t.units,
@@ -596,11 +625,15 @@ impl TurboQuantCuda {
                     qgroups: t.qgroups,
                     decode: if t.r16 {
                         self.decode_r16.clone()
+                    } else if fused {
+                        self.decode_r8f.clone()
                     } else {
                         self.decode_r8.clone()
                     },
-                    warps: self.unit_warps_for(&t.problem),
+                    warps,
                     r16: t.r16,
+                    fused,
+                    counts: at(r.counts),
                     segs: at(r.segs),
                     unit_segs: at(r.unit_segs),
                     tile_segs: at(r.tile_segs),
@@ -944,6 +977,16 @@ impl TurboQuantCuda {
         }
     }
 
+    /// Whether a decode launched with `warps` warps per CTA (`r16`: the 16-row kernels) runs
+    /// the merge inside the decode kernel (`decode_r8f`): the 8-row kernels in CTAs of
+    /// [`MAX_UNIT_WARPS_R8`] warps (the small-work schedule, or `FERRATTN_TQ_UNIT_WARPS=7`),
+    /// where the device has the shared memory ([`small_work_smem_bytes`]) and
+    /// `FERRATTN_TQ_FUSED=0` is not set. The fused merge keeps the merge kernel's association:
+    /// O and LSE are bit-identical either way.
+    pub fn fused_merge_for(&self, r16: bool, warps: usize) -> bool {
+        !r16 && warps == MAX_UNIT_WARPS_R8 && self.fused_fit && !self.fused_off
+    }
+
     /// [`TurboQuantDecodeTables::new`] with this GPU's default width when `units` is `None`
     /// (host only).
     pub fn decode_tables(
@@ -1116,6 +1159,21 @@ impl TurboQuantCuda {
             late_ring: self.late_ring as i32,
             ktab: self.ktab,
             vtab: self.vtab,
+            tile_segs: prep.tile_segs,
+            counts: prep.counts,
+            pi: self.pi.ptr(),
+            o,
+            lse,
+            heads_q: p.heads_q as i32,
+            merge_warps: merge_warps(prep.row_split, self.merge_forced) as i32,
+            oscale: 1.0 / self.sigma_v,
+        };
+        // the 7-warp CTAs of the small-work schedule take the shared memory that makes them one
+        // per SM (and the fused merge's), with or without the merge fused in
+        let smem = if !prep.r16 && prep.warps == MAX_UNIT_WARPS_R8 && self.fused_fit {
+            small_work_smem_bytes(d, self.gpu.caps.shared_mem_per_block)
+        } else {
+            decode_smem_bytes(d, prep.warps, prep.r16)
         };
         // SAFETY (both launches): the parameter structs mirror the kernels' and live across the
         // calls; the addresses are the caller's (this function's contract) and the engine's.
@@ -1127,12 +1185,15 @@ impl TurboQuantCuda {
                     prep.units.div_ceil(prep.warps) as u32,
                     (prep.warps * 32) as u32,
                 ),
-                decode_smem_bytes(d, prep.warps, prep.r16) as u32,
+                smem as u32,
                 stream,
                 self.programmatic,
                 &mut [arg(&mut dp)],
             )
         }?;
+        if prep.fused {
+            return Ok(()); // the decode kernel merged every tile
+        }
         let mut cp = CombineParams {
             part_o: prep.part_o,
             part_ml: prep.part_ml,

@@ -200,6 +200,33 @@ pub fn decode_smem_bytes(head_dim: usize, warps: usize, rows16: bool) -> usize {
     warps * (DECODE_STAGES * DECODE_STAGE_BYTES + query * 16)
 }
 
+/// Most warps of the merge kernels (`turboquant_combine_w16_d*`), whose association the fused
+/// merge keeps (`kMaxMergeWarps`).
+pub const MAX_MERGE_WARPS: usize = 16;
+
+/// Shared memory the merge fused into the decode (`fused_merge` in turboquant_decode.cu) reuses
+/// once every warp of the CTA is past its loop: `Π` (f32, `d x d`), the sums of up to
+/// [`MAX_MERGE_WARPS`] virtual merge warps for the 8 rows of an <= 8-row tile, `O_rot` of those
+/// rows, the virtual warps' `l`, `M` and `l` per row and a flag (135,760 bytes at d = 128).
+pub fn fused_merge_smem_bytes(head_dim: usize) -> usize {
+    let d = head_dim;
+    4 * (d * d + MAX_MERGE_WARPS * 8 * d + 8 * d + MAX_MERGE_WARPS * 8 + 8 + 8 + 4)
+}
+
+/// Dynamic shared memory of a small-work decode CTA (one CTA of [`MAX_UNIT_WARPS_R8`] warps
+/// per SM, [`small_decode`]; the `_r8f` kernels, whose merge is fused in): its rings and query
+/// fragments, the fused merge's ([`fused_merge_smem_bytes`]) and more than half of what one
+/// CTA may have on the device (`opt_in`, the per-block opt-in maximum, which is the SM's shared
+/// memory less the 1 KiB every CTA reserves), so that two such CTAs never fit one SM: the
+/// schedule's one CTA per SM holds by construction, not by how the block scheduler happens to
+/// place 132 CTAs (two 7-warp CTAs fit by registers and, without this, by shared memory).
+pub fn small_work_smem_bytes(head_dim: usize, opt_in: usize) -> usize {
+    let one_per_sm = (opt_in / 2 + 1).div_ceil(16) * 16;
+    decode_smem_bytes(head_dim, MAX_UNIT_WARPS_R8, false)
+        .max(fused_merge_smem_bytes(head_dim))
+        .max(one_per_sm)
+}
+
 /// 16-token iterations of `p`'s decode (every output tile over its sequence's keys).
 pub fn decode_iterations(p: &AttentionProblem) -> usize {
     let qgroups = (p.group_size() * p.max_seqlen_q).div_ceil(ROWS);
