@@ -484,6 +484,10 @@ __device__ __forceinline__ int row_end(const DecodeParams& p, int qg, int r, int
   return min(max(i + sk - sq + 1, 0), sk);
 }
 
+template <int N>
+struct IntTag {
+  static constexpr int value = N;
+};
 constexpr int kMergeRows8 = 8;      // rows of an <= 8-row tile's partials (MMA rows 0-7)
 constexpr int kMaxMergeWarps = 16;  // the merge kernels' most warps (turboquant_combine_w16_*)
 
@@ -499,12 +503,13 @@ __device__ __forceinline__ int atom_add_acq_rel(int* a, int v) {
   return r;
 }
 
-// The merge fused into the decode (DecodeParams::fused; <= 8-row kernels, launched one CTA per
-// SM at small work: ferrattn_cuda::turboquant::fused_merge). After every warp of the CTA has
-// written its segments' partials, the CTA adds, per tile it touched, its number of that tile's
-// segments to the tile's counter in the workspace (after a release fence); the CTA whose add
-// completes the tile's count merges the tile, reading every partial through L2 after an acquire
-// fence, and sets the counter back to zero (so the next launch over the workspace, a layer or a
+// The merge fused into the decode (the turboquant_decode_*_r8f kernels: <= 8 rows, launched one
+// CTA per SM at small work, ferrattn_cuda::turboquant::small_work_smem_bytes). After every warp
+// of the CTA has written its segments' partials (a CTA barrier), thread 0 adds, per tile the CTA
+// touched, its number of that tile's segments to the tile's counter in the workspace (one
+// acq_rel atomic add: release for the CTA's partials, acquire for the others'); the CTA whose add
+// completes the tile's count merges the tile, reading every partial through L2, and sets the
+// counter back to zero (so the next launch over the workspace, a layer or a
 // graph replay, starts from zero; the counters are uploaded as zeros with the step's tables).
 // No CTA waits on another: the last one to finish does the work, so nothing depends on which
 // CTAs are co-resident.
@@ -533,8 +538,11 @@ __device__ __forceinline__ void fused_merge(const DecodeParams& p, uint4* smem) 
   float* ms = wl + kMaxMergeWarps * R8;           // [R8] M per row
   float* ls = ms + R8;                            // [R8] l per row
   int* flag = reinterpret_cast<int*>(ls + R8);
-  __threadfence();  // release: this thread's partials, device-wide, before the CTA's counts
-  __syncthreads();  // every warp has written its partials and is done with its ring
+  // every warp has written its partials and is done with its ring. No fence per thread: the
+  // barrier orders the CTA's writes before thread 0's acq_rel add, whose release is cumulative
+  // (the pattern of a cooperative grid sync). With a __threadfence (fence.sc.gpu) in every
+  // thread the step took ~59 µs more at batch 1 (H200, issue-10-decode7 call 1).
+  __syncthreads();
   const int u0 = cta * nw;
   if (u0 >= p.units) return;  // uniform
   const int sa = ldcg_s32(p.unit_segs + u0), sb = ldcg_s32(p.unit_segs + min(u0 + nw, p.units));
@@ -552,9 +560,9 @@ __device__ __forceinline__ void fused_merge(const DecodeParams& p, uint4* smem) 
       if (last) p.counts[tile] = 0;
       *flag = last;
     }
-    __syncthreads();
+    __syncthreads();  // thread 0's add acquired the other CTAs' partials; the barrier passes
+                      // that on (they are read through L2 below)
     if (!*flag) continue;
-    __threadfence();  // acquire: the other CTAs' partials (fenced before their counts)
     const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv;
     const int b = tile / (p.qgroups * p.heads_kv);
     const int sq = ldcg_s32(p.seqlens_q + b);
@@ -664,25 +672,44 @@ __device__ __forceinline__ void fused_merge(const DecodeParams& p, uint4* smem) 
     cp_async_wait<0>();  // this thread's copies of Π
     __syncthreads();     // every thread's, and O_rot
     // O = Πᵀ O_rot in combine's k-slices (KS of KL coordinates, each an fmaf chain from 0, the
-    // slices added in order), then O and LSE written
-    const int KS = W * 32 / (D / 4), KL = D / KS;
-    for (int x = t; x < nr * D; x += nt) {
-      const int r = x / D, oc = x % D;
-      float y = 0.f;
-      for (int ks = 0; ks < KS; ++ks) {
-        float ys = 0.f;
-        for (int kk = 0; kk < KL; ++kk) {
-          const int k = ks * KL + kk;
-          ys = fmaf(pis[k * D + oc], orot[r * D + k], ys);
+    // slices added in order; unrolled for the merge's warp count), then O and LSE written
+    auto unrotate = [&](auto wtag) {
+      constexpr int KS = decltype(wtag)::value * 32 / (D / 4), KL = D / KS;
+      for (int x = t; x < nr * D; x += nt) {
+        const int r = x / D, oc = x % D;
+        const float* orow = orot + r * D;
+        float y = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+          float ys = 0.f;
+          if constexpr (KL % 4 == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KL; kk += 4) {
+              const int k = ks * KL + kk;
+              const float4 ov = *reinterpret_cast<const float4*>(orow + k);  // one broadcast LDS
+              ys = fmaf(pis[k * D + oc], ov.x, ys);
+              ys = fmaf(pis[(k + 1) * D + oc], ov.y, ys);
+              ys = fmaf(pis[(k + 2) * D + oc], ov.z, ys);
+              ys = fmaf(pis[(k + 3) * D + oc], ov.w, ys);
+            }
+          } else {
+#pragma unroll
+            for (int kk = 0; kk < KL; ++kk) ys = fmaf(pis[(ks * KL + kk) * D + oc], orow[ks * KL + kk], ys);
+          }
+          y += ys;
         }
-        y += ys;
+        const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq, head = h * p.group + hl;
+        const float L = ls[r];
+        p.o[(((size_t)b * p.max_sq + i) * p.heads_q + head) * D + oc] = F16::from_f32(i < sq && L > 0.f ? y : 0.f);
+        if (oc == 0)
+          p.lse[((size_t)b * p.heads_q + head) * p.max_sq + i] =
+              i < sq && L > 0.f ? (ms[r] + log2_approx(L)) * 0.6931471805599453f : neg_inf();
       }
-      const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq, head = h * p.group + hl;
-      const float L = ls[r];
-      p.o[(((size_t)b * p.max_sq + i) * p.heads_q + head) * D + oc] = F16::from_f32(i < sq && L > 0.f ? y : 0.f);
-      if (oc == 0)
-        p.lse[((size_t)b * p.heads_q + head) * p.max_sq + i] =
-            i < sq && L > 0.f ? (ms[r] + log2_approx(L)) * 0.6931471805599453f : neg_inf();
+    };
+    if (W == kMaxMergeWarps) {
+      unrotate(IntTag<kMaxMergeWarps>{});
+    } else {
+      unrotate(IntTag<8>{});  // ferrattn_cuda::turboquant::COMBINE_WARPS (merge_warps: 8 or 16)
     }
   }
 }
