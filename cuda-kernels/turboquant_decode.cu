@@ -778,7 +778,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     }
   };
 
-  const bool has_unit = unit < p.units;
+  const bool has_unit = !FUSED || unit < p.units;  // (the others returned above)
   const int seg_begin = has_unit ? ldcg_s32(p.unit_segs + unit) : 0;
   const int seg_end = has_unit ? ldcg_s32(p.unit_segs + unit + 1) : 0;
   // kEarly (D = 128: every ring copy is a 16-byte cp.async.cg): the first segment's ring goes
