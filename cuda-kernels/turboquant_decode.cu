@@ -45,6 +45,10 @@
 //      `prmt` interleave them into two f16x2 operands. Sign bits enter the T MMA as mantissa
 //      bits of 1.0 (one LOP3 a pair, one shift per 4 pairs; S q pre-scaled and T started at a
 //      per-row constant: see signs2m). Stages below every live row's end skip the masking.
+//      The _r8f kernels (opt-in: ferrattn_cuda::turboquant::TurboQuantCuda::fused_merge_for)
+//      run step 3 themselves (fused_merge): the CTA that completes a tile merges it, bit for bit
+//      as the merge kernel would, and no merge kernel is launched. Measured 2.5x slower at
+//      batch 1 (one CTA of 7 warps merges what the merge kernel spreads over 64 warps).
 //   3. turboquant_combine_* (8 warps; turboquant_combine_w16_* with 16 at small batch): per
 //      output row, the unit partials (O_rot, m, l) merged in two
 //      passes (the row's max over every partial, then independent weighted sums over the CTA's
@@ -503,8 +507,8 @@ __device__ __forceinline__ int atom_add_acq_rel(int* a, int v) {
   return r;
 }
 
-// The merge fused into the decode (the turboquant_decode_*_r8f kernels: <= 8 rows, launched one
-// CTA per SM at small work, ferrattn_cuda::turboquant::small_work_smem_bytes). After every warp
+// The merge fused into the decode (the turboquant_decode_*_r8f kernels: <= 8 rows, 7-warp CTAs
+// sized one per SM, ferrattn_cuda::turboquant::small_work_smem_bytes; opt-in). After every warp
 // of the CTA has written its segments' partials (a CTA barrier), thread 0 adds, per tile the CTA
 // touched, its number of that tile's segments to the tile's counter in the workspace (one
 // acq_rel atomic add: release for the CTA's partials, acquire for the others'); the CTA whose add
@@ -1557,7 +1561,7 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
       const ferrattn::tq::DecodeParams p) {                                                     \
     ferrattn::tq::decode_unit<D, QJL, KW, VW, R16, FUSED>(p);                                   \
   }
-// r8f: the 8-row kernel with the merge fused (fused_merge), launched one CTA per SM at small work
+// r8f: the 8-row kernel with the merge fused (fused_merge; opt-in, 7-warp CTAs one per SM)
 #define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, VN, VW)                                                         \
   FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false, false, __maxnreg__(ferrattn::tq::kMaxRegs8))        \
   FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8f, false, true, __maxnreg__(ferrattn::tq::kMaxRegs8))        \

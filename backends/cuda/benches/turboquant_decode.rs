@@ -10,11 +10,11 @@
 //! same K/V and rotated over the graph's steps, as layers would be (default 1: one cache, which
 //! can sit in L2 when it is smaller); `--no-pdl`: plain stream order instead of programmatic
 //! dependent launch. The line ends with the decode's warps per CTA and where the merge ran
-//! (`merge fused`: inside the decode, the small-work schedule; `merge kernel`). Diagnostic switches of the
+//! (`merge fused`: inside the decode, opt-in at small work; `merge kernel`). Diagnostic switches of the
 //! engine (environment): `FERRATTN_TQ_UNIT_WARPS=4..7` (the 8-row decode's CTA size at every
 //! size), `FERRATTN_TQ_PREPARE_PDL=0` (the prepare in plain stream order), `FERRATTN_TQ_EARLY=0`,
 //! `FERRATTN_TQ_PREPARE=v1|spread`, `FERRATTN_TQ_MERGE_WARPS=8|16`, `FERRATTN_TQ_PDL=0`,
-//! `FERRATTN_TQ_FUSED=0` (the merge as its own kernel at small work too).
+//! `FERRATTN_TQ_FUSED=1` (the merge inside the decode for the 7-warp small-work CTAs).
 //! Under ncu: the first `3 x configs` launches are the warm-up calls, one step per config.
 
 use ferrattn_core::turboquant::TurboQuantConfig;

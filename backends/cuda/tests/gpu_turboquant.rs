@@ -513,6 +513,7 @@ fn gpu_turboquant_sanitizer_small() {
     let cfg = configs(&p)[0].clone();
     let mut t = engine(&b, &cfg, &p);
     if t.set_unit_warps(Some(7)).is_ok() {
+        t.set_fused_merge(true);
         let (want, cache) = t.run(&p, &x, Some(3)).unwrap();
         let prep = t.prepare_decode(&p, &cache, Some(3)).unwrap();
         let q = t.upload_f16(&x.q.data).unwrap();

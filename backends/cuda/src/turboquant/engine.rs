@@ -151,7 +151,7 @@ pub struct TurboQuantCuda {
     /// Which of the two prepare kernels steps launch.
     prepare_kernel: PrepareKernel,
     decode_r8: Function,
-    /// `decode_r8` with the merge fused in (the small-work schedule, [`small_work_smem_bytes`]).
+    /// `decode_r8` with the merge fused in (opt-in, [`Self::fused_merge_for`]).
     decode_r8f: Function,
     decode_r16: Function,
     /// The merge kernels of 8 and 16 warps a CTA (see [`merge_warps`]).
@@ -205,11 +205,12 @@ pub struct TurboQuantCuda {
     /// small-work schedule is available ([`small_decode`]; 111 KiB at d = 128, so not on GPUs
     /// with about 100 KiB).
     seven_fit: bool,
-    /// The 7-warp launches of the small-work schedule take [`small_work_smem_bytes`] (one CTA
-    /// per SM by construction) and run the merge inside the decode (`decode_r8f`), unless
-    /// `FERRATTN_TQ_FUSED=0` (a diagnostic: the separate merge kernel, the same padded CTA).
+    /// The fused merge's CTA ([`small_work_smem_bytes`]) fits this device.
     fused_fit: bool,
-    fused_off: bool,
+    /// 7-warp 8-row launches run the merge inside the decode (`decode_r8f`): off by default
+    /// (measured 2.5x slower at batch 1, see [`Self::fused_merge_for`]); `FERRATTN_TQ_FUSED=1`
+    /// or [`Self::set_fused_merge`] turns it on.
+    fused_on: bool,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -340,7 +341,7 @@ impl TurboQuantCuda {
                 }),
             seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false) <= caps_smem,
             fused_fit: small_work_smem_bytes(d, caps_smem) <= caps_smem,
-            fused_off: std::env::var("FERRATTN_TQ_FUSED").is_ok_and(|v| v == "0"),
+            fused_on: std::env::var("FERRATTN_TQ_FUSED").is_ok_and(|v| v == "1"),
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -359,16 +360,9 @@ impl TurboQuantCuda {
         } else {
             t.unit_warps_forced.unwrap_or(UNIT_WARPS)
         };
-        let r8_smem = decode_smem_bytes(d, most, false);
+        set_smem(&t.decode_r8, decode_smem_bytes(d, most, false))?;
         if t.fused_fit {
-            // the 7-warp launches (either kernel) take the small-work CTA's shared memory
-            set_smem(
-                &t.decode_r8,
-                r8_smem.max(small_work_smem_bytes(d, caps_smem)),
-            )?;
             set_smem(&t.decode_r8f, small_work_smem_bytes(d, caps_smem))?;
-        } else {
-            set_smem(&t.decode_r8, r8_smem)?;
         }
         set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS, true))?;
         let sms = t.gpu.caps.compute_units;
@@ -463,11 +457,11 @@ impl TurboQuantCuda {
         Ok(())
     }
 
-    /// Runs the merge inside the decode where [`Self::fused_merge_for`] allows it (`true`, the
-    /// default unless `FERRATTN_TQ_FUSED=0`) or always as a kernel of its own (`false`), for
-    /// the decodes prepared from now on. Either way O and LSE are bit-identical (tested).
+    /// Runs the merge inside the decode where [`Self::fused_merge_for`] allows it (`true`;
+    /// `FERRATTN_TQ_FUSED=1` sets it at load) or as a kernel of its own (`false`, the default),
+    /// for the decodes prepared from now on. Either way O and LSE are bit-identical (tested).
     pub fn set_fused_merge(&mut self, on: bool) {
-        self.fused_off = !on;
+        self.fused_on = on;
     }
 
     /// See [`Self::set_programmatic_launch`].
@@ -978,13 +972,17 @@ impl TurboQuantCuda {
     }
 
     /// Whether a decode launched with `warps` warps per CTA (`r16`: the 16-row kernels) runs
-    /// the merge inside the decode kernel (`decode_r8f`): the 8-row kernels in CTAs of
-    /// [`MAX_UNIT_WARPS_R8`] warps (the small-work schedule, or `FERRATTN_TQ_UNIT_WARPS=7`),
-    /// where the device has the shared memory ([`small_work_smem_bytes`]) and
-    /// `FERRATTN_TQ_FUSED=0` is not set. The fused merge keeps the merge kernel's association:
-    /// O and LSE are bit-identical either way.
+    /// the merge inside the decode kernel (`decode_r8f`): when it is turned on
+    /// ([`Self::set_fused_merge`], `FERRATTN_TQ_FUSED=1`), for the 8-row kernels in CTAs of
+    /// [`MAX_UNIT_WARPS_R8`] warps (the small-work schedule, or `FERRATTN_TQ_UNIT_WARPS=7`)
+    /// where the device has the shared memory ([`small_work_smem_bytes`]). The fused merge keeps
+    /// the merge kernel's association: O and LSE are bit-identical either way. Off by default:
+    /// on an H200 (issue-10-decode7 call 2) the step at batch 1, 32k took 83.8 µs fused against
+    /// 33.7 with the merge kernel: the CTA that completes a tile merges all of its ~115 partials
+    /// x 4 rows with 7 warps (~66 partial rows a warp, ~5k dependent instructions) where the
+    /// merge kernel spreads them over 64 warps on 4 SMs.
     pub fn fused_merge_for(&self, r16: bool, warps: usize) -> bool {
-        !r16 && warps == MAX_UNIT_WARPS_R8 && self.fused_fit && !self.fused_off
+        self.fused_on && !r16 && warps == MAX_UNIT_WARPS_R8 && self.fused_fit
     }
 
     /// [`TurboQuantDecodeTables::new`] with this GPU's default width when `units` is `None`
@@ -1168,9 +1166,8 @@ impl TurboQuantCuda {
             merge_warps: merge_warps(prep.row_split, self.merge_forced) as i32,
             oscale: 1.0 / self.sigma_v,
         };
-        // the 7-warp CTAs of the small-work schedule take the shared memory that makes them one
-        // per SM (and the fused merge's), with or without the merge fused in
-        let smem = if !prep.r16 && prep.warps == MAX_UNIT_WARPS_R8 && self.fused_fit {
+        // the fused merge's CTA: its shared memory, which also keeps it one per SM
+        let smem = if prep.fused {
             small_work_smem_bytes(d, self.gpu.caps.shared_mem_per_block)
         } else {
             decode_smem_bytes(d, prep.warps, prep.r16)
