@@ -544,8 +544,9 @@ __device__ __forceinline__ void fused_merge(const DecodeParams& p, uint4* smem) 
   int* flag = reinterpret_cast<int*>(ls + R8);
   // every warp has written its partials and is done with its ring. No fence per thread: the
   // barrier orders the CTA's writes before thread 0's acq_rel add, whose release is cumulative
-  // (the pattern of a cooperative grid sync). With a __threadfence (fence.sc.gpu) in every
-  // thread the step took ~59 µs more at batch 1 (H200, issue-10-decode7 call 1).
+  // (the pattern of a cooperative grid sync). A __threadfence (fence.sc.gpu) in every thread
+  // instead: ~9.5 µs more a step at batch 1 (H200, issue-10-decode7 calls 1 and 2, the second
+  // with the un-rotation unrolled too).
   __syncthreads();
   const int u0 = cta * nw;
   if (u0 >= p.units) return;  // uniform

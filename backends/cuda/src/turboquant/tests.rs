@@ -42,7 +42,7 @@ fn the_small_work_cta_holds_the_fused_merge_and_fits_one_per_sm() {
         let s = small_work_smem_bytes(d, opt_in);
         assert!(s >= fused_merge_smem_bytes(d), "d {d}");
         assert!(s >= decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false), "d {d}");
-        assert!(s <= opt_in && s % 16 == 0, "d {d}: {s}");
+        assert!(s <= opt_in && s.is_multiple_of(16), "d {d}: {s}");
         // two CTAs of s bytes (and 1 KiB each) exceed the SM's opt_in + 1 KiB
         assert!(
             2 * (s + 1024) > opt_in + 1024,
@@ -76,7 +76,7 @@ fn the_step_uploads_the_fused_merge_counters_as_zeros() {
     assert!(plan.image[r.counts..r.counts + 4 * t.tiles]
         .iter()
         .all(|&b| b == 0));
-    assert!(r.counts % TURBOQUANT_WORKSPACE_ALIGN == 0 && r.counts >= r.seqlens_k + 4 * 3);
+    assert!(r.counts.is_multiple_of(TURBOQUANT_WORKSPACE_ALIGN) && r.counts >= r.seqlens_k + 4 * 3);
 }
 
 #[test]
