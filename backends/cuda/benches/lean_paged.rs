@@ -19,14 +19,10 @@
 //! so one page table, as one decode step's layers share the step's table.
 //!
 //! Usage: `lean_paged [--quick] [--same-plan] [--sets N] [--window-bytes N] [--ahead always|never]
-//! [--copy async|bulk|both] [--only SHAPE:B:CTX] [--out FILE]` (`--only` runs one configuration of the full list, e.g. `llama:1:8192`, for a
+//! [--only SHAPE:B:CTX] [--out FILE]` (`--only` runs one configuration of the full list, e.g. `llama:1:8192`, for a
 //! profiler; `--window-bytes N` shuffles each sequence's pages only within windows of N bytes of
 //! its K, a probe of how much of the shuffled layouts' cost is address locality; `--ahead` forces the
-//! paged instance that reads the page table a stage ahead, or the one that reads it in place;
-//! `--copy bulk` runs every variant with the Hopper bulk copies (`LeanKernels::set_bulk_copies`),
-//! `--copy both` adds the five bulk variants to the 16-byte `cp.async` ones, interleaved in the
-//! same batches, and prints a second line per row: bulk times, paged bulk / contiguous bulk, and
-//! contiguous bulk / contiguous `cp.async`).
+//! paged instance that reads the page table a stage ahead, or the one that reads it in place).
 
 use ferrattn_core::{lean, AttentionProblem, DType, Device};
 use ferrattn_cuda::{
@@ -69,9 +65,6 @@ fn main() {
         "never" => Some(false),
         _ => None,
     });
-    // `--copy async|bulk|both`: the K/V copy path (default: the library's, async unless
-    // FERRATTN_LEAN_COPY=bulk)
-    let copy = value("--copy");
     let b = CudaBackend::new(0);
     let gpu = match b.gpu() {
         Ok(g) => g.clone(),
@@ -132,16 +125,6 @@ fn main() {
             .lean_kernels(LeanInstance::new(p.dtype, d, lp.tile_m).unwrap())
             .unwrap();
         kern.set_paged_rows_ahead(ahead);
-        let default_bulk = kern.bulk_copies();
-        let (base_bulk, both) = match copy.as_deref() {
-            Some("bulk") => (true, false),
-            Some("async") => (false, false),
-            Some("both") => (false, true),
-            _ => (default_bulk, false),
-        };
-        if (base_bulk || both) && !kern.set_bulk_copies(true) {
-            eprintln!("lean_paged: this GPU has no bulk copies; --copy ignored");
-        }
         let row = hk * d * 2;
         // K/V copies (layers) so that a batch of launches reads at least 4x the L2
         let kv_bytes = 2 * batch * ctx * row;
@@ -208,7 +191,7 @@ fn main() {
         let ws_bytes = pools.iter().map(|p| p.0.workspace_bytes()).max().unwrap();
         // one workspace per variant, tables uploaded once: (step, each set's (K, V), workspace,
         // cooperative launch)
-        type Variant = (LeanStepPlan, Vec<(u64, u64)>, DeviceBuffer, bool, bool);
+        type Variant = (LeanStepPlan, Vec<(u64, u64)>, DeviceBuffer, bool);
         let mut variants: Vec<Variant> = Vec::new();
         for (step, set_pools) in &pools {
             variants.push((
@@ -216,7 +199,6 @@ fn main() {
                 set_pools.iter().map(|(k, v)| (k.ptr(), v.ptr())).collect(),
                 DeviceBuffer::alloc(&gpu, ws_bytes).unwrap(),
                 true,
-                base_bulk,
             ));
         }
         variants.insert(
@@ -226,7 +208,6 @@ fn main() {
                 contig_kv.clone(),
                 DeviceBuffer::alloc(&gpu, ws_bytes).unwrap(),
                 true,
-                base_bulk,
             ),
         );
         variants.push((
@@ -234,22 +215,7 @@ fn main() {
             contig_kv,
             DeviceBuffer::alloc(&gpu, ws_bytes).unwrap(),
             false,
-            base_bulk,
         ));
-        if both && kern.bulk_copies() {
-            // variants 6-10: contiguous and the four paged layouts again, with bulk copies
-            for i in 0..5 {
-                let v = &variants[i];
-                let w = (
-                    v.0.clone(),
-                    v.1.clone(),
-                    DeviceBuffer::alloc(&gpu, ws_bytes).unwrap(),
-                    true,
-                    true,
-                );
-                variants.push(w);
-            }
-        }
         for v in &variants {
             // SAFETY: workspace of at least the step's size.
             unsafe { kern.upload(&v.0, v.2.ptr(), s).unwrap() };
@@ -261,7 +227,6 @@ fn main() {
             .iter()
             .map(|v| {
                 kern.set_cooperative(v.3);
-                kern.set_bulk_copies(v.4);
                 let g = Graph::capture(&gpu, || {
                     for i in 0..per_batch {
                         let (k, vv) = v.1[i % sets];
@@ -279,7 +244,6 @@ fn main() {
                 })
                 .unwrap();
                 kern.set_cooperative(true);
-                kern.set_bulk_copies(default_bulk);
                 g
             })
             .collect();
@@ -300,23 +264,10 @@ fn main() {
             "{name:<6} {batch:>3} {ctx:>6} {sets:>4} | {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
             t[0], t[1], t[2], t[3], t[4], t[5], t[1] / t[0], t[2] / t[0], t[3] / t[0], t[4] / t[0], t[0] / t[5]
         );
-        let bulk_json = if t.len() == 11 {
-            // bulk: times, paged / contiguous (bulk), contiguous bulk / contiguous cp.async
-            println!(
-                "{:<6} {:>3} {:>6} {:>4} | {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9} | {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
-                "  bulk", "", "", "", t[6], t[7], t[8], t[9], t[10], "", t[7] / t[6], t[8] / t[6], t[9] / t[6], t[10] / t[6], t[6] / t[0]
-            );
-            format!(
-                ", \"bulk_contiguous_us\": {:.3}, \"bulk_paged16_us\": {:.3}, \"bulk_paged64_us\": {:.3}, \"bulk_paged16_ordered_us\": {:.3}, \"bulk_paged64_ordered_us\": {:.3}",
-                t[6], t[7], t[8], t[9], t[10]
-            )
-        } else {
-            String::new()
-        };
         let _ = writeln!(
             json,
-            "  {{\"shape\": \"{name}\", \"batch\": {batch}, \"heads_q\": {hq}, \"heads_kv\": {hk}, \"head_dim\": {d}, \"ctx\": {ctx}, \"sets\": {sets}, \"ctas\": {}, \"paged_ctas\": {}, \"contiguous_us\": {:.3}, \"paged16_us\": {:.3}, \"paged64_us\": {:.3}, \"paged16_ordered_us\": {:.3}, \"paged64_ordered_us\": {:.3}, \"plain_launch_us\": {:.3}, \"bulk\": {}{bulk_json}}},",
-            lp.num_ctas, lp_paged.num_ctas, t[0], t[1], t[2], t[3], t[4], t[5], base_bulk
+            "  {{\"shape\": \"{name}\", \"batch\": {batch}, \"heads_q\": {hq}, \"heads_kv\": {hk}, \"head_dim\": {d}, \"ctx\": {ctx}, \"sets\": {sets}, \"ctas\": {}, \"paged_ctas\": {}, \"contiguous_us\": {:.3}, \"paged16_us\": {:.3}, \"paged64_us\": {:.3}, \"paged16_ordered_us\": {:.3}, \"paged64_ordered_us\": {:.3}, \"plain_launch_us\": {:.3}}},",
+            lp.num_ctas, lp_paged.num_ctas, t[0], t[1], t[2], t[3], t[4], t[5]
         );
     }
     if json.ends_with(",\n") {

@@ -368,10 +368,6 @@ pub enum LeanEntry {
     DecodePaged,
     /// The same, reading the page table a stage ahead (chosen by the grid, `launch.rs`).
     DecodePagedAhead,
-    /// Contiguous K/V through Hopper bulk copies, one per key row of one head (sm_90 only).
-    DecodeBulk,
-    /// Paged K/V through bulk copies, page words read two units ahead (sm_90 only).
-    DecodePagedBulk,
     /// Second pass of the fixed split.
     Combine,
     /// Reports the decode kernel's shared memory and stage count.
@@ -384,12 +380,10 @@ pub enum LeanEntry {
 
 impl LeanEntry {
     /// Every entry, in the order [`LeanInstance::names`] returns them.
-    pub const ALL: [LeanEntry; 9] = [
+    pub const ALL: [LeanEntry; 7] = [
         LeanEntry::Decode,
         LeanEntry::DecodePaged,
         LeanEntry::DecodePagedAhead,
-        LeanEntry::DecodeBulk,
-        LeanEntry::DecodePagedBulk,
         LeanEntry::Combine,
         LeanEntry::SmemQuery,
         LeanEntry::Append,
@@ -436,8 +430,6 @@ impl LeanInstance {
             LeanEntry::Decode => format!("lean_decode_{dt}_d{d}_r{r}"),
             LeanEntry::DecodePaged => format!("lean_decode_paged_{dt}_d{d}_r{r}"),
             LeanEntry::DecodePagedAhead => format!("lean_decode_paged_ahead_{dt}_d{d}_r{r}"),
-            LeanEntry::DecodeBulk => format!("lean_decode_bulk_{dt}_d{d}_r{r}"),
-            LeanEntry::DecodePagedBulk => format!("lean_decode_paged_bulk_{dt}_d{d}_r{r}"),
             LeanEntry::Combine => format!("lean_combine_{dt}_d{d}_r{r}"),
             LeanEntry::SmemQuery => format!("lean_smem_{dt}_d{d}_r{r}"),
             LeanEntry::Append => "lean_append".into(),

@@ -877,23 +877,6 @@ pub struct LeanKernels {
     cooperative: std::sync::atomic::AtomicBool,
     /// 0: [`paged_rows_ahead`] decides; 1: never ahead; 2: always ahead.
     rows_ahead: std::sync::atomic::AtomicU8,
-    /// The bulk-copy instances (`BULK` in `lean_decode.cu`): contiguous and paged.
-    decode_bulk: Function,
-    decode_paged_bulk: Function,
-    /// Dynamic shared memory of the bulk instances (rows padded, page words, mbarriers).
-    smem_bytes_bulk: u32,
-    /// Whether the GPU has the bulk copies (sm_90 or later).
-    bulk_supported: bool,
-    /// Whether [`LeanKernels::run`] launches the bulk instances (`set_bulk_copies`).
-    bulk: std::sync::atomic::AtomicBool,
-}
-
-/// The copy path a new [`LeanKernels`] starts with: `FERRATTN_LEAN_COPY=bulk` selects the bulk
-/// copies where the GPU has them (for tests and benchmarks of both paths from one binary; the
-/// 16-byte `cp.async` path stays the default until the bulk one measures faster on the whole
-/// `lean_paged` list).
-fn bulk_copies_from_env() -> bool {
-    std::env::var("FERRATTN_LEAN_COPY").is_ok_and(|v| v == "bulk")
 }
 
 impl LeanKernels {
@@ -907,11 +890,9 @@ impl LeanKernels {
         let decode = f(LeanEntry::Decode)?;
         let decode_paged = f(LeanEntry::DecodePaged)?;
         let decode_paged_ahead = f(LeanEntry::DecodePagedAhead)?;
-        let decode_bulk = f(LeanEntry::DecodeBulk)?;
-        let decode_paged_bulk = f(LeanEntry::DecodePagedBulk)?;
-        // the kernel reports its own shared-memory sizes (in place, ahead, bulk) and stage counts
+        // the kernel reports its own shared-memory sizes (in place, ahead) and stage count
         let smem_q = f(LeanEntry::SmemQuery)?;
-        let out = DeviceBuffer::alloc(gpu, 20)?;
+        let out = DeviceBuffer::alloc(gpu, 12)?;
         let mut ptr = out.ptr();
         launch_raw(
             gpu,
@@ -923,16 +904,12 @@ impl LeanKernels {
         let info: Vec<i32> = out.to_vec()?;
         let (smem_bytes, stages, smem_bytes_ahead) =
             (info[0] as u32, info[1] as u32, info[2] as u32);
-        let smem_bytes_bulk = info[3] as u32;
-        let bulk_supported = gpu.caps.compute_capability.is_some_and(|(m, _)| m >= 9);
         let _bound = gpu.bind()?;
         let mut ctas_per_sm = [u32::MAX; 2];
         for (i, k, smem_bytes) in [
             (0, &decode, smem_bytes),
             (1, &decode_paged, smem_bytes),
             (1, &decode_paged_ahead, smem_bytes_ahead),
-            (0, &decode_bulk, smem_bytes_bulk),
-            (1, &decode_paged_bulk, smem_bytes_bulk),
         ] {
             // SAFETY: valid function handle; attribute value in range.
             check("cuFuncSetAttribute", unsafe {
@@ -969,27 +946,7 @@ impl LeanKernels {
             ctas_per_sm,
             cooperative: std::sync::atomic::AtomicBool::new(true),
             rows_ahead: std::sync::atomic::AtomicU8::new(0),
-            decode_bulk,
-            decode_paged_bulk,
-            smem_bytes_bulk,
-            bulk_supported,
-            bulk: std::sync::atomic::AtomicBool::new(bulk_supported && bulk_copies_from_env()),
         })
-    }
-
-    /// Whether decodes copy K/V with Hopper bulk copies (one `cp.async.bulk` per key row of one
-    /// head, for contiguous and paged caches alike) instead of 16-byte `cp.async`. Same bits
-    /// either way (the arithmetic and its order are unchanged). Ignored where the GPU has no bulk
-    /// copies (before sm_90). Returns whether the bulk path is now on.
-    pub fn set_bulk_copies(&self, on: bool) -> bool {
-        let on = on && self.bulk_supported;
-        self.bulk.store(on, std::sync::atomic::Ordering::Relaxed);
-        on
-    }
-
-    /// Whether decodes use the bulk copies (`set_bulk_copies`).
-    pub fn bulk_copies(&self) -> bool {
-        self.bulk.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Launches stream-K cooperatively (the default) or, when `on` is false, plainly, guarded
@@ -1101,10 +1058,7 @@ impl LeanKernels {
     ) -> Result<()> {
         let mut prm = step.params(t, workspace);
         let mut args = [&mut prm as *mut LeanParams as *mut std::ffi::c_void];
-        let bulk = self.bulk_copies();
         let (decode, smem) = match &step.kv {
-            KvStorage::Contiguous if bulk => (&self.decode_bulk, self.smem_bytes_bulk),
-            KvStorage::Paged(_) if bulk => (&self.decode_paged_bulk, self.smem_bytes_bulk),
             KvStorage::Contiguous => (&self.decode, self.smem_bytes),
             KvStorage::Paged(pg) => {
                 let ahead = match self.rows_ahead.load(std::sync::atomic::Ordering::Relaxed) {

@@ -1,7 +1,7 @@
 //! GPU tests of the Lean device path (`LeanStepPlan` + `LeanKernels`: caller-owned memory and
 //! streams, tables uploaded once per step, launch-only runs): equal to the prepared path and to
 //! the golden reference, paged K/V equal to contiguous K/V bit for bit (page sizes 16 and 64,
-//! shuffled pages; both K/V copy paths, 16-byte cp.async and Hopper bulk copies), a Llama-shape decode step of 32 layers captured in one CUDA graph and
+//! shuffled pages), a Llama-shape decode step of 32 layers captured in one CUDA graph and
 //! replayed 100 times equal to eager runs bit for bit, and the co-residency refusal.
 //!
 //! Without a usable GPU every test prints `SKIPPED <test>: <reason>` and passes (see gpu_lean.rs).
@@ -243,24 +243,6 @@ fn device_cases(test: &str) {
             Comparison::f32(&gold.lse.data, &got.lse.data)
                 .check(&format!("LSE vs golden {what}"), &Tolerance::lse())
                 .unwrap();
-            // the K/V copy paths: 16-byte cp.async and (sm_90) bulk copies, bit for bit the same
-            let kern = kernels(&b, &p, &lp);
-            let default_bulk = kern.bulk_copies();
-            kern.set_bulk_copies(false);
-            let dev_async = run_step(&b, &step, x.q().ptr(), x.k().ptr(), x.v().ptr());
-            assert_bits_eq(
-                &format!("contiguous cp.async vs default copies, {what}"),
-                &dev_async,
-                &dev,
-            );
-            let bulk = kern.set_bulk_copies(true);
-            if bulk {
-                let got = run_step(&b, &step, x.q().ptr(), x.k().ptr(), x.v().ptr());
-                assert_bits_eq(&format!("contiguous bulk vs cp.async, {what}"), &got, &dev);
-            } else {
-                eprintln!("{test}: no bulk copies on this GPU; only the cp.async path checked");
-            }
-            kern.set_bulk_copies(default_bulk);
             for page in [16, 64] {
                 let pool = paged_copy(&b, &x, &p, &lp, page, 5 + i as u64);
                 let step =
@@ -277,16 +259,6 @@ fn device_cases(test: &str) {
                     );
                 }
                 kern.set_paged_rows_ahead(None);
-                if bulk {
-                    kern.set_bulk_copies(true);
-                    let paged = run_step(&b, &step, x.q().ptr(), pool.k.ptr(), pool.v.ptr());
-                    kern.set_bulk_copies(default_bulk);
-                    assert_bits_eq(
-                        &format!("paged {page} bulk vs contiguous, {what}"),
-                        &paged,
-                        &dev,
-                    );
-                }
             }
         }
     }
