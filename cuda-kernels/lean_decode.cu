@@ -141,68 +141,9 @@ struct Pick<false, T, F> {
   using type = F;
 };
 
-// ---- Hopper bulk copies (sm_90: cp.async.bulk, mbarrier transaction counts) --------------------
-// Only the bulk instances call these, and only on sm_90 (launch.rs picks them there); the bodies
-// are compiled for sm_90 and later alone, so the compute_80 PTX holds no Hopper instruction.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FERRATTN_LEAN_HAS_BULK 1
-#else
-#define FERRATTN_LEAN_HAS_BULK 0
-#endif
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-#if FERRATTN_LEAN_HAS_BULK
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-#endif
-}
-// makes the initialised mbarriers visible to the async proxy (the bulk copies' complete_tx)
-__device__ __forceinline__ void fence_mbar_init() {
-#if FERRATTN_LEAN_HAS_BULK
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-// one arrival (the barrier's only one per phase) announcing `bytes` of copies
-__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
-#if FERRATTN_LEAN_HAS_BULK
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-#endif
-}
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory, counted
-// on `bar` when they have landed
-__device__ __forceinline__ void bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
-#if FERRATTN_LEAN_HAS_BULK
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-#endif
-}
-// waits for the phase of parity `parity` of `bar` to complete (acquire: the copies' bytes are visible)
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-#if FERRATTN_LEAN_HAS_BULK
-  asm volatile(
-      "{\n.reg .pred P1;\nLAB_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-      "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-#endif
-}
-// orders this thread's generic-proxy writes of shared memory before later async-proxy (bulk) writes
-__device__ __forceinline__ void fence_proxy_async_smem() {
-#if FERRATTN_LEAN_HAS_BULK
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
-
-template <int D, int R, bool BULK = false>
+template <int D, int R>
 struct Smem {
   static constexpr int kSk = cfg::stage_keys<D>();
-  // Bulk-copy instances (lean_decode_body, BULK): a key's row lands as one contiguous copy, so the
-  // chunks cannot be XOR-swizzled; rows are padded by 16 bytes instead (a row stride of D / 8 + 1
-  // 16-byte units, odd, puts 8 consecutive rows of one column in 8 different bank groups, so
-  // ldmatrix stays conflict-free).
-  static constexpr int kRow = BULK ? D + 8 : D;  // elements from one key's row to the next
-  // bulk instances: page words (4 units x at most 8 pages, paged only) and one mbarrier per stage
-  static constexpr int kBulkWords = 4 * 8;
   // Tensor cores (mma.sync m16n8k16) for Q K^T and P V when D <= 128; CUDA cores for D = 256,
   // whose stage holds only 8 keys per warp.
   static constexpr bool kMma = D <= 128;
@@ -214,17 +155,14 @@ struct Smem {
   // us on an H200) by moving two CTAs per SM into a larger shared-memory carveout (less L1).
   static constexpr int kRowsBytes = 2 * kSk * 4 + 4 * kSk * 4;  // rows_s [2][SK], words_s [4][SK]
   static constexpr int bytes_for(int stages) {
-    return stages * 2 * kSk * kRow * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0);
+    return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0);
   }
-  static constexpr int kExtra = BULK ? kBulkWords * 4 + 3 * 8 : kRowsBytes;
   // the same stage count with or without the rows (decided with them)
   static constexpr int kStages = FERRATTN_LEAN_STAGES > 0 ? FERRATTN_LEAN_STAGES
-                                 : (bytes_for(3) + kExtra <= cfg::kSmemBudget ? 3 : 2);
+                                 : (bytes_for(3) + kRowsBytes <= cfg::kSmemBudget ? 3 : 2);
   static constexpr int kBytes = bytes_for(kStages);
   static constexpr int kBytesAhead = kBytes + kRowsBytes;
-  // bulk instances: the words, then the stages' mbarriers (8-byte aligned: kBytes is a multiple of 8)
-  static constexpr int kBytesBulk = kBytes + kBulkWords * 4 + kStages * 8;
-  static constexpr int kKvBytes = kStages * 2 * kSk * kRow * 2;
+  static constexpr int kKvBytes = kStages * 2 * kSk * D * 2;
 };
 
 // Merges the partials in slots first..=last into (obuf, fin) in place (Alg. 2 lines 29-35, the
@@ -339,10 +277,9 @@ __device__ __forceinline__ void write_output(const LeanParams& p, const TileInfo
   }
 }
 
-template <class T, int D, int R, bool PAGED, bool AHEAD = false, bool BULK = false>
+template <class T, int D, int R, bool PAGED, bool AHEAD = false>
 __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
-  using S = Smem<D, R, BULK>;
-  constexpr u32 kRB = S::kRow * 2;  // bytes from one key's row to the next in a K or V stage
+  using S = Smem<D, R>;
   constexpr int L = cfg::lanes_per_key<D>();
   constexpr int G = cfg::groups_per_warp<D>();
   constexpr int SK = cfg::stage_keys<D>();
@@ -447,7 +384,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   const u32 dst0 = 2 * swz<D>(key_t, cc), dst1 = 2 * swz<D>(key_t + KPC, cc);
   auto dst_of = [&](int i) { return ((i & 1) ? dst1 : dst0) + (u32)((i & ~1) * KPC * D * 2); };
   const u32 ring = smem_addr(kv_s);
-  auto slot_of = [&](u32 u) { return ring + (u % ST) * (2 * SK * kRB); };
+  auto slot_of = [&](u32 u) { return ring + (u % ST) * (u32)(2 * SK * D * 2); };
   // Copies of one unit into its ring slot from the rows of its keys; keys past the sequence are
   // zero-filled (src-size 0) from row 0, an always-valid address.
   auto copy_unit = [&](u32 u, int hk, const u64 (&rows)[CH], const bool (&ok)[CH]) {
@@ -589,76 +526,6 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       }
     }
   };
-  // Bulk instances (BULK, sm_90): each key row of the unit's KV head is one cp.async.bulk of D * 2
-  // contiguous bytes, K and V issued by thread `key` (key < SK), counted on the stage's mbarrier
-  // (one arrival per phase: thread 0's expect_tx of the unit's bytes), so a stage is 2 SK copy
-  // instructions instead of 2 SK D / 8 (16-byte cp.async, each with its own address arithmetic),
-  // and a paged row costs one shared read and one multiply-add more than a contiguous one. Rows
-  // past the sequence are zeroed with plain stores (fence.proxy.async before the async proxy
-  // writes that slot again). A paged unit's page words (at most 8: SK / 16) are copied two units
-  // ahead by threads 0-7 of warp 0 into slot u % 4 of bwords_s (4-byte cp.async, one per page:
-  // one per key, with every lane of a warp on the same word, was 16-32 shared wavefronts a warp
-  // instruction; ncu, H200, docs/DEVICE_PATH.md "Lean paged, thirteenth session"), and the
-  // issuing threads read them after the wait and barrier of the iteration that issues the unit.
-  u32* bwords_s = reinterpret_cast<u32*>(smem_raw + S::kBytes);  // [4][8], bulk instances only
-  const u32 bar0 = smem_addr(smem_raw + S::kBytes + S::kBulkWords * 4);
-  auto bar_of = [&](u32 u) { return bar0 + (u % ST) * 8u; };
-  const u64 dkv = reinterpret_cast<u64>(p.v) - reinterpret_cast<u64>(p.k);
-  // keys of a unit starting at key0 that lie in its tile's sequence
-  auto valid_keys = [&](const TileInfo& t, int key0) {
-    const int n = t.len_k - key0;
-    return n < 0 ? 0 : (n > SK ? SK : n);
-  };
-  auto bulk_issue = [&](u32 u, int n, auto src_of) {
-    const u32 bar = bar_of(u);
-    if (tid == 0) mbar_arrive_expect_tx(bar, (u32)n * (2u * D * 2u));
-    if (tid < SK) {
-      const u32 kd = slot_of(u) + (u32)tid * kRB, vd = kd + SK * kRB;
-      if (tid < n) {
-        const u64 a = src_of();
-        bulk_g2s(kd, reinterpret_cast<const void*>(a), D * 2, bar);
-        bulk_g2s(vd, reinterpret_cast<const void*>(a + dkv), D * 2, bar);
-      } else {
-#pragma unroll
-        for (int c = 0; c < D / 8; ++c) {
-          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(kd + 16 * c), "r"(0u) : "memory");
-          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(vd + 16 * c), "r"(0u) : "memory");
-        }
-        fence_proxy_async_smem();
-      }
-    }
-  };
-  struct BulkUnit {
-    int key0;  // the unit's first key in its sequence
-    u32 hk_n;  // its tile's KV head | keys in the sequence << 16
-  };
-  typename Pick<PAGED && BULK, BulkUnit, NoFetched>::type ba{}, bb{};
-  // the page words of the producer's next unit (bulk, paged); pt is that unit's tile afterwards
-  auto fetch_words = [&]() -> BulkUnit {
-    const int key0 = next_unit_key0();
-    const int n = valid_keys(pt, key0);
-    const int fp = key0 >> p.page_shift;
-    const int np = n > 0 ? ((key0 + n - 1) >> p.page_shift) - fp + 1 : 0;
-    if (tid < 8) {
-      const bool ok = tid < np;
-      const int* w = ok ? p.page_table + (u64)pt.b * p.max_pages + fp + tid : p.page_table;  // src-size 0: not read
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(bwords_s + (w_next & 3) * 8 + tid)),
-                   "l"(w), "r"(ok ? 4 : 0)
-                   : "memory");
-    }
-    ++w_next;
-    return BulkUnit{key0, (u32)pt.hk | ((u32)n << 16)};
-  };
-  auto issue_paged_bulk = [&](u32 u, const BulkUnit& f) {
-    const u64 kb = reinterpret_cast<u64>(p.k) + (u64)(f.hk_n & 0xffffu) * D * 2;
-    bulk_issue(u, (int)(f.hk_n >> 16), [&]() {
-      const u32 j = (u32)(f.key0 + tid), sh = (u32)p.page_shift;
-      const u32 page = bwords_s[(u & 3) * 8 + (j >> sh) - ((u32)f.key0 >> sh)];
-      u64 a;
-      asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(a) : "r"((page << sh) + (j & ((1u << sh) - 1))), "r"(row_bytes), "l"(kb));
-      return a;
-    });
-  };
   // Issues unit u's copies (its rows stored and visible after a barrier, for a paged cache), and
   // for a paged cache reads the words of unit u + 2.
   // Which of the two is faster depends on the grid (the host picks the instance, launch.rs
@@ -667,18 +534,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // A template parameter, not a launch parameter: a run-time switch between the two cost 2-5% on
   // both (the same H200 measurements).
   auto issue_unit = [&](u32 u) {
-    if constexpr (BULK) {
-      if constexpr (PAGED) {
-        issue_paged_bulk(u, ba);
-        ba = bb;
-        if (u + 2 < units) bb = fetch_words();  // unit u + 2's
-      } else {
-        const int key0 = next_unit_key0();
-        const int n = valid_keys(pt, key0);
-        const u64 src = reinterpret_cast<u64>(p.k) + (((u64)pt.b * p.max_sk + (u64)(key0 + tid)) * kv_row + (u64)pt.hk * D) * 2;
-        bulk_issue(u, n, [&]() { return src; });
-      }
-    } else if constexpr (ahead) {
+    if constexpr (ahead) {
       copy_fetched(u, fa.unit);
       fa = fb;
       if (u + 2 < units) fb = fetch_rows();  // unit u + 2's
@@ -688,33 +544,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   };
   // The prologue reads the words of units 0, 1 and 2 together (one commit group, waited for at
   // once): the second stage's copies then wait for one page-table round trip, not two in series.
-  if constexpr (BULK) {
-    if (tid == 0) {
-#pragma unroll
-      for (int s = 0; s < ST; ++s) mbar_init(bar0 + 8u * s, 1u);
-      fence_mbar_init();
-    }
-    typename Pick<PAGED, BulkUnit, NoFetched>::type b0{};
-    if constexpr (PAGED) {
-      if (units > 0) b0 = fetch_words();
-      if (units > 1) ba = fetch_words();
-      if (units > 2) bb = fetch_words();
-      cp_async_commit();
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // the barriers initialised, the words visible
-#pragma unroll
-    for (int s = 0; s < ST - 1; ++s) {
-      if ((u32)s < units) {
-        if constexpr (PAGED) {
-          if (s == 0) issue_paged_bulk(0, b0); else issue_unit((u32)s);  // units 1 and 2 are read
-        } else {
-          issue_unit((u32)s);
-        }
-      }
-      if constexpr (PAGED) cp_async_commit();
-    }
-  } else if constexpr (ahead) {
+  if constexpr (ahead) {
     Fetched f0{kNoRow, 0u};
     if (units > 0) f0 = fetch_rows();
     if (units > 1) fa = fetch_rows();
@@ -751,13 +581,8 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   int vis2[2];
   const int g = lane >> 2, t4 = lane & 3, mat = lane >> 3, r8 = lane & 7;
   // MMA path: a lane's ldmatrix row (bytes into a stage's K or V) and its chunk XOR (bytes)
-  // (bulk instances: rows padded, not swizzled, so the chunk is the lane's own bit of mat)
-  const u32 qk_row = (u32)(warp * KW + ((mat >> 1) << 3) + r8) * kRB, qk_x = (u32)((BULK ? (mat & 1) : ((mat & 1) ^ r8)) << 4);
-  const u32 pv_row = (u32)(warp * KW + ((mat & 1) << 3) + r8) * kRB, pv_x = (u32)((BULK ? (mat >> 1) : ((mat >> 1) ^ r8)) << 4);
-  // byte offset in a row of 16-byte chunk c (even) plus a lane's chunk bits x
-  auto chunk_at = [](int c, u32 x) -> u32 { return BULK ? ((u32)c << 4) + x : (((u32)c << 4) ^ x); };
-  // element offset of chunk c of key `key` in a K or V stage (SIMT path)
-  auto kv_at = [](int key, int c) -> int { return BULK ? key * S::kRow + c * 8 : swz<D>(key, c); };
+  const u32 qk_row = (u32)(warp * KW + ((mat >> 1) << 3) + r8) * D * 2, qk_x = (u32)(((mat & 1) ^ r8) << 4);
+  const u32 pv_row = (u32)(warp * KW + ((mat & 1) << 3) + r8) * D * 2, pv_x = (u32)(((mat >> 1) ^ r8) << 4);
 
   // A new segment (Alg. 2 lines 11-16): Q, the row states and the accumulators of tile ct. It runs
   // after the previous segment's role (store or merge), so the accumulators are dead during a
@@ -835,13 +660,6 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   u32 it = cs;
   int c_sub = 0;
   for (u32 u = 0; u < units; ++u) {
-    if constexpr (BULK) {
-      if constexpr (PAGED) cp_async_wait<ST - 2>();  // the words of unit u + ST - 1
-      __syncthreads();  // unit u - 1's slot read by every warp; those words visible
-      if (u + ST - 1 < units) issue_unit(u + ST - 1);
-      if constexpr (PAGED) cp_async_commit();
-      mbar_wait(bar_of(u), (u / ST) & 1u);  // unit u's rows landed
-    } else {
     cp_async_wait<ST - 2>();
     if constexpr (ahead) {
       if (u + ST - 1 < units) store_fetched(u + ST - 1, fa);
@@ -849,17 +667,16 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     __syncthreads();
     if (u + ST - 1 < units) issue_unit(u + ST - 1);
     cp_async_commit();
-    }
 
     // ---- LeanTile on this stage (Alg. 1 lines 20-25), keys grp*8 .. grp*8+7 of the stage ----
     const int key0 = (int)(it - ct.start) * p.tile_k + c_sub * SK;
-    const u16* ks = kv_s + (u64)(u % ST) * 2 * SK * S::kRow;
-    const u16* vs = ks + SK * S::kRow;
+    const u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
+    const u16* vs = ks + SK * D;
     if constexpr (kMma) {
       // 32-bit shared addresses: the stage's K (and V) window plus a lane's row and its swizzled
       // chunk. A lane reads key kb + 16 n + 8 (bit of mat) + r8, so key % 8 = r8 and swz's XOR
       // acts on the chunk alone: chunk 2 c + b (b = one bit of mat) ^ r8 = 2 c ^ (b ^ r8).
-      const u32 ks_a = slot_of(u), vs_a = ks_a + SK * kRB;
+      const u32 ks_a = slot_of(u), vs_a = ks_a + SK * D * 2;
       // S = Q K^T for this warp's KW keys (Alg. 1 line 20) on tensor cores
       const int kb = warp * KW;
       float sacc[NT][4];
@@ -872,7 +689,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
           u32 b[4];
-          ldmatrix_x4(b, ks_a + qk_row + np * 16 * kRB + chunk_at(2 * k2, qk_x));
+          ldmatrix_x4(b, ks_a + qk_row + np * 16 * D * 2 + (((2 * k2) << 4) ^ qk_x));
           mma16816(T{}, sacc[2 * np], qa[k2], b[0], b[1]);
           mma16816(T{}, sacc[2 * np + 1], qa[k2], b[2], b[3]);
         }
@@ -935,7 +752,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
           u32 b[4];
-          ldmatrix_x4_trans(b, vs_a + pv_row + kt * 16 * kRB + chunk_at(2 * np, pv_x));
+          ldmatrix_x4_trans(b, vs_a + pv_row + kt * 16 * D * 2 + (((2 * np) << 4) ^ pv_x));
           mma16816(T{}, oa[2 * np], a, b[0], b[1]);
           mma16816(T{}, oa[2 * np + 1], a, b[2], b[3]);
         }
@@ -948,7 +765,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       for (int kk = 0; kk < SC; ++kk) {
         const int key = grp * KPG + c0 + kk;
         float kf[8];
-        unpack8<T>(ld_shared16(ks + kv_at(key, gl)), kf);
+        unpack8<T>(ld_shared16(ks + swz<D>(key, gl)), kf);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           float acc = 0.f;
@@ -999,7 +816,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       for (int kk = 0; kk < SC; ++kk) {
         const int key = grp * KPG + c0 + kk;
         float vf[8];
-        unpack8<T>(ld_shared16(vs + kv_at(key, gl)), vf);
+        unpack8<T>(ld_shared16(vs + swz<D>(key, gl)), vf);
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -1197,13 +1014,6 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
 }  // namespace ferrattn
 
 // ---- Instances: the closed list of (dtype, head dim, rows) -> kernel ---------------------------
-// The bulk-copy instances exist on sm_90 and later; elsewhere (the compute_80 PTX) they trap, and
-// the host never launches them there (launch.rs).
-#if FERRATTN_LEAN_HAS_BULK
-#define FERRATTN_LEAN_BULK_BODY(...) __VA_ARGS__
-#else
-#define FERRATTN_LEAN_BULK_BODY(...) asm volatile("trap;")
-#endif
 #define FERRATTN_LEAN(TN, T, D, R)                                                                   \
   extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, FERRATTN_LEAN_MIN_CTAS > 0 ? FERRATTN_LEAN_MIN_CTAS : ferrattn::cfg::kMinCtasPerSm) \
       lean_decode_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                                 \
@@ -1217,14 +1027,6 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
       lean_decode_paged_ahead_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                     \
     ferrattn::lean_decode_body<ferrattn::T, D, R, true, true>(p);                                    \
   }                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, FERRATTN_LEAN_MIN_CTAS > 0 ? FERRATTN_LEAN_MIN_CTAS : ferrattn::cfg::kMinCtasPerSm) \
-      lean_decode_bulk_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                            \
-    FERRATTN_LEAN_BULK_BODY(ferrattn::lean_decode_body<ferrattn::T, D, R, false, false, true>(p));   \
-  }                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, FERRATTN_LEAN_MIN_CTAS > 0 ? FERRATTN_LEAN_MIN_CTAS : ferrattn::cfg::kMinCtasPerSm) \
-      lean_decode_paged_bulk_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                      \
-    FERRATTN_LEAN_BULK_BODY(ferrattn::lean_decode_body<ferrattn::T, D, R, true, false, true>(p));    \
-  }                                                                                                  \
   extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads)                              \
       lean_combine_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                                \
     ferrattn::lean_combine_body<ferrattn::T, D, R>(p);                                               \
@@ -1233,8 +1035,6 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
     out[0] = ferrattn::Smem<D, R>::kBytes;                                                           \
     out[1] = ferrattn::Smem<D, R>::kStages;                                                          \
     out[2] = ferrattn::Smem<D, R>::kBytesAhead;                                                      \
-    out[3] = ferrattn::Smem<D, R, true>::kBytesBulk;                                                 \
-    out[4] = ferrattn::Smem<D, R, true>::kStages;                                                    \
   }
 #define FERRATTN_LEAN_ROWS(TN, T, D) \
   FERRATTN_LEAN(TN, T, D, 1)         \
