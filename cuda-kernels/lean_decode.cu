@@ -442,11 +442,10 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // needs. Read in the same step as the copies, every stage would wait one L2 round trip before its
   // copies are issued, and with one CTA per SM nothing else hides it (H200, 54f6dab: Llama B=1 and
   // B=8 ctx 8k and B=1 ctx 32k at 128 CTAs 12-34% behind contiguous, at 264 CTAs 0-4%). So the ahead
-  // instances read the page words of unit u + 2 right after unit u's copies are issued (the first
-  // lane of each page in a warp copies its word into words_s with cp.async, in the same commit
-  // group), and just before the barrier of the iteration that copies unit u + 2 thread k < SK,
-  // past the wait that completed that group and a __syncwarp, turns its page's word into key k's
-  // pool row in rows_s (two slots).
+  // instances read the page words of unit u + 2 right after unit u's copies are issued (thread
+  // k < SK copies key k's word into words_s with cp.async, in the same commit group), and just
+  // before the barrier of the iteration that copies unit u + 2 the same thread, past the wait that
+  // completed that group, turns its word into its pool row in rows_s (two slots).
   // The words never pass through registers: a loaded word carried from one iteration to the next
   // was moved between registers (the loop cannot rename them without unrolling), and the move
   // waited for the load; with one CTA per SM and a full ring in front of it that stalled every
@@ -474,14 +473,6 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   u32 w_next = 0;  // the unit whose words fetch_rows reads next
   const u32 row_bytes = (u32)p.heads_kv * D * 2;
   // the words of the producer's next unit; pt is that unit's tile afterwards
-  // One word copy per page and warp: the lanes of a warp whose keys share a page (16 or 32 of
-  // them) read the word that their first lane copied (lane & wmask == 0), after that lane's wait
-  // and a __syncwarp. A copy per key had every lane of a warp copy the same word (pages of 64) or
-  // one of two (pages of 16), and the LSU wrote them one lane at a time: 32 (16) shared-memory
-  // wavefronts per copy instruction, 18% (10%) of the kernel's shared wavefronts, where the
-  // contiguous kernel has none (ncu, H200, Lean-paper B=1 ctx 64k at 112 CTAs, the in-order pools:
-  // docs/DEVICE_PATH.md, "Lean paged, thirteenth session").
-  const u32 wmask = 31u & ((1u << p.page_shift) - 1u);
   auto fetch_rows = [&]() -> Fetched {
     const int key0 = next_unit_key0();
     Fetched f{kNoRow, (u32)pt.hk | (key0 + SK <= pt.len_k ? kFull : 0u)};
@@ -489,21 +480,16 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       const int j = key0 + tid;
       const bool ok = j < pt.len_k;
       if (ok) f.off = (u32)j & ((1u << p.page_shift) - 1);
-      // past the sequence the first lane's key is too (keys ascend with the lane): src-size 0
-      if (((u32)tid & wmask) == 0) {
-        const int* w = ok ? page_word_of(p, pt.b, j) : p.page_table;  // src-size 0: not read
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(words_s + (w_next & 3) * SK + tid)),
-                     "l"(w), "r"(ok ? 4 : 0)
-                     : "memory");
-      }
+      const int* w = ok ? page_word_of(p, pt.b, j) : p.page_table;  // src-size 0: not read
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(words_s + (w_next & 3) * SK + tid)),
+                   "l"(w), "r"(ok ? 4 : 0)
+                   : "memory");
     }
     ++w_next;
     return f;
   };
-  // after cp_async_wait and __syncwarp (the word is the first lane's of the page in this warp)
   auto store_fetched = [&](u32 u, const Fetched& f) {
-    if (tid < SK)
-      rows_s[(u & 1) * SK + tid] = f.off != kNoRow ? (words_s[(u & 3) * SK + ((u32)tid & ~wmask)] << p.page_shift) + f.off : kNoRow;
+    if (tid < SK) rows_s[(u & 1) * SK + tid] = f.off != kNoRow ? (words_s[(u & 3) * SK + tid] << p.page_shift) + f.off : kNoRow;
   };
   auto copy_fetched = [&](u32 u, u32 unit) {
     const u32* rs = rows_s + (u & 1) * SK;
@@ -565,7 +551,6 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     if (units > 2) fb = fetch_rows();
     cp_async_commit();
     cp_async_wait<0>();
-    __syncwarp();  // the words of units 0-2 visible to the lanes that share them
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) {
       if ((u32)s < units) store_fetched((u32)s, s == 0 ? f0 : fa);
@@ -677,7 +662,6 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   for (u32 u = 0; u < units; ++u) {
     cp_async_wait<ST - 2>();
     if constexpr (ahead) {
-      __syncwarp();  // the words of unit u + ST - 1, copied by one lane per page, visible to the warp
       if (u + ST - 1 < units) store_fetched(u + ST - 1, fa);
     }
     __syncthreads();
