@@ -459,27 +459,25 @@ __device__ __forceinline__ void st_global_v2(void* p, u32 x, u32 y) {
 // The K permutation of the first product. Thread q of a row holds the 16-byte pieces 4m + q
 // (m < D/32) of the row, words i = 0..3 of a piece being physical channels 32m + 8q + 2i, +1;
 // k step kk = 2m + s takes a0 = word 2s and a2 = word 2s + 1, so logical column 16kk + 8h + 2q
-// + e (h: a0 / a2, e: the half) is physical channel 32m + 8q + 4s + 2h + e. Staging Π, the
-// logical 16-byte piece t of row n (columns 8t..8t+7: kk = t / 2, h = t % 2) gathers, for q =
-// 0..3, the word at physical 32m + 8q + 4s + 2h.
+// + e (h: a0 / a2, e: the half) is physical channel 32m + 8q + 4s + 2h + e. Staging Π, word i
+// of the global piece 4m + q of a row (physical 32m + 8q + 2i) is word q of the logical piece
+// 4m + i: a 4 x 4 transpose of words among the 4 pieces of a group m, done in registers.
 template <int D, bool PERM>
 __device__ __forceinline__ void stage_matrix(const u16* g, u32 dst) {
-  for (int i = threadIdx.x; i < D * D / 8; i += kThreads) {
-    const int n = i / (D / 8), t = i % (D / 8);
-    u32 v[4];
-    if (PERM) {
-      const int kk = t >> 1, h = t & 1, m = kk >> 1, s = kk & 1;
-      const u16* src = g + n * D + 32 * m + 4 * s + 2 * h;
+  for (int i = threadIdx.x; i < D * D / 32; i += kThreads) {
+    const int n = i / (D / 32), m = i % (D / 32);
+    Vec16 v[4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) v[q] = ld_global_u32(src + 8 * q);
+    for (int c = 0; c < 4; ++c) v[c] = ld_global_nc16(g + n * D + 32 * m + 8 * c);
+    if (PERM) {
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 0), v[0].x, v[1].x, v[2].x, v[3].x);
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 8), v[0].y, v[1].y, v[2].y, v[3].y);
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 16), v[0].z, v[1].z, v[2].z, v[3].z);
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 24), v[0].w, v[1].w, v[2].w, v[3].w);
     } else {
-      const Vec16 x = ld_global_nc16(g + n * D + 8 * t);
-      v[0] = x.x;
-      v[1] = x.y;
-      v[2] = x.z;
-      v[3] = x.w;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) st_shared_v4(dst + mat_byte<D>(n, 32 * m + 8 * c), v[c].x, v[c].y, v[c].z, v[c].w);
     }
-    st_shared_v4(dst + mat_byte<D>(n, 8 * t), v[0], v[1], v[2], v[3]);
   }
 }
 
@@ -642,9 +640,10 @@ __device__ __forceinline__ void load_rows(const FastParams& p, const Rows& r, in
 }
 
 // ‖x‖ of the thread's two rows (the quad's 4 threads hold the 4 parts of each row). First an f32
-// sum of the (exact) squares, FMA by FMA, and a butterfly over the quad (a + b == b + a: every
-// thread ends with one value): at most D/4 - 1 + 2 <= 33 roundings of a sum of positive terms,
-// so the sum is within 33 2^-24 < 2^-18 and n = sqrt.rn of it within 2^-19 of the exact ‖x‖
+// sum of the (exact) squares in 4 FMA chains of D/16 terms, a fixed tree over them and a butterfly
+// over the quad (a + b == b + a: every thread ends with one value): at most D/16 - 1 + 2 + 2 <=
+// 11 roundings on any path of a sum of positive terms, so the sum is within 11 2^-24 < 2^-18
+// and n = sqrt.rn of it within 2^-19 of the exact ‖x‖
 // (relative; the emulation's f32 ‖x‖ is within 2^-24 of it). The stored f16 norm must be the
 // emulation's bit for bit: where n (1 - 2^-17) and n (1 + 2^-17) round to one f16, so does the
 // emulation's ‖x‖, and n serves (it scales y within 2^-18 of the emulation's, inside the code
@@ -654,14 +653,15 @@ __device__ __forceinline__ void load_rows(const FastParams& p, const Rows& r, in
 // sum rounds), and that ‖x‖ is used.
 template <int D>
 __device__ __forceinline__ float row_norm(const Vec16 (&xr)[Layout<D>::kPieces]) {
-  float s32 = 0.f;
+  float s4[4] = {0.f, 0.f, 0.f, 0.f};  // 4 independent FMA chains (latency), a fixed tree after
 #pragma unroll
   for (int m = 0; m < Layout<D>::kPieces; ++m) {
     float f[8];
     unpack8<F16>(xr[m], f);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) s32 = fmaf(f[e], f[e], s32);
+    for (int e = 0; e < 8; ++e) s4[e % 4] = fmaf(f[e], f[e], s4[e % 4]);
   }
+  float s32 = (s4[0] + s4[1]) + (s4[2] + s4[3]);
   s32 = s32 + shfl_xor(s32, 1);
   s32 = s32 + shfl_xor(s32, 2);
   float n;
@@ -907,9 +907,9 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT>(p);                                         \
   }
 #define FERRATTN_TQF(D)                                                                           \
-  FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, 3)                        \
-  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, 3)                       \
-  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, 3)                        \
+  FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, (D == 64 ? 4 : 3))       \
+  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, 4)                       \
+  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, 4)                        \
   FERRATTN_TQF_ONE(turboquant_split_keys_qjl_d##D, D, true, true, true, 2)                        \
   FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, 3)                       \
   FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, 3)
