@@ -302,8 +302,10 @@ FERRATTN_TQ_COMPRESS(128)
 //         within 2^-18 of the emulation's (inside the 2^-14 of τ below)
 //   y     = (Π x) / ‖x‖ with x exact in f16 and Π as one f16 matrix (SPLIT = false) or as f16
 //         hi + lo (SPLIT = true: two MMAs, about f32 accuracy); f32 accumulation
-//   idx   = #{boundaries_f32 < y} by a uniform-grid lookup (code_of; exact for the y it is given):
-//         equal to the emulation's except where its rotated coordinate
+//   idx   = #{boundaries_f32 < y} by a uniform-grid lookup with the norm folded into the grid's
+//         scale and the comparison (code_scaled: exact for y = (Π x)_o / ‖x‖ in real arithmetic
+//         unless a boundary lies within 2^-22 |y| of it): equal to the emulation's except where
+//         its rotated coordinate
 //         lies within τ of a boundary, τ = 2^-11 + 2^-14 (one f16 Π: |δΠ| <= 2^-11 |Π| and
 //         Σ_k |Π_ok| |u_k| <= 1) or 2^-14 (split Π; accumulation, the f32 norm and the
 //         emulation's own f32 sum)
@@ -329,7 +331,7 @@ FERRATTN_TQ_COMPRESS(128)
 // registers (the m64nNk16 accumulator of columns [16kk, 16kk + 16) is the A fragment of k step
 // kk), with M = S Πᵀ as B in shared memory; the signs come out of its accumulator as the lane
 // blocks of the sign layout (one funnel shift per bit). Codes come from a count byte per grid bin
-// and a boundary table indexed by that count (code_of). The compute_80 PTX runs the same dataflow
+// and a boundary table indexed by that count (code_scaled). The compute_80 PTX runs the same dataflow
 // on mma.sync with B through ldmatrix.
 namespace ferrattn {
 namespace tqf {
@@ -389,44 +391,35 @@ __device__ __forceinline__ int fast_div(int n, u32 mul, u32 shr) {
 constexpr int kLut = 256;
 
 
-// #{bounds < y} and its centroid by a uniform grid over y: bin k = rint(255 sat(y scale + off))
-// (two FMAs: the saturation clamps) holds at most one boundary (the host checks), so with
-// count_k = #{boundaries of bins < k} and bound_k = the first boundary of a bin >= k (+inf if none;
-// that is boundary count_k), count_k + (bound_k < y) is the exact count: the grid is monotone in y
-// (ferrattn_cuda::turboquant::CodeLut is the twin and holds these per bin). In shared memory the
-// kernel keeps count_k as one byte per bin (256 bytes: a warp's 32 lookups touch at most 2 words
-// per bank) and the boundaries and centroids as 16- and 32-entry f32 tables indexed by the count
-// (at most 16 distinct words: conflict-free), not a random 8- or 16-byte entry per coordinate
-// (5-7 wavefronts per warp lookup measured). `cnt` is the shared address of the byte table minus
-// 0x4B000000 (mod 2^32): fma(u, 255, 2^23) has the f32 bits 0x4B000000 + k, so the byte's
-// address is one add.
-__device__ __forceinline__ u32 code_bits(const FastParams& p, float y) {
+// #{bounds < y} by a uniform grid over y: bin k = rint(255 sat(y scale + off)) (two FMAs: the
+// saturation clamps) holds at most one boundary (the host checks), so with count_k =
+// #{boundaries of bins < k} and bound_k = the first boundary of a bin >= k (+inf if none; that is
+// boundary count_k), count_k + (bound_k < y) is the exact count for every real y of bin k: the
+// grid is monotone in y (ferrattn_cuda::turboquant::CodeLut is the twin and holds these per bin).
+// In shared memory the kernel keeps count_k as one byte per bin (256 bytes: a warp's 32 lookups
+// touch at most 2 words per bank) and the boundaries and centroids as 16- and 32-entry f32
+// tables indexed by the count (at most 16 distinct words: conflict-free). `cnt` is the shared
+// address of the byte table minus 0x4B000000 (mod 2^32): fma(u, 255, 2^23) has the f32 bits
+// 0x4B000000 + k, so the byte's address is one add.
+// The lookup from the product's accumulator `acc` = ‖x‖ y and the row's scale s = fl(fl(1/n) scale)
+// (n > 0; a zero row passes n = 1, s = scale and acc = ±0): the norm folded into the grid's
+// scale (the bin by one FMA from acc) and into the comparison, bound n < acc exactly as the sign
+// of fma(bound, n, -acc) (its exact value rounded once: zero only for equal values, +0 then).
+// The result is #{b : b n < acc} = #{b < acc / n} (real division) unless a boundary lies
+// between acc / n and the y' whose bin acc s selects, y' = (acc / n)(1 + δ), |δ| <= 2^-23
+// (the two roundings of s): a near tie far inside the contract's τ (CodeLut::code_scaled is
+// the twin, host test code_scaled_lookup_is_exact_outside_2e_22_of_a_boundary).
+__device__ __forceinline__ u32 code_scaled(u32 cnt, u32 bnd, const FastParams& p, float acc, float s, float n) {
   float u, t;
-  asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(y), "f"(p.lut_scale), "f"(p.lut_off));
+  asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(acc), "f"(s), "f"(p.lut_off));
   asm("fma.rn.f32 %0, %1, 0f437F0000, 0f4B000000;" : "=f"(t) : "f"(u));  // 255 u + 2^23
-  u32 bits;
-  asm("mov.b32 %0, %1;" : "=r"(bits) : "f"(t));
-  return bits;
-}
-// bound < y exactly when bound - y < 0 (IEEE subtraction of unequal values never gives zero, and
-// equal ones give +0; the tables hold no -0 boundary and +inf past the last): the sign bit of
-// the difference is the comparison, so count + (sign >> 31) is one LEA.HI
-__device__ __forceinline__ u32 below_bit(float bound, float y) {
-  return __float_as_uint(tq::fsub_rn(bound, y)) >> 31;
-}
-__device__ __forceinline__ u32 code_of(u32 cnt, u32 bnd, const FastParams& p, float y) {
   u32 c;
   float b;
-  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(cnt + code_bits(p, y)));
+  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(cnt + __float_as_uint(t)));
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b) : "r"(bnd + 4u * c));
-  return c + below_bit(b, y);
-}
-// the same and the centroid of the code (`cen`: the centroid table's shared address)
-__device__ __forceinline__ u32 code_cent_of(u32 cnt, u32 bnd, u32 cen, const FastParams& p, float y,
-                                            float& cent) {
-  const u32 c = code_of(cnt, bnd, p, y);
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(cent) : "r"(cen + 4u * c));
-  return c;
+  float dlt;
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(dlt) : "f"(b), "f"(n), "f"(-acc));
+  return c + (__float_as_uint(dlt) >> 31);
 }
 
 
@@ -753,6 +746,10 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     // the row norms on the CUDA cores while the tensor cores run
     const float n0 = row_norm<D>(x[0]), n1 = row_norm<D>(x[1]);
     const float i0 = n0 > 0.f ? tq::fdiv_rn(1.f, n0) : 0.f, i1 = n1 > 0.f ? tq::fdiv_rn(1.f, n1) : 0.f;
+    // the norm folded into the lookup (code_scaled): the grid's scale per row, n (1 for a zero row)
+    const float s0 = n0 > 0.f ? tq::fmul_rn(i0, p.lut_scale) : p.lut_scale;
+    const float s1 = n1 > 0.f ? tq::fmul_rn(i1, p.lut_scale) : p.lut_scale;
+    const float m0 = n0 > 0.f ? n0 : 1.f, m1 = n1 > 0.f ? n1 : 1.f;
     product_wait<D>(acc);
     fence_x<D>(x);  // x is wgmma's operand until here
     const Rows r = cur;
@@ -775,13 +772,12 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         u32 cd[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float y = tq::fmul_rn(acc[4 * j + e], e < 2 ? i0 : i1);
+          const float a = acc[4 * j + e];
+          cd[e] = code_scaled(cnt_a, bnd_a, p, a, e < 2 ? s0 : s1, e < 2 ? m0 : m1);
           if (QJL) {
             float cen;
-            cd[e] = code_cent_of(cnt_a, bnd_a, cen_a, p, y, cen);
-            acc[4 * j + e] = y - cen;  // the rotated residual
-          } else {
-            cd[e] = code_of(cnt_a, bnd_a, p, y);
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(cen) : "r"(cen_a + 4u * cd[e]));
+            acc[4 * j + e] = fmaf(a, e < 2 ? i0 : i1, -cen);  // the rotated residual y - c[idx]
           }
         }
         nb[0][b] = cd[0] + (cd[KEYS ? 1 : 2] << 4);
@@ -907,9 +903,9 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT>(p);                                         \
   }
 #define FERRATTN_TQF(D)                                                                           \
-  FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, (D == 64 ? 4 : 3))       \
-  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, 4)                       \
-  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, 4)                        \
+  FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, (D == 64 ? 5 : 3))       \
+  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, (D == 64 ? 6 : 4))       \
+  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, (D == 64 ? 6 : 4))        \
   FERRATTN_TQF_ONE(turboquant_split_keys_qjl_d##D, D, true, true, true, 2)                        \
   FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, 3)                       \
   FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, 3)

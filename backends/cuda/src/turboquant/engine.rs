@@ -833,7 +833,7 @@ impl TurboQuantCuda {
         path: CompressPath,
         stream: sys::CUstream,
     ) -> Result<()> {
-        let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
+        let (b_, hk) = (cache.batch, cache.heads_kv);
         // the tables count 16-token groups aligned to 16; twice as many 8-token tiles from the
         // 8-aligned start cover the same tokens (tiles past a sequence's tokens write nothing)
         let groups = 2 * prep.tables.groups;
