@@ -1039,12 +1039,15 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     };
 
     // Round 7: whether every V block this warpgroup visits has a positive scale within a factor
-    // 2 of the largest, s_u (then, with no threshold, every chunk is two tiles, as above), while
-    // the first S computes. If so, P V accumulates in INT32 over the whole row (int_chunks):
-    // no O fold per chunk.
+    // 2 of the largest, s_u (then, with no threshold, every chunk is two tiles, as above), and it
+    // visits at least kIntMinTiles blocks. If so, P V accumulates in INT32 over the whole row: no
+    // O fold per chunk. (Short rows keep the chunks: the INT32 path's integer reference costs up
+    // to one bit of a row's largest code, and a row's LSE moves by 1 / l when a code moves by
+    // one, ex2.approx against the twin's exp2; l is smallest where a row sees few keys.)
+    constexpr int kIntMinTiles = 4;  // ferrattn_core::turbo::attention::FIXED_P_INT_MIN_TILES
     float s_u = 0.0f;
     bool uni = false;
-    if (!thresh && nt > 0) {
+    if (!thresh && nt >= kIntMinTiles) {
       float lo = 3.0e38f, hi = 0.0f;
       for (int t = lane; t < nt; t += 32) {
         const float v = p.vs[kv_base + t];
@@ -1130,7 +1133,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       int k_pa = 0, k_pb = 0;  // the previous tile's moves of m (for l)
       float w_p = 1.0f;        // the previous tile's s_u / s_V
       auto pv = [&](int t, u32(&pa)[2][4]) {  // P V of tile t into oi
-        const int st = t % kWgStages;
+        const int st = (int)((u32)t % kWgStages);  // (t >= 0: unsigned, fewer instructions)
 #pragma unroll
         for (int h2 = 0; h2 < NH; ++h2) {
           wgmma_fence();
@@ -1202,7 +1205,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
         for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
         if (j > 0) {
-          mbar_arrive(empty0 + 8 * ((j - 1) % kWgStages));  // tile j - 1 fully read
+          mbar_arrive(empty0 + 8 * ((u32)(j - 1) % kWgStages));  // tile j - 1 fully read
           if (__any_sync(0xffffffffu, k_pa != 0 || k_pb != 0)) {
             const int sh_a = min(k_pa, 31), sh_b = min(k_pb, 31);
 #pragma unroll
@@ -1227,7 +1230,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         wgmma_wait<0>();
 #pragma unroll
         for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
-        mbar_arrive(empty0 + 8 * ((nt - 1) % kWgStages));
+        mbar_arrive(empty0 + 8 * ((u32)(nt - 1) % kWgStages));
       };
       while (j < nt) {
         step(False{});

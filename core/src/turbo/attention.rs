@@ -315,12 +315,19 @@ pub fn attend_chunk_fixed_p(
     }
 }
 
+/// The fewest K/V blocks a query block visits for the fast contract's INT32 path (short rows
+/// keep the chunks: the integer reference costs up to one bit of a row's largest code, and a
+/// row's LSE moves by `1 / l` where the kernel's `ex2.approx` moves a code by one; `l` is
+/// smallest where a row sees few keys).
+pub const FIXED_P_INT_MIN_TILES: usize = 4;
+
 /// The reference V scale of the fast contract's INT32 path ([`attend_tile_fixed_p_int`]) for a
 /// query block that visits the K/V blocks of scales `vs` (its first `nt`): `s_u = max vs`, when
-/// no SAS threshold applies and every scale is positive and within a factor 2 of it (`2 min >=
-/// max`, f32); else `None` (the query block takes the chunk path, [`attend_chunk_fixed_p`]).
+/// it visits at least [`FIXED_P_INT_MIN_TILES`] blocks, no SAS threshold applies and every scale
+/// is positive and within a factor 2 of it (`2 min >= max`, f32); else `None` (the query block
+/// takes the chunk path, [`attend_chunk_fixed_p`]).
 pub fn fixed_p_int_scale(vs: &[f32], threshold: bool) -> Option<f32> {
-    if threshold || vs.is_empty() {
+    if threshold || vs.len() < FIXED_P_INT_MIN_TILES {
         return None;
     }
     let lo = vs.iter().copied().fold(f32::INFINITY, f32::min);
