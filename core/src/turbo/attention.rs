@@ -791,7 +791,9 @@ pub fn fixed_p_threshold(cfg: &TurboConfig) -> Option<i32> {
 
 /// TurboAttention prefill under the fast contract ([`PQuant::FixedU8`], [`attend_tile_fixed_p`]):
 /// the CPU twin of `turbo_prefill_wgf_*`. Q, K and V are quantized as in [`prefill`]; only
-/// the softmax and the quantization of P differ. No cache (it is [`prefill`]'s, bit for bit).
+/// the softmax and the quantization of P differ. Per query block, the INT32 path
+/// ([`attend_tile_fixed_p_int`]) where [`fixed_p_int_scale`] allows it, else the chunks of one
+/// or two blocks ([`attend_chunk_fixed_p`]). No cache (it is [`prefill`]'s, bit for bit).
 pub fn prefill_fixed_p(
     cfg: &TurboConfig,
     p: &AttentionProblem,

@@ -997,8 +997,9 @@ fn turbo_decode_and_append_refuse_tensors_shorter_than_their_shape() {
 }
 
 /// The fast contract of `turbo_prefill_wgf_*` (P quantized with the fixed scale 1/255 against
-/// the running row maximum, exp2 instead of SAS, chunks of two K/V blocks with one fold;
-/// `attention::attend_chunk_fixed_p`) against the
+/// the running row maximum, exp2 instead of SAS, chunks of two K/V blocks with one fold,
+/// `attention::attend_chunk_fixed_p`, or from 4 blocks on P V in INT32 against an integer
+/// reference, `attention::attend_tile_fixed_p_int`, which these Gaussian inputs take) against the
 /// f64 golden and the emulation: within the INT8 bounds, no less accurate than the emulation
 /// (finer P codes: 1/255 against >= 1/119 of the tile maximum; exp2 exact where SAS is within
 /// 1.1e-3), and O within `FIXED_P_VS_EMULATION` of the emulation's.
