@@ -743,8 +743,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 
   // (fmaxf: one instruction; no operand is NaN, so it is the emulation's f32::max)
   float o[NTO][4];
+  if constexpr (!kFast) {  // the fast path zeroes it where its chunk loop needs it
 #pragma unroll
-  for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  }
   float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
   int sacc[32];
   int oacc[32];  // P V of 64 channels: D / 64 passes per tile (160 registers per thread)
@@ -814,36 +816,37 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     // the u8 codes of one tile's scores into two A register pairs (keys in slot order)
     auto codes = [&](const int (&s)[32], float c2, float nb_a, float nb_b, u32 (&pa0)[4], u32 (&pa1)[4], auto mask,
                      auto thr) {
-      u32 cw[16];  // two codes per word: 0x6400 + code in each f16 half
+      // per group of four words (two codes each: 0x6400 + code in each f16 half) the two A
+      // registers they make, so that few words are live at once
 #pragma unroll
-      for (int k = 0; k < 16; ++k) {
-        const int i = 2 * k;
-        const float nb = (i & 2) ? nb_b : nb_a;
-        float x0 = __fmaf_rn(i2f(s[i]), c2, nb), x1 = __fmaf_rn(i2f(s[i + 1]), c2, nb);
-        if (decltype(mask)::value) {
-          x0 = s[i] == kNone ? neg_inf() : x0;
-          x1 = s[i + 1] == kNone ? neg_inf() : x1;
+      for (int g4 = 0; g4 < 4; ++g4) {
+        u32 cw[4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const int i = 2 * (4 * g4 + kk);
+          const float nb = (i & 2) ? nb_b : nb_a;
+          float x0 = __fmaf_rn(i2f(s[i]), c2, nb), x1 = __fmaf_rn(i2f(s[i + 1]), c2, nb);
+          if (decltype(mask)::value) {
+            x0 = s[i] == kNone ? neg_inf() : x0;
+            x1 = s[i + 1] == kNone ? neg_inf() : x1;
+          }
+          // MUFU.EX2 on f32 (ex2.approx.f16x2 is two MUFU.F16 and a PRMT on sm_90), the pair
+          // of probabilities then packed to f16x2 for the quantization
+          u32 e;
+          asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(e) : "f"(exp2_approx(x1)), "f"(exp2_approx(x0)));
+          if (decltype(thr)::value) {
+            u32 keep;  // 1.0 or 0.0 per half: p >= e^n_r, i.e. x >= n_r
+            asm("set.ge.f16x2.f16x2 %0, %1, %2;" : "=r"(keep) : "r"(e), "r"(thr2));
+            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(e) : "r"(e), "r"(keep));
+          }
+          asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(cw[kk]) : "r"(e), "r"(0x5bf85bf8u), "r"(0x64006400u));
         }
-        // MUFU.EX2 on f32 (ex2.approx.f16x2 is two MUFU.F16 and a PRMT on sm_90), the pair
-        // of probabilities then packed to f16x2 for the quantization
-        u32 e;
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(e) : "f"(exp2_approx(x1)), "f"(exp2_approx(x0)));
-        if (decltype(thr)::value) {
-          u32 keep;  // 1.0 or 0.0 per half: p >= e^n_r, i.e. x >= n_r
-          asm("set.ge.f16x2.f16x2 %0, %1, %2;" : "=r"(keep) : "r"(e), "r"(thr2));
-          asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(e) : "r"(e), "r"(keep));
-        }
-        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(cw[k]) : "r"(e), "r"(0x5bf85bf8u), "r"(0x64006400u));
+        // words 8 k2 + 4 q + {0, 1, 2, 3} (g4 = 2 k2 + q) make registers r = 2 q and 2 q + 1
+        const int k2 = g4 >> 1, q = g4 & 1;
+        u32(&dst)[4] = k2 == 0 ? pa0 : pa1;
+        asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(dst[2 * q]) : "r"(cw[0]), "r"(cw[2]));
+        asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(dst[2 * q + 1]) : "r"(cw[1]), "r"(cw[3]));
       }
-#pragma unroll
-      for (int k2 = 0; k2 < 2; ++k2)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int n0 = 4 * k2 + 2 * (r >> 1), e = 2 * (r & 1);
-          const int i0 = 4 * n0 + e;  // codes i0, i0 + 1 (word i0 / 2) and i0 + 4, i0 + 5
-          u32& dst = k2 == 0 ? pa0[r] : pa1[r];
-          asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(dst) : "r"(cw[i0 / 2]), "r"(cw[i0 / 2 + 2]));
-        }
     };
 
     // the current chunk: tiles j (and j + 1 when pair), their scales; the next chunk's are
@@ -1035,14 +1038,219 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       pair = pair_n;
     };
 
-    int sa0[32], sa1[32];
-    if (nt > 0) {
-      issue_s(0, sa0);
-      if (p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
-      if (pair) issue_s(1, sa1);
-      wgmma_commit();
+    // Round 7: whether every V block this warpgroup visits has a positive scale within a factor
+    // 2 of the largest, s_u (then, with no threshold, every chunk is two tiles, as above), and it
+    // visits at least kIntMinTiles blocks. If so, P V accumulates in INT32 over the whole row: no
+    // O fold per chunk. (Short rows keep the chunks: the INT32 path's integer reference costs up
+    // to one bit of a row's largest code, and a row's LSE moves by 1 / l when a code moves by
+    // one, ex2.approx against the twin's exp2; l is smallest where a row sees few keys.)
+    constexpr int kIntMinTiles = 4;  // ferrattn_core::turbo::attention::FIXED_P_INT_MIN_TILES
+    float s_u = 0.0f;
+    bool uni = false;
+    if (!thresh && nt >= kIntMinTiles) {
+      float lo = 3.0e38f, hi = 0.0f;
+      for (int t = lane; t < nt; t += 32) {
+        const float v = p.vs[kv_base + t];
+        lo = fminf(lo, v);
+        hi = fmaxf(hi, v);
+      }
+#pragma unroll
+      for (int s = 16; s > 0; s >>= 1) {
+        lo = fminf(lo, shfl_xor(lo, s));
+        hi = fmaxf(hi, shfl_xor(hi, s));
+      }
+      s_u = hi;
+      uni = __shfl_sync(0xffffffffu, lo > 0.0f && __fmul_rn(2.0f, lo) >= hi, 0) != 0;
     }
-    while (j < nt) chunk(sa0, sa1);
+    int sa0[32], sa1[32];
+    // the first chunk's S (issued after each path has set up its accumulators: ptxas serializes
+    // every wgmma of the kernel if registers are initialized while one is in flight)
+    auto first_s = [&] {
+      if (nt > 0) {
+        issue_s(0, sa0);
+        if (p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
+        if (pair) issue_s(1, sa1);
+        wgmma_commit();
+      }
+    };
+    if (!uni) {
+#pragma unroll
+      for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+      first_s();
+      while (j < nt) chunk(sa0, sa1);
+    } else {
+      // ---- INT32 O over the row (ferrattn_core::turbo::attention::attend_tile_fixed_p_int),
+      // one 64-key tile per step. The codes of tile j are taken against s_u through the
+      // exponent (off_j = -log2(s_u / s_V_j) in [-1, 0], free in the FFMA) and l adds its code
+      // sum times w_j = s_u / s_V_j, so one INT32 accumulator oi holds sum code . V^q1 in units
+      // of s_u and P V is never folded into f32 until the end. The row reference m (log2
+      // units) is an integer, m = max(m, ceil(t)) with t the tile's largest logit: p = 2^(x - m)
+      // <= 1 still, and a move of m by k is an arithmetic shift of oi by k (floor) and l x 2^-k,
+      // both exact. Overflow: |oi| <= 127 x (sum of codes) <= 127 l, so a row whose l passed
+      // 2^23 moves its m up by one first (oi and l halve): |oi| < 127 (2^23 + 64 x 255) < 2^31.
+      // One tile per step rather than a chunk of two: oi (64 registers at d 128) stays live, so
+      // the S of only one tile fits beside it in 160 registers.
+      constexpr int kNoRef = -(1 << 24);  // m of a row that has seen no key
+      constexpr int NH = D / 64;          // 64-channel passes of P V
+      // (not zeroed: the first tile's first wgmma of each pass overwrites it; registers set
+      // while a wgmma is in flight make ptxas serialize every wgmma of the kernel, C7515)
+      int oi[NH][32];
+      int mi_a = kNoRef, mi_b = kNoRef;
+      auto ceil_i = [](float x) {
+        int r;
+        asm("cvt.rpi.s32.f32 %0, %1;" : "=r"(r) : "f"(x));  // -inf: INT_MIN
+        return r;
+      };
+      auto pow2_neg = [](int k) {  // 2^-k for k in [0, 127]; 0 from k = 127 on
+        return k >= 127 ? 0.0f : __int_as_float((127 - k) << 23);
+      };
+      // s_u / s_V and -log2 of it for s_V in [s_u / 2, s_u]: the division's fast path (the
+      // compiler's div.rn without its range check, which these operands never need: the same
+      // correctly rounded quotient) and lg2.approx.ftz (no subnormal here)
+      auto w_of = [&](float vs) {
+        if (vs == s_u) return 1.0f;
+        float r, e, q, rem;
+        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(vs));
+        e = __fmaf_rn(-vs, r, 1.0f);
+        r = __fmaf_rn(r, e, r);
+        q = __fmaf_rn(s_u, r, 0.0f);
+        rem = __fmaf_rn(-vs, q, s_u);
+        return __fmaf_rn(r, rem, q);
+      };
+      auto off_of = [](float w) {
+        float y;
+        asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(w));
+        return w == 1.0f ? 0.0f : -y;
+      };
+      // P's codes, double-buffered, and FA3's order within the warpgroup. Step j issues tile
+      // j's S, then tile j - 1's P V (registers pa[(j - 1) & 1]), each its own commit group;
+      // waits for the S only and runs tile j's softmax into the other pair of code registers
+      // while that P V runs; adds tile j - 1's code sums to l; then waits for the P V, releases
+      // tile j - 1's stage and shifts oi if a row's m moved at tile j. Nothing is in flight
+      // across the loop's back edge (ptxas cannot count commit groups across it and would
+      // serialize every wgmma, C7514/C7515).
+      u32 pa_e[2][4], pa_o[2][4];
+      int k_pa = 0, k_pb = 0;  // the previous tile's moves of m (for l)
+      float w_p = 1.0f;        // the previous tile's s_u / s_V
+      auto pv = [&](int t, u32(&pa)[2][4]) {  // P V of tile t into oi
+        const int st = (int)((u32)t % kWgStages);  // (t >= 0: unsigned, fewer instructions)
+#pragma unroll
+        for (int h2 = 0; h2 < NH; ++h2) {
+          wgmma_fence();
+          const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * h2);
+          wgmma_m64n64k32_u8s8(oi[h2], pa[0], dv, t > 0);
+          wgmma_m64n64k32_u8s8(oi[h2], pa[1], dv + 2, 1);
+        }
+      };
+      auto add_l = [&](const u32(&pa)[2][4]) {  // the previous tile's code sums times w into l
+        int rs_a = 0, rs_b = 0;
+#pragma unroll
+        for (int k2 = 0; k2 < 2; ++k2)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            if (r & 1) rs_b = byte_sum(pa[k2][r], rs_b); else rs_a = byte_sum(pa[k2][r], rs_a);
+          }
+        rs_a += shfl_xor_i(rs_a, 1);
+        rs_a += shfl_xor_i(rs_a, 2);
+        rs_b += shfl_xor_i(rs_b, 1);
+        rs_b += shfl_xor_i(rs_b, 2);
+        l_a = __fmaf_rn(l_a, pow2_neg(k_pa), __fmul_rn(i2f(rs_a), w_p));
+        l_b = __fmaf_rn(l_b, pow2_neg(k_pb), __fmul_rn(i2f(rs_b), w_p));
+      };
+      auto step = [&](auto odd) {
+        u32(&pa)[2][4] = decltype(odd)::value ? pa_o : pa_e;
+        u32(&pa_prev)[2][4] = decltype(odd)::value ? pa_e : pa_o;
+        issue_s(j, sa0);
+        if (p.trace != nullptr && j == 0 && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
+        wgmma_commit();
+        if (j > 0) pv(j - 1, pa_prev);
+        wgmma_commit();  // (empty for tile 0: the groups are the same on every path)
+        // the next tile's block scales while they run
+        const float ksn = j + 1 < nt ? p.ks[kv_base + j + 1] : 0.0f;
+        const float vsn = j + 1 < nt ? p.vs[kv_base + j + 1] : 0.0f;
+        wgmma_wait<1>();  // tile j's S
+        fence_regs(sa0);
+        const float w0 = w_of(vs0), off0 = off_of(w0);
+        const float c2_0 = __fmul_rn(mul_rn(mul_rn(s_q, ks0), p.softmax_scale), c_log2e);
+        const int key0 = j * kBlock;
+        const bool masked0 = key0 + kBlock > vis_min;
+        if (masked0) mask_scores(sa0, key0);
+        int ia = kNone, ib = kNone;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          if (i & 2) ib = max(ib, sa0[i]); else ia = max(ia, sa0[i]);
+        }
+        float ta = ia == kNone ? neg_inf() : __fmul_rn(i2f(ia), c2_0);
+        float tb = ib == kNone ? neg_inf() : __fmul_rn(i2f(ib), c2_0);
+        ta = fmaxf(ta, shfl_xor(ta, 1));
+        ta = fmaxf(ta, shfl_xor(ta, 2));
+        tb = fmaxf(tb, shfl_xor(tb, 1));
+        tb = fmaxf(tb, shfl_xor(tb, 2));
+        // m_new = max(m, ceil(t), m + 1 if l > 2^23)
+        const int mn_a = max(max(mi_a, min(ceil_i(ta), 1 << 24)), l_a > 8388608.0f ? mi_a + 1 : kNoRef);
+        const int mn_b = max(max(mi_b, min(ceil_i(tb), 1 << 24)), l_b > 8388608.0f ? mi_b + 1 : kNoRef);
+        {
+          const float nb_a = __fsub_rn(off0, i2f(mn_a)), nb_b = __fsub_rn(off0, i2f(mn_b));
+          if (masked0) codes(sa0, c2_0, nb_a, nb_b, pa[0], pa[1], True{}, False{});
+          else codes(sa0, c2_0, nb_a, nb_b, pa[0], pa[1], False{}, False{});
+        }
+        fence_regs(sa0);  // the codes' reads stay before sa0 takes the next S
+        // tile j - 1's code sums into l after the codes of tile j, so that its code registers
+        // stay live to here: ptxas then gives tile j's codes other registers instead of waiting
+        // for that P V before the softmax. (The guard above saw l through tile j - 2.)
+        if (j > 0) add_l(pa_prev);
+        k_pa = min(mn_a - mi_a, 127);
+        k_pb = min(mn_b - mi_b, 127);
+        wgmma_wait<0>();  // tile j - 1's P V
+#pragma unroll
+        for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
+        if (j > 0) {
+          mbar_arrive(empty0 + 8 * ((u32)(j - 1) % kWgStages));  // tile j - 1 fully read
+          if (__any_sync(0xffffffffu, k_pa != 0 || k_pb != 0)) {
+            const int sh_a = min(k_pa, 31), sh_b = min(k_pb, 31);
+#pragma unroll
+            for (int h2 = 0; h2 < NH; ++h2)
+#pragma unroll
+              for (int i = 0; i < 32; ++i) oi[h2][i] >>= (i & 2) ? sh_b : sh_a;
+          }
+        }
+#pragma unroll
+        for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
+        mi_a = mn_a;
+        mi_b = mn_b;
+        w_p = w0;
+        ks0 = ksn;
+        vs0 = vsn;
+        ++j;
+      };
+      auto last = [&](u32(&pa)[2][4]) {  // the last tile's P V and l
+        pv(nt - 1, pa);
+        wgmma_commit();
+        add_l(pa);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
+        mbar_arrive(empty0 + 8 * ((u32)(nt - 1) % kWgStages));
+      };
+      while (j < nt) {
+        step(False{});
+        if (j >= nt) {
+          last(pa_e);
+          break;
+        }
+        step(True{});
+        if (j >= nt) last(pa_o);
+      }
+      // O = f32(oi) s_u (then / l in store_rows); m back to f32 (a row with no key: l == 0)
+#pragma unroll
+      for (int h2 = 0; h2 < NH; ++h2)
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[8 * h2 + i][e] = __fmul_rn(i2f(oi[h2][4 * i + e]), s_u);
+      m_a = mi_a == kNoRef ? neg_inf() : i2f(mi_a);
+      m_b = mi_b == kNoRef ? neg_inf() : i2f(mi_b);
+    }
   }
   for (int j = 0; j < (kFast ? 0 : nt); ++j) {
     const int st = j % kWgStages;

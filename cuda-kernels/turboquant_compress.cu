@@ -290,10 +290,11 @@ FERRATTN_TQ_COMPRESS(64)
 FERRATTN_TQ_COMPRESS(128)
 
 // ================================================================================================
+// ================================================================================================
 // Fast compression on tensor cores (the fast contract of docs/TURBOQUANT_CUDA.md, "Compression on
 // tensor cores"). Same inputs, same outputs and layout as above; the rotation is one MMA product
 // per token block instead of d^2 IEEE mul/add per row:
-//   ‖x‖   an f32 FMA sum of the (exact) squares over 2-4 threads per row, within 2^-18 of the
+//   ‖x‖   an f32 FMA sum of the (exact) squares over the 4 threads of a row, within 2^-18 of the
 //         exact norm; where that bound cannot decide the f16 rounding of the stored norm, f64
 //         sums as the emulation (4 interleaved partials per thread, combined in a fixed order:
 //         equal to the emulation's sequential sum unless a partial sum rounds, not seen in any
@@ -301,8 +302,10 @@ FERRATTN_TQ_COMPRESS(128)
 //         within 2^-18 of the emulation's (inside the 2^-14 of τ below)
 //   y     = (Π x) / ‖x‖ with x exact in f16 and Π as one f16 matrix (SPLIT = false) or as f16
 //         hi + lo (SPLIT = true: two MMAs, about f32 accuracy); f32 accumulation
-//   idx   = #{boundaries_f32 < y} by a uniform-grid lookup (code_of; exact for the y it is given):
-//         equal to the emulation's except where its rotated coordinate
+//   idx   = #{boundaries_f32 < y} by a uniform-grid lookup with the norm folded into the grid's
+//         scale and the comparison (code_scaled: exact for y = (Π x)_o / ‖x‖ in real arithmetic
+//         unless a boundary lies within 2^-22 |y| of it): equal to the emulation's except where
+//         its rotated coordinate
 //         lies within τ of a boundary, τ = 2^-11 + 2^-14 (one f16 Π: |δΠ| <= 2^-11 |Π| and
 //         Σ_k |Π_ok| |u_k| <= 1) or 2^-14 (split Π; accumulation, the f32 norm and the
 //         emulation's own f32 sum)
@@ -310,24 +313,34 @@ FERRATTN_TQ_COMPRESS(128)
 //   signs = sign((S Πᵀ) (y - c[idx])): M = S Πᵀ precomputed on the host as one f16 matrix, the
 //         residual rounded to f16: one MMA; equal to sign(S r) except where |(S r)_i| is within
 //         2^-9 ‖S_i‖ ‖r‖ of zero
-// Work: a CTA of D/16 warps, warp w owning rotated coordinates [16w, 16w + 16) with its rows of Π
-// (and M) held as A fragments in registers for the whole kernel; the tokens stream through as
-// the B operand (the N dimension), 64 token rows per chunk (8 tiles of 8 destination tokens of
-// one (sequence, KV head), aligned to 8 so that value token pairs stay in one tile), fed by a
-// 3-stage cp.async ring into 128-byte-swizzled shared tiles. On sm_90a each warpgroup (4 warps,
-// 64 output channels) multiplies 32 token rows at a time with wgmma.m64n32k16 (A from registers,
-// B through a shared-memory descriptor): the tile is read once per warpgroup, not once per warp
-// (ldmatrix + mma.sync, the compute_80 PTX's path). Codes come from a count byte per grid bin and
-// a boundary table indexed by that count (code_of). Codes, signs and norms are assembled in
-// shared memory and written as whole rows.
+// Work (fourth compression pass): a CTA is one warpgroup; it takes chunks of 64 token rows (8
+// tiles of 8 destination tokens of one (sequence, KV head), aligned to 8 so that value token
+// pairs stay in one tile) and each thread loads its two token rows (a value pair: chunk rows
+// 16w + 2g and 16w + 2g + 1 of warp w, g = lane / 4) straight from global memory into registers,
+// with 16-byte loads, in the layout of the A operand of wgmma.m64nDk16: the tokens are the M
+// dimension, the input channels K, the output channels N. K is permuted so that each thread's
+// A elements are whole 16-byte pieces of its rows (a permutation of the summation index changes
+// no product); Π (B, N x K, K-major) is staged once per CTA into 128-byte-swizzled shared memory
+// with its columns permuted the same way. No token tile goes through shared memory: the row
+// norm comes from the same registers (4 threads per row, two quad shuffles) while the tensor
+// cores run, the next chunk's loads are issued into the same registers once the product has
+// completed, and the epilogue works on the accumulator (thread (g, q) holds channels 8j + 2q and
+// 8j + 2q + 1 of its two rows, j < D/8: one lane block of the key layout per row, two lane
+// blocks of the value pair layout) and writes codes with 16-byte stores from registers. QJL keys
+// feed the f16 residual to a second wgmma as its A operand straight from the accumulator
+// registers (the m64nNk16 accumulator of columns [16kk, 16kk + 16) is the A fragment of k step
+// kk), with M = S Πᵀ as B in shared memory; the signs come out of its accumulator as the lane
+// blocks of the sign layout (one funnel shift per bit). Codes come from a count byte per grid bin
+// and a boundary table indexed by that count (code_scaled). The compute_80 PTX runs the same dataflow
+// on mma.sync with B through ldmatrix.
 namespace ferrattn {
 namespace tqf {
 
-constexpr int kTile = 8;            // destination tokens per tile (one MMA n8)
-constexpr int kTilesPerChunk = 8;   // tiles per chunk
-constexpr int kRows = kTile * kTilesPerChunk;  // token rows per chunk
-constexpr int kStages = 3;
-constexpr int kDstSlots = 4;  // destination-row ring (kStages + 1: see compress_fast)
+constexpr int kTile = 8;                       // destination tokens per tile
+constexpr int kTilesPerChunk = 8;              // tiles per chunk
+constexpr int kRows = kTile * kTilesPerChunk;  // token rows per chunk: the M of one warpgroup
+static_assert(kRows == 64, "a chunk is the M of one wgmma");
+constexpr int kThreads = 128;                  // one warpgroup per CTA
 
 __device__ __forceinline__ u32 shfl_xor_u32(u32 v, int m) {
   u32 r;
@@ -345,9 +358,6 @@ __device__ __forceinline__ double shfl_xor_f64_in(double v, int m, int tpr) {
   double r;
   asm("mov.b64 %0, {%1, %2};" : "=d"(r) : "r"(lo), "r"(hi));
   return r;
-}
-__device__ __forceinline__ void red_or_shared_a(u32 a, u32 v) {
-  asm volatile("red.shared.or.b32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
 }
 
 // Mirrors ferrattn_cuda::turboquant::FastCompressParams (#[repr(C)]).
@@ -380,527 +390,525 @@ __device__ __forceinline__ int fast_div(int n, u32 mul, u32 shr) {
 
 constexpr int kLut = 256;
 
-// A token tile (kRows rows of D f16) in shared memory is the K-major B operand of wgmma with the
-// 128-byte swizzle: channels [64a, 64a + 64) of every row form block a of kRows 128-byte rows
-// (8-row atoms of 1024 bytes, aligned to 1024), and the 16-byte chunk c of row r sits at chunk
-// c ^ (r % 8) of its 128 bytes. No padding: wgmma reads each row once per warpgroup, and
-// 16-byte accesses of 8 consecutive rows at one chunk fall in 8 different bank groups.
+
+// #{bounds < y} by a uniform grid over y: bin k = rint(255 sat(y scale + off)) (two FMAs: the
+// saturation clamps) holds at most one boundary (the host checks), so with count_k =
+// #{boundaries of bins < k} and bound_k = the first boundary of a bin >= k (+inf if none; that is
+// boundary count_k), count_k + (bound_k < y) is the exact count for every real y of bin k: the
+// grid is monotone in y (ferrattn_cuda::turboquant::CodeLut is the twin and holds these per bin).
+// In shared memory the kernel keeps count_k as one byte per bin (256 bytes: a warp's 32 lookups
+// touch at most 2 words per bank) and the boundaries and centroids as 16- and 32-entry f32
+// tables indexed by the count (at most 16 distinct words: conflict-free). `cnt` is the shared
+// address of the byte table minus 0x4B000000 (mod 2^32): fma(u, 255, 2^23) has the f32 bits
+// 0x4B000000 + k, so the byte's address is one add.
+// The lookup from the product's accumulator `acc` = ‖x‖ y and the row's scale s = fl(fl(1/n) scale)
+// (n > 0; a zero row passes n = 1, s = scale and acc = ±0): the norm folded into the grid's
+// scale (the bin by one FMA from acc) and into the comparison, bound n < acc exactly as the sign
+// of fma(bound, n, -acc) (its exact value rounded once: zero only for equal values, +0 then).
+// The result is #{b : b n < acc} = #{b < acc / n} (real division) unless a boundary lies
+// between acc / n and the y' whose bin acc s selects, y' = (acc / n)(1 + δ), |δ| <= 2^-23
+// (the two roundings of s): a near tie far inside the contract's τ (CodeLut::code_scaled is
+// the twin, host test code_scaled_lookup_is_exact_outside_2e_22_of_a_boundary).
+__device__ __forceinline__ u32 code_scaled(u32 cnt, u32 bnd, const FastParams& p, float acc, float s, float n) {
+  float u, t;
+  asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(acc), "f"(s), "f"(p.lut_off));
+  asm("fma.rn.f32 %0, %1, 0f437F0000, 0f4B000000;" : "=f"(t) : "f"(u));  // 255 u + 2^23
+  u32 c;
+  float b;
+  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(cnt + __float_as_uint(t)));
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b) : "r"(bnd + 4u * c));
+  float dlt;
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(dlt) : "f"(b), "f"(n), "f"(-acc));
+  return c + (__float_as_uint(dlt) >> 31);
+}
+
+
+// A D x D f16 matrix (rows n: the N dimension of a product, K contiguous) in shared memory as the
+// K-major B operand of wgmma with the 128-byte swizzle: channels [64a, 64a + 64) of every row
+// form block a of D 128-byte rows (8-row atoms of 1024 bytes, aligned to 1024), and the 16-byte
+// piece c of row n sits at piece c ^ (n % 8) of its 128 bytes.
 template <int D>
 struct Layout {
-  static constexpr int kWarps = D / 16;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockBytes = kRows * 128;  // one 64-channel block of a tile
-  static constexpr int kTileBytes = kRows * D * 2;
+  static constexpr int kBlockBytes = D * 128;  // one 64-channel block of a matrix
+  static constexpr int kMatBytes = D * D * 2;
+  static constexpr int kPieces = D / 32;       // 16-byte pieces of a row per thread (4 per row)
+  static constexpr int kAcc = D / 2;           // accumulators per thread: 2 rows x D/4 channels
 };
-// byte offset of channel `ch` (a multiple of 2) of row `r` in a swizzled tile
 template <int D>
-__device__ __forceinline__ u32 sw_byte(int r, int ch) {
-  return (u32)((ch >> 6) * Layout<D>::kBlockBytes + r * 128 + ((((ch >> 3) & 7) ^ (r & 7)) << 4) + (ch & 7) * 2);
+__device__ __forceinline__ u32 mat_byte(int n, int k) {
+  return (u32)((k >> 6) * Layout<D>::kBlockBytes + n * 128 + ((((k >> 3) & 7) ^ (n & 7)) << 4) + (k & 7) * 2);
 }
 
-__device__ __forceinline__ void tile_coords(const FastParams& p, int item, int& b, int& h, int& first,
-                                            int& lo, int& hi) {
-  const int bh = fast_div(item, p.groups_mul, p.groups_shr);
-  const int x = item - bh * p.groups;
-  b = fast_div(bh, p.heads_mul, p.heads_shr);
-  h = bh - b * p.heads_kv;
-  const int d0 = p.dst0[b], cnt = p.count[b];
-  first = (d0 & ~(kTile - 1)) + x * kTile;  // d0 >= 0
-  lo = max(first, d0);
-  hi = min(first + kTile, d0 + cnt);
+__device__ __forceinline__ void st_shared_v4(u32 a, u32 x, u32 y, u32 z, u32 w) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+__device__ __forceinline__ void st_global_v4(void* p, u32 x, u32 y, u32 z, u32 w) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+__device__ __forceinline__ void st_global_v2(void* p, u32 x, u32 y) {
+  asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(x), "r"(y) : "memory");
 }
 
-// Each thread copies pieces (16 bytes) of one row (zero-filled for a tile outside the work or a
-// token outside the append): one row lookup per thread and chunk, 32-bit shared addresses. The
-// row's first thread also records its destination cache row (or -1) in `dst` (a slot of the
-// destination ring, read when the chunk is processed).
-template <int D>
-__device__ __forceinline__ void load_chunk(const FastParams& p, int chunk, int items, u32 xs_a,
-                                           long long* dst) {
-  constexpr int C = D / 8, TPR = Layout<D>::kThreads / kRows;
-  const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
-  const int item = chunk * kTilesPerChunk + r / kTile;
-  long long src_row = -1, dst_row = -1;
-  if (item < items) {
-    int b, h, first, lo, hi;
-    tile_coords(p, item, b, h, first, lo, hi);
-    const int j = first + r % kTile;
-    if (j >= lo && j < hi) {
-      src_row = ((long long)b * p.src_len + (j - p.dst0[b])) * p.heads_kv + h;
-      dst_row = ((long long)b * p.heads_kv + h) * p.cap + j;
+// The K permutation of the first product. Thread q of a row holds the 16-byte pieces 4m + q
+// (m < D/32) of the row, words i = 0..3 of a piece being physical channels 32m + 8q + 2i, +1;
+// k step kk = 2m + s takes a0 = word 2s and a2 = word 2s + 1, so logical column 16kk + 8h + 2q
+// + e (h: a0 / a2, e: the half) is physical channel 32m + 8q + 4s + 2h + e. Staging Π, word i
+// of the global piece 4m + q of a row (physical 32m + 8q + 2i) is word q of the logical piece
+// 4m + i: a 4 x 4 transpose of words among the 4 pieces of a group m, done in registers.
+template <int D, bool PERM>
+__device__ __forceinline__ void stage_matrix(const u16* g, u32 dst) {
+  for (int i = threadIdx.x; i < D * D / 32; i += kThreads) {
+    const int n = i / (D / 32), m = i % (D / 32);
+    Vec16 v[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) v[c] = ld_global_nc16(g + n * D + 32 * m + 8 * c);
+    if (PERM) {
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 0), v[0].x, v[1].x, v[2].x, v[3].x);
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 8), v[0].y, v[1].y, v[2].y, v[3].y);
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 16), v[0].z, v[1].z, v[2].z, v[3].z);
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 24), v[0].w, v[1].w, v[2].w, v[3].w);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) st_shared_v4(dst + mat_byte<D>(n, 32 * m + 8 * c), v[c].x, v[c].y, v[c].z, v[c].w);
     }
   }
-  if (part == 0) dst[r] = dst_row;
-  const u16* src = p.src + (src_row >= 0 ? src_row * D : 0) + part * 8;
-#pragma unroll
-  for (int c = 0; c < C / TPR; ++c)
-    cp_async16_s(xs_a + sw_byte<D>(r, 8 * (part + TPR * c)), src + 8 * TPR * c, src_row >= 0);
 }
 
-// two f16 of a row (col even: 4-byte aligned)
-__device__ __forceinline__ u32 ld_pair(const u16* m, int row, int col, int d) {
-  return ld_global_u32(m + row * d + col);
+// The A fragments of k step kk from a thread's two rows (x[r][m]: piece 4m + q of row r)
+template <int D>
+__device__ __forceinline__ void a_frag(const Vec16 (&x)[2][Layout<D>::kPieces], int kk, u32 (&a)[4]) {
+  const Vec16& p0 = x[0][kk >> 1];
+  const Vec16& p1 = x[1][kk >> 1];
+  a[0] = (kk & 1) ? p0.z : p0.x;
+  a[2] = (kk & 1) ? p0.w : p0.y;
+  a[1] = (kk & 1) ? p1.z : p1.x;
+  a[3] = (kk & 1) ? p1.w : p1.y;
 }
-
-// A fragments of rows [16w, 16w + 16) of a row-major f16 D x D matrix, one per k16 step. MMA
-// row g (< 8) is matrix row 16w + g and MMA row g + 8 is 16w + g + 8, or, with PAIRS, 16w + 2g
-// and 16w + 2g + 1: then each lane's accumulators hold a channel pair (2g, 2g + 1), whose codes
-// share a byte of the key layout and whose residuals share a 32-bit word.
-template <int D, bool PAIRS = false>
-__device__ __forceinline__ void load_a(const u16* m, int w, int lane, u32 (&a)[D / 16][4]) {
-  const int g = lane / 4, q = lane % 4;
-  const int r0 = PAIRS ? 16 * w + 2 * g : 16 * w + g, r1 = PAIRS ? r0 + 1 : r0 + 8;
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const int c0 = 16 * kk + 2 * q;
-    a[kk][0] = ld_pair(m, r0, c0, D);
-    a[kk][1] = ld_pair(m, r1, c0, D);
-    a[kk][2] = ld_pair(m, r0, c0 + 8, D);
-    a[kk][3] = ld_pair(m, r1, c0 + 8, D);
-  }
-}
-
-// Tiles computed together by a warp: independent MMA chains and epilogues in flight.
-constexpr int kGroup = 4;
 
 #if defined(FERRATTN_SM90A)
-// D (64 x 32, f32) (+)= A (64 x 16 f16, registers) x B (32 x 16 f16, K-major in shared memory).
-// The A fragment of warp w % 4 of the warpgroup is the mma.m16n8k16 A fragment of its 16 rows, and
-// d[4j .. 4j + 3] is the m16n8 C fragment of columns [8j, 8j + 8) (PTX ISA "Register fragments
-// ... wgmma .m64nNk16"), so the callers keep the mma.sync layouts.
-__device__ __forceinline__ void wgmma_m64n32k16_f16_rs(float (&d)[kGroup][4], const u32 (&a)[4], u64 desc_b,
-                                                       int accumulate) {
+// D (64 x N, f32) (+)= A (64 x 16 f16, registers) x B (N x 16 f16, K-major in shared memory):
+// warp w of the warpgroup owns rows 16w..16w+15; d[4j], d[4j+1] (g, 8j+2q, +1), d[4j+2],
+// d[4j+3] (g+8, the same columns) (PTX ISA "Register fragments ... wgmma .m64nNk16")
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const u32 (&a)[4], u64 desc_b, int accumulate) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
-      "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
-        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
-        "+f"(d[3][2]), "+f"(d[3][3])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,"
+      "%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+      "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
-__device__ __forceinline__ void wgmma_proxy_fence() { sm90::fence_proxy_async(); }
-__device__ __forceinline__ void fence_acc(float (&d)[kGroup][4]) {
-#pragma unroll
-  for (int j = 0; j < kGroup; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const u32 (&a)[4], u64 desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
-#else
-__device__ __forceinline__ void wgmma_proxy_fence() {}  // ldmatrix reads through the generic proxy
 #endif
 
-// acc[j] = A (16 rows of the warp) x rows [8 (t0 + j), 8 (t0 + j) + 8) of the swizzled tile at
-// shared address `xs_a` (B). sm_90a: one wgmma.m64n32k16 per k16 step per warpgroup (the
-// warpgroup's 4 warps own 64 output channels and read the 32 token rows once); elsewhere
-// (the compute_80 PTX) ldmatrix + mma.sync per warp.
-template <int D, bool SPLIT>
-__device__ __forceinline__ void tile_products(const u32 (&ah)[D / 16][4], const u32 (&al)[D / 16][4], u32 xs_a,
-                                              int t0, int lane, float (&acc)[kGroup][4]) {
+// orders this thread's generic-proxy shared-memory writes before wgmma's reads (async proxy)
+__device__ __forceinline__ void wgmma_proxy_fence() {
 #if defined(FERRATTN_SM90A)
-  (void)lane;
-  // k step kk: block kk / 4, 32 bytes kk % 4 into the 128-byte rows; rows from 8 t0 (1024-aligned)
-  const u64 desc0 = sm90::smem_desc(xs_a + t0 * kTile * 128, 1024, sm90::kSw128);
+  sm90::fence_proxy_async();
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void fence_f(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int D>
+__device__ __forceinline__ void fence_x(Vec16 (&x)[2][Layout<D>::kPieces]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int m = 0; m < Layout<D>::kPieces; ++m)
+      asm volatile("" : "+r"(x[r][m].x), "+r"(x[r][m].y), "+r"(x[r][m].z), "+r"(x[r][m].w)::"memory");
+}
+
+// acc = A (the warpgroup's 64 rows; `frag(kk, a)` gives the A fragment of k step kk) x Bᵀ, B the
+// swizzled matrix at `b` (and + `b2`'s, SPLIT). sm_90a: D/16 (2 D/16) wgmma issued and committed,
+// not waited for (product_wait); elsewhere mma.sync with B through ldmatrix, done on return.
+template <int D, bool TWO, class Frag>
+__device__ __forceinline__ void product_issue(Frag frag, u32 b, u32 b2, float (&acc)[Layout<D>::kAcc]) {
+#if defined(FERRATTN_SM90A)
+  (void)b2;
   sm90::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    const u64 dk = desc0 + (u64)(((kk >> 2) * Layout<D>::kBlockBytes + (kk & 3) * 32) >> 4);
-    wgmma_m64n32k16_f16_rs(acc, ah[kk], dk, kk > 0);
-    if (SPLIT) wgmma_m64n32k16_f16_rs(acc, al[kk], dk, 1);
+    u32 a[4];
+    frag(kk, a);
+    const u32 off = (kk >> 2) * Layout<D>::kBlockBytes + (kk & 3) * 32;
+    wgmma_rs(acc, a, sm90::smem_desc(b + off, 1024, sm90::kSw128), kk > 0);
+    if (TWO) wgmma_rs(acc, a, sm90::smem_desc(b2 + off, 1024, sm90::kSw128), 1);
   }
   sm90::wgmma_commit();
-  sm90::wgmma_wait<0>();
-  fence_acc(acc);
 #else
+  const int lane = threadIdx.x % 32, mi = lane >> 3;
 #pragma unroll
-  for (int j = 0; j < kGroup; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  const int rr = t0 * kTile + (lane & 7);
+  for (int i = 0; i < Layout<D>::kAcc; ++i) acc[i] = 0.f;
 #pragma unroll
-  for (int kk = 0; kk < D / 16; kk += 2) {
-    u32 bf[kGroup][4];
+  for (int kk = 0; kk < D / 16; ++kk) {
+    u32 a[4];
+    frag(kk, a);
 #pragma unroll
-    for (int j = 0; j < kGroup; ++j) ldmatrix_x4(bf[j], xs_a + sw_byte<D>(rr + j * kTile, 16 * kk + 8 * (lane >> 3)));
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], ah[kk], bf[j][0], bf[j][1]);
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], ah[kk + 1], bf[j][2], bf[j][3]);
-    if (SPLIT) {
-#pragma unroll
-      for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], al[kk], bf[j][0], bf[j][1]);
-#pragma unroll
-      for (int j = 0; j < kGroup; ++j) mma16816(F16{}, acc[j], al[kk + 1], bf[j][2], bf[j][3]);
+    for (int j = 0; j < D / 8; j += 2) {
+      const int n = 8 * (j + (mi >> 1)) + (lane & 7), k = 16 * kk + 8 * (mi & 1);
+      u32 bf[4];
+      ldmatrix_x4(bf, b + mat_byte<D>(n, k));
+      mma16816(F16{}, *reinterpret_cast<float(*)[4]>(&acc[4 * j]), a, bf[0], bf[1]);
+      mma16816(F16{}, *reinterpret_cast<float(*)[4]>(&acc[4 * j + 4]), a, bf[2], bf[3]);
+      if (TWO) {
+        ldmatrix_x4(bf, b2 + mat_byte<D>(n, k));
+        mma16816(F16{}, *reinterpret_cast<float(*)[4]>(&acc[4 * j]), a, bf[0], bf[1]);
+        mma16816(F16{}, *reinterpret_cast<float(*)[4]>(&acc[4 * j + 4]), a, bf[2], bf[3]);
+      }
     }
   }
 #endif
 }
+template <int D>
+__device__ __forceinline__ void product_wait(float (&acc)[Layout<D>::kAcc]) {
+#if defined(FERRATTN_SM90A)
+  sm90::wgmma_wait<0>();
+#endif
+  fence_f(acc);
+}
 
-// #{bounds < y} and its centroid by a uniform grid over y: bin k = rint(255 sat(y scale + off))
-// (two FMAs: the saturation clamps) holds at most one boundary (the host checks), so with
-// count_k = #{boundaries of bins < k} and bound_k = the first boundary of a bin >= k (+inf if none;
-// that is boundary count_k), count_k + (bound_k < y) is the exact count: the grid is monotone in y
-// (ferrattn_cuda::turboquant::CodeLut is the twin and holds these per bin). In shared memory the
-// kernel keeps count_k as one byte per bin (256 bytes: a warp's 32 lookups touch at most 2 words
-// per bank) and the boundaries and centroids as 16- and 32-entry f32 tables indexed by the count
-// (at most 16 distinct words: conflict-free), not a random 8- or 16-byte entry per coordinate
-// (5-7 wavefronts per warp lookup measured). `cnt` is the shared address of the byte table minus
-// 0x4B000000 (mod 2^32): fma(u, 255, 2^23) has the f32 bits 0x4B000000 + k, so the byte's
-// address is one add.
-__device__ __forceinline__ u32 code_bits(const FastParams& p, float y) {
-  float u, t;
-  asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(y), "f"(p.lut_scale), "f"(p.lut_off));
-  asm("fma.rn.f32 %0, %1, 0f437F0000, 0f4B000000;" : "=f"(t) : "f"(u));  // 255 u + 2^23
-  u32 bits;
-  asm("mov.b32 %0, %1;" : "=r"(bits) : "f"(t));
-  return bits;
+// A chunk's rows of this thread: its tile (chunk row 16w + 2g is tile 2w + g / 4) and token pair
+// (2 (g % 4), + 1 in the tile); `row` the cache row of the even token (both tokens of a tile
+// are one (sequence, KV head)), `ev` / `od` whether each token is in the append.
+struct Rows {
+  long long row;     // destination cache row of the even token
+  long long src;     // source row (of [batch, src_len, heads_kv]) of the even token
+  bool ev, od;
+};
+__device__ __forceinline__ Rows chunk_rows(const FastParams& p, int chunk, int items, int tile_in_chunk, int pair) {
+  Rows r{0, 0, false, false};
+  const int item = chunk * kTilesPerChunk + tile_in_chunk;
+  if (item < items) {
+    const int bh = fast_div(item, p.groups_mul, p.groups_shr);
+    const int x = item - bh * p.groups;
+    const int b = fast_div(bh, p.heads_mul, p.heads_shr);
+    const int h = bh - b * p.heads_kv;
+    const int d0 = p.dst0[b], cnt = p.count[b];
+    const int first = (d0 & ~(kTile - 1)) + x * kTile;  // d0 >= 0
+    const int lo = max(first, d0), hi = min(first + kTile, d0 + cnt);
+    const int j = first + 2 * pair;
+    r.ev = j >= lo && j < hi;
+    r.od = j + 1 >= lo && j + 1 < hi;
+    r.row = ((long long)b * p.heads_kv + h) * p.cap + j;
+    r.src = ((long long)b * p.src_len + (j - d0)) * p.heads_kv + h;  // may be -1 row for j < d0 (not read)
+  }
+  return r;
 }
-// bound < y exactly when bound - y < 0 (IEEE subtraction of unequal values never gives zero, and
-// equal ones give +0; the tables hold no -0 boundary and +inf past the last): the sign bit of
-// the difference is the comparison, so count + (sign >> 31) is one LEA.HI
-__device__ __forceinline__ u32 below_bit(float bound, float y) {
-  return __float_as_uint(tq::fsub_rn(bound, y)) >> 31;
+// the thread's pieces 4m + q of its two rows. A token outside the append (or past the last
+// item) loads row 0 of the source instead: its codes and norms are never stored, and an
+// unconditional load lands in the registers the product reads (a conditional zero would move
+// every loaded register, waiting on the load at the prefetch)
+template <int D>
+__device__ __forceinline__ void load_rows(const FastParams& p, const Rows& r, int q, Vec16 (&x)[2][Layout<D>::kPieces]) {
+  const u16* s0 = p.src + (r.ev ? r.src * D : 0) + 8 * q;
+  const u16* s1 = p.src + (r.od ? (r.src + p.heads_kv) * D : 0) + 8 * q;  // the next token, same head
+#pragma unroll
+  for (int m = 0; m < Layout<D>::kPieces; ++m) {
+    x[0][m] = ld_global_nc16(s0 + 32 * m);
+    x[1][m] = ld_global_nc16(s1 + 32 * m);
+  }
 }
-__device__ __forceinline__ u32 code_of(u32 cnt, u32 bnd, const FastParams& p, float y) {
-  u32 c;
-  float b;
-  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(cnt + code_bits(p, y)));
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b) : "r"(bnd + 4u * c));
-  return c + below_bit(b, y);
-}
-// the same and the centroid of the code (`cen`: the centroid table's shared address)
-__device__ __forceinline__ u32 code_cent_of(u32 cnt, u32 bnd, u32 cen, const FastParams& p, float y,
-                                            float& cent) {
-  const u32 c = code_of(cnt, bnd, p, y);
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(cent) : "r"(cen + 4u * c));
-  return c;
+
+// ‖x‖ of the thread's two rows (the quad's 4 threads hold the 4 parts of each row). First an f32
+// sum of the (exact) squares in 4 FMA chains of D/16 terms, a fixed tree over them and a butterfly
+// over the quad (a + b == b + a: every thread ends with one value): at most D/16 - 1 + 2 + 2 <=
+// 11 roundings on any path of a sum of positive terms, so the sum is within 11 2^-24 < 2^-18
+// and n = sqrt.rn of it within 2^-19 of the exact ‖x‖
+// (relative; the emulation's f32 ‖x‖ is within 2^-24 of it). The stored f16 norm must be the
+// emulation's bit for bit: where n (1 - 2^-17) and n (1 + 2^-17) round to one f16, so does the
+// emulation's ‖x‖, and n serves (it scales y within 2^-18 of the emulation's, inside the code
+// margin's 2^-14 for f32 sums; ‖r‖ = f16(n γ) within one f16 step). Otherwise (about 1-2% of
+// rows) the row is summed again as the emulation does, in f64 (4 interleaved partials per
+// thread, combined in a fixed order: equal to the emulation's sequential sum unless a partial
+// sum rounds), and that ‖x‖ is used.
+template <int D>
+__device__ __forceinline__ float row_norm(const Vec16 (&xr)[Layout<D>::kPieces]) {
+  float s4[4] = {0.f, 0.f, 0.f, 0.f};  // 4 independent FMA chains (latency), a fixed tree after
+#pragma unroll
+  for (int m = 0; m < Layout<D>::kPieces; ++m) {
+    float f[8];
+    unpack8<F16>(xr[m], f);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s4[e % 4] = fmaf(f[e], f[e], s4[e % 4]);
+  }
+  float s32 = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+  s32 = s32 + shfl_xor(s32, 1);
+  s32 = s32 + shfl_xor(s32, 2);
+  float n;
+  asm("sqrt.rn.f32 %0, %1;" : "=f"(n) : "f"(s32));
+  if (F16::from_f32(tq::fmul_rn(n, 1.f - 0x1p-17f)) != F16::from_f32(tq::fmul_rn(n, 1.f + 0x1p-17f))) {
+    // |x| to f64 without a 64-bit conversion (16 per clock per SM): its f32 bits b (exact for
+    // every f16, subnormals included) give the f64's high word (b >> 3) + (1023 - 127) << 20
+    // and a zero low word (an f16's 10 mantissa bits fit the high word); fma(v, v, acc) is
+    // add(acc, v v) since v v is exact. A zero maps to 2^-127: its square 2^-254 is absorbed,
+    // unrounded, by the first nonzero square (each >= 2^-48) of its partial or by any nonzero
+    // partial, and an all-zero row sums below 2^-200, which is cleared.
+    double a4[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+    for (int m = 0; m < Layout<D>::kPieces; ++m) {
+      Vec16 v = xr[m];
+      v.x &= 0x7fff7fffu;
+      v.y &= 0x7fff7fffu;
+      v.z &= 0x7fff7fffu;
+      v.w &= 0x7fff7fffu;
+      float f[8];
+      unpack8<F16>(v, f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const u32 hi = (__float_as_uint(f[e]) >> 3) + 0x38000000u;
+        double dv;
+        asm("mov.b64 %0, {%1, %2};" : "=d"(dv) : "r"(0u), "r"(hi));
+        asm("fma.rn.f64 %0, %1, %1, %0;" : "+d"(a4[e % 4]) : "d"(dv));
+      }
+    }
+    double acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
+    // the quad's 4 threads all take this branch (they hold one n), so the shuffle is full
+    acc = acc + shfl_xor_f64_in(acc, 1, 4);
+    acc = acc + shfl_xor_f64_in(acc, 2, 4);
+    if (acc < 0x1p-200) acc = 0.0;
+    double rt;
+    asm("sqrt.rn.f64 %0, %1;" : "=d"(rt) : "d"(acc));
+    asm("cvt.rn.f32.f64 %0, %1;" : "=f"(n) : "d"(rt));
+  }
+  return n;
 }
 
 template <int D, bool KEYS, bool QJL, bool SPLIT>
 __device__ __forceinline__ void compress_fast(const FastParams& p) {
   using L = Layout<D>;
-  constexpr int NT = L::kThreads;
+  constexpr int NA = L::kAcc, NP = L::kPieces;
   extern __shared__ float4 smem4[];
-  // the swizzled tiles start at a 1024-byte boundary (the host adds 1024 bytes of slack)
+  // the swizzled matrices start at a 1024-byte boundary (the host adds 1024 bytes of slack)
   unsigned char* base = reinterpret_cast<unsigned char*>(smem4);
   base += (1024u - (smem_addr(base) & 1023u)) & 1023u;
-  u16* xs = reinterpret_cast<u16*>(base);                        // [kStages] swizzled tiles
-  u16* rrs = xs + kStages * L::kTileBytes / 2;                   // swizzled residual tile (QJL)
-  float* inv_s = reinterpret_cast<float*>(rrs + (QJL ? L::kTileBytes / 2 : 0));  // [kRows]
-  float* nrm_s = inv_s + kRows;                                  // [kRows]
-  float* gam_s = nrm_s + kRows;                                  // [kWarps][kRows] (QJL)
-  float* bnd_s = gam_s + L::kWarps * kRows;                      // [16] (unused: the lookup)
-  float* cen_s = bnd_s + 16;                                     // [16] (unused)
-  u32* sg_s = reinterpret_cast<u32*>(cen_s + 16);                // [kRows][4] (QJL)
-  // [kDstSlots][kRows] cache row or -1 of each chunk row, written by the chunk's loads: slot
-  // kc % 4 for the kc-th chunk of this CTA (the loads of chunk kc + 2 run while chunk kc is
-  // processed; slot (kc + 2) % 4 was last read by chunk kc - 2, before the barriers of chunk
-  // kc - 1)
-  long long* dst_ring = reinterpret_cast<long long*>(sg_s + kRows * 4);
-  // key code rows of D/2 + 16 bytes (the byte stores of the 4 token rows a store instruction
-  // touches fall in different banks); value pair rows of D + 4 bytes (a store instruction's 4
-  // pair rows x 8 lane blocks fall in 32 different banks; D bytes: 4-way), read back by words
-  constexpr int kCd = D / 2 + 16, kCv = D + 4;
-  static_assert((kRows / 2) * kCv <= kRows * kCd, "value pair rows fit the key code rows");
-  unsigned char* cd_s = reinterpret_cast<unsigned char*>(dst_ring + kDstSlots * kRows);  // kRows * kCd
-  // the code lookup: [kLut] counts (bytes), [16] boundaries (+inf from n_bounds on), [32]
-  // centroids (the last one repeated)
-  unsigned char* cnt_s = cd_s + kRows * kCd;
-  float* bnd_t = reinterpret_cast<float*>(cnt_s + kLut);
-  float* cen_t = bnd_t + 16;
+  const u32 pih_a = smem_addr(base);                                    // Π (f16, K permuted)
+  const u32 pil_a = pih_a + L::kMatBytes;                               // Π - Π_hi (SPLIT)
+  const u32 m_a = pil_a + (SPLIT ? L::kMatBytes : 0);                   // S Πᵀ (QJL)
+  unsigned char* cnt_s = base + (m_a - pih_a) + (QJL ? L::kMatBytes : 0);  // [kLut] count bytes
+  float* bnd_t = reinterpret_cast<float*>(cnt_s + kLut);               // [16] boundaries
+  float* cen_t = bnd_t + 16;                                           // [32] centroids
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int items = p.batch * p.heads_kv * p.groups;
   const int chunks = (items + kTilesPerChunk - 1) / kTilesPerChunk;
-  (void)cen_s;
-  for (int i = threadIdx.x; i < kLut; i += NT) cnt_s[i] = (unsigned char)__float_as_uint(p.lut[i].y);
+  const int tile = 2 * w + (g >> 2), pair = g & 3;
+
+  int c = blockIdx.x;
+  Vec16 x[2][NP];
+  Rows cur = chunk_rows(p, c, items, tile, pair);
+  if (c < chunks) load_rows<D>(p, cur, q, x);
+
+  for (int i = threadIdx.x; i < kLut; i += kThreads) cnt_s[i] = (unsigned char)__float_as_uint(p.lut[i].y);
   if (threadIdx.x < 16) {
     // boundary c of the table = CodeLut's boundary of the bins whose count is c (+ 0: no -0)
-    const int c = threadIdx.x;
-    bnd_t[c] = c < p.n_bounds ? tq::fadd_rn(p.bounds[c], 0.f) : __int_as_float(0x7f800000);
+    const int cc = threadIdx.x;
+    bnd_t[cc] = cc < p.n_bounds ? tq::fadd_rn(p.bounds[cc], 0.f) : __int_as_float(0x7f800000);
   }
   if (threadIdx.x < 32) cen_t[threadIdx.x] = p.cents[min((int)threadIdx.x, p.n_bounds)];
   // the byte table's biased address through shared memory: ptxas cannot split it into a uniform
   // base and a constant added to every lookup's address (one add per lookup, not two ops)
   __shared__ u32 cnt_base_s;
   if (threadIdx.x == 0) cnt_base_s = smem_addr(cnt_s) - 0x4B000000u;
+  stage_matrix<D, true>(p.pi_hi, pih_a);
+  if (SPLIT) stage_matrix<D, true>(p.pi_lo, pil_a);
+  if (QJL) stage_matrix<D, false>(p.m, m_a);
+  wgmma_proxy_fence();  // the staged matrices are read by wgmma (async proxy)
   __syncthreads();
   const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
   const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
-  u32 ah[D / 16][4], al[SPLIT ? D / 16 : 1][4], am[QJL ? D / 16 : 1][4];
-  load_a<D, KEYS>(p.pi_hi, w, lane, ah);
-  if (SPLIT) load_a<D, KEYS>(p.pi_lo, w, lane, reinterpret_cast<u32(&)[D / 16][4]>(al));
-  if (QJL) load_a<D>(p.m, w, lane, reinterpret_cast<u32(&)[D / 16][4]>(am));
 
-  // ring: chunks blockIdx.x + k gridDim.x; stage k % kStages
-  const u32 xs_a = smem_addr(xs);
-  int c_load = blockIdx.x;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (c_load < chunks)
-      load_chunk<D>(p, c_load, items, xs_a + s * L::kTileBytes, dst_ring + s * kRows);
-    cp_async_commit();
-    c_load += gridDim.x;
-  }
-  int stage = 0, kc = 0;  // kc: this CTA's chunk count
-  for (int c = blockIdx.x; c < chunks; c += gridDim.x) {
-    {
-      const int ls = (stage + kStages - 1) % kStages;
-      if (c_load < chunks)
-        load_chunk<D>(p, c_load, items, xs_a + ls * L::kTileBytes,
-                      dst_ring + ((kc + kStages - 1) % kDstSlots) * kRows);
-      cp_async_commit();
-      c_load += gridDim.x;
+  for (; c < chunks; c += gridDim.x) {
+    float acc[NA];
+    product_issue<D, SPLIT>([&](int kk, u32(&a)[4]) { a_frag<D>(x, kk, a); }, pih_a, pil_a, acc);
+    // the row norms on the CUDA cores while the tensor cores run
+    const float n0 = row_norm<D>(x[0]), n1 = row_norm<D>(x[1]);
+    const float i0 = n0 > 0.f ? tq::fdiv_rn(1.f, n0) : 0.f, i1 = n1 > 0.f ? tq::fdiv_rn(1.f, n1) : 0.f;
+    // the norm folded into the lookup (code_scaled): the grid's scale per row, n (1 for a zero row)
+    const float s0 = n0 > 0.f ? tq::fmul_rn(i0, p.lut_scale) : p.lut_scale;
+    const float s1 = n1 > 0.f ? tq::fmul_rn(i1, p.lut_scale) : p.lut_scale;
+    const float m0 = n0 > 0.f ? n0 : 1.f, m1 = n1 > 0.f ? n1 : 1.f;
+    product_wait<D>(acc);
+    fence_x<D>(x);  // x is wgmma's operand until here
+    const Rows r = cur;
+    if (c + (int)gridDim.x < chunks) {
+      cur = chunk_rows(p, c + gridDim.x, items, tile, pair);
+      load_rows<D>(p, cur, q, x);
     }
-    cp_async_wait<kStages - 1>();
-    wgmma_proxy_fence();  // this thread's cp.async rows are read by wgmma (async proxy)
-    __syncthreads();
-    const u32 x_a = xs_a + stage * L::kTileBytes;
-    const unsigned char* x = reinterpret_cast<const unsigned char*>(xs) + stage * L::kTileBytes;
-    const long long* dst_s = dst_ring + (kc % kDstSlots) * kRows;
 
-    // ‖x‖: NT / kRows threads per row. First an f32 sum of the (exact) squares, FMA by FMA, and
-    // a butterfly over the row's threads (a + b == b + a: every thread ends with one value): at
-    // most PER - 1 + log2 TPR <= 33 roundings of a sum of positive terms, so the sum is within
-    // 33 2^-24 < 2^-18 and n = sqrt.rn of it within 2^-19 of the exact ‖x‖ (relative; the
-    // emulation's f32 ‖x‖ is within 2^-24 of it). The stored f16 norm
-    // must be the emulation's bit for bit: where n (1 - 2^-17) and n (1 + 2^-17) round to one
-    // f16, so does the emulation's ‖x‖, and n serves (it scales y within 2^-18 of the
-    // emulation's, inside the code margin's 2^-14 for f32 sums; ‖r‖ = f16(n γ) within one f16
-    // step). Otherwise (about 1-2% of rows) the row is summed again as the emulation does, in f64
-    // (4 interleaved partials per thread, combined in a fixed order: equal to the emulation's
-    // sequential sum unless a partial sum rounds), and that ‖x‖ is used.
-    {
-      constexpr int TPR = NT / kRows, PER = D / TPR;
-      const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
-      // chunk k / 8 of the row's part: swizzled 16-byte pieces
-      auto xr = [&](int k) { return reinterpret_cast<const u16*>(x + sw_byte<D>(r, part * PER + k)); };
-      float s32 = 0.f;
+    // codes: thread (g, q) holds channels 8j + 2q + e (e = 0, 1) of its rows 0 (acc[4j + e]) and
+    // 1 (acc[4j + 2 + e]), j < D/8; packed into words as they come. Keys, row t: byte j of lane
+    // block q holds channels 8j + 2q (low nibble) and 8j + 2q + 1. Values, the pair row: byte j
+    // of lane block 2q + e holds channel 8j + 2q + e, the even token's code in the low nibble.
+    u32 wd[2][D / 32];
 #pragma unroll
-      for (int k = 0; k < PER; k += 8) {
-        float f[8];
-        unpack8<F16>(ld_shared16(xr(k)), f);
+    for (int i = 0; i < D / 32; ++i) {
+      u32 nb[2][4];  // the bytes j = 4i + b of the two words, one code pair each
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s32 = fmaf(f[e], f[e], s32);
-      }
-#pragma unroll
-      for (int o = 1; o < TPR; o *= 2) s32 = s32 + shfl_xor(s32, o);
-      float n;
-      asm("sqrt.rn.f32 %0, %1;" : "=f"(n) : "f"(s32));
-      if (F16::from_f32(tq::fmul_rn(n, 1.f - 0x1p-17f)) != F16::from_f32(tq::fmul_rn(n, 1.f + 0x1p-17f))) {
-        // |x| to f64 without a 64-bit conversion (16 per clock per SM): its f32 bits b (exact
-        // for every f16, subnormals included) give the f64's high word (b >> 3) + (1023 - 127)
-        // << 20 and a zero low word (an f16's 10 mantissa bits fit the high word); fma(v, v,
-        // acc) is add(acc, v v) since v v is exact. A zero maps to 2^-127: its square 2^-254
-        // is absorbed, unrounded, by the first nonzero square (each >= 2^-48) of its partial or
-        // by any nonzero partial, and an all-zero row sums below 2^-200, which is cleared.
-        double a4[4] = {0.0, 0.0, 0.0, 0.0};
-#pragma unroll
-        for (int k = 0; k < PER; k += 8) {
-          Vec16 v = ld_shared16(xr(k));
-          v.x &= 0x7fff7fffu;
-          v.y &= 0x7fff7fffu;
-          v.z &= 0x7fff7fffu;
-          v.w &= 0x7fff7fffu;
-          float f[8];
-          unpack8<F16>(v, f);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const u32 hi = (__float_as_uint(f[e]) >> 3) + 0x38000000u;
-            double dv;
-            asm("mov.b64 %0, {%1, %2};" : "=d"(dv) : "r"(0u), "r"(hi));
-            asm("fma.rn.f64 %0, %1, %1, %0;" : "+d"(a4[e % 4]) : "d"(dv));
-          }
-        }
-        double acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
-        // the row's TPR threads all take this branch (they hold one n), so the shuffle is full
-#pragma unroll
-        for (int o = 1; o < TPR; o *= 2) acc = acc + shfl_xor_f64_in(acc, o, TPR);
-        if (acc < 0x1p-200) acc = 0.0;
-        double rt;
-        asm("sqrt.rn.f64 %0, %1;" : "=d"(rt) : "d"(acc));
-        asm("cvt.rn.f32.f64 %0, %1;" : "=f"(n) : "d"(rt));
-      }
-      if (part == 0) {
-        nrm_s[r] = n;
-        inv_s[r] = n > 0.f ? tq::fdiv_rn(1.f, n) : 0.f;
-      }
-      if (QJL)
-        for (int i = threadIdx.x; i < kRows * 4; i += NT) sg_s[i] = 0u;
-    }
-    __syncthreads();
-
-    // rotation, codes, residual: kGroup tiles of 8 tokens at a time
-#pragma unroll 1
-    for (int t0 = 0; t0 < kTilesPerChunk; t0 += kGroup) {
-      float acc[kGroup][4];
-      float gs[2 * kGroup];  // QJL: this lane's part of γ² of its 2 kGroup token rows
-      tile_products<D, SPLIT>(ah, reinterpret_cast<const u32(&)[D / 16][4]>(al), x_a, t0, lane, acc);
-#pragma unroll
-      for (int jt = 0; jt < kGroup; ++jt) {
-        const int r0 = (t0 + jt) * kTile + 2 * q;  // chunk rows of acc[.][0] / acc[.][1]
-        const float2 iv = *reinterpret_cast<const float2*>(inv_s + r0);
-        const float y[4] = {tq::fmul_rn(acc[jt][0], iv.x), tq::fmul_rn(acc[jt][1], iv.y),
-                            tq::fmul_rn(acc[jt][2], iv.x), tq::fmul_rn(acc[jt][3], iv.y)};
-        u32 idx[4];
-        float cen[4];
+      for (int b = 0; b < 4; ++b) {
+        const int j = 4 * i + b;
+        u32 cd[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          if (QJL) idx[e] = code_cent_of(cnt_a, bnd_a, cen_a, p, y[e], cen[e]);
-          else idx[e] = code_of(cnt_a, bnd_a, p, y[e]);
-        }
-        if (KEYS) {
-          // channel pairs (load_a<D, true>): acc[.][0] / [2] are channels c = 16w + 2g and c + 1
-          // of token 2q, [1] / [3] of token 2q + 1; c = 16κ + 8η + 2q' with κ = w, η = g / 4,
-          // q' = g % 4: byte 2w + g / 4 of lane block g % 4, c in the low nibble
-          unsigned char* cb = cd_s + r0 * kCd + (g & 3) * (D / 8) + 2 * w + (g >> 2);
-          cb[0] = (unsigned char)(idx[0] | (idx[2] << 4));
-          cb[kCd] = (unsigned char)(idx[1] | (idx[3] << 4));
-        } else {
-          // pair row r0 / 2: byte g (D/8) + 2w + η, even token low nibble
-          const u32 b0 = idx[0] | (idx[1] << 4), b1 = idx[2] | (idx[3] << 4);
-          *reinterpret_cast<u16*>(cd_s + (r0 / 2) * kCv + g * (D / 8) + 2 * w) = (u16)(b0 | (b1 << 8));
-        }
-        if (QJL) {
-          float rr[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) rr[e] = y[e] - cen[e];
-          gs[2 * jt] = rr[0] * rr[0] + rr[2] * rr[2];      // token r0
-          gs[2 * jt + 1] = rr[1] * rr[1] + rr[3] * rr[3];  // token r0 + 1
-          // channels (o0, o0 + 1) of tokens r0, r0 + 1 as packed f16 pairs
-          const int o0 = 16 * w + 2 * g;
-          u32 p0, p1;
-          asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(p0) : "f"(rr[2]), "f"(rr[0]));
-          asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(p1) : "f"(rr[3]), "f"(rr[1]));
-          unsigned char* rb = reinterpret_cast<unsigned char*>(rrs);
-          *reinterpret_cast<u32*>(rb + sw_byte<D>(r0, o0)) = p0;
-          *reinterpret_cast<u32*>(rb + sw_byte<D>(r0 + 1, o0)) = p1;
-        }
-      }
-      if (QJL) {
-        // γ² of the warp's 16 channels: the 8 values of the lanes g = 0..7 summed by a transposed
-        // butterfly (each round halves the values a lane keeps), so that lane g ends with value
-        // g = 2 jt + τ: token row 8 (t0 + jt) + 2q + τ
-        static_assert(kGroup == 4, "the butterfly reduces 2 kGroup = 8 values over 8 lanes");
-#pragma unroll
-        for (int half = 4, m = 16; half >= 1; half /= 2, m /= 2) {
-          const bool up = (lane & m) != 0;
-#pragma unroll
-          for (int i = 0; i < half; ++i) {
-            const float keep = up ? gs[i + half] : gs[i], send = up ? gs[i] : gs[i + half];
-            gs[i] = keep + shfl_xor(send, m);
+          const float a = acc[4 * j + e];
+          cd[e] = code_scaled(cnt_a, bnd_a, p, a, e < 2 ? s0 : s1, e < 2 ? m0 : m1);
+          if (QJL) {
+            float cen;
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(cen) : "r"(cen_a + 4u * cd[e]));
+            acc[4 * j + e] = fmaf(a, e < 2 ? i0 : i1, -cen);  // the rotated residual y - c[idx]
           }
         }
-        gam_s[w * kRows + (t0 + (g >> 1)) * kTile + 2 * q + (g & 1)] = gs[0];
+        nb[0][b] = cd[0] + (cd[KEYS ? 1 : 2] << 4);
+        nb[1][b] = cd[KEYS ? 2 : 1] + (cd[3] << 4);
       }
-    }
-    if (QJL) {
-      wgmma_proxy_fence();  // the residual stores are read by wgmma (async proxy)
-      __syncthreads();
-      const int e = 2 * w + (g & 1) * (D / 8);
-      // word g/2 of token row 2q + g % 2 of a tile
-      const u32 sg_a = smem_addr(sg_s) + 16u * (2 * q + (g & 1)) + 4u * (g >> 1);
-#pragma unroll 1
-      for (int t0 = 0; t0 < kTilesPerChunk; t0 += kGroup) {
-        float acc[kGroup][4];
-        tile_products<D, false>(reinterpret_cast<const u32(&)[D / 16][4]>(am),
-                                reinterpret_cast<const u32(&)[D / 16][4]>(am), smem_addr(rrs), t0, lane, acc);
+      // bytes to words with byte permutes (3 per word, not a shift and an or per byte)
 #pragma unroll
-        for (int jt = 0; jt < kGroup; ++jt) {
-          // channel 16w + g (+8): lane block g/2, bit e (+1), e = 2w + (g % 2) D/8; the sign
-          // bit of the product is the comparison (a -0 product, if any, is a tie the contract
-          // allows: |(S r)_i| = 0)
-          const u32 m0 = (~__float_as_uint(acc[jt][0]) >> 31 << e) |
-                         (~__float_as_uint(acc[jt][2]) >> 31 << (e + 1));
-          const u32 m1 = (~__float_as_uint(acc[jt][1]) >> 31 << e) |
-                         (~__float_as_uint(acc[jt][3]) >> 31 << (e + 1));
-          // even g keeps token 2q and sends 2q + 1 to its odd partner, which keeps 2q + 1
-          const u32 keep = (g & 1) ? m1 : m0, send = (g & 1) ? m0 : m1;
-          red_or_shared_a(sg_a + 16u * kTile * (t0 + jt), keep | shfl_xor_u32(send, 4));
-        }
-      }
+      for (int t = 0; t < 2; ++t)
+        wd[t][i] = __byte_perm(__byte_perm(nb[t][0], nb[t][1], 0x0040), __byte_perm(nb[t][2], nb[t][3], 0x0040), 0x5410);
     }
-    __syncthreads();
-
-    // ---- writes: whole rows from shared memory
     if (KEYS) {
-      for (int i = threadIdx.x; i < kRows * (D / 32); i += NT) {  // D/2 bytes = D/32 pieces per row
-        const int r = i / (D / 32), piece = i % (D / 32);
-        const long long row = dst_s[r];
-        if (row < 0) continue;
-        *reinterpret_cast<Vec16*>(p.codes + row * (D / 2) + 16 * piece) =
-            ld_shared16(cd_s + r * kCd + 16 * piece);
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        if (!(t ? r.od : r.ev)) continue;
+        unsigned char* dst = p.codes + (r.row + t) * (D / 2) + q * (D / 8);
+        if constexpr (D == 128) st_global_v4(dst, wd[t][0], wd[t][1], wd[t][2], wd[t][3]);
+        else st_global_v2(dst, wd[t][0], wd[t][1]);
       }
     } else {
-      for (int i = threadIdx.x; i < (kRows / 2) * (D / 16); i += NT) {  // D bytes per token pair
-        const int pr = i / (D / 16), piece = i % (D / 16);
-        const long long re = dst_s[2 * pr], ro = dst_s[2 * pr + 1];
-        const bool ev = re >= 0, od = ro >= 0;
-        if (!ev && !od) continue;
-        // the even row is token j (even), the odd one j + 1: the pair's index is (row of j) / 2
-        const long long pair = ev ? re / 2 : (ro - 1) / 2;
-        unsigned char* dst = p.codes + pair * D + 16 * piece;
-        const unsigned char* src = cd_s + pr * kCv + 16 * piece;
-        if (ev && od) {
-          const u32* sw = reinterpret_cast<const u32*>(src);  // 4-byte aligned only
-          *reinterpret_cast<Vec16*>(dst) = Vec16{sw[0], sw[1], sw[2], sw[3]};
-        } else {
+      if (r.ev || r.od) {
+        // the pair's index is (row of the even token) / 2
+        unsigned char* dst = p.codes + (r.row >> 1) * D + q * (D / 4);
+        u32 v[D / 16];
+#pragma unroll
+        for (int i = 0; i < D / 16; ++i) v[i] = wd[i / (D / 32)][i % (D / 32)];
+        if (!(r.ev && r.od)) {
           // as the exact kernel: an even token alone clears the high nibble, an odd one keeps
           // its partner's low nibble
-          for (int k = 0; k < 16; ++k)
-            dst[k] = ev ? (unsigned char)(src[k] & 0x0fu) : (unsigned char)((dst[k] & 0x0fu) | (src[k] & 0xf0u));
-        }
-      }
-    }
-    if (threadIdx.x < kRows) {
-      const int r = threadIdx.x;
-      const long long row = dst_s[r];
-      if (row >= 0) {
-        const float n = nrm_s[r];
-        if (KEYS) {
-          u32 nr = 0u;
-          if (QJL) {
-            float s = 0.f;
 #pragma unroll
-            for (int ww = 0; ww < L::kWarps; ++ww) s += gam_s[ww * kRows + r];
-            float gam;
-            asm("sqrt.rn.f32 %0, %1;" : "=f"(gam) : "f"(s));
-            nr = F16::from_f32(tq::fmul_rn(n, gam));
-            const u32* sw = sg_s + r * 4;
-            if (D == 128) {
-              Vec16 v{sw[0], sw[1], sw[2], sw[3]};
-              *reinterpret_cast<Vec16*>(p.signs + row * (D / 8)) = v;
-            } else {
-              u32* dst = reinterpret_cast<u32*>(p.signs + row * (D / 8));
-              dst[0] = sw[0] | (sw[1] << 16);
-              dst[1] = sw[2] | (sw[3] << 16);
-            }
+          for (int i = 0; i < D / 16; ++i) {
+            const u32 old = r.ev ? 0u : reinterpret_cast<const u32*>(dst)[i];
+            v[i] = r.ev ? (v[i] & 0x0f0f0f0fu) : ((old & 0x0f0f0f0fu) | (v[i] & 0xf0f0f0f0u));
           }
-          reinterpret_cast<u32*>(p.norms)[row] = (u32)F16::from_f32(n) | (nr << 16);
+        }
+        if constexpr (D == 128) {
+          st_global_v4(dst, v[0], v[1], v[2], v[3]);
+          st_global_v4(dst + 16, v[4], v[5], v[6], v[7]);
         } else {
-          reinterpret_cast<u16*>(p.norms)[row] = F16::from_f32(n);
+          st_global_v4(dst, v[0], v[1], v[2], v[3]);
         }
       }
+      if (q == 0) {
+        if (r.ev) reinterpret_cast<u16*>(p.norms)[r.row] = F16::from_f32(n0);
+        if (r.od) reinterpret_cast<u16*>(p.norms)[r.row + 1] = F16::from_f32(n1);
+      }
     }
-    stage = (stage + 1) % kStages;
-    ++kc;
+
+    if (KEYS) {
+      u32 nr0 = 0u, nr1 = 0u;
+      if (QJL) {
+        // γ² of each row over the quad (f32 sums; the contract allows one f16 step in ‖r‖)
+        float g0 = 0.f, g1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          g0 += acc[4 * j] * acc[4 * j] + acc[4 * j + 1] * acc[4 * j + 1];
+          g1 += acc[4 * j + 2] * acc[4 * j + 2] + acc[4 * j + 3] * acc[4 * j + 3];
+        }
+        g0 += shfl_xor(g0, 1);
+        g1 += shfl_xor(g1, 1);
+        g0 += shfl_xor(g0, 2);
+        g1 += shfl_xor(g1, 2);
+        float ga0, ga1;
+        asm("sqrt.rn.f32 %0, %1;" : "=f"(ga0) : "f"(g0));
+        asm("sqrt.rn.f32 %0, %1;" : "=f"(ga1) : "f"(g1));
+        nr0 = F16::from_f32(tq::fmul_rn(n0, ga0));
+        nr1 = F16::from_f32(tq::fmul_rn(n1, ga1));
+        // the residual as f16 A fragments: columns [16kk, 16kk + 16) of the accumulator
+        u32 am[D / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          am[kk][0] = pack2(F16{}, acc[8 * kk + 0], acc[8 * kk + 1]);
+          am[kk][1] = pack2(F16{}, acc[8 * kk + 2], acc[8 * kk + 3]);
+          am[kk][2] = pack2(F16{}, acc[8 * kk + 4], acc[8 * kk + 5]);
+          am[kk][3] = pack2(F16{}, acc[8 * kk + 6], acc[8 * kk + 7]);
+        }
+        product_issue<D, false>(
+            [&](int kk, u32(&a)[4]) {
+              a[0] = am[kk][0];
+              a[1] = am[kk][1];
+              a[2] = am[kk][2];
+              a[3] = am[kk][3];
+            },
+            m_a, m_a, acc);
+        product_wait<D>(acc);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)  // am is wgmma's operand until here
+          asm volatile("" : "+r"(am[kk][0]), "+r"(am[kk][1]), "+r"(am[kk][2]), "+r"(am[kk][3])::"memory");
+        // signs: bit j of lane block q is channel 8j + 2q (acc[4j (+2)]), bit j + D/8 the channel
+        // after it (acc[4j + 1 (+2)]); one funnel shift per bit takes the sign bit, set for a
+        // negative product (a -0 product, if any, is a tie the contract allows: |(S r)_i| = 0)
+        u32 s0 = 0u, s1 = 0u;
+#pragma unroll
+        for (int e = 1; e >= 0; --e)
+#pragma unroll
+          for (int j = D / 8 - 1; j >= 0; --j) {
+            s0 = __funnelshift_l(__float_as_uint(acc[4 * j + e]), s0, 1);
+            s1 = __funnelshift_l(__float_as_uint(acc[4 * j + 2 + e]), s1, 1);
+          }
+        s0 = ~s0;
+        s1 = ~s1;
+        if constexpr (D == 128) {
+          if (r.ev) reinterpret_cast<u32*>(p.signs + r.row * (D / 8))[q] = s0;
+          if (r.od) reinterpret_cast<u32*>(p.signs + (r.row + 1) * (D / 8))[q] = s1;
+        } else {
+          if (r.ev) reinterpret_cast<u16*>(p.signs + r.row * (D / 8))[q] = (u16)s0;
+          if (r.od) reinterpret_cast<u16*>(p.signs + (r.row + 1) * (D / 8))[q] = (u16)s1;
+        }
+      }
+      if (q == 0) {
+        if (r.ev) reinterpret_cast<u32*>(p.norms)[r.row] = (u32)F16::from_f32(n0) | (nr0 << 16);
+        if (r.od) reinterpret_cast<u32*>(p.norms)[r.row + 1] = (u32)F16::from_f32(n1) | (nr1 << 16);
+      }
+    }
   }
-  cp_async_wait<0>();
 }
 
 }  // namespace tqf
 }  // namespace ferrattn
 // Closed list of the fast path: D in {64, 128}; keys with or without QJL, values; Π as one f16
-// matrix (`_fast_`) or split into f16 hi + lo (`_split_`).
+// matrix (`_fast_`) or split into f16 hi + lo (`_split_`). One warpgroup per CTA.
 #define FERRATTN_TQF_ONE(NAME, D, KEYS, QJL, SPLIT, MINB)                                           \
-  extern "C" __global__ void __launch_bounds__(D * 2, MINB) NAME(const ferrattn::tqf::FastParams p) { \
+  extern "C" __global__ void __launch_bounds__(128, MINB) NAME(const ferrattn::tqf::FastParams p) { \
     ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT>(p);                                         \
   }
 #define FERRATTN_TQF(D)                                                                           \
-  FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, 2)                        \
-  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, 3)                       \
-  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, 3)                        \
-  FERRATTN_TQF_ONE(turboquant_split_keys_qjl_d##D, D, true, true, true, 1)                        \
-  FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, 2)                       \
-  FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, 2)
+  FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, (D == 64 ? 5 : 3))       \
+  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, (D == 64 ? 6 : 4))       \
+  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, (D == 64 ? 6 : 4))        \
+  FERRATTN_TQF_ONE(turboquant_split_keys_qjl_d##D, D, true, true, true, 2)                        \
+  FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, 3)                       \
+  FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, 3)
 
 FERRATTN_TQF(64)
 FERRATTN_TQF(128)

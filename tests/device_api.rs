@@ -57,12 +57,30 @@ fn plan(kv: KvCache<'_>) -> DecodePlan {
     .expect("a valid plan")
 }
 
+/// A device view at a made-up address: `bytes` of memory on device `ordinal`, any strides.
+fn raw<'a>(
+    addr: u64,
+    bytes: usize,
+    ordinal: usize,
+    dtype: DType,
+    shape: &[usize],
+    strides: &[usize],
+) -> TensorView<'a> {
+    // SAFETY: never dereferenced; only validated.
+    unsafe { TensorView::cuda(addr, bytes, ordinal, dtype, shape, strides) }.unwrap()
+}
+
 /// A contiguous device view at a made-up, 256-aligned address on device 0.
 fn dev<'a>(addr: u64, dtype: DType, shape: &[usize]) -> TensorView<'a> {
     let strides = ferrattn::device_api::contiguous_strides(shape);
-    let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
-    // SAFETY: never dereferenced; only validated.
-    unsafe { TensorView::cuda(addr, bytes, 0, dtype, shape, &strides) }.unwrap()
+    raw(
+        addr,
+        shape.iter().product::<usize>() * dtype.size_bytes(),
+        0,
+        dtype,
+        shape,
+        &strides,
+    )
 }
 
 struct Set<'a> {
@@ -140,18 +158,14 @@ fn short_buffer_is_rejected_with_the_byte_counts() {
     let p = plan(paged(&t));
     let mut s = Set::paged();
     let need = B * HQ * D * 2;
-    // SAFETY: never dereferenced.
-    s.q = unsafe {
-        TensorView::cuda(
-            0x1000_0000,
-            need - 2,
-            0,
-            DType::F16,
-            &[B, 1, HQ, D],
-            &[HQ * D, HQ * D, D, 1],
-        )
-    }
-    .unwrap();
+    s.q = raw(
+        0x1000_0000,
+        need - 2,
+        0,
+        DType::F16,
+        &[B, 1, HQ, D],
+        &[HQ * D, HQ * D, D, 1],
+    );
     match s.check(&p) {
         Err(ViewError::ShortBuffer {
             tensor: "q",
@@ -170,18 +184,14 @@ fn wrong_stride_is_rejected_with_the_strides() {
     let mut s = Set::paged();
     // a transposed view (heads and pages swapped in memory) of a large enough buffer
     let strides = [PAGE * HK * D, HK * D, 1, HK];
-    // SAFETY: never dereferenced.
-    s.k = unsafe {
-        TensorView::cuda(
-            0x2000_0000,
-            POOL * PAGE * HK * D * 2,
-            0,
-            DType::F16,
-            &[POOL, PAGE, HK, D],
-            &strides,
-        )
-    }
-    .unwrap();
+    s.k = raw(
+        0x2000_0000,
+        POOL * PAGE * HK * D * 2,
+        0,
+        DType::F16,
+        &[POOL, PAGE, HK, D],
+        &strides,
+    );
     match s.check(&p) {
         Err(ViewError::NotContiguous {
             tensor: "k",
@@ -201,18 +211,14 @@ fn wrong_device_is_rejected_with_both_devices() {
     let t = table();
     let p = plan(paged(&t));
     let mut s = Set::paged();
-    // SAFETY: never dereferenced.
-    s.v = unsafe {
-        TensorView::cuda(
-            0x3000_0000,
-            POOL * PAGE * HK * D * 2,
-            1,
-            DType::F16,
-            &[POOL, PAGE, HK, D],
-            &[PAGE * HK * D, HK * D, D, 1],
-        )
-    }
-    .unwrap();
+    s.v = raw(
+        0x3000_0000,
+        POOL * PAGE * HK * D * 2,
+        1,
+        DType::F16,
+        &[POOL, PAGE, HK, D],
+        &[PAGE * HK * D, HK * D, D, 1],
+    );
     assert_eq!(
         s.check(&p),
         Err(ViewError::Device {
@@ -430,7 +436,7 @@ fn workspace_and_host_views_are_checked() {
 
 /// The TurboAttention cache's boundary on the CPU: the same typed errors, from host-only checks.
 mod turbo {
-    use super::dev;
+    use super::{dev, raw};
     use ferrattn::device_api::{
         validate_append, validate_decode, validate_prefill, Location, TensorView, TurboCacheSpec,
         TurboDecodePlan, TurboDecodeViews, TurboPrefillPlan, TurboPrefillViews, TurboSchedule,
@@ -577,18 +583,14 @@ mod turbo {
         let p = decode_plan(&[10, 20]);
         let mut s = Decode::new();
         let need = B * HQ * D * 2;
-        // SAFETY: never dereferenced.
-        s.o = unsafe {
-            TensorView::cuda(
-                0x2000_0000,
-                need - 16,
-                0,
-                DType::BF16,
-                &[B, 1, HQ, D],
-                &[HQ * D, HQ * D, D, 1],
-            )
-        }
-        .unwrap();
+        s.o = raw(
+            0x2000_0000,
+            need - 16,
+            0,
+            DType::BF16,
+            &[B, 1, HQ, D],
+            &[HQ * D, HQ * D, D, 1],
+        );
         match s.check(&p) {
             Err(ViewError::ShortBuffer {
                 tensor: "o",
@@ -606,18 +608,14 @@ mod turbo {
         let mut t = prefill_views();
         // K with heads and tokens swapped in memory ([B, Hk, S, D] read as [B, S, Hk, D])
         let strides = [HK * S * D, D, S * D, 1];
-        // SAFETY: never dereferenced.
-        t[1] = unsafe {
-            TensorView::cuda(
-                0x2000_0000,
-                B * S * HK * D * 2,
-                0,
-                DType::BF16,
-                &[B, S, HK, D],
-                &strides,
-            )
-        }
-        .unwrap();
+        t[1] = raw(
+            0x2000_0000,
+            B * S * HK * D * 2,
+            0,
+            DType::BF16,
+            &[B, S, HK, D],
+            &strides,
+        );
         match check_prefill(&p, &t) {
             Err(ViewError::NotContiguous {
                 tensor: "k", got, ..
@@ -631,18 +629,14 @@ mod turbo {
         let p = decode_plan(&[10, 20]);
         let mut s = Decode::new();
         let strides = ferrattn::device_api::contiguous_strides(&[B, 1, HK, D]);
-        // SAFETY: never dereferenced.
-        s.v_new = unsafe {
-            TensorView::cuda(
-                0x5000_0000,
-                B * HK * D * 2,
-                1,
-                DType::BF16,
-                &[B, 1, HK, D],
-                &strides,
-            )
-        }
-        .unwrap();
+        s.v_new = raw(
+            0x5000_0000,
+            B * HK * D * 2,
+            1,
+            DType::BF16,
+            &[B, 1, HK, D],
+            &strides,
+        );
         assert_eq!(
             s.check(&p),
             Err(ViewError::Device {
@@ -814,7 +808,7 @@ mod turbo {
 
 /// The TurboQuant cache's boundary on the CPU: specs, plans and views, host-only checks.
 mod turboquant {
-    use super::dev;
+    use super::{dev, raw};
     use ferrattn::device_api::{
         validate_turboquant_append, validate_turboquant_decode, validate_turboquant_workspace,
         Location, TensorView, TurboQuantCacheSpec, TurboQuantCompression, TurboQuantDecodePlan,
@@ -944,18 +938,14 @@ mod turboquant {
         let p = plan(&[10, 20], true);
         let mut s = Step::new();
         let need = B * HQ * D * 2;
-        // SAFETY: never dereferenced.
-        s.q = unsafe {
-            TensorView::cuda(
-                0x1000_0000,
-                need - 2,
-                0,
-                DType::F16,
-                &[B, 1, HQ, D],
-                &[HQ * D, HQ * D, D, 1],
-            )
-        }
-        .unwrap();
+        s.q = raw(
+            0x1000_0000,
+            need - 2,
+            0,
+            DType::F16,
+            &[B, 1, HQ, D],
+            &[HQ * D, HQ * D, D, 1],
+        );
         match s.check(&p) {
             Err(ViewError::ShortBuffer {
                 tensor: "q",
@@ -1017,18 +1007,14 @@ mod turboquant {
         let p = plan(&[10, 20], true);
         let mut s = Step::new();
         let strides = ferrattn::device_api::contiguous_strides(&[B, 1, HQ, D]);
-        // SAFETY: never dereferenced.
-        s.o = unsafe {
-            TensorView::cuda(
-                0x2000_0000,
-                B * HQ * D * 2,
-                1,
-                DType::F16,
-                &[B, 1, HQ, D],
-                &strides,
-            )
-        }
-        .unwrap();
+        s.o = raw(
+            0x2000_0000,
+            B * HQ * D * 2,
+            1,
+            DType::F16,
+            &[B, 1, HQ, D],
+            &strides,
+        );
         assert_eq!(
             s.check(&p),
             Err(ViewError::Device {
@@ -1066,18 +1052,14 @@ mod turboquant {
         let mut s = Step::new();
         // heads strided by 2 rows: the kernels read dense rows
         let strides = [2 * HQ * D, 2 * HQ * D, 2 * D, 1];
-        // SAFETY: never dereferenced.
-        s.q = unsafe {
-            TensorView::cuda(
-                0x1000_0000,
-                2 * B * HQ * D * 2,
-                0,
-                DType::F16,
-                &[B, 1, HQ, D],
-                &strides,
-            )
-        }
-        .unwrap();
+        s.q = raw(
+            0x1000_0000,
+            2 * B * HQ * D * 2,
+            0,
+            DType::F16,
+            &[B, 1, HQ, D],
+            &strides,
+        );
         assert!(matches!(
             s.check(&p),
             Err(ViewError::NotContiguous { tensor: "q", .. })

@@ -315,6 +315,161 @@ pub fn attend_chunk_fixed_p(
     }
 }
 
+/// The fewest K/V blocks a query block visits for the fast contract's INT32 path (short rows
+/// keep the chunks: the integer reference costs up to one bit of a row's largest code, and a
+/// row's LSE moves by `1 / l` where the kernel's `ex2.approx` moves a code by one; `l` is
+/// smallest where a row sees few keys).
+pub const FIXED_P_INT_MIN_TILES: usize = 4;
+
+/// The reference V scale of the fast contract's INT32 path ([`attend_tile_fixed_p_int`]) for a
+/// query block that visits the K/V blocks of scales `vs` (its first `nt`): `s_u = max vs`, when
+/// it visits at least [`FIXED_P_INT_MIN_TILES`] blocks, no SAS threshold applies and every scale
+/// is positive and within a factor 2 of it (`2 min >= max`, f32); else `None` (the query block
+/// takes the chunk path, [`attend_chunk_fixed_p`]).
+pub fn fixed_p_int_scale(vs: &[f32], threshold: bool) -> Option<f32> {
+    if threshold || vs.len() < FIXED_P_INT_MIN_TILES {
+        return None;
+    }
+    let lo = vs.iter().copied().fold(f32::INFINITY, f32::min);
+    let hi = vs.iter().copied().fold(0.0f32, f32::max);
+    (lo > 0.0 && 2.0 * lo >= hi).then_some(hi)
+}
+
+/// `m` of an [`IntRowState`] that has seen no key.
+pub const FIXED_P_NO_REF: i32 = -(1 << 24);
+
+/// A row's state under the INT32 path of the fast contract ([`attend_tile_fixed_p_int`]).
+#[derive(Clone, Debug)]
+pub struct IntRowState {
+    /// Reference for the codes, log2 units, an integer ([`FIXED_P_NO_REF`] before any key).
+    pub m: i32,
+    /// Sum of code sums, each times its block's `s_u / s_V`, in the units of `m` (code units).
+    pub l: f32,
+    /// `sum code . V^q1` over the tiles so far, in units of `s_u` and of `m`.
+    pub acc: Vec<i32>,
+    /// The last tile's move of `m` (`min(m_new - m, 127)`), its code sum and `s_u / s_V`: the
+    /// kernel adds a tile's sum to `l` one tile late.
+    pending: Option<(i32, i32, f32)>,
+}
+
+impl IntRowState {
+    /// The state before any key.
+    pub fn new(dv: usize) -> IntRowState {
+        IntRowState {
+            m: FIXED_P_NO_REF,
+            l: 0.0,
+            acc: vec![0; dv],
+            pending: None,
+        }
+    }
+
+    /// `l = fma(l, 2^-k, f32(rowsum) * w)` of the pending tile (`2^-k` exact, 0 from k = 127).
+    fn settle(&mut self) {
+        if let Some((k, rowsum, w)) = self.pending.take() {
+            let scale = if k >= 127 {
+                0.0
+            } else {
+                f32::from_bits(((127 - k) as u32) << 23)
+            };
+            self.l = self.l.mul_add(scale, rowsum as f32 * w);
+        }
+    }
+
+    /// `O = (f32(acc) * s_u) * (1 / l)` and `LSE = (m ln 2 - ln 255) + ln(l)`, as the kernel
+    /// finishes a row; zeros and `-inf` for a row that saw no key.
+    pub fn finish(mut self, s_u: f32) -> RowOut {
+        self.settle();
+        if self.m == FIXED_P_NO_REF || self.l == 0.0 {
+            return (vec![0.0; self.acc.len()], f32::NEG_INFINITY);
+        }
+        let inv = 1.0 / self.l;
+        let m = self.m as f32 * std::f32::consts::LN_2 - 255f32.ln();
+        (
+            self.acc.iter().map(|&a| (a as f32 * s_u) * inv).collect(),
+            m + self.l.ln(),
+        )
+    }
+}
+
+/// One 64-key tile of the fast contract's INT32 path (issue 11, round 7; the CPU twin of
+/// `turbo_prefill_wgf_*` where [`fixed_p_int_scale`] gives `s_u`), step for step. P V is never
+/// folded into f32: `acc` holds `sum code . V^q1` of every tile in INT32, so the codes of every
+/// block are taken against the one scale `s_u` and against an integer reference `m`:
+/// 1. `w = s_u / s_v` (f32 division; 1 when equal) in `[1, 2]`, `off = -log2(w)` (the kernel:
+///    `lg2.approx`), `c2 = ((s_q * s_k) * softmax_scale) * log2(e)`.
+/// 2. `t = f32(max dot over the row's visible keys) * c2` (`-inf` if none); `m_new = max(m,
+///    min(ceil(t), 2^24), m + 1 if l > 2^23)` (`ceil` saturating to i32; the `l` the kernel
+///    tests is the row's `l` through the tile before the previous one, see 5); `k = min(m_new -
+///    m, 127)`.
+/// 3. `x = fma(f32(dot), c2, off - f32(m_new))`, `p = f16(2^x)`, `code = rne(255 p)` (`x <= 0`:
+///    `p <= 1`).
+/// 4. `acc = (acc >> min(k, 31)) + sum code . V^q1` (arithmetic shift: floor; the first tile
+///    sets `acc`). `|acc| <= 127 l`, and the guard keeps `l` below about 2^23 + 2 x 64 x 255, so
+///    `acc` stays inside i32.
+/// 5. `l = fma(l, 2^-k, f32(rowsum) * w)` (exact `2^-k`), applied when the next tile is taken
+///    (the kernel's order: it only moves when the guard of 2 sees `l`).
+#[allow(clippy::too_many_arguments)] // the operands of one tile step, named as in Alg. 1
+pub fn attend_tile_fixed_p_int(
+    q: &Int8Block,
+    softmax_scale: f32,
+    visible: &[usize],
+    k: &Int8Block,
+    v: &Int8Block,
+    first: usize,
+    s_u: f32,
+    states: &mut [IntRowState],
+) {
+    let rows = q.rows;
+    let d = q.codes.len() / rows.max(1);
+    let dv = v.codes.len() / v.rows.max(1);
+    let w = if v.scale == s_u { 1.0 } else { s_u / v.scale };
+    let off = if w == 1.0 { 0.0 } else { -w.log2() };
+    let c2 = ((q.scale * k.scale) * softmax_scale) * std::f32::consts::LOG2_E;
+    let mut dots = vec![0i32; k.rows];
+    let mut tile = vec![0i32; dv];
+    for (i, st) in states.iter_mut().enumerate().take(rows) {
+        let vis = visible[i].saturating_sub(first).min(k.rows);
+        let qi = &q.codes[i * d..(i + 1) * d];
+        for (j, dj) in dots.iter_mut().enumerate().take(vis) {
+            let kj = &k.codes[j * d..(j + 1) * d];
+            *dj = qi.iter().zip(kj).map(|(&a, &b)| a as i32 * b as i32).sum();
+        }
+        let t = dots[..vis]
+            .iter()
+            .max()
+            .map_or(f32::NEG_INFINITY, |&imax| imax as f32 * c2);
+        let guard = if st.l > 8_388_608.0 {
+            st.m + 1
+        } else {
+            FIXED_P_NO_REF
+        };
+        let m_new = st.m.max((t.ceil() as i32).min(1 << 24)).max(guard);
+        let kk = (m_new - st.m).min(127);
+        let nb = off - m_new as f32;
+        tile.iter_mut().for_each(|a| *a = 0);
+        let mut rowsum = 0i32;
+        for (j, &dot) in dots.iter().enumerate().take(vis) {
+            let x = (dot as f32).mul_add(c2, nb);
+            let p = round_f16(x.exp2());
+            let code = rne(255.0 * p).min(255.0) as i32;
+            if code == 0 {
+                continue;
+            }
+            rowsum += code;
+            for (a, &vc) in tile.iter_mut().zip(&v.codes[j * dv..(j + 1) * dv]) {
+                *a += code * vc as i32;
+            }
+        }
+        for (a, &t) in st.acc.iter_mut().zip(&tile) {
+            *a = if first == 0 { 0 } else { *a >> kk.min(31) } + t;
+        }
+        // the previous tile's sum reaches l now (after this tile's guard)
+        st.settle();
+        st.pending = Some((kk, rowsum, w));
+        st.m = m_new;
+    }
+}
+
 /// `O = acc * (1 / l)` and `LSE = (m ln 2 - ln 255) + ln(l)` of a [`attend_chunk_fixed_p`] state
 /// (as the kernel finishes it); zeros and `-inf` for a row that saw no key.
 pub fn finish_fixed_p(st: &RowState) -> RowOut {
@@ -489,10 +644,28 @@ pub(crate) fn prefill_into(
                         }
                     }
                     PQuant::FixedU8 => {
-                        // the chunks of one or two blocks of the fast contract
                         let nt = reach.div_ceil(cfg.block_k).min(blocks.len());
                         let vs: Vec<f32> = blocks.iter().map(|(_, vb)| vb.scale).collect();
                         let threshold = fixed_p_threshold(cfg);
+                        // the INT32 path where the visited V scales allow it (round 7)
+                        if let Some(s_u) = fixed_p_int_scale(&vs[..nt], threshold.is_some()) {
+                            let mut st = vec![IntRowState::new(dv); r1 - r0];
+                            for (j, (kb, vb)) in blocks.iter().enumerate().take(nt) {
+                                attend_tile_fixed_p_int(
+                                    &qb,
+                                    p.softmax_scale,
+                                    &visible,
+                                    kb,
+                                    vb,
+                                    j * cfg.block_k,
+                                    s_u,
+                                    &mut st,
+                                );
+                            }
+                            rows.extend(st.into_iter().map(|s| s.finish(s_u)));
+                            continue;
+                        }
+                        // else the chunks of one or two blocks of the fast contract
                         for (j, n) in fixed_p_chunks(&vs, nt, threshold.is_some()) {
                             let chunk: Vec<(&Int8Block, &Int8Block)> =
                                 blocks[j..j + n].iter().map(|(k, v)| (k, v)).collect();
@@ -618,7 +791,9 @@ pub fn fixed_p_threshold(cfg: &TurboConfig) -> Option<i32> {
 
 /// TurboAttention prefill under the fast contract ([`PQuant::FixedU8`], [`attend_tile_fixed_p`]):
 /// the CPU twin of `turbo_prefill_wgf_*`. Q, K and V are quantized as in [`prefill`]; only
-/// the softmax and the quantization of P differ. No cache (it is [`prefill`]'s, bit for bit).
+/// the softmax and the quantization of P differ. Per query block, the INT32 path
+/// ([`attend_tile_fixed_p_int`]) where [`fixed_p_int_scale`] allows it, else the chunks of one
+/// or two blocks ([`attend_chunk_fixed_p`]). No cache (it is [`prefill`]'s, bit for bit).
 pub fn prefill_fixed_p(
     cfg: &TurboConfig,
     p: &AttentionProblem,

@@ -997,8 +997,9 @@ fn turbo_decode_and_append_refuse_tensors_shorter_than_their_shape() {
 }
 
 /// The fast contract of `turbo_prefill_wgf_*` (P quantized with the fixed scale 1/255 against
-/// the running row maximum, exp2 instead of SAS, chunks of two K/V blocks with one fold;
-/// `attention::attend_chunk_fixed_p`) against the
+/// the running row maximum, exp2 instead of SAS, chunks of two K/V blocks with one fold,
+/// `attention::attend_chunk_fixed_p`, or from 4 blocks on P V in INT32 against an integer
+/// reference, `attention::attend_tile_fixed_p_int`, which these Gaussian inputs take) against the
 /// f64 golden and the emulation: within the INT8 bounds, no less accurate than the emulation
 /// (finer P codes: 1/255 against >= 1/119 of the tile maximum; exp2 exact where SAS is within
 /// 1.1e-3), and O within `FIXED_P_VS_EMULATION` of the emulation's.
@@ -1085,4 +1086,45 @@ fn turbo_fixed_p_chunks_pair_blocks_of_close_v_scales() {
     assert_eq!(fixed_p_chunks(&vs, 1, false), vec![(0, 1)]);
     assert_eq!(fixed_p_chunks(&vs, 3, true), vec![(0, 1), (1, 1), (2, 1)]);
     assert!(fixed_p_chunks(&vs, 0, false).is_empty());
+}
+
+/// The fast contract's INT32 path (`attention::attend_tile_fixed_p_int`): a row whose `l` has
+/// passed 2^23 moves its integer reference up by one before the tile (the accumulator halves,
+/// floor), and the tile's codes are taken against the new reference; `l` takes the tile's sum
+/// one tile late, times `2^-k`. Every number here is exact.
+#[test]
+fn turbo_fixed_p_int_guard_moves_the_reference_when_l_passes_2_23() {
+    use super::attention::{attend_tile_fixed_p_int, IntRowState};
+    let d = 8;
+    // Q . K = 0 for the one key: t = 0, so without the guard m stays 0 and p = 1 (code 255)
+    let q = Int8Block {
+        scale: 0.01,
+        rows: 1,
+        codes: vec![0; d],
+    };
+    let k = Int8Block {
+        scale: 0.02,
+        rows: 1,
+        codes: vec![5; d],
+    };
+    let v = Int8Block {
+        scale: 0.5,
+        rows: 1,
+        codes: vec![100; d],
+    };
+    for (l0, m_after, code) in [(9.0e6f32, 1, 128), (8.0e6, 0, 255)] {
+        let mut st = vec![IntRowState::new(d)];
+        st[0].m = 0;
+        st[0].l = l0;
+        st[0].acc = vec![1001; d];
+        // a tile past the first (the first one sets the accumulator instead of adding to it)
+        attend_tile_fixed_p_int(&q, 1.0, &[65], &k, &v, 64, 0.5, &mut st);
+        assert_eq!(st[0].m, m_after, "l {l0}");
+        let shifted = if m_after == 1 { 1001 >> 1 } else { 1001 };
+        assert_eq!(st[0].acc, vec![shifted + code * 100; d], "l {l0}");
+        // the tile's sum reaches l with the next tile (or the finish): here, an empty tile
+        attend_tile_fixed_p_int(&q, 1.0, &[65], &k, &v, 128, 0.5, &mut st);
+        let scale = if m_after == 1 { 0.5 } else { 1.0 };
+        assert_eq!(st[0].l, l0.mul_add(scale, code as f32), "l {l0}");
+    }
 }

@@ -30,6 +30,8 @@ pub enum CompressPath {
 pub const FAST_CODE_MARGIN: f32 = 1.0 / 2048.0 + 1.0 / 16384.0;
 /// Margin of [`CompressPath::Split`]'s codes: `Π - hi - lo` is below `2^-22 |Π|`; what remains is
 /// the f32 accumulation of the MMA and the emulation's own sequential f32 sum (`<= 128 · 2^-24`).
+/// Both margins also hold the fast kernels' folded lookup ([`CodeLut::code_scaled`]: exact for
+/// the real quotient of the accumulator and the norm except within `2^-22 |y|` of a boundary).
 pub const SPLIT_CODE_MARGIN: f32 = 1.0 / 16384.0;
 /// Relative bound of the fast paths' `‖r‖` against the emulation's (one f16 rounding step of the
 /// stored value, `2^-10`, from an f32 `γ` computed in the rotated basis).
@@ -317,7 +319,11 @@ impl CodeLut {
     /// below 0 give 0, above 1 gives 1), then `fma(u, 255, 2^23)` rounds `255 u` to an integer
     /// in the low bits.
     pub fn bin(&self, y: f32) -> usize {
-        let v = y.mul_add(self.scale, self.off);
+        self.bin_of(y.mul_add(self.scale, self.off))
+    }
+
+    /// The bin of the grid coordinate `v` (before the saturation).
+    fn bin_of(&self, v: f32) -> usize {
         let u = if v > 1.0 {
             1.0
         } else if v > 0.0 {
@@ -329,12 +335,39 @@ impl CodeLut {
         t.to_bits().wrapping_sub(0x4B00_0000) as usize
     }
 
-    /// `(#{boundaries < y}, its centroid)` as the kernel looks them up.
+    /// `(#{boundaries < y}, its centroid)` as the third compression pass's kernels looked them up
+    /// from `y` (the table [`Self::code_scaled`] reads, exact for every `y`).
     pub fn code(&self, y: f32) -> (u8, f32) {
         let e = self.entries[self.bin(y)];
         // as the kernel: the sign bit of bound - y (equal values give +0)
         let up = (e[0] - y).to_bits() >> 31 == 1;
         let c = e[1].to_bits() + up as u32;
         (c as u8, if up { e[3] } else { e[2] })
+    }
+
+    /// The code as the fast kernels look it up since the fourth compression pass
+    /// (`tqf::code_scaled`): from the product's accumulator `acc` (`‖x‖ y`) and the row norm
+    /// `n`, the norm folded into the grid's scale, `s = f32(f32(1 / n) scale)`, the bin of
+    /// `fma(acc, s, off)`, and into the comparison, `bound n < acc` exactly (the sign of
+    /// `fma(bound, n, -acc)`). A zero row (`n = 0`) is looked up with `n = 1`, `s = scale`.
+    ///
+    /// Contract: the result is `#{b : b n < acc}`, the count for the real quotient `acc / n`,
+    /// unless a boundary lies within `2^-22 |acc / n|` of it. Proof: `acc s = y' scale` for
+    /// `y' = (acc / n)(1 + δ)`, `|δ| <= 2^-23 (1 + 2^-25)` (the two roundings of `s`), so the bin
+    /// is exactly the bin of the real `y'`, for which the table is exact (see [`Self::code`]);
+    /// its count `c` and `bound_c` then give `#{b < acc / n}` unless `b_{c-1}` or `b_{c+1}`
+    /// lies between `y'` and `acc / n`. Such a near tie sits far inside the fast contract's
+    /// code margin ([`FAST_CODE_MARGIN`], [`SPLIT_CODE_MARGIN`]), whose rounding budget the
+    /// fold only shrinks (no `f32` quotient `acc * (1 / n)` is rounded any more). Host test
+    /// `code_scaled_lookup_is_exact_outside_2e_22_of_a_boundary`.
+    pub fn code_scaled(&self, acc: f32, n: f32) -> u8 {
+        let (s, nn) = if n > 0.0 {
+            ((1.0 / n) * self.scale, n)
+        } else {
+            (self.scale, 1.0)
+        };
+        let e = self.entries[self.bin_of(acc.mul_add(s, self.off))];
+        let below = e[0].mul_add(nn, -acc).to_bits() >> 31;
+        (e[1].to_bits() + below) as u8
     }
 }

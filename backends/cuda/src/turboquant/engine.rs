@@ -14,7 +14,7 @@ use super::support::{check_supported, kernel_names, KernelNames};
 use super::{
     cache_capacity, compress_smem_bytes, decode_smem_bytes, default_units,
     fast_compress_smem_bytes, fast_matrices, merge_warps, small_decode, small_work_smem_bytes,
-    FAST_ROWS, FAST_TILE, MAX_UNIT_WARPS_R8, UNIT_WARPS,
+    FAST_ROWS, FAST_THREADS, FAST_TILE, MAX_UNIT_WARPS_R8, UNIT_WARPS,
 };
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
@@ -180,8 +180,9 @@ pub struct TurboQuantCuda {
     sigma_v: f32,
     smem_keys: usize,
     smem_values: usize,
-    smem_fast_keys: usize,
-    smem_fast_values: usize,
+    /// Shared memory of the fast (`[0]`) and the split (`[1]`) key and value kernels.
+    smem_fast_keys: [usize; 2],
+    smem_fast_values: [usize; 2],
     /// Resident CTAs per SM of the fast and the split kernels (keys, values), queried at load.
     fast_per_sm: [[usize; 2]; 2],
     /// Warps of the decode kernels (`decode_r8`, `decode_r16`) resident on the whole GPU
@@ -282,8 +283,8 @@ impl TurboQuantCuda {
             pi_hi: DeviceBuffer::from_slice(&gpu, &pi_hi)?,
             pi_lo: DeviceBuffer::from_slice(&gpu, &pi_lo)?,
             m_hi: DeviceBuffer::from_slice(&gpu, &m_hi)?,
-            smem_fast_keys: fast_compress_smem_bytes(d, cfg.key_qjl),
-            smem_fast_values: fast_compress_smem_bytes(d, false),
+            smem_fast_keys: [false, true].map(|s| fast_compress_smem_bytes(d, cfg.key_qjl, s)),
+            smem_fast_values: [false, true].map(|s| fast_compress_smem_bytes(d, false, s)),
             prepare_q: dm.function(&names.prepare_q)?,
             prepare_q_v1: dm.function(&format!("turboquant_prepare_q_v1_d{d}"))?,
             // FERRATTN_TQ_PREPARE=v1 / spread: one prepare kernel at every batch (diagnostic:
@@ -348,11 +349,11 @@ impl TurboQuantCuda {
         t.set_programmatic_launch(std::env::var("FERRATTN_TQ_PDL").map_or(true, |v| v != "0"));
         set_smem(&t.compress_keys, t.smem_keys)?;
         set_smem(&t.compress_values, t.smem_values)?;
-        for f in [&t.fast_keys, &t.split_keys] {
-            set_smem(f, t.smem_fast_keys)?;
+        for (i, f) in [&t.fast_keys, &t.split_keys].into_iter().enumerate() {
+            set_smem(f, t.smem_fast_keys[i])?;
         }
-        for f in [&t.fast_values, &t.split_values] {
-            set_smem(f, t.smem_fast_values)?;
+        for (i, f) in [&t.fast_values, &t.split_values].into_iter().enumerate() {
+            set_smem(f, t.smem_fast_values[i])?;
         }
         // the 8-row kernels are launched with 4 to 7 warps per CTA (unit_warps_for)
         let most = if t.seven_fit {
@@ -383,12 +384,12 @@ impl TurboQuantCuda {
         ];
         t.fast_per_sm = [
             [
-                occupancy(&t.fast_keys, 2 * d, t.smem_fast_keys)?,
-                occupancy(&t.fast_values, 2 * d, t.smem_fast_values)?,
+                occupancy(&t.fast_keys, FAST_THREADS, t.smem_fast_keys[0])?,
+                occupancy(&t.fast_values, FAST_THREADS, t.smem_fast_values[0])?,
             ],
             [
-                occupancy(&t.split_keys, 2 * d, t.smem_fast_keys)?,
-                occupancy(&t.split_values, 2 * d, t.smem_fast_values)?,
+                occupancy(&t.split_keys, FAST_THREADS, t.smem_fast_keys[1])?,
+                occupancy(&t.split_values, FAST_THREADS, t.smem_fast_values[1])?,
             ],
         ];
         Ok(t)
@@ -859,7 +860,7 @@ impl TurboQuantCuda {
         path: CompressPath,
         stream: sys::CUstream,
     ) -> Result<()> {
-        let (b_, hk, d) = (cache.batch, cache.heads_kv, self.head_dim);
+        let (b_, hk) = (cache.batch, cache.heads_kv);
         // the tables count 16-token groups aligned to 16; twice as many 8-token tiles from the
         // 8-aligned start cover the same tokens (tiles past a sequence's tokens write nothing)
         let groups = 2 * prep.tables.groups;
@@ -869,17 +870,22 @@ impl TurboQuantCuda {
         let per = self.fast_per_sm[split as usize];
         let lut = if keys { &self.key_lut } else { &self.value_lut };
         let (f, smem, cb, per_sm) = match (keys, split) {
-            (true, false) => (&self.fast_keys, self.smem_fast_keys, self.key_cb, per[0]),
-            (true, true) => (&self.split_keys, self.smem_fast_keys, self.key_cb, per[0]),
+            (true, false) => (&self.fast_keys, self.smem_fast_keys[0], self.key_cb, per[0]),
+            (true, true) => (
+                &self.split_keys,
+                self.smem_fast_keys[1],
+                self.key_cb,
+                per[0],
+            ),
             (false, false) => (
                 &self.fast_values,
-                self.smem_fast_values,
+                self.smem_fast_values[0],
                 self.value_cb,
                 per[1],
             ),
             (false, true) => (
                 &self.split_values,
-                self.smem_fast_values,
+                self.smem_fast_values[1],
                 self.value_cb,
                 per[1],
             ),
@@ -917,7 +923,7 @@ impl TurboQuantCuda {
             launch_on(
                 &self.gpu,
                 f,
-                (grid, 2 * d as u32),
+                (grid, FAST_THREADS as u32),
                 smem as u32,
                 stream,
                 false,

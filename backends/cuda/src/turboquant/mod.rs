@@ -116,8 +116,8 @@ pub const COMPRESS_TOKENS: usize = 16;
 pub const FAST_TILE: usize = 8;
 /// Token rows per chunk of a fast compression CTA (`kRows` in turboquant_compress.cu).
 pub const FAST_ROWS: usize = 64;
-/// Stages of the fast compression kernels' cp.async ring (`tqf::kStages`).
-pub const FAST_STAGES: usize = 3;
+/// Threads of a fast compression CTA: one warpgroup (`tqf::kThreads`).
+pub const FAST_THREADS: usize = 128;
 
 /// The decode schedule as the kernels read it (host-side, pure).
 #[derive(Clone, Debug, PartialEq)]
@@ -272,20 +272,14 @@ pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
 }
 
 /// Shared memory of a fast compression kernel (`tqf::compress_fast` in turboquant_compress.cu):
-/// the cp.async ring and the residual tile (keys with QJL) as unpadded 128-byte-swizzled tiles
-/// (the `wgmma` B operand; 1024 bytes of slack align them to their 1024-byte swizzle atoms),
-/// norms, `γ` partials, the code lookup's tables, the sign words, the destination rows (a ring of 4 chunks)
-/// and the code rows (`d/2 + 16` bytes each: byte stores of different rows fall in different
-/// banks).
-pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool) -> usize {
-    let tile = FAST_ROWS * d * 2;
-    let warps = d / 16;
-    1024 + FAST_STAGES * tile
-        + if keys_with_qjl { tile } else { 0 }
-        + 4 * (2 * FAST_ROWS + warps * FAST_ROWS + 32)
-        + FAST_ROWS * 16
-        + 4 * FAST_ROWS * 8 // the destination-row ring (tqf::kDstSlots)
-        + FAST_ROWS * (d / 2 + 16)
+/// the `wgmma` B operands as 128-byte-swizzled `d x d` f16 matrices (`Π`, its split's low part,
+/// and `S Πᵀ` for keys with QJL; 1024 bytes of slack align them to their 1024-byte swizzle
+/// atoms) and the code lookup's tables.
+pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool, split: bool) -> usize {
+    let mat = d * d * 2;
+    1024 + mat
+        + if split { mat } else { 0 }
+        + if keys_with_qjl { mat } else { 0 }
         + CODE_LUT_BINS
         + 4 * (16 + 32) // the code lookup: a count byte per bin, 16 boundaries, 32 centroids
 }
