@@ -45,6 +45,10 @@
 //      `prmt` interleave them into two f16x2 operands. Sign bits enter the T MMA as mantissa
 //      bits of 1.0 (one LOP3 a pair, one shift per 4 pairs; S q pre-scaled and T started at a
 //      per-row constant: see signs2m). Stages below every live row's end skip the masking.
+//      The _r8f kernels (opt-in: ferrattn_cuda::turboquant::TurboQuantCuda::fused_merge_for)
+//      run step 3 themselves (fused_merge): the CTA that completes a tile merges it, bit for bit
+//      as the merge kernel would, and no merge kernel is launched. Measured 2.5x slower at
+//      batch 1 (one CTA of 7 warps merges what the merge kernel spreads over 64 warps).
 //   3. turboquant_combine_* (8 warps; turboquant_combine_w16_* with 16 at small batch): per
 //      output row, the unit partials (O_rot, m, l) merged in two
 //      passes (the row's max over every partial, then independent weighted sums over the CTA's
@@ -94,6 +98,18 @@ struct DecodeParams {
   u32 ktab[8];                    // σ_k x key centroids (f16): low bytes of entries 0-15, then high
                                   // bytes; 1 / σ_k is folded into the query scale
   u32 vtab[8];                    // σ_v x value centroids, same; 1 / σ_v is applied in the merge
+  // The merge fused into the decode (the turboquant_decode_*_r8f kernels only, see fused_merge):
+  // the CTA that writes a tile's last segments merges the tile as turboquant_combine_* would,
+  // and no merge kernel is launched.  Read by nothing else.
+  const int* tile_segs;           // [tiles + 1] first segment of each output tile
+  int* counts;                    // [tiles] segments of the tile written so far: zero between
+                                  // launches (uploaded as zeros; the merging CTA resets its tile's)
+  const float* pi;                // [D][D] Π
+  u16* o;                         // [B, max_sq, Hq, D] f16
+  float* lse;                     // [B, Hq, max_sq]
+  int heads_q;
+  int merge_warps;                // the association of the merge kernel it replaces (8 or 16 warps)
+  float oscale;                   // 1 / σ_v
 };
 
 // Mirrors ferrattn_cuda::turboquant::PrepareParams.
@@ -472,7 +488,238 @@ __device__ __forceinline__ int row_end(const DecodeParams& p, int qg, int r, int
   return min(max(i + sk - sq + 1, 0), sk);
 }
 
-template <int D, bool QJL, bool KWIDE, bool VWIDE, bool R16>
+template <int N>
+struct IntTag {
+  static constexpr int value = N;
+};
+constexpr int kMergeRows8 = 8;      // rows of an <= 8-row tile's partials (MMA rows 0-7)
+constexpr int kMaxMergeWarps = 16;  // the merge kernels' most warps (turboquant_combine_w16_*)
+
+__device__ __forceinline__ float2 ldcg_f32x2(const float* p) {
+  float2 v;
+  asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p));
+  return v;
+}
+// *a += v at GPU scope, acquire-release; returns the old value
+__device__ __forceinline__ int atom_add_acq_rel(int* a, int v) {
+  int r;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(r) : "l"(a), "r"(v) : "memory");
+  return r;
+}
+
+// The merge fused into the decode (the turboquant_decode_*_r8f kernels: <= 8 rows, 7-warp CTAs
+// sized one per SM, ferrattn_cuda::turboquant::small_work_smem_bytes; opt-in). After every warp
+// of the CTA has written its segments' partials (a CTA barrier), thread 0 adds, per tile the CTA
+// touched, its number of that tile's segments to the tile's counter in the workspace (one
+// acq_rel atomic add: release for the CTA's partials, acquire for the others'); the CTA whose add
+// completes the tile's count merges the tile, reading every partial through L2, and sets the
+// counter back to zero (so the next launch over the workspace, a layer or a
+// graph replay, starts from zero; the counters are uploaded as zeros with the step's tables).
+// No CTA waits on another: the last one to finish does the work, so nothing depends on which
+// CTAs are co-resident.
+// Numerics: the merge kernel's (combine<D, W> with W = p.merge_warps, the kernel the host would
+// launch for this step) in the same association, so O and LSE are bit-identical to the unfused
+// step: pass 2 runs W *virtual* warps (real warp w takes virtual warps w, w + nw, ...), each
+// summing segments s0 + v + k W in increasing k with the same fmaf chain, their sums added in
+// order v = 0 .. W-1; the un-rotation sums W·32 / (D/4) k-slices of D / KS coordinates each, in
+// order. The CTA's shared memory (the rings, free once every warp is past its loop) holds Π
+// (copied by cp.async while the two passes run), the virtual warps' sums and O_rot.
+template <int D>
+__device__ __forceinline__ void fused_merge(const DecodeParams& p, uint4* smem) {
+  constexpr int R8 = kMergeRows8;
+  constexpr int PER = D / 32;  // coordinates of a partial row per lane
+  // the indices read again (volatile): shared with the decode's, they would be held in registers
+  // over its loop (measured: 11 more SASS instructions in the loop of d128_kqjl_v8_r8)
+  int t, nt, cta;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  asm volatile("mov.u32 %0, %%ntid.x;" : "=r"(nt));
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cta));
+  const int nw = nt >> 5, warp = t >> 5, lane = t & 31;
+  float* pis = reinterpret_cast<float*>(smem);    // [D][D] Π
+  float* wsum = pis + D * D;                      // [W][R8][D] virtual warps' O_rot sums
+  float* orot = wsum + kMaxMergeWarps * R8 * D;   // [R8][D]
+  float* wl = orot + R8 * D;                      // [W][R8] virtual warps' l sums
+  float* ms = wl + kMaxMergeWarps * R8;           // [R8] M per row
+  float* ls = ms + R8;                            // [R8] l per row
+  int* flag = reinterpret_cast<int*>(ls + R8);
+  // every warp has written its partials and is done with its ring. No fence per thread: the
+  // barrier orders the CTA's writes before thread 0's acq_rel add, whose release is cumulative
+  // (the pattern of a cooperative grid sync). A __threadfence (fence.sc.gpu) in every thread
+  // instead: ~9.5 µs more a step at batch 1 (H200, issue-10-decode7 calls 1 and 2, the second
+  // with the un-rotation unrolled too).
+  __syncthreads();
+  const int u0 = cta * nw;
+  if (u0 >= p.units) return;  // uniform
+  const int sa = ldcg_s32(p.unit_segs + u0), sb = ldcg_s32(p.unit_segs + min(u0 + nw, p.units));
+  if (sa >= sb) return;
+  const int W = p.merge_warps;
+  const int tile_end = ldcg_s32(p.segs + 4 * (sb - 1)) + 1;
+  for (int tile = ldcg_s32(p.segs + 4 * sa); tile < tile_end; ++tile) {
+    const int s0 = ldcg_s32(p.tile_segs + tile), s1 = ldcg_s32(p.tile_segs + tile + 1);
+    __syncthreads();  // the previous tile's merge is done with the shared memory and the flag
+    if (t == 0) {
+      const int mine = min(sb, s1) - max(sa, s0);
+      int last = 0;
+      if (mine > 0) last = atom_add_acq_rel(p.counts + tile, mine) + mine == s1 - s0;
+      // every other CTA of the tile has added its share: back to zero for the next launch
+      if (last) p.counts[tile] = 0;
+      *flag = last;
+    }
+    __syncthreads();  // thread 0's add acquired the other CTAs' partials; the barrier passes
+                      // that on (they are read through L2 below)
+    if (!*flag) continue;
+    const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv;
+    const int b = tile / (p.qgroups * p.heads_kv);
+    const int sq = ldcg_s32(p.seqlens_q + b);
+    const int nr = min(R8, p.group * p.max_sq - qg * kRows);  // rows in use (hl < group)
+    // Π into shared memory (the engine's, never rewritten: through L2), in flight meanwhile
+    const u32 pis_s = smem_addr(pis);
+    for (int x = t; x < D * D / 4; x += nt) cp_async_n<16>(pis_s + 16 * x, p.pi + 4 * x);
+    cp_async_commit();
+    // ---- pass 1: M = max_s m_s per row (warp w: rows w, w + nw, ...; -inf for padded queries)
+    for (int r = warp; r < nr; r += nw) {
+      float m = neg_inf();
+      if ((qg * kRows + r) % p.max_sq < sq) {
+        for (int sb0 = s0; sb0 < s1; sb0 += 32 * 8) {
+          float v[8];
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            const int s = sb0 + 32 * u + lane;
+            v[u] = s < s1 ? ldcg_f32(p.part_ml + ((size_t)s * kRows + r) * 2) : neg_inf();
+          }
+#pragma unroll
+          for (int u = 0; u < 8; ++u) m = fmax2(m, v[u]);
+        }
+      }
+#pragma unroll
+      for (int x = 16; x >= 1; x >>= 1) m = fmax2(m, shfl_xor(m, x));
+      if (lane == 0) ms[r] = m;
+    }
+    // virtual warps without a segment of a row add zeros, as a merge warp past the tile's end
+    for (int x = t; x < W * R8 * D; x += nt) wsum[x] = 0.f;
+    for (int x = t; x < W * R8; x += nt) wl[x] = 0.f;
+    __syncthreads();
+    // ---- pass 2: chains (v, r) of this warp in order (v = warp, warp + nw, .. < W; rows r < nr
+    // with a visible key), segments s0 + v + k W each; kItems loads in flight across chains
+    {
+      constexpr int kItems = 16;
+      int v = warp, r = 0, s = s0 + warp;  // the next item (uniform over the warp)
+      auto settle = [&]() {                // onto an item of a live chain, or v >= W
+        while (v < W) {
+          if (r >= nr) {
+            v += nw, r = 0, s = s0 + v;
+            continue;
+          }
+          if (s < s1 && ms[r] != neg_inf()) break;
+          ++r, s = s0 + v;
+        }
+      };
+      settle();
+      float acc[PER], l = 0.f;
+#pragma unroll
+      for (int j = 0; j < PER; ++j) acc[j] = 0.f;
+      int key = -1;  // chain being summed: v · R8 + r
+      auto flush = [&]() {
+#pragma unroll
+        for (int j = 0; j < PER; ++j) wsum[key * D + lane * PER + j] = acc[j];
+        if (lane == 0) wl[key] = l;
+      };
+      while (v < W) {
+        float ov[kItems][PER];
+        float2 ml[kItems];
+        int ky[kItems];
+#pragma unroll
+        for (int u = 0; u < kItems; ++u) {
+          ky[u] = -1;
+          if (v < W) {
+            ky[u] = v * R8 + r;
+            const size_t row = (size_t)s * kRows + r;
+            ml[u] = ldcg_f32x2(p.part_ml + row * 2);
+            const float* po = p.part_o + row * D + lane * PER;
+            if constexpr (PER == 4) {
+              const float4 x = ldcg_f32x4(po);
+              ov[u][0] = x.x, ov[u][1] = x.y, ov[u][2] = x.z, ov[u][3] = x.w;
+            } else {
+              const float2 x = ldcg_f32x2(po);
+              ov[u][0] = x.x, ov[u][1] = x.y;
+            }
+            s += W;
+            settle();
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kItems; ++u) {
+          if (ky[u] < 0) break;
+          if (ky[u] != key) {
+            if (key >= 0) flush();
+            key = ky[u], l = 0.f;
+#pragma unroll
+            for (int j = 0; j < PER; ++j) acc[j] = 0.f;
+          }
+          if (ml[u].x == neg_inf()) continue;  // no visible key of this row in the segment
+          const float f = exp2_approx(ml[u].x - ms[key % R8]);
+          l = fmaf(ml[u].y, f, l);
+#pragma unroll
+          for (int j = 0; j < PER; ++j) acc[j] = fmaf(ov[u][j], f, acc[j]);
+        }
+      }
+      if (key >= 0) flush();
+    }
+    __syncthreads();
+    // the virtual warps' sums in order, O_rot / l (combine's wacc / wl step)
+    for (int x = t; x < nr * D; x += nt) {
+      const int r = x / D, c = x % D;
+      float L = 0.f, A = 0.f;
+      for (int w = 0; w < W; ++w) L += wl[w * R8 + r], A += wsum[(w * R8 + r) * D + c];
+      orot[r * D + c] = L > 0.f ? A / L * p.oscale : 0.f;
+      if (c == 0) ls[r] = L;
+    }
+    cp_async_wait<0>();  // this thread's copies of Π
+    __syncthreads();     // every thread's, and O_rot
+    // O = Πᵀ O_rot in combine's k-slices (KS of KL coordinates, each an fmaf chain from 0, the
+    // slices added in order; unrolled for the merge's warp count), then O and LSE written
+    auto unrotate = [&](auto wtag) {
+      constexpr int KS = decltype(wtag)::value * 32 / (D / 4), KL = D / KS;
+      for (int x = t; x < nr * D; x += nt) {
+        const int r = x / D, oc = x % D;
+        const float* orow = orot + r * D;
+        float y = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+          float ys = 0.f;
+          if constexpr (KL % 4 == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KL; kk += 4) {
+              const int k = ks * KL + kk;
+              const float4 ov = *reinterpret_cast<const float4*>(orow + k);  // one broadcast LDS
+              ys = fmaf(pis[k * D + oc], ov.x, ys);
+              ys = fmaf(pis[(k + 1) * D + oc], ov.y, ys);
+              ys = fmaf(pis[(k + 2) * D + oc], ov.z, ys);
+              ys = fmaf(pis[(k + 3) * D + oc], ov.w, ys);
+            }
+          } else {
+#pragma unroll
+            for (int kk = 0; kk < KL; ++kk) ys = fmaf(pis[(ks * KL + kk) * D + oc], orow[ks * KL + kk], ys);
+          }
+          y += ys;
+        }
+        const int R = qg * kRows + r, hl = R / p.max_sq, i = R % p.max_sq, head = h * p.group + hl;
+        const float L = ls[r];
+        p.o[(((size_t)b * p.max_sq + i) * p.heads_q + head) * D + oc] = F16::from_f32(i < sq && L > 0.f ? y : 0.f);
+        if (oc == 0)
+          p.lse[((size_t)b * p.heads_q + head) * p.max_sq + i] =
+              i < sq && L > 0.f ? (ms[r] + log2_approx(L)) * 0.6931471805599453f : neg_inf();
+      }
+    };
+    if (W == kMaxMergeWarps) {
+      unrotate(IntTag<kMaxMergeWarps>{});
+    } else {
+      unrotate(IntTag<8>{});  // ferrattn_cuda::turboquant::COMBINE_WARPS (merge_warps: 8 or 16)
+    }
+  }
+}
+
+template <int D, bool QJL, bool KWIDE, bool VWIDE, bool R16, bool FUSED>
 __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   constexpr int CH = D / 16;  // k16 chunks of the head dim
   constexpr int NB = D / 8;   // n8 blocks of the output
@@ -481,7 +728,9 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kUnitWarps = R16 ? kUnitWarps16 : (int)(blockDim.x >> 5);
   const int unit = blockIdx.x * kUnitWarps + warp;
-  if (unit >= p.units) return;  // no CTA barrier below: a warp may leave
+  // FUSED: every warp reaches fused_merge's CTA barriers (a warp past the last unit walks no
+  // segment); otherwise there is no CTA barrier below and a warp may leave
+  if (unit >= p.units && !FUSED) return;
   uint4* ring = ring_all + (size_t)warp * kStages * kStageU4;
   const u32 ring_s = smem_addr(ring) + 16 * lane;  // shared address of this lane's slot 0, stage 0
   // query A fragments, [2][CH][32 lanes] uint4 per warp after the rings, read with one 16-byte
@@ -534,7 +783,9 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     }
   };
 
-  const int seg_begin = ldcg_s32(p.unit_segs + unit), seg_end = ldcg_s32(p.unit_segs + unit + 1);
+  const bool has_unit = !FUSED || unit < p.units;  // (the others returned above)
+  const int seg_begin = has_unit ? ldcg_s32(p.unit_segs + unit) : 0;
+  const int seg_end = has_unit ? ldcg_s32(p.unit_segs + unit + 1) : 0;
   // kEarly (D = 128: every ring copy is a 16-byte cp.async.cg): the first segment's ring goes
   // out before pdl_wait, so that its DRAM round trip overlaps the prepare kernel's tail. Only
   // the query fragments are the prepare's output; the cache and the tables are older and read
@@ -926,6 +1177,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       if (R16) ml[2 * (g + 8)] = m1, ml[2 * (g + 8) + 1] = l1;
     }
   }
+  if constexpr (FUSED) fused_merge<D>(p, ring_all);
 }
 
 // A fragment position of (row r, column o) in mma.m16n8k16 (common.cuh), as a u16 index into the
@@ -1305,14 +1557,17 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
 // 2-3 bits (v8) or 4 bits (v16); 8 or 16 MMA rows in use.
 // ATTR: the <= 8-row kernels are launched with 4 to kMaxUnitWarps8 warps per CTA (the host's
 // choice), so a register cap rather than launch bounds; the 16-row ones with 4 warps, 2 per SM.
-#define FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, RN, R16, ATTR)                               \
+#define FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, RN, R16, FUSED, ATTR)                        \
   extern "C" __global__ void ATTR turboquant_decode_d##D##_##KN##_##VN##_##RN(                 \
       const ferrattn::tq::DecodeParams p) {                                                     \
-    ferrattn::tq::decode_unit<D, QJL, KW, VW, R16>(p);                                          \
+    ferrattn::tq::decode_unit<D, QJL, KW, VW, R16, FUSED>(p);                                   \
   }
-#define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, VN, VW)                                                        \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false, __maxnreg__(ferrattn::tq::kMaxRegs8))              \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r16, true, __launch_bounds__(ferrattn::tq::kUnitWarps16 * 32, 2))
+// r8f: the 8-row kernel with the merge fused (fused_merge; opt-in, 7-warp CTAs one per SM)
+#define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, VN, VW)                                                         \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false, false, __maxnreg__(ferrattn::tq::kMaxRegs8))        \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8f, false, true, __maxnreg__(ferrattn::tq::kMaxRegs8))        \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r16, true, false,                                               \
+                     __launch_bounds__(ferrattn::tq::kUnitWarps16 * 32, 2))
 #define FERRATTN_TQ_DECODE_V(D, KN, QJL, KW)         \
   FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, v8, false)    \
   FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, v16, true)

@@ -407,6 +407,78 @@ fn gpu_unsupported_configs_are_refused() {
     assert!(e.contains("qk = v = 64 or 128"), "{e}");
 }
 
+/// The merge fused into the small-work decode (7-warp CTAs, `turboquant_decode_*_r8f`: the CTA
+/// that completes a tile merges it) against the merge kernel of the same schedule: O and LSE
+/// bit-identical, and again on every launch of one prepared decode over one workspace (its
+/// per-tile counters are set back to zero by each launch; a stale count would leave tiles
+/// unmerged: the poisoned outputs would show it). Rows of 4, 6 and 8 (padded query rows among
+/// them), d 64 and 128, QJL keys and not.
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver library where this was built"
+)]
+fn gpu_fused_merge_equals_the_merge_kernel_launch_after_launch() {
+    let Some(b) = backend(
+        "gpu_fused_merge_equals_the_merge_kernel_launch_after_launch",
+        Options::default(),
+    ) else {
+        return;
+    };
+    // (query lengths, key lengths, Hq, Hk, d, causal)
+    type Case<'a> = (&'a [usize], &'a [usize], usize, usize, usize, bool);
+    let cases: Vec<Case> = if small_only() {
+        vec![(&[2, 1], &[37, 20], 8, 2, 64, true)]
+    } else {
+        vec![
+            (&[1], &[32767], 32, 8, 128, false),
+            (&[1, 1, 1], &[577, 0, 65], 32, 8, 128, false),
+            (&[2, 1], &[300, 4097], 16, 4, 128, true),
+            (&[1, 2], &[1000, 63], 12, 4, 64, true),
+        ]
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (lq, lk, hq, hk, d, causal) in cases {
+        let p = problem(lq, lk, hq, hk, d, causal);
+        let x = inputs(&p, 7 + lk[0] as u64);
+        for cfg in [configs(&p)[0].clone(), configs(&p)[3].clone()] {
+            let what = format!(
+                "{} lq {lq:?} lk {lk:?} {hq}/{hk} d {d} causal {causal}",
+                name(&cfg)
+            );
+            let mut t = engine(&b, &cfg, &p);
+            if t.set_unit_warps(Some(7)).is_err() {
+                eprintln!("{what}: 7-warp CTAs do not fit this GPU; fused merge not tested");
+                return;
+            }
+            t.set_fused_merge(false);
+            let (want, cache) = t.run(&p, &x, None).unwrap();
+            t.set_fused_merge(true);
+            let prep = t.prepare_decode(&p, &cache, None).unwrap();
+            if !prep.merge_fused() {
+                eprintln!("{what}: the fused merge does not fit this GPU; not tested");
+                return;
+            }
+            let q = t.upload_f16(&x.q.data).unwrap();
+            for launch in 0..3 {
+                let mut o = t.alloc_outputs(&p).unwrap();
+                t.launch_decode(&prep, &q, &cache, &mut o).unwrap();
+                let got = t.download(&o, &p).unwrap();
+                assert_eq!(
+                    bits(&got.o.data),
+                    bits(&want.o.data),
+                    "{what}, launch {launch}: O differs from the merge kernel's"
+                );
+                assert_eq!(
+                    bits(&got.lse.data),
+                    bits(&want.lse.data),
+                    "{what}, launch {launch}: LSE differs from the merge kernel's"
+                );
+            }
+        }
+    }
+}
+
 /// The small grid under compute-sanitizer: compression (keys with and without QJL, values), a
 /// split decode over a ragged batch, one append and a second decode.
 #[test]
@@ -435,6 +507,22 @@ fn gpu_turboquant_sanitizer_small() {
             .unwrap();
         let got = t.download(&o2, &p2).unwrap();
         assert!(got.o.data.iter().all(|v| v.is_finite()));
+    }
+    // the merge fused into the decode (7-warp CTAs, one per SM at small work): its counters,
+    // shared-memory reuse after the decode loop and partial reads, twice over one workspace
+    let cfg = configs(&p)[0].clone();
+    let mut t = engine(&b, &cfg, &p);
+    if t.set_unit_warps(Some(7)).is_ok() {
+        t.set_fused_merge(true);
+        let (want, cache) = t.run(&p, &x, Some(3)).unwrap();
+        let prep = t.prepare_decode(&p, &cache, Some(3)).unwrap();
+        let q = t.upload_f16(&x.q.data).unwrap();
+        for _ in 0..2 {
+            let mut o = t.alloc_outputs(&p).unwrap();
+            t.launch_decode(&prep, &q, &cache, &mut o).unwrap();
+            let got = t.download(&o, &p).unwrap();
+            assert_eq!(got.o.data, want.o.data, "sanitizer: fused merge O");
+        }
     }
 }
 

@@ -13,8 +13,8 @@ use super::step::{
 use super::support::{check_supported, kernel_names, KernelNames};
 use super::{
     cache_capacity, compress_smem_bytes, decode_smem_bytes, default_units,
-    fast_compress_smem_bytes, fast_matrices, merge_warps, small_decode, FAST_ROWS, FAST_THREADS,
-    FAST_TILE, MAX_UNIT_WARPS_R8, UNIT_WARPS,
+    fast_compress_smem_bytes, fast_matrices, merge_warps, small_decode, small_work_smem_bytes,
+    FAST_ROWS, FAST_THREADS, FAST_TILE, MAX_UNIT_WARPS_R8, UNIT_WARPS,
 };
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
@@ -151,6 +151,8 @@ pub struct TurboQuantCuda {
     /// Which of the two prepare kernels steps launch.
     prepare_kernel: PrepareKernel,
     decode_r8: Function,
+    /// `decode_r8` with the merge fused in (opt-in, [`Self::fused_merge_for`]).
+    decode_r8f: Function,
     decode_r16: Function,
     /// The merge kernels of 8 and 16 warps a CTA (see [`merge_warps`]).
     combine: Function,
@@ -204,6 +206,12 @@ pub struct TurboQuantCuda {
     /// small-work schedule is available ([`small_decode`]; 111 KiB at d = 128, so not on GPUs
     /// with about 100 KiB).
     seven_fit: bool,
+    /// The fused merge's CTA ([`small_work_smem_bytes`]) fits this device.
+    fused_fit: bool,
+    /// 7-warp 8-row launches run the merge inside the decode (`decode_r8f`): off by default
+    /// (measured 2.5x slower at batch 1, see [`Self::fused_merge_for`]); `FERRATTN_TQ_FUSED=1`
+    /// or [`Self::set_fused_merge`] turns it on.
+    fused_on: bool,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -287,6 +295,7 @@ impl TurboQuantCuda {
                 _ => PrepareKernel::Auto,
             },
             decode_r8: dm.function(&names.decode_r8)?,
+            decode_r8f: dm.function(&names.decode_r8f)?,
             decode_r16: dm.function(&names.decode_r16)?,
             combine: dm.function(&names.combine)?,
             combine_w16: dm.function(&names.combine_w16)?,
@@ -332,6 +341,8 @@ impl TurboQuantCuda {
                         && decode_smem_bytes(d, w, false) <= caps_smem
                 }),
             seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false) <= caps_smem,
+            fused_fit: small_work_smem_bytes(d, caps_smem) <= caps_smem,
+            fused_on: std::env::var("FERRATTN_TQ_FUSED").is_ok_and(|v| v == "1"),
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -351,6 +362,9 @@ impl TurboQuantCuda {
             t.unit_warps_forced.unwrap_or(UNIT_WARPS)
         };
         set_smem(&t.decode_r8, decode_smem_bytes(d, most, false))?;
+        if t.fused_fit {
+            set_smem(&t.decode_r8f, small_work_smem_bytes(d, caps_smem))?;
+        }
         set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS, true))?;
         let sms = t.gpu.caps.compute_units;
         let warps = |f: &Function, w: usize, r16: bool| -> Result<usize> {
@@ -442,6 +456,13 @@ impl TurboQuantCuda {
         }
         self.unit_warps_forced = warps;
         Ok(())
+    }
+
+    /// Runs the merge inside the decode where [`Self::fused_merge_for`] allows it (`true`;
+    /// `FERRATTN_TQ_FUSED=1` sets it at load) or as a kernel of its own (`false`, the default),
+    /// for the decodes prepared from now on. Either way O and LSE are bit-identical (tested).
+    pub fn set_fused_merge(&mut self, on: bool) {
+        self.fused_on = on;
     }
 
     /// See [`Self::set_programmatic_launch`].
@@ -588,6 +609,8 @@ impl TurboQuantCuda {
                     )));
                 }
                 let at = |off: usize| workspace + off as u64;
+                let warps = self.unit_warps_for(&t.problem);
+                let fused = self.fused_merge_for(t.r16, warps);
                 Some(PreparedTurboQuantDecode {
                     problem: t.problem.clone(),
                     units: t.units,
@@ -597,11 +620,15 @@ impl TurboQuantCuda {
                     qgroups: t.qgroups,
                     decode: if t.r16 {
                         self.decode_r16.clone()
+                    } else if fused {
+                        self.decode_r8f.clone()
                     } else {
                         self.decode_r8.clone()
                     },
-                    warps: self.unit_warps_for(&t.problem),
+                    warps,
                     r16: t.r16,
+                    fused,
+                    counts: at(r.counts),
                     segs: at(r.segs),
                     unit_segs: at(r.unit_segs),
                     tile_segs: at(r.tile_segs),
@@ -950,6 +977,20 @@ impl TurboQuantCuda {
         }
     }
 
+    /// Whether a decode launched with `warps` warps per CTA (`r16`: the 16-row kernels) runs
+    /// the merge inside the decode kernel (`decode_r8f`): when it is turned on
+    /// ([`Self::set_fused_merge`], `FERRATTN_TQ_FUSED=1`), for the 8-row kernels in CTAs of
+    /// [`MAX_UNIT_WARPS_R8`] warps (the small-work schedule, or `FERRATTN_TQ_UNIT_WARPS=7`)
+    /// where the device has the shared memory ([`small_work_smem_bytes`]). The fused merge keeps
+    /// the merge kernel's association: O and LSE are bit-identical either way. Off by default:
+    /// on an H200 (issue-10-decode7 call 2) the step at batch 1, 32k took 83.8 µs fused against
+    /// 33.7 with the merge kernel: the CTA that completes a tile merges all of its ~115 partials
+    /// x 4 rows with 7 warps (~66 partial rows a warp, ~5k dependent instructions) where the
+    /// merge kernel spreads them over 64 warps on 4 SMs.
+    pub fn fused_merge_for(&self, r16: bool, warps: usize) -> bool {
+        self.fused_on && !r16 && warps == MAX_UNIT_WARPS_R8 && self.fused_fit
+    }
+
     /// [`TurboQuantDecodeTables::new`] with this GPU's default width when `units` is `None`
     /// (host only).
     pub fn decode_tables(
@@ -1122,6 +1163,20 @@ impl TurboQuantCuda {
             late_ring: self.late_ring as i32,
             ktab: self.ktab,
             vtab: self.vtab,
+            tile_segs: prep.tile_segs,
+            counts: prep.counts,
+            pi: self.pi.ptr(),
+            o,
+            lse,
+            heads_q: p.heads_q as i32,
+            merge_warps: merge_warps(prep.row_split, self.merge_forced) as i32,
+            oscale: 1.0 / self.sigma_v,
+        };
+        // the fused merge's CTA: its shared memory, which also keeps it one per SM
+        let smem = if prep.fused {
+            small_work_smem_bytes(d, self.gpu.caps.shared_mem_per_block)
+        } else {
+            decode_smem_bytes(d, prep.warps, prep.r16)
         };
         // SAFETY (both launches): the parameter structs mirror the kernels' and live across the
         // calls; the addresses are the caller's (this function's contract) and the engine's.
@@ -1133,12 +1188,15 @@ impl TurboQuantCuda {
                     prep.units.div_ceil(prep.warps) as u32,
                     (prep.warps * 32) as u32,
                 ),
-                decode_smem_bytes(d, prep.warps, prep.r16) as u32,
+                smem as u32,
                 stream,
                 self.programmatic,
                 &mut [arg(&mut dp)],
             )
         }?;
+        if prep.fused {
+            return Ok(()); // the decode kernel merged every tile
+        }
         let mut cp = CombineParams {
             part_o: prep.part_o,
             part_ml: prep.part_ml,

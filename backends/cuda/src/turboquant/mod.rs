@@ -200,6 +200,36 @@ pub fn decode_smem_bytes(head_dim: usize, warps: usize, rows16: bool) -> usize {
     warps * (DECODE_STAGES * DECODE_STAGE_BYTES + query * 16)
 }
 
+/// Most warps of the merge kernels (`turboquant_combine_w16_d*`), whose association the fused
+/// merge keeps (`kMaxMergeWarps`).
+pub const MAX_MERGE_WARPS: usize = 16;
+
+/// Shared memory the merge fused into the decode (`fused_merge` in turboquant_decode.cu) reuses
+/// once every warp of the CTA is past its loop: `Π` (f32, `d x d`), the sums of up to
+/// [`MAX_MERGE_WARPS`] virtual merge warps for the 8 rows of an <= 8-row tile, `O_rot` of those
+/// rows, the virtual warps' `l`, `M` and `l` per row and a flag (135,760 bytes at d = 128).
+pub fn fused_merge_smem_bytes(head_dim: usize) -> usize {
+    let d = head_dim;
+    4 * (d * d + MAX_MERGE_WARPS * 8 * d + 8 * d + MAX_MERGE_WARPS * 8 + 8 + 8 + 4)
+}
+
+/// Dynamic shared memory of a decode CTA with the merge fused in (the `_r8f` kernels: CTAs of
+/// [`MAX_UNIT_WARPS_R8`] warps, opt-in, [`TurboQuantCuda::fused_merge_for`]): its rings and
+/// query fragments, the fused merge's ([`fused_merge_smem_bytes`]) and more than half of what
+/// one CTA may have on the device (`opt_in`, the per-block opt-in maximum, which is the SM's
+/// shared memory less the 1 KiB every CTA reserves), so that two such CTAs never fit one SM:
+/// one CTA per SM by construction, whatever carveout the driver picks (two 7-warp CTAs fit by
+/// registers). The unfused 7-warp launches keep [`decode_smem_bytes`] (96,768 B at d = 128):
+/// `ncu` shows one CTA per SM for them too (`launch__occupancy_limit_shared_mem` 1, the
+/// driver's carveout), and padding them to this size measured 0.2-0.5 µs slower a step at
+/// batch 1 (H200, issue-10-decode7 calls 1 and 2).
+pub fn small_work_smem_bytes(head_dim: usize, opt_in: usize) -> usize {
+    let one_per_sm = (opt_in / 2 + 1).div_ceil(16) * 16;
+    decode_smem_bytes(head_dim, MAX_UNIT_WARPS_R8, false)
+        .max(fused_merge_smem_bytes(head_dim))
+        .max(one_per_sm)
+}
+
 /// 16-token iterations of `p`'s decode (every output tile over its sequence's keys).
 pub fn decode_iterations(p: &AttentionProblem) -> usize {
     let qgroups = (p.group_size() * p.max_seqlen_q).div_ceil(ROWS);

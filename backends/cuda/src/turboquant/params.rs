@@ -88,6 +88,17 @@ pub(super) struct DecodeParams {
     pub(super) late_ring: i32,
     pub(super) ktab: [u32; 8],
     pub(super) vtab: [u32; 8],
+    // read by the `_r8f` kernels only (the merge fused into the decode, `fused_merge`)
+    pub(super) tile_segs: u64,
+    /// `[tiles]` i32 segment counters in the workspace (zero between launches)
+    pub(super) counts: u64,
+    pub(super) pi: u64,
+    pub(super) o: u64,
+    pub(super) lse: u64,
+    pub(super) heads_q: i32,
+    /// Warps of the merge kernel whose association the fused merge keeps (8 or 16)
+    pub(super) merge_warps: i32,
+    pub(super) oscale: f32,
 }
 
 #[repr(C)]

@@ -174,6 +174,9 @@ pub(super) struct DecodeRegions {
     pub(super) tile_segs: usize,
     pub(super) seqlens_q: usize,
     pub(super) seqlens_k: usize,
+    /// `[tiles]` i32 segment counters of the fused merge: zeros in the image, so every upload
+    /// of the step's tables zeroes them; the kernel sets a tile's back to zero once merged.
+    pub(super) counts: usize,
     pub(super) qf: usize,
     pub(super) qf_lo: usize,
     pub(super) pf: usize,
@@ -229,6 +232,7 @@ impl TurboQuantStepPlan {
             let tile_segs = push_table(&mut image, &t.tile_segs);
             let seqlens_q = push_table(&mut image, &i32s(&p.seqlens_q));
             let seqlens_k = push_table(&mut image, &i32s(&p.seqlens_k));
+            let counts = push_table(&mut image, &vec![0; t.tiles]);
             let mut at = ws_align(image.len());
             let mut region = |n: usize| {
                 let r = at;
@@ -242,6 +246,7 @@ impl TurboQuantStepPlan {
                 tile_segs,
                 seqlens_q,
                 seqlens_k,
+                counts,
                 qf: region(frag),
                 qf_lo: region(frag),
                 // without QJL the kernels take the address and never read it
@@ -304,6 +309,10 @@ pub struct PreparedTurboQuantDecode {
     pub(super) warps: usize,
     /// 16 MMA rows in use (`decode_r16`): its query fragments take more shared memory.
     pub(super) r16: bool,
+    /// The merge fused into the decode (`decode_r8f`, the small-work schedule): no merge
+    /// kernel is launched.
+    pub(super) fused: bool,
+    pub(super) counts: u64,
     pub(super) segs: u64,
     pub(super) unit_segs: u64,
     pub(super) tile_segs: u64,
@@ -323,6 +332,12 @@ impl PreparedTurboQuantDecode {
     /// work: [`TurboQuantCuda::unit_warps_for`]).
     pub fn warps_per_cta(&self) -> usize {
         self.warps
+    }
+
+    /// Whether the merge runs inside the decode kernel (the small-work schedule's one CTA per
+    /// SM; [`TurboQuantCuda::fused_merge_for`]) rather than as a kernel of its own.
+    pub fn merge_fused(&self) -> bool {
+        self.fused
     }
 }
 

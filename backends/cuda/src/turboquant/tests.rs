@@ -22,12 +22,61 @@ fn params_structs_match_the_kernel_layouts() {
         // + the two FastDiv pairs (u32), then padding to 8
         10 * 8 + 6 * 4 + 35 * 4 + 4 * 4 + 4
     );
-    assert_eq!(std::mem::size_of::<DecodeParams>(), 14 * 8 + 8 * 4 + 16 * 4);
+    // + the fused merge's 5 pointers and 3 scalars, then padding to 8
+    assert_eq!(
+        std::mem::size_of::<DecodeParams>(),
+        14 * 8 + 8 * 4 + 16 * 4 + 5 * 8 + 3 * 4 + 4
+    );
     assert_eq!(
         std::mem::size_of::<PrepareParams>(),
         7 * 8 + 7 * 4 + 2 * 4 + 4
     );
     assert_eq!(std::mem::size_of::<CombineParams>(), 7 * 8 + 7 * 4 + 4);
+}
+
+#[test]
+fn the_small_work_cta_holds_the_fused_merge_and_fits_one_per_sm() {
+    // H100 / H200: 227 KiB a CTA at most (228 KiB an SM, 1 KiB reserved by every CTA)
+    let opt_in = 232_448;
+    for d in [64, 128] {
+        let s = small_work_smem_bytes(d, opt_in);
+        assert!(s >= fused_merge_smem_bytes(d), "d {d}");
+        assert!(s >= decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false), "d {d}");
+        assert!(s <= opt_in && s.is_multiple_of(16), "d {d}: {s}");
+        // two CTAs of s bytes (and 1 KiB each) exceed the SM's opt_in + 1 KiB
+        assert!(
+            2 * (s + 1024) > opt_in + 1024,
+            "d {d}: {s} lets two CTAs share an SM"
+        );
+    }
+    // Π (64 KiB), 16 virtual warps' sums of 8 rows (64 KiB), O_rot, l, M, l, flag
+    assert_eq!(fused_merge_smem_bytes(128), 135_760);
+    // a GPU with 99 KiB a CTA (7-warp CTAs fit, the fused merge does not)
+    assert!(small_work_smem_bytes(128, 101_376) > 101_376);
+}
+
+#[test]
+fn the_step_uploads_the_fused_merge_counters_as_zeros() {
+    let cfg = TurboQuantConfig::paper_default(&AttentionProblem::uniform(
+        1,
+        1,
+        4096,
+        32,
+        8,
+        128,
+        128,
+        DType::F16,
+    ));
+    let p = AttentionProblem::uniform(3, 1, 4096, 32, 8, 128, 128, DType::F16);
+    let t = TurboQuantDecodeTables::new(&cfg, &p, 924, 132).unwrap();
+    let plan = TurboQuantStepPlan::new(Some(t.clone()), None);
+    let r = plan.dec.unwrap();
+    // one i32 per tile, inside the image the step's upload copies, all zero
+    assert!(r.counts + 4 * t.tiles <= plan.table_bytes());
+    assert!(plan.image[r.counts..r.counts + 4 * t.tiles]
+        .iter()
+        .all(|&b| b == 0));
+    assert!(r.counts.is_multiple_of(TURBOQUANT_WORKSPACE_ALIGN) && r.counts >= r.seqlens_k + 4 * 3);
 }
 
 #[test]
