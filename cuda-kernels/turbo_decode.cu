@@ -109,17 +109,15 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// A unit's staging area: kStages stages, each one tile's K half (packed codes, room for 4 bits;
-// K's channel parameters, D scales then D zero points; the two f32 block scales and the two
-// blocks' clamp flags, CacheView::clamp) and one tile's V half (codes and channel parameters),
-// 8.7 KB at d 128. Tile i uses stage i mod kStages, and the halves are refilled apart (K and V
-// staged apart): K of tile i + 2 is issued into tile i's stage once tile i's q K^T is done, V of
-// tile i + 2 once its P V is done, so each warp has up to two tiles' halves in flight (issue 11:
-// with one stage, a 2-bit tile is 2 KB a half, and 12 warps an SM with one half each in flight
-// read the mixed cache at about 60% of the copy ceiling). 70 KB a CTA at d 128: three CTAs an
-// SM, the register cap, still fit. Rows of codes are stored at row_slot(token) so that the lanes
-// of one load hit different banks. ferrattn_cuda::turbo::decode_smem_bytes mirrors these sizes.
-constexpr int kStages = 2;  // ferrattn_cuda::turbo::DECODE_STAGES
+// A unit's staging area: one tile's K half (packed codes, room for 4 bits; K's channel
+// parameters, D scales then D zero points; the two f32 block scales and the two blocks' clamp
+// flags, CacheView::clamp) and one tile's V half (codes and channel parameters). The halves are
+// filled apart (K and V staged apart): K of tile i + 1 loads while tile i's softmax and P V run,
+// V of tile i + 1 while tile i + 1's q K^T runs. Against staging both tensors of the next tile
+// in a second buffer this halves the shared memory of a unit (8.7 KB at d 128, 35 KB per CTA
+// instead of 70 KB), so occupancy is set by registers alone. Rows of codes are stored at
+// row_slot(token) so that the lanes of one load hit different banks.
+// ferrattn_cuda::turbo::decode_smem_bytes mirrors these sizes.
 template <int D>
 struct UnitStage {
   static constexpr int kCodes = kBlock * D / 2;
@@ -1216,7 +1214,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int unit = blockIdx.x * kUnitsPerCta + warp;
   if (unit >= p.num_ctas) return;
-  u8* const stages = dsmem + warp * (kStages * S::kBytes);
+  u8* stages = dsmem + warp * S::kBytes;
   const u32 begin = p.cta_bounds[unit], end = p.cta_bounds[unit + 1];
   if (begin >= end) return;
   constexpr bool half = HALF;  // unit_softmax<D, 4> and the half-row O layout
@@ -1278,46 +1276,35 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
                                : lane == 1 ? reinterpret_cast<const u32*>(cp.v.bscale)
                                : lane == 2 ? cp.k.clamp
                                            : cp.v.clamp;
-  auto issue = [&](const UnitCursor& c, int which, u32 so) {  // so: the stage's byte offset
+  auto issue = [&](const UnitCursor& c, int which) {
     if (c.qt < 0 || c.ti >= (c.len >> 6)) return;  // kBlock = 64
     const bool b4 = c.bits == 4;
     const int rb_log = b4 ? (D == 128 ? 6 : 5) : (D == 128 ? 5 : 4);  // log2 row bytes
     const u64 code_off = c.code0 + (u32)(c.ti << (rb_log + 6));       // 64 rows a block (< 4 GiB a head)
     const u64 pb = c.pb0 + c.ti;
     const CacheView& cv = which ? cp.v : cp.k;
-    const u32 dst = (b4 ? dst4 : dst2) + so + (which ? S::kV : S::kK);
+    const u32 dst = (b4 ? dst4 : dst2) + (which ? S::kV : S::kK);
     const u8* src = cv.codes + code_off + 16 * lane;
     constexpr int kMaxSteps = D * 4 / 64;  // 512-byte steps of a 4-bit block
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i)
       if (b4 || i < kMaxSteps / 2) cp_async16_s(dst + 512 * i, src + 512 * i);
     if (lane < D / 8)  // 2 D / 16 chunks of channel parameters
-      cp_async16_s(stage_s + so + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
-    if (!which && lane < 4) cp_async4_s(stage_s + so + S::kScales + 4 * lane, scale_src + pb);
+      cp_async16_s(stage_s + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
+    if (!which && lane < 4) cp_async4_s(stage_s + S::kScales + 4 * lane, scale_src + pb);
   };
 
   UnitState<D> st;
-  static_assert(kStages == 2, "the ring below is written for two stages");
-  // `ahead`: the tile whose halves are issued next (one tile after `cur` once the loop runs)
-  UnitCursor ahead = cur;
-  issue(cur, 0, 0);
+  UnitCursor nxt = cur;
+  issue(cur, 0);
   cp_async_commit();
-  issue(cur, 1, 0);
-  cp_async_commit();
-  if (begin + 1 < end) {
-    advance(ahead);
-    issue(ahead, 0, S::kBytes);
-  }
-  cp_async_commit();
-  if (begin + 1 < end) issue(ahead, 1, S::kBytes);
+  issue(cur, 1);
   cp_async_commit();
   u32 slot = p.cta_slot[unit];
-  u32 so = 0;  // this tile's stage (byte offset); tile it + 2 is issued into it
   for (u32 it = begin; it < end; ++it) {
-    // pending cp.async groups here: K and V of this tile, K and V of the next
-    cp_async_wait<3>();
+    // pending cp.async groups here: K of this tile, V of this tile
+    cp_async_wait<1>();
     syncwarp();
-    u8* const stg = stages + so;
     const int b = cur.b;
     const int qt = cur.qt;
     const bool seg_first = it == begin || cur.ti == 0;
@@ -1398,7 +1385,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         const int bits = cur.bits;
         // the blocks' clamp flags (CacheView::clamp, exact, written with the blocks): the
         // folded path unless some code of K or V dequantizes past 127
-        const uint4 sc = *reinterpret_cast<const uint4*>(stg + S::kScales);
+        const uint4 sc = *reinterpret_cast<const uint4*>(stages + S::kScales);
         variant = (bits == 4 ? 0 : 2) + ((sc.z | sc.w) != 0 ? 0 : 1);
         s_k = __uint_as_float(sc.x);
         s_v = __uint_as_float(sc.y);
@@ -1408,22 +1395,22 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         ntok = ntok_buf;
       }
       switch (variant) {
-        case 0: unit_qk_compressed<D, 4, true>(st, stg, g, t, s); break;
+        case 0: unit_qk_compressed<D, 4, true>(st, stages, g, t, s); break;
         case 1:
           if (half && FERRATTN_TURBO_DECODE_HI_ROWS)
-            unit_qk_folded4_hi_rows<D>(st, stg, g, t, s);
+            unit_qk_folded4_hi_rows<D>(st, stages, g, t, s);
           else
-            unit_qk_folded<D, 4>(st, stg, g, t, s);
+            unit_qk_folded<D, 4>(st, stages, g, t, s);
           break;
-        case 2: unit_qk_compressed<D, 2, true>(st, stg, g, t, s); break;
-        case 3: unit_qk_folded<D, 2>(st, stg, g, t, s); break;
+        case 2: unit_qk_compressed<D, 2, true>(st, stages, g, t, s); break;
+        case 3: unit_qk_folded<D, 2>(st, stages, g, t, s); break;
         default: unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
       }
     }
     syncwarp();  // every lane is done with the K half before it is refilled
-    if (it + 2 < end) {
-      advance(ahead);
-      issue(ahead, 0, so);
+    if (it + 1 < end) {
+      advance(nxt);
+      issue(nxt, 0);
     }
     cp_async_commit();
     u32 pa0[2], pa2[2];
@@ -1441,24 +1428,24 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         unit_softmax<D, 8>(st, s, ntok, s_k, s_v, p.softmax_scale, ex, lane, pa0, pa2, rs, r, c);
       }
     }
-    // pending: V of this tile, K and V of the next, K of the one after
-    cp_async_wait<3>();
+    // pending: V of this tile, K of the next
+    cp_async_wait<1>();
     syncwarp();
     if (active) {
       if (half) {
         switch (variant) {
-          case 0: unit_pv_half<D, kPvClamp4>(st, stg, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          case 1: unit_pv_half<D, kPvFolded4>(st, stg, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          case 2: unit_pv_half<D, kPvClamp2>(st, stg, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          case 3: unit_pv_half<D, kPvFolded2>(st, stg, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          default: unit_pv_half<D, kPvBuffer>(st, stg, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+          case 0: unit_pv_half<D, kPvClamp4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_half<D, kPvFolded4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_half<D, kPvClamp2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_half<D, kPvFolded2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          default: unit_pv_half<D, kPvBuffer>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
         }
       } else {
         switch (variant) {
-          case 0: unit_pv_compressed<D, 4, true>(st, stg, g, t, pa0, pa2, rs, r, c); break;
-          case 1: unit_pv_folded<D, 4>(st, stg, g, t, pa0, pa2, rs, r, c); break;
-          case 2: unit_pv_compressed<D, 2, true>(st, stg, g, t, pa0, pa2, rs, r, c); break;
-          case 3: unit_pv_folded<D, 2>(st, stg, g, t, pa0, pa2, rs, r, c); break;
+          case 0: unit_pv_compressed<D, 4, true>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_folded<D, 4>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_compressed<D, 2, true>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_folded<D, 2>(st, stages, g, t, pa0, pa2, rs, r, c); break;
           default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
         }
       }
@@ -1501,11 +1488,10 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         *reinterpret_cast<float2*>(p.part_ml + ((u64)slot * kUnitRows + g) * 2) = make_float2(st.m, st.l);
     }
     if (seg_last) ++slot;
-    if (it + 1 < end) advance(cur);
+    cur = nxt;  // advanced once, before K of the next tile was issued
     syncwarp();  // every lane is done with the V half before it is refilled
-    if (it + 2 < end) issue(ahead, 1, so);
+    if (it + 1 < end) issue(nxt, 1);
     cp_async_commit();
-    so ^= S::kBytes;
   }
   cp_async_wait<0>();
 }

@@ -68,17 +68,12 @@ const _: () = assert!(
 );
 const _: () = assert!(TURBO_BLOCK == ferrattn_core::turbo::decode_plan::DECODE_BLOCK);
 
-/// Stages of a decode unit's ring (`kStages` of turbo_decode.cu): a tile's K and V halves are
-/// issued `DECODE_STAGES - 1` tiles ahead of their use.
-pub const DECODE_STAGES: usize = 2;
-
 /// Dynamic shared memory of a decode CTA (mirrors `UnitStage<D>` of turbo_decode.cu): per warp
-/// [`DECODE_STAGES`] stages, each one tile's K half (4-bit codes of 64 tokens, channel
-/// parameters, both block scales and clamp flags) and one tile's V half (codes, channel
-/// parameters), refilled apart. 70 KB at d 128: three CTAs an SM (the register cap) still fit.
+/// one tile's K half (4-bit codes of 64 tokens, channel parameters, both block scales and clamp
+/// flags) and one tile's V half (codes, channel parameters), refilled apart.
 pub fn decode_smem_bytes(head_dim: usize) -> usize {
     let stage = 2 * (TURBO_BLOCK * head_dim / 2) + 4 * head_dim + 16;
-    DECODE_UNITS_PER_CTA * DECODE_STAGES * stage
+    DECODE_UNITS_PER_CTA * stage
 }
 
 /// Largest GQA group the `turbo_decode_g4_*` instance serves ([`TurboKernels::decode_for`]).
