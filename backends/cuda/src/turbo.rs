@@ -397,8 +397,11 @@ pub struct TurboKernels {
     fast: bool,
     combine: Function,
     /// The combine is launched with programmatic stream serialization after the decode
-    /// ([`launch_dependent_on_stream`]): compute capability 9.0 or newer, unless
-    /// `FERRATTN_TURBO_COMBINE_PDL=0` (read when the kernels are chosen; a comparison hook).
+    /// ([`launch_dependent_on_stream`]): compute capability 9.0 or newer and
+    /// `FERRATTN_TURBO_COMBINE_PDL=1` (read when the kernels are chosen). Off by default: on an
+    /// H200 it took 0.4-1.6 us off batch 1 and most 1 GB shapes but added 1.3 us (1.4%) at
+    /// 16 x 16k INT4 (issue 11, docs/TURBO_CUDA.md "Decode: a second cp.async stage, and the
+    /// combine under PDL").
     pub(crate) combine_pdl: bool,
     append: Function,
     flush: Function,
@@ -928,7 +931,7 @@ impl CudaBackend {
                 .caps
                 .compute_capability
                 .is_some_and(|cc| cc >= (9, 0))
-                && std::env::var("FERRATTN_TURBO_COMBINE_PDL").map_or(true, |v| v != "0"),
+                && std::env::var("FERRATTN_TURBO_COMBINE_PDL").is_ok_and(|v| v == "1"),
             append: m.decode.function(&n.append)?,
             flush: m.decode.function(&n.flush)?,
         })
