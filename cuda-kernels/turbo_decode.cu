@@ -90,6 +90,26 @@ constexpr int kCombineThreads = 32;  // turbo_combine_*: one warp a CTA (ferratt
 constexpr int kUnitRows = 8;   // query heads per output tile (MMA rows 0-7; rows 8-15 stay zero)
 constexpr int kUnitsPerCta = kThreads / 32;
 
+// Programmatic dependent launch of the combine (sm_90; the host sets the launch attribute only
+// there and only with FERRATTN_TURBO_COMBINE_PDL=1, ferrattn_cuda::TurboKernels::combine_pdl;
+// without it both instructions are no-ops).
+// Every decode instance lets the combine be scheduled first thing, so that its launch, its CTAs'
+// distribution and its SAS table overlap the decode's tail; a combine CTA takes an SM slot only
+// once every decode CTA has started (and, at 168 registers a thread, only where a decode CTA has
+// left). The combine reads nothing from memory before `pdl_wait`, which returns once the decode
+// has completed and its writes (the partials) are visible: the rule the TurboQuant decode
+// (turboquant_decode.cu, pdl_wait) arrived at, where L1-cached reads before the wait failed.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // A unit's staging area: one tile's K half (packed codes, room for 4 bits; K's channel
 // parameters, D scales then D zero points; the two f32 block scales and the two blocks' clamp
 // flags, CacheView::clamp) and one tile's V half (codes and channel parameters). The halves are
@@ -1187,6 +1207,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   constexpr int KCH = D / 4, VCH = D / 8, KS = D / 32;
   extern __shared__ __align__(16) u8 dsmem[];
   __shared__ float sLut[17];
+  pdl_launch_dependents();  // the combine may be scheduled (it waits for this grid to complete)
   sas_lut_init(sLut);
   __syncthreads();  // the only CTA barrier: units are independent from here on
   const Exp ex{sLut, (float)p.sas_nr, p.sas};
@@ -1502,6 +1523,7 @@ __device__ __forceinline__ void combine_body(const DecodeParams& p) {
   __shared__ float sLut[17];
   sas_lut_init(sLut);
   __syncthreads();
+  pdl_wait();  // the decode's partials: nothing is read from memory before this
   const Exp ex{sLut, (float)p.sas_nr, p.sas};
   const int tile = blockIdx.x;
   const int tiles_per_seq = p.heads_kv * p.qgroups;

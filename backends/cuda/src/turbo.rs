@@ -396,6 +396,13 @@ pub struct TurboKernels {
     /// The fast-contract instances ([`CudaBackend::turbo_decode_is_fast`]).
     fast: bool,
     combine: Function,
+    /// The combine is launched with programmatic stream serialization after the decode
+    /// ([`launch_dependent_on_stream`]): compute capability 9.0 or newer and
+    /// `FERRATTN_TURBO_COMBINE_PDL=1` (read when the kernels are chosen). Off by default: on an
+    /// H200 it took 0.4-1.6 us off batch 1 and most 1 GB shapes but added 1.3 us (1.4%) at
+    /// 16 x 16k INT4 (issue 11, docs/TURBO_CUDA.md "Decode: a second cp.async stage, and the
+    /// combine under PDL").
+    pub(crate) combine_pdl: bool,
     append: Function,
     flush: Function,
 }
@@ -764,6 +771,62 @@ fn launch_on_stream<P>(
     })
 }
 
+/// [`launch_on_stream`] without dynamic shared memory, with `programmatic`: under programmatic
+/// stream serialization, so that `f` may be scheduled once every CTA of the kernel before it on
+/// `stream` has started and signalled (`griddepcontrol.launch_dependents`, first thing in every
+/// `turbo_decode_*`), its launch overlapping that kernel's tail. Inside a stream capture the
+/// driver records a programmatic graph edge. Only for `turbo_combine_*`, which reads nothing
+/// before `griddepcontrol.wait` (the decode complete and its writes visible) and writes nothing
+/// the decode reads.
+fn launch_dependent_on_stream<P>(
+    gpu: &Arc<Gpu>,
+    f: &Function,
+    grid: (usize, usize, usize),
+    threads: u32,
+    stream: sys::CUstream,
+    programmatic: bool,
+    params: &mut P,
+) -> Result<()> {
+    if !programmatic {
+        return launch_on_stream(gpu, f, grid, threads, 0, stream, params);
+    }
+    if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+        return Ok(());
+    }
+    if grid.1 > 65535 || grid.2 > 65535 || grid.0 > i32::MAX as usize {
+        return Err(CudaError::Unsupported {
+            what: format!("grid {grid:?} for {}", f.name),
+            supported: "x < 2^31, y and z <= 65535".into(),
+        });
+    }
+    let _bound = gpu.bind()?;
+    let mut args = [params as *mut P as *mut std::ffi::c_void];
+    // Raw cuLaunchKernelEx: cudarc's safe layer has no launch attributes.
+    // SAFETY: an all-zero launch attribute is a valid value of the C union (IGNORE), then
+    // filled as the driver documents it.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: grid.0 as u32,
+        gridDimY: grid.1 as u32,
+        gridDimZ: grid.2 as u32,
+        blockDimX: threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: `cfg` and `attr` outlive the call; `params` is the #[repr(C)] mirror of the
+    // kernel's single by-value parameter, whose addresses the callers' (unsafe) entry points
+    // vouched for, as for the stream.
+    check("cuLaunchKernelEx", unsafe {
+        sys::cuLaunchKernelEx(&cfg, f.f, args.as_mut_ptr(), std::ptr::null_mut())
+    })
+}
+
 fn to_bits16(dtype: DType, data: &[f32]) -> Vec<u16> {
     match dtype {
         DType::F16 => data.iter().map(|&x| f16::from_f32(x).to_bits()).collect(),
@@ -863,6 +926,12 @@ impl CudaBackend {
             full_rows_only: self.options.turbo_decode_full_rows,
             fast: self.turbo_decode_is_fast(),
             combine: m.decode.function(&n.combine)?,
+            combine_pdl: self
+                .gpu()?
+                .caps
+                .compute_capability
+                .is_some_and(|cc| cc >= (9, 0))
+                && std::env::var("FERRATTN_TURBO_COMBINE_PDL").is_ok_and(|v| v == "1"),
             append: m.decode.function(&n.append)?,
             flush: m.decode.function(&n.flush)?,
         })
@@ -1475,12 +1544,13 @@ impl CudaBackend {
             decode_smem_bytes(cache.head_dim),
             &mut dp,
         )?;
-        launch_with(
+        launch_dependent_on_stream(
             gpu,
             &prep.kernels.combine,
             (pl.num_tiles(), combine_rows(pl.heads_q, pl.heads_kv), 1),
             TURBO_COMBINE_THREADS,
-            0,
+            gpu.stream,
+            prep.kernels.combine_pdl,
             &mut dp,
         )
     }

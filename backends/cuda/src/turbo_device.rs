@@ -796,7 +796,8 @@ impl TurboStepKernels {
             stream,
             &mut dp,
         )?;
-        self.launch(
+        super::launch_dependent_on_stream(
+            &self.gpu,
             &self.kernels.combine,
             (
                 pl.num_tiles(),
@@ -804,8 +805,8 @@ impl TurboStepKernels {
                 1,
             ),
             crate::turbo::TURBO_COMBINE_THREADS,
-            0,
             stream,
+            self.kernels.combine_pdl,
             &mut dp,
         )
     }
