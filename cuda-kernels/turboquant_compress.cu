@@ -774,7 +774,12 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     fence_x<D>(x);  // x is wgmma's operand until here
     const Rows r = cur;
     cur = nx;
-    if (c + (int)gridDim.x < chunks) load_rows<D>(p, cur, q, x);
+    // unconditional: past the last chunk `cur` holds no token and row 0 is loaded, never used.
+    // Inside `if` the loads ended a basic block of their own, where ptxas put the moves that
+    // form the A fragments (two rows per register quad) right after them, waiting there for
+    // the loads (the largest stall, issue 10's fifth compression pass); now the loads and moves
+    // are scheduled with the epilogue
+    load_rows<D>(p, cur, q, x);
 
     // codes: thread (g, q) holds channels 8j + 2q + e (e = 0, 1) of its rows 0 (acc[4j + e]) and
     // 1 (acc[4j + 2 + e]), j < D/8; packed into words as they come. Keys, row t: byte j of lane
