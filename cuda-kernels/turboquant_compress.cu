@@ -751,18 +751,12 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   __syncthreads();
   const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
   const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
-  // the next chunk's rows into L2 now; each iteration then prefetches the chunk after its next
-  prefetch_rows<D>(p, chunk_rows(p, c + gridDim.x, items, tile, pair), q);
 
   for (; c < chunks; c += gridDim.x) {
     float acc[NA];
     product_issue<D, SPLIT>([&](int kk, u32(&a)[4]) { a_frag<D>(x, kk, a); }, pih_a, pil_a, acc);
-    // the rows two chunks ahead (their dst0 / count loads return under the norms): more bytes in
-    // flight than the one chunk of registers, whose loads then hit L2
-    const Rows ahead = chunk_rows(p, c + 2 * gridDim.x, items, tile, pair);
     // the row norms on the CUDA cores while the tensor cores run
     const float n0 = row_norm<D>(x[0]), n1 = row_norm<D>(x[1]);
-    prefetch_rows<D>(p, ahead, q);
     // the next chunk's rows before the wait: their dst0 / count loads return under it
     const Rows nx = chunk_rows(p, c + gridDim.x, items, tile, pair);
     const float i0 = n0 > 0.f ? tq::fdiv_rn(1.f, n0) : 0.f, i1 = n1 > 0.f ? tq::fdiv_rn(1.f, n1) : 0.f;
