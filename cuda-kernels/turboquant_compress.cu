@@ -632,6 +632,18 @@ __device__ __forceinline__ void load_rows(const FastParams& p, const Rows& r, in
   }
 }
 
+// the thread's share of a chunk's rows into L2 (no registers held): the quad's 4 threads cover
+// the 2 rows x D/64 128-byte lines of its token pair, one line each (D 128; D 64: threads 0, 1)
+template <int D>
+__device__ __forceinline__ void prefetch_rows(const FastParams& p, const Rows& r, int q) {
+  constexpr int kLines = D / 64;  // 128-byte lines per row
+  const int t = q / kLines, l = q % kLines;
+  if (t < 2 && (t ? r.od : r.ev)) {
+    const u16* a = p.src + (r.src + (t ? p.heads_kv : 0)) * D + 64 * l;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+  }
+}
+
 // ‖x‖ of the thread's two rows (the quad's 4 threads hold the 4 parts of each row). First an f32
 // sum of the (exact) squares in 4 FMA chains of D/16 terms, a fixed tree over them and a butterfly
 // over the quad (a + b == b + a: every thread ends with one value): at most D/16 - 1 + 2 + 2 <=
@@ -745,6 +757,8 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     product_issue<D, SPLIT>([&](int kk, u32(&a)[4]) { a_frag<D>(x, kk, a); }, pih_a, pil_a, acc);
     // the row norms on the CUDA cores while the tensor cores run
     const float n0 = row_norm<D>(x[0]), n1 = row_norm<D>(x[1]);
+    // the next chunk's rows before the wait: their dst0 / count loads return under it
+    const Rows nx = chunk_rows(p, c + gridDim.x, items, tile, pair);
     const float i0 = n0 > 0.f ? tq::fdiv_rn(1.f, n0) : 0.f, i1 = n1 > 0.f ? tq::fdiv_rn(1.f, n1) : 0.f;
     // the norm folded into the lookup (code_scaled): the grid's scale per row, n (1 for a zero row)
     const float s0 = n0 > 0.f ? tq::fmul_rn(i0, p.lut_scale) : p.lut_scale;
@@ -753,10 +767,13 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     product_wait<D>(acc);
     fence_x<D>(x);  // x is wgmma's operand until here
     const Rows r = cur;
-    if (c + (int)gridDim.x < chunks) {
-      cur = chunk_rows(p, c + gridDim.x, items, tile, pair);
-      load_rows<D>(p, cur, q, x);
-    }
+    cur = nx;
+    // unconditional: past the last chunk `cur` holds no token and row 0 is loaded, never used.
+    // Inside `if` the loads ended a basic block of their own, where ptxas put the moves that
+    // form the A fragments (two rows per register quad) right after them, waiting there for
+    // the loads (the largest stall, issue 10's fifth compression pass); now the loads and moves
+    // are scheduled with the epilogue
+    load_rows<D>(p, cur, q, x);
 
     // codes: thread (g, q) holds channels 8j + 2q + e (e = 0, 1) of its rows 0 (acc[4j + e]) and
     // 1 (acc[4j + 2 + e]), j < D/8; packed into words as they come. Keys, row t: byte j of lane
