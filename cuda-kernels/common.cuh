@@ -229,4 +229,21 @@ __device__ __forceinline__ Flt4 ld_cg4(const float* p) {
   return v;
 }
 
+// ---- Programmatic dependent launch (sm_90; no-ops elsewhere) -----------------------------------
+// Both are no-ops unless the host launched the kernel with programmatic stream serialization
+// (ferrattn_cuda::launch::launch_programmatic). `pdl_wait` returns once the kernel before on the
+// stream has completed and its writes are visible. `pdl_launch_dependents` lets the next kernel
+// start being scheduled; a CTA of it takes an SM slot only once every CTA of this grid has
+// started. What each kernel may read before its wait is said where it waits.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace ferrattn

@@ -99,16 +99,7 @@ constexpr int kUnitsPerCta = kThreads / 32;
 // left). The combine reads nothing from memory before `pdl_wait`, which returns once the decode
 // has completed and its writes (the partials) are visible: the rule the TurboQuant decode
 // (turboquant_decode.cu, pdl_wait) arrived at, where L1-cached reads before the wait failed.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// (pdl_wait and pdl_launch_dependents: common.cuh.)
 
 // A unit's staging area: one tile's K half (packed codes, room for 4 bits; K's channel
 // parameters, D scales then D zero points; the two f32 block scales and the two blocks' clamp

@@ -157,19 +157,7 @@ struct CombineParams {
 // host's tables and Π are complete when the decode and the merge start), and only through L2
 // (ld.global.cg, cp.async.cg): never an L1-cached load. The prepare's and the decode's outputs
 // are read after the wait.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-// Lets the next kernel of the stream (if launched with the attribute) start being scheduled.
-// Called first thing: the kernels after it wait (pdl_wait) before touching anything this one
-// writes, and a CTA of theirs only takes an SM slot once every CTA of this grid has started.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// (pdl_wait and pdl_launch_dependents: common.cuh.)
 
 constexpr int INT_MAX_ = 0x7fffffff;
 // max of two floats in one instruction (max.f32; fmax2's compare and select take two). They

@@ -331,6 +331,49 @@ pub(crate) unsafe fn launch_on(
     }
 }
 
+/// Enqueues `f` on `stream` under programmatic stream serialization (compute capability 9.0 or
+/// newer): `f` may be scheduled once every CTA of the kernel before it on `stream` has started and
+/// signalled (`griddepcontrol.launch_dependents`), its launch overlapping that kernel's tail, and
+/// waits on the device (`griddepcontrol.wait`) before reading that kernel's output. Inside a
+/// stream capture the driver records a programmatic graph edge.
+///
+/// # Safety
+/// As [`launch_on`]; `f` calls `griddepcontrol.wait` before its first read of anything the kernel
+/// before it on `stream` writes, and writes nothing that kernel reads.
+pub(crate) unsafe fn launch_programmatic(
+    gpu: &Arc<Gpu>,
+    f: &Function,
+    grid: [u32; 3],
+    block: u32,
+    smem: u32,
+    stream: sys::CUstream,
+    args: &mut [*mut std::ffi::c_void],
+) -> Result<()> {
+    let _bound = gpu.bind()?;
+    // Raw cuLaunchKernelEx: cudarc's safe layer has no launch attributes.
+    // SAFETY: an all-zero launch attribute is a valid value of the C union (IGNORE), then
+    // filled as the driver documents it.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: smem,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: `cfg` and `attr` outlive the call; args as in this function's contract.
+    check("cuLaunchKernelEx", unsafe {
+        sys::cuLaunchKernelEx(&cfg, f.f, args.as_mut_ptr(), std::ptr::null_mut())
+    })
+}
+
 /// Where K and V live.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]

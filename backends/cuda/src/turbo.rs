@@ -45,7 +45,7 @@ pub mod device;
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
 use crate::kernels::{self, Function, Module};
-use crate::launch::{DeviceInputs, DeviceOutputs};
+use crate::launch::{launch_programmatic, DeviceInputs, DeviceOutputs};
 use crate::CudaBackend;
 use cudarc::driver::sys;
 use ferrattn_core::turbo::cache::{resolve_bits, Int8Buffer, SeqCache, TensorCache};
@@ -397,7 +397,7 @@ pub struct TurboKernels {
     fast: bool,
     combine: Function,
     /// The combine is launched with programmatic stream serialization after the decode
-    /// ([`launch_dependent_on_stream`]): compute capability 9.0 or newer and
+    /// ([`launch_programmatic`]): compute capability 9.0 or newer and
     /// `FERRATTN_TURBO_COMBINE_PDL=1` (read when the kernels are chosen). Off by default: on an
     /// H200 it took 0.4-1.6 us off batch 1 and most 1 GB shapes but added 1.3 us (1.4%) at
     /// 16 x 16k INT4 (issue 11, docs/TURBO_CUDA.md "Decode: a second cp.async stage, and the
@@ -725,11 +725,15 @@ fn launch_with<P>(
     smem_bytes: u32,
     params: &mut P,
 ) -> Result<()> {
-    launch_on_stream(gpu, f, grid, threads, smem_bytes, gpu.stream, params)
+    launch_on_stream(gpu, f, grid, threads, smem_bytes, gpu.stream, false, params)
 }
 
 /// Launches `f` with its single by-value parameter block on `stream` (the backend's own stream,
-/// or a caller's for the device path in `device`). An empty grid launches nothing.
+/// or a caller's for the device path in `device`); with `programmatic`, through
+/// [`launch_programmatic`] (only `turbo_combine_*`, which reads nothing before
+/// `griddepcontrol.wait` and writes nothing the decode reads; every `turbo_decode_*` signals
+/// `griddepcontrol.launch_dependents` first thing). An empty grid launches nothing.
+#[allow(clippy::too_many_arguments)]
 fn launch_on_stream<P>(
     gpu: &Arc<Gpu>,
     f: &Function,
@@ -737,6 +741,7 @@ fn launch_on_stream<P>(
     threads: u32,
     smem_bytes: u32,
     stream: sys::CUstream,
+    programmatic: bool,
     params: &mut P,
 ) -> Result<()> {
     if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
@@ -748,8 +753,15 @@ fn launch_on_stream<P>(
             supported: "x < 2^31, y and z <= 65535".into(),
         });
     }
-    let _bound = gpu.bind()?;
     let mut args = [params as *mut P as *mut std::ffi::c_void];
+    if programmatic {
+        let grid = [grid.0 as u32, grid.1 as u32, grid.2 as u32];
+        // SAFETY: as below; the combine's wait is the contract of `launch_programmatic`.
+        return unsafe {
+            launch_programmatic(gpu, f, grid, threads, smem_bytes, stream, &mut args)
+        };
+    }
+    let _bound = gpu.bind()?;
     // SAFETY: `params` is the #[repr(C)] mirror of the kernel's single by-value parameter; the
     // callers' (unsafe) entry points vouched for the addresses inside it and for the stream.
     // Raw `cuLaunchKernel`: cudarc's safe launch builder takes its own stream type, not a
@@ -768,62 +780,6 @@ fn launch_on_stream<P>(
             args.as_mut_ptr(),
             std::ptr::null_mut(),
         )
-    })
-}
-
-/// [`launch_on_stream`] without dynamic shared memory, with `programmatic`: under programmatic
-/// stream serialization, so that `f` may be scheduled once every CTA of the kernel before it on
-/// `stream` has started and signalled (`griddepcontrol.launch_dependents`, first thing in every
-/// `turbo_decode_*`), its launch overlapping that kernel's tail. Inside a stream capture the
-/// driver records a programmatic graph edge. Only for `turbo_combine_*`, which reads nothing
-/// before `griddepcontrol.wait` (the decode complete and its writes visible) and writes nothing
-/// the decode reads.
-fn launch_dependent_on_stream<P>(
-    gpu: &Arc<Gpu>,
-    f: &Function,
-    grid: (usize, usize, usize),
-    threads: u32,
-    stream: sys::CUstream,
-    programmatic: bool,
-    params: &mut P,
-) -> Result<()> {
-    if !programmatic {
-        return launch_on_stream(gpu, f, grid, threads, 0, stream, params);
-    }
-    if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
-        return Ok(());
-    }
-    if grid.1 > 65535 || grid.2 > 65535 || grid.0 > i32::MAX as usize {
-        return Err(CudaError::Unsupported {
-            what: format!("grid {grid:?} for {}", f.name),
-            supported: "x < 2^31, y and z <= 65535".into(),
-        });
-    }
-    let _bound = gpu.bind()?;
-    let mut args = [params as *mut P as *mut std::ffi::c_void];
-    // Raw cuLaunchKernelEx: cudarc's safe layer has no launch attributes.
-    // SAFETY: an all-zero launch attribute is a valid value of the C union (IGNORE), then
-    // filled as the driver documents it.
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    let cfg = sys::CUlaunchConfig {
-        gridDimX: grid.0 as u32,
-        gridDimY: grid.1 as u32,
-        gridDimZ: grid.2 as u32,
-        blockDimX: threads,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: 0,
-        hStream: stream,
-        attrs: &mut attr,
-        numAttrs: 1,
-    };
-    // SAFETY: `cfg` and `attr` outlive the call; `params` is the #[repr(C)] mirror of the
-    // kernel's single by-value parameter, whose addresses the callers' (unsafe) entry points
-    // vouched for, as for the stream.
-    check("cuLaunchKernelEx", unsafe {
-        sys::cuLaunchKernelEx(&cfg, f.f, args.as_mut_ptr(), std::ptr::null_mut())
     })
 }
 
@@ -1544,11 +1500,12 @@ impl CudaBackend {
             decode_smem_bytes(cache.head_dim),
             &mut dp,
         )?;
-        launch_dependent_on_stream(
+        launch_on_stream(
             gpu,
             &prep.kernels.combine,
             (pl.num_tiles(), combine_rows(pl.heads_q, pl.heads_kv), 1),
             TURBO_COMBINE_THREADS,
+            0,
             gpu.stream,
             prep.kernels.combine_pdl,
             &mut dp,

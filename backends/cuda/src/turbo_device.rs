@@ -455,7 +455,7 @@ impl TurboStepKernels {
         stream: sys::CUstream,
         params: &mut P,
     ) -> Result<()> {
-        super::launch_on_stream(&self.gpu, f, grid, threads, smem, stream, params)
+        super::launch_on_stream(&self.gpu, f, grid, threads, smem, stream, false, params)
     }
 
     fn upload_image(&self, image: &[u8], workspace: u64, stream: sys::CUstream) -> Result<()> {
@@ -796,7 +796,7 @@ impl TurboStepKernels {
             stream,
             &mut dp,
         )?;
-        super::launch_dependent_on_stream(
+        super::launch_on_stream(
             &self.gpu,
             &self.kernels.combine,
             (
@@ -805,6 +805,7 @@ impl TurboStepKernels {
                 1,
             ),
             crate::turbo::TURBO_COMBINE_THREADS,
+            0,
             stream,
             self.kernels.combine_pdl,
             &mut dp,

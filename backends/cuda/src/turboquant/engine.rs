@@ -19,7 +19,7 @@ use super::{
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
 use crate::kernels::{self, Function};
-use crate::launch::{launch_on, DeviceOutputs};
+use crate::launch::{launch_on, launch_programmatic, DeviceOutputs};
 use crate::CudaBackend;
 use cudarc::driver::sys;
 use ferrattn_core::turboquant::{TurboQuantCodec, TurboQuantConfig};
@@ -53,12 +53,9 @@ fn arg<T>(x: &mut T) -> *mut std::ffi::c_void {
     x as *mut T as *mut std::ffi::c_void
 }
 
-/// [`launch_on`] (plain, not cooperative) or, with `programmatic`, with programmatic stream
-/// serialization: the kernel may be scheduled once every CTA of the kernel before it on `stream`
-/// has started and signalled (`griddepcontrol.launch_dependents`: first thing in the decode and
-/// the merge, right after its own wait in the query preparation), and waits on the device
-/// (`griddepcontrol.wait`) before reading that kernel's output. Inside a stream capture the
-/// driver records a programmatic graph edge.
+/// [`launch_on`] (plain, not cooperative) or, with `programmatic`, [`launch_programmatic`] (the
+/// decode and the merge signal `griddepcontrol.launch_dependents` first thing, the query
+/// preparation right after its own wait).
 ///
 /// # Safety
 /// As [`launch_on`]; `f` calls `griddepcontrol.wait` before its first read of anything the
@@ -72,33 +69,14 @@ unsafe fn launch_step_kernel(
     programmatic: bool,
     args: &mut [*mut std::ffi::c_void],
 ) -> Result<()> {
-    if !programmatic {
-        // SAFETY: forwarded from this function's contract.
-        return unsafe { launch_on(gpu, f, (grid, block), smem, stream, false, args) };
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        if programmatic {
+            launch_programmatic(gpu, f, [grid, 1, 1], block, smem, stream, args)
+        } else {
+            launch_on(gpu, f, (grid, block), smem, stream, false, args)
+        }
     }
-    let _bound = gpu.bind()?;
-    // Raw cuLaunchKernelEx: cudarc's safe layer has no launch attributes.
-    // SAFETY: an all-zero launch attribute is a valid value of the C union (IGNORE), then
-    // filled as the driver documents it.
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    let cfg = sys::CUlaunchConfig {
-        gridDimX: grid,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: block,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: smem,
-        hStream: stream,
-        attrs: &mut attr,
-        numAttrs: 1,
-    };
-    // SAFETY: `cfg` and `attr` outlive the call; args as in this function's contract.
-    check("cuLaunchKernelEx", unsafe {
-        sys::cuLaunchKernelEx(&cfg, f.f, args.as_mut_ptr(), std::ptr::null_mut())
-    })
 }
 
 fn set_smem(f: &Function, bytes: usize) -> Result<()> {
