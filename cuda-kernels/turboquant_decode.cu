@@ -63,15 +63,14 @@ namespace tq {
 constexpr int kUnitWarps16 = 4;   // warps (units) per CTA of the decode kernels with 16 rows; with
                                   // <= 8 rows the launch's (blockDim.x / 32, at most kMaxUnitWarps8:
                                   // ferrattn_cuda::turboquant::unit_warps)
-constexpr int kMaxUnitWarps8 = 14;
-constexpr int kMaxRegs8 = 144;    // registers of the <= 8-row kernels: a 14-warp CTA fits an SM
+constexpr int kMaxUnitWarps8 = 7;
+constexpr int kMaxRegs8 = 144;    // registers of the <= 8-row kernels: 7-warp CTAs fit 2 per SM
                                   // (128, 4 CTAs of 4 warps per SM, measured slower:
                                   // issue-10-decode6 call 1)
-static_assert(kMaxUnitWarps8 * 32 * kMaxRegs8 <= 65536, "one 14-warp CTA per SM (registers)");
+static_assert(2 * kMaxUnitWarps8 * 32 * kMaxRegs8 <= 65536, "two 7-warp CTAs per SM (registers)");
 constexpr int kRows = 16;         // MMA rows of an output tile
 constexpr int kTileK = 16;        // tokens per iteration
 constexpr int kStages = 3;        // cp.async ring of each warp: stages in flight + the one computed
-constexpr int kDeepStages = 4;    // the ring of the _r8d kernels (the <= 8-row ones, one stage deeper)
 constexpr int kSlots = 4;         // 16-byte code slots per lane and stage (see Stage)
 constexpr int kSmallBytes = 512;  // a stage's sign and norm bytes after its code slots (<= 352 used)
 constexpr int kStageBytes = kSlots * 32 * 16 + kSmallBytes;  // 2560
@@ -708,7 +707,7 @@ __device__ __forceinline__ void fused_merge(const DecodeParams& p, uint4* smem) 
   }
 }
 
-template <int D, bool QJL, bool KWIDE, bool VWIDE, bool R16, bool FUSED, int STAGES>
+template <int D, bool QJL, bool KWIDE, bool VWIDE, bool R16, bool FUSED>
 __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   constexpr int CH = D / 16;  // k16 chunks of the head dim
   constexpr int NB = D / 8;   // n8 blocks of the output
@@ -720,7 +719,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   // FUSED: every warp reaches fused_merge's CTA barriers (a warp past the last unit walks no
   // segment); otherwise there is no CTA barrier below and a warp may leave
   if (unit >= p.units && !FUSED) return;
-  uint4* ring = ring_all + (size_t)warp * STAGES * kStageU4;
+  uint4* ring = ring_all + (size_t)warp * kStages * kStageU4;
   const u32 ring_s = smem_addr(ring) + 16 * lane;  // shared address of this lane's slot 0, stage 0
   // query A fragments, [2][CH][32 lanes] uint4 per warp after the rings, read with one 16-byte
   // load per MMA (whole register quads: no per-iteration moves to build them, and out of the
@@ -731,7 +730,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   // a chunk with rows 8-15 zero): 13.5 KiB a warp at D = 128 (4 CTAs of 4 warps per SM at 128
   // registers measured slower: issue-10-decode6 call 1).
   constexpr int kQWarpU4 = R16 ? 2 * CH * 32 : CH * 32 + CH * 16;
-  uint4* qsm = ring_all + (size_t)kUnitWarps * STAGES * kStageU4 + (size_t)warp * kQWarpU4;
+  uint4* qsm = ring_all + (size_t)kUnitWarps * kStages * kStageU4 + (size_t)warp * kQWarpU4;
   const int g = lane >> 2, q = lane & 3;
   u32 ktab[8], vtab[8];
 #pragma unroll
@@ -762,11 +761,11 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     hd.iters = hd.tok1 > hd.tok0 ? (hd.tok1 - hd.tok0 + kTileK - 1) / kTileK : 0;
     return hd;
   };
-  // the whole ring (STAGES stages) of a segment; hd.src is left at the first stage not issued
+  // the whole ring (kStages stages) of a segment; hd.src is left at the first stage not issued
   auto issue_ring = [&](Head& hd) {
     advance<D>(hd.src, hd.tok0);
 #pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       if (s < hd.iters) issue_stage<D, QJL>(hd.src, ring_s + s * kStageBytes);
       cp_async_commit();
     }
@@ -802,7 +801,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     // it, are dead: their partial is written as empty); live_lim: the warp's least live end
     const bool dead0 = lim0 <= tok0, dead1 = !R16 || lim1 <= tok0;
     const int live_lim = warp_min(min(dead0 ? INT_MAX_ : lim0, dead1 ? INT_MAX_ : lim1));
-    Bases src = hd.src;  // at stage STAGES (when the segment has that many)
+    Bases src = hd.src;  // at stage kStages (when the segment has that many)
     // Π q as hi + lo (two f16 products: the scores then carry the rounding of the centroids
     // only). Every lane reads only the qsm entries it wrote, so no barrier; its reads of the
     // previous segment are done (program order).
@@ -1048,7 +1047,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
 
     if (iters > 0) {
       // prologue: stage 0's scores and softmax (O is zero: no rescale)
-      cp_async_wait<STAGES - 1>();  // this lane's copies of stage 0 have landed
+      cp_async_wait<kStages - 1>();  // this lane's copies of stage 0 have landed
       __syncwarp();                  // and every other lane's (the small bytes)
       Stage<D> kc;
       read_keys<D, QJL>(ring, lane, q, kc);
@@ -1060,13 +1059,13 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     }
 
     // byte offsets in the ring of stage it's slot (its values are read, then it is refilled) and
-    // of stage it + 1's (its keys are read): rotated, not recomputed as it % STAGES
+    // of stage it + 1's (its keys are read): rotated, not recomputed as it % kStages
     u32 so_v = 0, so_k = kStageBytes;
     const unsigned char* ring_b = reinterpret_cast<const unsigned char*>(ring);
 #pragma unroll 1
     for (int it = 0; it + 1 < iters; ++it) {
-      // stage it + 1 has landed (STAGES + it groups committed, the first it + 2 complete)
-      cp_async_wait<STAGES - 2>();
+      // stage it + 1 has landed (kStages + it groups committed, the first it + 2 complete)
+      cp_async_wait<kStages - 2>();
       // every lane's: the small bytes; also orders the reads of stage it's small bytes (in the
       // iteration before) before this iteration's refill of its slot
       __syncwarp();
@@ -1103,10 +1102,10 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         }
       }
       // refill stage it's slot (this lane read it above and its values went into the MMAs)
-      if (it + STAGES < iters) issue_stage<D, QJL>(src, ring_s + so_v);
+      if (it + kStages < iters) issue_stage<D, QJL>(src, ring_s + so_v);
       cp_async_commit();
       so_v = so_k;
-      so_k = so_k == (STAGES - 1) * kStageBytes ? 0u : so_k + kStageBytes;
+      so_k = so_k == (kStages - 1) * kStageBytes ? 0u : so_k + kStageBytes;
     }
 
     if (iters > 0) {
@@ -1546,21 +1545,16 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
 // 2-3 bits (v8) or 4 bits (v16); 8 or 16 MMA rows in use.
 // ATTR: the <= 8-row kernels are launched with 4 to kMaxUnitWarps8 warps per CTA (the host's
 // choice), so a register cap rather than launch bounds; the 16-row ones with 4 warps, 2 per SM.
-#define FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, RN, R16, FUSED, STAGES, ATTR)                \
+#define FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, RN, R16, FUSED, ATTR)                        \
   extern "C" __global__ void ATTR turboquant_decode_d##D##_##KN##_##VN##_##RN(                 \
       const ferrattn::tq::DecodeParams p) {                                                     \
-    ferrattn::tq::decode_unit<D, QJL, KW, VW, R16, FUSED, STAGES>(p);                           \
+    ferrattn::tq::decode_unit<D, QJL, KW, VW, R16, FUSED>(p);                                   \
   }
-// r8f: the 8-row kernel with the merge fused (fused_merge; opt-in, 7-warp CTAs one per SM);
-// r8d: the 8-row kernel with a ring of kDeepStages stages (issue-10-decode10)
-#define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, VN, VW)                                                 \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false, false, ferrattn::tq::kStages,               \
-                     __maxnreg__(ferrattn::tq::kMaxRegs8))                                            \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8d, false, false, ferrattn::tq::kDeepStages,          \
-                     __maxnreg__(ferrattn::tq::kMaxRegs8))                                            \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8f, false, true, ferrattn::tq::kStages,               \
-                     __maxnreg__(ferrattn::tq::kMaxRegs8))                                            \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r16, true, false, ferrattn::tq::kStages,               \
+// r8f: the 8-row kernel with the merge fused (fused_merge; opt-in, 7-warp CTAs one per SM)
+#define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, VN, VW)                                                         \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false, false, __maxnreg__(ferrattn::tq::kMaxRegs8))        \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8f, false, true, __maxnreg__(ferrattn::tq::kMaxRegs8))        \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r16, true, false,                                               \
                      __launch_bounds__(ferrattn::tq::kUnitWarps16 * 32, 2))
 #define FERRATTN_TQ_DECODE_V(D, KN, QJL, KW)         \
   FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, v8, false)    \

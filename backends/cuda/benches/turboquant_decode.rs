@@ -9,10 +9,10 @@
 //! f16). `--units`: stream-K width (default: the engine's); `--sets`: caches compressed from the
 //! same K/V and rotated over the graph's steps, as layers would be (default 1: one cache, which
 //! can sit in L2 when it is smaller); `--no-pdl`: plain stream order instead of programmatic
-//! dependent launch. The line ends with the decode's warps per CTA, its ring depth and where the merge ran
+//! dependent launch. The line ends with the decode's warps per CTA and where the merge ran
 //! (`merge fused`: inside the decode, opt-in at small work; `merge kernel`). Diagnostic switches of the
-//! engine (environment): `FERRATTN_TQ_UNIT_WARPS=4..14` (the 8-row decode's CTA size at every
-//! size), `FERRATTN_TQ_STAGES=3|4` (its ring depth), `FERRATTN_TQ_PREPARE_PDL=0` (the prepare in plain stream order), `FERRATTN_TQ_EARLY=0`,
+//! engine (environment): `FERRATTN_TQ_UNIT_WARPS=4..7` (the 8-row decode's CTA size at every
+//! size), `FERRATTN_TQ_PREPARE_PDL=0` (the prepare in plain stream order), `FERRATTN_TQ_EARLY=0`,
 //! `FERRATTN_TQ_PREPARE=v1|spread`, `FERRATTN_TQ_MERGE_WARPS=8|16`, `FERRATTN_TQ_PDL=0`,
 //! `FERRATTN_TQ_FUSED=1` (the merge inside the decode for the 7-warp small-work CTAs).
 //! Under ncu: the first `3 x configs` launches are the warm-up calls, one step per config.
@@ -80,7 +80,7 @@ fn main() {
             value_bits,
             ..TurboQuantConfig::paper_default(&p)
         };
-        let run = || -> ferrattn_cuda::Result<(f32, usize, usize, usize, bool, usize)> {
+        let run = || -> ferrattn_cuda::Result<(f32, usize, usize, usize, bool)> {
             let mut tq = b.turboquant(&cfg, &p)?;
             tq.set_programmatic_launch(pdl);
             let mut caches = vec![];
@@ -116,12 +116,11 @@ fn main() {
                 preps[0].units,
                 preps[0].warps_per_cta(),
                 preps[0].merge_fused(),
-                preps[0].ring_stages(),
             ))
         };
         match run() {
-            Ok((ms, bytes, units, warps, fused, stages)) => println!(
-                "turboquant B={batch} ctx={ctx} {name}: {ms:.4} ms per step, {:.0} GB/s of {:.1} MB compressed, {units} units, {sets} sets, pdl {pdl}, {warps}-warp CTAs, {stages}-stage rings, merge {}",
+            Ok((ms, bytes, units, warps, fused)) => println!(
+                "turboquant B={batch} ctx={ctx} {name}: {ms:.4} ms per step, {:.0} GB/s of {:.1} MB compressed, {units} units, {sets} sets, pdl {pdl}, {warps}-warp CTAs, merge {}",
                 bytes as f64 / (ms as f64 * 1e-3) / 1e9,
                 bytes as f64 / 1e6,
                 if fused { "fused" } else { "kernel" }

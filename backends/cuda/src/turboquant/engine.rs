@@ -12,10 +12,9 @@ use super::step::{
 };
 use super::support::{check_supported, kernel_names, KernelNames};
 use super::{
-    cache_capacity, compress_smem_bytes, decode_smem_bytes, decode_smem_bytes_ring, default_units,
+    cache_capacity, compress_smem_bytes, decode_smem_bytes, default_units,
     fast_compress_smem_bytes, fast_matrices, merge_warps, small_decode, small_work_smem_bytes,
-    DECODE_STAGES, DEEP_STAGES, FAST_ROWS, FAST_THREADS, FAST_TILE, MAX_UNIT_WARPS_R8,
-    SMALL_WORK_WARPS, UNIT_WARPS,
+    FAST_ROWS, FAST_THREADS, FAST_TILE, MAX_UNIT_WARPS_R8, UNIT_WARPS,
 };
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
@@ -132,8 +131,6 @@ pub struct TurboQuantCuda {
     decode_r8: Function,
     /// `decode_r8` with the merge fused in (opt-in, [`Self::fused_merge_for`]).
     decode_r8f: Function,
-    /// `decode_r8` with a ring of [`DEEP_STAGES`] stages ([`Self::ring_stages_for`]).
-    decode_r8d: Function,
     decode_r16: Function,
     /// The merge kernels of 8 and 16 warps a CTA (see [`merge_warps`]).
     combine: Function,
@@ -183,9 +180,6 @@ pub struct TurboQuantCuda {
     /// `FERRATTN_TQ_UNIT_WARPS` (4 to [`MAX_UNIT_WARPS_R8`]): the CTA size of every 8-row
     /// decode, whatever its size (see [`Self::unit_warps_for`]).
     unit_warps_forced: Option<usize>,
-    /// `FERRATTN_TQ_STAGES` (3 or [`DEEP_STAGES`]): the ring depth of every 8-row unfused
-    /// decode (see [`Self::ring_stages_for`]).
-    stages_forced: Option<usize>,
     /// A 7-warp CTA's shared memory fits this device (opt-in maximum per block): the
     /// small-work schedule is available ([`small_decode`]; 111 KiB at d = 128, so not on GPUs
     /// with about 100 KiB).
@@ -280,7 +274,6 @@ impl TurboQuantCuda {
             },
             decode_r8: dm.function(&names.decode_r8)?,
             decode_r8f: dm.function(&names.decode_r8f)?,
-            decode_r8d: dm.function(&names.decode_r8d)?,
             decode_r16: dm.function(&names.decode_r16)?,
             combine: dm.function(&names.combine)?,
             combine_w16: dm.function(&names.combine_w16)?,
@@ -317,7 +310,7 @@ impl TurboQuantCuda {
             late_ring: std::env::var("FERRATTN_TQ_EARLY").is_ok_and(|v| v == "0"),
             // FERRATTN_TQ_PREPARE_PDL=0: the prepare in plain stream order (diagnostic, as above)
             prepare_pdl: std::env::var("FERRATTN_TQ_PREPARE_PDL").map_or(true, |v| v != "0"),
-            // FERRATTN_TQ_UNIT_WARPS=4..14: the 8-row decode's CTA size (diagnostic, as above)
+            // FERRATTN_TQ_UNIT_WARPS=4..7: the 8-row decode's CTA size (diagnostic, as above)
             unit_warps_forced: std::env::var("FERRATTN_TQ_UNIT_WARPS")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -325,12 +318,7 @@ impl TurboQuantCuda {
                     (UNIT_WARPS..=MAX_UNIT_WARPS_R8).contains(&w)
                         && decode_smem_bytes(d, w, false) <= caps_smem
                 }),
-            // FERRATTN_TQ_STAGES=3|4: the 8-row decode's ring depth (diagnostic, as above)
-            stages_forced: std::env::var("FERRATTN_TQ_STAGES")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&s| s == DECODE_STAGES || s == DEEP_STAGES),
-            seven_fit: decode_smem_bytes(d, SMALL_WORK_WARPS, false) <= caps_smem,
+            seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false) <= caps_smem,
             fused_fit: small_work_smem_bytes(d, caps_smem) <= caps_smem,
             fused_on: std::env::var("FERRATTN_TQ_FUSED").is_ok_and(|v| v == "1"),
         };
@@ -345,17 +333,13 @@ impl TurboQuantCuda {
         for (i, f) in [&t.fast_values, &t.split_values].into_iter().enumerate() {
             set_smem(f, t.smem_fast_values[i])?;
         }
-        // the 8-row kernels are launched with 4 to 14 warps per CTA (unit_warps_for): their
-        // opt-in maximum is the largest CTA that fits, per ring depth
-        let most = |stages: usize| {
-            (UNIT_WARPS..=MAX_UNIT_WARPS_R8)
-                .rev()
-                .map(|w| decode_smem_bytes_ring(d, w, false, stages))
-                .find(|&b| b <= caps_smem)
-                .unwrap_or(decode_smem_bytes_ring(d, UNIT_WARPS, false, stages))
+        // the 8-row kernels are launched with 4 to 7 warps per CTA (unit_warps_for)
+        let most = if t.seven_fit {
+            MAX_UNIT_WARPS_R8
+        } else {
+            t.unit_warps_forced.unwrap_or(UNIT_WARPS)
         };
-        set_smem(&t.decode_r8, most(DECODE_STAGES))?;
-        set_smem(&t.decode_r8d, most(DEEP_STAGES))?;
+        set_smem(&t.decode_r8, decode_smem_bytes(d, most, false))?;
         if t.fused_fit {
             set_smem(&t.decode_r8f, small_work_smem_bytes(d, caps_smem))?;
         }
@@ -436,12 +420,11 @@ impl TurboQuantCuda {
     /// load.
     pub fn set_unit_warps(&mut self, warps: Option<usize>) -> Result<()> {
         if let Some(w) = warps {
-            let top = (UNIT_WARPS..=MAX_UNIT_WARPS_R8)
-                .rev()
-                .find(|&w| {
-                    decode_smem_bytes(self.head_dim, w, false) <= self.gpu.caps.shared_mem_per_block
-                })
-                .unwrap_or(UNIT_WARPS);
+            let top = if self.seven_fit {
+                MAX_UNIT_WARPS_R8
+            } else {
+                UNIT_WARPS
+            };
             if !(UNIT_WARPS..=top).contains(&w) {
                 return Err(CudaError::Unsupported {
                     what: format!("{w} warps per decode CTA"),
@@ -451,38 +434,6 @@ impl TurboQuantCuda {
         }
         self.unit_warps_forced = warps;
         Ok(())
-    }
-
-    /// Forces the ring depth of the 8-row unfused decode launches prepared from now on
-    /// ([`DECODE_STAGES`] or [`DEEP_STAGES`]; `None`: the default, [`Self::ring_stages_for`]),
-    /// as `FERRATTN_TQ_STAGES` does. The ring holds the same bytes either way: the outputs are
-    /// bit-identical (tested).
-    pub fn set_ring_stages(&mut self, stages: Option<usize>) -> Result<()> {
-        if let Some(s) = stages {
-            if s != DECODE_STAGES && s != DEEP_STAGES {
-                return Err(CudaError::Unsupported {
-                    what: format!("a decode ring of {s} stages"),
-                    supported: format!("{DECODE_STAGES} or {DEEP_STAGES}"),
-                });
-            }
-        }
-        self.stages_forced = stages;
-        Ok(())
-    }
-
-    /// Ring depth of an 8-row unfused decode launched with `warps` warps per CTA:
-    /// `FERRATTN_TQ_STAGES` / [`Self::set_ring_stages`] where that CTA's shared memory fits,
-    /// else [`DECODE_STAGES`].
-    pub fn ring_stages_for(&self, warps: usize) -> usize {
-        match self.stages_forced {
-            Some(s)
-                if decode_smem_bytes_ring(self.head_dim, warps, false, s)
-                    <= self.gpu.caps.shared_mem_per_block =>
-            {
-                s
-            }
-            _ => DECODE_STAGES,
-        }
     }
 
     /// Runs the merge inside the decode where [`Self::fused_merge_for`] allows it (`true`;
@@ -638,11 +589,6 @@ impl TurboQuantCuda {
                 let at = |off: usize| workspace + off as u64;
                 let warps = self.unit_warps_for(&t.problem);
                 let fused = self.fused_merge_for(t.r16, warps);
-                let stages = if t.r16 || fused {
-                    DECODE_STAGES
-                } else {
-                    self.ring_stages_for(warps)
-                };
                 Some(PreparedTurboQuantDecode {
                     problem: t.problem.clone(),
                     units: t.units,
@@ -654,13 +600,10 @@ impl TurboQuantCuda {
                         self.decode_r16.clone()
                     } else if fused {
                         self.decode_r8f.clone()
-                    } else if stages == DEEP_STAGES {
-                        self.decode_r8d.clone()
                     } else {
                         self.decode_r8.clone()
                     },
                     warps,
-                    stages,
                     r16: t.r16,
                     fused,
                     counts: at(r.counts),
@@ -992,12 +935,12 @@ impl TurboQuantCuda {
         let r16 = p.group_size() * p.max_seqlen_q > 8;
         let sms = self.gpu.caps.compute_units;
         if !r16 && self.unit_warps_forced.is_none() && self.seven_fit && small_decode(p, sms) {
-            return SMALL_WORK_WARPS * sms;
+            return MAX_UNIT_WARPS_R8 * sms;
         }
         default_units(p, self.resident[r16 as usize], sms, self.unit_warps_for(p))
     }
 
-    /// Warps per CTA of `p`'s decode launch: [`UNIT_WARPS`], or [`SMALL_WORK_WARPS`] for the
+    /// Warps per CTA of `p`'s decode launch: [`UNIT_WARPS`], or [`MAX_UNIT_WARPS_R8`] for the
     /// 8-row kernels at small work ([`small_decode`]), or `FERRATTN_TQ_UNIT_WARPS` (8 rows).
     pub fn unit_warps_for(&self, p: &AttentionProblem) -> usize {
         if p.group_size() * p.max_seqlen_q > 8 {
@@ -1006,7 +949,7 @@ impl TurboQuantCuda {
         match self.unit_warps_forced {
             Some(w) => w,
             None if self.seven_fit && small_decode(p, self.gpu.caps.compute_units) => {
-                SMALL_WORK_WARPS
+                MAX_UNIT_WARPS_R8
             }
             None => UNIT_WARPS,
         }
@@ -1015,7 +958,7 @@ impl TurboQuantCuda {
     /// Whether a decode launched with `warps` warps per CTA (`r16`: the 16-row kernels) runs
     /// the merge inside the decode kernel (`decode_r8f`): when it is turned on
     /// ([`Self::set_fused_merge`], `FERRATTN_TQ_FUSED=1`), for the 8-row kernels in CTAs of
-    /// [`SMALL_WORK_WARPS`] warps (the small-work schedule, or `FERRATTN_TQ_UNIT_WARPS=7`)
+    /// [`MAX_UNIT_WARPS_R8`] warps (the small-work schedule, or `FERRATTN_TQ_UNIT_WARPS=7`)
     /// where the device has the shared memory ([`small_work_smem_bytes`]). The fused merge keeps
     /// the merge kernel's association: O and LSE are bit-identical either way. Off by default:
     /// on an H200 (issue-10-decode7 call 2) the step at batch 1, 32k took 83.8 µs fused against
@@ -1023,7 +966,7 @@ impl TurboQuantCuda {
     /// x 4 rows with 7 warps (~66 partial rows a warp, ~5k dependent instructions) where the
     /// merge kernel spreads them over 64 warps on 4 SMs.
     pub fn fused_merge_for(&self, r16: bool, warps: usize) -> bool {
-        self.fused_on && !r16 && warps == SMALL_WORK_WARPS && self.fused_fit
+        self.fused_on && !r16 && warps == MAX_UNIT_WARPS_R8 && self.fused_fit
     }
 
     /// [`TurboQuantDecodeTables::new`] with this GPU's default width when `units` is `None`
@@ -1211,7 +1154,7 @@ impl TurboQuantCuda {
         let smem = if prep.fused {
             small_work_smem_bytes(d, self.gpu.caps.shared_mem_per_block)
         } else {
-            decode_smem_bytes_ring(d, prep.warps, prep.r16, prep.stages)
+            decode_smem_bytes(d, prep.warps, prep.r16)
         };
         // SAFETY (both launches): the parameter structs mirror the kernels' and live across the
         // calls; the addresses are the caller's (this function's contract) and the engine's.

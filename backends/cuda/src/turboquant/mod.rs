@@ -73,19 +73,12 @@ pub const TILE_K: usize = 16;
 /// measured slower at every shape (H200, issue-10-decode4 call 1); so did 4 CTAs of 4 warps per
 /// SM at 128 registers (issue-10-decode6 call 1: 16 x 16k 141.4 -> 146.0 µs).
 pub const UNIT_WARPS: usize = 4;
-/// Most warps per CTA of the <= 8-row decode kernels (`kMaxUnitWarps8`: one 14-warp CTA of
-/// 144 registers a thread fills an SM's register file), where the CTA's shared memory fits
-/// ([`decode_smem_bytes`]; `FERRATTN_TQ_UNIT_WARPS`, [`TurboQuantCuda::set_unit_warps`]).
-pub const MAX_UNIT_WARPS_R8: usize = 14;
-/// CTA size of the <= 8-row decode at small work: one CTA of this many warps per SM
-/// ([`small_decode`]).
-pub const SMALL_WORK_WARPS: usize = 7;
-/// Stages of the deeper cp.async ring of the `decode_r8d` kernels (`kDeepStages`), launched
-/// where [`TurboQuantCuda::ring_stages_for`] picks them.
-pub const DEEP_STAGES: usize = 4;
+/// Most warps per CTA of the <= 8-row decode kernels (`kMaxUnitWarps8`), and their CTA size at
+/// small work: one 7-warp CTA per SM ([`small_decode`]).
+pub const MAX_UNIT_WARPS_R8: usize = 7;
 
 /// Whether `p`'s decode (at most 8 MMA rows in use) takes the small-work schedule on `sms` SMs:
-/// one CTA of [`SMALL_WORK_WARPS`] warps per SM, so 7 units per SM instead of every resident
+/// one CTA of [`MAX_UNIT_WARPS_R8`] warps per SM, so 7 units per SM instead of every resident
 /// warp (12 per SM at d = 128). Chosen where the default width would give every warp 2.5 to 24
 /// iterations. Measured (k4q-v3, H200, the same kernels, one 7-warp CTA per SM with 924 units
 /// against the 4-warp default width), issue-10-decode5 call 2: 1 x 8k (2.6 iterations a warp)
@@ -202,15 +195,9 @@ pub fn cache_bytes(batch: usize, heads_kv: usize, d: usize, capacity: usize) -> 
 /// (`[d/32][32 lanes]` quads, two chunks stacked on the MMA's rows 0-7 and 8-15: `qjl_word` in
 /// turboquant_decode.cu): 54 KiB a 4-warp CTA at d = 128 instead of 62.
 pub fn decode_smem_bytes(head_dim: usize, warps: usize, rows16: bool) -> usize {
-    decode_smem_bytes_ring(head_dim, warps, rows16, DECODE_STAGES)
-}
-
-/// [`decode_smem_bytes`] with rings of `stages` stages ([`DECODE_STAGES`], or [`DEEP_STAGES`]
-/// for `decode_r8d`): 229,376 B for 14 warps of 4 stages at d = 128.
-pub fn decode_smem_bytes_ring(head_dim: usize, warps: usize, rows16: bool, stages: usize) -> usize {
     let quads = head_dim / 16 * 32; // one array of A fragments, in 16-byte quads
     let query = if rows16 { 2 * quads } else { quads + quads / 2 };
-    warps * (stages * DECODE_STAGE_BYTES + query * 16)
+    warps * (DECODE_STAGES * DECODE_STAGE_BYTES + query * 16)
 }
 
 /// Most warps of the merge kernels (`turboquant_combine_w16_d*`), whose association the fused
@@ -227,7 +214,7 @@ pub fn fused_merge_smem_bytes(head_dim: usize) -> usize {
 }
 
 /// Dynamic shared memory of a decode CTA with the merge fused in (the `_r8f` kernels: CTAs of
-/// [`SMALL_WORK_WARPS`] warps, opt-in, [`TurboQuantCuda::fused_merge_for`]): its rings and
+/// [`MAX_UNIT_WARPS_R8`] warps, opt-in, [`TurboQuantCuda::fused_merge_for`]): its rings and
 /// query fragments, the fused merge's ([`fused_merge_smem_bytes`]) and more than half of what
 /// one CTA may have on the device (`opt_in`, the per-block opt-in maximum, which is the SM's
 /// shared memory less the 1 KiB every CTA reserves), so that two such CTAs never fit one SM:
@@ -238,7 +225,7 @@ pub fn fused_merge_smem_bytes(head_dim: usize) -> usize {
 /// batch 1 (H200, issue-10-decode7 calls 1 and 2).
 pub fn small_work_smem_bytes(head_dim: usize, opt_in: usize) -> usize {
     let one_per_sm = (opt_in / 2 + 1).div_ceil(16) * 16;
-    decode_smem_bytes(head_dim, SMALL_WORK_WARPS, false)
+    decode_smem_bytes(head_dim, MAX_UNIT_WARPS_R8, false)
         .max(fused_merge_smem_bytes(head_dim))
         .max(one_per_sm)
 }

@@ -4,7 +4,7 @@
 use super::support::check_supported;
 use super::{row_split, schedule_tables, ScheduleTables, COMPRESS_TOKENS, ROWS};
 #[cfg(doc)] // intra-doc links only
-use super::{TurboQuantCuda, SMALL_WORK_WARPS, UNIT_WARPS};
+use super::{TurboQuantCuda, MAX_UNIT_WARPS_R8, UNIT_WARPS};
 use crate::device::DeviceBuffer;
 use crate::error::{CudaError, Result};
 use crate::kernels::Function;
@@ -307,8 +307,6 @@ pub struct PreparedTurboQuantDecode {
     pub(super) decode: Function,
     /// Warps per CTA of the decode launch ([`UNIT_WARPS`]).
     pub(super) warps: usize,
-    /// Stages of each warp's cp.async ring (3, or 4 for `decode_r8d`).
-    pub(super) stages: usize,
     /// 16 MMA rows in use (`decode_r16`): its query fragments take more shared memory.
     pub(super) r16: bool,
     /// The merge fused into the decode (`decode_r8f`, the small-work schedule): no merge
@@ -330,15 +328,10 @@ pub struct PreparedTurboQuantDecode {
 }
 
 impl PreparedTurboQuantDecode {
-    /// Warps per CTA of the decode launch ([`UNIT_WARPS`], or [`SMALL_WORK_WARPS`] at small
+    /// Warps per CTA of the decode launch ([`UNIT_WARPS`], or [`MAX_UNIT_WARPS_R8`] at small
     /// work: [`TurboQuantCuda::unit_warps_for`]).
     pub fn warps_per_cta(&self) -> usize {
         self.warps
-    }
-
-    /// Stages of each decode warp's cp.async ring ([`TurboQuantCuda::ring_stages_for`]).
-    pub fn ring_stages(&self) -> usize {
-        self.stages
     }
 
     /// Whether the merge runs inside the decode kernel (the small-work schedule's one CTA per

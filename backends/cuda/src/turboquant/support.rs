@@ -19,8 +19,6 @@ pub struct KernelNames {
     pub decode_r8: String,
     /// The same with the merge fused in (the small-work schedule: [`super::small_work_smem_bytes`]).
     pub decode_r8f: String,
-    /// `decode_r8` with a ring of [`super::DEEP_STAGES`] stages.
-    pub decode_r8d: String,
     /// Fused decode with all 16 MMA rows.
     pub decode_r16: String,
     /// Merge of the partials and `Πᵀ`, 8 warps a CTA.
@@ -121,7 +119,6 @@ pub fn kernel_names(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<Kern
         prepare_q: format!("turboquant_prepare_q_d{d}"),
         decode_r8: format!("turboquant_decode_d{d}_{k}_{v}_r8"),
         decode_r8f: format!("turboquant_decode_d{d}_{k}_{v}_r8f"),
-        decode_r8d: format!("turboquant_decode_d{d}_{k}_{v}_r8d"),
         decode_r16: format!("turboquant_decode_d{d}_{k}_{v}_r16"),
         combine: format!("turboquant_combine_d{d}"),
         combine_w16: format!("turboquant_combine_w16_d{d}"),

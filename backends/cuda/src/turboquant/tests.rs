@@ -41,7 +41,7 @@ fn the_small_work_cta_holds_the_fused_merge_and_fits_one_per_sm() {
     for d in [64, 128] {
         let s = small_work_smem_bytes(d, opt_in);
         assert!(s >= fused_merge_smem_bytes(d), "d {d}");
-        assert!(s >= decode_smem_bytes(d, SMALL_WORK_WARPS, false), "d {d}");
+        assert!(s >= decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false), "d {d}");
         assert!(s <= opt_in && s.is_multiple_of(16), "d {d}: {s}");
         // two CTAs of s bytes (and 1 KiB each) exceed the SM's opt_in + 1 KiB
         assert!(
@@ -121,12 +121,7 @@ fn the_small_work_schedule_takes_the_measured_regime_only() {
         assert!(!small_decode(&shape(b, sq, ctx), 132), "{b} x {sq} x {ctx}");
     }
     // a 7-warp CTA's rings and query fragments at d = 128 (the kernels' opt-in maximum)
-    assert_eq!(decode_smem_bytes(128, SMALL_WORK_WARPS, false), 96_768);
-    assert_eq!(decode_smem_bytes(128, MAX_UNIT_WARPS_R8, false), 193_536);
-    assert_eq!(
-        decode_smem_bytes_ring(128, MAX_UNIT_WARPS_R8, false, DEEP_STAGES),
-        229_376
-    );
+    assert_eq!(decode_smem_bytes(128, MAX_UNIT_WARPS_R8, false), 96_768);
     // 4-warp CTAs: the 8-row kernels' S q array is half the 16-row kernels'
     assert_eq!(decode_smem_bytes(128, UNIT_WARPS, false), 55_296);
     assert_eq!(decode_smem_bytes(128, UNIT_WARPS, true), 63_488);
