@@ -1182,10 +1182,14 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(acc, dq0 + 2 * ks, dk + 2 * ks, ks);
       };
-      auto pv = [&](u32 st, u32(&pa)[2][4], auto init) {  // P V of the tile in stage st into oi
+      // P V of the tile in stage st into oi. One wgmma.fence before the first pass only: every
+      // register its passes read (pa) or write (oi) was last touched by other instructions before
+      // it, and a step's S is issued after a fence of its own with nothing between them (the
+      // PTX rule: a fence between a register access and a wgmma that accesses the register).
+      auto pv = [&](u32 st, u32(&pa)[2][4], auto init, auto fence) {
+        if (decltype(fence)::value) wgmma_fence();
 #pragma unroll
         for (int h2 = 0; h2 < NH; ++h2) {
-          wgmma_fence();
           const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * h2);
           wgmma_m64n64k32_u8s8(oi[h2], pa[0], dv, decltype(init)::value ? 0 : 1);
           wgmma_m64n64k32_u8s8(oi[h2], pa[1], dv + 2, 1);
@@ -1228,7 +1232,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         if (kFirst && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
         wgmma_commit();
         if constexpr (!kFirst) {
-          pv(st_l, pa_prev, init);
+          pv(st_l, pa_prev, init, False{});  // (issue_s_at's fence covers it)
           wgmma_commit();
         }
         // the next 32 tiles' constants (even steps of the loop: j = 32, 64, ...), while S and
@@ -1300,7 +1304,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         ++j;
       };
       auto last = [&](u32(&pa)[2][4]) {  // the last tile's P V and l
-        pv(st_l, pa, False{});
+        pv(st_l, pa, False{}, True{});
         wgmma_commit();
         add_l(pa);
         wgmma_wait<0>();
