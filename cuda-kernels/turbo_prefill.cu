@@ -938,8 +938,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       }
       // P^q V^q1 (exact s32) of the chunk's keys, 64 channels (64 rows of V^T, 4 KiB) per pass,
       // one commit group each
+      // (the second pass needs no fence of its own: nothing touches its registers between the
+      // first pass's fence and it)
       auto issue_pv = [&](int half, int (&acc)[32]) {
-        wgmma_fence();
+        if (half == 0) wgmma_fence();
         const u64 dv = dv_ring + (u64)(st0 * (2 * TILE >> 4) + (4096 >> 4) * half);
         wgmma_m64n64k32_u8s8(acc, pa[0], dv, 0);
         wgmma_m64n64k32_u8s8(acc, pa[1], dv + 2, 1);
