@@ -10,17 +10,18 @@
 //! SDPA on the same shapes (docs/TURBO_CUDA.md says how they were run together).
 //!
 //! Usage: `turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no]
-//! [--inputs uniform|llm|both] [--trace DIR]`. Prints one line per shape, causal flag, inputs and
-//! kernel: ms total / attention only and TFLOP/s (4 B H N^2 D, halved when causal, over the
-//! total). Inputs: `uniform` (the default; filled on the device, uniform in [-2, 2), rotated over
-//! enough sets to exceed 4x L2) or `llm` (lines tagged `llm`): shaped as
+//! [--inputs uniform|llm|both] [--paths] [--trace DIR]`. Prints one line per shape, causal flag,
+//! inputs and kernel: ms total / attention only and TFLOP/s (4 B H N^2 D, halved when causal,
+//! over the total). Inputs: `uniform` (the default; filled on the device, uniform in [-2, 2),
+//! rotated over enough sets to exceed 4x L2) or `llm` (lines tagged `llm`): shaped as
 //! `ferrattn_core::turbo::llm_like_inputs` (the GPU tests' generator: Gaussian Q, K, V; in every
-//! other KV head 4 key channels of 10-50x around a mean of +-1; a log-normal(0, 0.5) spread of the
-//! V channels per KV head), drawn on the host on every core (so not its exact values), one set
-//! (a set is larger than L2 at every shape timed here), made once per shape and uploaded. With
-//! `FERRATTN_WGF_TRACE` set,
-//! `--trace DIR` writes the fast kernel's per-CTA trace of the last attention launch
-//! (`ferrattn_cuda::turbo::TRACE_WORDS` little-endian u64 per CTA) to
+//! other KV head 4 key channels of 10-50x around a mean of +-1; a log-normal(0, 0.5) spread of
+//! the V channels per KV head), drawn on the host on every core (so not its exact values), one
+//! set (a set is larger than L2 at every shape timed here), made once per shape and uploaded.
+//! `--paths` times nothing and needs no GPU: it prints how the query blocks of the LLM-shaped
+//! inputs divide between the fast contract's INT32 path and its chunks (the twin's rule). With
+//! `FERRATTN_WGF_TRACE` set, `--trace DIR` writes the fast kernel's per-CTA trace of the last
+//! attention launch (`ferrattn_cuda::turbo::TRACE_WORDS` little-endian u64 per CTA) to
 //! `DIR/trace_BATCHxLEN_c{0,1}.bin` (the traced run's timings include the trace's stores).
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
@@ -218,7 +219,7 @@ fn main() {
         .filter_map(|a| a.parse().ok())
         .collect();
     if pos.is_empty() || !pos.len().is_multiple_of(2) {
-        eprintln!("usage: turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no] [--inputs uniform|llm|both] [--trace DIR]");
+        eprintln!("usage: turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no] [--inputs uniform|llm|both] [--paths] [--trace DIR]");
         std::process::exit(2);
     }
     let only = flag("--only");
@@ -228,6 +229,14 @@ fn main() {
         Some("no") => &[false],
         _ => &[false, true],
     };
+    if args.iter().any(|a| a == "--paths") {
+        for s in pos.chunks(2) {
+            for &causal in causals {
+                print_paths(s[0], s[1], causal);
+            }
+        }
+        return;
+    }
     let wg = CudaBackend::with_options(0, Options::default());
     if let Err(e) = wg.gpu() {
         eprintln!("turbo_prefill: no GPU ({e}); nothing measured");
@@ -271,4 +280,39 @@ fn main() {
             }
         }
     }
+}
+
+/// `--paths` (host only, no GPU): how the query blocks of the LLM-shaped inputs divide between
+/// the fast contract's INT32 path and its chunks, by the twin's rule
+/// (`ferrattn_core::turbo::attention::fixed_p_int_scale` on the V block scales a query block
+/// visits; the default configuration applies no SAS threshold of its own).
+fn print_paths(batch: usize, len: usize, causal: bool) {
+    let x = llm_inputs(&problem(batch, len, false), 7);
+    let v = x.v.as_ref().expect("separate V");
+    let (mut int, mut total) = (0usize, 0usize);
+    for b in 0..batch {
+        for h in 0..HK {
+            let vs: Vec<f32> = (0..len.div_ceil(64))
+                .map(|j| {
+                    let rows: Vec<&[f32]> = (64 * j..(64 * j + 64).min(len))
+                        .map(|t| v.row4(b, t, h))
+                        .collect();
+                    ferrattn_core::turbo::quant::int8_scale(rows.iter().flat_map(|r| r.iter()))
+                })
+                .collect();
+            for qb in 0..len.div_ceil(64) {
+                let last = (64 * qb + 63).min(len - 1);
+                let nt = if causal { last + 1 } else { len }.div_ceil(64);
+                total += HQ / HK;
+                if ferrattn_core::turbo::attention::fixed_p_int_scale(&vs[..nt], false).is_some() {
+                    int += HQ / HK;
+                }
+            }
+        }
+    }
+    println!(
+        "paths {batch} x {len} causal {causal} llm: {total} query blocks (per query head), {int} on the INT32 path ({:.0}%), {} on the chunks",
+        100.0 * int as f64 / total as f64,
+        total - int
+    );
 }
