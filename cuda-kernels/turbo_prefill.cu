@@ -1124,8 +1124,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       };
       // s_u / s_V and -log2 of it for s_V in [s_u / 2, s_u]: the division's fast path (the
       // compiler's div.rn without its range check, which these operands never need: the same
-      // correctly rounded quotient) and lg2.approx.ftz (no subnormal here); 1 and 0 where s_V = s_u
-      // (a select: each lane computes its own tile's, below)
+      // correctly rounded quotient) and lg2.approx.ftz (no subnormal here); 1 and 0 where
+      // s_V = s_u (a select: each lane computes its own tile's, below)
       auto w_of = [&](float vs) {
         float r, e, q, rem;
         asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(vs));
@@ -1152,14 +1152,15 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       auto table = [&](float ks, float vs) {  // this lane's tile (past nt: ks 0, vs s_u)
         const float w = w_of(vs);
         __syncwarp();  // every lane has read the entries it overwrites
-        tab[lane] = TileConsts{__fmul_rn(mul_rn(mul_rn(s_q, ks), p.softmax_scale), c_log2e), w, off_of(w), 0.0f};
+        const float c2 = __fmul_rn(mul_rn(mul_rn(s_q, ks), p.softmax_scale), c_log2e);
+        tab[lane] = TileConsts{c2, w, off_of(w), 0.0f};
         __syncwarp();
       };
       table(lane < nt ? ks_l : 0.0f, lane < nt ? vs_l : s_u);
       // P's codes, double-buffered, and FA3's order within the warpgroup. Step j issues tile
       // j's S, then tile j - 1's P V (registers pa[(j - 1) & 1]), each its own commit group;
       // waits for the S only and runs tile j's softmax into the other pair of code registers
-      // while that P V runs; adds tile j - 1's code sums to l; then waits for the P V, releases
+      // while that P V runs; then waits for the P V, adds tile j - 1's code sums to l, releases
       // tile j - 1's stage and shifts oi if a row's m moved at tile j. Nothing is in flight
       // across the loop's back edge (ptxas cannot count commit groups across it and would
       // serialize every wgmma, C7514/C7515). Tiles 0 and 1 are peeled (round 9): tile 0 has no
