@@ -1143,11 +1143,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       };
       // Round 9: the per-tile constants c2, w = s_u / s_V and off = -log2(w) of 32 tiles at a
       // time, lane l computing tile 32 i + l's (the same operations on the same operands as per
-      // tile before, so the same bits) into the warp's table in shared memory (registers would
-      // push ptxas to reuse P's code registers and wait for the P V before the softmax); tile j
-      // reads entry j mod 32 (one broadcast LDS.128). The block scales of the next 32 tiles are
-      // loaded in the step that needs them (j = 32, 64, ...); tiles 0..31 use the scales the
-      // prologue loaded before the wait for Q.
+      // tile before, so the same bits) into the warp's table in shared memory (no register held
+      // across the loop); tile j reads entry j mod 32 (one broadcast LDS.128). The block scales
+      // of the next 32 tiles are loaded in the step that needs them (j = 32, 64, ...); tiles
+      // 0..31 use the scales the prologue loaded before the wait for Q.
       TileConsts* const tab = sTab[kFast ? 4 * wg + warp : 0];
       auto table = [&](float ks, float vs) {  // this lane's tile (past nt: ks 0, vs s_u)
         const float w = w_of(vs);
