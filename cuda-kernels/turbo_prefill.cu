@@ -452,6 +452,14 @@ __device__ __forceinline__ int byte_sum(u32 w, int acc) {
 }
 
 
+// turbo_prefill_wgf_*, the INT32 path: one tile's constants (round 9; 16 bytes, one LDS.128)
+struct alignas(16) TileConsts {
+  float c2;   // ((s_Q s_K) softmax_scale) log2(e)
+  float w;    // s_u / s_V
+  float off;  // -log2(w)
+  float pad;
+};
+
 struct True {
   static constexpr bool value = true;
 };
@@ -531,6 +539,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   __shared__ alignas(8) u64 bar_q[kWgConsumers];  // wgf: consumer w's Q block has landed
   __shared__ float sLut[17];
   __shared__ float sRed[kWgConsumers][2][4];
+  // wgf, the INT32 path (round 9): per consumer warp, c2, s_u / s_V and -log2 of it of 32 tiles
+  __shared__ TileConsts sTab[kFast ? 4 * kWgConsumers : 1][32];
 
   // The warpgroup index through a lane-0 broadcast: the compiler then treats it, and every
   // loop bound derived from it, as warp-uniform. Without this, ptxas sees the wgmma calls in
@@ -664,6 +674,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   float s_q;
   // wgf: the block scales of the first chunk's tiles, loaded before the wait for Q
   float ks0 = 0.0f, vs0 = 0.0f, ks1 = 0.0f, vs1 = 0.0f;
+  // wgf: tile lane's block scales (the INT32 path's table of tiles 0..31, and its choice)
+  float ks_l = 0.0f, vs_l = 0.0f;
   if constexpr (kFast) {
     s_q = 0.0f;
     if (nt > 0) {
@@ -673,6 +685,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       if (nt > 1) {
         ks1 = p.ks[kv_base + 1];
         vs1 = p.vs[kv_base + 1];
+      }
+      if (lane < nt) {
+        ks_l = p.ks[kv_base + lane];
+        vs_l = p.vs[kv_base + lane];
       }
       mbar_wait(smem_addr(&bar_q[wg]), 0);
     }
@@ -922,8 +938,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       }
       // P^q V^q1 (exact s32) of the chunk's keys, 64 channels (64 rows of V^T, 4 KiB) per pass,
       // one commit group each
+      // (the second pass needs no fence of its own: nothing touches its registers between the
+      // first pass's fence and it)
       auto issue_pv = [&](int half, int (&acc)[32]) {
-        wgmma_fence();
+        if (half == 0) wgmma_fence();
         const u64 dv = dv_ring + (u64)(st0 * (2 * TILE >> 4) + (4096 >> 4) * half);
         wgmma_m64n64k32_u8s8(acc, pa[0], dv, 0);
         wgmma_m64n64k32_u8s8(acc, pa[1], dv + 2, 1);
@@ -1048,8 +1066,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     float s_u = 0.0f;
     bool uni = false;
     if (!thresh && nt >= kIntMinTiles) {
-      float lo = 3.0e38f, hi = 0.0f;
-      for (int t = lane; t < nt; t += 32) {
+      float lo = lane < nt ? vs_l : 3.0e38f, hi = lane < nt ? vs_l : 0.0f;
+      for (int t = lane + 32; t < nt; t += 32) {
         const float v = p.vs[kv_base + t];
         lo = fminf(lo, v);
         hi = fmaxf(hi, v);
@@ -1106,39 +1124,76 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       };
       // s_u / s_V and -log2 of it for s_V in [s_u / 2, s_u]: the division's fast path (the
       // compiler's div.rn without its range check, which these operands never need: the same
-      // correctly rounded quotient) and lg2.approx.ftz (no subnormal here)
+      // correctly rounded quotient) and lg2.approx.ftz (no subnormal here); 1 and 0 where
+      // s_V = s_u (a select: each lane computes its own tile's, below)
       auto w_of = [&](float vs) {
-        if (vs == s_u) return 1.0f;
         float r, e, q, rem;
         asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(vs));
         e = __fmaf_rn(-vs, r, 1.0f);
         r = __fmaf_rn(r, e, r);
         q = __fmaf_rn(s_u, r, 0.0f);
         rem = __fmaf_rn(-vs, q, s_u);
-        return __fmaf_rn(r, rem, q);
+        q = __fmaf_rn(r, rem, q);
+        return vs == s_u ? 1.0f : q;
       };
       auto off_of = [](float w) {
         float y;
         asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(w));
         return w == 1.0f ? 0.0f : -y;
       };
+      // Round 9: the per-tile constants c2, w = s_u / s_V and off = -log2(w) of 32 tiles at a
+      // time, lane l computing tile 32 i + l's (the same operations on the same operands as per
+      // tile before, so the same bits) into the warp's table in shared memory (no register held
+      // across the loop); tile j reads entry j mod 32 (one broadcast LDS.128). The block scales
+      // of the next 32 tiles are loaded in the step that needs them (j = 32, 64, ...); tiles
+      // 0..31 use the scales the prologue loaded before the wait for Q.
+      TileConsts* const tab = sTab[kFast ? 4 * wg + warp : 0];
+      auto table = [&](float ks, float vs) {  // this lane's tile (past nt: ks 0, vs s_u)
+        const float w = w_of(vs);
+        __syncwarp();  // every lane has read the entries it overwrites
+        const float c2 = __fmul_rn(mul_rn(mul_rn(s_q, ks), p.softmax_scale), c_log2e);
+        tab[lane] = TileConsts{c2, w, off_of(w), 0.0f};
+        __syncwarp();
+      };
+      table(lane < nt ? ks_l : 0.0f, lane < nt ? vs_l : s_u);
       // P's codes, double-buffered, and FA3's order within the warpgroup. Step j issues tile
       // j's S, then tile j - 1's P V (registers pa[(j - 1) & 1]), each its own commit group;
       // waits for the S only and runs tile j's softmax into the other pair of code registers
-      // while that P V runs; adds tile j - 1's code sums to l; then waits for the P V, releases
+      // while that P V runs; then waits for the P V, adds tile j - 1's code sums to l, releases
       // tile j - 1's stage and shifts oi if a row's m moved at tile j. Nothing is in flight
       // across the loop's back edge (ptxas cannot count commit groups across it and would
-      // serialize every wgmma, C7514/C7515).
+      // serialize every wgmma, C7514/C7515). Tiles 0 and 1 are peeled (round 9): tile 0 has no
+      // P V before it (no empty commit group, no dummy wgmma, no test of j > 0 in the loop) and
+      // tile 1's step issues the P V of tile 0, which sets oi (nt >= kIntMinTiles > 2).
       u32 pa_e[2][4], pa_o[2][4];
+      auto fence_codes = [](u32(&pa)[2][4]) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) asm volatile("" : "+r"(pa[i >> 2][i & 3])::"memory");
+      };
       int k_pa = 0, k_pb = 0;  // the previous tile's moves of m (for l)
       float w_p = 1.0f;        // the previous tile's s_u / s_V
-      auto pv = [&](int t, u32(&pa)[2][4]) {  // P V of tile t into oi
-        const int st = (int)((u32)t % kWgStages);  // (t >= 0: unsigned, fewer instructions)
+      // Ring stages by additions (round 9): the loop runs (even, odd) pairs of steps, and with an
+      // even kWgStages an odd tile's stage is the even tile's before it plus one, its phase the
+      // same; each step's P V and release use the previous step's stage.
+      static_assert(kWgStages % 2 == 0, "the odd step's stage is the even step's plus one");
+      u32 st_l = 0, ph_l = 0;  // ring stage and phase parity of the last step's tile
+      auto issue_s_at = [&](u32 st, u32 ph, int (&acc)[32]) {  // issue_s with the stage given
+        mbar_wait(full0 + 8 * st, ph);
+        wgmma_fence();
+        const u64 dk = dk_ring + (u64)(st * (2 * TILE >> 4));
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(acc, dq0 + 2 * ks, dk + 2 * ks, ks);
+      };
+      // P V of the tile in stage st into oi. One wgmma.fence before the first pass only: every
+      // register its passes read (pa) or write (oi) was last touched by other instructions before
+      // it, and a step's S is issued after a fence of its own with nothing between them (the
+      // PTX rule: a fence between a register access and a wgmma that accesses the register).
+      auto pv = [&](u32 st, u32(&pa)[2][4], auto init, auto fence) {
+        if (decltype(fence)::value) wgmma_fence();
 #pragma unroll
         for (int h2 = 0; h2 < NH; ++h2) {
-          wgmma_fence();
           const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * h2);
-          wgmma_m64n64k32_u8s8(oi[h2], pa[0], dv, t > 0);
+          wgmma_m64n64k32_u8s8(oi[h2], pa[0], dv, decltype(init)::value ? 0 : 1);
           wgmma_m64n64k32_u8s8(oi[h2], pa[1], dv + 2, 1);
         }
       };
@@ -1157,21 +1212,45 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         l_a = __fmaf_rn(l_a, pow2_neg(k_pa), __fmul_rn(i2f(rs_a), w_p));
         l_b = __fmaf_rn(l_b, pow2_neg(k_pb), __fmul_rn(i2f(rs_b), w_p));
       };
-      auto step = [&](auto odd) {
-        u32(&pa)[2][4] = decltype(odd)::value ? pa_o : pa_e;
-        u32(&pa_prev)[2][4] = decltype(odd)::value ? pa_e : pa_o;
-        issue_s(j, sa0);
-        if (p.trace != nullptr && j == 0 && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
+      // odd: the code registers (pa_o / pa_e); first: tile 0; init: tile 1 (its P V of tile 0
+      // sets oi)
+      auto step = [&](auto odd, auto first, auto init) {
+        constexpr bool kOdd = decltype(odd)::value, kFirst = decltype(first)::value;
+        constexpr bool kInit = decltype(init)::value;
+        u32(&pa)[2][4] = kOdd ? pa_o : pa_e;
+        u32(&pa_prev)[2][4] = kOdd ? pa_e : pa_o;
+        u32 st, ph;
+        if constexpr (kFirst) {
+          st = 0;
+          ph = 0;
+        } else if constexpr (kOdd) {  // after an even step (or tile 0)
+          st = st_l + 1;
+          ph = ph_l;
+        } else {
+          st = (u32)j % kWgStages;
+          ph = ((u32)j / kWgStages) & 1;
+        }
+        issue_s_at(st, ph, sa0);
+        if (kFirst && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
         wgmma_commit();
-        if (j > 0) pv(j - 1, pa_prev);
-        wgmma_commit();  // (empty for tile 0: the groups are the same on every path)
-        // the next tile's block scales while they run
-        const float ksn = j + 1 < nt ? p.ks[kv_base + j + 1] : 0.0f;
-        const float vsn = j + 1 < nt ? p.vs[kv_base + j + 1] : 0.0f;
-        wgmma_wait<1>();  // tile j's S
+        if constexpr (!kFirst) {
+          pv(st_l, pa_prev, init, False{});  // (issue_s_at's fence covers it)
+          wgmma_commit();
+        }
+        // the next 32 tiles' constants (even steps of the loop: j = 32, 64, ...), while S and
+        // the P V run (one branch, not predicated loads in every step)
+        if (!kOdd && !kFirst && !kInit && (j & 31) == 0) {
+          const int t = j + lane;
+          table(t < nt ? p.ks[kv_base + t] : 0.0f, t < nt ? p.vs[kv_base + t] : s_u);
+        }
+        const TileConsts cw = tab[j & 31];
+        const float c2_0 = cw.c2, w0 = cw.w, off0 = cw.off;
+        if constexpr (kFirst) {
+          wgmma_wait<0>();  // tile 0's S
+        } else {
+          wgmma_wait<1>();  // tile j's S
+        }
         fence_regs(sa0);
-        const float w0 = w_of(vs0), off0 = off_of(w0);
-        const float c2_0 = __fmul_rn(mul_rn(mul_rn(s_q, ks0), p.softmax_scale), c_log2e);
         const int key0 = j * kBlock;
         const bool masked0 = key0 + kBlock > vis_min;
         if (masked0) mask_scores(sa0, key0);
@@ -1195,51 +1274,60 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
           else codes(sa0, c2_0, nb_a, nb_b, pa[0], pa[1], False{}, False{});
         }
         fence_regs(sa0);  // the codes' reads stay before sa0 takes the next S
-        // tile j - 1's code sums into l after the codes of tile j, so that its code registers
-        // stay live to here: ptxas then gives tile j's codes other registers instead of waiting
-        // for that P V before the softmax. (The guard above saw l through tile j - 2.)
-        if (j > 0) add_l(pa_prev);
-        k_pa = min(mn_a - mi_a, 127);
-        k_pb = min(mn_b - mi_b, 127);
-        wgmma_wait<0>();  // tile j - 1's P V
+        fence_codes(pa);  // and the codes before the wait for tile j - 1's P V
+        // tile j - 1's code sums into l after the wait for its P V, so that its code registers
+        // stay live to there: ptxas then gives tile j's softmax and codes other registers
+        // instead of waiting for that P V before the softmax. (The guard above saw l through
+        // tile j - 2.)
+        const int kn_a = min(mn_a - mi_a, 127), kn_b = min(mn_b - mi_b, 127);  // this tile's moves
+        if constexpr (!kFirst) {
+          wgmma_wait<0>();  // tile j - 1's P V
+          add_l(pa_prev);   // (with tile j - 1's moves, k_pa / k_pb)
 #pragma unroll
-        for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
-        if (j > 0) {
-          mbar_arrive(empty0 + 8 * ((u32)(j - 1) % kWgStages));  // tile j - 1 fully read
-          if (__any_sync(0xffffffffu, k_pa != 0 || k_pb != 0)) {
-            const int sh_a = min(k_pa, 31), sh_b = min(k_pb, 31);
+          for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
+          mbar_arrive(empty0 + 8 * st_l);  // tile j - 1 fully read
+          if (__any_sync(0xffffffffu, kn_a != 0 || kn_b != 0)) {
+            const int sh_a = min(kn_a, 31), sh_b = min(kn_b, 31);
 #pragma unroll
             for (int h2 = 0; h2 < NH; ++h2)
 #pragma unroll
               for (int i = 0; i < 32; ++i) oi[h2][i] >>= (i & 2) ? sh_b : sh_a;
           }
-        }
 #pragma unroll
-        for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
+          for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
+        }
+        k_pa = kn_a;
+        k_pb = kn_b;
+        st_l = st;
+        ph_l = ph;
         mi_a = mn_a;
         mi_b = mn_b;
         w_p = w0;
-        ks0 = ksn;
-        vs0 = vsn;
         ++j;
       };
       auto last = [&](u32(&pa)[2][4]) {  // the last tile's P V and l
-        pv(nt - 1, pa);
+        pv(st_l, pa, False{}, True{});
         wgmma_commit();
         add_l(pa);
         wgmma_wait<0>();
 #pragma unroll
         for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
-        mbar_arrive(empty0 + 8 * ((u32)(nt - 1) % kWgStages));
+        mbar_arrive(empty0 + 8 * st_l);
       };
-      while (j < nt) {
-        step(False{});
+      static_assert(kIntMinTiles > 2, "tiles 0 and 1 are peeled");
+      step(False{}, True{}, False{});  // tile 0
+      step(True{}, False{}, True{});   // tile 1 (and tile 0's P V)
+      while (true) {
+        if (j >= nt) {
+          last(pa_o);
+          break;
+        }
+        step(False{}, False{}, False{});
         if (j >= nt) {
           last(pa_e);
           break;
         }
-        step(True{});
-        if (j >= nt) last(pa_o);
+        step(True{}, False{}, False{});
       }
       // O = f32(oi) s_u (then / l in store_rows); m back to f32 (a row with no key: l == 0)
 #pragma unroll

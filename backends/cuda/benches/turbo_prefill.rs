@@ -10,15 +10,24 @@
 //! SDPA on the same shapes (docs/TURBO_CUDA.md says how they were run together).
 //!
 //! Usage: `turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no]
-//! [--trace DIR]`. Prints one line per shape, causal flag and kernel: ms total / attention only
-//! and TFLOP/s (4 B H N^2 D, halved when causal, over the total). With `FERRATTN_WGF_TRACE` set,
-//! `--trace DIR` writes the fast kernel's per-CTA trace of the last attention launch
-//! (`ferrattn_cuda::turbo::TRACE_WORDS` little-endian u64 per CTA) to
+//! [--inputs uniform|llm|both] [--paths] [--trace DIR]`. Prints one line per shape, causal flag,
+//! inputs and kernel: ms total / attention only and TFLOP/s (4 B H N^2 D, halved when causal,
+//! over the total). Inputs: `uniform` (the default; filled on the device, uniform in [-2, 2),
+//! rotated over enough sets to exceed 4x L2) or `llm` (lines tagged `llm`): shaped as
+//! `ferrattn_core::turbo::llm_like_inputs` (the GPU tests' generator: Gaussian Q, K, V; in every
+//! other KV head 4 key channels of 10-50x around a mean of +-1; a log-normal(0, 0.5) spread of
+//! the V channels per KV head), drawn on the host on every core (so not its exact values), one
+//! set (a set is larger than L2 at every shape timed here), made once per shape and uploaded.
+//! `--paths` times nothing and needs no GPU: it prints how the query blocks of the LLM-shaped
+//! inputs divide between the fast contract's INT32 path and its chunks (the twin's rule). With
+//! `FERRATTN_WGF_TRACE` set, `--trace DIR` writes the fast kernel's per-CTA trace of the last
+//! attention launch (`ferrattn_cuda::turbo::TRACE_WORDS` little-endian u64 per CTA) to
 //! `DIR/trace_BATCHxLEN_c{0,1}.bin` (the traced run's timings include the trace's stores).
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
-use ferrattn_core::{AttentionProblem, DType};
-use ferrattn_cuda::{CudaBackend, Event, Graph, Options};
+use ferrattn_core::{AttentionInputs, AttentionProblem, DType, Tensor};
+use ferrattn_cuda::{CudaBackend, DeviceInputs, Event, Graph, Options};
+use rand::{rngs::StdRng, Rng, SeedableRng};
 
 const HQ: usize = 32;
 const HK: usize = 8;
@@ -56,21 +65,118 @@ fn time_graph(
     Ok(ts[ts.len() / 2])
 }
 
+fn problem(batch: usize, len: usize, causal: bool) -> AttentionProblem {
+    let mut p = AttentionProblem::uniform(batch, len, len, HQ, HK, D, D, DType::BF16);
+    p.causal = causal;
+    p
+}
+
+/// `rows` rows of `width` standard normal values (Box-Muller), rounded to bf16, then `shape`
+/// applied per row as `f(row, values)`; on every core, one seed per block of rows.
+fn gaussian_rows(
+    rows: usize,
+    width: usize,
+    seed: u64,
+    shape: impl Fn(usize, &mut [f32]) + Sync,
+) -> Vec<f32> {
+    let mut data = vec![0.0f32; rows * width];
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let per = rows.div_ceil(threads).max(1);
+    std::thread::scope(|sc| {
+        for (ci, chunk) in data.chunks_mut(per * width).enumerate() {
+            let shape = &shape;
+            sc.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9) + ci as u64);
+                for (r, row) in chunk.chunks_mut(width).enumerate() {
+                    for x in row.iter_mut() {
+                        let (u1, u2): (f32, f32) = (rng.gen_range(1e-7f32..1.0), rng.gen());
+                        *x = (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos();
+                    }
+                    shape(ci * per + r, row);
+                    for x in row.iter_mut() {
+                        *x = DType::BF16.round(*x);
+                    }
+                }
+            });
+        }
+    });
+    data
+}
+
+/// LLM-shaped inputs for `p` (see the module docs).
+fn llm_inputs(p: &AttentionProblem, seed: u64) -> AttentionInputs {
+    let (b, s) = (p.batch, p.max_seqlen_q);
+    let mut rng = StdRng::seed_from_u64(seed);
+    // per KV head: the V channel spread and (every other head) 4 outlier key channels
+    let v_spread: Vec<Vec<f32>> = (0..HK)
+        .map(|_| {
+            (0..D)
+                .map(|_| {
+                    let (u1, u2): (f32, f32) = (rng.gen_range(1e-7f32..1.0), rng.gen());
+                    let z = (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos();
+                    (0.5 * z).exp()
+                })
+                .collect()
+        })
+        .collect();
+    let outliers: Vec<Vec<(usize, f32, f32)>> = (0..HK)
+        .map(|h| {
+            let mut chans: Vec<(usize, f32, f32)> = Vec::new();
+            while h % 2 == 0 && chans.len() < 4 {
+                let c = rng.gen_range(0..D);
+                if chans.iter().all(|&(x, _, _)| x != c) {
+                    let sign = if rng.gen::<bool>() { 1.0 } else { -1.0 };
+                    chans.push((c, rng.gen_range(10.0f32..50.0), sign));
+                }
+            }
+            chans
+        })
+        .collect();
+    let rows_kv = b * s * HK;
+    let q = gaussian_rows(b * s * HQ, D, seed + 1, |_, _| {});
+    let k = gaussian_rows(rows_kv, D, seed + 2, |r, row| {
+        for &(c, f, sign) in &outliers[r % HK] {
+            row[c] = f * (sign + 0.3 * row[c]);
+        }
+    });
+    let v = gaussian_rows(rows_kv, D, seed + 3, |r, row| {
+        for (x, s) in row.iter_mut().zip(&v_spread[r % HK]) {
+            *x *= s;
+        }
+    });
+    let t = |h: usize, data: Vec<f32>| Tensor {
+        shape: vec![b, s, h, D],
+        dtype: DType::BF16,
+        data,
+    };
+    let mut x = AttentionInputs::new(t(HQ, q), t(HK, k), t(HK, v));
+    x.seqlens_q = Some(p.seqlens_q.iter().map(|&l| l as i64).collect());
+    x.seqlens_k = Some(p.seqlens_k.iter().map(|&l| l as i64).collect());
+    x
+}
+
+/// `llm`: host inputs made once per shape; `None`: uniform, filled on the device.
 fn time_one(
     b: &CudaBackend,
     batch: usize,
     len: usize,
     causal: bool,
+    llm: Option<&AttentionInputs>,
     trace: Option<&str>,
 ) -> ferrattn_cuda::Result<(f32, f32)> {
     let gpu = b.gpu()?.clone();
-    let mut p = AttentionProblem::uniform(batch, len, len, HQ, HK, D, D, DType::BF16);
-    p.causal = causal;
-    let set_bytes = batch * len * (HQ * D + 2 * HK * D) * 2;
-    let sets = (4 * gpu.caps.l2_bytes).div_ceil(set_bytes).clamp(1, 8);
-    let inputs = (0..sets)
-        .map(|i| b.random_inputs(&p, 7 + i as u32, 2.0))
-        .collect::<ferrattn_cuda::Result<Vec<_>>>()?;
+    let p = problem(batch, len, causal);
+    let inputs = match llm {
+        Some(x) => vec![DeviceInputs::upload(&gpu, &p, x)?],
+        None => {
+            let set_bytes = batch * len * (HQ * D + 2 * HK * D) * 2;
+            let sets = (4 * gpu.caps.l2_bytes).div_ceil(set_bytes).clamp(1, 8);
+            (0..sets)
+                .map(|i| b.random_inputs(&p, 7 + i as u32, 2.0))
+                .collect::<ferrattn_cuda::Result<Vec<_>>>()?
+        }
+    };
+    let sets = inputs.len();
     let cfg = TurboConfig {
         kv_bits: KvBits::Int4,
         ..TurboConfig::default()
@@ -113,7 +219,7 @@ fn main() {
         .filter_map(|a| a.parse().ok())
         .collect();
     if pos.is_empty() || !pos.len().is_multiple_of(2) {
-        eprintln!("usage: turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no] [--trace DIR]");
+        eprintln!("usage: turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no] [--inputs uniform|llm|both] [--paths] [--trace DIR]");
         std::process::exit(2);
     }
     let only = flag("--only");
@@ -123,6 +229,14 @@ fn main() {
         Some("no") => &[false],
         _ => &[false, true],
     };
+    if args.iter().any(|a| a == "--paths") {
+        for s in pos.chunks(2) {
+            for &causal in causals {
+                print_paths(s[0], s[1], causal);
+            }
+        }
+        return;
+    }
     let wg = CudaBackend::with_options(0, Options::default());
     if let Err(e) = wg.gpu() {
         eprintln!("turbo_prefill: no GPU ({e}); nothing measured");
@@ -135,24 +249,70 @@ fn main() {
             ..Options::default()
         },
     );
+    let input_kinds: &[bool] = match flag("--inputs").as_deref() {
+        Some("llm") => &[true],
+        Some("both") => &[false, true],
+        _ => &[false],
+    };
     for s in pos.chunks(2) {
         let (batch, len) = (s[0], s[1]);
-        for &causal in causals {
-            let flops = 4.0 * (batch * HQ) as f64 * (len as f64).powi(2) * D as f64
-                / if causal { 2.0 } else { 1.0 };
-            for (name, b) in [("wg", &wg), ("fast", &fast)] {
-                if only.as_deref().is_some_and(|o| o != name) {
-                    continue;
-                }
-                match time_one(b, batch, len, causal, trace.as_deref()) {
-                    Ok((t, a)) => println!(
-                        "turbo prefill {batch} x {len} causal {causal} {name}: {t:.3} ms total, {a:.3} ms attention, {:.1} TFLOP/s total ({:.1} attention)",
-                        flops / (t as f64 * 1e-3) / 1e12,
-                        flops / (a as f64 * 1e-3) / 1e12
-                    ),
-                    Err(e) => println!("turbo prefill {batch} x {len} causal {causal} {name}: error: {e}"),
+        for &is_llm in input_kinds {
+            let llm = is_llm.then(|| llm_inputs(&problem(batch, len, false), 7));
+            let tag = if is_llm { " llm" } else { "" };
+            for &causal in causals {
+                let flops = 4.0 * (batch * HQ) as f64 * (len as f64).powi(2) * D as f64
+                    / if causal { 2.0 } else { 1.0 };
+                for (name, b) in [("wg", &wg), ("fast", &fast)] {
+                    if only.as_deref().is_some_and(|o| o != name) {
+                        continue;
+                    }
+                    match time_one(b, batch, len, causal, llm.as_ref(), trace.as_deref()) {
+                        Ok((t, a)) => println!(
+                            "turbo prefill {batch} x {len} causal {causal}{tag} {name}: {t:.3} ms total, {a:.3} ms attention, {:.1} TFLOP/s total ({:.1} attention)",
+                            flops / (t as f64 * 1e-3) / 1e12,
+                            flops / (a as f64 * 1e-3) / 1e12
+                        ),
+                        Err(e) => println!(
+                            "turbo prefill {batch} x {len} causal {causal}{tag} {name}: error: {e}"
+                        ),
+                    }
                 }
             }
         }
     }
+}
+
+/// `--paths` (host only, no GPU): how the query blocks of the LLM-shaped inputs divide between
+/// the fast contract's INT32 path and its chunks, by the twin's rule
+/// (`ferrattn_core::turbo::attention::fixed_p_int_scale` on the V block scales a query block
+/// visits; the default configuration applies no SAS threshold of its own).
+fn print_paths(batch: usize, len: usize, causal: bool) {
+    let x = llm_inputs(&problem(batch, len, false), 7);
+    let v = x.v.as_ref().expect("separate V");
+    let (mut int, mut total) = (0usize, 0usize);
+    for b in 0..batch {
+        for h in 0..HK {
+            let vs: Vec<f32> = (0..len.div_ceil(64))
+                .map(|j| {
+                    let rows: Vec<&[f32]> = (64 * j..(64 * j + 64).min(len))
+                        .map(|t| v.row4(b, t, h))
+                        .collect();
+                    ferrattn_core::turbo::quant::int8_scale(rows.iter().flat_map(|r| r.iter()))
+                })
+                .collect();
+            for qb in 0..len.div_ceil(64) {
+                let last = (64 * qb + 63).min(len - 1);
+                let nt = if causal { last + 1 } else { len }.div_ceil(64);
+                total += HQ / HK;
+                if ferrattn_core::turbo::attention::fixed_p_int_scale(&vs[..nt], false).is_some() {
+                    int += HQ / HK;
+                }
+            }
+        }
+    }
+    println!(
+        "paths {batch} x {len} causal {causal} llm: {total} query blocks (per query head), {int} on the INT32 path ({:.0}%), {} on the chunks",
+        100.0 * int as f64 / total as f64,
+        total - int
+    );
 }

@@ -1252,6 +1252,37 @@ fn gpu_turbo_fast_prefill_matches_its_twin() {
         &x,
         0,
     );
+    // K and V block scales that move from block to block (each block's absolute maximum set
+    // to 0.5..1.5 x 4 for K and 1.0..1.4 x 4 for V: within the INT32 path's factor 2) over
+    // 2,560 keys (40 full tiles): c2, s_u / s_V and -log2 of it differ per tile, and tiles
+    // 32..39 take them from the refill of the kernel's table of 32 tiles (round 9), so a tile
+    // reading another tile's entry moves O far past 1e-3
+    for (d, causal, seed) in [(128, false, 26), (64, true, 27)] {
+        let p = problem(&[200, 2560], &[2560, 2560], 8, 2, d, DType::BF16, causal);
+        let mut x = inputs(&p, seed);
+        let v = x.v.as_mut().unwrap();
+        for b in 0..p.batch {
+            for h in 0..p.heads_kv {
+                for j in 0..p.seqlens_k[b] / 64 {
+                    let fk = 4.0 * (0.5 + (j * 7 % 11) as f32 / 10.0);
+                    let fv = 4.0 * (1.0 + (j * 3 % 5) as f32 / 10.0);
+                    for (t, target) in [(&mut x.k, fk), (&mut *v, fv)] {
+                        let amax = (64 * j..64 * j + 64)
+                            .flat_map(|r| t.row4(b, r, h).iter().map(|e| e.abs()))
+                            .fold(0.0f32, f32::max);
+                        for r in 64 * j..64 * j + 64 {
+                            t.row4_mut(b, r, h)
+                                .iter_mut()
+                                .for_each(|e| *e = p.dtype.round(*e * (target / amax)));
+                        }
+                    }
+                }
+            }
+        }
+        let what =
+            format!("fast prefill K and V scales per block, 2560 keys, d {d} causal {causal}");
+        check_fast_prefill(&what, &b, &cfg, &p, &x, 0);
+    }
     // nearly flat rows over 70,000 keys: l passes 2^23 (about 33,000 keys of p near 1), so the
     // INT32 path's guard moves m up and halves the accumulator (and the accumulator stays in
     // i32 where it would not without the guard)
