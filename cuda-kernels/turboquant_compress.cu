@@ -632,69 +632,42 @@ __device__ __forceinline__ void load_rows(const FastParams& p, const Rows& r, in
   }
 }
 
-// The raw-row ring (RING > 0): one chunk's rows in shared memory, filled one chunk ahead of the
-// registers (the chunk after next), so that a chunk's rows are requested a whole loop iteration
-// before they are moved into registers, and two chunks' rows (registers + ring) are in flight per
-// CTA instead of one.
-//   RING = 1: cp.async (LDGSTS): each thread copies and reads back only its own 16-byte pieces
-//     (no barrier: cp.async.wait_group orders the thread's own copies before its reads), at
-//     ((r * D/32 + m) * 128 + thread) * 16: a warp's 32 pieces of one (r, m) are 512 contiguous
-//     bytes (4 wavefronts, no bank conflict).
-//   RING = 2 (sm_90a; cp.async elsewhere): 1-D bulk copies (the TMA unit; no LSU instruction per
-//     16 bytes): threads q = 0, 1 of a quad copy its even and odd row, 2D bytes each, completion
-//     counted on an mbarrier. Row i at i 2D + (i / 2) 64 bytes: the 8 row pairs a warp reads at
-//     once alternate between the two 64-byte halves of the banks (4 wavefronts per 512 bytes).
-//     All threads' reads of the slot are done (a CTA barrier) before it is filled again.
+// The raw-row ring (RING = 1): one chunk's rows in shared memory, filled by cp.async one chunk
+// ahead of the registers (the chunk after next), so that a chunk's rows are requested a whole loop
+// iteration before they are moved into registers, and two chunks' rows (registers + ring) are in
+// flight per CTA instead of one. Each thread copies and reads back only its own 16-byte pieces (no
+// barrier: cp.async.wait_group orders the thread's own copies before its reads), at
+// ((r * D/32 + m) * 128 + thread) * 16: a warp's 32 pieces of one (r, m) are 512 contiguous bytes
+// (4 wavefronts, no bank conflict). A token outside the append (or past the last item) is
+// zero-filled without a read (cp.async's source size 0): the copies bypass L1, and the register
+// loads' "row 0 instead" would send every CTA's absent rows to the same few L2 sectors (measured:
+// the first ring that did so ran at half the speed, appends 1.3-2.5x slower).
 template <int D, int RING>
 struct Ring {
-#if defined(FERRATTN_SM90A)
-  static constexpr bool kBulk = RING == 2;
-#else
-  static constexpr bool kBulk = false;
-#endif
-  static constexpr int kBytes = RING == 0 ? 0 : RING == 1 ? kRows * D * 2 : kRows * D * 2 + kRows / 2 * 64;
-  // byte of piece 4m + q of the thread's row r (chunk row 16w + 2g + r)
+  static constexpr int kBytes = RING ? kRows * D * 2 : 0;
+  // byte of piece 4m + q of the thread's row r
   static __device__ __forceinline__ u32 at(int r, int m) {
-    const int t = threadIdx.x, row = 16 * (t / 32) + 2 * ((t % 32) / 4) + r;
-    return kBulk ? (u32)(row * 2 * D + (row >> 1) * 64 + (4 * m + t % 4) * 16)
-                 : (u32)(((r * Layout<D>::kPieces + m) * kThreads + t) * 16);
+    return (u32)(((r * Layout<D>::kPieces + m) * kThreads + (int)threadIdx.x) * 16);
   }
-  // the rows of load_rows (row 0 for a token outside the append) into the slot at `ring`
-  static __device__ __forceinline__ void fill(const FastParams& p, const Rows& r, int q, u32 ring, u32 bar) {
-    const u16* s0 = p.src + (r.ev ? r.src * D : 0);
-    const u16* s1 = p.src + (r.od ? (r.src + p.heads_kv) * D : 0);
-#if defined(FERRATTN_SM90A)
-    if (kBulk) {
-      if (threadIdx.x == 0) sm90::mbar_arrive_expect_tx(bar, kRows * D * 2);
-      if (q < 2) sm90::bulk_g2s(ring + at(q, 0) - 16 * q, q ? s1 : s0, D * 2, bar);
-      return;
-    }
-#endif
-    (void)bar;
+  // the rows of load_rows into the slot at `ring`, absent tokens as zeros
+  static __device__ __forceinline__ void fill(const FastParams& p, const Rows& r, int q, u32 ring) {
+    const u16* s0 = p.src + (r.ev ? r.src * D : 0) + 8 * q;
+    const u16* s1 = p.src + (r.od ? (r.src + p.heads_kv) * D : 0) + 8 * q;
+    const u32 n0 = r.ev ? 16u : 0u, n1 = r.od ? 16u : 0u;
 #pragma unroll
     for (int m = 0; m < Layout<D>::kPieces; ++m) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ring + at(0, m)), "l"(s0 + 8 * q + 32 * m) : "memory");
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ring + at(1, m)), "l"(s1 + 8 * q + 32 * m) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(ring + at(0, m)), "l"(s0 + 32 * m), "r"(n0)
+                   : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(ring + at(1, m)), "l"(s1 + 32 * m), "r"(n1)
+                   : "memory");
     }
     cp_async_commit();
   }
-  // waits for the slot's fill of parity `ph`
-  static __device__ __forceinline__ void wait(u32 bar, u32 ph) {
-#if defined(FERRATTN_SM90A)
-    if (kBulk) {
-      sm90::mbar_wait(bar, ph);
-      return;
-    }
-#endif
-    (void)bar;
-    (void)ph;
-    cp_async_wait<0>();
-  }
-  // the slot's chunk into the registers (after wait). RING = 1: the next fill overwrites these
-  // bytes with copies issued after these reads in program order by the same thread (the
-  // per-thread pipeline of the CUDA programming guide's memcpy_async examples); RING = 2: the
-  // caller puts a CTA barrier between these reads and the next fill
+  // the slot's chunk into the registers, once the thread's copies have landed. The next fill
+  // overwrites these bytes with copies issued after these reads in program order by the same
+  // thread (the per-thread pipeline of the CUDA programming guide's memcpy_async examples)
   static __device__ __forceinline__ void read(u32 ring, Vec16 (&x)[2][Layout<D>::kPieces]) {
+    cp_async_wait<0>();
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -786,7 +759,7 @@ __device__ __forceinline__ float row_norm(const Vec16 (&xr)[Layout<D>::kPieces])
 
 template <int D, bool KEYS, bool QJL, bool SPLIT, int RING>
 __device__ __forceinline__ void compress_fast(const FastParams& p) {
-  static_assert(RING >= 0 && RING <= 2, "the raw-row ring: none, cp.async or bulk copies");
+  static_assert(RING == 0 || RING == 1, "the raw-row ring holds one chunk or none");
   using RG = Ring<D, RING>;
   using L = Layout<D>;
   constexpr int NA = L::kAcc, NP = L::kPieces;
@@ -822,17 +795,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // the byte table's biased address through shared memory: ptxas cannot split it into a uniform
   // base and a constant added to every lookup's address (one add per lookup, not two ops)
   __shared__ u32 cnt_base_s;
-  __shared__ __align__(8) unsigned long long ring_bar_s;  // RING = 2: the slot's fills
-  const u32 ring_bar = smem_addr(&ring_bar_s);
-  if (threadIdx.x == 0) {
-    cnt_base_s = smem_addr(cnt_s) - 0x4B000000u;
-#if defined(FERRATTN_SM90A)
-    if (RG::kBulk) {
-      sm90::mbar_init(ring_bar, 1);
-      sm90::fence_mbar_init();
-    }
-#endif
-  }
+  if (threadIdx.x == 0) cnt_base_s = smem_addr(cnt_s) - 0x4B000000u;
   stage_matrix<D, true>(p.pi_hi, pih_a);
   if (SPLIT) stage_matrix<D, true>(p.pi_lo, pil_a);
   if (QJL) stage_matrix<D, false>(p.m, m_a);
@@ -840,9 +803,8 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   __syncthreads();
   const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
   const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
-  // RING: the chunk after the first into the ring (unconditional, as the loop's loads)
-  if (RING) RG::fill(p, chunk_rows(p, c + gridDim.x, items, tile, pair), q, ring_a, ring_bar);
-  u32 ring_ph = 0;  // parity of the ring's pending fill
+  // RING: the chunk after the first into the ring
+  if (RING) RG::fill(p, chunk_rows(p, c + gridDim.x, items, tile, pair), q, ring_a);
 
   for (; c < chunks; c += gridDim.x) {
     float acc[NA];
@@ -1007,14 +969,11 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
       // (its rows computed again when it is next: a second Rows held across the loop spills at
       // 128 registers). At the end of the epilogue, not after the wait: x is not live during
       // the lookups
-      RG::wait(ring_bar, ring_ph);
-      ring_ph ^= 1u;
       RG::read(ring_a, x);
-      if (RG::kBulk) __syncthreads();  // every thread's reads of the slot before its next fill
-      RG::fill(p, chunk_rows(p, c + 2 * gridDim.x, items, tile, pair), q, ring_a, ring_bar);
+      RG::fill(p, chunk_rows(p, c + 2 * gridDim.x, items, tile, pair), q, ring_a);
     }
   }
-  if (RING) RG::wait(ring_bar, ring_ph);  // the ring's last fill (rows past the end, never read)
+  if (RING) cp_async_wait<0>();  // the ring's last fill (zeros past the end, never read)
 }
 
 }  // namespace tqf
@@ -1035,8 +994,5 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, 3, (D == 64) * R)              \
   FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, 3, (D == 64) * R)
 
-#ifndef FERRATTN_TQF_RING
-#define FERRATTN_TQF_RING 2  // the ring's copies: 1 cp.async, 2 bulk copies (sm_90a)
-#endif
-FERRATTN_TQF(64, FERRATTN_TQF_RING)
-FERRATTN_TQF(128, FERRATTN_TQF_RING)
+FERRATTN_TQF(64, 1)
+FERRATTN_TQF(128, 1)
