@@ -632,55 +632,6 @@ __device__ __forceinline__ void load_rows(const FastParams& p, const Rows& r, in
   }
 }
 
-// The raw-row ring (RING = 1): one chunk's rows in shared memory, filled by cp.async one chunk
-// ahead of the registers (the chunk after next), so that a chunk's rows are requested a whole loop
-// iteration before they are moved into registers, and two chunks' rows (registers + ring) are in
-// flight per CTA instead of one. Each thread copies and reads back only its own 16-byte pieces (no
-// barrier: cp.async.wait_group orders the thread's own copies before its reads), at
-// ((r * D/32 + m) * 128 + thread) * 16: a warp's 32 pieces of one (r, m) are 512 contiguous bytes
-// (4 wavefronts, no bank conflict). A token outside the append (or past the last item) is
-// zero-filled without a read (cp.async's source size 0): the copies bypass L1, and the register
-// loads' "row 0 instead" would send every CTA's absent rows to the same few L2 sectors (measured:
-// the first ring that did so ran at half the speed, appends 1.3-2.5x slower).
-template <int D, int RING>
-struct Ring {
-  static constexpr int kBytes = RING ? kRows * D * 2 : 0;
-  // byte of piece 4m + q of the thread's row r
-  static __device__ __forceinline__ u32 at(int r, int m) {
-    return (u32)(((r * Layout<D>::kPieces + m) * kThreads + (int)threadIdx.x) * 16);
-  }
-  // the rows of load_rows into the slot at `ring`, absent tokens as zeros
-  static __device__ __forceinline__ void fill(const FastParams& p, const Rows& r, int q, u32 ring) {
-    const u16* s0 = p.src + (r.ev ? r.src * D : 0) + 8 * q;
-    const u16* s1 = p.src + (r.od ? (r.src + p.heads_kv) * D : 0) + 8 * q;
-    const u32 n0 = r.ev ? 16u : 0u, n1 = r.od ? 16u : 0u;
-#pragma unroll
-    for (int m = 0; m < Layout<D>::kPieces; ++m) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(ring + at(0, m)), "l"(s0 + 32 * m), "r"(n0)
-                   : "memory");
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(ring + at(1, m)), "l"(s1 + 32 * m), "r"(n1)
-                   : "memory");
-    }
-    cp_async_commit();
-  }
-  // the slot's chunk into the registers, once the thread's copies have landed. The next fill
-  // overwrites these bytes with copies issued after these reads in program order by the same
-  // thread (the per-thread pipeline of the CUDA programming guide's memcpy_async examples)
-  static __device__ __forceinline__ void read(u32 ring, Vec16 (&x)[2][Layout<D>::kPieces]) {
-    cp_async_wait<0>();
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int m = 0; m < Layout<D>::kPieces; ++m) {
-        Vec16& v = x[r][m];
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "r"(ring + at(r, m))
-                     : "memory");
-      }
-  }
-};
-
 // the thread's share of a chunk's rows into L2 (no registers held): the quad's 4 threads cover
 // the 2 rows x D/64 128-byte lines of its token pair, one line each (D 128; D 64: threads 0, 1)
 template <int D>
@@ -757,10 +708,8 @@ __device__ __forceinline__ float row_norm(const Vec16 (&xr)[Layout<D>::kPieces])
   return n;
 }
 
-template <int D, bool KEYS, bool QJL, bool SPLIT, int RING>
+template <int D, bool KEYS, bool QJL, bool SPLIT>
 __device__ __forceinline__ void compress_fast(const FastParams& p) {
-  static_assert(RING == 0 || RING == 1, "the raw-row ring holds one chunk or none");
-  using RG = Ring<D, RING>;
   using L = Layout<D>;
   constexpr int NA = L::kAcc, NP = L::kPieces;
   extern __shared__ float4 smem4[];
@@ -770,8 +719,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   const u32 pih_a = smem_addr(base);                                    // Π (f16, K permuted)
   const u32 pil_a = pih_a + L::kMatBytes;                               // Π - Π_hi (SPLIT)
   const u32 m_a = pil_a + (SPLIT ? L::kMatBytes : 0);                   // S Πᵀ (QJL)
-  const u32 ring_a = m_a + (QJL ? L::kMatBytes : 0);                    // RING: a chunk's raw rows
-  unsigned char* cnt_s = base + (ring_a - pih_a) + RG::kBytes;           // [kLut] count bytes
+  unsigned char* cnt_s = base + (m_a - pih_a) + (QJL ? L::kMatBytes : 0);  // [kLut] count bytes
   float* bnd_t = reinterpret_cast<float*>(cnt_s + kLut);               // [16] boundaries
   float* cen_t = bnd_t + 16;                                           // [32] centroids
 
@@ -803,8 +751,6 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   __syncthreads();
   const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
   const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
-  // RING: the chunk after the first into the ring
-  if (RING) RG::fill(p, chunk_rows(p, c + gridDim.x, items, tile, pair), q, ring_a);
 
   for (; c < chunks; c += gridDim.x) {
     float acc[NA];
@@ -822,14 +768,12 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     fence_x<D>(x);  // x is wgmma's operand until here
     const Rows r = cur;
     cur = nx;
-    if (!RING) {
-      // unconditional: past the last chunk `cur` holds no token and row 0 is loaded, never used.
-      // Inside `if` the loads ended a basic block of their own, where ptxas put the moves that
-      // form the A fragments (two rows per register quad) right after them, waiting there for
-      // the loads (the largest stall, issue 10's fifth compression pass); now the loads and
-      // moves are scheduled with the epilogue
-      load_rows<D>(p, cur, q, x);
-    }
+    // unconditional: past the last chunk `cur` holds no token and row 0 is loaded, never used.
+    // Inside `if` the loads ended a basic block of their own, where ptxas put the moves that
+    // form the A fragments (two rows per register quad) right after them, waiting there for
+    // the loads (the largest stall, issue 10's fifth compression pass); now the loads and moves
+    // are scheduled with the epilogue
+    load_rows<D>(p, cur, q, x);
 
     // codes: thread (g, q) holds channels 8j + 2q + e (e = 0, 1) of its rows 0 (acc[4j + e]) and
     // 1 (acc[4j + 2 + e]), j < D/8; packed into words as they come. Keys, row t: byte j of lane
@@ -964,35 +908,24 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         if (r.od) reinterpret_cast<u32*>(p.norms)[r.row + 1] = (u32)F16::from_f32(n1) | (nr1 << 16);
       }
     }
-    if (RING) {
-      // the next chunk from the ring (copied one iteration ago), the one after it into the ring
-      // (its rows computed again when it is next: a second Rows held across the loop spills at
-      // 128 registers). At the end of the epilogue, not after the wait: x is not live during
-      // the lookups
-      RG::read(ring_a, x);
-      RG::fill(p, chunk_rows(p, c + 2 * gridDim.x, items, tile, pair), q, ring_a);
-    }
   }
-  if (RING) cp_async_wait<0>();  // the ring's last fill (zeros past the end, never read)
 }
 
 }  // namespace tqf
 }  // namespace ferrattn
 // Closed list of the fast path: D in {64, 128}; keys with or without QJL, values; Π as one f16
-// matrix (`_fast_`) or split into f16 hi + lo (`_split_`). One warpgroup per CTA. RING: the raw-row
-// ring where the CTAs per SM of the launch bound still fit in shared memory with it (228 KB per SM:
-// d 64 all, d 128 fast values and MSE keys; mirrored by ferrattn_cuda::turboquant::fast_compress_ring).
-#define FERRATTN_TQF_ONE(NAME, D, KEYS, QJL, SPLIT, MINB, RING)                                     \
+// matrix (`_fast_`) or split into f16 hi + lo (`_split_`). One warpgroup per CTA.
+#define FERRATTN_TQF_ONE(NAME, D, KEYS, QJL, SPLIT, MINB)                                           \
   extern "C" __global__ void __launch_bounds__(128, MINB) NAME(const ferrattn::tqf::FastParams p) { \
-    ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT, RING>(p);                                   \
+    ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT>(p);                                         \
   }
-#define FERRATTN_TQF(D, R)                                                                            \
-  FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, (D == 64 ? 5 : 3), (D == 64) * R) \
-  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, (D == 64 ? 6 : 4), R)          \
-  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, (D == 64 ? 6 : 4), R)           \
-  FERRATTN_TQF_ONE(turboquant_split_keys_qjl_d##D, D, true, true, true, 2, (D == 64) * R)               \
-  FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, 3, (D == 64) * R)              \
-  FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, 3, (D == 64) * R)
+#define FERRATTN_TQF(D)                                                                           \
+  FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, (D == 64 ? 5 : 3))       \
+  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, (D == 64 ? 6 : 4))       \
+  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, (D == 64 ? 6 : 4))        \
+  FERRATTN_TQF_ONE(turboquant_split_keys_qjl_d##D, D, true, true, true, 2)                        \
+  FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, 3)                       \
+  FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, 3)
 
-FERRATTN_TQF(64, 1)
-FERRATTN_TQF(128, 1)
+FERRATTN_TQF(64)
+FERRATTN_TQF(128)

@@ -271,30 +271,15 @@ pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
         .next_power_of_two()
 }
 
-/// Whether a fast compression kernel keeps a chunk's raw token rows in a shared-memory ring
-/// filled by `cp.async` (`RING` of `FERRATTN_TQF` in turboquant_compress.cu): where the CTAs per
-/// SM of its launch bound still fit in shared memory with it (d 64, and d 128's fast values and
-/// MSE keys; not d 128's keys with QJL or split kernels, whose two `d x d` matrices leave no room).
-pub fn fast_compress_ring(d: usize, keys_with_qjl: bool, split: bool) -> bool {
-    d == 64 || (!keys_with_qjl && !split)
-}
-
 /// Shared memory of a fast compression kernel (`tqf::compress_fast` in turboquant_compress.cu):
 /// the `wgmma` B operands as 128-byte-swizzled `d x d` f16 matrices (`Π`, its split's low part,
 /// and `S Πᵀ` for keys with QJL; 1024 bytes of slack align them to their 1024-byte swizzle
-/// atoms), the raw-row ring ([`fast_compress_ring`]: one chunk of [`FAST_ROWS`] f16 rows) and
-/// the code lookup's tables.
+/// atoms) and the code lookup's tables.
 pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool, split: bool) -> usize {
     let mat = d * d * 2;
-    let ring = if fast_compress_ring(d, keys_with_qjl, split) {
-        FAST_ROWS * d * 2
-    } else {
-        0
-    };
     1024 + mat
         + if split { mat } else { 0 }
         + if keys_with_qjl { mat } else { 0 }
-        + ring
         + CODE_LUT_BINS
         + 4 * (16 + 32) // the code lookup: a count byte per bin, 16 boundaries, 32 centroids
 }
