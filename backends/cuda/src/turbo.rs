@@ -1933,18 +1933,6 @@ mod tests {
         }
     }
 
-    /// The decode's dynamic shared memory mirrors `UnitStage<D>` (turbo_decode.cu): per warp a
-    /// 4-bit K and V code room of 64 tokens, each with two parameter rooms of `2 d + 16` bytes
-    /// (one per 2-bit slot); three CTAs of the g4 instance (168 registers) still fit an SM's
-    /// 228 KiB with the driver's 1 KiB a CTA.
-    #[test]
-    fn decode_stage_mirrors_the_kernel_layout() {
-        assert_eq!(decode_smem_bytes(128), 4 * (2 * 4096 + 4 * (2 * 128 + 16)));
-        assert_eq!(decode_smem_bytes(128), 37_120);
-        assert_eq!(decode_smem_bytes(64), 18_688);
-        assert!(3 * (decode_smem_bytes(128) + 1024) <= 228 * 1024);
-    }
-
     #[test]
     fn param_blocks_match_the_kernel_structs() {
         // CacheView: 6 pointers; CacheParams: 2 views, 3 x 8 bytes, 2 ints
