@@ -1312,26 +1312,15 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     // pending cp.async groups here: K of this tile, V of this tile
     cp_async_wait<1>();
     syncwarp();
-    // whether the next tile's halves can be issued before this tile's are read: when this tile
-    // stages nothing (the INT8 buffer tile, a sequence left alone), or both are 2-bit tiles (the
-    // next one in the other slot; UnitStage). Then both halves go now, as one group (the V
-    // half's group stays empty), from a look-ahead copy of the cursor that dies here (the one
-    // that follows is advanced after q K^T, as before: fewer registers live through q K^T);
-    // else K after this q K^T and V after this P V, into slot 0, as before.
+    // the next tile, and whether its halves can be issued before this tile's are read: when this
+    // tile stages nothing (the INT8 buffer tile, a sequence left alone), or both are 2-bit tiles
+    // (the next one in the other slot; UnitStage); else after, into slot 0, as before
     const bool more = it + 1 < end;
+    if (more) advance(nxt);
     const bool staged = cur.qt >= 0 && cur.ti < (cur.len >> 6);
-    bool early = false;
-    int ns = 0;  // staging slot of the next tile
-    if (more) {
-      UnitCursor la = cur;
-      advance(la);
-      early = !staged || (cur.bits == 2 && la.bits == 2);
-      if (early) {
-        ns = staged ? cs ^ 1 : 0;
-#pragma unroll 1
-        for (int w = 0; w < 2; ++w) issue(la, w, ns);
-      }
-    }
+    const bool early = more && (!staged || (cur.bits == 2 && nxt.bits == 2));
+    const int ns = staged && early ? cs ^ 1 : 0;
+    if (early) issue(nxt, 0, ns);
     const u8* stc = stages + cs * S::kSlotCodes;  // this tile's codes
     const u8* stp = stages + cs * S::kSlotPar;    // its parameters (and K's scales and flags)
     const int b = cur.b;
@@ -1437,10 +1426,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       }
     }
     syncwarp();  // every lane is done with the K half before it is refilled
-    if (more) {
-      advance(nxt);
-      if (!early) issue(nxt, 0, ns);
-    }
+    if (more && !early) issue(nxt, 0, ns);
     cp_async_commit();
     u32 pa0[2], pa2[2];
     int rs = 0;
@@ -1460,6 +1446,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     // pending: V of this tile, K of the next
     cp_async_wait<1>();
     syncwarp();
+    if (early) issue(nxt, 1, ns);
     if (active) {
       if (half) {
         switch (variant) {
@@ -1517,7 +1504,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         *reinterpret_cast<float2*>(p.part_ml + ((u64)slot * kUnitRows + g) * 2) = make_float2(st.m, st.l);
     }
     if (seg_last) ++slot;
-    cur = nxt;  // advanced once, before K of the next tile was issued
+    cur = nxt;  // advanced once, at the top of this iteration
     syncwarp();  // every lane is done with the V half before it is refilled
     if (more && !early) issue(nxt, 1, ns);
     cp_async_commit();

@@ -70,13 +70,10 @@ const _: () = assert!(TURBO_BLOCK == ferrattn_core::turbo::decode_plan::DECODE_B
 
 /// Dynamic shared memory of a decode CTA (mirrors `UnitStage<D>` of turbo_decode.cu): per warp
 /// one tile's K half (4-bit codes of 64 tokens, channel parameters, both block scales and clamp
-/// flags) and one tile's V half (codes, channel parameters), refilled apart; each half's
-/// parameters have two rooms of `2 d + 16` bytes, one per slot of a 2-bit tile (two 2-bit tiles'
-/// codes share a half's 4-bit code room).
+/// flags) and one tile's V half (codes, channel parameters), refilled apart.
 pub fn decode_smem_bytes(head_dim: usize) -> usize {
-    let codes = TURBO_BLOCK * head_dim / 2;
-    let par_slot = 2 * head_dim + 16;
-    DECODE_UNITS_PER_CTA * 2 * (codes + 2 * par_slot)
+    let stage = 2 * (TURBO_BLOCK * head_dim / 2) + 4 * head_dim + 16;
+    DECODE_UNITS_PER_CTA * stage
 }
 
 /// Largest GQA group the `turbo_decode_g4_*` instance serves ([`TurboKernels::decode_for`]).
