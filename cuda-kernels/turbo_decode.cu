@@ -110,26 +110,15 @@ constexpr int kUnitsPerCta = kThreads / 32;
 // instead of 70 KB), so occupancy is set by registers alone. Rows of codes are stored at
 // row_slot(token) so that the lanes of one load hit different banks.
 // ferrattn_cuda::turbo::decode_smem_bytes mirrors these sizes.
-//
-// Two slots for 2-bit tiles: a 2-bit tile's codes fill half of a half's 4-bit code room, so a
-// 2-bit tile staged in slot s (codes at + s kSlotCodes, parameters and scales at + s kSlotPar)
-// leaves the other slot free, and the next tile's half, when it is a 2-bit one too, is issued
-// into that slot before this tile's half is read (decode_body: the next K before this q K^T, the
-// next V before this P V) instead of after: a 2-bit head keeps two halves in flight a warp, as
-// many bytes as one 4-bit half, where it kept about one before. A 4-bit tile takes slot 0 and
-// the whole code room. The parameters have a room per slot (2 D + 16 bytes: the channel
-// parameters, and with K the block scales and clamp flags), so the area grows by 4 D + 32 bytes.
 template <int D>
 struct UnitStage {
   static constexpr int kCodes = kBlock * D / 2;
-  static constexpr int kSlotCodes = kCodes / 2;  // a 2-bit tile's codes
-  static constexpr int kSlotPar = 2 * D + 16;    // channel parameters (+ scales and flags with K)
   static constexpr int kK = 0;
   static constexpr int kParK = kCodes;
   static constexpr int kScales = kCodes + 2 * D;
-  static constexpr int kV = kCodes + 2 * kSlotPar;
+  static constexpr int kV = kScales + 16;
   static constexpr int kParV = kV + kCodes;
-  static constexpr int kBytes = kParV + 2 * kSlotPar;
+  static constexpr int kBytes = kParV + 2 * D;
 };
 __device__ __forceinline__ int row_slot(int r) { return r ^ ((r >> 1) & 3); }
 // row_slot(8 a + b) = 8 a + row_slot(b) for 0 <= b < 8 (the permutation stays inside aligned
@@ -564,7 +553,7 @@ __device__ __forceinline__ u32 lds_codes8(const u8* p) {
 // loop is kept rolled (the query fragments rotate through slot 0) to keep the hot loop of the
 // kernel small: with every slice unrolled it no longer fits the instruction cache.
 template <int D, int BITS, bool CLAMP>
-__device__ __forceinline__ void unit_qk_compressed(const UnitState<D>& st, const u8* stg, const u8* stp, int g, int t,
+__device__ __forceinline__ void unit_qk_compressed(const UnitState<D>& st, const u8* stg, int g, int t,
                                                    int (&s)[8][2]) {
   using S = UnitStage<D>;
   constexpr int KS = D / 32, KCH = D / 4;
@@ -581,7 +570,7 @@ __device__ __forceinline__ void unit_qk_compressed(const UnitState<D>& st, const
 #pragma unroll 1
   for (int ks = 0; ks < KS; ++ks) {
     u32 sc[8], zb[8];
-    channel_consts(stp + S::kParK, D, KCH * t + 8 * ks, sc, zb);
+    channel_consts(stg + S::kParK, D, KCH * t + 8 * ks, sc, zb);
 #pragma unroll
     for (int G = 0; G < 2; ++G) {
       u32 w[4];
@@ -614,7 +603,7 @@ __device__ __forceinline__ void unit_qk_compressed(const UnitState<D>& st, const
 // P V of a compressed tile and the O update (dequantize V, O = O r + s_P s_V P^q V^q1); the
 // k-slice loop rolled as in unit_qk_compressed.
 template <int D, int BITS, bool CLAMP>
-__device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* stg, const u8* stp, int g, int t, const u32 (&pa0)[2],
+__device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* stg, int g, int t, const u32 (&pa0)[2],
                                                    const u32 (&pa2)[2], int rs, float r, float c) {
   using S = UnitStage<D>;
   constexpr int VCH = D / 8;
@@ -629,7 +618,7 @@ __device__ __forceinline__ void unit_pv_compressed(UnitState<D>& st, const u8* s
 #pragma unroll
     for (int c8 = 0; c8 < VCH / 8; ++c8) {
       u32 sc[8], zb[8];
-      channel_consts(stp + S::kParV, D, VCH * g + 8 * c8, sc, zb);
+      channel_consts(stg + S::kParV, D, VCH * g + 8 * c8, sc, zb);
       u32 vb[8][2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -726,15 +715,14 @@ __device__ __forceinline__ void lds_lane_bytes(const u8* p, u32 (&w)[KCH / 4]) {
 // q K^T of a compressed tile that cannot clamp, scales folded into the query (see above). `s`
 // receives the exact integer dot products (no offset to remove).
 template <int D, int BITS>
-__device__ __forceinline__ void unit_qk_folded(const UnitState<D>& st, const u8* stg, const u8* stp, int g, int t,
-                                               int (&s)[8][2]) {
+__device__ __forceinline__ void unit_qk_folded(const UnitState<D>& st, const u8* stg, int g, int t, int (&s)[8][2]) {
   using S = UnitStage<D>;
   constexpr int KS = D / 32, KCH = D / 4;
   constexpr int RB = D * BITS / 8;     // bytes of one token row of codes
   constexpr int KLB = KCH * BITS / 8;  // bytes of the lane's channels in a row: 16, 8 or 4
   u32 sw[KCH / 4], zw[KCH / 4];
-  lds_lane_bytes<KCH>(stp + S::kParK + KCH * t, sw);
-  lds_lane_bytes<KCH>(stp + S::kParK + D + KCH * t, zw);
+  lds_lane_bytes<KCH>(stg + S::kParK + KCH * t, sw);
+  lds_lane_bytes<KCH>(stg + S::kParK + D + KCH * t, zw);
   // sum_c q_c z_c of query row g, over the four lanes of the row
   int zq = 0;
 #pragma unroll
@@ -936,7 +924,7 @@ __device__ __forceinline__ void raw_v_codes(const u8* vrow, int kk, int h, int t
 // P V of a compressed tile that cannot clamp (raw V codes) and the O update with V's scale and
 // zero point per output channel: O = O r + s_P s_V (s_c (P code) + z_c rs).
 template <int D, int BITS>
-__device__ __forceinline__ void unit_pv_folded(UnitState<D>& st, const u8* stg, const u8* stp, int g, int t, const u32 (&pa0)[2],
+__device__ __forceinline__ void unit_pv_folded(UnitState<D>& st, const u8* stg, int g, int t, const u32 (&pa0)[2],
                                                const u32 (&pa2)[2], int rs, float r, float c) {
   using S = UnitStage<D>;
   constexpr int VCH = D / 8;
@@ -953,7 +941,7 @@ __device__ __forceinline__ void unit_pv_folded(UnitState<D>& st, const u8* stg, 
     for (int nt = 0; nt < D / 8; ++nt) mma_pv(acc[nt][0], acc[nt][1], pa0[kk], pa2[kk], vb[0][nt], vb[1][nt]);
   }
   // O channels of the lane: c0 of n-tile nt is channel 2 VCH t + nt, c1 is 2 VCH t + VCH + nt
-  const u8* ps = stp + S::kParV + 2 * VCH * t;
+  const u8* ps = stg + S::kParV + 2 * VCH * t;
   struct Fix {
     u32 sw[VCH / 2], zw[VCH / 2];
     int rs;
@@ -1118,7 +1106,7 @@ __device__ __forceinline__ void half_v_regs(const u8* stg, const i8* vbuf, int n
 
 // P V of one tile and the O update in the transposed layout above (half-row instance only).
 template <int D, int KIND>
-__device__ __forceinline__ void unit_pv_half(UnitState<D>& st, const u8* stg, const u8* stp, const i8* vbuf, int ntok, int g, int t,
+__device__ __forceinline__ void unit_pv_half(UnitState<D>& st, const u8* stg, const i8* vbuf, int ntok, int g, int t,
                                              const u32 (&pa0)[2], const u32 (&pa2)[2], int rs, float r, float c) {
   using S = UnitStage<D>;
   constexpr int VCH = D / 8, MT = VCH / 2;
@@ -1128,7 +1116,7 @@ __device__ __forceinline__ void unit_pv_half(UnitState<D>& st, const u8* stg, co
 #pragma unroll
     for (int c8 = 0; c8 < VCH / 8; ++c8) {
       u32 s8[8], z8[8];
-      channel_consts(stp + S::kParV, D, VCH * g + 8 * c8, s8, z8);
+      channel_consts(stg + S::kParV, D, VCH * g + 8 * c8, s8, z8);
 #pragma unroll
       for (int i = 0; i < 8; ++i) sc[8 * c8 + i] = s8[i], zb[8 * c8 + i] = z8[i];
     }
@@ -1154,7 +1142,7 @@ __device__ __forceinline__ void unit_pv_half(UnitState<D>& st, const u8* stg, co
   constexpr int W = MT / 4;
   u32 sw[W], zw[W];
   if (!kClamp && KIND != kPvBuffer) {
-    const u8* ps = stp + S::kParV + VCH * g + MT * (t >> 1);
+    const u8* ps = stg + S::kParV + VCH * g + MT * (t >> 1);
 #pragma unroll
     for (int i = 0; i < W; ++i) {
       sw[i] = lds32(ps + 4 * i);
@@ -1264,11 +1252,10 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       }
     }
   };
-  // stage one half (K: 0, V: 1) of cache tile `c` in slot `sl` (0, or 1 for a 2-bit tile: see
-  // UnitStage), if it is a compressed block of a decoded sequence: the codes in steps of 512
-  // bytes (32 lanes x 16); within a step the lane's chunk lands at the same offset, since
-  // row_slot permutes rows inside aligned groups of 8; then the tensor's channel parameters, and
-  // with K the block scales and clamp flags of both tensors
+  // stage one half (K: 0, V: 1) of cache tile `c`, if it is a compressed block of a decoded
+  // sequence: the codes in steps of 512 bytes (32 lanes x 16); within a step the lane's chunk
+  // lands at the same offset, since row_slot permutes rows inside aligned groups of 8; then the
+  // tensor's channel parameters, and with K the block scales and clamp flags of both tensors
   const u32 stage_s = smem_addr(stages);
   // what the issue needs of the lane alone, computed once: where its 16-byte chunk of a step
   // lands for 4 and for 2 bits, and the source of its scale / clamp word (lanes 0-3)
@@ -1281,48 +1268,35 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
                                : lane == 1 ? reinterpret_cast<const u32*>(cp.v.bscale)
                                : lane == 2 ? cp.k.clamp
                                            : cp.v.clamp;
-  auto issue = [&](const UnitCursor& c, int which, int sl) {
+  auto issue = [&](const UnitCursor& c, int which) {
     if (c.qt < 0 || c.ti >= (c.len >> 6)) return;  // kBlock = 64
     const bool b4 = c.bits == 4;
     const int rb_log = b4 ? (D == 128 ? 6 : 5) : (D == 128 ? 5 : 4);  // log2 row bytes
     const u64 code_off = c.code0 + (u32)(c.ti << (rb_log + 6));       // 64 rows a block (< 4 GiB a head)
     const u64 pb = c.pb0 + c.ti;
     const CacheView& cv = which ? cp.v : cp.k;
-    const u32 dst = (b4 ? dst4 : dst2) + (which ? S::kV : S::kK) + sl * S::kSlotCodes;
-    const u32 par = stage_s + sl * S::kSlotPar;
+    const u32 dst = (b4 ? dst4 : dst2) + (which ? S::kV : S::kK);
     const u8* src = cv.codes + code_off + 16 * lane;
     constexpr int kMaxSteps = D * 4 / 64;  // 512-byte steps of a 4-bit block
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i)
       if (b4 || i < kMaxSteps / 2) cp_async16_s(dst + 512 * i, src + 512 * i);
     if (lane < D / 8)  // 2 D / 16 chunks of channel parameters
-      cp_async16_s(par + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
-    if (!which && lane < 4) cp_async4_s(par + S::kScales + 4 * lane, scale_src + pb);
+      cp_async16_s(stage_s + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
+    if (!which && lane < 4) cp_async4_s(stage_s + S::kScales + 4 * lane, scale_src + pb);
   };
 
   UnitState<D> st;
   UnitCursor nxt = cur;
-  issue(cur, 0, 0);
+  issue(cur, 0);
   cp_async_commit();
-  issue(cur, 1, 0);
+  issue(cur, 1);
   cp_async_commit();
   u32 slot = p.cta_slot[unit];
-  int cs = 0;  // staging slot of this tile
   for (u32 it = begin; it < end; ++it) {
     // pending cp.async groups here: K of this tile, V of this tile
     cp_async_wait<1>();
     syncwarp();
-    // the next tile, and whether its halves can be issued before this tile's are read: when this
-    // tile stages nothing (the INT8 buffer tile, a sequence left alone), or both are 2-bit tiles
-    // (the next one in the other slot; UnitStage); else after, into slot 0, as before
-    const bool more = it + 1 < end;
-    if (more) advance(nxt);
-    const bool staged = cur.qt >= 0 && cur.ti < (cur.len >> 6);
-    const bool early = more && (!staged || (cur.bits == 2 && nxt.bits == 2));
-    const int ns = staged && early ? cs ^ 1 : 0;
-    if (early) issue(nxt, 0, ns);
-    const u8* stc = stages + cs * S::kSlotCodes;  // this tile's codes
-    const u8* stp = stages + cs * S::kSlotPar;    // its parameters (and K's scales and flags)
     const int b = cur.b;
     const int qt = cur.qt;
     const bool seg_first = it == begin || cur.ti == 0;
@@ -1403,7 +1377,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         const int bits = cur.bits;
         // the blocks' clamp flags (CacheView::clamp, exact, written with the blocks): the
         // folded path unless some code of K or V dequantizes past 127
-        const uint4 sc = *reinterpret_cast<const uint4*>(stp + S::kScales);
+        const uint4 sc = *reinterpret_cast<const uint4*>(stages + S::kScales);
         variant = (bits == 4 ? 0 : 2) + ((sc.z | sc.w) != 0 ? 0 : 1);
         s_k = __uint_as_float(sc.x);
         s_v = __uint_as_float(sc.y);
@@ -1413,20 +1387,23 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         ntok = ntok_buf;
       }
       switch (variant) {
-        case 0: unit_qk_compressed<D, 4, true>(st, stages, stages, g, t, s); break;
+        case 0: unit_qk_compressed<D, 4, true>(st, stages, g, t, s); break;
         case 1:
           if (half && FERRATTN_TURBO_DECODE_HI_ROWS)
             unit_qk_folded4_hi_rows<D>(st, stages, g, t, s);
           else
-            unit_qk_folded<D, 4>(st, stages, stages, g, t, s);
+            unit_qk_folded<D, 4>(st, stages, g, t, s);
           break;
-        case 2: unit_qk_compressed<D, 2, true>(st, stc, stp, g, t, s); break;
-        case 3: unit_qk_folded<D, 2>(st, stc, stp, g, t, s); break;
+        case 2: unit_qk_compressed<D, 2, true>(st, stages, g, t, s); break;
+        case 3: unit_qk_folded<D, 2>(st, stages, g, t, s); break;
         default: unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
       }
     }
     syncwarp();  // every lane is done with the K half before it is refilled
-    if (more && !early) issue(nxt, 0, ns);
+    if (it + 1 < end) {
+      advance(nxt);
+      issue(nxt, 0);
+    }
     cp_async_commit();
     u32 pa0[2], pa2[2];
     int rs = 0;
@@ -1446,22 +1423,21 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     // pending: V of this tile, K of the next
     cp_async_wait<1>();
     syncwarp();
-    if (early) issue(nxt, 1, ns);
     if (active) {
       if (half) {
         switch (variant) {
-          case 0: unit_pv_half<D, kPvClamp4>(st, stages, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          case 1: unit_pv_half<D, kPvFolded4>(st, stages, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          case 2: unit_pv_half<D, kPvClamp2>(st, stc, stp, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          case 3: unit_pv_half<D, kPvFolded2>(st, stc, stp, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
-          default: unit_pv_half<D, kPvBuffer>(st, stages, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+          case 0: unit_pv_half<D, kPvClamp4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_half<D, kPvFolded4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_half<D, kPvClamp2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_half<D, kPvFolded2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          default: unit_pv_half<D, kPvBuffer>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
         }
       } else {
         switch (variant) {
-          case 0: unit_pv_compressed<D, 4, true>(st, stages, stages, g, t, pa0, pa2, rs, r, c); break;
-          case 1: unit_pv_folded<D, 4>(st, stages, stages, g, t, pa0, pa2, rs, r, c); break;
-          case 2: unit_pv_compressed<D, 2, true>(st, stc, stp, g, t, pa0, pa2, rs, r, c); break;
-          case 3: unit_pv_folded<D, 2>(st, stc, stp, g, t, pa0, pa2, rs, r, c); break;
+          case 0: unit_pv_compressed<D, 4, true>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_folded<D, 4>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_compressed<D, 2, true>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_folded<D, 2>(st, stages, g, t, pa0, pa2, rs, r, c); break;
           default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
         }
       }
@@ -1504,11 +1480,10 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         *reinterpret_cast<float2*>(p.part_ml + ((u64)slot * kUnitRows + g) * 2) = make_float2(st.m, st.l);
     }
     if (seg_last) ++slot;
-    cur = nxt;  // advanced once, at the top of this iteration
+    cur = nxt;  // advanced once, before K of the next tile was issued
     syncwarp();  // every lane is done with the V half before it is refilled
-    if (more && !early) issue(nxt, 1, ns);
+    if (it + 1 < end) issue(nxt, 1);
     cp_async_commit();
-    cs = ns;
   }
   cp_async_wait<0>();
 }
