@@ -18,7 +18,7 @@
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
 use ferrattn_core::{AttentionProblem, DType};
-use ferrattn_cuda::turbo::{plan_decode_for, DecodeSchedule};
+use ferrattn_cuda::turbo::{plan_decode, DecodeSchedule};
 use ferrattn_cuda::{CudaBackend, Event, Graph, Options};
 
 const TAIL: usize = 37;
@@ -72,7 +72,7 @@ fn time_one(
     let preps = caches
         .iter()
         .map(|c| {
-            let pl = plan_decode_for(&c.bits, c.lens(), &vec![0; batch], HQ, HK, schedule)?;
+            let pl = plan_decode(c.lens(), &vec![0; batch], HQ, HK, schedule)?;
             b.turbo_prepare_decode(pl, dtype, c)
         })
         .collect::<ferrattn_cuda::Result<Vec<_>>>()?;

@@ -678,8 +678,7 @@ impl DeviceTurboCache {
 // ---- decode schedule: pure host code, in the core beside its CPU twin ---------------------------
 
 pub use ferrattn_core::turbo::decode_plan::{
-    decode_tile_weight, decode_twin, decode_units, plan_decode_weighted, DecodePlan,
-    DecodeSchedule, DECODE_MIN_ITERS_PER_UNIT,
+    decode_twin, decode_units, DecodePlan, DecodeSchedule, DECODE_MIN_ITERS_PER_UNIT,
 };
 
 /// Plans a decode launch ([`ferrattn_core::turbo::decode_plan::plan_decode`]). `lens[b]`: tokens
@@ -693,52 +692,6 @@ pub fn plan_decode(
 ) -> Result<DecodePlan> {
     Ok(ferrattn_core::turbo::decode_plan::plan_decode(
         lens, q_tok, heads_q, heads_kv, schedule,
-    )?)
-}
-
-/// [`plan_decode`] for one cache whose KV heads hold `bits` bits ([`DeviceTurboCache::bits`]):
-/// stream-K ranges cut by the cost of their tiles ([`decode_tile_weight`]: 11 a 4-bit tile, 9 a
-/// 2-bit one) instead of by count, so that the units on the 4-bit heads of a mixed cache do not
-/// finish long after those on its 2-bit heads; with one width for every head, the ranges of
-/// [`plan_decode`]. For callers that plan per cache and launch with
-/// [`CudaBackend::turbo_prepare_decode`] (the `turbo_decode` bench); the default paths
-/// (`turbo_decode_step`, `run_turbo`, the device API, whose one plan a step serves every
-/// layer's cache, each with its own heads at 2 bits) still cut by count. An experiment of issue 11
-/// (docs/TURBO_CUDA.md, "Decode: where the mixed cache's time goes").
-/// `FERRATTN_TURBO_DECODE_WEIGHTS` (read once; a comparison hook) overrides the weights: `0`
-/// cuts by count, `A:B` weighs a 4-bit tile A and a 2-bit one B.
-pub fn plan_decode_for(
-    bits: &[u8],
-    lens: &[usize],
-    q_tok: &[i32],
-    heads_q: usize,
-    heads_kv: usize,
-    schedule: DecodeSchedule,
-) -> Result<DecodePlan> {
-    static OVERRIDE: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
-    let over = *OVERRIDE.get_or_init(|| {
-        let v = std::env::var("FERRATTN_TURBO_DECODE_WEIGHTS").ok()?;
-        if v == "0" {
-            return Some((1, 1));
-        }
-        let (a, b) = v.split_once(':')?;
-        Some((a.parse().ok()?, b.parse().ok()?)).filter(|&(a, b)| a > 0 && b > 0)
-    });
-    let w: Vec<u64> = bits
-        .iter()
-        .map(|&b| match over {
-            Some((w4, w2)) => {
-                if b == 4 {
-                    w4
-                } else {
-                    w2
-                }
-            }
-            None => decode_tile_weight(b),
-        })
-        .collect();
-    Ok(plan_decode_weighted(
-        lens, q_tok, heads_q, heads_kv, schedule, &w,
     )?)
 }
 
