@@ -107,39 +107,13 @@ pub fn decode_units(resident: usize, tiles: usize, iters: u64) -> DecodeSchedule
 }
 
 /// Plans a decode launch. `lens[b]`: tokens the cache holds for sequence `b`; `q_tok[b]`: the
-/// query token it decodes, or -1 (its length is then treated as 0). Stream-K ranges hold equal
-/// numbers of cache tiles ([`plan_decode_weighted`] with equal weights).
+/// query token it decodes, or -1 (its length is then treated as 0).
 pub fn plan_decode(
     lens: &[usize],
     q_tok: &[i32],
     heads_q: usize,
     heads_kv: usize,
     schedule: DecodeSchedule,
-) -> Result<DecodePlan, CoreError> {
-    plan_decode_weighted(lens, q_tok, heads_q, heads_kv, schedule, &[])
-}
-
-/// Relative cost of one cache tile of a KV head cached at `bits` bits, for the stream-K cut of
-/// [`plan_decode_weighted`]: the bytes a compressed tile reads, K and V codes (`16 d bits`) and
-/// their channel parameters (`4 d`), over `d`. A 4-bit tile weighs 17, a 2-bit one 9.
-pub fn decode_tile_weight(bits: u8) -> u64 {
-    4 * bits as u64 + 1
-}
-
-/// [`plan_decode`] with the stream-K ranges cut by weight instead of by count: every cache tile
-/// of KV head `h` (its INT8 buffer tile included) weighs `head_weight[h]`, and unit `g` of `G`
-/// starts at the first iteration whose prefix of weights reaches `g / G` of the total, so that
-/// each unit reads about the same bytes when the heads are cached at different bits (mixed
-/// precision, section 3.2: a unit on a 2-bit head otherwise finishes its tiles long before one on
-/// a 4-bit head). With `head_weight` empty or all equal the ranges are [`plan_decode`]'s
-/// (`Schedule::stream_k`); the one-unit-per-tile schedule ignores the weights.
-pub fn plan_decode_weighted(
-    lens: &[usize],
-    q_tok: &[i32],
-    heads_q: usize,
-    heads_kv: usize,
-    schedule: DecodeSchedule,
-    head_weight: &[u64],
 ) -> Result<DecodePlan, CoreError> {
     if lens.len() != q_tok.len() {
         return Err(CoreError::Shape {
@@ -170,20 +144,9 @@ pub fn plan_decode_weighted(
             supported: "fewer than 2^32".into(),
         });
     }
-    if !head_weight.is_empty() && (head_weight.len() != heads_kv || head_weight.contains(&0)) {
-        return Err(CoreError::Shape {
-            tensor: "head_weight",
-            actual: vec![head_weight.len()],
-            expected: format!("one positive weight per KV head ({heads_kv})"),
-        });
-    }
-    let uniform = head_weight.windows(2).all(|w| w[0] == w[1]);
     let schedule = match schedule {
         DecodeSchedule::PerTile => Schedule::fixed_split(&space, 1),
-        DecodeSchedule::StreamK(ctas) if uniform => Schedule::stream_k(&space, ctas.max(1)),
-        DecodeSchedule::StreamK(ctas) => {
-            weighted_stream_k(&space, ctas.max(1), |t| head_weight[space.tile_coords(t).1])
-        }
+        DecodeSchedule::StreamK(ctas) => Schedule::stream_k(&space, ctas.max(1)),
     };
     let cta_bounds = schedule.cta_bounds(&space);
     let segments = schedule.segments(&space);
@@ -215,42 +178,6 @@ pub fn plan_decode_weighted(
         cta_slot,
         tile_slot,
     })
-}
-
-/// Stream-K bounds over `ctas` units with every iteration of output tile `t` weighing
-/// `weight(t)`: bound `g` is the first iteration whose prefix weight reaches `g W / G` (`W` the
-/// total), pushed up where needed so that every unit keeps at least one iteration.
-fn weighted_stream_k(space: &TileSpace, ctas: usize, weight: impl Fn(usize) -> u64) -> Schedule {
-    let total = space.total_iters();
-    let g = (ctas as u64).min(total).max(1);
-    // prefix weight at the start of each output tile
-    let mut start_w = Vec::with_capacity(space.num_tiles() + 1);
-    let mut w = 0u128;
-    for t in 0..space.num_tiles() {
-        start_w.push(w);
-        let (s, e) = space.tile_range(t);
-        w += (e - s) as u128 * weight(t) as u128;
-    }
-    start_w.push(w);
-    let total_w = w;
-    let mut bounds = Vec::with_capacity(g as usize + 1);
-    bounds.push(0u64);
-    for i in 1..g {
-        let target = i as u128 * total_w / g as u128;
-        // the last tile starting at or below the target, then the first iteration inside it
-        // whose prefix reaches the target
-        let t = start_w.partition_point(|&x| x <= target).saturating_sub(1);
-        let t = t.min(space.num_tiles() - 1);
-        let (s, e) = space.tile_range(t);
-        let k = (target - start_w[t]).div_ceil(weight(t).max(1) as u128) as u64;
-        let b = (s + k.min(e - s)).max(bounds[bounds.len() - 1] + 1);
-        bounds.push(b.min(total - (g - i)));
-    }
-    bounds.push(total);
-    Schedule::StreamK {
-        total_iters: total,
-        cta_bounds: bounds,
-    }
 }
 
 /// CPU twin of the decode kernel and its combine under `plan`: for each segment the core's
@@ -352,64 +279,5 @@ mod tests {
             );
         }
         assert!(plan_decode(&[5, 0], &[0, -1], 8, 2, DecodeSchedule::StreamK(4)).is_ok());
-        let e = plan_decode_weighted(&[5], &[0], 8, 2, DecodeSchedule::StreamK(4), &[1]);
-        assert!(matches!(e, Err(CoreError::Shape { tensor: "head_weight", .. })));
-        let e = plan_decode_weighted(&[5], &[0], 8, 2, DecodeSchedule::StreamK(4), &[1, 0]);
-        assert!(matches!(e, Err(CoreError::Shape { tensor: "head_weight", .. })));
-    }
-
-    /// Weighted stream-K: equal weights give plan_decode's ranges; 4-bit / 2-bit heads (weights
-    /// 17 / 9) give each unit about the same weight, within one tile's, with every iteration in
-    /// exactly one ascending, non-empty range.
-    #[test]
-    fn weighted_stream_k_balances_bytes() {
-        let lens = [16347usize, 4059, 0, 64, 130];
-        let q_tok = [0, 0, -1, 0, 0];
-        for units in [1usize, 7, 37, 528, 1584] {
-            let a = plan_decode(&lens, &q_tok, 32, 8, DecodeSchedule::StreamK(units)).unwrap();
-            let b = plan_decode_weighted(
-                &lens,
-                &q_tok,
-                32,
-                8,
-                DecodeSchedule::StreamK(units),
-                &[17; 8],
-            )
-            .unwrap();
-            assert_eq!(a, b, "{units} units");
-            let bits = [4u8, 2, 4, 2, 2, 4, 2, 4];
-            let w: Vec<u64> = bits.iter().map(|&b| decode_tile_weight(b)).collect();
-            let p = plan_decode_weighted(
-                &lens,
-                &q_tok,
-                32,
-                8,
-                DecodeSchedule::StreamK(units),
-                &w,
-            )
-            .unwrap();
-            p.schedule.check(&p.space).unwrap();
-            let bnd = &p.cta_bounds;
-            assert_eq!(bnd.len(), units.min(p.space.total_iters() as usize) + 1);
-            assert!(bnd.windows(2).all(|x| x[0] < x[1]), "{units}: {bnd:?}");
-            // weight of each unit's range
-            let iw = |i: u64| w[p.space.tile_coords(p.space.tile_of(i)).1];
-            let unit_w: Vec<u64> = bnd
-                .windows(2)
-                .map(|x| (x[0]..x[1]).map(iw).sum())
-                .collect();
-            let total: u64 = unit_w.iter().sum();
-            let mean = total as f64 / unit_w.len() as f64;
-            if units <= 528 {
-                for (g, &uw) in unit_w.iter().enumerate() {
-                    assert!(
-                        (uw as f64 - mean).abs() <= 17.0 + 1e-9,
-                        "{units} units: unit {g} weighs {uw}, mean {mean}"
-                    );
-                }
-            }
-        }
-        assert_eq!(decode_tile_weight(4), 17);
-        assert_eq!(decode_tile_weight(2), 9);
     }
 }
