@@ -1719,11 +1719,11 @@ fn gpu_turbo_decode_steps_stream_k_group4_match_the_twin() {
     }
 }
 
-/// Stream-K decode steps over a 2-bit cache on the g4 instance (group of 4), bit for bit against
-/// the CPU twin: runs of 2-bit tiles alternate the two staging slots with the next tile's halves
-/// issued before this tile's are read, and at lengths that are multiples of 64 (the first step:
-/// 128 and 640 tokens, no buffer tile) a unit goes from the last block of one KV head straight
-/// to block 0 of the next; then the same steps under the fast contract (the default on sm_90).
+/// Stream-K decode steps over a 2-bit cache on the g4 instance (group of 4; the other 2-bit
+/// cases run the full-row instance or a mixed cache), bit for bit against the CPU twin: at
+/// lengths that are multiples of 64 (the first step: 128 and 640 tokens, no buffer tile) a unit
+/// goes from the last block of one KV head straight to block 0 of the next; then the same steps
+/// under the fast contract (the default on sm_90).
 #[test]
 #[cfg_attr(
     ferrattn_no_gpu,
@@ -2106,8 +2106,7 @@ fn gpu_turbo_sanitizer_small() {
                 .unwrap();
             assert!(out.o.data.iter().all(|v| v.is_finite()));
         }
-        // a 2-bit cache: consecutive 2-bit tiles alternate the two staging slots, the next
-        // tile's halves issued before this tile's are read (UnitStage of turbo_decode.cu)
+        // a 2-bit cache (its own copy sizes and staging offsets), per tile and under stream-K
         let cfg2 = cfg_with(KvBits::Int2, true);
         let (_, mut cache) = inst.turbo_prefill(&cfg2, &p, &x, 64).unwrap();
         for s in [DecodeSchedule::PerTile, DecodeSchedule::StreamK(3)] {
