@@ -1750,6 +1750,42 @@ fn gpu_turbo_decode_steps_stream_k_group4_match_the_twin() {
     }
 }
 
+/// Stream-K decode steps over a 2-bit cache on the g4 instance (group of 4; the other 2-bit
+/// cases run the full-row instance or a mixed cache), bit for bit against the CPU twin: at
+/// lengths that are multiples of 64 (the first step: 128 and 640 tokens, no buffer tile) a unit
+/// goes from the last block of one KV head straight to block 0 of the next; then the same steps
+/// under the fast contract (the default on sm_90).
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+fn gpu_turbo_decode_2bit_group4_stream_k_match_the_twin() {
+    let (ctx, steps) = if small_only() {
+        (vec![127usize], 2)
+    } else {
+        (vec![127usize, 639, 190, 0], 3)
+    };
+    for exact in [true, false] {
+        decode_steps(
+            "gpu_turbo_decode_2bit_group4_stream_k_match_the_twin",
+            Options {
+                exact_turbo_decode: exact,
+                ..Options::default()
+            },
+            DecodeSchedule::StreamK(37),
+            &ctx,
+            steps,
+            16,
+            4,
+            128,
+            DType::BF16,
+            KvBits::Int2,
+            true,
+        );
+    }
+}
+
 /// The fast-contract decode instances (`Options::fast_turbo_decode`) one unit per tile, on both
 /// instances (g4 and full rows), SAS on and off: each step within `check_fast` of the
 /// emulation and within `Follows::Codes` of the contract's CPU model
@@ -2098,6 +2134,15 @@ fn gpu_turbo_sanitizer_small() {
         for s in [DecodeSchedule::PerTile, DecodeSchedule::StreamK(5)] {
             let out = inst
                 .turbo_decode_step(&cfg, &mut cache, &q, &kn, &vn, p.softmax_scale, Some(s))
+                .unwrap();
+            assert!(out.o.data.iter().all(|v| v.is_finite()));
+        }
+        // a 2-bit cache (its own copy sizes and staging offsets), per tile and under stream-K
+        let cfg2 = cfg_with(KvBits::Int2, true);
+        let (_, mut cache) = inst.turbo_prefill(&cfg2, &p, &x, 64).unwrap();
+        for s in [DecodeSchedule::PerTile, DecodeSchedule::StreamK(3)] {
+            let out = inst
+                .turbo_decode_step(&cfg2, &mut cache, &q, &kn, &vn, p.softmax_scale, Some(s))
                 .unwrap();
             assert!(out.o.data.iter().all(|v| v.is_finite()));
         }
