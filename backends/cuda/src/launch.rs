@@ -861,6 +861,24 @@ fn paged_rows_ahead(page_size: usize, num_ctas: usize, sms: usize) -> bool {
     page_size >= 64 || num_ctas <= sms
 }
 
+/// Which paged decode instance [`LeanKernels::run`] launches. Every one gives the same bits (the
+/// same arithmetic in the same order; they differ only in how the copies find their pool rows).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PagedRead {
+    /// The page words in registers, loaded a stage before the copies that use them
+    /// (`lean_decode_paged_regs_*`, `REGS` in `lean_decode.cu`): after each stage's barrier the
+    /// copies start from registers, as the contiguous kernel's do.
+    #[default]
+    Regs,
+    /// The earlier rule: the page table read a stage ahead or in place as the grid decides
+    /// ([`paged_rows_ahead`]).
+    Grid,
+    /// The page table read where the copies are issued (`lean_decode_paged_*`).
+    InPlace,
+    /// The pool rows read a stage ahead through shared memory (`lean_decode_paged_ahead_*`).
+    Ahead,
+}
+
 /// Device addresses of one layer's tensors, all contiguous: Q and O `[batch, max_seqlen_q,
 /// heads_q, head_dim]`, K and V as [`KvStorage`] says, LSE `f32 [batch, heads_q, max_seqlen_q]`
 /// (natural log).
@@ -909,17 +927,31 @@ pub struct LeanKernels {
     decode_paged: Function,
     /// The paged decode that reads the page table a stage ahead (`paged_rows_ahead`).
     decode_paged_ahead: Function,
+    /// The paged decode with the page words in registers ([`PagedRead::Regs`]).
+    decode_paged_regs: Function,
     combine: Function,
     append: Function,
     append_paged: Function,
     smem_bytes: u32,
     /// Dynamic shared memory of `decode_paged_ahead` (its next-unit rows on top).
     smem_bytes_ahead: u32,
+    /// Dynamic shared memory of `decode_paged_regs` (its ring of page words on top).
+    smem_bytes_regs: u32,
     stages: u32,
     ctas_per_sm: [u32; 2],
     cooperative: std::sync::atomic::AtomicBool,
-    /// 0: [`paged_rows_ahead`] decides; 1: never ahead; 2: always ahead.
-    rows_ahead: std::sync::atomic::AtomicU8,
+    /// The [`PagedRead`] in force, as its index in [`PagedRead::ALL`].
+    paged_read: std::sync::atomic::AtomicU8,
+}
+
+impl PagedRead {
+    /// Every way, in the order of the index [`LeanKernels`] stores.
+    pub const ALL: [PagedRead; 4] = [
+        PagedRead::Regs,
+        PagedRead::Grid,
+        PagedRead::InPlace,
+        PagedRead::Ahead,
+    ];
 }
 
 impl LeanKernels {
@@ -933,9 +965,10 @@ impl LeanKernels {
         let decode = f(LeanEntry::Decode)?;
         let decode_paged = f(LeanEntry::DecodePaged)?;
         let decode_paged_ahead = f(LeanEntry::DecodePagedAhead)?;
-        // the kernel reports its own shared-memory sizes (in place, ahead) and stage count
+        let decode_paged_regs = f(LeanEntry::DecodePagedRegs)?;
+        // the kernel reports its own shared-memory sizes (in place, ahead, regs) and stage count
         let smem_q = f(LeanEntry::SmemQuery)?;
-        let out = DeviceBuffer::alloc(gpu, 12)?;
+        let out = DeviceBuffer::alloc(gpu, 16)?;
         let mut ptr = out.ptr();
         launch_raw(
             gpu,
@@ -945,14 +978,19 @@ impl LeanKernels {
             &mut [&mut ptr as *mut u64 as *mut std::ffi::c_void],
         )?;
         let info: Vec<i32> = out.to_vec()?;
-        let (smem_bytes, stages, smem_bytes_ahead) =
-            (info[0] as u32, info[1] as u32, info[2] as u32);
+        let (smem_bytes, stages, smem_bytes_ahead, smem_bytes_regs) = (
+            info[0] as u32,
+            info[1] as u32,
+            info[2] as u32,
+            info[3] as u32,
+        );
         let _bound = gpu.bind()?;
         let mut ctas_per_sm = [u32::MAX; 2];
         for (i, k, smem_bytes) in [
             (0, &decode, smem_bytes),
             (1, &decode_paged, smem_bytes),
             (1, &decode_paged_ahead, smem_bytes_ahead),
+            (1, &decode_paged_regs, smem_bytes_regs),
         ] {
             // SAFETY: valid function handle; attribute value in range.
             check("cuFuncSetAttribute", unsafe {
@@ -980,15 +1018,17 @@ impl LeanKernels {
             decode,
             decode_paged,
             decode_paged_ahead,
+            decode_paged_regs,
             combine: f(LeanEntry::Combine)?,
             append: f(LeanEntry::Append)?,
             append_paged: f(LeanEntry::AppendPaged)?,
             smem_bytes,
             smem_bytes_ahead,
+            smem_bytes_regs,
             stages,
             ctas_per_sm,
             cooperative: std::sync::atomic::AtomicBool::new(true),
-            rows_ahead: std::sync::atomic::AtomicU8::new(0),
+            paged_read: std::sync::atomic::AtomicU8::new(0),
         })
     }
 
@@ -1000,18 +1040,17 @@ impl LeanKernels {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// How a paged decode reads its page table: `None` (the default) lets the grid decide (a
-    /// stage ahead with one CTA per SM or pages of 64, in place otherwise: measured, see
-    /// `paged_rows_ahead`); `Some(ahead)` forces one way. Both give the same bits. For tests and
-    /// `benches/lean_paged.rs`; serving keeps the default.
-    pub fn set_paged_rows_ahead(&self, mode: Option<bool>) {
-        let m = match mode {
-            None => 0,
-            Some(false) => 1,
-            Some(true) => 2,
-        };
-        self.rows_ahead
+    /// Which paged decode instance runs ([`PagedRead`]; every one gives the same bits). For tests
+    /// and `benches/lean_paged.rs`; serving keeps the default.
+    pub fn set_paged_read(&self, mode: PagedRead) {
+        let m = PagedRead::ALL.iter().position(|&x| x == mode).unwrap_or(0) as u8;
+        self.paged_read
             .store(m, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The [`PagedRead`] in force.
+    pub fn paged_read(&self) -> PagedRead {
+        PagedRead::ALL[self.paged_read.load(std::sync::atomic::Ordering::Relaxed) as usize]
     }
 
     /// The instance these kernels serve.
@@ -1104,17 +1143,20 @@ impl LeanKernels {
         let (decode, smem) = match &step.kv {
             KvStorage::Contiguous => (&self.decode, self.smem_bytes),
             KvStorage::Paged(pg) => {
-                let ahead = match self.rows_ahead.load(std::sync::atomic::Ordering::Relaxed) {
-                    1 => false,
-                    2 => true,
-                    _ => {
-                        paged_rows_ahead(pg.page_size, step.num_ctas(), self.gpu.caps.compute_units)
-                    }
+                let ahead = match self.paged_read() {
+                    PagedRead::Regs => None,
+                    PagedRead::InPlace => Some(false),
+                    PagedRead::Ahead => Some(true),
+                    PagedRead::Grid => Some(paged_rows_ahead(
+                        pg.page_size,
+                        step.num_ctas(),
+                        self.gpu.caps.compute_units,
+                    )),
                 };
-                if ahead {
-                    (&self.decode_paged_ahead, self.smem_bytes_ahead)
-                } else {
-                    (&self.decode_paged, self.smem_bytes)
+                match ahead {
+                    None => (&self.decode_paged_regs, self.smem_bytes_regs),
+                    Some(true) => (&self.decode_paged_ahead, self.smem_bytes_ahead),
+                    Some(false) => (&self.decode_paged, self.smem_bytes),
                 }
             }
         };
