@@ -357,13 +357,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     // one 128-byte line per thread into L2: the tile's query rows are contiguous per token
     const int rows = pp.group * pp.max_sq - t.qg * pp.tile_m < pp.tile_m ? pp.group * pp.max_sq - t.qg * pp.tile_m : pp.tile_m;
     const int lines = rows * D * 2 / 128;
-    if constexpr (PAGED && REGS) {  // warp 0 alone runs the producer's cursor
-      for (int ln = tid; ln < lines; ln += 32) {
-        const int row = t.qg * pp.tile_m + (ln * 64) / D;
-        const int i = row / pp.group, h = t.hk * pp.group + row % pp.group;
-        prefetch_l2(pp.q + (((u64)t.b * pp.max_sq + i) * pp.heads_q + h) * D + (ln * 64) % D);
-      }
-    } else if (tid < lines) {
+    if (tid < lines) {
       const int row = t.qg * pp.tile_m + (tid * 64) / D;
       const int i = row / pp.group, h = t.hk * pp.group + row % pp.group;
       prefetch_l2(pp.q + (((u64)t.b * pp.max_sq + i) * pp.heads_q + h) * D + (tid * 64) % D);
@@ -547,10 +541,11 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // (words_s -> rows_s) before each barrier; docs/DEVICE_PATH.md "Lean paged, fourteenth session").
   // Chunk i of every thread holds a key of block i of the stage (keys i*KPC .. i*KPC + KPC - 1),
   // and a page (16 or 64 keys) holds whole blocks, so every thread of the CTA needs the same page
-  // words, at most SK / 16 per unit. Warp 0 alone runs the producer's cursor: for unit U it copies
-  // the unit's words (cp.async, 4 bytes each, lanes < NW) and stores a packed record (KV head,
-  // keys in the sequence, offset of the stage in its page) into slot U % 8 of `wring`, in the
-  // commit group of unit U - ST's copies. The wait that completes that group and the barrier
+  // words, at most SK / 16 per unit. Every warp runs the producer's cursor (as the contiguous
+  // kernel's do, so the warps reach each barrier together); for unit U, warp U % 4 copies the
+  // unit's words (cp.async, 4 bytes each, lanes < NW) and stores a packed record (KV head, keys in
+  // the sequence, offset of the stage in its page) into slot U % 8 of `wring`, in the commit group
+  // of unit U - ST's copies. The wait that completes that group and the barrier
   // after it make the slot visible one iteration before unit U's copies are issued: every thread
   // loads it into registers (wr, wmeta) after issuing the previous unit's copies, so the load has
   // a stage of compute to arrive and the next stage's copies start from registers after the
@@ -561,8 +556,9 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   u32* wring = reinterpret_cast<u32*>(smem_raw + S::kRegsOffset);  // [8][16], REGS instances only
   u32 wr[NW];
   u32 wmeta = 0, whkv = 0;  // the packed record; heads_kv again (V's multiplicand, below)
-  auto fetch_words = [&](u32 uu) {  // warp 0; units in order
+  auto fetch_words = [&](u32 uu) {  // every thread, units in order; warp uu % 4 writes the slot
     const int key0 = next_unit_key0();
+    if (warp != (int)(uu & 3)) return;
     const int nw = (SK >> p.page_shift) > 0 ? (SK >> p.page_shift) : 1;
     const int pg = (key0 >> p.page_shift) + lane;
     u32* slot = wring + (uu & 7) * 16;
@@ -620,33 +616,40 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     // plain C: ptxas fuses it into IMAD.WIDE.U32 with the addend; written as PTX mad.wide.u32
     // it became a product, then a 64-bit add (three instructions)
     auto mad = [](u32 a, u32 b, u64 c) { return (u64)a * b + c; };
-    u64 ak[CH], av[CH];
-#pragma unroll
-    for (int i = 0; i < CH; ++i) {
-      const int pi = (i * KPC) / PS, j = i % BPP;
-      const u32 w = wr[pi < NW ? pi : 0];
-      if (j == 0) {
-        ak[i] = mad(w, pbk, kb);
-        av[i] = mad(w, pbv, vb);
-      } else {
-        // heads_kv times a constant (the block's rows times D * 2): IMAD.WIDE.U32 with an
-        // immediate, where a multiple of the row bytes became a chain of 64-bit adds
-        ak[i] = mad(hkv, (u32)(j * KPC * D * 2), ak[i - j]);
-        av[i] = mad(whkv, (u32)(j * KPC * D * 2), av[i - j]);
-      }
-    }
     if (in_seq == (u32)SK) {  // every key in the sequence (nearly every unit): no predicates
+      u64 ak[CH], av[CH];
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        const int pi = (i * KPC) / PS, j = i % BPP;
+        const u32 w = wr[pi < NW ? pi : 0];
+        if (j == 0) {
+          ak[i] = mad(w, pbk, kb);
+          av[i] = mad(w, pbv, vb);
+        } else {
+          // heads_kv times a constant (the block's rows times D * 2): IMAD.WIDE.U32 with an
+          // immediate, where a multiple of the row bytes became a chain of 64-bit adds
+          ak[i] = mad(hkv, (u32)(j * KPC * D * 2), ak[i - j]);
+          av[i] = mad(whkv, (u32)(j * KPC * D * 2), av[i - j]);
+        }
+      }
 #pragma unroll
       for (int i = 0; i < CH; ++i) {
         cp_async16_s(ks + dst_of(i), reinterpret_cast<const char*>(ak[i]), true);
         cp_async16_s(vs + dst_of(i), reinterpret_cast<const char*>(av[i]), true);
       }
-    } else {
-#pragma unroll
+    } else {  // the last unit of a sequence: a rolled loop (little code for a rare path)
+#pragma unroll 1
       for (int i = 0; i < CH; ++i) {
         const bool ok = (u32)(key_t + i * KPC) < in_seq;
-        cp_async16_s(ks + dst_of(i), reinterpret_cast<const char*>(ok ? ak[i] : reinterpret_cast<u64>(p.k)), ok);
-        cp_async16_s(vs + dst_of(i), reinterpret_cast<const char*>(ok ? av[i] : reinterpret_cast<u64>(p.v)), ok);
+        const int pi = (i * KPC) / PS, j = i % BPP;
+        u32 w = wr[0];
+#pragma unroll
+        for (int k = 1; k < NW; ++k)
+          if (pi == k) w = wr[k];
+        const u64 a = mad(hkv, (u32)(j * KPC * D * 2), mad(w, pbk, kb));
+        const u64 b2 = mad(whkv, (u32)(j * KPC * D * 2), mad(w, pbv, vb));
+        cp_async16_s(ks + dst_of(i), reinterpret_cast<const char*>(ok ? a : reinterpret_cast<u64>(p.k)), ok);
+        cp_async16_s(vs + dst_of(i), reinterpret_cast<const char*>(ok ? b2 : reinterpret_cast<u64>(p.v)), ok);
       }
     }
   };
@@ -661,7 +664,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     if constexpr (regs) {
       // the host allows pages of 16 and 64 only
       if (p.page_shift == 4) copy_regs(u, IntC<16>{}); else copy_regs(u, IntC<64>{});
-      if (warp == 0 && u + ST < units) fetch_words(u + ST);
+      if (u + ST < units) fetch_words(u + ST);
     } else if constexpr (ahead) {
       copy_fetched(u, fa.unit);
       fa = fb;
@@ -674,15 +677,13 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // once): the second stage's copies then wait for one page-table round trip, not two in series.
   if constexpr (regs) {
     // the words of units 0 .. ST - 1 in one round trip; units ST .. 2 ST - 2 go to other slots
-    if (warp == 0) {
 #pragma unroll
-      for (int s = 0; s < ST; ++s)
-        if ((u32)s < units) fetch_words((u32)s);
-    }
+    for (int s = 0; s < ST; ++s)
+      if ((u32)s < units) fetch_words((u32)s);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-#pragma unroll
+#pragma unroll 1  // one copy of issue_unit's code (an unrolled prologue doubled it)
     for (int s = 0; s < ST - 1; ++s) {
       if ((u32)s < units) {
         load_words((u32)s);
