@@ -19,11 +19,11 @@
 //! so one page table, as one decode step's layers share the step's table.
 //!
 //! Usage: `lean_paged [--quick] [--same-plan] [--sets N] [--window-bytes N] [--ahead always|never]
-//! [--paged regs|grid|inplace|ahead] [--only SHAPE:B:CTX] [--out FILE]` (`--only` runs one
+//! [--paged auto|regs|grid|inplace|ahead] [--only SHAPE:B:CTX] [--out FILE]` (`--only` runs one
 //! configuration of the full list, e.g. `llama:1:8192`, for a profiler; `--window-bytes N` shuffles
 //! each sequence's pages only within windows of N bytes of its K, a probe of how much of the
 //! shuffled layouts' cost is address locality; `--paged` picks the paged instance
-//! (`ferrattn_cuda::PagedRead`; default: the library's default, the page words in registers),
+//! (`ferrattn_cuda::PagedRead`; default `auto`, the library's default),
 //! `--ahead always|never` is the older spelling of `--paged ahead|inplace`).
 
 use ferrattn_core::{lean, AttentionProblem, DType, Device};
@@ -61,12 +61,13 @@ fn main() {
     // shuffled layouts: permute the pages only within windows of this many bytes of one
     // sequence's K (a locality probe)
     let window_bytes = positive("--window-bytes");
-    // `--paged regs|grid|inplace|ahead` (or `--ahead always|never`): the paged instance
+    // `--paged auto|regs|grid|inplace|ahead` (or `--ahead always|never`): the paged instance
     let paged_read = match (value("--paged").as_deref(), value("--ahead").as_deref()) {
+        (Some("regs"), _) => PagedRead::Regs,
         (Some("grid"), _) => PagedRead::Grid,
         (Some("inplace"), _) | (None, Some("never")) => PagedRead::InPlace,
         (Some("ahead"), _) | (None, Some("always")) => PagedRead::Ahead,
-        _ => PagedRead::Regs,
+        _ => PagedRead::Auto,
     };
     println!("paged instance: {paged_read:?}");
     let b = CudaBackend::new(0);

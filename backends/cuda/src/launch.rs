@@ -577,6 +577,9 @@ pub struct LeanStepPlan {
     tables: KernelTables,
     layout: WorkspaceLayout,
     num_tiles: usize,
+    /// K/V pipeline stages of the whole grid (LeanTile iterations times stages per iteration).
+    #[serde(default)]
+    stage_units: u64,
     #[serde(skip)]
     header: Vec<u8>,
 }
@@ -691,6 +694,7 @@ impl LeanStepPlan {
             tables,
             layout,
             num_tiles: space.num_tiles(),
+            stage_units: space.total_iters() * (plan.tile_k / sk) as u64,
             header: Vec::new(),
         };
         step.header = step.header_image();
@@ -861,14 +865,29 @@ fn paged_rows_ahead(page_size: usize, num_ctas: usize, sms: usize) -> bool {
     page_size >= 64 || num_ctas <= sms
 }
 
+/// Whether the default paged decode takes the instance with the page words in registers
+/// ([`PagedRead::Regs`]) for a grid whose CTAs hold `stage_units` K/V stages between them.
+/// Measured on an H200 (2026-11-26, `benches/lean_paged.rs`, main's kernels interleaved in the
+/// same calls, docs/DEVICE_PATH.md "Lean paged, fourteenth session"): with 8 or more stages per
+/// CTA it was as fast or faster on every row of the list (Lean-paper B=1 ctx 64k, 256 per CTA:
+/// 1.03-1.08x contiguous -> 0.99-1.03x), with one stage per CTA (Llama B=1 ctx 1k) 0.3-0.4 us
+/// slower (1.01x -> 1.04-1.06x), so such grids keep the earlier rule. 2 to 7 stages per CTA were
+/// not measured; the line is set at 4 (one turn of the three-stage ring past the prologue).
+fn paged_regs(stage_units: u64, num_ctas: usize) -> bool {
+    stage_units >= 4 * num_ctas as u64
+}
+
 /// Which paged decode instance [`LeanKernels::run`] launches. Every one gives the same bits (the
 /// same arithmetic in the same order; they differ only in how the copies find their pool rows).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PagedRead {
+    /// [`PagedRead::Regs`] where the grid gives each CTA several stages ([`paged_regs`]),
+    /// [`PagedRead::Grid`] otherwise.
+    #[default]
+    Auto,
     /// The page words in registers, loaded a stage before the copies that use them
     /// (`lean_decode_paged_regs_*`, `REGS` in `lean_decode.cu`): after each stage's barrier the
     /// copies start from registers, as the contiguous kernel's do.
-    #[default]
     Regs,
     /// The earlier rule: the page table read a stage ahead or in place as the grid decides
     /// ([`paged_rows_ahead`]).
@@ -946,7 +965,8 @@ pub struct LeanKernels {
 
 impl PagedRead {
     /// Every way, in the order of the index [`LeanKernels`] stores.
-    pub const ALL: [PagedRead; 4] = [
+    pub const ALL: [PagedRead; 5] = [
+        PagedRead::Auto,
         PagedRead::Regs,
         PagedRead::Grid,
         PagedRead::InPlace,
@@ -1143,15 +1163,20 @@ impl LeanKernels {
         let (decode, smem) = match &step.kv {
             KvStorage::Contiguous => (&self.decode, self.smem_bytes),
             KvStorage::Paged(pg) => {
-                let ahead = match self.paged_read() {
-                    PagedRead::Regs => None,
-                    PagedRead::InPlace => Some(false),
-                    PagedRead::Ahead => Some(true),
-                    PagedRead::Grid => Some(paged_rows_ahead(
+                let grid = || {
+                    Some(paged_rows_ahead(
                         pg.page_size,
                         step.num_ctas(),
                         self.gpu.caps.compute_units,
-                    )),
+                    ))
+                };
+                let ahead = match self.paged_read() {
+                    PagedRead::Auto if paged_regs(step.stage_units, step.num_ctas()) => None,
+                    PagedRead::Auto => grid(),
+                    PagedRead::Regs => None,
+                    PagedRead::InPlace => Some(false),
+                    PagedRead::Ahead => Some(true),
+                    PagedRead::Grid => grid(),
                 };
                 match ahead {
                     None => (&self.decode_paged_regs, self.smem_bytes_regs),
@@ -1360,6 +1385,22 @@ mod tests {
         let lp = lean::plan(&p, &DeviceCaps::hopper_reference()).unwrap();
         let paging = Paging::new(16, 20, 7, (0..14).collect(), &p.seqlens_k).unwrap();
         LeanStepPlan::new(&p, &lp, KvStorage::Paged(paging), 1).unwrap()
+    }
+
+    #[test]
+    fn stage_units_count_every_tile_and_pick_the_paged_instance() {
+        let s = step();
+        let sub = (s.plan.tile_k / kernels::lean_stage_keys(128)) as u64;
+        // two KV heads per sequence, each tile ceil(len / tile_k) iterations (at least one)
+        let iters: u64 = [100u64, 37]
+            .iter()
+            .map(|&l| 2 * l.div_ceil(s.plan.tile_k as u64).max(1))
+            .sum();
+        assert_eq!(s.stage_units, iters * sub);
+        // the rows measured on the H200: one stage per CTA keeps the earlier rule, eight take REGS
+        assert!(!paged_regs(128, 128)); // Llama-3-8B B=1 ctx 1k
+        assert!(paged_regs(1024, 128)); // Llama-3-8B B=1 ctx 8k
+        assert!(paged_regs(4 * 112, 112) && !paged_regs(4 * 112 - 1, 112));
     }
 
     #[test]
