@@ -162,6 +162,10 @@ struct Smem {
                                  : (bytes_for(3) + kRowsBytes <= cfg::kSmemBudget ? 3 : 2);
   static constexpr int kBytes = bytes_for(kStages);
   static constexpr int kBytesAhead = kBytes + kRowsBytes;
+  // Paged kernels that keep the page words in registers (REGS in lean_decode_body): a ring of 8
+  // slots of 16 words (a unit's page words, then its packed KV head, keys and page offset).
+  static constexpr int kRegsOffset = (kBytes + 15) / 16 * 16;  // 16-byte loads of a slot
+  static constexpr int kBytesRegs = kRegsOffset + 8 * 16 * 4;
   static constexpr int kKvBytes = kStages * 2 * kSk * D * 2;
 };
 
@@ -277,7 +281,13 @@ __device__ __forceinline__ void write_output(const LeanParams& p, const TileInfo
   }
 }
 
-template <class T, int D, int R, bool PAGED, bool AHEAD = false>
+// A compile-time int (NVRTC builds this file without the standard library).
+template <int N>
+struct IntC {
+  static constexpr int value = N;
+};
+
+template <class T, int D, int R, bool PAGED, bool AHEAD = false, bool REGS = false>
 __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   using S = Smem<D, R>;
   constexpr int L = cfg::lanes_per_key<D>();
@@ -526,6 +536,123 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       }
     }
   };
+  // ---- REGS: the page words in registers (H200 ncu, thirteenth session: the ahead instance's
+  // stage waited on shared loads of rows_s before its first copy and on a shared round trip
+  // (words_s -> rows_s) before each barrier; docs/DEVICE_PATH.md "Lean paged, fourteenth session").
+  // Chunk i of every thread holds a key of block i of the stage (keys i*KPC .. i*KPC + KPC - 1),
+  // and a page (16 or 64 keys) holds whole blocks, so every thread of the CTA needs the same page
+  // words, at most SK / 16 per unit. Every warp runs the producer's cursor (as the contiguous
+  // kernel's do, so the warps reach each barrier together); for unit U, warp U % 4 copies the
+  // unit's words (cp.async, 4 bytes each, lanes < NW) and stores a packed record (KV head, keys in
+  // the sequence, offset of the stage in its page) into slot U % 8 of `wring`, in the commit group
+  // of unit U - ST's copies. The wait that completes that group and the barrier
+  // after it make the slot visible one iteration before unit U's copies are issued: every thread
+  // loads it into registers (wr, wmeta) after issuing the previous unit's copies, so the load has
+  // a stage of compute to arrive and the next stage's copies start from registers after the
+  // barrier (one IMAD.WIDE.U32 per page and K or V, as many as the contiguous copies take).
+  constexpr bool regs = PAGED && REGS;
+  constexpr int NW = SK / 16;  // page words a unit can touch (pages of 16): 8, 4, 2 for d 64, 128, 256
+  static_assert(SK % 16 == 0 && NW <= 8, "a stage holds whole pages of 16");
+  u32* wring = reinterpret_cast<u32*>(smem_raw + S::kRegsOffset);  // [8][16], REGS instances only
+  u32 wr[NW];
+  u32 wmeta = 0, whkv = 0;  // the packed record; heads_kv again (V's multiplicand, below)
+  auto fetch_words = [&](u32 uu) {  // every thread, units in order; warp uu % 4 writes the slot
+    const int key0 = next_unit_key0();
+    if (warp != (int)(uu & 3)) return;
+    const int nw = (SK >> p.page_shift) > 0 ? (SK >> p.page_shift) : 1;
+    const int pg = (key0 >> p.page_shift) + lane;
+    u32* slot = wring + (uu & 7) * 16;
+    if (lane < NW) {
+      // a page with no key in the sequence is not read (its table entry may be anything)
+      const bool ok = lane < nw && (pg << p.page_shift) < pt.len_k;
+      const int* w = ok ? p.page_table + (u64)pt.b * p.max_pages + pg : p.page_table;
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(slot + lane)), "l"(w),
+                   "r"(ok ? 4 : 0)
+                   : "memory");
+    }
+    if (lane == 0) {
+      const int rem = pt.len_k - key0;  // keys of the unit in the sequence, 0 .. SK
+      const u32 in_seq = (u32)(rem < SK ? (rem < 0 ? 0 : rem) : SK);
+      slot[8] = (u32)pt.hk | (in_seq << 16) | ((u32)(key0 & ((1 << p.page_shift) - 1)) << 24);
+      slot[9] = (u32)p.heads_kv;
+    }
+  };
+  auto load_words = [&](u32 uu) {  // every thread, after the barrier that made slot uu % 8 visible
+    const u32* slot = wring + (uu & 7) * 16;
+    if constexpr (NW >= 4) {
+#pragma unroll
+      for (int k = 0; k < NW; k += 4) {
+        const Vec16 v = ld_shared16(slot + k);
+        wr[k] = v.x;
+        wr[k + 1] = v.y;
+        wr[k + 2] = v.z;
+        wr[k + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < NW; ++j) wr[j] = slot[j];
+    }
+    wmeta = slot[8];
+    whkv = slot[9];
+  };
+  // Unit uu's copies from wr / wmeta, pages of PS keys. A chunk's address is its page's
+  // (word * page bytes + this thread's offset, one IMAD.WIDE.U32) plus, for the chunks after the
+  // first of a page, its block's offset (block * KPC rows, another IMAD.WIDE.U32 with an
+  // immediate). V's products take `whkv`, heads_kv loaded from shared memory: the
+  // compiler otherwise shares the product of K's and V's address and adds both bases to it,
+  // three instructions per address instead of one (SASS, 2026-11-26).
+  auto copy_regs = [&](u32 uu, auto ps_tag) {
+    constexpr int PS = decltype(ps_tag)::value;
+    static_assert(PS % KPC == 0, "a page holds whole blocks");
+    constexpr int BPP = PS / KPC;  // blocks of a page
+    const u32 ks = slot_of(uu), vs = ks + SK * D * 2;
+    const u32 hk = wmeta & 0xffffu, in_seq = (wmeta >> 16) & 0xffu, koff = wmeta >> 24;
+    // this thread's byte offset in a page: its key's row (stage offset in the page + key_t),
+    // the KV head, its columns (below page_bytes < 2^32 for any pool the host accepts)
+    const u32 toff = (koff + (u32)key_t) * row_bytes + hk * (u32)(D * 2) + (u32)cc * 16;
+    const u64 kb = reinterpret_cast<u64>(p.k) + toff, vb = reinterpret_cast<u64>(p.v) + toff;
+    const u32 hkv = (u32)p.heads_kv;
+    const u32 pbk = row_bytes * (u32)PS, pbv = whkv * (u32)(PS * D * 2);
+    // plain C: ptxas fuses it into IMAD.WIDE.U32 with the addend; written as PTX mad.wide.u32
+    // it became a product, then a 64-bit add (three instructions)
+    auto mad = [](u32 a, u32 b, u64 c) { return (u64)a * b + c; };
+    if (in_seq == (u32)SK) {  // every key in the sequence (nearly every unit): no predicates
+      u64 ak[CH], av[CH];
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        const int pi = (i * KPC) / PS, j = i % BPP;
+        const u32 w = wr[pi < NW ? pi : 0];
+        if (j == 0) {
+          ak[i] = mad(w, pbk, kb);
+          av[i] = mad(w, pbv, vb);
+        } else {
+          // heads_kv times a constant (the block's rows times D * 2): IMAD.WIDE.U32 with an
+          // immediate, where a multiple of the row bytes became a chain of 64-bit adds
+          ak[i] = mad(hkv, (u32)(j * KPC * D * 2), ak[i - j]);
+          av[i] = mad(whkv, (u32)(j * KPC * D * 2), av[i - j]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        cp_async16_s(ks + dst_of(i), reinterpret_cast<const char*>(ak[i]), true);
+        cp_async16_s(vs + dst_of(i), reinterpret_cast<const char*>(av[i]), true);
+      }
+    } else {  // the last unit of a sequence: a rolled loop (little code for a rare path)
+#pragma unroll 1
+      for (int i = 0; i < CH; ++i) {
+        const bool ok = (u32)(key_t + i * KPC) < in_seq;
+        const int pi = (i * KPC) / PS, j = i % BPP;
+        u32 w = wr[0];
+#pragma unroll
+        for (int k = 1; k < NW; ++k)
+          if (pi == k) w = wr[k];
+        const u64 a = mad(hkv, (u32)(j * KPC * D * 2), mad(w, pbk, kb));
+        const u64 b2 = mad(whkv, (u32)(j * KPC * D * 2), mad(w, pbv, vb));
+        cp_async16_s(ks + dst_of(i), reinterpret_cast<const char*>(ok ? a : reinterpret_cast<u64>(p.k)), ok);
+        cp_async16_s(vs + dst_of(i), reinterpret_cast<const char*>(ok ? b2 : reinterpret_cast<u64>(p.v)), ok);
+      }
+    }
+  };
   // Issues unit u's copies (its rows stored and visible after a barrier, for a paged cache), and
   // for a paged cache reads the words of unit u + 2.
   // Which of the two is faster depends on the grid (the host picks the instance, launch.rs
@@ -534,7 +661,11 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // A template parameter, not a launch parameter: a run-time switch between the two cost 2-5% on
   // both (the same H200 measurements).
   auto issue_unit = [&](u32 u) {
-    if constexpr (ahead) {
+    if constexpr (regs) {
+      // the host allows pages of 16 and 64 only
+      if (p.page_shift == 4) copy_regs(u, IntC<16>{}); else copy_regs(u, IntC<64>{});
+      if (u + ST < units) fetch_words(u + ST);
+    } else if constexpr (ahead) {
       copy_fetched(u, fa.unit);
       fa = fb;
       if (u + 2 < units) fb = fetch_rows();  // unit u + 2's
@@ -544,7 +675,24 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   };
   // The prologue reads the words of units 0, 1 and 2 together (one commit group, waited for at
   // once): the second stage's copies then wait for one page-table round trip, not two in series.
-  if constexpr (ahead) {
+  if constexpr (regs) {
+    // the words of units 0 .. ST - 1 in one round trip; units ST .. 2 ST - 2 go to other slots
+#pragma unroll
+    for (int s = 0; s < ST; ++s)
+      if ((u32)s < units) fetch_words((u32)s);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+#pragma unroll 1  // one copy of issue_unit's code (an unrolled prologue doubled it)
+    for (int s = 0; s < ST - 1; ++s) {
+      if ((u32)s < units) {
+        load_words((u32)s);
+        issue_unit((u32)s);
+      }
+      cp_async_commit();
+    }
+    if ((u32)(ST - 1) < units) load_words((u32)(ST - 1));
+  } else if constexpr (ahead) {
     Fetched f0{kNoRow, 0u};
     if (units > 0) f0 = fetch_rows();
     if (units > 1) fa = fetch_rows();
@@ -667,6 +815,9 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     __syncthreads();
     if (u + ST - 1 < units) issue_unit(u + ST - 1);
     cp_async_commit();
+    if constexpr (regs) {
+      if (u + ST < units) load_words(u + ST);  // completed by this iteration's wait and barrier
+    }
 
     // ---- LeanTile on this stage (Alg. 1 lines 20-25), keys grp*8 .. grp*8+7 of the stage ----
     const int key0 = (int)(it - ct.start) * p.tile_k + c_sub * SK;
@@ -1027,6 +1178,10 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
       lean_decode_paged_ahead_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                     \
     ferrattn::lean_decode_body<ferrattn::T, D, R, true, true>(p);                                    \
   }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, FERRATTN_LEAN_MIN_CTAS > 0 ? FERRATTN_LEAN_MIN_CTAS : ferrattn::cfg::kMinCtasPerSm) \
+      lean_decode_paged_regs_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                      \
+    ferrattn::lean_decode_body<ferrattn::T, D, R, true, false, true>(p);                             \
+  }                                                                                                  \
   extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads)                              \
       lean_combine_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                                \
     ferrattn::lean_combine_body<ferrattn::T, D, R>(p);                                               \
@@ -1035,6 +1190,7 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
     out[0] = ferrattn::Smem<D, R>::kBytes;                                                           \
     out[1] = ferrattn::Smem<D, R>::kStages;                                                          \
     out[2] = ferrattn::Smem<D, R>::kBytesAhead;                                                      \
+    out[3] = ferrattn::Smem<D, R>::kBytesRegs;                                                       \
   }
 #define FERRATTN_LEAN_ROWS(TN, T, D) \
   FERRATTN_LEAN(TN, T, D, 1)         \

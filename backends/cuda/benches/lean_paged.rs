@@ -19,15 +19,17 @@
 //! so one page table, as one decode step's layers share the step's table.
 //!
 //! Usage: `lean_paged [--quick] [--same-plan] [--sets N] [--window-bytes N] [--ahead always|never]
-//! [--only SHAPE:B:CTX] [--out FILE]` (`--only` runs one configuration of the full list, e.g. `llama:1:8192`, for a
-//! profiler; `--window-bytes N` shuffles each sequence's pages only within windows of N bytes of
-//! its K, a probe of how much of the shuffled layouts' cost is address locality; `--ahead` forces the
-//! paged instance that reads the page table a stage ahead, or the one that reads it in place).
+//! [--paged auto|regs|grid|inplace|ahead] [--only SHAPE:B:CTX] [--out FILE]` (`--only` runs one
+//! configuration of the full list, e.g. `llama:1:8192`, for a profiler; `--window-bytes N` shuffles
+//! each sequence's pages only within windows of N bytes of its K, a probe of how much of the
+//! shuffled layouts' cost is address locality; `--paged` picks the paged instance
+//! (`ferrattn_cuda::PagedRead`; default `auto`, the library's default),
+//! `--ahead always|never` is the older spelling of `--paged ahead|inplace`).
 
 use ferrattn_core::{lean, AttentionProblem, DType, Device};
 use ferrattn_cuda::{
     CudaBackend, DeviceBuffer, Event, Graph, KvStorage, LeanInstance, LeanStepPlan, LeanTensors,
-    Paging,
+    PagedRead, Paging,
 };
 use rand::{seq::SliceRandom, SeedableRng};
 use std::fmt::Write as _;
@@ -59,12 +61,15 @@ fn main() {
     // shuffled layouts: permute the pages only within windows of this many bytes of one
     // sequence's K (a locality probe)
     let window_bytes = positive("--window-bytes");
-    // `--ahead always|never`: force the paged instance (default: the grid decides)
-    let ahead = value("--ahead").and_then(|m| match m.as_str() {
-        "always" => Some(true),
-        "never" => Some(false),
-        _ => None,
-    });
+    // `--paged auto|regs|grid|inplace|ahead` (or `--ahead always|never`): the paged instance
+    let paged_read = match (value("--paged").as_deref(), value("--ahead").as_deref()) {
+        (Some("regs"), _) => PagedRead::Regs,
+        (Some("grid"), _) => PagedRead::Grid,
+        (Some("inplace"), _) | (None, Some("never")) => PagedRead::InPlace,
+        (Some("ahead"), _) | (None, Some("always")) => PagedRead::Ahead,
+        _ => PagedRead::Auto,
+    };
+    println!("paged instance: {paged_read:?}");
     let b = CudaBackend::new(0);
     let gpu = match b.gpu() {
         Ok(g) => g.clone(),
@@ -124,7 +129,7 @@ fn main() {
         let kern = b
             .lean_kernels(LeanInstance::new(p.dtype, d, lp.tile_m).unwrap())
             .unwrap();
-        kern.set_paged_rows_ahead(ahead);
+        kern.set_paged_read(paged_read);
         let row = hk * d * 2;
         // K/V copies (layers) so that a batch of launches reads at least 4x the L2
         let kv_bytes = 2 * batch * ctx * row;

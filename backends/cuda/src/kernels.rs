@@ -368,6 +368,8 @@ pub enum LeanEntry {
     DecodePaged,
     /// The same, reading the page table a stage ahead (chosen by the grid, `launch.rs`).
     DecodePagedAhead,
+    /// The same, with each unit's page words in registers a stage before its copies.
+    DecodePagedRegs,
     /// Second pass of the fixed split.
     Combine,
     /// Reports the decode kernel's shared memory and stage count.
@@ -380,10 +382,11 @@ pub enum LeanEntry {
 
 impl LeanEntry {
     /// Every entry, in the order [`LeanInstance::names`] returns them.
-    pub const ALL: [LeanEntry; 7] = [
+    pub const ALL: [LeanEntry; 8] = [
         LeanEntry::Decode,
         LeanEntry::DecodePaged,
         LeanEntry::DecodePagedAhead,
+        LeanEntry::DecodePagedRegs,
         LeanEntry::Combine,
         LeanEntry::SmemQuery,
         LeanEntry::Append,
@@ -430,6 +433,7 @@ impl LeanInstance {
             LeanEntry::Decode => format!("lean_decode_{dt}_d{d}_r{r}"),
             LeanEntry::DecodePaged => format!("lean_decode_paged_{dt}_d{d}_r{r}"),
             LeanEntry::DecodePagedAhead => format!("lean_decode_paged_ahead_{dt}_d{d}_r{r}"),
+            LeanEntry::DecodePagedRegs => format!("lean_decode_paged_regs_{dt}_d{d}_r{r}"),
             LeanEntry::Combine => format!("lean_combine_{dt}_d{d}_r{r}"),
             LeanEntry::SmemQuery => format!("lean_smem_{dt}_d{d}_r{r}"),
             LeanEntry::Append => "lean_append".into(),

@@ -577,6 +577,9 @@ pub struct LeanStepPlan {
     tables: KernelTables,
     layout: WorkspaceLayout,
     num_tiles: usize,
+    /// K/V pipeline stages of the whole grid (LeanTile iterations times stages per iteration).
+    #[serde(default)]
+    stage_units: u64,
     #[serde(skip)]
     header: Vec<u8>,
 }
@@ -691,6 +694,7 @@ impl LeanStepPlan {
             tables,
             layout,
             num_tiles: space.num_tiles(),
+            stage_units: space.total_iters() * (plan.tile_k / sk) as u64,
             header: Vec::new(),
         };
         step.header = step.header_image();
@@ -861,6 +865,39 @@ fn paged_rows_ahead(page_size: usize, num_ctas: usize, sms: usize) -> bool {
     page_size >= 64 || num_ctas <= sms
 }
 
+/// Whether the default paged decode takes the instance with the page words in registers
+/// ([`PagedRead::Regs`]) for a grid whose CTAs hold `stage_units` K/V stages between them.
+/// Measured on an H200 (2026-11-26, `benches/lean_paged.rs`, main's kernels interleaved in the
+/// same calls, docs/DEVICE_PATH.md "Lean paged, fourteenth session"): with 8 or more stages per
+/// CTA it was as fast or faster on every row of the list (Lean-paper B=1 ctx 64k, 256 per CTA:
+/// 1.03-1.08x contiguous -> 0.99-1.03x), with one stage per CTA (Llama B=1 ctx 1k) 0.3-0.4 us
+/// slower (1.01x -> 1.04-1.06x), so such grids keep the earlier rule. 2 to 7 stages per CTA were
+/// not measured; the line is set at 4 (one turn of the three-stage ring past the prologue).
+fn paged_regs(stage_units: u64, num_ctas: usize) -> bool {
+    stage_units >= 4 * num_ctas as u64
+}
+
+/// Which paged decode instance [`LeanKernels::run`] launches. Every one gives the same bits (the
+/// same arithmetic in the same order; they differ only in how the copies find their pool rows).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PagedRead {
+    /// [`PagedRead::Regs`] where the grid gives each CTA several stages ([`paged_regs`]),
+    /// [`PagedRead::Grid`] otherwise.
+    #[default]
+    Auto,
+    /// The page words in registers, loaded a stage before the copies that use them
+    /// (`lean_decode_paged_regs_*`, `REGS` in `lean_decode.cu`): after each stage's barrier the
+    /// copies start from registers, as the contiguous kernel's do.
+    Regs,
+    /// The earlier rule: the page table read a stage ahead or in place as the grid decides
+    /// ([`paged_rows_ahead`]).
+    Grid,
+    /// The page table read where the copies are issued (`lean_decode_paged_*`).
+    InPlace,
+    /// The pool rows read a stage ahead through shared memory (`lean_decode_paged_ahead_*`).
+    Ahead,
+}
+
 /// Device addresses of one layer's tensors, all contiguous: Q and O `[batch, max_seqlen_q,
 /// heads_q, head_dim]`, K and V as [`KvStorage`] says, LSE `f32 [batch, heads_q, max_seqlen_q]`
 /// (natural log).
@@ -909,17 +946,32 @@ pub struct LeanKernels {
     decode_paged: Function,
     /// The paged decode that reads the page table a stage ahead (`paged_rows_ahead`).
     decode_paged_ahead: Function,
+    /// The paged decode with the page words in registers ([`PagedRead::Regs`]).
+    decode_paged_regs: Function,
     combine: Function,
     append: Function,
     append_paged: Function,
     smem_bytes: u32,
     /// Dynamic shared memory of `decode_paged_ahead` (its next-unit rows on top).
     smem_bytes_ahead: u32,
+    /// Dynamic shared memory of `decode_paged_regs` (its ring of page words on top).
+    smem_bytes_regs: u32,
     stages: u32,
     ctas_per_sm: [u32; 2],
     cooperative: std::sync::atomic::AtomicBool,
-    /// 0: [`paged_rows_ahead`] decides; 1: never ahead; 2: always ahead.
-    rows_ahead: std::sync::atomic::AtomicU8,
+    /// The [`PagedRead`] in force, as its index in [`PagedRead::ALL`].
+    paged_read: std::sync::atomic::AtomicU8,
+}
+
+impl PagedRead {
+    /// Every way, in the order of the index [`LeanKernels`] stores.
+    pub const ALL: [PagedRead; 5] = [
+        PagedRead::Auto,
+        PagedRead::Regs,
+        PagedRead::Grid,
+        PagedRead::InPlace,
+        PagedRead::Ahead,
+    ];
 }
 
 impl LeanKernels {
@@ -933,9 +985,10 @@ impl LeanKernels {
         let decode = f(LeanEntry::Decode)?;
         let decode_paged = f(LeanEntry::DecodePaged)?;
         let decode_paged_ahead = f(LeanEntry::DecodePagedAhead)?;
-        // the kernel reports its own shared-memory sizes (in place, ahead) and stage count
+        let decode_paged_regs = f(LeanEntry::DecodePagedRegs)?;
+        // the kernel reports its own shared-memory sizes (in place, ahead, regs) and stage count
         let smem_q = f(LeanEntry::SmemQuery)?;
-        let out = DeviceBuffer::alloc(gpu, 12)?;
+        let out = DeviceBuffer::alloc(gpu, 16)?;
         let mut ptr = out.ptr();
         launch_raw(
             gpu,
@@ -945,14 +998,19 @@ impl LeanKernels {
             &mut [&mut ptr as *mut u64 as *mut std::ffi::c_void],
         )?;
         let info: Vec<i32> = out.to_vec()?;
-        let (smem_bytes, stages, smem_bytes_ahead) =
-            (info[0] as u32, info[1] as u32, info[2] as u32);
+        let (smem_bytes, stages, smem_bytes_ahead, smem_bytes_regs) = (
+            info[0] as u32,
+            info[1] as u32,
+            info[2] as u32,
+            info[3] as u32,
+        );
         let _bound = gpu.bind()?;
         let mut ctas_per_sm = [u32::MAX; 2];
         for (i, k, smem_bytes) in [
             (0, &decode, smem_bytes),
             (1, &decode_paged, smem_bytes),
             (1, &decode_paged_ahead, smem_bytes_ahead),
+            (1, &decode_paged_regs, smem_bytes_regs),
         ] {
             // SAFETY: valid function handle; attribute value in range.
             check("cuFuncSetAttribute", unsafe {
@@ -980,15 +1038,17 @@ impl LeanKernels {
             decode,
             decode_paged,
             decode_paged_ahead,
+            decode_paged_regs,
             combine: f(LeanEntry::Combine)?,
             append: f(LeanEntry::Append)?,
             append_paged: f(LeanEntry::AppendPaged)?,
             smem_bytes,
             smem_bytes_ahead,
+            smem_bytes_regs,
             stages,
             ctas_per_sm,
             cooperative: std::sync::atomic::AtomicBool::new(true),
-            rows_ahead: std::sync::atomic::AtomicU8::new(0),
+            paged_read: std::sync::atomic::AtomicU8::new(0),
         })
     }
 
@@ -1000,18 +1060,17 @@ impl LeanKernels {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// How a paged decode reads its page table: `None` (the default) lets the grid decide (a
-    /// stage ahead with one CTA per SM or pages of 64, in place otherwise: measured, see
-    /// `paged_rows_ahead`); `Some(ahead)` forces one way. Both give the same bits. For tests and
-    /// `benches/lean_paged.rs`; serving keeps the default.
-    pub fn set_paged_rows_ahead(&self, mode: Option<bool>) {
-        let m = match mode {
-            None => 0,
-            Some(false) => 1,
-            Some(true) => 2,
-        };
-        self.rows_ahead
+    /// Which paged decode instance runs ([`PagedRead`]; every one gives the same bits). For tests
+    /// and `benches/lean_paged.rs`; serving keeps the default.
+    pub fn set_paged_read(&self, mode: PagedRead) {
+        let m = PagedRead::ALL.iter().position(|&x| x == mode).unwrap_or(0) as u8;
+        self.paged_read
             .store(m, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The [`PagedRead`] in force.
+    pub fn paged_read(&self) -> PagedRead {
+        PagedRead::ALL[self.paged_read.load(std::sync::atomic::Ordering::Relaxed) as usize]
     }
 
     /// The instance these kernels serve.
@@ -1104,17 +1163,25 @@ impl LeanKernels {
         let (decode, smem) = match &step.kv {
             KvStorage::Contiguous => (&self.decode, self.smem_bytes),
             KvStorage::Paged(pg) => {
-                let ahead = match self.rows_ahead.load(std::sync::atomic::Ordering::Relaxed) {
-                    1 => false,
-                    2 => true,
-                    _ => {
-                        paged_rows_ahead(pg.page_size, step.num_ctas(), self.gpu.caps.compute_units)
-                    }
+                let grid = || {
+                    Some(paged_rows_ahead(
+                        pg.page_size,
+                        step.num_ctas(),
+                        self.gpu.caps.compute_units,
+                    ))
                 };
-                if ahead {
-                    (&self.decode_paged_ahead, self.smem_bytes_ahead)
-                } else {
-                    (&self.decode_paged, self.smem_bytes)
+                let ahead = match self.paged_read() {
+                    PagedRead::Auto if paged_regs(step.stage_units, step.num_ctas()) => None,
+                    PagedRead::Auto => grid(),
+                    PagedRead::Regs => None,
+                    PagedRead::InPlace => Some(false),
+                    PagedRead::Ahead => Some(true),
+                    PagedRead::Grid => grid(),
+                };
+                match ahead {
+                    None => (&self.decode_paged_regs, self.smem_bytes_regs),
+                    Some(true) => (&self.decode_paged_ahead, self.smem_bytes_ahead),
+                    Some(false) => (&self.decode_paged, self.smem_bytes),
                 }
             }
         };
@@ -1318,6 +1385,22 @@ mod tests {
         let lp = lean::plan(&p, &DeviceCaps::hopper_reference()).unwrap();
         let paging = Paging::new(16, 20, 7, (0..14).collect(), &p.seqlens_k).unwrap();
         LeanStepPlan::new(&p, &lp, KvStorage::Paged(paging), 1).unwrap()
+    }
+
+    #[test]
+    fn stage_units_count_every_tile_and_pick_the_paged_instance() {
+        let s = step();
+        let sub = (s.plan.tile_k / kernels::lean_stage_keys(128)) as u64;
+        // two KV heads per sequence, each tile ceil(len / tile_k) iterations (at least one)
+        let iters: u64 = [100u64, 37]
+            .iter()
+            .map(|&l| 2 * l.div_ceil(s.plan.tile_k as u64).max(1))
+            .sum();
+        assert_eq!(s.stage_units, iters * sub);
+        // the rows measured on the H200: one stage per CTA keeps the earlier rule, eight take REGS
+        assert!(!paged_regs(128, 128)); // Llama-3-8B B=1 ctx 1k
+        assert!(paged_regs(1024, 128)); // Llama-3-8B B=1 ctx 8k
+        assert!(paged_regs(4 * 112, 112) && !paged_regs(4 * 112 - 1, 112));
     }
 
     #[test]

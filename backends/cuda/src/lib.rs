@@ -35,8 +35,8 @@ pub use error::{CudaError, Result};
 pub use kernels::{LeanEntry, LeanInstance};
 pub use kernels::{ModuleOrigin, BUILD_NOTE};
 pub use launch::{
-    DeviceInputs, DeviceOutputs, KvStorage, LeanKernels, LeanStepPlan, LeanTensors, Paging,
-    PreparedLean, WorkspaceLayout, MAX_POOL_ROWS, PAGE_SIZES, WORKSPACE_ALIGN,
+    DeviceInputs, DeviceOutputs, KvStorage, LeanKernels, LeanStepPlan, LeanTensors, PagedRead,
+    Paging, PreparedLean, WorkspaceLayout, MAX_POOL_ROWS, PAGE_SIZES, WORKSPACE_ALIGN,
 };
 pub use turbo::device::{
     turbo_cache_bytes, turbo_reset_cache, TurboDecodeStepPlan, TurboPrefillStepPlan,

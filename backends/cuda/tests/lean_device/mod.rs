@@ -16,7 +16,7 @@ use ferrattn_core::{
 };
 use ferrattn_cuda::{
     CudaBackend, DeviceBuffer, DeviceInputs, Graph, KvStorage, LeanInstance, LeanKernels,
-    LeanStepPlan, LeanTensors, Options, Paging,
+    LeanStepPlan, LeanTensors, Options, PagedRead, Paging,
 };
 use rand::{seq::SliceRandom, SeedableRng};
 use std::sync::Arc;
@@ -247,18 +247,18 @@ fn device_cases(test: &str) {
                 let pool = paged_copy(&b, &x, &p, &lp, page, 5 + i as u64);
                 let step =
                     LeanStepPlan::new(&p, &lp, KvStorage::Paged(pool.paging.clone()), 0).unwrap();
-                // the grid's choice, then both ways of reading the page table forced
+                // the default instance, then every way of reading the page table forced
                 let kern = kernels(&b, &p, &lp);
-                for mode in [None, Some(false), Some(true)] {
-                    kern.set_paged_rows_ahead(mode);
+                for mode in PagedRead::ALL {
+                    kern.set_paged_read(mode);
                     let paged = run_step(&b, &step, x.q().ptr(), pool.k.ptr(), pool.v.ptr());
                     assert_bits_eq(
-                        &format!("paged {page} (rows ahead: {mode:?}) vs contiguous, {what}"),
+                        &format!("paged {page} (page table read: {mode:?}) vs contiguous, {what}"),
                         &paged,
                         &dev,
                     );
                 }
-                kern.set_paged_rows_ahead(None);
+                kern.set_paged_read(PagedRead::default());
             }
         }
     }
