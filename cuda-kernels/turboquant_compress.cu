@@ -457,18 +457,10 @@ __device__ __forceinline__ void st_global_v2(void* p, u32 x, u32 y) {
 // + e (h: a0 / a2, e: the half) is physical channel 32m + 8q + 4s + 2h + e. Staging Π, word i
 // of the global piece 4m + q of a row (physical 32m + 8q + 2i) is word q of the logical piece
 // 4m + i: a 4 x 4 transpose of words among the 4 pieces of a group m, done in registers.
-// Work item i = (row n, group m). A warp's 32 items are RW = 32 / (D/32) consecutive rows n times
-// the D/32 groups m, lane l taking n = n0 + l % RW, m = l / RW: the 16-byte shared stores go out
-// by quarter-warps, and 8 lanes of one m and 8 consecutive rows land on 8 distinct 16-byte columns
-// of the swizzle (column ((k >> 3) & 7) ^ (n & 7)): one wavefront per quarter, no conflict. (With
-// n = i / (D/32), m = i % (D/32), a quarter held 2 rows x 4 groups, and groups m and m + 2 share a
-// column: 2-way conflicts, issue 10's sixth compression pass.)
 template <int D, bool PERM>
 __device__ __forceinline__ void stage_matrix(const u16* g, u32 dst) {
-  constexpr int RW = 32 / (D / 32);
-  static_assert(RW >= 8 && (D * D / 32) % kThreads == 0, "a warp's items cover whole quarter-warps");
   for (int i = threadIdx.x; i < D * D / 32; i += kThreads) {
-    const int l = i % 32, n = (i / 32) * RW + l % RW, m = l / RW;
+    const int n = i / (D / 32), m = i % (D / 32);
     Vec16 v[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) v[c] = ld_global_nc16(g + n * D + 32 * m + 8 * c);
