@@ -378,7 +378,7 @@ struct FastParams {
   float bounds[15];
   float cents[16];
   float lut_lo, lut_hi;       // the range of y the bins cover (host only)
-  float lut_scale, lut_off;   // bin = rint(127 sat(y scale + off))
+  float lut_scale, lut_off;   // bin = rint(255 sat(y scale + off))
   u32 groups_mul, groups_shr; // item / groups = umulhi(item, mul) >> shr (mul = 0: groups = 1)
   u32 heads_mul, heads_shr;   // likewise / heads_kv (ferrattn_cuda::turboquant::FastDiv)
 };
@@ -388,21 +388,19 @@ __device__ __forceinline__ int fast_div(int n, u32 mul, u32 shr) {
   return mul ? (int)(__umulhi((u32)n, mul) >> shr) : n;
 }
 
-constexpr int kLut = 128;  // bins of the code lookup (CODE_LUT_BINS): one byte each, one word per bank
+constexpr int kLut = 256;
 
 
-// #{bounds < y} by a uniform grid over y: bin k = rint(127 sat(y scale + off)) (two FMAs: the
+// #{bounds < y} by a uniform grid over y: bin k = rint(255 sat(y scale + off)) (two FMAs: the
 // saturation clamps) holds at most one boundary (the host checks), so with count_k =
 // #{boundaries of bins < k} and bound_k = the first boundary of a bin >= k (+inf if none; that is
 // boundary count_k), count_k + (bound_k < y) is the exact count for every real y of bin k: the
 // grid is monotone in y (ferrattn_cuda::turboquant::CodeLut is the twin and holds these per bin).
-// In shared memory the kernel keeps count_k as one byte per bin (128 bytes: 32 words, one per
-// bank, so a warp's 32 lookups are one wavefront whatever their bins; with 256 bins two words
-// shared each bank and the lookups took two wavefronts on average, issue 10's sixth compression
-// pass) and the boundaries and centroids as 16- and 32-entry f32 tables indexed by the count (at
-// most 16 distinct words: conflict-free). `cnt` is the shared address of the byte table minus
-// 0x4B000000 (mod 2^32): fma(u, 127, 2^23) has the f32 bits 0x4B000000 + k, so the byte's
-// address is one add.
+// In shared memory the kernel keeps count_k as one byte per bin (256 bytes: a warp's 32 lookups
+// touch at most 2 words per bank) and the boundaries and centroids as 16- and 32-entry f32
+// tables indexed by the count (at most 16 distinct words: conflict-free). `cnt` is the shared
+// address of the byte table minus 0x4B000000 (mod 2^32): fma(u, 255, 2^23) has the f32 bits
+// 0x4B000000 + k, so the byte's address is one add.
 // The lookup from the product's accumulator `acc` = ‖x‖ y and the row's scale s = fl(fl(1/n) scale)
 // (n > 0; a zero row passes n = 1, s = scale and acc = ±0): the norm folded into the grid's
 // scale (the bin by one FMA from acc) and into the comparison, bound n < acc exactly as the sign
@@ -414,7 +412,7 @@ constexpr int kLut = 128;  // bins of the code lookup (CODE_LUT_BINS): one byte 
 __device__ __forceinline__ u32 code_scaled(u32 cnt, u32 bnd, const FastParams& p, float acc, float s, float n) {
   float u, t;
   asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(acc), "f"(s), "f"(p.lut_off));
-  asm("fma.rn.f32 %0, %1, 0f42FE0000, 0f4B000000;" : "=f"(t) : "f"(u));  // 127 u + 2^23
+  asm("fma.rn.f32 %0, %1, 0f437F0000, 0f4B000000;" : "=f"(t) : "f"(u));  // 255 u + 2^23
   u32 c;
   float b;
   asm volatile("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(cnt + __float_as_uint(t)));

@@ -247,14 +247,11 @@ impl FastDiv {
     }
 }
 
-/// Entries of a [`CodeLut`] (`tqf::kLut`): 128 count bytes fill the kernel's 32 shared-memory
-/// banks once, so a warp's lookups never conflict. The project's codebooks need about 22 bins
-/// (a boundary per bin: their span over their smallest gap is at most 18.4, issue 10's sixth
-/// compression pass); [`CodeLut::new`] checks every codebook it is given.
-pub const CODE_LUT_BINS: usize = 128;
+/// Entries of a [`CodeLut`] (`tqf::kLut`).
+pub const CODE_LUT_BINS: usize = 256;
 
 /// The fast kernels' code lookup (`tqf::code_of`): `u = fma(y, scale, off)` saturated to
-/// `[0, 1]` (`[lo, hi]` in `y`), bin `k = rint(127 u)` (f32, as the kernel: two FMAs), entry
+/// `[0, 1]` (`[lo, hi]` in `y`), bin `k = rint(255 u)` (f32, as the kernel: two FMAs), entry
 /// `k` = `{first boundary whose bin
 /// is >= k (+inf if none), that boundary's index, centroid[index], centroid[index + 1]}`. The
 /// bin is monotone in `y` and holds at most one boundary (checked here), so
@@ -319,7 +316,7 @@ impl CodeLut {
     }
 
     /// The bin of `y`, computed as the kernel does: `u = fma.rn.sat(y, scale, off)` (NaN and
-    /// below 0 give 0, above 1 gives 1), then `fma(u, 127, 2^23)` rounds `127 u` to an integer
+    /// below 0 give 0, above 1 gives 1), then `fma(u, 255, 2^23)` rounds `255 u` to an integer
     /// in the low bits.
     pub fn bin(&self, y: f32) -> usize {
         self.bin_of(y.mul_add(self.scale, self.off))
@@ -334,7 +331,7 @@ impl CodeLut {
         } else {
             0.0
         };
-        let t = u.mul_add((CODE_LUT_BINS - 1) as f32, 8_388_608.0f32);
+        let t = u.mul_add(255.0, 8_388_608.0f32);
         t.to_bits().wrapping_sub(0x4B00_0000) as usize
     }
 
