@@ -867,90 +867,6 @@ __device__ __forceinline__ void unit_qk_folded4_hi_rows(const UnitState<D>& st, 
     }
 }
 
-// q K^T of a 2-bit compressed tile that cannot clamp in the half-row instance: the 2-bit analogue
-// of unit_qk_folded4_hi_rows. A K word holds four crumbs a byte (channel 16 wi + 4 b + k of the
-// lane's range in crumb k of byte b of word wi). Each word feeds two MMAs, crumb pair p = 0, 1,
-// with B = ((w >> 4 p) & 0x03030303, (w >> 4 p) & 0x0c0c0c0c): crumb 2 p on k 0..15 and
-// 4 x crumb 2 p + 1 on k 16..31 (u8 operands, at most 12). Rows 0-3 / 8-11 (lanes 0-15) hold the
-// l / h planes of the even crumbs' channels, rows 4-7 / 12-15 (lanes 16-31) those of the odd
-// crumbs' channels, so each lane folds 4 channels an MMA into its query instead of 8, and K needs
-// one shift a word instead of three (raw_k_codes<2>). Both pairs weigh 1 on rows 0-3 and 4 on
-// rows 4-7 and share one accumulator; rows 4-7's sums are divided by 4 exactly (every term a
-// multiple of 4), then the exchange with lane ^ 16 of unit_qk_folded4_hi_rows. (Masks alone, pair
-// 1 against w & 0x30303030 and w & 0xc0c0c0c0, need a second accumulator at 16 x the weight and
-// its merge: 318 SASS instructions a tile against this 302 and unit_qk_folded's 335, d 128.)
-// The integer sums are those of unit_qk_folded<D, 2>: bit for bit the same scores. d 128 only:
-// at d 64 (one K word a lane) the exchange outweighs the cut (208 -> 212 a tile) and
-// unit_qk_folded stays. FERRATTN_TURBO_DECODE_HI_ROWS=0 keeps unit_qk_folded here too.
-template <int D>
-__device__ __forceinline__ void unit_qk_folded2_hi_rows(const UnitState<D>& st, const u8* stg, int g, int t,
-                                                        int (&s)[8][2]) {
-  using S = UnitStage<D>;
-  constexpr int KCH = D / 4;
-  constexpr int RB = D / 4;     // bytes of one token row of 2-bit codes
-  constexpr int KLB = KCH / 4;  // bytes of the lane's channels in a row: 8 (d 128) or 4 (d 64)
-  constexpr int NW = KLB / 4;   // K words of the lane in a row
-  const bool upper = g >= 4;
-  u32 sw[KCH / 4], zw[KCH / 4];
-  lds_lane_bytes<KCH>(stg + S::kParK + KCH * t, sw);
-  lds_lane_bytes<KCH>(stg + S::kParK + D + KCH * t, zw);
-  int zq = 0;  // sum_c q_c z_c of the query row (rows g and g + 4 hold the same query)
-#pragma unroll
-  for (int i = 0; i < KCH / 4; ++i) zq = dp4a_s8(st.qn[i], zw[i], zq);
-  zq += shfl_xor_i(zq, 1);
-  zq += shfl_xor_i(zq, 2);
-  // channel 16 wi + 4 b + 2 p + upper of the lane's range: byte 2 p + upper of query word 4 wi + b
-  const u32 keep_lo = upper ? 0u : 0xffffffffu;
-  u32 a[NW][2][4];
-#pragma unroll
-  for (int wi = 0; wi < NW; ++wi)
-#pragma unroll
-    for (int pp = 0; pp < 2; ++pp) {
-      const u32 m = (upper ? 0x0000ff00u : 0x000000ffu) << (16 * pp);
-      int u[4];
-#pragma unroll
-      for (int b = 0; b < 4; ++b) u[b] = dp4a_s8u8(st.qn[4 * wi + b] & m, sw[4 * wi + b], 128);
-      const u32 p01 = prmt((u32)u[0], (u32)u[1], 0x5140), p23 = prmt((u32)u[2], (u32)u[3], 0x5140);
-      const u32 l = prmt(p01, p23, 0x5410), h = prmt(p01, p23, 0x7632);  // l + 128 and h bytes
-      a[wi][pp][0] = xor_and(l, 0x80808080u, keep_lo);   // row g, k 0..15: even crumbs (rows 0-3)
-      a[wi][pp][1] = h & keep_lo;                        // row g + 8
-      a[wi][pp][2] = xor_and(l, 0x80808080u, ~keep_lo);  // row g, k 16..31: odd crumbs (rows 4-7)
-      a[wi][pp][3] = h & ~keep_lo;                       // row g + 8
-    }
-  const u8* row0 = stg + S::kK + row_slot(g) * RB + KLB * t;
-  int own[8][2];  // the lane's partial sums: even crumbs (rows 0-3), odd ones (rows 4-7)
-  const int sh = upper ? 2 : 0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const u8* row = row0 + 8 * j * RB;
-    u32 w[2];
-    if (KLB == 8) {
-      const uint2 v = *reinterpret_cast<const uint2*>(row);
-      w[0] = v.x, w[1] = v.y;
-    } else {
-      w[0] = lds32(row);
-    }
-    int d[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int wi = 0; wi < NW; ++wi) {
-      const u32 x = w[wi] >> 4;  // crumbs 2, 3 at the weights of crumbs 0, 1
-      mma_qk2(d, a[wi][0][0], a[wi][0][1], a[wi][0][2], a[wi][0][3], w[wi] & 0x03030303u, w[wi] & 0x0c0c0c0cu);
-      mma_qk2(d, a[wi][1][0], a[wi][1][1], a[wi][1][2], a[wi][1][3], x & 0x03030303u, x & 0x0c0c0c0cu);
-    }
-    own[j][0] = (d[0] + 256 * d[2]) >> sh;  // the odd-crumb sums are 4 x theirs, exactly
-    own[j][1] = (d[1] + 256 * d[3]) >> sh;
-  }
-#pragma unroll
-  for (int k = 0; k < 4; ++k)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int other = shfl_xor_i(upper ? own[k][e] : own[k + 4][e], 16);
-      const int v = (upper ? own[k + 4][e] : own[k][e]) + other + zq;
-      s[k][e] = v;
-      s[k + 4][e] = v;
-    }
-}
-
 // The B registers of P V for k-slice kk, key half h (keys 32 kk + 16 h + 2 t + {0, 1, 8, 9} in
 // the slot order of P's A fragment), raw codes of the lane's VCH channels: vb[nt] holds channel
 // VCH g + nt of the four keys, one per byte.
@@ -1479,12 +1395,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
             unit_qk_folded<D, 4>(st, stages, g, t, s);
           break;
         case 2: unit_qk_compressed<D, 2, true>(st, stages, g, t, s); break;
-        case 3:
-          if (half && FERRATTN_TURBO_DECODE_HI_ROWS && D == 128)
-            unit_qk_folded2_hi_rows<D>(st, stages, g, t, s);
-          else
-            unit_qk_folded<D, 2>(st, stages, g, t, s);
-          break;
+        case 3: unit_qk_folded<D, 2>(st, stages, g, t, s); break;
         default: unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
       }
     }
