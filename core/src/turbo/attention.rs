@@ -431,7 +431,9 @@ impl IntRowState {
 }
 
 /// One 64-key tile of the fast contract's INT32 path (issue 11, rounds 7 and 8; the CPU twin of
-/// `turbo_prefill_wgf_*` where [`fixed_p_int_scale`] gives `unit`), step for step. P V is never
+/// `turbo_prefill_wgf_*` where [`fixed_p_int_scale`] gives `unit`; the kernel follows it since round
+/// 10, taking `n`, the unit's move and the guard's `149 - d` per tile from its table), step
+/// for step. P V is never
 /// folded into f32: `acc` holds `sum code . V^q1` of every tile in INT32, in units of `s_u 2^-n`
 /// with a per-tile unit exponent `n` (an exact shift converts `acc` between units), against an
 /// integer reference `m`:
