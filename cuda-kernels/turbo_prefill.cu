@@ -455,9 +455,11 @@ __device__ __forceinline__ int byte_sum(u32 w, int acc) {
 // turbo_prefill_wgf_*, the INT32 path: one tile's constants (round 9; 16 bytes, one LDS.128)
 struct alignas(16) TileConsts {
   float c2;   // ((s_Q s_K) softmax_scale) log2(e)
-  float w;    // s_u / s_V
-  float off;  // -log2(w)
-  float pad;
+  float w;    // w' = (s_u / s_V) 2^-n, in [1, 2) (round 10: the mantissa of s_u / s_V)
+  float off;  // -log2(w')
+  int unit;   // round 10: byte 0 dn = n_prev - n (the unit's move at this tile, two's
+              // complement), byte 1 gk = 149 - (n - n_min) (the guard's exponent bound),
+              // bits 16.. n = floor(log2(s_u / s_V)) in 0..6
 };
 
 struct True {
@@ -1056,9 +1058,9 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       pair = pair_n;
     };
 
-    // Round 7: whether every V block this warpgroup visits has a positive scale within a factor
-    // 2 of the largest, s_u (then, with no threshold, every chunk is two tiles, as above), and it
-    // visits at least kIntMinTiles blocks. If so, P V accumulates in INT32 over the whole row: no
+    // Rounds 7 and 10: whether every V block this warpgroup visits has a scale in [2^-64, 2^64]
+    // within a factor 128 of the largest, s_u (round 7 asked a factor 2), with no threshold, and
+    // it visits at least kIntMinTiles blocks. If so, P V accumulates in INT32 over the whole row: no
     // O fold per chunk. (Short rows keep the chunks: the INT32 path's integer reference costs up
     // to one bit of a row's largest code, and a row's LSE moves by 1 / l when a code moves by
     // one, ex2.approx against the twin's exp2; l is smallest where a row sees few keys.)
@@ -1078,7 +1080,9 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         hi = fmaxf(hi, shfl_xor(hi, s));
       }
       s_u = hi;
-      uni = __shfl_sync(0xffffffffu, lo > 0.0f && __fmul_rn(2.0f, lo) >= hi, 0) != 0;
+      // round 10: V scales in [2^-64, 2^64] within a factor 128 (the f32 quotient; round 7: 2)
+      const float spread = __fdiv_rn(hi, lo);
+      uni = __shfl_sync(0xffffffffu, lo >= 0x1p-64f && hi <= 0x1p64f && spread < 128.0f, 0) != 0;
     }
     int sa0[32], sa1[32];
     // the first chunk's S (issued after each path has set up its accumulators: ptxas serializes
@@ -1098,14 +1102,19 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       while (j < nt) chunk(sa0, sa1);
     } else {
       // ---- INT32 O over the row (ferrattn_core::turbo::attention::attend_tile_fixed_p_int),
-      // one 64-key tile per step. The codes of tile j are taken against s_u through the
-      // exponent (off_j = -log2(s_u / s_V_j) in [-1, 0], free in the FFMA) and l adds its code
-      // sum times w_j = s_u / s_V_j, so one INT32 accumulator oi holds sum code . V^q1 in units
-      // of s_u and P V is never folded into f32 until the end. The row reference m (log2
-      // units) is an integer, m = max(m, ceil(t)) with t the tile's largest logit: p = 2^(x - m)
-      // <= 1 still, and a move of m by k is an arithmetic shift of oi by k (floor) and l x 2^-k,
-      // both exact. Overflow: |oi| <= 127 x (sum of codes) <= 127 l, so a row whose l passed
-      // 2^23 moves its m up by one first (oi and l halve): |oi| < 127 (2^23 + 64 x 255) < 2^31.
+      // one 64-key tile per step. The codes of tile j are taken against the unit s_u 2^-n_j,
+      // n_j = floor(log2(s_u / s_V_j)) in 0..6 (the exponent field of w_j = s_u / s_V_j),
+      // through the exponent (off_j = -log2(w'_j) in (-1, 0], w'_j = w_j 2^-n_j the mantissa,
+      // free in the FFMA), and l adds its code sum times w'_j, so one INT32 accumulator oi holds
+      // sum code . V^q1 in units of s_u 2^-n (shifted exactly by dn_j = n_(j-1) - n_j where the
+      // unit changes; rounds 8 and 10) and P V is never folded into f32 until the end. The row
+      // reference m (log2 units) is an integer, m = max(m, ceil(t)) with t the tile's largest
+      // logit: p = 2^(x - m) <= 1 still, and a move of m by k is an arithmetic shift of oi by k
+      // (floor) and l x 2^-k, both exact. Overflow: |oi| <= 127 2^d l (d = n_j less the
+      // smallest n so far), so a row whose l reached 2^(23 - d) moves its m up first by the
+      // fewest steps that bring l below (oi and l halve each): |oi| < 127 (2^23 + 2^d 65280) <
+      // 2^31 for d <= 6. Round 10: n_j, dn_j and the guard's bound 149 - d_j are tile data in the
+      // table below, so a tile pays a byte extract and a vote term for them, not arithmetic.
       // One tile per step rather than a chunk of two: oi (64 registers at d 128) stays live, so
       // the S of only one tile fits beside it in 160 registers.
       constexpr int kNoRef = -(1 << 24);  // m of a row that has seen no key
@@ -1122,10 +1131,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       auto pow2_neg = [](int k) {  // 2^-k for k in [0, 127]; 0 from k = 127 on
         return k >= 127 ? 0.0f : __int_as_float((127 - k) << 23);
       };
-      // s_u / s_V and -log2 of it for s_V in [s_u / 2, s_u]: the division's fast path (the
-      // compiler's div.rn without its range check, which these operands never need: the same
-      // correctly rounded quotient) and lg2.approx.ftz (no subnormal here); 1 and 0 where
-      // s_V = s_u (a select: each lane computes its own tile's, below)
+      // s_u / s_V for s_V in (s_u / 128, s_u], both in [2^-64, 2^64]: the division's fast path
+      // (the compiler's div.rn without its range check, which these operands never need: the
+      // same correctly rounded quotient); -log2 of its mantissa by lg2.approx.ftz (no
+      // subnormal here); 1 and 0 where s_V = s_u (a select: each lane computes its own tile's)
       auto w_of = [&](float vs) {
         float r, e, q, rem;
         asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(vs));
@@ -1141,21 +1150,41 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(w));
         return w == 1.0f ? 0.0f : -y;
       };
-      // Round 9: the per-tile constants c2, w = s_u / s_V and off = -log2(w) of 32 tiles at a
-      // time, lane l computing tile 32 i + l's (the same operations on the same operands as per
-      // tile before, so the same bits) into the warp's table in shared memory (no register held
-      // across the loop); tile j reads entry j mod 32 (one broadcast LDS.128). The block scales
-      // of the next 32 tiles are loaded in the step that needs them (j = 32, 64, ...); tiles
-      // 0..31 use the scales the prologue loaded before the wait for Q.
+      // Round 9: the per-tile constants of 32 tiles at a time, lane l computing tile 32 i + l's
+      // into the warp's table in shared memory (no register held across the loop); tile j reads
+      // entry j mod 32 (one broadcast LDS.128). The block scales of the next 32 tiles are loaded
+      // in the step that needs them (j = 32, 64, ...); tiles 0..31 use the scales the prologue
+      // loaded before the wait for Q. Round 10: w = s_u / s_V split into n (exponent field) and
+      // w' (mantissa), off = -log2(w'); n_min over the tiles so far by a warp scan (and the
+      // previous table's last entry), dn = n_prev - n by a shuffle (tile 0: 0, never read).
       TileConsts* const tab = sTab[kFast ? 4 * wg + warp : 0];
-      auto table = [&](float ks, float vs) {  // this lane's tile (past nt: ks 0, vs s_u)
-        const float w = w_of(vs);
+      auto table = [&](float ks, float vs, int base) {  // this lane's tile (past nt: ks 0, vs s_u)
+        const float w_full = w_of(vs);
+        const int n = (__float_as_int(w_full) >> 23) - 127;  // w >= 1: floor(log2 w)
+        const float w = __int_as_float((__float_as_int(w_full) & 0x007fffff) | 0x3f800000);
+        int n_prev = 0, n_min_prev = 127;  // tile base - 1's n and n_min (none for base 0)
+        if (base > 0) {
+          const int u = tab[31].unit;
+          n_prev = u >> 16;
+          n_min_prev = n_prev - (149 - ((u >> 8) & 0xff));
+        }
+        int n_min = n;  // inclusive prefix minimum over the lanes
+#pragma unroll
+        for (int s = 1; s < 32; s <<= 1) {
+          const int o = __shfl_up_sync(0xffffffffu, n_min, s);
+          if (lane >= s) n_min = min(n_min, o);
+        }
+        n_min = min(n_min, n_min_prev);
+        int n_up = __shfl_up_sync(0xffffffffu, n, 1);
+        if (lane == 0) n_up = n_prev;
+        const int dn = base + lane == 0 ? 0 : n_up - n;
+        const int unit = (n << 16) | ((149 - (n - n_min)) << 8) | (dn & 0xff);
         __syncwarp();  // every lane has read the entries it overwrites
         const float c2 = __fmul_rn(mul_rn(mul_rn(s_q, ks), p.softmax_scale), c_log2e);
-        tab[lane] = TileConsts{c2, w, off_of(w), 0.0f};
+        tab[lane] = TileConsts{c2, w, off_of(w), unit};
         __syncwarp();
       };
-      table(lane < nt ? ks_l : 0.0f, lane < nt ? vs_l : s_u);
+      table(lane < nt ? ks_l : 0.0f, lane < nt ? vs_l : s_u, 0);
       // P's codes, double-buffered, and FA3's order within the warpgroup. Step j issues tile
       // j's S, then tile j - 1's P V (registers pa[(j - 1) & 1]), each its own commit group;
       // waits for the S only and runs tile j's softmax into the other pair of code registers
@@ -1171,7 +1200,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         for (int i = 0; i < 8; ++i) asm volatile("" : "+r"(pa[i >> 2][i & 3])::"memory");
       };
       int k_pa = 0, k_pb = 0;  // the previous tile's moves of m (for l)
-      float w_p = 1.0f;        // the previous tile's s_u / s_V
+      float w_p = 1.0f;        // the previous tile's w' (s_u / s_V over 2^n)
       // Ring stages by additions (round 9): the loop runs (even, odd) pairs of steps, and with an
       // even kWgStages an odd tile's stage is the even tile's before it plus one, its phase the
       // same; each step's P V and release use the previous step's stage.
@@ -1241,10 +1270,11 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         // the P V run (one branch, not predicated loads in every step)
         if (!kOdd && !kFirst && !kInit && (j & 31) == 0) {
           const int t = j + lane;
-          table(t < nt ? p.ks[kv_base + t] : 0.0f, t < nt ? p.vs[kv_base + t] : s_u);
+          table(t < nt ? p.ks[kv_base + t] : 0.0f, t < nt ? p.vs[kv_base + t] : s_u, j);
         }
         const TileConsts cw = tab[j & 31];
         const float c2_0 = cw.c2, w0 = cw.w, off0 = cw.off;
+        const int unit0 = cw.unit;
         if constexpr (kFirst) {
           wgmma_wait<0>();  // tile 0's S
         } else {
@@ -1265,9 +1295,11 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         ta = fmaxf(ta, shfl_xor(ta, 2));
         tb = fmaxf(tb, shfl_xor(tb, 1));
         tb = fmaxf(tb, shfl_xor(tb, 2));
-        // m_new = max(m, ceil(t), m + 1 if l > 2^23)
-        const int mn_a = max(max(mi_a, min(ceil_i(ta), 1 << 24)), l_a > 8388608.0f ? mi_a + 1 : kNoRef);
-        const int mn_b = max(max(mi_b, min(ceil_i(tb), 1 << 24)), l_b > 8388608.0f ? mi_b + 1 : kNoRef);
+        // m_new = max(m, ceil(t), m + e(l) - 22 + d): l below 2^(23 - d) (the exponent field of
+        // l >= 0 against gk = 149 - d, byte 1 of the tile's unit word)
+        const int gk = __byte_perm(unit0, 0, 0x4441);
+        const int mn_a = max(max(mi_a, min(ceil_i(ta), 1 << 24)), mi_a + ((__float_as_int(l_a) >> 23) - gk));
+        const int mn_b = max(max(mi_b, min(ceil_i(tb), 1 << 24)), mi_b + ((__float_as_int(l_b) >> 23) - gk));
         {
           const float nb_a = __fsub_rn(off0, i2f(mn_a)), nb_b = __fsub_rn(off0, i2f(mn_b));
           if (masked0) codes(sa0, c2_0, nb_a, nb_b, pa[0], pa[1], True{}, False{});
@@ -1286,12 +1318,26 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
           for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
           mbar_arrive(empty0 + 8 * st_l);  // tile j - 1 fully read
-          if (__any_sync(0xffffffffu, kn_a != 0 || kn_b != 0)) {
-            const int sh_a = min(kn_a, 31), sh_b = min(kn_b, 31);
+          // (votes: a branch ptxas sees as divergent serializes every wgmma, C7518)
+          if (__any_sync(0xffffffffu, kn_a != 0 || kn_b != 0 || (unit0 & 0xff) != 0)) {
+            const int dn = (unit0 << 24) >> 24;  // the unit's move, warpgroup-uniform
+            if (__any_sync(0xffffffffu, dn != 0)) {
+              // s = k + dn: right by min(s, 31) (floor), or left by -s <= 6 (exact)
+              const int s_a = kn_a + dn, s_b = kn_b + dn;
+              const int r_a = min(max(s_a, 0), 31), r_b = min(max(s_b, 0), 31);
+              const int u_a = max(-s_a, 0), u_b = max(-s_b, 0);
 #pragma unroll
-            for (int h2 = 0; h2 < NH; ++h2)
+              for (int h2 = 0; h2 < NH; ++h2)
 #pragma unroll
-              for (int i = 0; i < 32; ++i) oi[h2][i] >>= (i & 2) ? sh_b : sh_a;
+                for (int i = 0; i < 32; ++i)
+                  oi[h2][i] = (int)((u32)(oi[h2][i] >> ((i & 2) ? r_b : r_a)) << ((i & 2) ? u_b : u_a));
+            } else {
+              const int sh_a = min(kn_a, 31), sh_b = min(kn_b, 31);
+#pragma unroll
+              for (int h2 = 0; h2 < NH; ++h2)
+#pragma unroll
+                for (int i = 0; i < 32; ++i) oi[h2][i] >>= (i & 2) ? sh_b : sh_a;
+            }
           }
 #pragma unroll
           for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
@@ -1329,13 +1375,15 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         }
         step(True{}, False{}, False{});
       }
-      // O = f32(oi) s_u (then / l in store_rows); m back to f32 (a row with no key: l == 0)
+      // O = f32(oi) (s_u 2^-n) (then / l in store_rows), n the last tile's (its table entry is
+      // still there); m back to f32 (a row with no key: l == 0)
+      const float s_o = __fmul_rn(s_u, pow2_neg(tab[(nt - 1) & 31].unit >> 16));
 #pragma unroll
       for (int h2 = 0; h2 < NH; ++h2)
 #pragma unroll
         for (int i = 0; i < 8; ++i)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) o[8 * h2 + i][e] = __fmul_rn(i2f(oi[h2][4 * i + e]), s_u);
+          for (int e = 0; e < 4; ++e) o[8 * h2 + i][e] = __fmul_rn(i2f(oi[h2][4 * i + e]), s_o);
       m_a = mi_a == kNoRef ? neg_inf() : i2f(mi_a);
       m_b = mi_b == kNoRef ? neg_inf() : i2f(mi_b);
     }

@@ -289,7 +289,7 @@ fn main() {
 fn print_paths(batch: usize, len: usize, causal: bool) {
     let x = llm_inputs(&problem(batch, len, false), 7);
     let v = x.v.as_ref().expect("separate V");
-    let (mut int, mut total) = (0usize, 0usize);
+    let (mut int, mut within_2, mut total) = (0usize, 0usize, 0usize);
     for b in 0..batch {
         for h in 0..HK {
             let vs: Vec<f32> = (0..len.div_ceil(64))
@@ -307,12 +307,23 @@ fn print_paths(batch: usize, len: usize, causal: bool) {
                 if ferrattn_core::turbo::attention::fixed_p_int_scale(&vs[..nt], false).is_some() {
                     int += HQ / HK;
                 }
+                // round 9's rule (main before round 10): at least 4 tiles, the visited V block
+                // scales positive and within a factor 2
+                let lo = vs[..nt].iter().copied().fold(f32::INFINITY, f32::min);
+                let hi = vs[..nt].iter().copied().fold(0.0f32, f32::max);
+                if nt >= ferrattn_core::turbo::attention::FIXED_P_INT_MIN_TILES
+                    && lo > 0.0
+                    && 2.0 * lo >= hi
+                {
+                    within_2 += HQ / HK;
+                }
             }
         }
     }
     println!(
-        "paths {batch} x {len} causal {causal} llm: {total} query blocks (per query head), {int} on the INT32 path ({:.0}%), {} on the chunks",
+        "paths {batch} x {len} causal {causal} llm: {total} query blocks (per query head), {int} on the INT32 path ({:.0}%), {} on the chunks; round 9's factor-2 rule: {within_2} ({:.0}%)",
         100.0 * int as f64 / total as f64,
-        total - int
+        total - int,
+        100.0 * within_2 as f64 / total as f64
     );
 }

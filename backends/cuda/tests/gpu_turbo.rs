@@ -936,6 +936,10 @@ fn gpu_turbo_prefill_matches_the_emulation() {
                 "{kernel} prefill #{i} lq {:?} lk {:?} hq {} hk {} d {} {} causal {} {:?}",
                 c.lq, c.lk, c.hq, c.hk, c.d, c.dtype, c.causal, c.bits
             );
+            if kernel == "default" {
+                // the fast contract's paths of this case's query blocks (the twin's choice)
+                eprintln!("{what}: {:?}", turbo::fixed_p_paths(&cfg, &p, &x));
+            }
             let (emu, emu_cache) = turbo::prefill(&cfg, &p, &x).unwrap();
             let (gpu, gpu_cache) = b.turbo_prefill(&cfg, &p, &x, 70).unwrap();
             assert_cache_eq(&what, &emu_cache, &gpu_cache.download().unwrap());
@@ -1018,6 +1022,42 @@ fn check_fast_prefill(
     check_vs_golden(what, p, x, &emu, &gpu);
 }
 
+/// V blocks of scales up to about 95x apart (round 8's INT32 path: per-tile units `s_u 2^-n`, n
+/// up to 6, and the accumulator shifted left and right between them), non-causal over `lk` keys,
+/// Q scaled by `q_scale` (1e-3: nearly flat rows, so `l` passes the guard's 2^(23 - 6) at
+/// 2048 keys).
+/// V block scales about 95x apart (round 8). `late`: tiles 0..33 take the small factors and the
+/// largest (1.9) first comes at tile 34, past the kernel's table of 32 tiles (round 10: the
+/// unit's move, `n` and the guard's `n_min` of tiles 32.. come from a refilled table).
+fn spread_v_case(
+    lk: usize,
+    q_scale: f32,
+    seed: u64,
+    late: bool,
+) -> (AttentionProblem, AttentionInputs) {
+    let p = problem(&[128, 100], &[lk, lk - 37], 4, 2, 128, DType::BF16, false);
+    let mut x = inputs(&p, seed);
+    x.q.data
+        .iter_mut()
+        .for_each(|e| *e = p.dtype.round(*e * q_scale));
+    let v = x.v.as_mut().unwrap();
+    for b in 0..p.batch {
+        for t in 0..p.seqlens_k[b] {
+            let f = match (late, t / 64) {
+                (true, j) if j < 34 => [0.3, 0.02, 0.1, 0.05, 0.6][j % 5],
+                (true, j) => [1.9, 0.6, 0.02, 1.0][j % 4],
+                (false, j) => [1.0, 0.02, 0.3, 1.9, 0.1, 1.0, 0.05, 0.6][j % 8],
+            };
+            for h in 0..p.heads_kv {
+                v.row4_mut(b, t, h)
+                    .iter_mut()
+                    .for_each(|e| *e = p.dtype.round(*e * f));
+            }
+        }
+    }
+    (p, x)
+}
+
 /// The fast contract's CPU twin (`turbo::prefill_fixed_p`, which the kernel follows within
 /// 1e-3) against the f64 golden on this file's prefill cases and its uneven-V-scale cases, on
 /// the host (no GPU): no worse than the emulation by more than 10%, the bound
@@ -1082,6 +1122,19 @@ fn fast_prefill_twin_is_as_accurate_as_the_emulation_on_the_gpu_cases() {
             &p,
             &x,
         );
+    }
+    // (round 10: and with the largest scale first at tile 34, past the kernel's table of 32
+    // tiles, over 2,600 keys with nearly flat rows: n_min and d move after a refill)
+    for (lk, q_scale, seed, late) in [
+        (640, 1.0, 26, false),
+        (2048, 1e-3, 27, false),
+        (2600, 1e-3, 28, true),
+    ] {
+        let (p, x) = spread_v_case(lk, q_scale, seed, late);
+        let cfg = TurboConfig::default();
+        let paths = turbo::fixed_p_paths(&cfg, &p, &x);
+        assert!(paths.by_r[6] > 0, "spread V {lk}: {paths:?}");
+        check(&format!("spread V {lk} keys q x {q_scale}"), &cfg, &p, &x);
     }
     eprintln!("twin / emulation error vs golden, worst: {worst:.3}");
 }
@@ -1282,6 +1335,26 @@ fn gpu_turbo_fast_prefill_matches_its_twin() {
         let what =
             format!("fast prefill K and V scales per block, 2560 keys, d {d} causal {causal}");
         check_fast_prefill(&what, &b, &cfg, &p, &x, 0);
+    }
+    // V block scales about 95x apart (round 8: the INT32 path's units s_u 2^-n, n up to 6), with
+    // peaked rows and with nearly flat ones (l past the guard's 2^17)
+    // (round 10: and with the largest scale first at tile 34, past the kernel's table of 32
+    // tiles, over 2,600 keys with nearly flat rows: n_min and d move after a refill)
+    for (lk, q_scale, seed, late) in [
+        (640, 1.0, 26, false),
+        (2048, 1e-3, 27, false),
+        (2600, 1e-3, 28, true),
+    ] {
+        let (p, x) = spread_v_case(lk, q_scale, seed, late);
+        eprintln!("spread V {lk}: {:?}", turbo::fixed_p_paths(&cfg, &p, &x));
+        check_fast_prefill(
+            &format!("fast prefill V block scales 95x apart, {lk} keys, q x {q_scale}"),
+            &b,
+            &cfg,
+            &p,
+            &x,
+            0,
+        );
     }
     // nearly flat rows over 70,000 keys: l passes 2^23 (about 33,000 keys of p near 1), so the
     // INT32 path's guard moves m up and halves the accumulator (and the accumulator stays in

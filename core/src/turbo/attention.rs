@@ -321,18 +321,49 @@ pub fn attend_chunk_fixed_p(
 /// smallest where a row sees few keys).
 pub const FIXED_P_INT_MIN_TILES: usize = 4;
 
-/// The reference V scale of the fast contract's INT32 path ([`attend_tile_fixed_p_int`]) for a
-/// query block that visits the K/V blocks of scales `vs` (its first `nt`): `s_u = max vs`, when
-/// it visits at least [`FIXED_P_INT_MIN_TILES`] blocks, no SAS threshold applies and every scale
-/// is positive and within a factor 2 of it (`2 min >= max`, f32); else `None` (the query block
-/// takes the chunk path, [`attend_chunk_fixed_p`]).
-pub fn fixed_p_int_scale(vs: &[f32], threshold: bool) -> Option<f32> {
+/// The largest spread of V block scales (`max / min`, f32, exclusive) under which a query block
+/// takes the fast contract's INT32 path (issue 11, round 8; round 7 allowed a factor 2): the
+/// accumulator's unit is `s_u 2^-n` with `n = floor(log2(s_u / s_v))` of the tile's block, at most
+/// 6, and the overflow guard of [`attend_tile_fixed_p_int`] keeps `l` below `2^(23 - d)`, `d`
+/// the tile's `n` less the smallest `n` so far, so that `|acc| <= 127 2^d l` stays inside i32.
+pub const FIXED_P_INT_MAX_SPREAD: f32 = 128.0;
+
+/// The fast contract's INT32 path for a query block: `s_u` (the largest V block scale it
+/// visits) and `r` (the largest unit exponent `n` of its blocks, `floor(log2(s_u / min))`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IntUnit {
+    /// The largest visited V block scale.
+    pub s_u: f32,
+    /// `floor(log2(s_u / min vs))` (f32 quotient), in `0..=6`.
+    pub r: i32,
+}
+
+/// The INT32 path's unit for a query block that visits the K/V blocks of scales `vs` (its first
+/// `nt`): `Some` when it visits at least [`FIXED_P_INT_MIN_TILES`] blocks, no SAS threshold
+/// applies and every scale lies in `[2^-64, 2^64]` with `max / min < 128` (f32 quotient,
+/// [`FIXED_P_INT_MAX_SPREAD`]); else `None` (the query block takes the chunk path,
+/// [`attend_chunk_fixed_p`]). Round 7 asked `2 min >= max`; real activations (a sequence's
+/// partial last block, tokens of small norm) leave that window.
+pub fn fixed_p_int_scale(vs: &[f32], threshold: bool) -> Option<IntUnit> {
     if threshold || vs.len() < FIXED_P_INT_MIN_TILES {
         return None;
     }
     let lo = vs.iter().copied().fold(f32::INFINITY, f32::min);
     let hi = vs.iter().copied().fold(0.0f32, f32::max);
-    (lo > 0.0 && 2.0 * lo >= hi).then_some(hi)
+    let (min_s, max_s) = (f32::from_bits(63 << 23), f32::from_bits(191 << 23)); // 2^-64, 2^64
+    if !(lo >= min_s && hi <= max_s) {
+        return None;
+    }
+    let q = hi / lo;
+    (q < FIXED_P_INT_MAX_SPREAD).then(|| IntUnit {
+        s_u: hi,
+        r: unit_exponent(q),
+    })
+}
+
+/// `floor(log2(w))` of a normal `w >= 1`, from its exponent field.
+fn unit_exponent(w: f32) -> i32 {
+    ((w.to_bits() >> 23) & 0xff) as i32 - 127
 }
 
 /// `m` of an [`IntRowState`] that has seen no key.
@@ -343,12 +374,17 @@ pub const FIXED_P_NO_REF: i32 = -(1 << 24);
 pub struct IntRowState {
     /// Reference for the codes, log2 units, an integer ([`FIXED_P_NO_REF`] before any key).
     pub m: i32,
-    /// Sum of code sums, each times its block's `s_u / s_V`, in the units of `m` (code units).
+    /// Sum of code sums, each times its block's `w'` (`s_u / s_V` over `2^n`), in the units of `m`
+    /// (code units).
     pub l: f32,
-    /// `sum code . V^q1` over the tiles so far, in units of `s_u` and of `m`.
+    /// `sum code . V^q1` over the tiles so far, in units of `s_u 2^-n` and of `m`.
     pub acc: Vec<i32>,
-    /// The last tile's move of `m` (`min(m_new - m, 127)`), its code sum and `s_u / s_V`: the
-    /// kernel adds a tile's sum to `l` one tile late.
+    /// The unit exponent of `acc` (the last tile's `n`, 0 before any).
+    pub n: i32,
+    /// The smallest `n` so far (`i32::MAX` before any tile).
+    pub n_min: i32,
+    /// The last tile's move of `m` (`min(m_new - m, 127)`), its code sum and `w'` (`s_u / s_V`
+    /// over `2^n`): the kernel adds a tile's sum to `l` one tile late.
     pending: Option<(i32, i32, f32)>,
 }
 
@@ -359,6 +395,8 @@ impl IntRowState {
             m: FIXED_P_NO_REF,
             l: 0.0,
             acc: vec![0; dv],
+            n: 0,
+            n_min: i32::MAX,
             pending: None,
         }
     }
@@ -375,10 +413,11 @@ impl IntRowState {
         }
     }
 
-    /// `O = (f32(acc) * s_u) * (1 / l)` and `LSE = (m ln 2 - ln 255) + ln(l)`, as the kernel
-    /// finishes a row; zeros and `-inf` for a row that saw no key.
+    /// `O = (f32(acc) * (s_u * 2^-n)) * (1 / l)` and `LSE = (m ln 2 - ln 255) + ln(l)`, as the
+    /// kernel finishes a row; zeros and `-inf` for a row that saw no key.
     pub fn finish(mut self, s_u: f32) -> RowOut {
         self.settle();
+        let s_u = s_u * f32::from_bits(((127 - self.n) as u32) << 23);
         if self.m == FIXED_P_NO_REF || self.l == 0.0 {
             return (vec![0.0; self.acc.len()], f32::NEG_INFINITY);
         }
@@ -391,22 +430,31 @@ impl IntRowState {
     }
 }
 
-/// One 64-key tile of the fast contract's INT32 path (issue 11, round 7; the CPU twin of
-/// `turbo_prefill_wgf_*` where [`fixed_p_int_scale`] gives `s_u`), step for step. P V is never
-/// folded into f32: `acc` holds `sum code . V^q1` of every tile in INT32, so the codes of every
-/// block are taken against the one scale `s_u` and against an integer reference `m`:
-/// 1. `w = s_u / s_v` (f32 division; 1 when equal) in `[1, 2]`, `off = -log2(w)` (the kernel:
-///    `lg2.approx`), `c2 = ((s_q * s_k) * softmax_scale) * log2(e)`.
-/// 2. `t = f32(max dot over the row's visible keys) * c2` (`-inf` if none); `m_new = max(m,
-///    min(ceil(t), 2^24), m + 1 if l > 2^23)` (`ceil` saturating to i32; the `l` the kernel
-///    tests is the row's `l` through the tile before the previous one, see 5); `k = min(m_new -
-///    m, 127)`.
+/// One 64-key tile of the fast contract's INT32 path (issue 11, rounds 7 and 8; the CPU twin of
+/// `turbo_prefill_wgf_*` where [`fixed_p_int_scale`] gives `unit`; the kernel follows it since round
+/// 10, taking `n`, the unit's move and the guard's `149 - d` per tile from its table), step
+/// for step. P V is never
+/// folded into f32: `acc` holds `sum code . V^q1` of every tile in INT32, in units of `s_u 2^-n`
+/// with a per-tile unit exponent `n` (an exact shift converts `acc` between units), against an
+/// integer reference `m`:
+/// 1. `w = s_u / s_v` (f32 division; 1 when equal) in `[1, 128)`, `n = floor(log2 w)` (the
+///    exponent field), `w' = w 2^-n` in `[1, 2)` (the mantissa), `off = -log2(w')` (the kernel:
+///    `lg2.approx`; 0 when `w' = 1`), `c2 = ((s_q * s_k) * softmax_scale) * log2(e)`.
+/// 2. `t = f32(max dot over the row's visible keys) * c2` (`-inf` if none); the guard `g =
+///    max(0, e(l) - 22 + d)` with `e(l)` the exponent field of `l` less 127 (`floor(log2 l)`,
+///    -127 for 0) and `d = n - n_min` (`n_min` the smallest `n` of the tiles so far, this one
+///    included): the fewest halvings that bring `l` below `2^(23 - d)`; `m_new = max(m,
+///    min(ceil(t), 2^24), m + g)` (`ceil` saturating to i32; the `l` the kernel tests is the
+///    row's `l` through the tile before the previous one, see 5); `k = min(m_new - m, 127)`.
 /// 3. `x = fma(f32(dot), c2, off - f32(m_new))`, `p = f16(2^x)`, `code = rne(255 p)` (`x <= 0`:
-///    `p <= 1`).
-/// 4. `acc = (acc >> min(k, 31)) + sum code . V^q1` (arithmetic shift: floor; the first tile
-///    sets `acc`). `|acc| <= 127 l`, and the guard keeps `l` below about 2^23 + 2 x 64 x 255, so
-///    `acc` stays inside i32.
-/// 5. `l = fma(l, 2^-k, f32(rowsum) * w)` (exact `2^-k`), applied when the next tile is taken
+///    `p <= 1`): the codes of the block in units of `s_u 2^-n`.
+/// 4. `s = k + (n_acc - n)`; `acc = shift(acc, s) + sum code . V^q1` with `shift` an arithmetic
+///    right shift by `min(s, 31)` (floor) for `s >= 0` and a left shift by `-s <= R` (exact)
+///    otherwise; the first tile sets `acc`; `n_acc = n`. `|acc| <= 127 2^d l` (a key's code
+///    counts in `l` at least once and in `acc` at most `2^d` times its V code), and the guard
+///    keeps `l` below `2^(23 - d) + 2 x 2 x 64 x 255`, so `|acc| < 127 (2^23 + 2^d 65280) < 2^31`
+///    for `d <= 6`.
+/// 5. `l = fma(l, 2^-k, f32(rowsum) * w')` (exact `2^-k`), applied when the next tile is taken
 ///    (the kernel's order: it only moves when the guard of 2 sees `l`).
 #[allow(clippy::too_many_arguments)] // the operands of one tile step, named as in Alg. 1
 pub fn attend_tile_fixed_p_int(
@@ -416,14 +464,21 @@ pub fn attend_tile_fixed_p_int(
     k: &Int8Block,
     v: &Int8Block,
     first: usize,
-    s_u: f32,
+    unit: IntUnit,
     states: &mut [IntRowState],
 ) {
     let rows = q.rows;
     let d = q.codes.len() / rows.max(1);
     let dv = v.codes.len() / v.rows.max(1);
-    let w = if v.scale == s_u { 1.0 } else { s_u / v.scale };
-    let off = if w == 1.0 { 0.0 } else { -w.log2() };
+    let w = if v.scale == unit.s_u {
+        1.0
+    } else {
+        unit.s_u / v.scale
+    };
+    let n = unit_exponent(w);
+    let wm = f32::from_bits((w.to_bits() & 0x007f_ffff) | 0x3f80_0000);
+    let off = if wm == 1.0 { 0.0 } else { -wm.log2() };
+    let n_min = |st: &IntRowState| st.n_min.min(n);
     let c2 = ((q.scale * k.scale) * softmax_scale) * std::f32::consts::LOG2_E;
     let mut dots = vec![0i32; k.rows];
     let mut tile = vec![0i32; dv];
@@ -438,12 +493,10 @@ pub fn attend_tile_fixed_p_int(
             .iter()
             .max()
             .map_or(f32::NEG_INFINITY, |&imax| imax as f32 * c2);
-        let guard = if st.l > 8_388_608.0 {
-            st.m + 1
-        } else {
-            FIXED_P_NO_REF
-        };
-        let m_new = st.m.max((t.ceil() as i32).min(1 << 24)).max(guard);
+        let nm = n_min(st);
+        let e_l = ((st.l.to_bits() >> 23) & 0xff) as i32 - 127;
+        let g = (e_l - 22 + (n - nm)).max(0);
+        let m_new = st.m.max((t.ceil() as i32).min(1 << 24)).max(st.m + g);
         let kk = (m_new - st.m).min(127);
         let nb = off - m_new as f32;
         tile.iter_mut().for_each(|a| *a = 0);
@@ -460,12 +513,16 @@ pub fn attend_tile_fixed_p_int(
                 *a += code * vc as i32;
             }
         }
+        let sh = kk + (st.n - n);
         for (a, &t) in st.acc.iter_mut().zip(&tile) {
-            *a = if first == 0 { 0 } else { *a >> kk.min(31) } + t;
+            let shifted = if sh >= 0 { *a >> sh.min(31) } else { *a << -sh };
+            *a = if first == 0 { 0 } else { shifted } + t;
         }
+        st.n = n;
+        st.n_min = nm;
         // the previous tile's sum reaches l now (after this tile's guard)
         st.settle();
-        st.pending = Some((kk, rowsum, w));
+        st.pending = Some((kk, rowsum, wm));
         st.m = m_new;
     }
 }
@@ -648,7 +705,7 @@ pub(crate) fn prefill_into(
                         let vs: Vec<f32> = blocks.iter().map(|(_, vb)| vb.scale).collect();
                         let threshold = fixed_p_threshold(cfg);
                         // the INT32 path where the visited V scales allow it (round 7)
-                        if let Some(s_u) = fixed_p_int_scale(&vs[..nt], threshold.is_some()) {
+                        if let Some(unit) = fixed_p_int_scale(&vs[..nt], threshold.is_some()) {
                             let mut st = vec![IntRowState::new(dv); r1 - r0];
                             for (j, (kb, vb)) in blocks.iter().enumerate().take(nt) {
                                 attend_tile_fixed_p_int(
@@ -658,11 +715,11 @@ pub(crate) fn prefill_into(
                                     kb,
                                     vb,
                                     j * cfg.block_k,
-                                    s_u,
+                                    unit,
                                     &mut st,
                                 );
                             }
-                            rows.extend(st.into_iter().map(|s| s.finish(s_u)));
+                            rows.extend(st.into_iter().map(|s| s.finish(unit.s_u)));
                             continue;
                         }
                         // else the chunks of one or two blocks of the fast contract
@@ -787,6 +844,68 @@ pub fn prefill(
 /// SAS off there is none.
 pub fn fixed_p_threshold(cfg: &TurboConfig) -> Option<i32> {
     (cfg.sas && cfg.sas_threshold >= -5).then_some(cfg.sas_threshold)
+}
+
+/// How the query blocks of a prefill divide between the fast contract's paths (per query head
+/// and query block, as [`prefill_fixed_p`] and `turbo_prefill_wgf_*` choose).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FixedPPaths {
+    /// Query blocks (per query head).
+    pub blocks: usize,
+    /// Those with fewer than [`FIXED_P_INT_MIN_TILES`] visited blocks or a SAS threshold.
+    pub short_or_threshold: usize,
+    /// Those whose visited V scales are positive and within a factor 2 (round 7's INT32 path).
+    pub within_2: usize,
+    /// Those that take the INT32 path now ([`fixed_p_int_scale`]).
+    pub int_path: usize,
+    /// Of `int_path`, per `r` (`floor(log2(max / min))`) 0..=6.
+    pub by_r: [usize; 7],
+}
+
+/// [`FixedPPaths`] of a prefill of `x` under `cfg` (no attention computed: the V block scales
+/// only).
+pub fn fixed_p_paths(cfg: &TurboConfig, p: &AttentionProblem, x: &AttentionInputs) -> FixedPPaths {
+    let v = x.v.as_ref().expect("separate K and V");
+    let threshold = fixed_p_threshold(cfg).is_some();
+    let mut out = FixedPPaths::default();
+    for b in 0..p.batch {
+        let n = p.seqlens_k[b];
+        let scales: Vec<Vec<f32>> = (0..p.heads_kv)
+            .into_par_iter()
+            .map(|h| {
+                (0..n.div_ceil(cfg.block_k))
+                    .map(|j| {
+                        let r = j * cfg.block_k..((j + 1) * cfg.block_k).min(n);
+                        super::quant::int8_scale(r.flat_map(|t| v.row4(b, t, h).iter()))
+                    })
+                    .collect()
+            })
+            .collect();
+        for h in 0..p.heads_q {
+            let vs = &scales[h / p.group_size()];
+            for r0 in (0..p.seqlens_q[b]).step_by(cfg.block_q) {
+                let r1 = (r0 + cfg.block_q).min(p.seqlens_q[b]);
+                let reach = (r0..r1).map(|i| p.visible_keys(b, i)).max().unwrap_or(0);
+                let nt = reach.div_ceil(cfg.block_k).min(vs.len());
+                let vis = &vs[..nt];
+                out.blocks += 1;
+                if threshold || nt < FIXED_P_INT_MIN_TILES {
+                    out.short_or_threshold += 1;
+                    continue;
+                }
+                let lo = vis.iter().copied().fold(f32::INFINITY, f32::min);
+                let hi = vis.iter().copied().fold(0.0f32, f32::max);
+                if lo > 0.0 && 2.0 * lo >= hi {
+                    out.within_2 += 1;
+                }
+                if let Some(u) = fixed_p_int_scale(vis, false) {
+                    out.int_path += 1;
+                    out.by_r[u.r as usize] += 1;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// TurboAttention prefill under the fast contract ([`PQuant::FixedU8`], [`attend_tile_fixed_p`]):

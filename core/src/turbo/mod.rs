@@ -99,7 +99,9 @@ pub mod sas;
 mod tests;
 
 pub use accuracy::{accuracy_markdown, accuracy_table, llm_like_inputs, AccuracyRow};
-pub use attention::{decode, decode_step, prefill, prefill_fixed_p, PQuant};
+pub use attention::{
+    decode, decode_step, fixed_p_paths, prefill, prefill_fixed_p, FixedPPaths, PQuant,
+};
 pub use cache::{block_compression_ratio, CacheMemory, TurboKvCache};
 
 use crate::{

@@ -1094,8 +1094,9 @@ fn turbo_fixed_p_chunks_pair_blocks_of_close_v_scales() {
 /// one tile late, times `2^-k`. Every number here is exact.
 #[test]
 fn turbo_fixed_p_int_guard_moves_the_reference_when_l_passes_2_23() {
-    use super::attention::{attend_tile_fixed_p_int, IntRowState};
+    use super::attention::{attend_tile_fixed_p_int, IntRowState, IntUnit};
     let d = 8;
+    let unit = IntUnit { s_u: 0.5, r: 0 };
     // Q . K = 0 for the one key: t = 0, so without the guard m stays 0 and p = 1 (code 255)
     let q = Int8Block {
         scale: 0.01,
@@ -1118,13 +1119,118 @@ fn turbo_fixed_p_int_guard_moves_the_reference_when_l_passes_2_23() {
         st[0].l = l0;
         st[0].acc = vec![1001; d];
         // a tile past the first (the first one sets the accumulator instead of adding to it)
-        attend_tile_fixed_p_int(&q, 1.0, &[65], &k, &v, 64, 0.5, &mut st);
+        attend_tile_fixed_p_int(&q, 1.0, &[65], &k, &v, 64, unit, &mut st);
         assert_eq!(st[0].m, m_after, "l {l0}");
         let shifted = if m_after == 1 { 1001 >> 1 } else { 1001 };
         assert_eq!(st[0].acc, vec![shifted + code * 100; d], "l {l0}");
         // the tile's sum reaches l with the next tile (or the finish): here, an empty tile
-        attend_tile_fixed_p_int(&q, 1.0, &[65], &k, &v, 128, 0.5, &mut st);
+        attend_tile_fixed_p_int(&q, 1.0, &[65], &k, &v, 128, unit, &mut st);
         let scale = if m_after == 1 { 0.5 } else { 1.0 };
         assert_eq!(st[0].l, l0.mul_add(scale, code as f32), "l {l0}");
     }
+    // round 8: a tile in a unit 4x finer than the coarsest so far (d = 2) asks l below 2^21:
+    // l = 3e6 (exponent 21) moves m by one, and the accumulator shifts by k + (0 - 2) = -1
+    let mut st = vec![IntRowState::new(d)];
+    (st[0].m, st[0].l, st[0].n, st[0].n_min) = (0, 3.0e6, 0, 0);
+    st[0].acc = vec![1001; d];
+    let fine = Int8Block {
+        scale: 0.125,
+        ..v.clone()
+    };
+    attend_tile_fixed_p_int(&q, 1.0, &[65], &k, &fine, 64, unit, &mut st);
+    assert_eq!((st[0].m, st[0].n, st[0].n_min), (1, 2, 0));
+    assert_eq!(st[0].acc, vec![1001 * 2 + 128 * 100; d]);
+}
+
+/// The INT32 path's unit (round 8): a query block takes it while its visited V scales are within
+/// `max / min < 128` (f32 quotient) and inside `[2^-64, 2^64]`; `r` is `floor(log2(max / min))`.
+#[test]
+fn turbo_fixed_p_int_unit_allows_a_spread_below_128() {
+    use super::attention::{fixed_p_int_scale, IntUnit};
+    let unit = |vs: &[f32]| fixed_p_int_scale(vs, false);
+    assert_eq!(
+        unit(&[1.0, 1.0, 1.0, 1.0]),
+        Some(IntUnit { s_u: 1.0, r: 0 })
+    );
+    assert_eq!(
+        unit(&[1.0, 0.51, 0.9, 1.0]),
+        Some(IntUnit { s_u: 1.0, r: 0 })
+    );
+    assert_eq!(
+        unit(&[1.0, 0.5, 0.9, 1.0]),
+        Some(IntUnit { s_u: 1.0, r: 1 })
+    );
+    assert_eq!(
+        unit(&[3.0, 0.1, 2.0, 1.0]),
+        Some(IntUnit { s_u: 3.0, r: 4 })
+    );
+    assert_eq!(unit(&[1.0, 1.0 / 127.9, 1.0, 1.0]).map(|u| u.r), Some(6));
+    assert_eq!(unit(&[1.0, 1.0 / 128.0, 1.0, 1.0]), None);
+    assert_eq!(unit(&[1.0, 0.0, 1.0, 1.0]), None);
+    assert_eq!(unit(&[1.0, 1.0, 1.0]), None); // 3 tiles: the chunks
+    assert_eq!(fixed_p_int_scale(&[1.0; 4], true), None); // a SAS threshold: the chunks
+    assert_eq!(unit(&[1e-20, 1e-20, 1e-20, 1e-20]), None); // below 2^-64
+}
+
+/// The INT32 path across V blocks of different units (round 8): a block of scale `s_u / 4` has
+/// its codes in units of `s_u / 4` (`n = 2`, `w' = 1`: the same codes as a block at `s_u`), the
+/// accumulator moves into that unit by a left shift of 2 and back by a right shift of 2 (floor),
+/// and `l` adds the code sums times `w'`. Every number here is exact.
+#[test]
+fn turbo_fixed_p_int_converts_the_accumulator_between_units() {
+    use super::attention::{attend_tile_fixed_p_int, IntRowState, IntUnit};
+    let d = 4;
+    let q = Int8Block {
+        scale: 0.01,
+        rows: 1,
+        codes: vec![0; d],
+    };
+    let k = Int8Block {
+        scale: 0.02,
+        rows: 1,
+        codes: vec![5; d],
+    };
+    let v = |scale: f32, c: i8| Int8Block {
+        scale,
+        rows: 1,
+        codes: vec![c; d],
+    };
+    let unit = IntUnit { s_u: 1.0, r: 2 };
+    let mut st = vec![IntRowState::new(d)];
+    // tile 0 at s_u: code 255 (t = 0, m = 0), acc = 255 x 3
+    attend_tile_fixed_p_int(&q, 1.0, &[usize::MAX], &k, &v(1.0, 3), 0, unit, &mut st);
+    assert_eq!((st[0].m, st[0].n, st[0].acc[0]), (0, 0, 765));
+    // tile 1 at s_u / 4: acc << 2, plus 255 x (-7) in units of 1/4
+    attend_tile_fixed_p_int(&q, 1.0, &[usize::MAX], &k, &v(0.25, -7), 64, unit, &mut st);
+    assert_eq!((st[0].n, st[0].acc[0]), (2, 765 * 4 - 255 * 7));
+    assert_eq!(st[0].l, 255.0);
+    // tile 2 at s_u / 3 (w = 3: n = 1, w' = 1.5, off = -log2 1.5): acc >> 1 (floor), code
+    // rne(255 / 1.5) = 170
+    attend_tile_fixed_p_int(
+        &q,
+        1.0,
+        &[usize::MAX],
+        &k,
+        &v(1.0 / 3.0, 1),
+        128,
+        unit,
+        &mut st,
+    );
+    let w = 1.0f32 / (1.0 / 3.0f32);
+    let wm = w / 2.0;
+    let code =
+        crate::turbo::quant::rne(255.0 * super::attention::round_f16((-wm.log2()).exp2())) as i32;
+    assert_eq!(code, 170);
+    assert_eq!(
+        (st[0].n, st[0].acc[0]),
+        (1, ((765 * 4 - 255 * 7) >> 1) + code)
+    );
+    assert_eq!(st[0].l, 510.0);
+    // the finish: O = f32(acc) x (s_u / 2) / l with l = 510 + 170 x 1.5
+    let acc = st[0].acc[0];
+    let (o, _) = st.pop().unwrap().finish(1.0);
+    assert_eq!(
+        o[0],
+        (acc as f32 * 0.5) * (1.0 / 170.0f32.mul_add(wm, 510.0))
+    );
 }
