@@ -8,7 +8,8 @@
 // become resident under the kernel before and wait on the device, so the launch gaps overlap.
 //   1. turboquant_prepare_q_*: every query row rotated (Π q) and projected (S q) once, scaled by
 //      softmax_scale · log2 e (and √(π/2)/m for S q), rounded to f16 and written straight in the
-//      A-fragment order of mma.m16n8k16: the units load their query tile with 16-byte loads.
+//      A-fragment order of mma.m16n8k16: the units load their query tile with 16-byte loads
+//      (with <= 8 rows once per CTA and tile into shared slots, see decode_unit).
 //      Two kernels with bit-identical outputs (ferrattn_cuda::turboquant::PrepareKernel): up to
 //      8 output tiles the spread one, one CTA per (output tile, 8 output columns); above, v1,
 //      one CTA per (output tile, 32 output columns). Both split the head dim in four k-quarters
@@ -96,7 +97,9 @@ struct DecodeParams {
   int units, heads_kv, cap, qgroups, group, max_sq, causal;
   int diag;                       // diagnostic switches: bit 0, the first segment's ring after
                                   // pdl_wait (FERRATTN_TQ_EARLY=0); bit 1, <= 8 rows: every warp
-                                  // loads its query fragments per segment (FERRATTN_TQ_SHARE_Q=0)
+                                  // loads its query fragments per segment (FERRATTN_TQ_SHARE_Q=0);
+                                  // bit 2, <= 8 rows: the partial as scalar stores, not through
+                                  // the ring (FERRATTN_TQ_RING_O=0)
   u32 ktab[8];                    // σ_k x key centroids (f16): low bytes of entries 0-15, then high
                                   // bytes; 1 / σ_k is folded into the query scale
   u32 vtab[8];                    // σ_v x value centroids, same; 1 / σ_v is applied in the merge
@@ -1208,12 +1211,22 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         *reinterpret_cast<float2*>(po + g * D + 8 * n + 2 * q) = make_float2(o[n][0], o[n][1]);
         *reinterpret_cast<float2*>(po + (g + 8) * D + 8 * n + 2 * q) = make_float2(o[n][2], o[n][3]);
       }
+    } else if (p.diag & 4) {  // uniform
+      // Oᵀ: rows 2q, 2q + 1, channels 16μ + g and 16μ + 8 + g (32-byte runs per row over g)
+      float* pr = po + (2 * q) * D + g;  // one address; every store below at a constant offset
+#pragma unroll
+      for (int n = 0; n < NO; ++n) {
+        pr[16 * n] = o[n][0];
+        pr[D + 16 * n] = o[n][1];
+        pr[16 * n + 8] = o[n][2];
+        pr[D + 16 * n + 8] = o[n][3];
+      }
     } else {
       // Oᵀ (rows 2q, 2q + 1, channels 16μ + g and 16μ + 8 + g) transposed through the warp's
-      // ring, then written as 16-byte rows: D / 4 STG.128 a lane... 8 rows x D / 128 a lane,
-      // instead of D / 4 scalar STG. The ring is free: every copy into it has landed (each
-      // lane waited for its last stage) and the __syncwarp below orders every lane's reads of
-      // it first; the next segment's ring is issued after a __syncwarp (above).
+      // ring, then written as 16-byte rows: 8 rows x D / 128 STG.128 a lane instead of D / 4
+      // scalar STG. The ring is free: every copy into it has landed (each lane waited for its
+      // last stage) and the __syncwarp below orders every lane's reads of it first; the next
+      // segment's ring is issued after a __syncwarp (above).
       constexpr int kPS = D + 4;  // floats a row: 2 kPS = 8 (mod 32) banks, so one store's 32
                                   // lanes (rows 2q or 2q + 1, channels 16μ + g) hit 32 banks
       float* ps = reinterpret_cast<float*>(ring);
