@@ -8,7 +8,8 @@
 // become resident under the kernel before and wait on the device, so the launch gaps overlap.
 //   1. turboquant_prepare_q_*: every query row rotated (Π q) and projected (S q) once, scaled by
 //      softmax_scale · log2 e (and √(π/2)/m for S q), rounded to f16 and written straight in the
-//      A-fragment order of mma.m16n8k16: the units load their query tile with 16-byte loads.
+//      A-fragment order of mma.m16n8k16: the units load their query tile with 16-byte loads
+//      (with <= 8 rows once per CTA and tile into shared slots, see decode_unit).
 //      Two kernels with bit-identical outputs (ferrattn_cuda::turboquant::PrepareKernel): up to
 //      8 output tiles the spread one, one CTA per (output tile, 8 output columns); above, v1,
 //      one CTA per (output tile, 32 output columns). Both split the head dim in four k-quarters
@@ -94,7 +95,11 @@ struct DecodeParams {
   const int* seqlens_q;           // [B]
   const int* seqlens_k;           // [B]
   int units, heads_kv, cap, qgroups, group, max_sq, causal;
-  int late_ring;                  // 1: the first segment's ring after pdl_wait (FERRATTN_TQ_EARLY=0)
+  int diag;                       // diagnostic switches: bit 0, the first segment's ring after
+                                  // pdl_wait (FERRATTN_TQ_EARLY=0); bit 1, <= 8 rows: every warp
+                                  // loads its query fragments per segment (FERRATTN_TQ_SHARE_Q=0);
+                                  // bit 2, <= 8 rows: the partial as scalar stores, not through
+                                  // the ring (FERRATTN_TQ_RING_O=0)
   u32 ktab[8];                    // σ_k x key centroids (f16): low bytes of entries 0-15, then high
                                   // bytes; 1 / σ_k is folded into the query scale
   u32 vtab[8];                    // σ_v x value centroids, same; 1 / σ_v is applied in the merge
@@ -283,6 +288,11 @@ __device__ __forceinline__ u32 ldg4(const void* p) {
 __device__ __forceinline__ int ldcg_s32(const int* p) {
   int v;
   asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ int4 ldcg_s32x4(const int* p) {
+  int4 v;
+  asm volatile("ld.global.cg.v4.s32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
 __device__ __forceinline__ float ldcg_f32(const float* p) {
@@ -716,9 +726,10 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kUnitWarps = R16 ? kUnitWarps16 : (int)(blockDim.x >> 5);
   const int unit = blockIdx.x * kUnitWarps + warp;
-  // FUSED: every warp reaches fused_merge's CTA barriers (a warp past the last unit walks no
-  // segment); otherwise there is no CTA barrier below and a warp may leave
-  if (unit >= p.units && !FUSED) return;
+  // <= 8 rows (and FUSED): every warp reaches the CTA barriers (the shared query fragments',
+  // fused_merge's; a warp past the last unit walks no segment); 16 rows: there is no CTA
+  // barrier below and a warp may leave
+  if (R16 && unit >= p.units) return;
   uint4* ring = ring_all + (size_t)warp * kStages * kStageU4;
   const u32 ring_s = smem_addr(ring) + 16 * lane;  // shared address of this lane's slot 0, stage 0
   // query A fragments, [2][CH][32 lanes] uint4 per warp after the rings, read with one 16-byte
@@ -729,8 +740,18 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   // 2w and 2w + 1 stacked on MMA rows 0-7 and 8-15 of one A fragment (see qjl_word; was one quad
   // a chunk with rows 8-15 zero): 13.5 KiB a warp at D = 128 (4 CTAs of 4 warps per SM at 128
   // registers measured slower: issue-10-decode6 call 1).
+  // <= 8 rows (issue-10-decode11): the fragments of a tile are loaded once per CTA, not once per
+  // warp and segment. The kUnitWarps areas are tile slots: when the CTA's segments span at most
+  // kUnitWarps tiles (a contiguous range: the stream-K units of a CTA are consecutive), warp w
+  // loads tile tile0 + w into slot w once, after pdl_wait, and every warp reads the slot of its
+  // segment's tile (a CTA barrier between). At batch 1 a 7-warp CTA spans 1-2 tiles: 24 LDG.128
+  // a lane per segment (every warp read its tile's 12 KiB from L2) become 24 per tile and CTA.
+  // Otherwise (short sequences: many tiles per CTA) slot w is warp w's own, reloaded per
+  // segment as before. cgs (after the slots): [kUnitWarps][32] the lanes' QJL row constants C
+  // of their slot's tile (quad sums), which the loading lane computed.
   constexpr int kQWarpU4 = R16 ? 2 * CH * 32 : CH * 32 + CH * 16;
-  uint4* qsm = ring_all + (size_t)kUnitWarps * kStages * kStageU4 + (size_t)warp * kQWarpU4;
+  uint4* const qslots = ring_all + (size_t)kUnitWarps * kStages * kStageU4;
+  float* const cgs = reinterpret_cast<float*>(qslots + (size_t)kUnitWarps * kQWarpU4);
   const int g = lane >> 2, q = lane & 3;
   u32 ktab[8], vtab[8];
 #pragma unroll
@@ -747,8 +768,8 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   };
   auto head_of = [&](int sgi) {
     Head hd;
-    hd.tile = ldcg_s32(p.segs + 4 * sgi), hd.tok0 = ldcg_s32(p.segs + 4 * sgi + 1);
-    hd.tok1 = ldcg_s32(p.segs + 4 * sgi + 2);
+    const int4 sg = ldcg_s32x4(p.segs + 4 * sgi);  // 16-byte rows (the workspace's tables are aligned)
+    hd.tile = sg.x, hd.tok0 = sg.y, hd.tok1 = sg.z;
     const int qg = hd.tile % p.qgroups, h = (hd.tile / p.qgroups) % p.heads_kv;
     const int b = hd.tile / (p.qgroups * p.heads_kv);
     const int sq = ldcg_s32(p.seqlens_q + b), sk = ldcg_s32(p.seqlens_k + b);
@@ -771,7 +792,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     }
   };
 
-  const bool has_unit = !FUSED || unit < p.units;  // (the others returned above)
+  const bool has_unit = unit < p.units;  // (16 rows: the others returned above)
   const int seg_begin = has_unit ? ldcg_s32(p.unit_segs + unit) : 0;
   const int seg_end = has_unit ? ldcg_s32(p.unit_segs + unit + 1) : 0;
   // kEarly (D = 128: every ring copy is a 16-byte cp.async.cg): the first segment's ring goes
@@ -780,13 +801,76 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   // through L2 only. (At D = 64 the code copies are 8-byte cp.async.ca, through L1: after the
   // wait, as before; see pdl_wait for why nothing goes through L1 before it.)
   constexpr bool kEarly = D == 128;
-  const bool early = kEarly && !p.late_ring;
+  const bool early = kEarly && !(p.diag & 1);
   Head hd{};
   if (early && seg_begin < seg_end) {
     hd = head_of(seg_begin);
     issue_ring(hd);
   }
+  // The CTA's tiles (<= 8 rows): the first and last segments of its units (uniform over the CTA)
+  int q_tile0 = 0, q_tiles = 0;  // q_tiles > 0: tiles q_tile0 .. + q_tiles - 1 in the slots
+  if constexpr (!R16) {
+    const int u0 = blockIdx.x * kUnitWarps, u1 = min(u0 + kUnitWarps, p.units);
+    if (u0 < u1) {
+      const int sa = ldcg_s32(p.unit_segs + u0), sb = ldcg_s32(p.unit_segs + u1);
+      if (sa < sb) {
+        q_tile0 = ldcg_s32(p.segs + 4 * sa);
+        const int n = ldcg_s32(p.segs + 4 * (sb - 1)) - q_tile0 + 1;
+        q_tiles = n <= kUnitWarps && !(p.diag & 2) ? n : 0;
+      }
+    }
+  }
   pdl_wait();  // the query fragments (the prepare's output) are read below
+
+  // A tile's query fragments into slot qs (this lane's entries), as the units' MMAs read them:
+  // Π q as hi + lo (two f16 products: the scores then carry the rounding of the centroids only);
+  // 16 rows: the high halves into qa (registers). S q scaled by the mantissa weights of its
+  // sign pairs (see signs2m), and the rows' constants C (cg: rows g, cg8: rows g + 8; summed
+  // over the quad).
+  auto load_q = [&](int tile, uint4* qs, u32 (&qa)[R16 ? CH : 1][4], float& cg, float& cg8) {
+    cg = 0.f, cg8 = 0.f;
+    u32 ev_x = 0u, ev_z = 0u;  // 8 rows: S q of the even chunk, stored with the odd one
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      const size_t at = ((size_t)(tile * 32 + lane) * CH + c) * 4;
+      const uint4 v = ldg16(p.qf + at), l = ldg16(p.qf_lo + at);
+      if constexpr (R16) {
+        qa[c][0] = v.x, qa[c][1] = v.y, qa[c][2] = v.z, qa[c][3] = v.w;
+        qs[c * 32 + lane] = l;
+      } else {
+        qs[c * 32 + lane] = make_uint4(v.x, l.x, v.z, l.z);
+      }
+      if (QJL) {
+        // (this lane's share of C; rows g: registers 0, 2, rows g + 8: 1, 3)
+        const uint4 w = ldg16(p.pf + at);
+        const int e01 = 5 - 2 * (c & 1), e23 = e01 - 1;
+        cg += qjl_const2(w.x, e01), cg += qjl_const2(w.z, e23);
+        if (R16) cg8 += qjl_const2(w.y, e01), cg8 += qjl_const2(w.w, e23);
+        const u32 m01 = qjl_scale(c, 0), m23 = qjl_scale(c, 2);
+        if (R16) {
+          qs[(CH + c) * 32 + lane] = make_uint4(hmul2(w.x, m01), hmul2(w.y, m01), hmul2(w.z, m23), hmul2(w.w, m23));
+        } else if (c % 2 == 0) {  // rows g of chunk c (w.y, w.w: rows 8-15, zero)
+          ev_x = hmul2(w.x, m01), ev_z = hmul2(w.z, m23);
+        } else {  // chunk c - 1 on rows 0-7, chunk c on rows 8-15
+          qs[(CH + c / 2) * 32 + lane] = make_uint4(ev_x, hmul2(w.x, m01), ev_z, hmul2(w.z, m23));
+        }
+      }
+    }
+    // the row sums over the 4 lanes of a quad (lanes 4g .. 4g + 3 hold row g's 16-column pieces)
+    cg += shfl_xor(cg, 1), cg8 += shfl_xor(cg8, 1);
+    cg += shfl_xor(cg, 2), cg8 += shfl_xor(cg8, 2);
+  };
+  if constexpr (!R16) {
+    if (q_tiles > 0) {  // uniform over the CTA
+      if (warp < q_tiles) {
+        u32 qa_[1][4];
+        float c0, c1;
+        load_q(q_tile0 + warp, qslots + (size_t)warp * kQWarpU4, qa_, c0, c1);
+        cgs[warp * 32 + lane] = c0;
+      }
+      __syncthreads();  // every slot written before any warp reads one
+    }
+  }
 
   for (int sgi = seg_begin; sgi < seg_end; ++sgi) {
     if (!early || sgi != seg_begin) {
@@ -802,42 +886,21 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     const bool dead0 = lim0 <= tok0, dead1 = !R16 || lim1 <= tok0;
     const int live_lim = warp_min(min(dead0 ? INT_MAX_ : lim0, dead1 ? INT_MAX_ : lim1));
     Bases src = hd.src;  // at stage kStages (when the segment has that many)
-    // Π q as hi + lo (two f16 products: the scores then carry the rounding of the centroids
-    // only). Every lane reads only the qsm entries it wrote, so no barrier; its reads of the
-    // previous segment are done (program order).
+    // the tile's query fragments: its CTA slot (loaded above), or this warp's own slot loaded now
+    // (in which every lane reads only the entries it wrote, so no barrier; its reads of the
+    // previous segment are done: program order)
     u32 qa[R16 ? CH : 1][4];
-    float cg = 0.f, cg8 = 0.f;  // C of rows g and g + 8 (signs2m)
-    u32 ev_x = 0u, ev_z = 0u;   // 8 rows: S q of the even chunk, stored with the odd one
-#pragma unroll
-    for (int c = 0; c < CH; ++c) {
-      const size_t at = ((size_t)(tile * 32 + lane) * CH + c) * 4;
-      const uint4 v = ldg16(p.qf + at), l = ldg16(p.qf_lo + at);
-      if constexpr (R16) {
-        qa[c][0] = v.x, qa[c][1] = v.y, qa[c][2] = v.z, qa[c][3] = v.w;
-        qsm[c * 32 + lane] = l;
-      } else {
-        qsm[c * 32 + lane] = make_uint4(v.x, l.x, v.z, l.z);
-      }
-      if (QJL) {
-        // S q scaled by the mantissa weights of its sign pairs (see signs2m), and the rows'
-        // constants C (this lane's share; rows g: registers 0, 2, rows g + 8: 1, 3)
-        const uint4 w = ldg16(p.pf + at);
-        const int e01 = 5 - 2 * (c & 1), e23 = e01 - 1;
-        cg += qjl_const2(w.x, e01), cg += qjl_const2(w.z, e23);
-        if (R16) cg8 += qjl_const2(w.y, e01), cg8 += qjl_const2(w.w, e23);
-        const u32 m01 = qjl_scale(c, 0), m23 = qjl_scale(c, 2);
-        if (R16) {
-          qsm[(CH + c) * 32 + lane] = make_uint4(hmul2(w.x, m01), hmul2(w.y, m01), hmul2(w.z, m23), hmul2(w.w, m23));
-        } else if (c % 2 == 0) {  // rows g of chunk c (w.y, w.w: rows 8-15, zero)
-          ev_x = hmul2(w.x, m01), ev_z = hmul2(w.z, m23);
-        } else {  // chunk c - 1 on rows 0-7, chunk c on rows 8-15
-          qsm[(CH + c / 2) * 32 + lane] = make_uint4(ev_x, hmul2(w.x, m01), ev_z, hmul2(w.z, m23));
-        }
-      }
+    float cg, cg8;  // C of rows g and g + 8 (signs2m)
+    const uint4* qsm;
+    if (!R16 && q_tiles > 0) {
+      const int slot = tile - q_tile0;
+      qsm = qslots + (size_t)slot * kQWarpU4;
+      cg = QJL ? cgs[slot * 32 + lane] : 0.f, cg8 = 0.f;
+    } else {
+      uint4* own = qslots + (size_t)warp * kQWarpU4;
+      load_q(tile, own, qa, cg, cg8);
+      qsm = own;
     }
-    // the row sums over the 4 lanes of a quad (lanes 4g .. 4g + 3 hold row g's 16-column pieces)
-    cg += shfl_xor(cg, 1), cg8 += shfl_xor(cg8, 1);
-    cg += shfl_xor(cg, 2), cg8 += shfl_xor(cg8, 2);
     // the T accumulators' start (loop-invariant: the first MMA of each chain reads it as its C)
     const float tc[4] = {-cg, -cg, -cg8, -cg8};
     // A fragment of array arr, chunk c, from qsm
@@ -1148,7 +1211,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         *reinterpret_cast<float2*>(po + g * D + 8 * n + 2 * q) = make_float2(o[n][0], o[n][1]);
         *reinterpret_cast<float2*>(po + (g + 8) * D + 8 * n + 2 * q) = make_float2(o[n][2], o[n][3]);
       }
-    } else {
+    } else if (p.diag & 4) {  // uniform
       // Oᵀ: rows 2q, 2q + 1, channels 16μ + g and 16μ + 8 + g (32-byte runs per row over g)
       float* pr = po + (2 * q) * D + g;  // one address; every store below at a constant offset
 #pragma unroll
@@ -1158,11 +1221,36 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         pr[16 * n + 8] = o[n][2];
         pr[D + 16 * n + 8] = o[n][3];
       }
+    } else {
+      // Oᵀ (rows 2q, 2q + 1, channels 16μ + g and 16μ + 8 + g) transposed through the warp's
+      // ring, then written as 16-byte rows: 8 rows x D / 128 STG.128 a lane instead of D / 4
+      // scalar STG. The ring is free: every copy into it has landed (each lane waited for its
+      // last stage) and the __syncwarp below orders every lane's reads of it first; the next
+      // segment's ring is issued after a __syncwarp (above).
+      constexpr int kPS = D + 4;  // floats a row: 2 kPS = 8 (mod 32) banks, so one store's 32
+                                  // lanes (rows 2q or 2q + 1, channels 16μ + g) hit 32 banks
+      float* ps = reinterpret_cast<float*>(ring);
+      __syncwarp();
+      float* pw = ps + (2 * q) * kPS + g;
+#pragma unroll
+      for (int n = 0; n < NO; ++n) {
+        pw[16 * n] = o[n][0];
+        pw[kPS + 16 * n] = o[n][1];
+        pw[16 * n + 8] = o[n][2];
+        pw[kPS + 16 * n + 8] = o[n][3];
+      }
+      __syncwarp();
+      constexpr int C4 = D / 4;  // float4 of a row
+#pragma unroll
+      for (int k = 0; k < kMergeRows8 * C4 / 32; ++k) {
+        const int x = k * 32 + lane, r = x / C4, c = x % C4;
+        *reinterpret_cast<float4*>(po + r * D + 4 * c) = *reinterpret_cast<const float4*>(ps + r * kPS + 4 * c);
+      }
     }
     if (q == 0) {
-      float* ml = p.part_ml + (size_t)sgi * kRows * 2;
-      ml[2 * g] = m0, ml[2 * g + 1] = l0;
-      if (R16) ml[2 * (g + 8)] = m1, ml[2 * (g + 8) + 1] = l1;
+      float2* ml = reinterpret_cast<float2*>(p.part_ml + (size_t)sgi * kRows * 2);
+      ml[g] = make_float2(m0, l0);
+      if (R16) ml[g + 8] = make_float2(m1, l1);
     }
   }
   if constexpr (FUSED) fused_merge<D>(p, ring_all);

@@ -174,6 +174,12 @@ pub struct TurboQuantCuda {
     /// The decode issues its first segment's ring after its wait on the prepare
     /// (`FERRATTN_TQ_EARLY=0`; by default before it, see turboquant_decode.cu).
     late_ring: bool,
+    /// The <= 8-row decode loads the query fragments per warp and segment
+    /// (`FERRATTN_TQ_SHARE_Q=0`; by default once per CTA and tile, see turboquant_decode.cu).
+    private_q: bool,
+    /// The <= 8-row decode writes its partials as scalar stores (`FERRATTN_TQ_RING_O=0`; by
+    /// default as 16-byte rows through the warp's ring, see turboquant_decode.cu).
+    scalar_o: bool,
     /// The prepare is launched with programmatic serialization too (with `programmatic`; after
     /// the kernel before it, whichever it is). `FERRATTN_TQ_PREPARE_PDL=0`: plain stream order.
     prepare_pdl: bool,
@@ -308,6 +314,10 @@ impl TurboQuantCuda {
             // FERRATTN_TQ_EARLY=0: the decode's first ring fill after its wait (diagnostic, as
             // FERRATTN_TQ_PDL: one build timed and tested both ways)
             late_ring: std::env::var("FERRATTN_TQ_EARLY").is_ok_and(|v| v == "0"),
+            // FERRATTN_TQ_SHARE_Q=0: every warp loads its query fragments (diagnostic, as above)
+            private_q: std::env::var("FERRATTN_TQ_SHARE_Q").is_ok_and(|v| v == "0"),
+            // FERRATTN_TQ_RING_O=0: the partials as scalar stores (diagnostic, as above)
+            scalar_o: std::env::var("FERRATTN_TQ_RING_O").is_ok_and(|v| v == "0"),
             // FERRATTN_TQ_PREPARE_PDL=0: the prepare in plain stream order (diagnostic, as above)
             prepare_pdl: std::env::var("FERRATTN_TQ_PREPARE_PDL").map_or(true, |v| v != "0"),
             // FERRATTN_TQ_UNIT_WARPS=4..7: the 8-row decode's CTA size (diagnostic, as above)
@@ -1138,7 +1148,9 @@ impl TurboQuantCuda {
             group: p.group_size() as i32,
             max_sq: p.max_seqlen_q as i32,
             causal: p.causal as i32,
-            late_ring: self.late_ring as i32,
+            diag: self.late_ring as i32
+                | (self.private_q as i32) << 1
+                | (self.scalar_o as i32) << 2,
             ktab: self.ktab,
             vtab: self.vtab,
             tile_segs: prep.tile_segs,

@@ -193,11 +193,14 @@ pub fn cache_bytes(batch: usize, heads_kv: usize, d: usize, capacity: usize) -> 
 /// every warp's query A fragments: `[2][d/16][32 lanes]` register quads of 16 bytes with 16 rows
 /// (`rows16`, `decode_r16`); with at most 8 rows (`decode_r8`) the `S q` array is half that
 /// (`[d/32][32 lanes]` quads, two chunks stacked on the MMA's rows 0-7 and 8-15: `qjl_word` in
-/// turboquant_decode.cu): 54 KiB a 4-warp CTA at d = 128 instead of 62.
+/// turboquant_decode.cu): 54 KiB a 4-warp CTA at d = 128 instead of 62. With at most 8 rows the
+/// query areas are the CTA's tile slots, each followed at the end by its 32 lanes' QJL row
+/// constants (`cgs`, 4 bytes a lane: the tile's fragments are loaded once per CTA).
 pub fn decode_smem_bytes(head_dim: usize, warps: usize, rows16: bool) -> usize {
     let quads = head_dim / 16 * 32; // one array of A fragments, in 16-byte quads
     let query = if rows16 { 2 * quads } else { quads + quads / 2 };
-    warps * (DECODE_STAGES * DECODE_STAGE_BYTES + query * 16)
+    let row_constants = if rows16 { 0 } else { 32 * 4 };
+    warps * (DECODE_STAGES * DECODE_STAGE_BYTES + query * 16 + row_constants)
 }
 
 /// Most warps of the merge kernels (`turboquant_combine_w16_d*`), whose association the fused
@@ -219,7 +222,7 @@ pub fn fused_merge_smem_bytes(head_dim: usize) -> usize {
 /// one CTA may have on the device (`opt_in`, the per-block opt-in maximum, which is the SM's
 /// shared memory less the 1 KiB every CTA reserves), so that two such CTAs never fit one SM:
 /// one CTA per SM by construction, whatever carveout the driver picks (two 7-warp CTAs fit by
-/// registers). The unfused 7-warp launches keep [`decode_smem_bytes`] (96,768 B at d = 128):
+/// registers). The unfused 7-warp launches keep [`decode_smem_bytes`] (97,664 B at d = 128):
 /// `ncu` shows one CTA per SM for them too (`launch__occupancy_limit_shared_mem` 1, the
 /// driver's carveout), and padding them to this size measured 0.2-0.5 µs slower a step at
 /// batch 1 (H200, issue-10-decode7 calls 1 and 2).

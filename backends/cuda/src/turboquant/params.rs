@@ -83,9 +83,12 @@ pub(super) struct DecodeParams {
     pub(super) group: i32,
     pub(super) max_sq: i32,
     pub(super) causal: i32,
-    /// 1: the first segment's ring is issued after the wait on the prepare, not before
-    /// (`FERRATTN_TQ_EARLY=0`, a diagnostic switch)
-    pub(super) late_ring: i32,
+    /// Diagnostic switches: bit 0, the first segment's ring is issued after the wait on the
+    /// prepare, not before (`FERRATTN_TQ_EARLY=0`); bit 1, the <= 8-row kernels load the query
+    /// fragments per warp and segment instead of once per CTA and tile (`FERRATTN_TQ_SHARE_Q=0`);
+    /// bit 2, they write their partials as scalar stores, not through the ring
+    /// (`FERRATTN_TQ_RING_O=0`)
+    pub(super) diag: i32,
     pub(super) ktab: [u32; 8],
     pub(super) vtab: [u32; 8],
     // read by the `_r8f` kernels only (the merge fused into the decode, `fused_merge`)

@@ -121,10 +121,45 @@ fn the_small_work_schedule_takes_the_measured_regime_only() {
         assert!(!small_decode(&shape(b, sq, ctx), 132), "{b} x {sq} x {ctx}");
     }
     // a 7-warp CTA's rings and query fragments at d = 128 (the kernels' opt-in maximum)
-    assert_eq!(decode_smem_bytes(128, MAX_UNIT_WARPS_R8, false), 96_768);
+    assert_eq!(decode_smem_bytes(128, MAX_UNIT_WARPS_R8, false), 97_664);
     // 4-warp CTAs: the 8-row kernels' S q array is half the 16-row kernels'
-    assert_eq!(decode_smem_bytes(128, UNIT_WARPS, false), 55_296);
+    assert_eq!(decode_smem_bytes(128, UNIT_WARPS, false), 55_808);
     assert_eq!(decode_smem_bytes(128, UNIT_WARPS, true), 63_488);
+}
+
+#[test]
+fn a_ctas_segments_cover_a_contiguous_range_of_tiles() {
+    // The <= 8-row decode keeps the query fragments of a CTA's tiles in `warps` shared slots
+    // (slot = tile - the CTA's first tile) when its units' segments span at most `warps` tiles:
+    // that needs the segments in tile order, and at the measured shapes it holds for most CTAs
+    // (batch 1: 924 units of 7-warp CTAs over 8 tiles, 1-2 tiles a CTA).
+    let shape = |b, sq, ctx, hq| AttentionProblem::uniform(b, sq, ctx, hq, 8, 128, 128, DType::F16);
+    for (p, units, warps, expect) in [
+        (shape(1, 1, 32768, 32), 924, 7, 132),
+        (shape(1, 1, 16384, 32), 924, 7, 132),
+        (shape(1, 1, 131072, 32), 1584, 4, 396),
+        (shape(16, 1, 16384, 32), 1584, 4, 396),
+        (shape(3, 1, 577, 32), 3, 4, 0), // 24 tiles in one CTA: per-warp loads
+    ] {
+        let t = schedule_tables(&p, units);
+        let tile = |s: i32| t.segs[4 * s as usize];
+        assert!(
+            t.segs
+                .chunks(4)
+                .zip(t.segs.chunks(4).skip(1))
+                .all(|(a, b)| a[0] <= b[0]),
+            "segments out of tile order"
+        );
+        let mut shared = 0;
+        for c in 0..t.units.div_ceil(warps) {
+            let (u0, u1) = (c * warps, ((c + 1) * warps).min(t.units));
+            let (sa, sb) = (t.unit_segs[u0], t.unit_segs[u1]);
+            if sa < sb && (tile(sb - 1) - tile(sa) + 1) as usize <= warps {
+                shared += 1;
+            }
+        }
+        assert_eq!(shared, expect, "CTAs with shared slots");
+    }
 }
 
 #[test]
