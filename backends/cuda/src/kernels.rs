@@ -566,12 +566,23 @@ mod tests {
         let img = image("lean_decode").unwrap();
         match img.fatbin {
             Some(fb) => {
-                // ELF string tables inside the fatbin carry the entry names
+                // An uncompressed fatbin carries the entry names in its ELF string tables; nvcc
+                // compresses a large one (the Lean module since its 180 kernels), and then no name
+                // is readable here: the GPU tests load every entry from it instead.
+                assert_eq!(
+                    fb.get(..4),
+                    Some(&0xBA55_ED50u32.to_le_bytes()[..]),
+                    "not a fatbin"
+                );
                 let hay = String::from_utf8_lossy(fb);
                 let inst = LeanInstance::new(DType::BF16, 128, 4).unwrap();
-                for n in LeanEntry::ALL.map(|e| inst.name(e)) {
-                    assert!(hay.contains(&n), "{n} missing from the fatbin");
-                }
+                let names = LeanEntry::ALL.map(|e| inst.name(e));
+                let seen = names.iter().filter(|n| hay.contains(n.as_str())).count();
+                assert!(
+                    seen == 0 || seen == names.len(),
+                    "{seen} of {} entry names readable: a partial fatbin",
+                    names.len()
+                );
                 assert!(BUILD_NOTE.starts_with("fatbin from"), "{BUILD_NOTE}");
             }
             None => assert!(BUILD_NOTE.starts_with("sources only"), "{BUILD_NOTE}"),
