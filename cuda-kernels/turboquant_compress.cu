@@ -333,6 +333,7 @@ FERRATTN_TQ_COMPRESS(128)
 // blocks of the sign layout (one funnel shift per bit). Codes come from a count byte per grid bin
 // and a boundary table indexed by that count (code_scaled). The compute_80 PTX runs the same dataflow
 // on mma.sync with B through ldmatrix.
+#define TQF_OCC_PAD 45056
 namespace ferrattn {
 namespace tqf {
 
@@ -708,173 +709,7 @@ __device__ __forceinline__ float row_norm(const Vec16 (&xr)[Layout<D>::kPieces])
   return n;
 }
 
-// A chunk's row norms as the epilogue uses them: ‖x‖ of the thread's two rows (row_norm), 1 / ‖x‖,
-// the lookup grid's scale with the norm folded in (code_scaled) and the norm to compare against
-// (1 for a zero row).
-struct Norms {
-  float n0, n1, i0, i1, s0, s1, m0, m1;
-};
-template <int D>
-__device__ __forceinline__ Norms chunk_norms(const FastParams& p, const Vec16 (&x)[2][Layout<D>::kPieces]) {
-  Norms o;
-  o.n0 = row_norm<D>(x[0]);
-  o.n1 = row_norm<D>(x[1]);
-  o.i0 = o.n0 > 0.f ? tq::fdiv_rn(1.f, o.n0) : 0.f;
-  o.i1 = o.n1 > 0.f ? tq::fdiv_rn(1.f, o.n1) : 0.f;
-  o.s0 = o.n0 > 0.f ? tq::fmul_rn(o.i0, p.lut_scale) : p.lut_scale;
-  o.s1 = o.n1 > 0.f ? tq::fmul_rn(o.i1, p.lut_scale) : p.lut_scale;
-  o.m0 = o.n0 > 0.f ? o.n0 : 1.f;
-  o.m1 = o.n1 > 0.f ? o.n1 : 1.f;
-  return o;
-}
-
-// A chunk's epilogue on its finished product `acc` (Π x for the thread's two rows): codes,
-// norms, and for QJL keys the residual's product with M and the signs, all stored.
-template <int D, bool KEYS, bool QJL>
-__device__ __forceinline__ void chunk_epilogue(const FastParams& p, float (&acc)[Layout<D>::kAcc], const Norms& nm,
-                                               const Rows& r, int q, u32 cnt_a, u32 bnd_a, u32 cen_a, u32 m_a) {
-  const float n0 = nm.n0, n1 = nm.n1, i0 = nm.i0, i1 = nm.i1, s0 = nm.s0, s1 = nm.s1, m0 = nm.m0, m1 = nm.m1;
-  (void)i0;
-  (void)i1;
-  (void)cen_a;
-  (void)m_a;
-
-  // codes: thread (g, q) holds channels 8j + 2q + e (e = 0, 1) of its rows 0 (acc[4j + e]) and
-  // 1 (acc[4j + 2 + e]), j < D/8; packed into words as they come. Keys, row t: byte j of lane
-  // block q holds channels 8j + 2q (low nibble) and 8j + 2q + 1. Values, the pair row: byte j
-  // of lane block 2q + e holds channel 8j + 2q + e, the even token's code in the low nibble.
-  u32 wd[2][D / 32];
-#pragma unroll
-  for (int i = 0; i < D / 32; ++i) {
-    u32 nb[2][4];  // the bytes j = 4i + b of the two words, one code pair each
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const int j = 4 * i + b;
-      u32 cd[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float a = acc[4 * j + e];
-        cd[e] = code_scaled(cnt_a, bnd_a, p, a, e < 2 ? s0 : s1, e < 2 ? m0 : m1);
-        if (QJL) {
-          float cen;
-          asm volatile("ld.shared.f32 %0, [%1];" : "=f"(cen) : "r"(cen_a + 4u * cd[e]));
-          acc[4 * j + e] = fmaf(a, e < 2 ? i0 : i1, -cen);  // the rotated residual y - c[idx]
-        }
-      }
-      nb[0][b] = cd[0] + (cd[KEYS ? 1 : 2] << 4);
-      nb[1][b] = cd[KEYS ? 2 : 1] + (cd[3] << 4);
-    }
-    // bytes to words with byte permutes (3 per word, not a shift and an or per byte)
-#pragma unroll
-    for (int t = 0; t < 2; ++t)
-      wd[t][i] = __byte_perm(__byte_perm(nb[t][0], nb[t][1], 0x0040), __byte_perm(nb[t][2], nb[t][3], 0x0040), 0x5410);
-  }
-  if (KEYS) {
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      if (!(t ? r.od : r.ev)) continue;
-      unsigned char* dst = p.codes + (r.row + t) * (D / 2) + q * (D / 8);
-      if constexpr (D == 128) st_global_v4(dst, wd[t][0], wd[t][1], wd[t][2], wd[t][3]);
-      else st_global_v2(dst, wd[t][0], wd[t][1]);
-    }
-  } else {
-    if (r.ev || r.od) {
-      // the pair's index is (row of the even token) / 2
-      unsigned char* dst = p.codes + (r.row >> 1) * D + q * (D / 4);
-      u32 v[D / 16];
-#pragma unroll
-      for (int i = 0; i < D / 16; ++i) v[i] = wd[i / (D / 32)][i % (D / 32)];
-      if (!(r.ev && r.od)) {
-        // as the exact kernel: an even token alone clears the high nibble, an odd one keeps
-        // its partner's low nibble
-#pragma unroll
-        for (int i = 0; i < D / 16; ++i) {
-          const u32 old = r.ev ? 0u : reinterpret_cast<const u32*>(dst)[i];
-          v[i] = r.ev ? (v[i] & 0x0f0f0f0fu) : ((old & 0x0f0f0f0fu) | (v[i] & 0xf0f0f0f0u));
-        }
-      }
-      if constexpr (D == 128) {
-        st_global_v4(dst, v[0], v[1], v[2], v[3]);
-        st_global_v4(dst + 16, v[4], v[5], v[6], v[7]);
-      } else {
-        st_global_v4(dst, v[0], v[1], v[2], v[3]);
-      }
-    }
-    if (q == 0) {
-      if (r.ev) reinterpret_cast<u16*>(p.norms)[r.row] = F16::from_f32(n0);
-      if (r.od) reinterpret_cast<u16*>(p.norms)[r.row + 1] = F16::from_f32(n1);
-    }
-  }
-
-  if (KEYS) {
-    u32 nr0 = 0u, nr1 = 0u;
-    if (QJL) {
-      // γ² of each row over the quad (f32 sums; the contract allows one f16 step in ‖r‖)
-      float g0 = 0.f, g1 = 0.f;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        g0 += acc[4 * j] * acc[4 * j] + acc[4 * j + 1] * acc[4 * j + 1];
-        g1 += acc[4 * j + 2] * acc[4 * j + 2] + acc[4 * j + 3] * acc[4 * j + 3];
-      }
-      g0 += shfl_xor(g0, 1);
-      g1 += shfl_xor(g1, 1);
-      g0 += shfl_xor(g0, 2);
-      g1 += shfl_xor(g1, 2);
-      float ga0, ga1;
-      asm("sqrt.rn.f32 %0, %1;" : "=f"(ga0) : "f"(g0));
-      asm("sqrt.rn.f32 %0, %1;" : "=f"(ga1) : "f"(g1));
-      nr0 = F16::from_f32(tq::fmul_rn(n0, ga0));
-      nr1 = F16::from_f32(tq::fmul_rn(n1, ga1));
-      // the residual as f16 A fragments: columns [16kk, 16kk + 16) of the accumulator
-      u32 am[D / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        am[kk][0] = pack2(F16{}, acc[8 * kk + 0], acc[8 * kk + 1]);
-        am[kk][1] = pack2(F16{}, acc[8 * kk + 2], acc[8 * kk + 3]);
-        am[kk][2] = pack2(F16{}, acc[8 * kk + 4], acc[8 * kk + 5]);
-        am[kk][3] = pack2(F16{}, acc[8 * kk + 6], acc[8 * kk + 7]);
-      }
-      product_issue<D, false>(
-          [&](int kk, u32(&a)[4]) {
-            a[0] = am[kk][0];
-            a[1] = am[kk][1];
-            a[2] = am[kk][2];
-            a[3] = am[kk][3];
-          },
-          m_a, m_a, acc);
-      product_wait<D>(acc);
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)  // am is wgmma's operand until here
-        asm volatile("" : "+r"(am[kk][0]), "+r"(am[kk][1]), "+r"(am[kk][2]), "+r"(am[kk][3])::"memory");
-      // signs: bit j of lane block q is channel 8j + 2q (acc[4j (+2)]), bit j + D/8 the channel
-      // after it (acc[4j + 1 (+2)]); one funnel shift per bit takes the sign bit, set for a
-      // negative product (a -0 product, if any, is a tie the contract allows: |(S r)_i| = 0)
-      u32 s0 = 0u, s1 = 0u;
-#pragma unroll
-      for (int e = 1; e >= 0; --e)
-#pragma unroll
-        for (int j = D / 8 - 1; j >= 0; --j) {
-          s0 = __funnelshift_l(__float_as_uint(acc[4 * j + e]), s0, 1);
-          s1 = __funnelshift_l(__float_as_uint(acc[4 * j + 2 + e]), s1, 1);
-        }
-      s0 = ~s0;
-      s1 = ~s1;
-      if constexpr (D == 128) {
-        if (r.ev) reinterpret_cast<u32*>(p.signs + r.row * (D / 8))[q] = s0;
-        if (r.od) reinterpret_cast<u32*>(p.signs + (r.row + 1) * (D / 8))[q] = s1;
-      } else {
-        if (r.ev) reinterpret_cast<u16*>(p.signs + r.row * (D / 8))[q] = (u16)s0;
-        if (r.od) reinterpret_cast<u16*>(p.signs + (r.row + 1) * (D / 8))[q] = (u16)s1;
-      }
-    }
-    if (q == 0) {
-      if (r.ev) reinterpret_cast<u32*>(p.norms)[r.row] = (u32)F16::from_f32(n0) | (nr0 << 16);
-      if (r.od) reinterpret_cast<u32*>(p.norms)[r.row + 1] = (u32)F16::from_f32(n1) | (nr1 << 16);
-    }
-  }
-}
-
-template <int D, bool KEYS, bool QJL, bool SPLIT, bool PIPE>
+template <int D, bool KEYS, bool QJL, bool SPLIT>
 __device__ __forceinline__ void compress_fast(const FastParams& p) {
   using L = Layout<D>;
   constexpr int NA = L::kAcc, NP = L::kPieces;
@@ -890,6 +725,12 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   float* cen_t = bnd_t + 16;                                           // [32] centroids
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+  // MEASUREMENT ONLY (issue-10-compress8): static shared memory that lowers the d 128 fast
+  // values / MSE-key kernels' CTAs per SM (44 KB: 2; 30 KB: 3) to see what occupancy alone costs
+  if constexpr (D == 128 && !QJL && !SPLIT) {
+    __shared__ __align__(16) unsigned char occ_pad[TQF_OCC_PAD];
+    if (threadIdx.x == 0) asm volatile("st.shared.u8 [%0], %1;" ::"r"(smem_addr(occ_pad)), "r"(0) : "memory");
+  }
   const int items = p.batch * p.heads_kv * p.groups;
   const int chunks = (items + kTilesPerChunk - 1) / kTilesPerChunk;
   const int tile = 2 * w + (g >> 2), pair = g & 3;
@@ -918,89 +759,180 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
   const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
 
-  if constexpr (!PIPE) {
-    for (; c < chunks; c += gridDim.x) {
-      float acc[NA];
-      product_issue<D, SPLIT>([&](int kk, u32(&a)[4]) { a_frag<D>(x, kk, a); }, pih_a, pil_a, acc);
-      // the row norms on the CUDA cores while the tensor cores run
-      const Norms nm = chunk_norms<D>(p, x);
-      // the next chunk's rows before the wait: their dst0 / count loads return under it
-      const Rows nx = chunk_rows(p, c + gridDim.x, items, tile, pair);
-      product_wait<D>(acc);
-      fence_x<D>(x);  // x is wgmma's operand until here
-      const Rows r = cur;
-      cur = nx;
-      // unconditional: past the last chunk `cur` holds no token and row 0 is loaded, never used.
-      // Inside `if` the loads ended a basic block of their own, where ptxas put the moves that
-      // form the A fragments (two rows per register quad) right after them, waiting there for
-      // the loads (the largest stall, issue 10's fifth compression pass); now the loads and moves
-      // are scheduled with the epilogue
-      load_rows<D>(p, cur, q, x);
-      chunk_epilogue<D, KEYS, QJL>(p, acc, nm, r, q, cnt_a, bnd_a, cen_a, m_a);
+  for (; c < chunks; c += gridDim.x) {
+    float acc[NA];
+    product_issue<D, SPLIT>([&](int kk, u32(&a)[4]) { a_frag<D>(x, kk, a); }, pih_a, pil_a, acc);
+    // the row norms on the CUDA cores while the tensor cores run
+    const float n0 = row_norm<D>(x[0]), n1 = row_norm<D>(x[1]);
+    // the next chunk's rows before the wait: their dst0 / count loads return under it
+    const Rows nx = chunk_rows(p, c + gridDim.x, items, tile, pair);
+    const float i0 = n0 > 0.f ? tq::fdiv_rn(1.f, n0) : 0.f, i1 = n1 > 0.f ? tq::fdiv_rn(1.f, n1) : 0.f;
+    // the norm folded into the lookup (code_scaled): the grid's scale per row, n (1 for a zero row)
+    const float s0 = n0 > 0.f ? tq::fmul_rn(i0, p.lut_scale) : p.lut_scale;
+    const float s1 = n1 > 0.f ? tq::fmul_rn(i1, p.lut_scale) : p.lut_scale;
+    const float m0 = n0 > 0.f ? n0 : 1.f, m1 = n1 > 0.f ? n1 : 1.f;
+    product_wait<D>(acc);
+    fence_x<D>(x);  // x is wgmma's operand until here
+    const Rows r = cur;
+    cur = nx;
+    // unconditional: past the last chunk `cur` holds no token and row 0 is loaded, never used.
+    // Inside `if` the loads ended a basic block of their own, where ptxas put the moves that
+    // form the A fragments (two rows per register quad) right after them, waiting there for
+    // the loads (the largest stall, issue 10's fifth compression pass); now the loads and moves
+    // are scheduled with the epilogue
+    load_rows<D>(p, cur, q, x);
+
+    // codes: thread (g, q) holds channels 8j + 2q + e (e = 0, 1) of its rows 0 (acc[4j + e]) and
+    // 1 (acc[4j + 2 + e]), j < D/8; packed into words as they come. Keys, row t: byte j of lane
+    // block q holds channels 8j + 2q (low nibble) and 8j + 2q + 1. Values, the pair row: byte j
+    // of lane block 2q + e holds channel 8j + 2q + e, the even token's code in the low nibble.
+    u32 wd[2][D / 32];
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) {
+      u32 nb[2][4];  // the bytes j = 4i + b of the two words, one code pair each
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int j = 4 * i + b;
+        u32 cd[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float a = acc[4 * j + e];
+          cd[e] = code_scaled(cnt_a, bnd_a, p, a, e < 2 ? s0 : s1, e < 2 ? m0 : m1);
+          if (QJL) {
+            float cen;
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(cen) : "r"(cen_a + 4u * cd[e]));
+            acc[4 * j + e] = fmaf(a, e < 2 ? i0 : i1, -cen);  // the rotated residual y - c[idx]
+          }
+        }
+        nb[0][b] = cd[0] + (cd[KEYS ? 1 : 2] << 4);
+        nb[1][b] = cd[KEYS ? 2 : 1] + (cd[3] << 4);
+      }
+      // bytes to words with byte permutes (3 per word, not a shift and an or per byte)
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+        wd[t][i] = __byte_perm(__byte_perm(nb[t][0], nb[t][1], 0x0040), __byte_perm(nb[t][2], nb[t][3], 0x0040), 0x5410);
     }
-  } else {
-    // Software-pipelined (issue 10, eighth compression pass): chunk c + G's product (G = the
-    // grid) is issued before chunk c's epilogue, into a second accumulator, so the tensor cores
-    // work under the epilogue instead of before it, and waited for after it. Two register
-    // buffers of rows: chunk c + G's rows were loaded during chunk c - G's epilogue and feed its
-    // product; chunk c + 2G's are loaded into chunk c's buffer (free: c's product is done).
-    // ptxas keeps wgmma asynchronous only if no product is in flight across a loop's back edge
-    // or a branch it cannot pair (else C7514 / C7518: every wgmma serialized), so each step
-    // waits for its own product at its end and issues it unconditionally (past the last chunk
-    // its rows are row 0 and the result is dropped), and the loop is unrolled twice so that the
-    // two accumulators swap roles without moves.
-    // At a step: `ac` holds chunk c's finished product, `nc` its norms, `rc` its rows; `xn`
-    // chunk c + G's rows (loads in flight).
-    const int G = gridDim.x;
-    Vec16 y[2][NP];
-    Rows nxt = chunk_rows(p, c + G, items, tile, pair);
-    load_rows<D>(p, nxt, q, y);
-    float accA[NA], accB[NA];
-    Norms nA = chunk_norms<D>(p, x), nB{};
-    product_issue<D, SPLIT>([&](int kk, u32(&a)[4]) { a_frag<D>(x, kk, a); }, pih_a, pil_a, accA);
-    product_wait<D>(accA);
-    fence_x<D>(x);
-    auto step = [&](float(&ac)[NA], Vec16(&xc)[2][NP], Rows& rc, Norms& nc, float(&an)[NA], Vec16(&xn)[2][NP],
-                    Norms& nn) {
-      product_issue<D, SPLIT>([&](int kk, u32(&a)[4]) { a_frag<D>(xn, kk, a); }, pih_a, pil_a, an);
-      nn = chunk_norms<D>(p, xn);  // the CUDA cores while the tensor cores run (as the loop above)
-      const Rows r = rc;
-      rc = chunk_rows(p, c + 2 * G, items, tile, pair);
-      load_rows<D>(p, rc, q, xc);  // chunk c + 2G (unconditional, as above)
-      chunk_epilogue<D, KEYS, QJL>(p, ac, nc, r, q, cnt_a, bnd_a, cen_a, m_a);
-      product_wait<D>(an);  // chunk c + G's product, issued before the epilogue
-      fence_x<D>(xn);       // chunk c + G's rows were its operand until here
-      c += G;
-    };
-    Rows rA = cur;
-    // a CTA past the last chunk (none is launched) would store nothing: its rows hold no token
-    for (;;) {
-      step(accA, x, rA, nA, accB, y, nB);
-      if (c >= chunks) break;
-      step(accB, y, nxt, nB, accA, x, nA);
-      if (c >= chunks) break;
+    if (KEYS) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        if (!(t ? r.od : r.ev)) continue;
+        unsigned char* dst = p.codes + (r.row + t) * (D / 2) + q * (D / 8);
+        if constexpr (D == 128) st_global_v4(dst, wd[t][0], wd[t][1], wd[t][2], wd[t][3]);
+        else st_global_v2(dst, wd[t][0], wd[t][1]);
+      }
+    } else {
+      if (r.ev || r.od) {
+        // the pair's index is (row of the even token) / 2
+        unsigned char* dst = p.codes + (r.row >> 1) * D + q * (D / 4);
+        u32 v[D / 16];
+#pragma unroll
+        for (int i = 0; i < D / 16; ++i) v[i] = wd[i / (D / 32)][i % (D / 32)];
+        if (!(r.ev && r.od)) {
+          // as the exact kernel: an even token alone clears the high nibble, an odd one keeps
+          // its partner's low nibble
+#pragma unroll
+          for (int i = 0; i < D / 16; ++i) {
+            const u32 old = r.ev ? 0u : reinterpret_cast<const u32*>(dst)[i];
+            v[i] = r.ev ? (v[i] & 0x0f0f0f0fu) : ((old & 0x0f0f0f0fu) | (v[i] & 0xf0f0f0f0u));
+          }
+        }
+        if constexpr (D == 128) {
+          st_global_v4(dst, v[0], v[1], v[2], v[3]);
+          st_global_v4(dst + 16, v[4], v[5], v[6], v[7]);
+        } else {
+          st_global_v4(dst, v[0], v[1], v[2], v[3]);
+        }
+      }
+      if (q == 0) {
+        if (r.ev) reinterpret_cast<u16*>(p.norms)[r.row] = F16::from_f32(n0);
+        if (r.od) reinterpret_cast<u16*>(p.norms)[r.row + 1] = F16::from_f32(n1);
+      }
+    }
+
+    if (KEYS) {
+      u32 nr0 = 0u, nr1 = 0u;
+      if (QJL) {
+        // γ² of each row over the quad (f32 sums; the contract allows one f16 step in ‖r‖)
+        float g0 = 0.f, g1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          g0 += acc[4 * j] * acc[4 * j] + acc[4 * j + 1] * acc[4 * j + 1];
+          g1 += acc[4 * j + 2] * acc[4 * j + 2] + acc[4 * j + 3] * acc[4 * j + 3];
+        }
+        g0 += shfl_xor(g0, 1);
+        g1 += shfl_xor(g1, 1);
+        g0 += shfl_xor(g0, 2);
+        g1 += shfl_xor(g1, 2);
+        float ga0, ga1;
+        asm("sqrt.rn.f32 %0, %1;" : "=f"(ga0) : "f"(g0));
+        asm("sqrt.rn.f32 %0, %1;" : "=f"(ga1) : "f"(g1));
+        nr0 = F16::from_f32(tq::fmul_rn(n0, ga0));
+        nr1 = F16::from_f32(tq::fmul_rn(n1, ga1));
+        // the residual as f16 A fragments: columns [16kk, 16kk + 16) of the accumulator
+        u32 am[D / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          am[kk][0] = pack2(F16{}, acc[8 * kk + 0], acc[8 * kk + 1]);
+          am[kk][1] = pack2(F16{}, acc[8 * kk + 2], acc[8 * kk + 3]);
+          am[kk][2] = pack2(F16{}, acc[8 * kk + 4], acc[8 * kk + 5]);
+          am[kk][3] = pack2(F16{}, acc[8 * kk + 6], acc[8 * kk + 7]);
+        }
+        product_issue<D, false>(
+            [&](int kk, u32(&a)[4]) {
+              a[0] = am[kk][0];
+              a[1] = am[kk][1];
+              a[2] = am[kk][2];
+              a[3] = am[kk][3];
+            },
+            m_a, m_a, acc);
+        product_wait<D>(acc);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)  // am is wgmma's operand until here
+          asm volatile("" : "+r"(am[kk][0]), "+r"(am[kk][1]), "+r"(am[kk][2]), "+r"(am[kk][3])::"memory");
+        // signs: bit j of lane block q is channel 8j + 2q (acc[4j (+2)]), bit j + D/8 the channel
+        // after it (acc[4j + 1 (+2)]); one funnel shift per bit takes the sign bit, set for a
+        // negative product (a -0 product, if any, is a tie the contract allows: |(S r)_i| = 0)
+        u32 s0 = 0u, s1 = 0u;
+#pragma unroll
+        for (int e = 1; e >= 0; --e)
+#pragma unroll
+          for (int j = D / 8 - 1; j >= 0; --j) {
+            s0 = __funnelshift_l(__float_as_uint(acc[4 * j + e]), s0, 1);
+            s1 = __funnelshift_l(__float_as_uint(acc[4 * j + 2 + e]), s1, 1);
+          }
+        s0 = ~s0;
+        s1 = ~s1;
+        if constexpr (D == 128) {
+          if (r.ev) reinterpret_cast<u32*>(p.signs + r.row * (D / 8))[q] = s0;
+          if (r.od) reinterpret_cast<u32*>(p.signs + (r.row + 1) * (D / 8))[q] = s1;
+        } else {
+          if (r.ev) reinterpret_cast<u16*>(p.signs + r.row * (D / 8))[q] = (u16)s0;
+          if (r.od) reinterpret_cast<u16*>(p.signs + (r.row + 1) * (D / 8))[q] = (u16)s1;
+        }
+      }
+      if (q == 0) {
+        if (r.ev) reinterpret_cast<u32*>(p.norms)[r.row] = (u32)F16::from_f32(n0) | (nr0 << 16);
+        if (r.od) reinterpret_cast<u32*>(p.norms)[r.row + 1] = (u32)F16::from_f32(n1) | (nr1 << 16);
+      }
     }
   }
 }
-
 
 }  // namespace tqf
 }  // namespace ferrattn
 // Closed list of the fast path: D in {64, 128}; keys with or without QJL, values; Π as one f16
 // matrix (`_fast_`) or split into f16 hi + lo (`_split_`). One warpgroup per CTA.
-// PIPE: the software-pipelined loop (two accumulators, two row buffers: about twice the
-// registers, so fewer CTAs per SM: MINB). Not for d 128 QJL keys (they would spill).
-#define FERRATTN_TQF_ONE(NAME, D, KEYS, QJL, SPLIT, PIPE, MINB)                                     \
+#define FERRATTN_TQF_ONE(NAME, D, KEYS, QJL, SPLIT, MINB)                                           \
   extern "C" __global__ void __launch_bounds__(128, MINB) NAME(const ferrattn::tqf::FastParams p) { \
-    ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT, PIPE>(p);                                   \
+    ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT>(p);                                         \
   }
 #define FERRATTN_TQF(D)                                                                           \
-  FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, D == 64, 3)              \
-  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, true, (D == 64 ? 3 : 2)) \
-  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, true, (D == 64 ? 3 : 2))  \
-  FERRATTN_TQF_ONE(turboquant_split_keys_qjl_d##D, D, true, true, true, D == 64, 2)              \
-  FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, true, 2)                 \
-  FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, true, 2)
+  FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, (D == 64 ? 5 : 3))       \
+  FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, (D == 64 ? 6 : 4))       \
+  FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, (D == 64 ? 6 : 4))        \
+  FERRATTN_TQF_ONE(turboquant_split_keys_qjl_d##D, D, true, true, true, 2)                        \
+  FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, 3)                       \
+  FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, 3)
 
 FERRATTN_TQF(64)
 FERRATTN_TQF(128)
