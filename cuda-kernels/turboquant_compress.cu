@@ -333,7 +333,7 @@ FERRATTN_TQ_COMPRESS(128)
 // blocks of the sign layout (one funnel shift per bit). Codes come from a count byte per grid bin
 // and a boundary table indexed by that count (code_scaled). The compute_80 PTX runs the same dataflow
 // on mma.sync with B through ldmatrix.
-#define TQF_OCC_PAD 45056
+#define TQF_OCC_PAD 30720
 namespace ferrattn {
 namespace tqf {
 
