@@ -333,7 +333,6 @@ FERRATTN_TQ_COMPRESS(128)
 // blocks of the sign layout (one funnel shift per bit). Codes come from a count byte per grid bin
 // and a boundary table indexed by that count (code_scaled). The compute_80 PTX runs the same dataflow
 // on mma.sync with B through ldmatrix.
-#define TQF_OCC_PAD 30720
 namespace ferrattn {
 namespace tqf {
 
@@ -725,12 +724,6 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   float* cen_t = bnd_t + 16;                                           // [32] centroids
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
-  // MEASUREMENT ONLY (issue-10-compress8): static shared memory that lowers the d 128 fast
-  // values / MSE-key kernels' CTAs per SM (44 KB: 2; 30 KB: 3) to see what occupancy alone costs
-  if constexpr (D == 128 && !QJL && !SPLIT) {
-    __shared__ __align__(16) unsigned char occ_pad[TQF_OCC_PAD];
-    if (threadIdx.x == 0) asm volatile("st.shared.u8 [%0], %1;" ::"r"(smem_addr(occ_pad)), "r"(0) : "memory");
-  }
   const int items = p.batch * p.heads_kv * p.groups;
   const int chunks = (items + kTilesPerChunk - 1) / kTilesPerChunk;
   const int tile = 2 * w + (g >> 2), pair = g & 3;
