@@ -507,7 +507,28 @@ __device__ __forceinline__ WgfCta wgf_cta(int order) {
 // thread starts issuing copies, 9 clock64 once warpgroup 0's tile 0 has landed (its first S
 // issued). Read by docs/TURBO_CUDA.md's profiles of rounds 5 and 6
 // (docs/results/turbo-prefill6-h200-2026-11-26/trace_summary.py).
-constexpr int kTraceWords = 10;
+//
+// Round 11's timeline (FERRATTN_WGF_TIMELINE defined at compile time, e.g. through
+// FERRATTN_NVRTC_DEFINES and Options::force_nvrtc; off in the shipped kernels, whose code it
+// does not change): per consumer warpgroup w (0..2), clock64 at 10 + w its Q block in shared
+// memory, 13 + w its tile 0's S issued, 16 + w its first P V issued, 19 + 8 w + k the start of
+// its step of tile 8 k (k < 8; INT32 path only), 43 + w its loop done, 46 + w its rows stored;
+// 49 clock64 once the producer has issued its last copy, 50 + w warpgroup w's tile count. Read by docs/results/turbo-prefill11-*/timeline.py.
+#ifndef FERRATTN_WGF_TIMELINE
+#define FERRATTN_WGF_TIMELINE 0
+#endif
+constexpr int kTraceWords = 64;
+// one timeline word (no code unless FERRATTN_WGF_TIMELINE)
+#if FERRATTN_WGF_TIMELINE
+#define WGF_TL(p, cond, word, value)                                   \
+  do {                                                                 \
+    if ((p).trace != nullptr && (cond)) wgf_trace_slot(p)[word] = (value); \
+  } while (0)
+#else
+#define WGF_TL(p, cond, word, value) \
+  do {                               \
+  } while (0)
+#endif
 __device__ __forceinline__ u64* wgf_trace_slot(const PrefillParams& p) {
   const u32 lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   return p.trace + (u64)lin * kTraceWords;
@@ -656,6 +677,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         bulk_g2s(ring + s * 2 * TILE, p.kq + (kv_base + j) * TILE, TILE, full);
         bulk_g2s(ring + s * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
       }
+      WGF_TL(p, kFast, 49, sm_clock());
     }
     return;
   }
@@ -735,6 +757,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     named_sync(1 + wg, 128);
   }
   if (kFast && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[2] = sm_clock();
+  WGF_TL(p, kFast && (tid & 127) == 0, 10 + wg, sm_clock());
+  WGF_TL(p, kFast && (tid & 127) == 0, 50 + wg, (u64)nt);
 
   // e^x of the configuration for x = s - m_new <= 0: Exp::operator() without branches (every
   // element runs the same instructions, so the 32 per thread pipeline), floor through the bias.
@@ -874,6 +898,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     // S of the current chunk in (c0, c1); its P V passes go to c0 and c1 (free once the codes
     // exist), and the next chunk's S into them again once each pass is folded
     auto chunk = [&](int (&c0)[32], int (&c1)[32]) {
+      WGF_TL(p, (tid & 127) == 0 && (j & 7) == 0 && j < 64, 19 + 8 * wg + (j >> 3), sm_clock());
       const int jn = j + (pair ? 2 : 1);
       const float ksn0 = jn < nt ? p.ks[kv_base + jn] : 0.0f, vsn0 = jn < nt ? p.vs[kv_base + jn] : 0.0f;
       const float ksn1 = jn + 1 < nt ? p.ks[kv_base + jn + 1] : 0.0f;
@@ -956,6 +981,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       };
       issue_pv(0, c0);
       if constexpr (D == 128) issue_pv(1, c1);
+      WGF_TL(p, (tid & 127) == 0 && j == 0, 16 + wg, sm_clock());
       const bool pair_n = pairable(jn, vsn0, vsn1);
       const bool more = jn < nt;
       // row sums (the two tiles' in the low and high 16 bits: at most 64 x 255 each), l and the
@@ -1091,6 +1117,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       if (nt > 0) {
         issue_s(0, sa0);
         if (p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
+        WGF_TL(p, (tid & 127) == 0, 13 + wg, sm_clock());
         if (pair) issue_s(1, sa1);
         wgmma_commit();
       }
@@ -1248,6 +1275,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         constexpr bool kInit = decltype(init)::value;
         u32(&pa)[2][4] = kOdd ? pa_o : pa_e;
         u32(&pa_prev)[2][4] = kOdd ? pa_e : pa_o;
+        WGF_TL(p, (tid & 127) == 0 && (j & 7) == 0 && j < 64, 19 + 8 * wg + (j >> 3), sm_clock());
         u32 st, ph;
         if constexpr (kFirst) {
           st = 0;
@@ -1261,10 +1289,12 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         }
         issue_s_at(st, ph, sa0);
         if (kFirst && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
+        WGF_TL(p, kFirst && (tid & 127) == 0, 13 + wg, sm_clock());
         wgmma_commit();
         if constexpr (!kFirst) {
           pv(st_l, pa_prev, init, False{});  // (issue_s_at's fence covers it)
           wgmma_commit();
+          WGF_TL(p, kInit && (tid & 127) == 0, 16 + wg, sm_clock());
         }
         // the next 32 tiles' constants (even steps of the loop: j = 32, 64, ...), while S and
         // the P V run (one branch, not predicated loads in every step)
@@ -1503,6 +1533,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     }
   }
   if (kFast && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[3] = sm_clock();
+  WGF_TL(p, kFast && (tid & 127) == 0, 43 + wg, sm_clock());
   // tiles only the other warpgroup needs: release them as they land
   for (int j = nt; j < nt_cta; ++j) {
     const int st = j % kWgStages;
@@ -1529,6 +1560,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       }
       asm volatile("red.global.max.u64 [%0], %1;" ::"l"(t + 6), "l"(now) : "memory");
     }
+    WGF_TL(p, (tid & 127) == 0, 46 + wg, sm_clock());
   } else {
     store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
   }

@@ -10,7 +10,7 @@
 //! SDPA on the same shapes (docs/TURBO_CUDA.md says how they were run together).
 //!
 //! Usage: `turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no]
-//! [--inputs uniform|llm|both] [--paths] [--trace DIR]`. Prints one line per shape, causal flag,
+//! [--inputs uniform|llm|both] [--paths] [--trace DIR] [--nvrtc]`. Prints one line per shape, causal flag,
 //! inputs and kernel: ms total / attention only and TFLOP/s (4 B H N^2 D, halved when causal,
 //! over the total). Inputs: `uniform` (the default; filled on the device, uniform in [-2, 2),
 //! rotated over enough sets to exceed 4x L2) or `llm` (lines tagged `llm`): shaped as
@@ -23,6 +23,9 @@
 //! `FERRATTN_WGF_TRACE` set, `--trace DIR` writes the fast kernel's per-CTA trace of the last
 //! attention launch (`ferrattn_cuda::turbo::TRACE_WORDS` little-endian u64 per CTA) to
 //! `DIR/trace_BATCHxLEN_c{0,1}.bin` (the traced run's timings include the trace's stores).
+//! `--nvrtc` compiles the fast kernels with NVRTC (`Options::force_nvrtc`) instead of loading the
+//! fatbin: with `FERRATTN_NVRTC_DEFINES=-DFERRATTN_WGF_TIMELINE=1` this runs the instrumented
+//! build, whose trace has the per-warpgroup timeline (turbo_prefill.cu, `kTraceWords`).
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
 use ferrattn_core::{AttentionInputs, AttentionProblem, DType, Tensor};
@@ -219,7 +222,7 @@ fn main() {
         .filter_map(|a| a.parse().ok())
         .collect();
     if pos.is_empty() || !pos.len().is_multiple_of(2) {
-        eprintln!("usage: turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no] [--inputs uniform|llm|both] [--paths] [--trace DIR]");
+        eprintln!("usage: turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no] [--inputs uniform|llm|both] [--paths] [--trace DIR] [--nvrtc]");
         std::process::exit(2);
     }
     let only = flag("--only");
@@ -246,6 +249,7 @@ fn main() {
         0,
         Options {
             fast_turbo_prefill: true,
+            force_nvrtc: args.iter().any(|a| a == "--nvrtc"),
             ..Options::default()
         },
     );
