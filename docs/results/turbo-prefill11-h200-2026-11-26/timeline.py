@@ -87,6 +87,11 @@ def summarize(path):
             fixed.append((c[6] - c[0]) / 1e3 - nt * st)
             per_tile_cta.append(((c[6] - c[0]) / 1e3, nt))
     print(f"median tiles per warpgroup {med(tiles)}, CTA time median {med(cta_t):.2f} us")
+    if fixed:
+        f_sum = sum(fixed)
+        print(f"SM time in tiles at the steady rate {100 * (busy - f_sum) / tot:.1f}%, in the CTAs' fixed "
+              f"cost {100 * f_sum / tot:.1f}% (mean {f_sum / len(fixed):.2f} us per CTA), idle "
+              f"{100 * (tot - busy) / tot:.1f}%")
     print("| per CTA (medians) | us |\n|---|---|")
     rows = [
         ("entry -> producer's first copy", med(ent_prod)),
