@@ -614,10 +614,42 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     }
     return (int)blockIdx.y;
   };
-  const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
   // the K/V ring, then one INT8 Q block per consumer (swizzle patterns repeat every 1 KiB)
   const u32 ring = (smem_addr(dyn_smem) + 1023) & ~1023u;
   const u32 q_tile = ring + kWgStages * 2 * TILE + wg * TILE;
+  const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
+  // wgf (round 11): the producer thread sets up the barriers and starts the copies that need no
+  // sequence length before the CTA's first load of one: the Q blocks of its items in the list
+  // (qb < nqb: written by turbo_quant_q_* when the block has rows, in the buffer either way) and
+  // the first kWgStages K/V tiles (tiles < nblk exist for every sequence). Copies no consumer
+  // waits for (a block without rows, tiles past the CTA's count) are waited for by the producer
+  // before it exits, so that none is in flight at the CTA's end.
+  const int early = kFast ? min(kWgStages, p.nblk) : 0;
+  if (kFast && tid == kWgConsumers * 128) {
+    for (int s = 0; s < kWgStages; ++s) {
+      mbar_init(smem_addr(&bar_full[s]), 1);
+      mbar_init(smem_addr(&bar_empty[s]), kWgConsumers * 128);
+    }
+    for (int w = 0; w < kWgConsumers; ++w) mbar_init(smem_addr(&bar_q[w]), 1);
+    fence_mbar_init();
+    if (p.trace != nullptr) wgf_trace_slot(p)[8] = sm_clock();
+    for (int w = 0; w < kWgConsumers; ++w) {
+      int q, hg;
+      item(w, q, hg);
+      if (q >= nqb) continue;
+      const u32 bq = smem_addr(&bar_q[w]);
+      mbar_arrive_expect_tx(bq, TILE);
+      bulk_g2s(ring + kWgStages * 2 * TILE + w * TILE, p.qq + (((u64)b * p.heads_q + hk * p.group + hg) * nqb + q) * TILE,
+               TILE, bq);
+    }
+    for (int j = 0; j < early; ++j) {
+      const u32 full = smem_addr(&bar_full[j]);
+      mbar_arrive_expect_tx(full, 2 * TILE);
+      bulk_g2s(ring + j * 2 * TILE, p.kq + (kv_base + j) * TILE, TILE, full);
+      bulk_g2s(ring + j * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
+    }
+  }
+  const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
   auto visible = [&](int row) -> int {
     if (row >= sq) return 0;
     if (!p.causal) return sk;
@@ -629,7 +661,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   };
   int nt_cta = 0;
   for (int w = 0; w < kWgConsumers; ++w) nt_cta = max(nt_cta, tiles_of(qb_of(w)));
-  const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
 
   if (kFast && p.trace != nullptr && tid == 0) {
     u64* t = wgf_trace_slot(p);
@@ -639,13 +670,11 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
     t[7] = smid | (u64)nt_cta << 32;
   }
-  if (tid == 0) {
+  if (!kFast && tid == 0) {  // (wgf: the producer thread did, above)
     for (int s = 0; s < kWgStages; ++s) {
       mbar_init(smem_addr(&bar_full[s]), 1);
       mbar_init(smem_addr(&bar_empty[s]), kWgConsumers * 128);
     }
-    if (kFast)
-      for (int w = 0; w < kWgConsumers; ++w) mbar_init(smem_addr(&bar_q[w]), 1);
     fence_mbar_init();
   }
   // LUT[n] = e^-n for n < -n_r and 0 from n = -n_r on: with t clamped to 16 this is Eq. 14's
@@ -656,20 +685,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   if (wg == kWgConsumers) {  // ---- producer warpgroup: one thread streams the tiles --------------
     setmaxnreg_dec<kProducerRegs>();
     if (tid == kWgConsumers * 128) {
-      if (kFast && p.trace != nullptr) wgf_trace_slot(p)[8] = sm_clock();
-      if constexpr (kFast) {
-        // the consumers' INT8 Q blocks (turbo_quant_q_*) first: each one's first S needs its Q
-        // block and tile 0; a block without tiles is neither copied nor waited for
-        for (int w = 0; w < kWgConsumers; ++w) {
-          const int qbw = qb_of(w);
-          if (tiles_of(qbw) == 0) continue;
-          const u32 bq = smem_addr(&bar_q[w]);
-          mbar_arrive_expect_tx(bq, TILE);
-          bulk_g2s(ring + kWgStages * 2 * TILE + w * TILE,
-                   p.qq + (((u64)b * p.heads_q + h_of(w)) * nqb + qbw) * TILE, TILE, bq);
-        }
-      }
-      for (int j = 0; j < nt_cta; ++j) {
+      for (int j = early; j < nt_cta; ++j) {
         const int s = j % kWgStages;
         if (j >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((j / kWgStages) + 1) & 1);
         const u32 full = smem_addr(&bar_full[s]);
@@ -678,6 +694,15 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         bulk_g2s(ring + s * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
       }
       WGF_TL(p, kFast, 49, sm_clock());
+      if constexpr (kFast) {
+        // the early copies no consumer waits for (phase 0 of their barriers)
+        for (int w = 0; w < kWgConsumers; ++w) {
+          int q, hg;
+          item(w, q, hg);
+          if (q < nqb && tiles_of(q) == 0) mbar_wait(smem_addr(&bar_q[w]), 0);
+        }
+        for (int j = nt_cta; j < early; ++j) mbar_wait(smem_addr(&bar_full[j]), 0);
+      }
     }
     return;
   }
