@@ -649,6 +649,26 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       bulk_g2s(ring + j * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
     }
   }
+  // wgf (round 11): a consumer's scale loads, issued before the first use of a sequence length
+  // so that they do not wait for it (round 10's prologue chained seqlens -> these -> Q's wait):
+  // s_Q of its block and the block scales of tiles 0..63 that exist (< nblk); the uses below
+  // take those of tiles < nt only, as before
+  float pre_sq = 0.0f, pre_ks[2] = {0.0f, 0.0f}, pre_vs[2] = {0.0f, 0.0f}, pre_ksl = 0.0f, pre_vsl[2] = {0.0f, 0.0f};
+  if (kFast && wg < kWgConsumers) {
+    const int qbw = qb_of(wg);
+    if (qbw < nqb) pre_sq = p.qs[((u64)b * p.heads_q + h_of(wg)) * nqb + qbw];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      if (i < p.nblk) {
+        pre_ks[i] = p.ks[kv_base + i];
+        pre_vs[i] = p.vs[kv_base + i];
+      }
+    if (lane < p.nblk) {
+      pre_ksl = p.ks[kv_base + lane];
+      pre_vsl[0] = p.vs[kv_base + lane];
+    }
+    if (lane + 32 < p.nblk) pre_vsl[1] = p.vs[kv_base + lane + 32];
+  }
   const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
   auto visible = [&](int row) -> int {
     if (row >= sq) return 0;
@@ -728,16 +748,16 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   if constexpr (kFast) {
     s_q = 0.0f;
     if (nt > 0) {
-      s_q = p.qs[((u64)b * p.heads_q + h) * nqb + qb];
-      ks0 = p.ks[kv_base];
-      vs0 = p.vs[kv_base];
+      s_q = pre_sq;
+      ks0 = pre_ks[0];
+      vs0 = pre_vs[0];
       if (nt > 1) {
-        ks1 = p.ks[kv_base + 1];
-        vs1 = p.vs[kv_base + 1];
+        ks1 = pre_ks[1];
+        vs1 = pre_vs[1];
       }
       if (lane < nt) {
-        ks_l = p.ks[kv_base + lane];
-        vs_l = p.vs[kv_base + lane];
+        ks_l = pre_ksl;
+        vs_l = pre_vsl[0];
       }
       mbar_wait(smem_addr(&bar_q[wg]), 0);
     }
@@ -1120,7 +1140,11 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     bool uni = false;
     if (!thresh && nt >= kIntMinTiles) {
       float lo = lane < nt ? vs_l : 3.0e38f, hi = lane < nt ? vs_l : 0.0f;
-      for (int t = lane + 32; t < nt; t += 32) {
+      if (lane + 32 < nt) {  // (loaded in the prologue)
+        lo = fminf(lo, pre_vsl[1]);
+        hi = fmaxf(hi, pre_vsl[1]);
+      }
+      for (int t = lane + 64; t < nt; t += 32) {
         const float v = p.vs[kv_base + t];
         lo = fminf(lo, v);
         hi = fmaxf(hi, v);
