@@ -194,8 +194,9 @@ __device__ __forceinline__ void store_rows(const PrefillParams& p, int b, int h,
 // transpose of 32-bit words within the quad per 32 channels (two shuffle stages) gives thread t4
 // the 16 bytes of channels 8 (4 k + t4) .. + 7, so a row takes D / 32 16-byte stores per thread
 // instead of D / 8 4-byte ones, and a warp's store touches 8 rows x 64 bytes instead of 8 x 16.
-// (The per-CTA timeline put about 1.75 us per CTA after the tile loop, against 34 scattered
-// STG.32 per consumer thread.) Every lane runs the shuffles; rows past max_sq store nothing.
+// (Round 11's per-CTA timeline at 4 x 4096 on an H200: from the loop's end to the rows stored
+// 2.0-2.1 us per CTA with store_rows' 32 STG.32 per consumer thread, 1.3-1.4 us with these.)
+// Every lane runs the shuffles; rows past max_sq store nothing.
 template <class T, int D>
 __device__ __forceinline__ void store_rows_v4(const PrefillParams& p, int b, int h, int t4, int row_a, float m_a,
                                               float l_a, float m_b, float l_b, const float (&o)[D / 8][4]) {
@@ -553,9 +554,12 @@ __device__ __forceinline__ WgfCta wgf_cta(int order) {
 // issued). Read by docs/TURBO_CUDA.md's profiles of rounds 5 and 6
 // (docs/results/turbo-prefill6-h200-2026-11-26/trace_summary.py).
 //
-// Round 11's timeline (FERRATTN_WGF_TIMELINE defined at compile time, e.g. through
-// FERRATTN_NVRTC_DEFINES and Options::force_nvrtc; off in the shipped kernels, whose code it
-// does not change): per consumer warpgroup w (0..2), clock64 at 10 + w its Q block in shared
+// Round 11: word 8 is taken before the sequence-length loads that words 0, 1 and 7 wait for (the
+// producer now starts its copies first), so it may precede word 1. Round 11's timeline
+// (FERRATTN_WGF_TIMELINE defined at compile time: an nvcc wrapper,
+// docs/results/turbo-prefill11-h200-2026-11-26/nvcc_timeline.sh, or FERRATTN_NVRTC_DEFINES with
+// Options::force_nvrtc; off in the shipped kernels, whose code it does not change apart from
+// this trace's stride): per consumer warpgroup w (0..2), clock64 at 10 + w its Q block in shared
 // memory, 13 + w its tile 0's S issued, 16 + w its first P V issued, 19 + 8 w + k the start of
 // its step of tile 8 k (k < 8; INT32 path only), 43 + w its loop done, 46 + w its rows stored;
 // 49 clock64 once the producer has issued its last copy, 50 + w warpgroup w's tile count. Read by docs/results/turbo-prefill11-*/timeline.py.

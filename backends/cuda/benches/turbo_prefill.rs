@@ -23,9 +23,12 @@
 //! `FERRATTN_WGF_TRACE` set, `--trace DIR` writes the fast kernel's per-CTA trace of the last
 //! attention launch (`ferrattn_cuda::turbo::TRACE_WORDS` little-endian u64 per CTA) to
 //! `DIR/trace_BATCHxLEN_c{0,1}.bin` (the traced run's timings include the trace's stores).
-//! `--nvrtc` compiles the fast kernels with NVRTC (`Options::force_nvrtc`) instead of loading the
-//! fatbin: with `FERRATTN_NVRTC_DEFINES=-DFERRATTN_WGF_TIMELINE=1` this runs the instrumented
-//! build, whose trace has the per-warpgroup timeline (turbo_prefill.cu, `kTraceWords`).
+//! A build whose turbo_prefill.cu was compiled with `-DFERRATTN_WGF_TIMELINE=1` writes the
+//! per-warpgroup timeline into the trace (turbo_prefill.cu, `kTraceWords`; the nvcc wrapper
+//! `docs/results/turbo-prefill11-h200-2026-11-26/nvcc_timeline.sh` builds one). `--nvrtc` loads
+//! the fast backend's kernels through NVRTC (`Options::force_nvrtc`, so that
+//! `FERRATTN_NVRTC_DEFINES=-DFERRATTN_WGF_TIMELINE=1` instruments them without a rebuild); it
+//! compiles the decode module too and did not finish within 45 s on an H200 machine (round 11).
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
 use ferrattn_core::{AttentionInputs, AttentionProblem, DType, Tensor};
