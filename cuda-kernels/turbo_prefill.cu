@@ -229,7 +229,8 @@ __device__ __forceinline__ void store_rows_v4(const PrefillParams& p, int b, int
       u16* dst = p.o + ((u64)(b * p.max_sq + row) * p.heads_q + h) * D;
 #pragma unroll
       for (int k = 0; k < D / 32; ++k)
-        *reinterpret_cast<uint4*>(dst + 8 * (4 * k + t4)) = make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
+        *reinterpret_cast<uint4*>(dst + 8 * (4 * k + t4)) =
+            make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
       if (t4 == 0) p.lse[((u64)b * p.heads_q + h) * p.max_sq + row] = empty ? neg_inf() : add_rn(m, logf(l));
     }
   }
@@ -562,7 +563,8 @@ __device__ __forceinline__ WgfCta wgf_cta(int order) {
 // this trace's stride): per consumer warpgroup w (0..2), clock64 at 10 + w its Q block in shared
 // memory, 13 + w its tile 0's S issued, 16 + w its first P V issued, 19 + 8 w + k the start of
 // its step of tile 8 k (k < 8; INT32 path only), 43 + w its loop done, 46 + w its rows stored;
-// 49 clock64 once the producer has issued its last copy, 50 + w warpgroup w's tile count. Read by docs/results/turbo-prefill11-*/timeline.py.
+// 49 clock64 once the producer has issued its last copy, 50 + w warpgroup w's tile count.
+// Read by docs/results/turbo-prefill11-h200-2026-11-26/timeline.py.
 #ifndef FERRATTN_WGF_TIMELINE
 #define FERRATTN_WGF_TIMELINE 0
 #endif
@@ -688,8 +690,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       if (q >= nqb) continue;
       const u32 bq = smem_addr(&bar_q[w]);
       mbar_arrive_expect_tx(bq, TILE);
-      bulk_g2s(ring + kWgStages * 2 * TILE + w * TILE, p.qq + (((u64)b * p.heads_q + hk * p.group + hg) * nqb + q) * TILE,
-               TILE, bq);
+      bulk_g2s(ring + kWgStages * 2 * TILE + w * TILE,
+               p.qq + (((u64)b * p.heads_q + hk * p.group + hg) * nqb + q) * TILE, TILE, bq);
     }
     for (int j = 0; j < early; ++j) {
       const u32 full = smem_addr(&bar_full[j]);
@@ -702,7 +704,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // so that they do not wait for it (round 10's prologue chained seqlens -> these -> Q's wait):
   // s_Q of its block and the block scales of tiles 0..63 that exist (< nblk); the uses below
   // take those of tiles < nt only, as before
-  float pre_sq = 0.0f, pre_ks[2] = {0.0f, 0.0f}, pre_vs[2] = {0.0f, 0.0f}, pre_ksl = 0.0f, pre_vsl[2] = {0.0f, 0.0f};
+  float pre_sq = 0.0f, pre_ks[2] = {0.0f, 0.0f}, pre_vs[2] = {0.0f, 0.0f};
+  float pre_ksl = 0.0f, pre_vsl[2] = {0.0f, 0.0f};
   if (kFast && wg < kWgConsumers) {
     const int qbw = qb_of(wg);
     if (qbw < nqb) pre_sq = p.qs[((u64)b * p.heads_q + h_of(wg)) * nqb + qbw];
