@@ -189,6 +189,53 @@ __device__ __forceinline__ void store_rows(const PrefillParams& p, int b, int h,
   }
 }
 
+// store_rows<T, D, false>'s values (the same bits), stored as 16-byte vectors (turbo_prefill_wgf_*,
+// round 11): a quad's four threads hold channels 8 i + 2 t4, + 1 of a row (i < D / 8); a 4 x 4
+// transpose of 32-bit words within the quad per 32 channels (two shuffle stages) gives thread t4
+// the 16 bytes of channels 8 (4 k + t4) .. + 7, so a row takes D / 32 16-byte stores per thread
+// instead of D / 8 4-byte ones, and a warp's store touches 8 rows x 64 bytes instead of 8 x 16.
+// (Round 11's per-CTA timeline at 4 x 4096 on an H200: from the loop's end to the rows stored
+// 2.0-2.1 us per CTA with store_rows' 32 STG.32 per consumer thread, 1.3-1.4 us with these.)
+// Every lane runs the shuffles; rows past max_sq store nothing.
+template <class T, int D>
+__device__ __forceinline__ void store_rows_v4(const PrefillParams& p, int b, int h, int t4, int row_a, float m_a,
+                                              float l_a, float m_b, float l_b, const float (&o)[D / 8][4]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row_a + 8 * half;
+    const float m = half ? m_b : m_a, l = half ? l_b : l_a;
+    const bool empty = m == neg_inf() || l == 0.0f;
+    const float inv_l = empty ? 0.0f : div_rn(1.0f, l);
+    auto out = [&](float x) { return empty ? 0.0f : __fmul_rn(x, inv_l); };
+    u32 w[D / 8];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) w[i] = pack2(T(), out(o[i][2 * half]), out(o[i][2 * half + 1]));
+    // after the stages, w[4 k + j] holds channels 8 (4 k + t4) + 2 j, + 1
+#pragma unroll
+    for (int k = 0; k < D / 32; ++k)
+#pragma unroll
+      for (int m2 = 1; m2 <= 2; m2 <<= 1) {
+        const bool bit = (t4 & m2) != 0;
+#pragma unroll
+        for (int lo = 0; lo < 4; ++lo) {
+          if (lo & m2) continue;
+          u32& vl = w[4 * k + lo];
+          u32& vh = w[4 * k + (lo | m2)];
+          const u32 r = __shfl_xor_sync(0xffffffffu, bit ? vl : vh, m2);
+          if (bit) vl = r; else vh = r;
+        }
+      }
+    if (row < p.max_sq) {
+      u16* dst = p.o + ((u64)(b * p.max_sq + row) * p.heads_q + h) * D;
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k)
+        *reinterpret_cast<uint4*>(dst + 8 * (4 * k + t4)) =
+            make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
+      if (t4 == 0) p.lse[((u64)b * p.heads_q + h) * p.max_sq + row] = empty ? neg_inf() : add_rn(m, logf(l));
+    }
+  }
+}
+
 template <class T, int D>
 __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
   constexpr int KC = D / 16;  // 16-byte chunks per Q / K row
@@ -507,7 +554,32 @@ __device__ __forceinline__ WgfCta wgf_cta(int order) {
 // thread starts issuing copies, 9 clock64 once warpgroup 0's tile 0 has landed (its first S
 // issued). Read by docs/TURBO_CUDA.md's profiles of rounds 5 and 6
 // (docs/results/turbo-prefill6-h200-2026-11-26/trace_summary.py).
-constexpr int kTraceWords = 10;
+//
+// Round 11: word 8 is taken before the sequence-length loads that words 0, 1 and 7 wait for (the
+// producer now starts its copies first), so it may precede word 1. Round 11's timeline
+// (FERRATTN_WGF_TIMELINE defined at compile time: an nvcc wrapper,
+// docs/results/turbo-prefill11-h200-2026-11-26/nvcc_timeline.sh, or FERRATTN_NVRTC_DEFINES with
+// Options::force_nvrtc; off in the shipped kernels, whose code it does not change apart from
+// this trace's stride): per consumer warpgroup w (0..2), clock64 at 10 + w its Q block in shared
+// memory, 13 + w its tile 0's S issued, 16 + w its first P V issued, 19 + 8 w + k the start of
+// its step of tile 8 k (k < 8; INT32 path only), 43 + w its loop done, 46 + w its rows stored;
+// 49 clock64 once the producer has issued its last copy, 50 + w warpgroup w's tile count.
+// Read by docs/results/turbo-prefill11-h200-2026-11-26/timeline.py.
+#ifndef FERRATTN_WGF_TIMELINE
+#define FERRATTN_WGF_TIMELINE 0
+#endif
+constexpr int kTraceWords = 64;
+// one timeline word (no code unless FERRATTN_WGF_TIMELINE)
+#if FERRATTN_WGF_TIMELINE
+#define WGF_TL(p, cond, word, value)                                   \
+  do {                                                                 \
+    if ((p).trace != nullptr && (cond)) wgf_trace_slot(p)[word] = (value); \
+  } while (0)
+#else
+#define WGF_TL(p, cond, word, value) \
+  do {                               \
+  } while (0)
+#endif
 __device__ __forceinline__ u64* wgf_trace_slot(const PrefillParams& p) {
   const u32 lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   return p.trace + (u64)lin * kTraceWords;
@@ -593,10 +665,63 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     }
     return (int)blockIdx.y;
   };
-  const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
   // the K/V ring, then one INT8 Q block per consumer (swizzle patterns repeat every 1 KiB)
   const u32 ring = (smem_addr(dyn_smem) + 1023) & ~1023u;
   const u32 q_tile = ring + kWgStages * 2 * TILE + wg * TILE;
+  const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
+  // wgf (round 11): the producer thread sets up the barriers and starts the copies that need no
+  // sequence length before the CTA's first load of one: the Q blocks of its items in the list
+  // (qb < nqb: written by turbo_quant_q_* when the block has rows, in the buffer either way) and
+  // the first kWgStages K/V tiles (tiles < nblk exist for every sequence). Copies no consumer
+  // waits for (a block without rows, tiles past the CTA's count) are waited for by the producer
+  // before it exits, so that none is in flight at the CTA's end.
+  const int early = kFast ? min(kWgStages, p.nblk) : 0;
+  if (kFast && tid == kWgConsumers * 128) {
+    for (int s = 0; s < kWgStages; ++s) {
+      mbar_init(smem_addr(&bar_full[s]), 1);
+      mbar_init(smem_addr(&bar_empty[s]), kWgConsumers * 128);
+    }
+    for (int w = 0; w < kWgConsumers; ++w) mbar_init(smem_addr(&bar_q[w]), 1);
+    fence_mbar_init();
+    if (p.trace != nullptr) wgf_trace_slot(p)[8] = sm_clock();
+    for (int w = 0; w < kWgConsumers; ++w) {
+      int q, hg;
+      item(w, q, hg);
+      if (q >= nqb) continue;
+      const u32 bq = smem_addr(&bar_q[w]);
+      mbar_arrive_expect_tx(bq, TILE);
+      bulk_g2s(ring + kWgStages * 2 * TILE + w * TILE,
+               p.qq + (((u64)b * p.heads_q + hk * p.group + hg) * nqb + q) * TILE, TILE, bq);
+    }
+    for (int j = 0; j < early; ++j) {
+      const u32 full = smem_addr(&bar_full[j]);
+      mbar_arrive_expect_tx(full, 2 * TILE);
+      bulk_g2s(ring + j * 2 * TILE, p.kq + (kv_base + j) * TILE, TILE, full);
+      bulk_g2s(ring + j * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
+    }
+  }
+  // wgf (round 11): a consumer's scale loads, issued before the first use of a sequence length
+  // so that they do not wait for it (round 10's prologue chained seqlens -> these -> Q's wait):
+  // s_Q of its block and the block scales of tiles 0..63 that exist (< nblk); the uses below
+  // take those of tiles < nt only, as before
+  float pre_sq = 0.0f, pre_ks[2] = {0.0f, 0.0f}, pre_vs[2] = {0.0f, 0.0f};
+  float pre_ksl = 0.0f, pre_vsl[2] = {0.0f, 0.0f};
+  if (kFast && wg < kWgConsumers) {
+    const int qbw = qb_of(wg);
+    if (qbw < nqb) pre_sq = p.qs[((u64)b * p.heads_q + h_of(wg)) * nqb + qbw];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      if (i < p.nblk) {
+        pre_ks[i] = p.ks[kv_base + i];
+        pre_vs[i] = p.vs[kv_base + i];
+      }
+    if (lane < p.nblk) {
+      pre_ksl = p.ks[kv_base + lane];
+      pre_vsl[0] = p.vs[kv_base + lane];
+    }
+    if (lane + 32 < p.nblk) pre_vsl[1] = p.vs[kv_base + lane + 32];
+  }
+  const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
   auto visible = [&](int row) -> int {
     if (row >= sq) return 0;
     if (!p.causal) return sk;
@@ -608,7 +733,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   };
   int nt_cta = 0;
   for (int w = 0; w < kWgConsumers; ++w) nt_cta = max(nt_cta, tiles_of(qb_of(w)));
-  const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
 
   if (kFast && p.trace != nullptr && tid == 0) {
     u64* t = wgf_trace_slot(p);
@@ -618,13 +742,11 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
     t[7] = smid | (u64)nt_cta << 32;
   }
-  if (tid == 0) {
+  if (!kFast && tid == 0) {  // (wgf: the producer thread did, above)
     for (int s = 0; s < kWgStages; ++s) {
       mbar_init(smem_addr(&bar_full[s]), 1);
       mbar_init(smem_addr(&bar_empty[s]), kWgConsumers * 128);
     }
-    if (kFast)
-      for (int w = 0; w < kWgConsumers; ++w) mbar_init(smem_addr(&bar_q[w]), 1);
     fence_mbar_init();
   }
   // LUT[n] = e^-n for n < -n_r and 0 from n = -n_r on: with t clamped to 16 this is Eq. 14's
@@ -635,26 +757,23 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   if (wg == kWgConsumers) {  // ---- producer warpgroup: one thread streams the tiles --------------
     setmaxnreg_dec<kProducerRegs>();
     if (tid == kWgConsumers * 128) {
-      if (kFast && p.trace != nullptr) wgf_trace_slot(p)[8] = sm_clock();
-      if constexpr (kFast) {
-        // the consumers' INT8 Q blocks (turbo_quant_q_*) first: each one's first S needs its Q
-        // block and tile 0; a block without tiles is neither copied nor waited for
-        for (int w = 0; w < kWgConsumers; ++w) {
-          const int qbw = qb_of(w);
-          if (tiles_of(qbw) == 0) continue;
-          const u32 bq = smem_addr(&bar_q[w]);
-          mbar_arrive_expect_tx(bq, TILE);
-          bulk_g2s(ring + kWgStages * 2 * TILE + w * TILE,
-                   p.qq + (((u64)b * p.heads_q + h_of(w)) * nqb + qbw) * TILE, TILE, bq);
-        }
-      }
-      for (int j = 0; j < nt_cta; ++j) {
+      for (int j = early; j < nt_cta; ++j) {
         const int s = j % kWgStages;
         if (j >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((j / kWgStages) + 1) & 1);
         const u32 full = smem_addr(&bar_full[s]);
         mbar_arrive_expect_tx(full, 2 * TILE);
         bulk_g2s(ring + s * 2 * TILE, p.kq + (kv_base + j) * TILE, TILE, full);
         bulk_g2s(ring + s * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
+      }
+      WGF_TL(p, kFast, 49, sm_clock());
+      if constexpr (kFast) {
+        // the early copies no consumer waits for (phase 0 of their barriers)
+        for (int w = 0; w < kWgConsumers; ++w) {
+          int q, hg;
+          item(w, q, hg);
+          if (q < nqb && tiles_of(q) == 0) mbar_wait(smem_addr(&bar_q[w]), 0);
+        }
+        for (int j = nt_cta; j < early; ++j) mbar_wait(smem_addr(&bar_full[j]), 0);
       }
     }
     return;
@@ -681,16 +800,16 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   if constexpr (kFast) {
     s_q = 0.0f;
     if (nt > 0) {
-      s_q = p.qs[((u64)b * p.heads_q + h) * nqb + qb];
-      ks0 = p.ks[kv_base];
-      vs0 = p.vs[kv_base];
+      s_q = pre_sq;
+      ks0 = pre_ks[0];
+      vs0 = pre_vs[0];
       if (nt > 1) {
-        ks1 = p.ks[kv_base + 1];
-        vs1 = p.vs[kv_base + 1];
+        ks1 = pre_ks[1];
+        vs1 = pre_vs[1];
       }
       if (lane < nt) {
-        ks_l = p.ks[kv_base + lane];
-        vs_l = p.vs[kv_base + lane];
+        ks_l = pre_ksl;
+        vs_l = pre_vsl[0];
       }
       mbar_wait(smem_addr(&bar_q[wg]), 0);
     }
@@ -735,6 +854,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     named_sync(1 + wg, 128);
   }
   if (kFast && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[2] = sm_clock();
+  WGF_TL(p, kFast && (tid & 127) == 0, 10 + wg, sm_clock());
+  WGF_TL(p, kFast && (tid & 127) == 0, 50 + wg, (u64)nt);
 
   // e^x of the configuration for x = s - m_new <= 0: Exp::operator() without branches (every
   // element runs the same instructions, so the 32 per thread pipeline), floor through the bias.
@@ -874,6 +995,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     // S of the current chunk in (c0, c1); its P V passes go to c0 and c1 (free once the codes
     // exist), and the next chunk's S into them again once each pass is folded
     auto chunk = [&](int (&c0)[32], int (&c1)[32]) {
+      WGF_TL(p, (tid & 127) == 0 && (j & 7) == 0 && j < 64, 19 + 8 * wg + (j >> 3), sm_clock());
       const int jn = j + (pair ? 2 : 1);
       const float ksn0 = jn < nt ? p.ks[kv_base + jn] : 0.0f, vsn0 = jn < nt ? p.vs[kv_base + jn] : 0.0f;
       const float ksn1 = jn + 1 < nt ? p.ks[kv_base + jn + 1] : 0.0f;
@@ -956,6 +1078,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       };
       issue_pv(0, c0);
       if constexpr (D == 128) issue_pv(1, c1);
+      WGF_TL(p, (tid & 127) == 0 && j == 0, 16 + wg, sm_clock());
       const bool pair_n = pairable(jn, vsn0, vsn1);
       const bool more = jn < nt;
       // row sums (the two tiles' in the low and high 16 bits: at most 64 x 255 each), l and the
@@ -1069,7 +1192,11 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     bool uni = false;
     if (!thresh && nt >= kIntMinTiles) {
       float lo = lane < nt ? vs_l : 3.0e38f, hi = lane < nt ? vs_l : 0.0f;
-      for (int t = lane + 32; t < nt; t += 32) {
+      if (lane + 32 < nt) {  // (loaded in the prologue)
+        lo = fminf(lo, pre_vsl[1]);
+        hi = fmaxf(hi, pre_vsl[1]);
+      }
+      for (int t = lane + 64; t < nt; t += 32) {
         const float v = p.vs[kv_base + t];
         lo = fminf(lo, v);
         hi = fmaxf(hi, v);
@@ -1091,6 +1218,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       if (nt > 0) {
         issue_s(0, sa0);
         if (p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
+        WGF_TL(p, (tid & 127) == 0, 13 + wg, sm_clock());
         if (pair) issue_s(1, sa1);
         wgmma_commit();
       }
@@ -1248,6 +1376,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         constexpr bool kInit = decltype(init)::value;
         u32(&pa)[2][4] = kOdd ? pa_o : pa_e;
         u32(&pa_prev)[2][4] = kOdd ? pa_e : pa_o;
+        WGF_TL(p, (tid & 127) == 0 && (j & 7) == 0 && j < 64, 19 + 8 * wg + (j >> 3), sm_clock());
         u32 st, ph;
         if constexpr (kFirst) {
           st = 0;
@@ -1261,10 +1390,12 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         }
         issue_s_at(st, ph, sa0);
         if (kFirst && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
+        WGF_TL(p, kFirst && (tid & 127) == 0, 13 + wg, sm_clock());
         wgmma_commit();
         if constexpr (!kFirst) {
           pv(st_l, pa_prev, init, False{});  // (issue_s_at's fence covers it)
           wgmma_commit();
+          WGF_TL(p, kInit && (tid & 127) == 0, 16 + wg, sm_clock());
         }
         // the next 32 tiles' constants (even steps of the loop: j = 32, 64, ...), while S and
         // the P V run (one branch, not predicated loads in every step)
@@ -1503,6 +1634,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     }
   }
   if (kFast && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[3] = sm_clock();
+  WGF_TL(p, kFast && (tid & 127) == 0, 43 + wg, sm_clock());
   // tiles only the other warpgroup needs: release them as they land
   for (int j = nt; j < nt_cta; ++j) {
     const int st = j % kWgStages;
@@ -1519,7 +1651,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   if constexpr (kFast) {
     const WgfCta c = wgf_cta(p.order);  // recomputed: nothing of it stays live across the loop
     const int hs = c.hk * p.group + (kWgConsumers * c.trip + wg) % p.group;
-    store_rows<T, D, false>(p, c.b, hs, t4, row_a, m_a, l_a, m_b, l_b, o);
+    store_rows_v4<T, D>(p, c.b, hs, t4, row_a, m_a, l_a, m_b, l_b, o);
     if (p.trace != nullptr && (tid & 127) == 0) {
       u64* t = wgf_trace_slot(p);
       const u64 now = global_ns();
@@ -1529,6 +1661,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       }
       asm volatile("red.global.max.u64 [%0], %1;" ::"l"(t + 6), "l"(now) : "memory");
     }
+    WGF_TL(p, (tid & 127) == 0, 46 + wg, sm_clock());
   } else {
     store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
   }

@@ -10,7 +10,7 @@
 //! SDPA on the same shapes (docs/TURBO_CUDA.md says how they were run together).
 //!
 //! Usage: `turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no]
-//! [--inputs uniform|llm|both] [--paths] [--trace DIR]`. Prints one line per shape, causal flag,
+//! [--inputs uniform|llm|both] [--paths] [--trace DIR] [--nvrtc]`. Prints one line per shape, causal flag,
 //! inputs and kernel: ms total / attention only and TFLOP/s (4 B H N^2 D, halved when causal,
 //! over the total). Inputs: `uniform` (the default; filled on the device, uniform in [-2, 2),
 //! rotated over enough sets to exceed 4x L2) or `llm` (lines tagged `llm`): shaped as
@@ -23,6 +23,12 @@
 //! `FERRATTN_WGF_TRACE` set, `--trace DIR` writes the fast kernel's per-CTA trace of the last
 //! attention launch (`ferrattn_cuda::turbo::TRACE_WORDS` little-endian u64 per CTA) to
 //! `DIR/trace_BATCHxLEN_c{0,1}.bin` (the traced run's timings include the trace's stores).
+//! A build whose turbo_prefill.cu was compiled with `-DFERRATTN_WGF_TIMELINE=1` writes the
+//! per-warpgroup timeline into the trace (turbo_prefill.cu, `kTraceWords`; the nvcc wrapper
+//! `docs/results/turbo-prefill11-h200-2026-11-26/nvcc_timeline.sh` builds one). `--nvrtc` loads
+//! the fast backend's kernels through NVRTC (`Options::force_nvrtc`, so that
+//! `FERRATTN_NVRTC_DEFINES=-DFERRATTN_WGF_TIMELINE=1` instruments them without a rebuild); it
+//! compiles the decode module too and did not finish within 45 s on an H200 machine (round 11).
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
 use ferrattn_core::{AttentionInputs, AttentionProblem, DType, Tensor};
@@ -219,7 +225,7 @@ fn main() {
         .filter_map(|a| a.parse().ok())
         .collect();
     if pos.is_empty() || !pos.len().is_multiple_of(2) {
-        eprintln!("usage: turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no] [--inputs uniform|llm|both] [--paths] [--trace DIR]");
+        eprintln!("usage: turbo_prefill BATCH LEN [BATCH LEN ...] [--only wg|fast] [--causal both|yes|no] [--inputs uniform|llm|both] [--paths] [--trace DIR] [--nvrtc]");
         std::process::exit(2);
     }
     let only = flag("--only");
@@ -246,6 +252,7 @@ fn main() {
         0,
         Options {
             fast_turbo_prefill: true,
+            force_nvrtc: args.iter().any(|a| a == "--nvrtc"),
             ..Options::default()
         },
     );

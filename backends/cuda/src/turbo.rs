@@ -821,8 +821,9 @@ pub struct PreparedTurboPrefill {
 /// globaltimer at entry, clock64 at entry, after the Q block, after the tile loop, after the
 /// store (warpgroup 0), globaltimer then, the latest consumer's globaltimer after its store,
 /// SM id | tiles << 32, clock64 once the producer starts its copies, and once warpgroup 0's
-/// tile 0 has landed.
-pub const TRACE_WORDS: usize = 10;
+/// tile 0 has landed; words 10.. are the per-warpgroup timeline of a kernel compiled with
+/// `FERRATTN_WGF_TIMELINE` (zero otherwise; the word list is at `kTraceWords`).
+pub const TRACE_WORDS: usize = 64;
 
 /// A decode launch made ready: the plan's tables and the partial buffers on the device.
 #[derive(Debug)]
