@@ -1172,6 +1172,37 @@ __device__ __forceinline__ void unit_pv_half(UnitState<D>& st, const u8* stg, co
     }
 }
 
+// The INT8 codes of a lane's query channels, clamp(rne(x / s), -127, 127) with x / s the
+// correctly rounded quotient (div.rn), as ferrattn_core::turbo::quant::quantize_int8, `s` the
+// row's scale max|x| / 119 (int8_scale). Without a division per channel: with rinv = 1 / s
+// correctly rounded, q = RN(x rinv) is within an ulp of x / s, the remainder x - q s is exact in
+// an FMA, and RN(q + (x - q s) rinv) is exactly RN(x / s) (Markstein's theorem; the sequence
+// div.rn's own fast path takes after its reciprocal), provided nothing underflows or overflows:
+// s in [2^-100, 2^100] (then every quotient of magnitude >= 1/4, the only ones whose code can be
+// non-zero, has an exact remainder; smaller ones give code 0 either way) or s = 0 (x = 0: code
+// 0, rinv taken as 0). |x| <= max|x| bounds the quotient by 119 (1 + 2^-22), so no code reaches
+// the clamp. A warp with a lane outside that range (a query row of subnormal or huge values)
+// divides every channel as the emulation does. This replaced a reciprocal product with a
+// rounding-boundary test and an exact division of every channel when any of the warp's
+// quotients came within 4e-5 of a half-integer, which bf16 queries hit in most segments (the
+// ratios of 8-bit mantissas land on n + 1/2: x = max|x| / 2 is one), about 550 of the ~1,060
+// instructions a segment spent here (issue 11, docs/TURBO_CUDA.md).
+template <int N>
+__device__ __forceinline__ void quantize_query_row(const float (&f)[N], float s, int (&q)[N]) {
+  const bool in_range = s == 0.0f || (s >= 0x1p-100f && s <= 0x1p100f);
+  if (!warp_any(!in_range)) {
+    const float rinv = s == 0.0f ? 0.0f : div_rn(1.0f, s);
+#pragma unroll
+    for (int c = 0; c < N; ++c) {
+      const float q0 = mul_rn(f[c], rinv);
+      q[c] = rne_int(fma_rn(fma_rn(-q0, s, f[c]), rinv, q0));
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < N; ++c) q[c] = quantize_int8(f[c], s);
+  }
+}
+
 // Position of a unit in the iteration space: sequence, output tile of the sequence, cache tile,
 // with what the loop needs of them kept up to date as the cursor moves (per-sequence lengths and
 // query token, the KV head's bits and code / parameter offsets), so that a step within an output
@@ -1316,48 +1347,62 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         // lanes of row g + 4 find row g's scores of keys 32..63 in their own accumulators
         // (unit_softmax<D, 4>)
         const int qrow = half ? (g & 3) : g;
-        float f[KCH];
+        // the half-row instance: lanes 16-31 (rows 4-7) hold the same rows as lanes 0-15, so
+        // each lane of a pair quantizes half of the pair's KS slices (lanes 0-15 the first,
+        // 16-31 the second) and the pair swaps the packed words (one shuffle a word)
+        constexpr int QS = HALF ? KS / 2 : KS;  // slices this lane quantizes
+        const bool second = HALF && lane >= 16;
+        const int ks0 = second ? KS / 2 : 0;
+        float f[8 * QS];
         float amax = 0.0f;
 #pragma unroll
-        for (int v = 0; v < KCH / 8; ++v) {
+        for (int v = 0; v < QS; ++v) {
           float e8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          if (qrow < rows) unpack8<T>(ld_global_nc16(p.q + ((u64)(b * p.max_sq + qt) * p.heads_q + h0 + qrow) * D + KCH * t + 8 * v), e8);
+          if (qrow < rows) unpack8<T>(ld_global_nc16(p.q + ((u64)(b * p.max_sq + qt) * p.heads_q + h0 + qrow) * D + KCH * t + 8 * (ks0 + v)), e8);
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
             f[8 * v + e] = e8[e];
-            amax = fmax2(amax, fabsf(e8[e]));
+            amax = fmaxf(amax, fabsf(e8[e]));  // one FMNMX; fmax2's result for every non-NaN x
           }
         }
         amax = fmax2(amax, shfl_xor(amax, 1));
         amax = fmax2(amax, shfl_xor(amax, 2));
+        if (HALF) amax = fmax2(amax, shfl_xor(amax, 16));
         st.qs = int8_scale(amax);
-        // quantize_int8 (|x / s| <= 119 + rounding) through the reciprocal as in unit_softmax
-        bool near = !(st.qs >= 1.0e-30f);
-        const float rinv = st.qs == 0.0f ? 0.0f : div_rn(1.0f, st.qs);
-        int qi_all[KCH];
-#pragma unroll
-        for (int c = 0; c < KCH; ++c) qi_all[c] = rne_quotient(f[c], rinv, near);
-        if (warp_any(near)) {
-#pragma unroll
-          for (int c = 0; c < KCH; ++c) qi_all[c] = quantize_int8(f[c], st.qs);
-        }
+        int qi_all[8 * QS];
+        quantize_query_row<8 * QS>(f, st.qs, qi_all);
         int qsum = 0;
+        u32 wa0[QS], wa2[QS], wn0[QS], wn1[QS];
 #pragma unroll
-        for (int ks = 0; ks < KS; ++ks) {
-          int qi[8];
-#pragma unroll
-          for (int c = 0; c < 8; ++c) {
-            qi[c] = clampi(qi_all[8 * ks + c], -127, 127);
-            qsum += qi[c];
-          }
-          st.qa0[ks] = pack4_u8(qi[0], qi[2], qi[4], qi[6]);
-          st.qa2[ks] = pack4_u8(qi[1], qi[3], qi[5], qi[7]);
-          st.qn[2 * ks] = pack4_u8(qi[0], qi[1], qi[2], qi[3]);
-          st.qn[2 * ks + 1] = pack4_u8(qi[4], qi[5], qi[6], qi[7]);
+        for (int v = 0; v < QS; ++v) {
+          const int* qi = qi_all + 8 * v;  // in -127..127 (quantize_query_row)
+          wa0[v] = pack4_u8(qi[0], qi[2], qi[4], qi[6]);
+          wa2[v] = pack4_u8(qi[1], qi[3], qi[5], qi[7]);
+          wn0[v] = pack4_u8(qi[0], qi[1], qi[2], qi[3]);
+          wn1[v] = pack4_u8(qi[4], qi[5], qi[6], qi[7]);
+          qsum = dp4a_s8(wn0[v], 0x01010101u, dp4a_s8(wn1[v], 0x01010101u, qsum));
         }
         qsum += shfl_xor_i(qsum, 1);
         qsum += shfl_xor_i(qsum, 2);
+        if (HALF) qsum += shfl_xor_i(qsum, 16);
         st.qsum = qsum;
+#pragma unroll
+        for (int v = 0; v < QS; ++v) {
+          if (HALF) {
+            const u32 oa0 = (u32)shfl_xor_i((int)wa0[v], 16), oa2 = (u32)shfl_xor_i((int)wa2[v], 16);
+            const u32 on0 = (u32)shfl_xor_i((int)wn0[v], 16), on1 = (u32)shfl_xor_i((int)wn1[v], 16);
+            st.qa0[v] = second ? oa0 : wa0[v];
+            st.qa2[v] = second ? oa2 : wa2[v];
+            st.qn[2 * v] = second ? on0 : wn0[v];
+            st.qn[2 * v + 1] = second ? on1 : wn1[v];
+            st.qa0[QS + v] = second ? wa0[v] : oa0;
+            st.qa2[QS + v] = second ? wa2[v] : oa2;
+            st.qn[2 * (QS + v)] = second ? wn0[v] : on0;
+            st.qn[2 * (QS + v) + 1] = second ? wn1[v] : on1;
+          } else {
+            st.qa0[v] = wa0[v], st.qa2[v] = wa2[v], st.qn[2 * v] = wn0[v], st.qn[2 * v + 1] = wn1[v];
+          }
+        }
 #pragma unroll
         for (int i = 0; i < D / 8; ++i) st.o[i][0] = st.o[i][1] = 0.0f;
         st.m = neg_inf();

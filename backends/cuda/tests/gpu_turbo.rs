@@ -1545,6 +1545,38 @@ fn decode_steps(
     bits: KvBits,
     sas: bool,
 ) {
+    decode_steps_q(
+        test,
+        opts,
+        schedule,
+        ctx,
+        steps,
+        hq,
+        hk,
+        d,
+        dtype,
+        bits,
+        sas,
+        |_| {},
+    );
+}
+
+/// `decode_steps` with each step's query (`[batch, 1, heads, d]`) passed through `edit_q` first.
+#[allow(clippy::too_many_arguments)] // the shape of one test case
+fn decode_steps_q(
+    test: &str,
+    opts: Options,
+    schedule: DecodeSchedule,
+    ctx: &[usize],
+    steps: usize,
+    hq: usize,
+    hk: usize,
+    d: usize,
+    dtype: DType,
+    bits: KvBits,
+    sas: bool,
+    edit_q: fn(&mut Tensor),
+) {
     let Some(b) = backend(test, opts) else {
         return;
     };
@@ -1572,11 +1604,12 @@ fn decode_steps(
     let (mut err_gpu, mut err_emu, mut norm_gold) = (0.0f64, 0.0f64, 0.0f64);
     for s in 0..steps {
         let idx: Vec<usize> = ctx.iter().map(|&c| c + s).collect();
-        let (q, kn, vn) = (
+        let (mut q, kn, vn) = (
             tokens_at(&x.q, &idx),
             tokens_at(&x.k, &idx),
             tokens_at(v, &idx),
         );
+        edit_q(&mut q);
         let emu =
             turbo::decode_step(&cfg, &mut emu_cache, &q, &kn, &vn, pfull.softmax_scale).unwrap();
         let gpu = b
@@ -1728,6 +1761,77 @@ fn gpu_turbo_decode_steps_per_tile_match_the_emulation() {
         },
         true,
     );
+}
+
+/// Query rows that take every route of the decode's query quantization
+/// (turbo_decode.cu, `quantize_query_row`): rows whose codes sit on and next to half-integers
+/// (x = (c - 64) / 64 of a row whose largest |x| is 1, so 119 x hits n + 1/2 at c = 96 and 32:
+/// the exact remainder and its correction decide the rounding), a row of values 2^-120 x that
+/// (its scale below 2^-100) sends its warp to the division of every channel, an all-zero row
+/// (scale 0), the rest as drawn. Bit for bit against the emulation on the bit-exact g4 instance,
+/// then under the fast contract (the g4 fast instance: its CPU model step by step).
+fn edge_queries(q: &mut Tensor) {
+    let (b, h, d) = (q.shape[0], q.shape[2], q.shape[3]);
+    for bi in 0..b {
+        for hh in 0..h {
+            let row = &mut q.data[(bi * h + hh) * d..(bi * h + hh + 1) * d];
+            for (c, x) in row.iter_mut().enumerate() {
+                let ties = (c as f32 - 64.0) / 64.0 * (if c % 2 == 0 { 1.0 } else { -1.0 });
+                match hh % 4 {
+                    0 => *x = ties,
+                    1 if hh < 4 => *x = ties * 2f32.powi(-120),
+                    2 => *x = 0.0,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+fn gpu_turbo_decode_query_quantization_routes() {
+    let (ctx, steps) = if small_only() {
+        (vec![70usize, 5], 3)
+    } else {
+        (vec![130usize, 64, 7], 6)
+    };
+    for (what, opts) in [
+        (
+            "bit-exact",
+            Options {
+                exact_turbo_decode: true,
+                ..Options::default()
+            },
+        ),
+        (
+            "fast",
+            Options {
+                fast_turbo_decode: true,
+                ..Options::default()
+            },
+        ),
+    ] {
+        decode_steps_q(
+            &format!("gpu_turbo_decode_query_quantization_routes ({what})"),
+            opts,
+            DecodeSchedule::PerTile,
+            &ctx,
+            steps,
+            8,
+            2,
+            128,
+            DType::BF16,
+            KvBits::Mixed {
+                two_bit_fraction: 0.5,
+            },
+            true,
+            edge_queries,
+        );
+    }
 }
 
 #[test]
