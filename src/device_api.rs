@@ -816,7 +816,11 @@ impl DecodePlan {
             + (ctas + 1)
             + ferrattn_cuda::launch::CTA_INFO_WORDS as u128 * ctas
             + pages
-            + if max_pages > 0 { ferrattn_cuda::launch::CTA_WORDS_MAX as u128 * ctas } else { 0 }
+            + if max_pages > 0 {
+                ferrattn_cuda::launch::CTA_WORDS_MAX as u128 * ctas
+            } else {
+                0
+            }
             + ctas
             + ctas * rows as u128 * shape.head_dim as u128
             + ctas * rows as u128 * 2;

@@ -1574,10 +1574,13 @@ mod tests {
             // a shuffled table (pages of every sequence distinct; entries past a sequence too)
             let mut table: Vec<i32> = (0..(lens.len() * max_pages) as i32).collect();
             for i in (1..table.len()).rev() {
-                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 table.swap(i, (rng >> 33) as usize % (i + 1));
             }
-            let paging = Paging::new(ps, num_pages, max_pages, table.clone(), &p.seqlens_k).unwrap();
+            let paging =
+                Paging::new(ps, num_pages, max_pages, table.clone(), &p.seqlens_k).unwrap();
             let lp = lean::plan_with_ctas(&p, &caps, ctas).unwrap();
             let s = LeanStepPlan::new(&p, &lp, KvStorage::Paged(paging.clone()), 1).unwrap();
             assert!(!s.tile_per_cta());
@@ -1589,7 +1592,10 @@ mod tests {
             assert_eq!(words.len(), g * LEAN_FIRST_UNITS * nw);
             let mut checked = 0;
             for c in 0..g {
-                let (cs, ce) = (s.tables.cta_bounds[c] as u64, s.tables.cta_bounds[c + 1] as u64);
+                let (cs, ce) = (
+                    s.tables.cta_bounds[c] as u64,
+                    s.tables.cta_bounds[c + 1] as u64,
+                );
                 for u in 0..LEAN_FIRST_UNITS {
                     let rec = &words[(c * LEAN_FIRST_UNITS + u) * nw..][..nw];
                     let it = cs + (u / sub) as u64;
@@ -1601,7 +1607,8 @@ mod tests {
                         .find(|&t| space.tile_range(t).0 <= it && it < space.tile_range(t).1)
                         .unwrap();
                     let b = space.tile_coords(tile).0;
-                    let key0 = (it - space.tile_range(tile).0) as usize * lp.tile_k + (u % sub) * sk;
+                    let key0 =
+                        (it - space.tile_range(tile).0) as usize * lp.tile_k + (u % sub) * sk;
                     let mut want = vec![0u32; nw];
                     for j in key0..(key0 + sk).min(p.seqlens_k[b]) {
                         want[j / ps - key0 / ps] = table[b * max_pages + j / ps] as u32;
