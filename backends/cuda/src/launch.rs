@@ -943,6 +943,8 @@ fn paged_rows_ahead(page_size: usize, num_ctas: usize, sms: usize) -> bool {
 /// 1.03-1.08x contiguous -> 0.99-1.03x), with one stage per CTA (Llama B=1 ctx 1k) 0.3-0.4 us
 /// slower (1.01x -> 1.04-1.06x), so such grids keep the earlier rule. 2 to 7 stages per CTA were
 /// not measured; the line is set at 4 (one turn of the three-stage ring past the prologue).
+/// With the first stages' words copied from the CTA's record (fifteenth session, same method)
+/// REGS at Llama B=1 ctx 1k took 1.024-1.037x against the earlier rule's 1.010-1.016x: still behind.
 fn paged_regs(stage_units: u64, num_ctas: usize) -> bool {
     stage_units >= 4 * num_ctas as u64
 }
