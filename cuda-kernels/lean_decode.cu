@@ -67,7 +67,15 @@ struct LeanParams {
   const int* page_table;  // paged kernels: [batch, max_pages] pool page of each logical page
   int max_pages;          // page-table row length
   int page_shift;         // log2(page size)
+  // REGS paged kernels under a stream-K table (tile_per_cta == 0): per CTA, the page words of its
+  // first kFirstUnits K/V stages, NW = SK / 16 words each ([num_ctas, kFirstUnits, NW]), so that
+  // its first copies wait for one round of reads (this and cta_info, together), not for cta_info
+  // and then the page table (launch.rs, LeanStepPlan::cta_words)
+  const u32* cta_words;
 };
+
+// Stages whose page words a CTA's record holds (launch.rs LEAN_FIRST_UNITS).
+constexpr int kFirstUnits = 3;
 
 // Row of the K/V buffer that holds key j of sequence b (NHD: a row is heads_kv * D values).
 // Contiguous: sequence b's own rows. Paged (vLLM / FlashInfer layout): the page table maps the
@@ -322,6 +330,36 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   const int grp = warp * G + lane / L;  // key group
   const int gl = lane % L;              // columns gl*8 .. gl*8+7
   const int cta = blockIdx.x;
+  constexpr bool regs = PAGED && REGS;
+  constexpr int NW = SK / 16;  // page words a unit can touch (pages of 16): 8, 4, 2 for d 64, 128, 256
+  static_assert(SK % 16 == 0 && NW <= 8, "a stage holds whole pages of 16");
+  // REGS: the page words of the first stages, copied before anything is read, from addresses that
+  // depend on no load: the CTA's record (stream-K) or, one CTA per tile, the first entries of its
+  // sequence's page-table row (its first stage is the tile's first keys). The contiguous kernel's
+  // first copies wait for one round of reads (cta_info); read from the page table at the
+  // producer's cursor they waited for a second, dependent one (Llama B=1 ctx 8k, 8 stages a CTA).
+  if constexpr (regs) {
+    constexpr int KF = ST < kFirstUnits ? ST : kFirstUnits;
+    if (tid < KF * NW) {
+      const int s = tid / NW, w = tid % NW;
+      const u32* src;
+      bool ok = true;
+      if (p.tile_per_cta) {
+        const int b = cta / (p.heads_kv * p.query_groups);
+        const int pg = ((s * SK) >> p.page_shift) + w;
+        ok = (w << p.page_shift) < SK || w == 0;  // pages of the stage (one for pages of 64 at SK <= 64)
+        ok = ok && pg < p.max_pages;               // any entry of the row may be read (its value is used
+                                                   // only for keys in the sequence)
+        src = reinterpret_cast<const u32*>(p.page_table) + (u64)b * p.max_pages + (ok ? pg : 0);
+      } else {
+        src = p.cta_words + ((u64)cta * kFirstUnits + s) * NW + w;
+      }
+      const u32 dst = smem_addr(smem_raw + S::kRegsOffset) + (u32)(s * 16 + w) * 4;  // wring[s][w]
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
+                   "r"(ok ? 4 : 0)
+                   : "memory");
+    }
+  }
   // The CTA's record (launch.rs, cta_info): everything the first K/V stage's addresses depend on,
   // in one 32-byte read, so the first copies wait for one round trip instead of two dependent ones
   // (range and first tile, then the sequence's lengths) on a latency-bound small problem.
@@ -550,19 +588,17 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // loads it into registers (wr, wmeta) after issuing the previous unit's copies, so the load has
   // a stage of compute to arrive and the next stage's copies start from registers after the
   // barrier (one IMAD.WIDE.U32 per page and K or V, as many as the contiguous copies take).
-  constexpr bool regs = PAGED && REGS;
-  constexpr int NW = SK / 16;  // page words a unit can touch (pages of 16): 8, 4, 2 for d 64, 128, 256
-  static_assert(SK % 16 == 0 && NW <= 8, "a stage holds whole pages of 16");
   u32* wring = reinterpret_cast<u32*>(smem_raw + S::kRegsOffset);  // [8][16], REGS instances only
   u32 wr[NW];
   u32 wmeta = 0, whkv = 0;  // the packed record; heads_kv again (V's multiplicand, below)
-  auto fetch_words = [&](u32 uu) {  // every thread, units in order; warp uu % 4 writes the slot
+  // `words`: false for the first KF units, whose words were copied at the CTA's start
+  auto fetch_words = [&](u32 uu, bool words) {  // every thread, units in order; warp uu % 4 writes the slot
     const int key0 = next_unit_key0();
     if (warp != (int)(uu & 3)) return;
     const int nw = (SK >> p.page_shift) > 0 ? (SK >> p.page_shift) : 1;
     const int pg = (key0 >> p.page_shift) + lane;
     u32* slot = wring + (uu & 7) * 16;
-    if (lane < NW) {
+    if (words && lane < NW) {
       // a page with no key in the sequence is not read (its table entry may be anything)
       const bool ok = lane < nw && (pg << p.page_shift) < pt.len_k;
       const int* w = ok ? p.page_table + (u64)pt.b * p.max_pages + pg : p.page_table;
@@ -664,7 +700,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     if constexpr (regs) {
       // the host allows pages of 16 and 64 only
       if (p.page_shift == 4) copy_regs(u, IntC<16>{}); else copy_regs(u, IntC<64>{});
-      if (u + ST < units) fetch_words(u + ST);
+      if (u + ST < units) fetch_words(u + ST, true);
     } else if constexpr (ahead) {
       copy_fetched(u, fa.unit);
       fa = fb;
@@ -676,10 +712,11 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // The prologue reads the words of units 0, 1 and 2 together (one commit group, waited for at
   // once): the second stage's copies then wait for one page-table round trip, not two in series.
   if constexpr (regs) {
-    // the words of units 0 .. ST - 1 in one round trip; units ST .. 2 ST - 2 go to other slots
+    // the words of units 0 .. KF - 1 are on their way (the kernel's first copies); the others of
+    // units .. ST - 1 in one round trip; units ST .. 2 ST - 2 go to other slots
 #pragma unroll
     for (int s = 0; s < ST; ++s)
-      if ((u32)s < units) fetch_words((u32)s);
+      if ((u32)s < units) fetch_words((u32)s, s >= kFirstUnits);  // KF = min(ST, kFirstUnits)
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();

@@ -816,10 +816,15 @@ impl DecodePlan {
             + (ctas + 1)
             + ferrattn_cuda::launch::CTA_INFO_WORDS as u128 * ctas
             + pages
+            + if max_pages > 0 {
+                ferrattn_cuda::launch::CTA_WORDS_MAX as u128 * ctas
+            } else {
+                0
+            }
             + ctas
             + ctas * rows as u128 * shape.head_dim as u128
             + ctas * rows as u128 * 2;
-        let bytes = 4 * words + 10 * ferrattn_cuda::launch::WORKSPACE_ALIGN as u128;
+        let bytes = 4 * words + 11 * ferrattn_cuda::launch::WORKSPACE_ALIGN as u128;
         if bytes > isize::MAX as u128 {
             return Err(ferrattn_core::CoreError::TooLarge {
                 what: format!(

@@ -18,8 +18,12 @@
 //! 2026-11-26 and leaves small rows L2-resident). Every layer of a variant shares one workspace,
 //! so one page table, as one decode step's layers share the step's table.
 //!
-//! Usage: `lean_paged [--quick] [--same-plan] [--sets N] [--window-bytes N] [--ahead always|never]
-//! [--paged auto|regs|grid|inplace|ahead] [--only SHAPE:B:CTX] [--out FILE]` (`--only` runs one
+//! Usage: `lean_paged [--quick] [--same-plan | --paged-plan | --ctas N | --paged-ctas N] [--sets N]
+//! [--window-bytes N] [--ahead always|never] [--paged auto|regs|grid|inplace|ahead]
+//! [--only SHAPE:B:CTX] [--out FILE]` (`--paged-plan`: the contiguous storage at
+//! `lean::plan_paged`'s grid too, so that both run one grid; `--ctas N`: every storage at a
+//! stream-K grid of N CTAs, `lean::plan_with_ctas`; `--paged-ctas N`: the paged storages alone at
+//! N CTAs, contiguous at its planner's grid; `--only` runs one
 //! configuration of the full list, e.g. `llama:1:8192`, for a profiler; `--window-bytes N` shuffles
 //! each sequence's pages only within windows of N bytes of its K, a probe of how much of the
 //! shuffled layouts' cost is address locality; `--paged` picks the paged instance
@@ -43,6 +47,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let same_plan = args.iter().any(|a| a == "--same-plan");
+    let paged_plan = args.iter().any(|a| a == "--paged-plan");
     // the word after `flag`, if any
     let value = |flag: &str| {
         args.iter()
@@ -58,6 +63,8 @@ fn main() {
     let only = value("--only");
     let out_path = value("--out");
     let sets_arg = positive("--sets");
+    let ctas_arg = positive("--ctas");
+    let paged_ctas_arg = positive("--paged-ctas");
     // shuffled layouts: permute the pages only within windows of this many bytes of one
     // sequence's K (a locality probe)
     let window_bytes = positive("--window-bytes");
@@ -120,12 +127,20 @@ fn main() {
         let mut p = AttentionProblem::uniform(batch, 1, ctx, hq, hk, d, d, DType::F16);
         p.seqlens_k = vec![ctx; batch];
         // each storage at its planner's grid (a paged cache keeps the slot-filling grids)
-        let lp = lean::plan(&p, &caps).unwrap();
-        let lp_paged = if same_plan {
+        let mut lp = lean::plan(&p, &caps).unwrap();
+        let mut lp_paged = if same_plan {
             lp.clone()
         } else {
             lean::plan_paged(&p, &caps).unwrap()
         };
+        if let Some(n) = ctas_arg {
+            lp = lean::plan_with_ctas(&p, &caps, n).unwrap();
+            lp_paged = lp.clone();
+        } else if let Some(n) = paged_ctas_arg {
+            lp_paged = lean::plan_with_ctas(&p, &caps, n).unwrap();
+        } else if paged_plan {
+            lp = lp_paged.clone();
+        }
         let kern = b
             .lean_kernels(LeanInstance::new(p.dtype, d, lp.tile_m).unwrap())
             .unwrap();

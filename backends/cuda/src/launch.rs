@@ -58,6 +58,7 @@ pub(crate) struct LeanParams {
     page_table: u64,
     max_pages: i32,
     page_shift: i32,
+    cta_words: u64,
 }
 
 /// Q, K, V and sequence lengths on the device, as 16-bit values.
@@ -491,6 +492,7 @@ pub struct WorkspaceLayout {
     cta_bounds: usize,
     cta_info: usize,
     page_table: usize,
+    cta_words: usize,
     flags: usize,
     header_bytes: usize,
     part_o: usize,
@@ -503,6 +505,19 @@ pub struct WorkspaceLayout {
 /// and sequence lengths, so that a CTA finds where to load its first K/V stage with one 32-byte
 /// read instead of two dependent rounds of table reads.
 pub const CTA_INFO_WORDS: usize = 8;
+
+/// K/V stages of a CTA whose page words its record holds (paged caches under a stream-K table;
+/// `kFirstUnits` in `cuda-kernels/lean_decode.cu`): the kernel's first copies then wait for one
+/// round of reads (the records), not for `cta_info` and then the page table.
+pub const LEAN_FIRST_UNITS: usize = 3;
+
+/// Page words of one K/V stage (pages of 16) for head dim `d`: 8, 4, 2 for 64, 128, 256.
+pub fn lean_stage_words(d: usize) -> usize {
+    kernels::lean_stage_keys(d) / 16
+}
+
+/// Most words of a CTA's page-word record, any head dim (`WorkspaceLayout`).
+pub const CTA_WORDS_MAX: usize = LEAN_FIRST_UNITS * 8;
 
 /// Alignment of every region of the workspace (the workspace itself must be 256-aligned, as
 /// `cudaMalloc` returns it).
@@ -523,6 +538,13 @@ impl WorkspaceLayout {
         let (cta_bounds, _) = region(4 * (num_ctas + 1));
         let (cta_info, _) = region(4 * CTA_INFO_WORDS * num_ctas);
         let (page_table, _) = region(4 * pages);
+        // paged caches: the page words of each CTA's first stages ([`LEAN_FIRST_UNITS`])
+        let words = if pages > 0 {
+            LEAN_FIRST_UNITS * lean_stage_words(head_dim) * num_ctas
+        } else {
+            0
+        };
+        let (cta_words, _) = region(4 * words);
         let (flags, header_bytes) = region(4 * num_ctas);
         let (part_o, _) = region(4 * num_ctas * rows * head_dim);
         let (part_ml, total) = region(4 * num_ctas * rows * 2);
@@ -534,6 +556,7 @@ impl WorkspaceLayout {
             cta_bounds,
             cta_info,
             page_table,
+            cta_words,
             flags,
             header_bytes,
             part_o,
@@ -761,8 +784,49 @@ impl LeanStepPlan {
         if let KvStorage::Paged(pg) = &self.kv {
             let t: Vec<u32> = pg.table.iter().map(|&x| x as u32).collect();
             put(l.page_table, &t);
+            if !self.tile_per_cta() {
+                put(l.cta_words, &self.cta_words(pg));
+            }
         }
         img
+    }
+
+    /// Per CTA, the page words of its first [`LEAN_FIRST_UNITS`] K/V stages
+    /// (`[num_ctas, LEAN_FIRST_UNITS, lean_stage_words(d)]`, the words `fetch_words` in
+    /// `lean_decode.cu` reads from the page table for later stages: those of the pages the stage's
+    /// keys lie in, in order, 0 for a page with no key in the sequence or past the CTA's range).
+    fn cta_words(&self, pg: &Paging) -> Vec<u32> {
+        let t = &self.tables;
+        let p = &self.problem;
+        let space = self.plan.tile_space(p);
+        let g = t.cta_bounds.len() - 1;
+        let d = p.head_dim_qk;
+        let (sk, nw) = (kernels::lean_stage_keys(d), lean_stage_words(d));
+        let sub = self.plan.tile_k / sk;
+        let per_stage = (sk / pg.page_size).max(1);
+        let mut words = vec![0u32; g * LEAN_FIRST_UNITS * nw];
+        for c in 0..g {
+            let (cs, ce) = (t.cta_bounds[c] as usize, t.cta_bounds[c + 1] as usize);
+            let mut tile = t.cta_tiles[2 * c] as usize;
+            for s in 0..LEAN_FIRST_UNITS.min((ce - cs) * sub) {
+                let it = cs + s / sub;
+                // the producer's cursor: a CTA's range runs on into the next tiles
+                while it >= space.tile_range(tile).1 as usize {
+                    tile += 1;
+                }
+                let start = space.tile_range(tile).0 as usize;
+                let b = space.tile_coords(tile).0;
+                let key0 = (it - start) * self.plan.tile_k + (s % sub) * sk;
+                for w in 0..per_stage {
+                    let page = key0 / pg.page_size + w;
+                    if page * pg.page_size < p.seqlens_k[b] {
+                        words[(c * LEAN_FIRST_UNITS + s) * nw + w] =
+                            pg.table[b * pg.max_pages + page] as u32;
+                    }
+                }
+            }
+        }
+        words
     }
 
     /// Workspace bytes a step of this plan needs (allocate once, 256-byte aligned, for the
@@ -810,12 +874,17 @@ impl LeanStepPlan {
         let p = &self.problem;
         let l = &self.layout;
         let at = |off: usize| workspace + off as u64;
-        let (page_table, max_pages, page_shift) = match &self.kv {
-            KvStorage::Contiguous => (0, 0, 0),
+        let (page_table, max_pages, page_shift, cta_words) = match &self.kv {
+            KvStorage::Contiguous => (0, 0, 0, 0),
             KvStorage::Paged(pg) => (
                 at(l.page_table),
                 pg.max_pages as i32,
                 pg.page_size.trailing_zeros() as i32,
+                if self.tile_per_cta() {
+                    0
+                } else {
+                    at(l.cta_words)
+                },
             ),
         };
         LeanParams {
@@ -849,6 +918,7 @@ impl LeanStepPlan {
             page_table,
             max_pages,
             page_shift,
+            cta_words,
         }
     }
 }
@@ -873,6 +943,8 @@ fn paged_rows_ahead(page_size: usize, num_ctas: usize, sms: usize) -> bool {
 /// 1.03-1.08x contiguous -> 0.99-1.03x), with one stage per CTA (Llama B=1 ctx 1k) 0.3-0.4 us
 /// slower (1.01x -> 1.04-1.06x), so such grids keep the earlier rule. 2 to 7 stages per CTA were
 /// not measured; the line is set at 4 (one turn of the three-stage ring past the prologue).
+/// With the first stages' words copied from the CTA's record (fifteenth session, same method)
+/// REGS at Llama B=1 ctx 1k took 1.024-1.037x against the earlier rule's 1.010-1.016x: still behind.
 fn paged_regs(stage_units: u64, num_ctas: usize) -> bool {
     stage_units >= 4 * num_ctas as u64
 }
@@ -1472,6 +1544,7 @@ mod tests {
             l.seq_start,
             l.cta_info,
             l.page_table,
+            l.cta_words,
             l.flags,
             l.part_o,
             l.part_ml,
@@ -1480,5 +1553,73 @@ mod tests {
         }
         assert_eq!(l.header_bytes, s.header.len());
         assert!(WorkspaceLayout::bound(2, 264, 4, 128, 14) >= s.workspace_bytes());
+    }
+
+    /// The words of a CTA's first stages, found another way: the CTA's flat iterations mapped to
+    /// (tile, key) by a scan of every tile's range, each key's page looked up one key at a time.
+    #[test]
+    fn cta_words_hold_the_pages_of_each_ctas_first_stages() {
+        let caps = DeviceCaps::hopper_reference();
+        let mut rng = 7u64;
+        for (lens, hq, hk, d, ps, ctas) in [
+            (vec![100, 37, 0, 300], 8, 2, 128, 16, 264),
+            (vec![100, 37, 0, 300], 8, 2, 128, 64, 5),
+            (vec![1000, 65, 129], 4, 4, 64, 16, 40),
+            (vec![1000, 65, 129], 4, 4, 64, 64, 3),
+            (vec![77, 512], 16, 1, 256, 16, 9),
+            (vec![77, 512], 16, 1, 256, 64, 64),
+        ] {
+            let mut p = AttentionProblem::uniform(lens.len(), 1, 1000, hq, hk, d, d, DType::F16);
+            p.seqlens_k = lens.clone();
+            let max_pages = 1000usize.div_ceil(ps);
+            let num_pages = lens.len() * max_pages + 3;
+            // a shuffled table (pages of every sequence distinct; entries past a sequence too)
+            let mut table: Vec<i32> = (0..(lens.len() * max_pages) as i32).collect();
+            for i in (1..table.len()).rev() {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                table.swap(i, (rng >> 33) as usize % (i + 1));
+            }
+            let paging =
+                Paging::new(ps, num_pages, max_pages, table.clone(), &p.seqlens_k).unwrap();
+            let lp = lean::plan_with_ctas(&p, &caps, ctas).unwrap();
+            let s = LeanStepPlan::new(&p, &lp, KvStorage::Paged(paging.clone()), 1).unwrap();
+            assert!(!s.tile_per_cta());
+            let words = s.cta_words(&paging);
+            let (sk, nw) = (kernels::lean_stage_keys(d), lean_stage_words(d));
+            let sub = lp.tile_k / sk;
+            let space = lp.tile_space(&p);
+            let g = s.num_ctas();
+            assert_eq!(words.len(), g * LEAN_FIRST_UNITS * nw);
+            let mut checked = 0;
+            for c in 0..g {
+                let (cs, ce) = (
+                    s.tables.cta_bounds[c] as u64,
+                    s.tables.cta_bounds[c + 1] as u64,
+                );
+                for u in 0..LEAN_FIRST_UNITS {
+                    let rec = &words[(c * LEAN_FIRST_UNITS + u) * nw..][..nw];
+                    let it = cs + (u / sub) as u64;
+                    if it >= ce {
+                        assert!(rec.iter().all(|&w| w == 0), "CTA {c} unit {u}: {rec:?}");
+                        continue;
+                    }
+                    let tile = (0..space.num_tiles())
+                        .find(|&t| space.tile_range(t).0 <= it && it < space.tile_range(t).1)
+                        .unwrap();
+                    let b = space.tile_coords(tile).0;
+                    let key0 =
+                        (it - space.tile_range(tile).0) as usize * lp.tile_k + (u % sub) * sk;
+                    let mut want = vec![0u32; nw];
+                    for j in key0..(key0 + sk).min(p.seqlens_k[b]) {
+                        want[j / ps - key0 / ps] = table[b * max_pages + j / ps] as u32;
+                        checked += 1;
+                    }
+                    assert_eq!(rec, &want[..], "CTA {c} unit {u} (tile {tile}, key {key0})");
+                }
+            }
+            assert!(checked > 0);
+        }
     }
 }

@@ -392,11 +392,11 @@ mod tests {
 
     #[test]
     fn params_struct_matches_the_kernel_layout() {
-        // 13 pointers, reserved, num_ctas, 11 ints, one float, the page table pointer and two
-        // ints (see struct LeanParams in lean_decode.cu)
+        // 13 pointers, reserved, num_ctas, 11 ints, one float, the page table pointer, two
+        // ints and the CTA page-word pointer (see struct LeanParams in lean_decode.cu)
         assert_eq!(
             std::mem::size_of::<launch::LeanParams>(),
-            13 * 8 + 2 * 4 + 11 * 4 + 4 + 8 + 2 * 4
+            13 * 8 + 2 * 4 + 11 * 4 + 4 + 8 + 2 * 4 + 8
         );
         // 7 pointers, 8 ints (struct AppendParams)
         assert_eq!(std::mem::size_of::<launch::AppendParams>(), 7 * 8 + 8 * 4);

@@ -217,10 +217,15 @@ fn device_cases(test: &str) {
         let x = b.random_inputs(&p, 11 + i as u32, 2.0).unwrap();
         let hx = x.download().unwrap();
         let gold = golden::exact_attention(&p, &hx);
-        for fixed in [false, true] {
-            let lp = lean_plan(&b, &p, fixed);
+        // stream-K, the fixed split, and one chunk per tile (the kernels' `tile_per_cta` path,
+        // whose first page words come from the page table, not from the CTA records)
+        for fixed in [None, Some(None), Some(Some(1))] {
+            let lp = match fixed {
+                None => lean_plan(&b, &p, false),
+                Some(splits) => lean::plan_fixed_split(&p, &b.caps().unwrap(), splits).unwrap(),
+            };
             let what = format!(
-                "case {i} lens {:?} sq {} {}:{} d{} {:?} fixed={fixed}",
+                "case {i} lens {:?} sq {} {}:{} d{} {:?} fixed={fixed:?}",
                 c.lens, c.sq, c.hq, c.hk, c.d, c.dt
             );
             let step = LeanStepPlan::new(&p, &lp, KvStorage::Contiguous, 0).unwrap();
