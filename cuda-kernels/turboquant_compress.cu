@@ -35,6 +35,10 @@
 //   values codes [B][Hk][cap/2][D]  token pairs (2p, 2p+1): lane block g of D/8 bytes, byte ν
 //                                   holds channel 8ν + g, token 2p low nibble, 2p+1 high
 //          norms [B][Hk][cap]       f16 ‖v‖
+// Codes of at most 2 bits (n_bounds <= 3: a 1-2 bit key codebook, 2-bit values) are stored as
+// crumbs, 4 a byte: key rows D/4 bytes, value pair records D/2 bytes; per lane block (D/8 nibble
+// bytes -> D/16) crumb word j holds nibble words 2j (bits 0-1 of each nibble) and 2j + 1 (bits
+// 2-3). ferrattn_cuda::turboquant::layout::crumbs_of_nibbles is the host twin.
 #include "common.cuh"
 #include "sm90.cuh"
 

@@ -46,6 +46,8 @@
 //      `prmt` interleave them into two f16x2 operands. Sign bits enter the T MMA as mantissa
 //      bits of 1.0 (one LOP3 a pair, one shift per 4 pairs; S q pre-scaled and T started at a
 //      per-row constant: see signs2m). Stages below every live row's end skip the masking.
+//      Codes of at most 2 bits are stored as crumbs (4 a byte; KC, VC): a crumb word is two
+//      nibble words folded (crumb_at unfolds them with two LOP3 and a shift), then as above.
 //      The _r8f kernels (opt-in: ferrattn_cuda::turboquant::TurboQuantCuda::fused_merge_for)
 //      run step 3 themselves (fused_merge): the CTA that completes a tile merges it, bit for bit
 //      as the merge kernel would, and no merge kernel is launched. Measured 2.5x slower at
@@ -83,10 +85,10 @@ struct DecodeParams {
   const u32* qf;                  // [tiles][32][D/16][4] f16x2: Π q · scale log2 e, rounded
   const u32* qf_lo;               // the same layout: what the rounding left (q = hi + lo)
   const u32* pf;                  // [tiles][32][D/16][4] f16x2: S q · scale log2 e √(π/2)/m
-  const unsigned char* kcodes;    // [B][Hk][cap][D/2]
+  const unsigned char* kcodes;    // [B][Hk][cap][D/2] (crumbs, KC: [D/4])
   const unsigned char* ksigns;    // [B][Hk][cap][D/8]
   const u32* knorms;              // [B][Hk][cap] f16x2 {‖k‖, ‖r‖}
-  const unsigned char* vcodes;    // [B][Hk][cap/2][D]
+  const unsigned char* vcodes;    // [B][Hk][cap/2][D] (crumbs, VC: [D/2])
   const u16* vnorms;              // [B][Hk][cap] f16
   const int* segs;                // [segments][4]: tile, first token, end token, 0
   const int* unit_segs;           // [units + 1] first segment of each unit

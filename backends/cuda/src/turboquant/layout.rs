@@ -119,7 +119,7 @@ pub fn value_pair_bytes(d: usize, crumbs: bool) -> usize {
 pub fn crumbs_of_nibbles(d: usize, nib: &[u8]) -> Vec<u8> {
     let blk = d / 8;
     assert!(
-        nib.len() % blk == 0 && blk % 8 == 0,
+        nib.len().is_multiple_of(blk) && blk.is_multiple_of(8),
         "whole lane blocks of d/8 bytes"
     );
     let mut out = vec![0u8; nib.len() / 2];
