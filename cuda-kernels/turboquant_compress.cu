@@ -35,6 +35,10 @@
 //   values codes [B][Hk][cap/2][D]  token pairs (2p, 2p+1): lane block g of D/8 bytes, byte ν
 //                                   holds channel 8ν + g, token 2p low nibble, 2p+1 high
 //          norms [B][Hk][cap]       f16 ‖v‖
+// Codes of at most 2 bits (n_bounds <= 3: a 1-2 bit key codebook, 2-bit values) are stored as
+// crumbs, 4 a byte: key rows D/4 bytes, value pair records D/2 bytes; per lane block (D/8 nibble
+// bytes -> D/16) crumb word j holds nibble words 2j (bits 0-1 of each nibble) and 2j + 1 (bits
+// 2-3). ferrattn_cuda::turboquant::layout::crumbs_of_nibbles is the host twin.
 #include "common.cuh"
 #include "sm90.cuh"
 
@@ -215,17 +219,26 @@ __device__ __forceinline__ void compress(const CompressParams& p) {
     (void)idx;
     __syncthreads();
 
-    // ---- packed writes in the decode kernel's operand layout
+    // ---- packed writes in the decode kernel's operand layout (codes of at most 2 bits as
+    // crumbs, 4 a byte: n_bounds = 2^bits - 1 <= 3; ferrattn_cuda::turboquant::layout)
+    const bool crumb = p.n_bounds <= 3;
     const size_t row0 = ((size_t)b * p.heads_kv + h) * p.cap;  // token 0 of (b, h)
     if (KEYS) {
       for (int t = 0; t < kTokens; ++t) {
         const int j = first + t;
         if (j < lo || j >= hi) continue;
-        if (o < D / 2) {
-          const int q = o / (D / 8), bl = o % (D / 8), kap = bl / 2, eta = bl % 2;
+        // nibble byte beta of the row (lane block q = beta / (D/8))
+        auto kbyte = [&](int beta) -> u32 {
+          const int q = beta / (D / 8), bl = beta % (D / 8), kap = bl / 2, eta = bl % 2;
           const int c0 = 16 * kap + 8 * eta + 2 * q;
-          p.codes[(row0 + j) * (D / 2) + o] =
-              (unsigned char)(idx_s[t * D + c0] | (idx_s[t * D + c0 + 1] << 4));
+          return idx_s[t * D + c0] | (idx_s[t * D + c0 + 1] << 4);
+        };
+        if (!crumb) {
+          if (o < D / 2) p.codes[(row0 + j) * (D / 2) + o] = (unsigned char)kbyte(o);
+        } else if (o < D / 4) {
+          // crumb byte gm of lane block q: nibble bytes 8(gm/4) + gm%4 and the one 4 after it
+          const int q = o / (D / 16), gm = o % (D / 16), b1 = q * (D / 8) + 8 * (gm / 4) + gm % 4;
+          p.codes[(row0 + j) * (D / 4) + o] = (unsigned char)((kbyte(b1) & 0x33u) | ((kbyte(b1 + 4) & 0x33u) << 2));
         }
         if (QJL && o < 4) {
           // lane block q = o: D/8 pairs, bit jj = first channel of pair jj, bit jj + D/8 the second
@@ -252,12 +265,20 @@ __device__ __forceinline__ void compress(const CompressParams& p) {
         const int j = first + t;
         const bool ev = j >= lo && j < hi, od = j + 1 >= lo && j + 1 < hi;
         if (!ev && !od) continue;
-        const int g = o / (D / 8), nu = o % (D / 8), c = 8 * nu + g;
-        unsigned char* dst = p.codes + (row0 / 2 + j / 2) * D + o;
-        const u32 ce = idx_s[t * D + c], co = idx_s[(t + 1) * D + c];
-        // an odd token alone keeps its even partner's low nibble; an even token alone clears
-        // the high nibble for the partner that a later append writes
-        *dst = (unsigned char)(ev && od ? (ce | (co << 4)) : ev ? ce : ((*dst & 0x0fu) | (co << 4)));
+        // nibble byte beta of the pair record: channel 8ν + g, even token low, odd token high
+        auto vbyte = [&](int beta) -> u32 {
+          const int g = beta / (D / 8), nu = beta % (D / 8), c = 8 * nu + g;
+          return idx_s[t * D + c] | (idx_s[(t + 1) * D + c] << 4);
+        };
+        if (crumb && o >= D / 2) continue;
+        // crumbs: byte o of lane block g = o / (D/16) from nibble bytes b1 and b1 + 4 (layout.rs)
+        const int b1 = (o / (D / 16)) * (D / 8) + 8 * ((o % (D / 16)) / 4) + o % 4;
+        const u32 full = crumb ? (vbyte(b1) & 0x33u) | ((vbyte(b1 + 4) & 0x33u) << 2) : vbyte(o);
+        unsigned char* dst = p.codes + (row0 / 2 + j / 2) * (crumb ? D / 2 : D) + o;
+        // the even token's codes are the low nibble of every byte (both layouts): an odd token
+        // alone keeps its even partner's, an even token alone clears the high nibble for the
+        // partner that a later append writes
+        *dst = (unsigned char)(ev && od ? full : ev ? (full & 0x0fu) : ((*dst & 0x0fu) | (full & 0xf0u)));
       }
       if (o < kTokens) {
         const int j = first + o;
@@ -708,6 +729,9 @@ __device__ __forceinline__ float row_norm(const Vec16 (&xr)[Layout<D>::kPieces])
   return n;
 }
 
+// two nibble words of codes < 4 as one crumb word (layout.rs: crumbs_of_nibbles)
+__device__ __forceinline__ u32 crumb_word(u32 w0, u32 w1) { return (w0 & 0x33333333u) | ((w1 & 0x33333333u) << 2); }
+
 template <int D, bool KEYS, bool QJL, bool SPLIT>
 __device__ __forceinline__ void compress_fast(const FastParams& p) {
   using L = Layout<D>;
@@ -805,13 +829,44 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
       for (int t = 0; t < 2; ++t)
         wd[t][i] = __byte_perm(__byte_perm(nb[t][0], nb[t][1], 0x0040), __byte_perm(nb[t][2], nb[t][3], 0x0040), 0x5410);
     }
+    // codes of at most 2 bits (n_bounds <= 3) as crumbs: crumb word j of a lane block holds its
+    // nibble words 2j (bits 0-1 of every nibble) and 2j + 1 (bits 2-3); ferrattn_cuda::turboquant::layout
+    const bool crumb = p.n_bounds <= 3;
     if (KEYS) {
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
         if (!(t ? r.od : r.ev)) continue;
+        if (crumb) {
+          unsigned char* dst = p.codes + (r.row + t) * (D / 4) + q * (D / 16);
+          const u32 c0 = crumb_word(wd[t][0], wd[t][1]);
+          if constexpr (D == 128) st_global_v2(dst, c0, crumb_word(wd[t][2], wd[t][3]));
+          else *reinterpret_cast<u32*>(dst) = c0;
+          continue;
+        }
         unsigned char* dst = p.codes + (r.row + t) * (D / 2) + q * (D / 8);
         if constexpr (D == 128) st_global_v4(dst, wd[t][0], wd[t][1], wd[t][2], wd[t][3]);
         else st_global_v2(dst, wd[t][0], wd[t][1]);
+      }
+    } else if (crumb) {
+      if (r.ev || r.od) {
+        // lane blocks 2q, 2q + 1 of the pair record (D/2 bytes), D/16 bytes each
+        unsigned char* dst = p.codes + (r.row >> 1) * (D / 2) + q * (D / 8);
+        u32 v[D / 32];
+#pragma unroll
+        for (int i = 0; i < D / 32; ++i) v[i] = crumb_word(wd[(2 * i) / (D / 32)][(2 * i) % (D / 32)], wd[(2 * i) / (D / 32)][(2 * i) % (D / 32) + 1]);
+        if (!(r.ev && r.od)) {
+#pragma unroll
+          for (int i = 0; i < D / 32; ++i) {
+            const u32 old = r.ev ? 0u : reinterpret_cast<const u32*>(dst)[i];
+            v[i] = r.ev ? (v[i] & 0x0f0f0f0fu) : ((old & 0x0f0f0f0fu) | (v[i] & 0xf0f0f0f0u));
+          }
+        }
+        if constexpr (D == 128) st_global_v4(dst, v[0], v[1], v[2], v[3]);
+        else st_global_v2(dst, v[0], v[1]);
+      }
+      if (q == 0) {
+        if (r.ev) reinterpret_cast<u16*>(p.norms)[r.row] = F16::from_f32(n0);
+        if (r.od) reinterpret_cast<u16*>(p.norms)[r.row + 1] = F16::from_f32(n1);
       }
     } else {
       if (r.ev || r.od) {

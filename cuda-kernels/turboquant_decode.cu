@@ -46,6 +46,8 @@
 //      `prmt` interleave them into two f16x2 operands. Sign bits enter the T MMA as mantissa
 //      bits of 1.0 (one LOP3 a pair, one shift per 4 pairs; S q pre-scaled and T started at a
 //      per-row constant: see signs2m). Stages below every live row's end skip the masking.
+//      Codes of at most 2 bits are stored as crumbs (4 a byte; KC, VC): a crumb word is two
+//      nibble words folded (crumb_at unfolds them with two LOP3 and a shift), then as above.
 //      The _r8f kernels (opt-in: ferrattn_cuda::turboquant::TurboQuantCuda::fused_merge_for)
 //      run step 3 themselves (fused_merge): the CTA that completes a tile merges it, bit for bit
 //      as the merge kernel would, and no merge kernel is launched. Measured 2.5x slower at
@@ -83,10 +85,10 @@ struct DecodeParams {
   const u32* qf;                  // [tiles][32][D/16][4] f16x2: Π q · scale log2 e, rounded
   const u32* qf_lo;               // the same layout: what the rounding left (q = hi + lo)
   const u32* pf;                  // [tiles][32][D/16][4] f16x2: S q · scale log2 e √(π/2)/m
-  const unsigned char* kcodes;    // [B][Hk][cap][D/2]
+  const unsigned char* kcodes;    // [B][Hk][cap][D/2] (crumbs, KC: [D/4])
   const unsigned char* ksigns;    // [B][Hk][cap][D/8]
   const u32* knorms;              // [B][Hk][cap] f16x2 {‖k‖, ‖r‖}
-  const unsigned char* vcodes;    // [B][Hk][cap/2][D]
+  const unsigned char* vcodes;    // [B][Hk][cap/2][D] (crumbs, VC: [D/2])
   const u16* vnorms;              // [B][Hk][cap] f16
   const int* segs;                // [segments][4]: tile, first token, end token, 0
   const int* unit_segs;           // [units + 1] first segment of each unit
@@ -373,13 +375,17 @@ __device__ __forceinline__ void opaque(const T*& ptr) {
   asm volatile("" : "+l"(ptr));
 }
 
-template <int D, bool QJL>
+// KC, VC: key / value codes as crumbs (2 bits a code; ferrattn_cuda::turboquant::layout). A
+// stage's crumb codes are one contiguous block (16 key rows of D/4 bytes, 8 value pairs of D/2:
+// 4D bytes each), copied as D/8 bytes a lane (lane l's chunk of the block into its entry of the
+// slot: one 16-byte cp.async.cg at D = 128) and read back by crumb_at.
+template <int D, bool QJL, bool KC, bool VC>
 __device__ __forceinline__ Bases bases_of(const DecodeParams& p, size_t row0, int g, int q, int lane) {
   using S = Small<D, QJL>;
   constexpr int NS = S::kSigns / 16;  // sign chunks
   Bases r;
-  r.kc = p.kcodes + (row0 + g) * (D / 2) + q * (D / 8);
-  r.vc = p.vcodes + (row0 / 2 + q) * D + g * (D / 8);
+  r.kc = KC ? p.kcodes + row0 * (D / 4) + lane * (D / 8) : p.kcodes + (row0 + g) * (D / 2) + q * (D / 8);
+  r.vc = VC ? p.vcodes + (row0 / 2) * (D / 2) + lane * (D / 8) : p.vcodes + (row0 / 2 + q) * D + g * (D / 8);
   // chunk `lane` of the small area: the 16 tokens' signs, then norms (every array's row starts at
   // a multiple of 16 tokens: cap is a multiple of 16, so each chunk is 16-byte aligned). Lanes
   // past the last chunk copy the first {‖k‖, ‖r‖} chunk again, into the unused rest of the area
@@ -399,9 +405,9 @@ __device__ __forceinline__ Bases bases_of(const DecodeParams& p, size_t row0, in
 }
 
 // Moves the bases by `tok` tokens (a multiple of 16; value rows hold token pairs)
-template <int D>
+template <int D, bool KC, bool VC>
 __device__ __forceinline__ void advance(Bases& a, int tok) {
-  a.kc += tok * (D / 2), a.vc += (tok / 2) * D, a.sm += tok * a.sm_stride;
+  a.kc += tok * (KC ? D / 4 : D / 2), a.vc += (tok / 2) * (VC ? D / 2 : D), a.sm += tok * a.sm_stride;
 }
 
 // Issues the copies of the 16 tokens at the bases (a running cursor: a stage costs three pointer
@@ -409,16 +415,16 @@ __device__ __forceinline__ void advance(Bases& a, int tok) {
 // is at shared address `st` (slot s of that lane at st + 512 s, its chunk of the small area at
 // st + 512 kSlots), then moves the bases to the next 16 tokens. At D = 128 every copy is a
 // 16-byte cp.async.cg (L2 only).
-template <int D, bool QJL>
+template <int D, bool QJL, bool KC, bool VC>
 __device__ __forceinline__ void issue_stage(Bases& a, u32 st) {
-  constexpr int W = D / 8;  // bytes of a lane's words
+  constexpr int W = D / 8;  // bytes of a lane's words (nibbles), of a lane's chunk (crumbs)
   constexpr u32 kSlot = 32 * 16;
   cp_async_n<W>(st + 0 * kSlot, a.kc);
-  cp_async_n<W>(st + 1 * kSlot, a.kc + 8 * (D / 2));
+  if (!KC) cp_async_n<W>(st + 1 * kSlot, a.kc + 8 * (D / 2));
   cp_async_n<W>(st + 2 * kSlot, a.vc);
-  cp_async_n<W>(st + 3 * kSlot, a.vc + 4 * D);
+  if (!VC) cp_async_n<W>(st + 3 * kSlot, a.vc + 4 * D);
   cp_async_n<16>(st + kSlots * kSlot, a.sm);
-  advance<D>(a, kTileK);
+  advance<D, KC, VC>(a, kTileK);
 }
 
 template <int D>
@@ -428,6 +434,25 @@ __device__ __forceinline__ Words<D> words_of(uint4 v) {
     r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
   } else {
     r.w[0] = v.x, r.w[1] = v.y;
+  }
+  return r;
+}
+
+// Crumb words (D/64 of them: D/16 bytes at byte b of a slot's contiguous crumb block, as
+// issue_stage copied it: chunk b / (D/8) at 16 bytes a lane) as the D/32 nibble words the nibble
+// path reads: crumb word j holds nibble word 2j in bits 0-1 of every nibble, 2j + 1 in bits 2-3
+// (one LOP3, one shift and one LOP3 a crumb word; layout.rs: nibble_words_of_crumb_word).
+template <int D>
+__device__ __forceinline__ Words<D> crumb_at(const unsigned char* slot, int b) {
+  const unsigned char* at = slot + 16 * (b / (D / 8)) + b % (D / 8);
+  Words<D> r;
+  if constexpr (D == 128) {
+    const uint2 x = *reinterpret_cast<const uint2*>(at);
+    r.w[0] = x.x & 0x33333333u, r.w[1] = (x.x >> 2) & 0x33333333u;
+    r.w[2] = x.y & 0x33333333u, r.w[3] = (x.y >> 2) & 0x33333333u;
+  } else {
+    const u32 x = *reinterpret_cast<const u32*>(at);
+    r.w[0] = x & 0x33333333u, r.w[1] = (x >> 2) & 0x33333333u;
   }
   return r;
 }
@@ -445,11 +470,18 @@ __device__ __forceinline__ u32 signs_of(u32 w, int q) {
 
 // The key half of a stage (K codes, signs, both norms) and its value half (V codes). `st` is
 // the stage's first uint4; the small bytes were copied by other lanes (see Stage).
-template <int D, bool QJL>
+template <int D, bool QJL, bool KC>
 __device__ __forceinline__ void read_keys(const uint4* st, int lane, int q, Stage<D>& r) {
   using S = Small<D, QJL>;
-  r.k0 = words_of<D>(st[0 * 32 + lane]);
-  r.k1 = words_of<D>(st[1 * 32 + lane]);
+  if constexpr (KC) {
+    // token g's lane block q (rows of D/4 bytes), token g + 8's
+    const unsigned char* s0 = reinterpret_cast<const unsigned char*>(st);
+    r.k0 = crumb_at<D>(s0, (lane >> 2) * (D / 4) + q * (D / 16));
+    r.k1 = crumb_at<D>(s0, ((lane >> 2) + 8) * (D / 4) + q * (D / 16));
+  } else {
+    r.k0 = words_of<D>(st[0 * 32 + lane]);
+    r.k1 = words_of<D>(st[1 * 32 + lane]);
+  }
   const unsigned char* sb = reinterpret_cast<const unsigned char*>(st + kSlots * 32);
   if (QJL) {
     // D = 128: the word of lane block q of tokens g, g + 8 (16 bytes a token): 4 lane, 128 + 4 lane;
@@ -463,10 +495,18 @@ __device__ __forceinline__ void read_keys(const uint4* st, int lane, int q, Stag
   r.vn0 = *reinterpret_cast<const u32*>(sb + S::kVn + 4 * q);
   r.vn1 = *reinterpret_cast<const u32*>(sb + S::kVn + 16 + 4 * q);
 }
-template <int D>
+template <int D, bool VC>
 __device__ __forceinline__ void read_values(const uint4* st, int lane, Stage<D>& r) {
-  r.v0 = words_of<D>(st[2 * 32 + lane]);
-  r.v1 = words_of<D>(st[3 * 32 + lane]);
+  if constexpr (VC) {
+    // pair q's lane block g (records of D/2 bytes), pair q + 4's
+    const unsigned char* s2 = reinterpret_cast<const unsigned char*>(st + 2 * 32);
+    const int g = lane >> 2, q = lane & 3;
+    r.v0 = crumb_at<D>(s2, q * (D / 2) + g * (D / 16));
+    r.v1 = crumb_at<D>(s2, (q + 4) * (D / 2) + g * (D / 16));
+  } else {
+    r.v0 = words_of<D>(st[2 * 32 + lane]);
+    r.v1 = words_of<D>(st[3 * 32 + lane]);
+  }
 }
 
 __device__ __forceinline__ float half_lo(u32 w) { return F16::to_f32((u16)(w & 0xffffu)); }
@@ -717,7 +757,7 @@ __device__ __forceinline__ void fused_merge(const DecodeParams& p, uint4* smem) 
   }
 }
 
-template <int D, bool QJL, bool KWIDE, bool VWIDE, bool R16, bool FUSED>
+template <int D, bool QJL, bool KWIDE, bool VWIDE, bool R16, bool FUSED, bool KC, bool VC>
 __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   constexpr int CH = D / 16;  // k16 chunks of the head dim
   constexpr int NB = D / 8;   // n8 blocks of the output
@@ -776,7 +816,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
     hd.lim0 = min(hd.tok1, row_end(p, qg, g, sq, sk));
     hd.lim1 = min(hd.tok1, row_end(p, qg, g + 8, sq, sk));
     const size_t row0 = ((size_t)b * p.heads_kv + h) * p.cap;
-    hd.src = bases_of<D, QJL>(p, row0, g, q, lane);
+    hd.src = bases_of<D, QJL, KC, VC>(p, row0, g, q, lane);
     // the loop bound must be the same in every lane (mma.sync and shfl.sync need the whole
     // warp): the segment's iterations, not a row's visible end (rows differ per lane; masked)
     hd.iters = hd.tok1 > hd.tok0 ? (hd.tok1 - hd.tok0 + kTileK - 1) / kTileK : 0;
@@ -784,10 +824,10 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
   };
   // the whole ring (kStages stages) of a segment; hd.src is left at the first stage not issued
   auto issue_ring = [&](Head& hd) {
-    advance<D>(hd.src, hd.tok0);
+    advance<D, KC, VC>(hd.src, hd.tok0);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      if (s < hd.iters) issue_stage<D, QJL>(hd.src, ring_s + s * kStageBytes);
+      if (s < hd.iters) issue_stage<D, QJL, KC, VC>(hd.src, ring_s + s * kStageBytes);
       cp_async_commit();
     }
   };
@@ -1113,7 +1153,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       cp_async_wait<kStages - 1>();  // this lane's copies of stage 0 have landed
       __syncwarp();                  // and every other lane's (the small bytes)
       Stage<D> kc;
-      read_keys<D, QJL>(ring, lane, q, kc);
+      read_keys<D, QJL, KC>(ring, lane, q, kc);
       zero_scores();
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) score_word(kc, w), qjl_word(kc, w);
@@ -1133,8 +1173,8 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       // iteration before) before this iteration's refill of its slot
       __syncwarp();
       Stage<D> kc, vc;
-      read_keys<D, QJL>(reinterpret_cast<const uint4*>(ring_b + so_k), lane, q, kc);
-      read_values<D>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
+      read_keys<D, QJL, KC>(reinterpret_cast<const uint4*>(ring_b + so_k), lane, q, kc);
+      read_values<D, VC>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
       zero_scores();
       // stage it + 1's scores beside stage it's P·V: independent, interleaved in program order
 #pragma unroll
@@ -1165,7 +1205,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         }
       }
       // refill stage it's slot (this lane read it above and its values went into the MMAs)
-      if (it + kStages < iters) issue_stage<D, QJL>(src, ring_s + so_v);
+      if (it + kStages < iters) issue_stage<D, QJL, KC, VC>(src, ring_s + so_v);
       cp_async_commit();
       so_v = so_k;
       so_k = so_k == (kStages - 1) * kStageBytes ? 0u : so_k + kStageBytes;
@@ -1175,7 +1215,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       // epilogue: the last stage's P·V (its copies landed before its scores were read; so_v is
       // its slot)
       Stage<D> vc;
-      read_values<D>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
+      read_values<D, VC>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) pv_word(vc, w);
     }
@@ -1628,29 +1668,33 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
 }  // namespace tq
 }  // namespace ferrattn
 
-// Closed list (ferrattn_cuda::turboquant::kernel_names): D in {64, 128}; keys with QJL and a 1-3
-// bit codebook (8-entry tables), or without QJL with 2-3 bits (n8) or 4 bits (n16); values with
-// 2-3 bits (v8) or 4 bits (v16); 8 or 16 MMA rows in use.
+// Closed list (ferrattn_cuda::turboquant::kernel_names): D in {64, 128}; keys with QJL and a 1-2
+// bit codebook as crumbs (kqjlc) or a 3-bit one as nibbles (kqjl, 8-entry tables), or without
+// QJL with 2 bits as crumbs (knc), 3 (kn8) or 4 bits (kn16); values with 2 bits as crumbs (vc),
+// 3 (v8) or 4 bits (v16); 8 or 16 MMA rows in use.
 // ATTR: the <= 8-row kernels are launched with 4 to kMaxUnitWarps8 warps per CTA (the host's
 // choice), so a register cap rather than launch bounds; the 16-row ones with 4 warps, 2 per SM.
-#define FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, RN, R16, FUSED, ATTR)                        \
+#define FERRATTN_TQ_DECODE(D, KN, QJL, KW, KC, VN, VW, VC, RN, R16, FUSED, ATTR)                \
   extern "C" __global__ void ATTR turboquant_decode_d##D##_##KN##_##VN##_##RN(                 \
       const ferrattn::tq::DecodeParams p) {                                                     \
-    ferrattn::tq::decode_unit<D, QJL, KW, VW, R16, FUSED>(p);                                   \
+    ferrattn::tq::decode_unit<D, QJL, KW, VW, R16, FUSED, KC, VC>(p);                           \
   }
 // r8f: the 8-row kernel with the merge fused (fused_merge; opt-in, 7-warp CTAs one per SM)
-#define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, VN, VW)                                                         \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8, false, false, __maxnreg__(ferrattn::tq::kMaxRegs8))        \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r8f, false, true, __maxnreg__(ferrattn::tq::kMaxRegs8))        \
-  FERRATTN_TQ_DECODE(D, KN, QJL, KW, VN, VW, r16, true, false,                                               \
+#define FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, KC, VN, VW, VC)                                                         \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, KC, VN, VW, VC, r8, false, false, __maxnreg__(ferrattn::tq::kMaxRegs8))        \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, KC, VN, VW, VC, r8f, false, true, __maxnreg__(ferrattn::tq::kMaxRegs8))        \
+  FERRATTN_TQ_DECODE(D, KN, QJL, KW, KC, VN, VW, VC, r16, true, false,                                               \
                      __launch_bounds__(ferrattn::tq::kUnitWarps16 * 32, 2))
-#define FERRATTN_TQ_DECODE_V(D, KN, QJL, KW)         \
-  FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, v8, false)    \
-  FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, v16, true)
+#define FERRATTN_TQ_DECODE_V(D, KN, QJL, KW, KC)         \
+  FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, KC, vc, false, true)    \
+  FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, KC, v8, false, false)   \
+  FERRATTN_TQ_DECODE_R(D, KN, QJL, KW, KC, v16, true, false)
 #define FERRATTN_TQ_DIM(D)                                                                      \
-  FERRATTN_TQ_DECODE_V(D, kqjl, true, false)                                                    \
-  FERRATTN_TQ_DECODE_V(D, kn8, false, false)                                                    \
-  FERRATTN_TQ_DECODE_V(D, kn16, false, true)                                                    \
+  FERRATTN_TQ_DECODE_V(D, kqjlc, true, false, true)                                             \
+  FERRATTN_TQ_DECODE_V(D, kqjl, true, false, false)                                             \
+  FERRATTN_TQ_DECODE_V(D, knc, false, false, true)                                              \
+  FERRATTN_TQ_DECODE_V(D, kn8, false, false, false)                                             \
+  FERRATTN_TQ_DECODE_V(D, kn16, false, true, false)                                             \
   extern "C" __global__ void __launch_bounds__(128) turboquant_prepare_q_d##D(                  \
       const ferrattn::tq::PrepareParams p) {                                                    \
     ferrattn::tq::prepare_q<D>(p);                                                              \

@@ -658,7 +658,9 @@ impl TurboQuantCache {
         let tokens: usize = lens.iter().sum();
         let d = self.head_dim;
         // the device layout (ferrattn_cuda::turboquant::DeviceTurboQuantCache::bytes_per_token_head)
-        let per_head = d / 2 + if self.cfg.key_qjl { d / 8 } else { 0 } + 4 + d / 2 + 2;
+        let (kc, vc) = ferrattn_cuda::turboquant::code_crumbs(&self.cfg);
+        let per_head =
+            ferrattn_cuda::turboquant::layout::bytes_per_token_head(d, self.cfg.key_qjl, kc, vc);
         let compressed = tokens * self.heads_kv * per_head;
         let fp16 = tokens * self.heads_kv * 2 * d * 2;
         let m = pyo3::types::PyDict::new(py);

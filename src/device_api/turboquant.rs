@@ -303,7 +303,8 @@ impl TurboQuantCacheSpec {
         {
             return usize::MAX;
         }
-        tq::cache_bytes(
+        tq::cache_bytes_for(
+            &self.config,
             self.batch,
             self.heads_kv,
             self.head_dim,

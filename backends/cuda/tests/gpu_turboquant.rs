@@ -84,6 +84,8 @@ fn configs(p: &AttentionProblem) -> Vec<TurboQuantConfig> {
         (3, false, 3),
         (2, false, 2),
         (4, true, 4),
+        // 2-bit codes stored at 2 bits (crumbs): a 2-bit key codebook with QJL, 2-bit values
+        (3, true, 2),
     ] {
         v.push(TurboQuantConfig {
             key_bits,
@@ -320,7 +322,9 @@ fn gpu_decode_steps_with_appends_equal_the_emulation() {
     let total: Vec<usize> = prefill.iter().map(|&l| l + steps).collect();
     let full = problem(&vec![1; total.len()], &total, 16, 4, d, false);
     let x = inputs(&full, 99);
-    for cfg in [configs(&full)[0].clone(), configs(&full)[4].clone()] {
+    // [5], [7]: key and value codes as crumbs (value pairs split across appends)
+    for i in [0, 4, 5, 7] {
+        let cfg = configs(&full)[i].clone();
         let t = engine(&b, &cfg, &full);
         let mut cache = t
             .alloc_cache(full.batch, full.heads_kv, full.max_seqlen_k)
@@ -441,7 +445,7 @@ fn gpu_fused_merge_equals_the_merge_kernel_launch_after_launch() {
     for (lq, lk, hq, hk, d, causal) in cases {
         let p = problem(lq, lk, hq, hk, d, causal);
         let x = inputs(&p, 7 + lk[0] as u64);
-        for cfg in [configs(&p)[0].clone(), configs(&p)[3].clone()] {
+        for cfg in [0, 3, 7].map(|i| configs(&p)[i].clone()) {
             let what = format!(
                 "{} lq {lq:?} lk {lk:?} {hq}/{hk} d {d} causal {causal}",
                 name(&cfg)
@@ -492,7 +496,8 @@ fn gpu_turboquant_sanitizer_small() {
     };
     let p = problem(&[2, 1], &[37, 20], 8, 2, 64, true);
     let x = inputs(&p, 5);
-    for cfg in [configs(&p)[0].clone(), configs(&p)[3].clone()] {
+    // [5], [7]: crumb codes (keys with and without QJL, values)
+    for cfg in [0, 3, 5, 7].map(|i| configs(&p)[i].clone()) {
         let t = engine(&b, &cfg, &p);
         let (out, mut cache) = t.run(&p, &x, Some(3)).unwrap();
         check_decode(&format!("sanitizer {}", name(&cfg)), &p, &x, &cfg, &out);
@@ -806,7 +811,7 @@ fn gpu_fast_appends_equal_one_fast_compression() {
         .collect();
     let full = problem(&vec![1; total.len()], &total, 8, 4, d, false);
     let x = inputs(&full, 123);
-    for cfg in [configs(&full)[0].clone(), configs(&full)[3].clone()] {
+    for cfg in [0, 3, 5, 7].map(|i| configs(&full)[i].clone()) {
         for path in [CompressPath::Fast, CompressPath::Split] {
             let t = engine(&b, &cfg, &full).with_compress_path(path);
             let (_, once) = t.run(&full, &x, None).unwrap();
@@ -882,7 +887,7 @@ fn gpu_turboquant_fast_sanitizer_small() {
     };
     let p = problem(&[1, 1], &[37, 20], 8, 2, 64, false);
     let x = inputs(&p, 5);
-    for cfg in [configs(&p)[0].clone(), configs(&p)[3].clone()] {
+    for cfg in [0, 3, 5, 7].map(|i| configs(&p)[i].clone()) {
         for path in [CompressPath::Fast, CompressPath::Split] {
             let t = engine(&b, &cfg, &p).with_compress_path(path);
             let mut cache = t.alloc_cache(p.batch, p.heads_kv, 64).unwrap();

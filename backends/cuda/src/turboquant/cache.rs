@@ -16,6 +16,10 @@ pub struct DeviceTurboQuantCache {
     pub(super) head_dim: usize,
     pub(super) capacity: usize,
     pub(super) key_qjl: bool,
+    /// Key codes as crumbs (codebook of at most 2 bits: [`layout::crumbs`]), else nibbles.
+    pub(super) key_crumbs: bool,
+    /// Value codes as crumbs (2-bit values), else nibbles.
+    pub(super) value_crumbs: bool,
     pub(super) lens: Vec<usize>,
     pub(super) kcodes: DeviceBuffer,
     pub(super) ksigns: DeviceBuffer,
@@ -60,10 +64,20 @@ impl DeviceTurboQuantCache {
     }
 
     /// Device bytes a decode reads per token and KV head: `d/2 + 4` for keys (`+ d/8` of signs
-    /// with QJL), `d/2 + 2` for values (one nibble per coordinate whatever the bit width).
+    /// with QJL), `d/2 + 2` for values, one nibble per coordinate for codes of 3-4 bits; codes
+    /// of at most 2 bits take 2 bits (`d/4` instead of `d/2`: [`layout::bytes_per_token_head`]).
     pub fn bytes_per_token_head(&self) -> usize {
-        let d = self.head_dim;
-        d / 2 + if self.key_qjl { d / 8 } else { 0 } + 4 + d / 2 + 2
+        layout::bytes_per_token_head(
+            self.head_dim,
+            self.key_qjl,
+            self.key_crumbs,
+            self.value_crumbs,
+        )
+    }
+
+    /// Whether key and value codes are stored as crumbs (4 a byte).
+    pub fn crumbs(&self) -> (bool, bool) {
+        (self.key_crumbs, self.value_crumbs)
     }
 
     /// Sequences.
@@ -140,13 +154,17 @@ impl DeviceTurboQuantCache {
             v_norm: vec![0.0; rows],
         };
         let h2f = |b: u16| f16::from_bits(b).to_f32();
+        let kb = layout::key_code_bytes(d, self.key_crumbs);
+        let vb = layout::value_pair_bytes(d, self.value_crumbs);
         for b in 0..b_ {
             for j in 0..self.lens[b].min(max_seqlen_k) {
                 for h in 0..hk {
                     let src = (b * hk + h) * cap + j;
                     let dst = (b * max_seqlen_k + j) * hk + h;
-                    kv.k_idx[dst * d..(dst + 1) * d].copy_from_slice(&layout::unpack_key_codes(
-                        &kc[src * d / 2..(src + 1) * d / 2],
+                    kv.k_idx[dst * d..(dst + 1) * d].copy_from_slice(&layout::unpack_key_row(
+                        d,
+                        &kc[src * kb..(src + 1) * kb],
+                        self.key_crumbs,
                     ));
                     kv.k_signs[dst * d / 8..(dst + 1) * d / 8].copy_from_slice(
                         &layout::unpack_signs(d, &ks[src * d / 8..(src + 1) * d / 8]),
@@ -154,9 +172,11 @@ impl DeviceTurboQuantCache {
                     kv.k_norm[dst] = h2f(kn[src] as u16);
                     kv.r_norm[dst] = h2f((kn[src] >> 16) as u16);
                     let pair = ((b * hk + h) * cap) / 2 + j / 2;
-                    kv.v_idx[dst * d..(dst + 1) * d].copy_from_slice(&layout::unpack_value_codes(
-                        &vc[pair * d..(pair + 1) * d],
+                    kv.v_idx[dst * d..(dst + 1) * d].copy_from_slice(&layout::unpack_value_pair(
+                        d,
+                        &vc[pair * vb..(pair + 1) * vb],
                         j % 2,
+                        self.value_crumbs,
                     ));
                     kv.v_norm[dst] = h2f(vn[src]);
                 }

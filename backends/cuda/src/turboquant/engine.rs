@@ -2,6 +2,7 @@
 
 use super::cache::DeviceTurboQuantCache;
 use super::contract::{CodeLut, CompressPath, FastDiv};
+use super::layout;
 use super::params::{
     centroid_tables, codebook_arrays, f16_friendly_scale, CombineParams, CompressParams,
     DecodeParams, FastCompressParams, PrepareParams,
@@ -10,7 +11,7 @@ use super::step::{
     PreparedTurboQuantAppend, PreparedTurboQuantDecode, PreparedTurboQuantStep,
     TurboQuantAppendTables, TurboQuantDecodeTables, TurboQuantStepPlan, TURBOQUANT_WORKSPACE_ALIGN,
 };
-use super::support::{check_supported, kernel_names, KernelNames};
+use super::support::{check_supported, code_crumbs, kernel_names, KernelNames};
 use super::{
     cache_capacity, compress_smem_bytes, decode_smem_bytes, default_units,
     fast_compress_smem_bytes, fast_matrices, merge_warps, small_decode, small_work_smem_bytes,
@@ -480,6 +481,7 @@ impl TurboQuantCuda {
         let d = self.head_dim;
         let cap = cache_capacity(capacity);
         let rows = batch * heads_kv * cap;
+        let (kcr, vcr) = code_crumbs(&self.cfg);
         let zeroed = |bytes: usize| -> Result<DeviceBuffer> {
             let mut b = DeviceBuffer::alloc(&self.gpu, bytes.div_ceil(4) * 4)?;
             // padding tokens are read (and masked) by the last tile of a sequence: keep them finite
@@ -492,11 +494,13 @@ impl TurboQuantCuda {
             head_dim: d,
             capacity: cap,
             key_qjl: self.cfg.key_qjl,
+            key_crumbs: kcr,
+            value_crumbs: vcr,
             lens: vec![0; batch],
-            kcodes: zeroed(rows * d / 2)?,
+            kcodes: zeroed(rows * layout::key_code_bytes(d, kcr))?,
             ksigns: zeroed(rows * d / 8)?,
             knorms: zeroed(rows * 4)?,
-            vcodes: zeroed(rows * d / 2)?,
+            vcodes: zeroed(rows / 2 * layout::value_pair_bytes(d, vcr))?,
             vnorms: zeroed(rows * 2)?,
         })
     }

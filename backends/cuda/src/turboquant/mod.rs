@@ -54,7 +54,7 @@ pub use self::step::{
     PreparedTurboQuantAppend, PreparedTurboQuantDecode, PreparedTurboQuantStep,
     TurboQuantAppendTables, TurboQuantDecodeTables, TurboQuantStepPlan, TURBOQUANT_WORKSPACE_ALIGN,
 };
-pub use self::support::{check_supported, kernel_names, KernelNames};
+pub use self::support::{check_supported, code_crumbs, kernel_names, KernelNames};
 
 use ferrattn_core::lean::{Schedule, TileSpace};
 #[cfg(doc)] // intra-doc links only
@@ -180,13 +180,41 @@ pub fn cache_capacity(capacity: usize) -> usize {
 }
 
 /// Device bytes [`TurboQuantCuda::alloc_cache`] allocates for `batch` sequences of `capacity`
-/// tokens, `heads_kv` heads of dimension `d` (sign bytes are allocated with or without QJL).
+/// tokens, `heads_kv` heads of dimension `d` (sign bytes are allocated with or without QJL),
+/// codes as nibbles (the largest layout; [`cache_bytes_for`] follows the configuration's).
 pub fn cache_bytes(batch: usize, heads_kv: usize, d: usize, capacity: usize) -> usize {
+    cache_bytes_with(batch, heads_kv, d, capacity, (false, false))
+}
+
+/// [`cache_bytes`] for a configuration: key and value codes of at most 2 bits as crumbs.
+pub fn cache_bytes_for(
+    cfg: &ferrattn_core::turboquant::TurboQuantConfig,
+    batch: usize,
+    heads_kv: usize,
+    d: usize,
+    capacity: usize,
+) -> usize {
+    cache_bytes_with(batch, heads_kv, d, capacity, support::code_crumbs(cfg))
+}
+
+fn cache_bytes_with(
+    batch: usize,
+    heads_kv: usize,
+    d: usize,
+    capacity: usize,
+    (kc, vc): (bool, bool),
+) -> usize {
     let rows = batch * heads_kv * cache_capacity(capacity);
-    [rows * d / 2, rows * d / 8, rows * 4, rows * d / 2, rows * 2]
-        .iter()
-        .map(|b| b.div_ceil(4) * 4)
-        .sum()
+    [
+        rows * layout::key_code_bytes(d, kc),
+        rows * d / 8,
+        rows * 4,
+        rows / 2 * layout::value_pair_bytes(d, vc),
+        rows * 2,
+    ]
+    .iter()
+    .map(|b| b.div_ceil(4) * 4)
+    .sum()
 }
 
 /// Dynamic shared memory of a decode CTA of `warps` warps: every warp's cp.async ring, then

@@ -84,13 +84,25 @@ pub fn check_supported(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<(
     Ok(())
 }
 
+/// Whether the device stores key codes and value codes as crumbs (2 bits a code: a key codebook
+/// of at most 2 bits, 2-bit values; [`super::layout`]) rather than nibbles.
+pub fn code_crumbs(cfg: &TurboQuantConfig) -> (bool, bool) {
+    (
+        super::layout::crumbs(cfg.key_codebook_bits()),
+        super::layout::crumbs(cfg.value_bits),
+    )
+}
+
 /// Kernel names for a configuration; `Unsupported` outside the closed list.
 pub fn kernel_names(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<KernelNames> {
     check_supported(cfg, p)?;
     let d = p.head_dim_qk;
+    // codes of at most 2 bits as crumbs (`c`), 3-4 bits as nibbles (8- or 16-entry tables)
     let k = match (cfg.key_qjl, cfg.key_codebook_bits()) {
-        (true, 1..=3) => "kqjl",
-        (false, 2..=3) => "kn8",
+        (true, 1..=2) => "kqjlc",
+        (true, 3) => "kqjl",
+        (false, 2) => "knc",
+        (false, 3) => "kn8",
         (false, 4) => "kn16",
         (qjl, b) => {
             return Err(CudaError::Unsupported {
@@ -99,7 +111,17 @@ pub fn kernel_names(cfg: &TurboQuantConfig, p: &AttentionProblem) -> Result<Kern
             })
         }
     };
-    let v = if cfg.value_bits == 4 { "v16" } else { "v8" };
+    let v = match cfg.value_bits {
+        2 => "vc",
+        3 => "v8",
+        4 => "v16",
+        b => {
+            return Err(CudaError::Unsupported {
+                what: format!("{b}-bit values"),
+                supported: "2, 3 or 4 bits".into(),
+            })
+        }
+    };
     Ok(KernelNames {
         compress_keys: format!(
             "turboquant_compress_keys_{}_d{d}",

@@ -195,6 +195,70 @@ fn layouts_are_permutations_that_round_trip() {
 }
 
 #[test]
+fn crumb_layout_round_trips_and_unpacks_to_the_nibble_words() {
+    for d in [64usize, 128] {
+        // keys: a row of codes < 4 as d/4 bytes; the decode's unpacking of each crumb word gives
+        // the nibble layout's words of the same lane block (so the nibble path runs unchanged)
+        let idx: Vec<u8> = (0..d).map(|i| ((i * 7 + 3) % 4) as u8).collect();
+        let nib = layout::pack_key_codes(&idx);
+        let cr = layout::pack_key_row(&idx, true);
+        assert_eq!(cr.len(), d / 4);
+        assert_eq!(layout::unpack_key_row(d, &cr, true), idx);
+        assert_eq!(layout::unpack_key_row(d, &nib, false), idx);
+        let words = |b: &[u8]| -> Vec<u32> {
+            b.chunks(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        for q in 0..4 {
+            let nw = words(&nib[q * d / 8..(q + 1) * d / 8]);
+            let cw = words(&cr[q * d / 16..(q + 1) * d / 16]);
+            for (j, &x) in cw.iter().enumerate() {
+                assert_eq!(
+                    layout::nibble_words_of_crumb_word(x),
+                    (nw[2 * j], nw[2 * j + 1]),
+                    "d {d} lane block {q} word {j}"
+                );
+            }
+        }
+        // values: a pair record of d/2 bytes, both tokens back
+        let even: Vec<u8> = (0..d).map(|i| ((i * 5 + 1) % 4) as u8).collect();
+        let odd: Vec<u8> = (0..d).map(|i| ((i * 3 + 2) % 4) as u8).collect();
+        let nib = layout::pack_value_pair(&even, &odd, false);
+        let cr = layout::pack_value_pair(&even, &odd, true);
+        assert_eq!(cr.len(), d / 2);
+        for (crumbs, rec) in [(false, &nib), (true, &cr)] {
+            assert_eq!(layout::unpack_value_pair(d, rec, 0, crumbs), even);
+            assert_eq!(layout::unpack_value_pair(d, rec, 1, crumbs), odd);
+        }
+        for g in 0..8 {
+            let nw = words(&nib[g * d / 8..(g + 1) * d / 8]);
+            let cw = words(&cr[g * d / 16..(g + 1) * d / 16]);
+            for (j, &x) in cw.iter().enumerate() {
+                assert_eq!(
+                    layout::nibble_words_of_crumb_word(x),
+                    (nw[2 * j], nw[2 * j + 1])
+                );
+            }
+        }
+        // the even token's codes are the low nibble of every byte in both layouts (an append of
+        // one token of a pair masks with 0x0f / 0xf0)
+        let zero = vec![0u8; d];
+        assert!(layout::pack_value_pair(&even, &zero, true)
+            .iter()
+            .all(|b| b & 0xf0 == 0));
+        assert!(layout::pack_value_pair(&zero, &odd, true)
+            .iter()
+            .all(|b| b & 0x0f == 0));
+    }
+    // bytes per token and KV head at d = 128
+    assert_eq!(layout::bytes_per_token_head(128, true, false, false), 150); // k4q-v3
+    assert_eq!(layout::bytes_per_token_head(128, true, true, true), 86); // k3q-v2, k2q-v2
+    assert_eq!(layout::bytes_per_token_head(128, false, true, true), 70); // k2-v2
+    assert_eq!(layout::bytes_per_token_head(128, true, true, false), 118); // k3q-v3
+}
+
+#[test]
 fn key_layout_gives_each_lane_its_b_fragments() {
     // lane (g, q) reads bytes [q d/8, (q+1) d/8) of token g; its 32-bit word w holds, low 16
     // bits first, the b0/b1 pairs of chunks 2w and 2w + 1: (16κ + 2q, +1) then (16κ + 8 + 2q, +1)
@@ -253,8 +317,31 @@ fn closed_list_of_configurations() {
     cfg.key_bits = 2;
     assert_eq!(
         kernel_names(&cfg, &p).unwrap().decode_r8,
-        "turboquant_decode_d128_kn8_v16_r8"
+        "turboquant_decode_d128_knc_v16_r8"
     );
+    // codes of at most 2 bits as crumbs: keys (a 1-2 bit codebook), values (2 bits)
+    for (key_bits, key_qjl, value_bits, want) in [
+        (3u8, true, 2u8, "kqjlc_vc"),
+        (2, true, 3, "kqjlc_v8"),
+        (4, true, 2, "kqjl_vc"),
+        (2, false, 2, "knc_vc"),
+        (3, false, 3, "kn8_v8"),
+    ] {
+        let c = TurboQuantConfig {
+            key_bits,
+            key_qjl,
+            value_bits,
+            ..cfg.clone()
+        };
+        assert_eq!(
+            kernel_names(&c, &p).unwrap().decode_r8f,
+            format!("turboquant_decode_d128_{want}_r8f")
+        );
+        assert_eq!(
+            code_crumbs(&c),
+            (c.key_codebook_bits() <= 2, value_bits == 2)
+        );
+    }
     let bad = |c: &TurboQuantConfig, p: &AttentionProblem| {
         matches!(kernel_names(c, p), Err(CudaError::Unsupported { .. }))
     };

@@ -4,7 +4,10 @@ use ferrattn_core::{AttentionProblem, Tensor};
 use half::f16;
 
 /// The device bytes of a cache (capacity rounded to 16 tokens), as the compression kernels
-/// write them.
+/// write them in the nibble layout. Codes of at most 2 bits are stored as crumbs on the device
+/// ([`layout::crumbs_of_nibbles`]); the decode unpacks a crumb word into exactly the two nibble
+/// words held here (`layout::nibble_words_of_crumb_word`, tested), so the twin reads nibbles
+/// for every configuration.
 pub struct DeviceImage {
     cap: usize,
     kcodes: Vec<u8>,
