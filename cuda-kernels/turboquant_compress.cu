@@ -396,11 +396,15 @@ constexpr int kLut = 256;
 // #{boundaries of bins < k} and bound_k = the first boundary of a bin >= k (+inf if none; that is
 // boundary count_k), count_k + (bound_k < y) is the exact count for every real y of bin k: the
 // grid is monotone in y (ferrattn_cuda::turboquant::CodeLut is the twin and holds these per bin).
-// In shared memory the kernel keeps count_k as one byte per bin (256 bytes: a warp's 32 lookups
-// touch at most 2 words per bank) and the boundaries and centroids as 16- and 32-entry f32
-// tables indexed by the count (at most 16 distinct words: conflict-free). `cnt` is the shared
-// address of the byte table minus 0x4B000000 (mod 2^32): fma(u, 255, 2^23) has the f32 bits
-// 0x4B000000 + k, so the byte's address is one add.
+// In shared memory the kernel keeps 8 count_k as one byte per bin (256 bytes: a warp's 32
+// lookups touch at most 2 words per bank) and, indexed by that byte, an 8-byte entry
+// {c, boundary c} per count c (16 entries, 128 bytes: the 16 possible entries sit in distinct bank
+// pairs, so a warp's 32 loads never conflict). The byte is the entry's offset, so both loads
+// take their address as one register plus a uniform base, with no scaling: the count comes back
+// with its boundary (issue 10, ninth compression pass: the count byte, the boundary's LEA and
+// load, 3 instructions, became 2; the codes are the same function of acc, s and n).
+// `cnt` is the shared address of the byte table minus 0x4B000000 (mod 2^32): fma(u, 255, 2^23)
+// has the f32 bits 0x4B000000 + k, so the byte's address is one add.
 // The lookup from the product's accumulator `acc` = ‖x‖ y and the row's scale s = fl(fl(1/n) scale)
 // (n > 0; a zero row passes n = 1, s = scale and acc = ±0): the norm folded into the grid's
 // scale (the bin by one FMA from acc) and into the comparison, bound n < acc exactly as the sign
@@ -408,15 +412,16 @@ constexpr int kLut = 256;
 // The result is #{b : b n < acc} = #{b < acc / n} (real division) unless a boundary lies
 // between acc / n and the y' whose bin acc s selects, y' = (acc / n)(1 + δ), |δ| <= 2^-23
 // (the two roundings of s): a near tie far inside the contract's τ (CodeLut::code_scaled is
-// the twin, host test code_scaled_lookup_is_exact_outside_2e_22_of_a_boundary).
+// the twin, host test code_scaled_lookup_is_exact_outside_2e_22_of_a_boundary; the two-table
+// form is CodeLut::code_two_level, host test code_two_level_equals_code_scaled).
 __device__ __forceinline__ u32 code_scaled(u32 cnt, u32 bnd, const FastParams& p, float acc, float s, float n) {
   float u, t;
   asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(acc), "f"(s), "f"(p.lut_off));
   asm("fma.rn.f32 %0, %1, 0f437F0000, 0f4B000000;" : "=f"(t) : "f"(u));  // 255 u + 2^23
-  u32 c;
+  u32 e, c;
   float b;
-  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(cnt + __float_as_uint(t)));
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b) : "r"(bnd + 4u * c));
+  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(e) : "r"(cnt + __float_as_uint(t)));  // 8 count_k
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(c), "=f"(b) : "r"(bnd + e));
   float dlt;
   asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(dlt) : "f"(b), "f"(n), "f"(-acc));
   return c + (__float_as_uint(dlt) >> 31);
@@ -719,9 +724,9 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   const u32 pih_a = smem_addr(base);                                    // Π (f16, K permuted)
   const u32 pil_a = pih_a + L::kMatBytes;                               // Π - Π_hi (SPLIT)
   const u32 m_a = pil_a + (SPLIT ? L::kMatBytes : 0);                   // S Πᵀ (QJL)
-  unsigned char* cnt_s = base + (m_a - pih_a) + (QJL ? L::kMatBytes : 0);  // [kLut] count bytes
-  float* bnd_t = reinterpret_cast<float*>(cnt_s + kLut);               // [16] boundaries
-  float* cen_t = bnd_t + 16;                                           // [32] centroids
+  unsigned char* cnt_s = base + (m_a - pih_a) + (QJL ? L::kMatBytes : 0);  // [kLut] 8 x count bytes
+  u32* bnd_t = reinterpret_cast<u32*>(cnt_s + kLut);                   // [16] {count, boundary}
+  float* cen_t = reinterpret_cast<float*>(bnd_t + 32);                 // [32] centroids
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int items = p.batch * p.heads_kv * p.groups;
@@ -733,11 +738,13 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   Rows cur = chunk_rows(p, c, items, tile, pair);
   if (c < chunks) load_rows<D>(p, cur, q, x);
 
-  for (int i = threadIdx.x; i < kLut; i += kThreads) cnt_s[i] = (unsigned char)__float_as_uint(p.lut[i].y);
+  // the byte of bin k is 8 count_k: the offset of count_k's entry in bnd_t (count_k <= 15)
+  for (int i = threadIdx.x; i < kLut; i += kThreads) cnt_s[i] = (unsigned char)(8u * __float_as_uint(p.lut[i].y));
   if (threadIdx.x < 16) {
-    // boundary c of the table = CodeLut's boundary of the bins whose count is c (+ 0: no -0)
+    // entry c: CodeLut's boundary of the bins whose count is c (+ 0: no -0), and c
     const int cc = threadIdx.x;
-    bnd_t[cc] = cc < p.n_bounds ? tq::fadd_rn(p.bounds[cc], 0.f) : __int_as_float(0x7f800000);
+    bnd_t[2 * cc + 1] = __float_as_uint(cc < p.n_bounds ? tq::fadd_rn(p.bounds[cc], 0.f) : __int_as_float(0x7f800000));
+    bnd_t[2 * cc] = (u32)cc;
   }
   if (threadIdx.x < 32) cen_t[threadIdx.x] = p.cents[min((int)threadIdx.x, p.n_bounds)];
   // the byte table's biased address through shared memory: ptxas cannot split it into a uniform

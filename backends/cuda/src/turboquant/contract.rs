@@ -370,4 +370,39 @@ impl CodeLut {
         let below = e[0].mul_add(nn, -acc).to_bits() >> 31;
         (e[1].to_bits() + below) as u8
     }
+
+    /// The fast kernels' tables since the ninth compression pass (`tqf::code_scaled`): per bin
+    /// `k` the byte `8 count_k`, which is the offset of count `c`'s 8-byte entry
+    /// `{boundary c (+0, or +inf past the last boundary), c}` in the second table (the kernel
+    /// stores it as the words `c`, then the boundary), so the kernel
+    /// loads the count with its boundary and neither address is scaled. Built from the
+    /// codebook's `bounds` as the kernel builds them from `FastCompressParams::bounds`.
+    pub fn two_level_tables(&self, bounds: &[f32]) -> (Vec<u8>, Vec<(f32, u32)>) {
+        let bytes = self
+            .entries
+            .iter()
+            .map(|e| u8::try_from(8 * e[1].to_bits()).expect("a count below 32"))
+            .collect();
+        let ents = (0..16u32)
+            .map(|c| {
+                let b = bounds.get(c as usize).map_or(f32::INFINITY, |&b| b + 0.0);
+                (b, c)
+            })
+            .collect();
+        (bytes, ents)
+    }
+
+    /// [`Self::code_scaled`] through the tables of [`Self::two_level_tables`], as the kernel
+    /// looks it up: the bin's byte, then the entry at that byte offset. The same function of
+    /// `acc` and `n` (host test `code_two_level_equals_code_scaled`).
+    pub fn code_two_level(&self, bytes: &[u8], ents: &[(f32, u32)], acc: f32, n: f32) -> u8 {
+        let (s, nn) = if n > 0.0 {
+            ((1.0 / n) * self.scale, n)
+        } else {
+            (self.scale, 1.0)
+        };
+        let (b, c) = ents[bytes[self.bin_of(acc.mul_add(s, self.off))] as usize / 8];
+        let below = b.mul_add(nn, -acc).to_bits() >> 31;
+        (c + below) as u8
+    }
 }

@@ -284,7 +284,7 @@ pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool, split: bool) -> u
         + if split { mat } else { 0 }
         + if keys_with_qjl { mat } else { 0 }
         + CODE_LUT_BINS
-        + 4 * (16 + 32) // the code lookup: a count byte per bin, 16 boundaries, 32 centroids
+        + 4 * (2 * 16 + 32) // the code lookup: a count byte per bin, 16 {boundary, count}, 32 centroids
 }
 
 /// `Π` as f16 hi and lo (`lo = f16(Π - hi)`) and `S Πᵀ` (f64 products, rounded once to f16),

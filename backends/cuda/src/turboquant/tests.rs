@@ -559,6 +559,71 @@ fn code_scaled_lookup_is_exact_outside_2e_22_of_a_boundary() {
 }
 
 #[test]
+fn code_two_level_equals_code_scaled() {
+    // the ninth compression pass's tables (a byte 8 count_k per bin, an entry {boundary, count}
+    // per count) against the fourth pass's lookup: the same entry for every bin of every
+    // codebook, and the same code over a dense sweep of every f32 accumulator (every 2^13th bit
+    // pattern: all signs, exponents, NaN and infinities) for norms of every scale, and over
+    // +-64 ulps of every boundary times the norm
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut total = 0usize;
+    for d in [64, 128] {
+        for bits in 1..=4u8 {
+            let cb = ferrattn_core::turboquant::codebook(bits, d);
+            let (b, c) = (cb.boundaries_f32(), cb.centroids_f32());
+            let lut = CodeLut::new(b, c);
+            let (bytes, ents) = lut.two_level_tables(b);
+            assert_eq!(bytes.len(), CODE_LUT_BINS);
+            for (k, e) in lut.entries.iter().enumerate() {
+                let (eb, ec) = ents[bytes[k] as usize / 8];
+                assert_eq!(bytes[k] % 8, 0);
+                assert_eq!(eb.to_bits(), e[0].to_bits(), "bits {bits} d {d} bin {k}");
+                assert_eq!(ec, e[1].to_bits(), "bits {bits} d {d} bin {k}");
+            }
+            let mut norms: Vec<f32> = vec![
+                0.0,
+                1.0,
+                f32::INFINITY,
+                f32::NAN,
+                f32::MIN_POSITIVE,
+                65504.0 * 11.4,
+            ];
+            norms.extend((0..6).map(|_| 2f64.powf(next() * 40.0 - 20.0) as f32));
+            for &n in &norms {
+                for i in 0..(1u64 << 19) {
+                    let acc = f32::from_bits((i << 13) as u32 ^ (next() * 8192.0) as u32);
+                    assert_eq!(
+                        lut.code_two_level(&bytes, &ents, acc, n),
+                        lut.code_scaled(acc, n),
+                        "bits {bits} d {d}: acc {acc:e} n {n:e}"
+                    );
+                    total += 1;
+                }
+                for &x in b {
+                    let a0 = x * n;
+                    for k in -64i32..=64 {
+                        let acc = f32::from_bits((a0.to_bits() as i32 + k) as u32);
+                        assert_eq!(
+                            lut.code_two_level(&bytes, &ents, acc, n),
+                            lut.code_scaled(acc, n),
+                            "bits {bits} d {d}: acc {acc:e} n {n:e}"
+                        );
+                        total += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(total > 50_000_000, "{total} lookups");
+}
+
+#[test]
 fn fast_matrices_split_pi_and_fold_the_sketch() {
     let cfg = TurboQuantConfig::paper_default(&AttentionProblem::uniform(
         1,
