@@ -624,6 +624,70 @@ fn code_two_level_equals_code_scaled() {
 }
 
 #[test]
+fn code_wide_equals_code_scaled() {
+    // the ninth compression pass's wide grid (one FMA, no clamp) against the fourth pass's
+    // saturated grid for finite rows: the same code over a dense sweep of every f32 accumulator
+    // with |acc / n| <= 1.25 (every 2^13th bit pattern, low bits random) for norms of every
+    // scale, and over +-256 ulps of every boundary times the norm; the wide table's bins in range
+    let mut rng = 0x0DDB_1A5E_5BAD_5EEDu64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut total = 0usize;
+    for d in [64, 128] {
+        for bits in 1..=4u8 {
+            let cb = ferrattn_core::turboquant::codebook(bits, d);
+            let (b, c) = (cb.boundaries_f32(), cb.centroids_f32());
+            let lut = CodeLut::new(b, c);
+            let (_, ents) = lut.two_level_tables(b);
+            let wide = lut.wide_bytes(b);
+            assert_eq!(wide.len(), CODE_WIDE_BINS);
+            // |y| <= 1.25 stays inside the table, for the largest scale a row can have
+            for y in [-1.25f32, 1.25] {
+                let j = y
+                    .mul_add(lut.wide_scale * (1.0 + 2f32.powi(-21)), lut.wide_off)
+                    .to_bits()
+                    .wrapping_sub(0x4B00_0000) as usize;
+                assert!(j < CODE_WIDE_BINS, "bits {bits} d {d}: y {y} bin {j}");
+            }
+            let mut norms: Vec<f32> = vec![0.0, 1.0, f32::MIN_POSITIVE, 65504.0 * 11.4];
+            norms.extend((0..8).map(|_| 2f64.powf(next() * 40.0 - 20.0) as f32));
+            for &n in &norms {
+                let nn = if n > 0.0 { n } else { 1.0 };
+                let mut check = |acc: f32| {
+                    if !((acc / nn).abs() <= 1.25) {
+                        return;
+                    }
+                    let w = lut.code_wide(&wide, &ents, acc, n);
+                    assert_eq!(
+                        w,
+                        Some(lut.code_scaled(acc, n)),
+                        "bits {bits} d {d}: acc {acc:e} n {n:e}"
+                    );
+                    total += 1;
+                };
+                for i in 0..(1u64 << 19) {
+                    check(f32::from_bits((i << 13) as u32 ^ (next() * 8192.0) as u32));
+                }
+                for &x in b {
+                    let a0 = x * nn;
+                    for k in -256i32..=256 {
+                        check(f32::from_bits((a0.to_bits() as i32 + k) as u32));
+                    }
+                }
+                for _ in 0..100_000 {
+                    check(((next() * 2.0 - 1.0) * 0.5 * nn as f64) as f32);
+                }
+            }
+        }
+    }
+    assert!(total > 10_000_000, "{total} lookups");
+}
+
+#[test]
 fn fast_matrices_split_pi_and_fold_the_sketch() {
     let cfg = TurboQuantConfig::paper_default(&AttentionProblem::uniform(
         1,
