@@ -35,8 +35,6 @@
 //   values codes [B][Hk][cap/2][D]  token pairs (2p, 2p+1): lane block g of D/8 bytes, byte ν
 //                                   holds channel 8ν + g, token 2p low nibble, 2p+1 high
 //          norms [B][Hk][cap]       f16 ‖v‖
-#include <type_traits>
-
 #include "common.cuh"
 #include "sm90.cuh"
 
@@ -383,7 +381,6 @@ struct FastParams {
   float lut_scale, lut_off;   // bin = rint(255 sat(y scale + off))
   u32 groups_mul, groups_shr; // item / groups = umulhi(item, mul) >> shr (mul = 0: groups = 1)
   u32 heads_mul, heads_shr;   // likewise / heads_kv (ferrattn_cuda::turboquant::FastDiv)
-  float wide_scale, wide_off; // the wide grid (code_wide; CodeLut::wide_scale, wide_off)
 };
 
 // n / d for 0 <= n < 2^31 by the host's round-up reciprocal (FastDiv): no integer division
@@ -392,7 +389,6 @@ __device__ __forceinline__ int fast_div(int n, u32 mul, u32 shr) {
 }
 
 constexpr int kLut = 256;
-constexpr int kWide = 2048;  // bins of the wide grid (CODE_WIDE_BINS)
 
 
 // #{bounds < y} by a uniform grid over y: bin k = rint(255 sat(y scale + off)) (two FMAs: the
@@ -400,15 +396,11 @@ constexpr int kWide = 2048;  // bins of the wide grid (CODE_WIDE_BINS)
 // #{boundaries of bins < k} and bound_k = the first boundary of a bin >= k (+inf if none; that is
 // boundary count_k), count_k + (bound_k < y) is the exact count for every real y of bin k: the
 // grid is monotone in y (ferrattn_cuda::turboquant::CodeLut is the twin and holds these per bin).
-// In shared memory the kernel keeps 8 count_k as one byte per bin (256 bytes: a warp's 32
-// lookups touch at most 2 words per bank) and, indexed by that byte, an 8-byte entry
-// {c, boundary c} per count c (16 entries, 128 bytes: the 16 possible entries sit in distinct bank
-// pairs, so a warp's 32 loads never conflict). The byte is the entry's offset, so both loads
-// take their address as one register plus a uniform base, with no scaling: the count comes back
-// with its boundary (issue 10, ninth compression pass: the count byte, the boundary's LEA and
-// load, 3 instructions, became 2; the codes are the same function of acc, s and n).
-// `cnt` is the shared address of the byte table minus 0x4B000000 (mod 2^32): fma(u, 255, 2^23)
-// has the f32 bits 0x4B000000 + k, so the byte's address is one add.
+// In shared memory the kernel keeps count_k as one byte per bin (256 bytes: a warp's 32 lookups
+// touch at most 2 words per bank) and the boundaries and centroids as 16- and 32-entry f32
+// tables indexed by the count (at most 16 distinct words: conflict-free). `cnt` is the shared
+// address of the byte table minus 0x4B000000 (mod 2^32): fma(u, 255, 2^23) has the f32 bits
+// 0x4B000000 + k, so the byte's address is one add.
 // The lookup from the product's accumulator `acc` = ‖x‖ y and the row's scale s = fl(fl(1/n) scale)
 // (n > 0; a zero row passes n = 1, s = scale and acc = ±0): the norm folded into the grid's
 // scale (the bin by one FMA from acc) and into the comparison, bound n < acc exactly as the sign
@@ -416,37 +408,15 @@ constexpr int kWide = 2048;  // bins of the wide grid (CODE_WIDE_BINS)
 // The result is #{b : b n < acc} = #{b < acc / n} (real division) unless a boundary lies
 // between acc / n and the y' whose bin acc s selects, y' = (acc / n)(1 + δ), |δ| <= 2^-23
 // (the two roundings of s): a near tie far inside the contract's τ (CodeLut::code_scaled is
-// the twin, host test code_scaled_lookup_is_exact_outside_2e_22_of_a_boundary; the two-table
-// form is CodeLut::code_two_level, host test code_two_level_equals_code_scaled).
-// The lookup of a finite row (ninth compression pass): the bin on the wide grid, j =
-// bits(fma(acc, s2, off2)) - 0x4B000000 with s2 = fl(fl(1/n) wide_scale) and off2 = 2^23 + 1023,
-// one FMA and no clamp: bins of width 1 / wide_scale over |y| <= 1.25, which holds every
-// y = (Π x)_o / ‖x‖ of a finite row (|Π x| <= 1.01 ‖x‖, checked on the host with Π). `wcnt`
-// is the biased address of the wide table's bytes (8 count_j, as above). The host chose
-// wide_scale so that every boundary lies 2^-10 bins or more from a bin edge, far beyond the
-// bin's rounding (2^-22 |y| wide_scale < 2^-12 bins), so the count of the bin is that of the
-// real quotient and the result is #{b : b n < acc} exactly: code_scaled's code wherever that one
-// is exact (CodeLut::code_wide is the twin, host test code_wide_equals_code_scaled).
-__device__ __forceinline__ u32 code_wide(u32 wcnt, u32 bnd, float acc, float s2, float off2, float n) {
-  float t;
-  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(t) : "f"(acc), "f"(s2), "f"(off2));
-  u32 e, c;
-  float b;
-  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(e) : "r"(wcnt + __float_as_uint(t)));
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(c), "=f"(b) : "r"(bnd + e));
-  float dlt;
-  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(dlt) : "f"(b), "f"(n), "f"(-acc));
-  return c + (__float_as_uint(dlt) >> 31);
-}
-
+// the twin, host test code_scaled_lookup_is_exact_outside_2e_22_of_a_boundary).
 __device__ __forceinline__ u32 code_scaled(u32 cnt, u32 bnd, const FastParams& p, float acc, float s, float n) {
   float u, t;
   asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(u) : "f"(acc), "f"(s), "f"(p.lut_off));
   asm("fma.rn.f32 %0, %1, 0f437F0000, 0f4B000000;" : "=f"(t) : "f"(u));  // 255 u + 2^23
-  u32 e, c;
+  u32 c;
   float b;
-  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(e) : "r"(cnt + __float_as_uint(t)));  // 8 count_k
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(c), "=f"(b) : "r"(bnd + e));
+  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(cnt + __float_as_uint(t)));
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b) : "r"(bnd + 4u * c));
   float dlt;
   asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(dlt) : "f"(b), "f"(n), "f"(-acc));
   return c + (__float_as_uint(dlt) >> 31);
@@ -749,10 +719,9 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   const u32 pih_a = smem_addr(base);                                    // Π (f16, K permuted)
   const u32 pil_a = pih_a + L::kMatBytes;                               // Π - Π_hi (SPLIT)
   const u32 m_a = pil_a + (SPLIT ? L::kMatBytes : 0);                   // S Πᵀ (QJL)
-  unsigned char* cnt_s = base + (m_a - pih_a) + (QJL ? L::kMatBytes : 0);  // [kLut] 8 x count bytes
-  u32* bnd_t = reinterpret_cast<u32*>(cnt_s + kLut);                   // [16] {count, boundary}
-  float* cen_t = reinterpret_cast<float*>(bnd_t + 32);                 // [32] centroids
-  unsigned char* wcnt_s = reinterpret_cast<unsigned char*>(cen_t + 32); // [kWide] 8 x count bytes
+  unsigned char* cnt_s = base + (m_a - pih_a) + (QJL ? L::kMatBytes : 0);  // [kLut] count bytes
+  float* bnd_t = reinterpret_cast<float*>(cnt_s + kLut);               // [16] boundaries
+  float* cen_t = bnd_t + 16;                                           // [32] centroids
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int items = p.batch * p.heads_kv * p.groups;
@@ -764,36 +733,23 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   Rows cur = chunk_rows(p, c, items, tile, pair);
   if (c < chunks) load_rows<D>(p, cur, q, x);
 
-  // the byte of bin k is 8 count_k: the offset of count_k's entry in bnd_t (count_k <= 15)
-  for (int i = threadIdx.x; i < kLut; i += kThreads) cnt_s[i] = (unsigned char)(8u * __float_as_uint(p.lut[i].y));
+  for (int i = threadIdx.x; i < kLut; i += kThreads) cnt_s[i] = (unsigned char)__float_as_uint(p.lut[i].y);
   if (threadIdx.x < 16) {
-    // entry c: CodeLut's boundary of the bins whose count is c (+ 0: no -0), and c
+    // boundary c of the table = CodeLut's boundary of the bins whose count is c (+ 0: no -0)
     const int cc = threadIdx.x;
-    bnd_t[2 * cc + 1] = __float_as_uint(cc < p.n_bounds ? tq::fadd_rn(p.bounds[cc], 0.f) : __int_as_float(0x7f800000));
-    bnd_t[2 * cc] = (u32)cc;
+    bnd_t[cc] = cc < p.n_bounds ? tq::fadd_rn(p.bounds[cc], 0.f) : __int_as_float(0x7f800000);
   }
   if (threadIdx.x < 32) cen_t[threadIdx.x] = p.cents[min((int)threadIdx.x, p.n_bounds)];
-  // the wide grid's bytes: 8 #{boundaries whose wide bin (the same f32 FMA as a lookup) is < j}
-  for (int j = threadIdx.x; j < kWide; j += kThreads) {
-    u32 cc = 0;
-    for (int i = 0; i < p.n_bounds; ++i) {
-      float t;
-      asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(t) : "f"(tq::fadd_rn(p.bounds[i], 0.f)), "f"(p.wide_scale), "f"(p.wide_off));
-      cc += (__float_as_uint(t) - 0x4B000000u) < (u32)j ? 1u : 0u;
-    }
-    wcnt_s[j] = (unsigned char)(8u * cc);
-  }
   // the byte table's biased address through shared memory: ptxas cannot split it into a uniform
   // base and a constant added to every lookup's address (one add per lookup, not two ops)
-  __shared__ u32 cnt_base_s, wcnt_base_s;
+  __shared__ u32 cnt_base_s;
   if (threadIdx.x == 0) cnt_base_s = smem_addr(cnt_s) - 0x4B000000u;
-  if (threadIdx.x == 0) wcnt_base_s = smem_addr(wcnt_s) - 0x4B000000u;
   stage_matrix<D, true>(p.pi_hi, pih_a);
   if (SPLIT) stage_matrix<D, true>(p.pi_lo, pil_a);
   if (QJL) stage_matrix<D, false>(p.m, m_a);
   wgmma_proxy_fence();  // the staged matrices are read by wgmma (async proxy)
   __syncthreads();
-  const u32 wcnt_a = *reinterpret_cast<volatile u32*>(&wcnt_base_s);
+  const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
   const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
 
   for (; c < chunks; c += gridDim.x) {
@@ -804,13 +760,10 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     // the next chunk's rows before the wait: their dst0 / count loads return under it
     const Rows nx = chunk_rows(p, c + gridDim.x, items, tile, pair);
     const float i0 = n0 > 0.f ? tq::fdiv_rn(1.f, n0) : 0.f, i1 = n1 > 0.f ? tq::fdiv_rn(1.f, n1) : 0.f;
-    // the norm folded into the lookup (code_wide, code_scaled): n (1 for a zero row); the grid's
-    // scale per row is formed in the path that uses it (fewer live registers)
+    // the norm folded into the lookup (code_scaled): the grid's scale per row, n (1 for a zero row)
+    const float s0 = n0 > 0.f ? tq::fmul_rn(i0, p.lut_scale) : p.lut_scale;
+    const float s1 = n1 > 0.f ? tq::fmul_rn(i1, p.lut_scale) : p.lut_scale;
     const float m0 = n0 > 0.f ? n0 : 1.f, m1 = n1 > 0.f ? n1 : 1.f;
-    // a warp with a row that is not finite (inf or NaN in x: y is unbounded) looks its codes up
-    // on the saturated grid (code_scaled, as before the ninth pass), the other rows of that warp
-    // too (the same codes: both are exact for them)
-    const bool wide = __all_sync(0xffffffffu, n0 <= 3.4028235e38f && n1 <= 3.4028235e38f);
     product_wait<D>(acc);
     fence_x<D>(x);  // x is wgmma's operand until here
     const Rows r = cur;
@@ -827,40 +780,31 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     // block q holds channels 8j + 2q (low nibble) and 8j + 2q + 1. Values, the pair row: byte j
     // of lane block 2q + e holds channel 8j + 2q + e, the even token's code in the low nibble.
     u32 wd[2][D / 32];
-    auto codes = [&](auto wide_tag) {
-      constexpr bool WIDE = decltype(wide_tag)::value;
-      const float sc = WIDE ? p.wide_scale : p.lut_scale;
-      const float s0 = n0 > 0.f ? tq::fmul_rn(i0, sc) : sc, s1 = n1 > 0.f ? tq::fmul_rn(i1, sc) : sc;
-      const u32 tab = WIDE ? wcnt_a : *reinterpret_cast<volatile u32*>(&cnt_base_s);
 #pragma unroll
-      for (int i = 0; i < D / 32; ++i) {
-        u32 nb[2][4];  // the bytes j = 4i + b of the two words, one code pair each
+    for (int i = 0; i < D / 32; ++i) {
+      u32 nb[2][4];  // the bytes j = 4i + b of the two words, one code pair each
 #pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          const int j = 4 * i + b;
-          u32 cd[4];
+      for (int b = 0; b < 4; ++b) {
+        const int j = 4 * i + b;
+        u32 cd[4];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float a = acc[4 * j + e];
-            cd[e] = WIDE ? code_wide(tab, bnd_a, a, e < 2 ? s0 : s1, p.wide_off, e < 2 ? m0 : m1)
-                         : code_scaled(tab, bnd_a, p, a, e < 2 ? s0 : s1, e < 2 ? m0 : m1);
-            if (QJL) {
-              float cen;
-              asm volatile("ld.shared.f32 %0, [%1];" : "=f"(cen) : "r"(cen_a + 4u * cd[e]));
-              acc[4 * j + e] = fmaf(a, e < 2 ? i0 : i1, -cen);  // the rotated residual y - c[idx]
-            }
+        for (int e = 0; e < 4; ++e) {
+          const float a = acc[4 * j + e];
+          cd[e] = code_scaled(cnt_a, bnd_a, p, a, e < 2 ? s0 : s1, e < 2 ? m0 : m1);
+          if (QJL) {
+            float cen;
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(cen) : "r"(cen_a + 4u * cd[e]));
+            acc[4 * j + e] = fmaf(a, e < 2 ? i0 : i1, -cen);  // the rotated residual y - c[idx]
           }
-          nb[0][b] = cd[0] + (cd[KEYS ? 1 : 2] << 4);
-          nb[1][b] = cd[KEYS ? 2 : 1] + (cd[3] << 4);
         }
-        // bytes to words with byte permutes (3 per word, not a shift and an or per byte)
-#pragma unroll
-        for (int t = 0; t < 2; ++t)
-          wd[t][i] = __byte_perm(__byte_perm(nb[t][0], nb[t][1], 0x0040), __byte_perm(nb[t][2], nb[t][3], 0x0040), 0x5410);
+        nb[0][b] = cd[0] + (cd[KEYS ? 1 : 2] << 4);
+        nb[1][b] = cd[KEYS ? 2 : 1] + (cd[3] << 4);
       }
-    };
-    if (wide) codes(std::true_type{});
-    else codes(std::false_type{});
+      // bytes to words with byte permutes (3 per word, not a shift and an or per byte)
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+        wd[t][i] = __byte_perm(__byte_perm(nb[t][0], nb[t][1], 0x0040), __byte_perm(nb[t][2], nb[t][3], 0x0040), 0x5410);
+    }
     if (KEYS) {
 #pragma unroll
       for (int t = 0; t < 2; ++t) {

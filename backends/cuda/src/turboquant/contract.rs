@@ -250,12 +250,6 @@ impl FastDiv {
 /// Entries of a [`CodeLut`] (`tqf::kLut`).
 pub const CODE_LUT_BINS: usize = 256;
 
-/// Bins of a [`CodeLut`]'s wide grid (`tqf::kWide`): `|y| <= 1.25` without a clamp.
-pub const CODE_WIDE_BINS: usize = 2048;
-
-/// The wide grid's bin of `y = 0` (`wide_off = 2^23 + CODE_WIDE_ZERO`).
-const CODE_WIDE_ZERO: f32 = 1023.0;
-
 /// The fast kernels' code lookup (`tqf::code_of`): `u = fma(y, scale, off)` saturated to
 /// `[0, 1]` (`[lo, hi]` in `y`), bin `k = rint(255 u)` (f32, as the kernel: two FMAs), entry
 /// `k` = `{first boundary whose bin
@@ -274,19 +268,7 @@ pub struct CodeLut {
     pub scale: f32,
     /// `-lo / (hi - lo)`.
     pub off: f32,
-    /// The wide grid (ninth compression pass): bin `bits(fma(y, wide_scale, wide_off)) -
-    /// 0x4B000000`, one FMA and no clamp, bins of width `1 / wide_scale` centred on multiples
-    /// of it, bin 1023 at `y = 0`, `[0, 2047]` for every `|y| <= 1.25`. Chosen so that each bin
-    /// holds at most one boundary and every boundary lies at least [`CODE_WIDE_MARGIN`] bins
-    /// from a bin edge: then the lookup is the exact count `#{b : b n < acc}` whatever the
-    /// rounding of the bin (see [`Self::code_wide`]).
-    pub wide_scale: f32,
-    /// `2^23 + 1023`.
-    pub wide_off: f32,
 }
-
-/// The least distance, in bins, of a boundary from an edge of the wide grid.
-pub const CODE_WIDE_MARGIN: f64 = 1.0 / 1024.0;
 
 impl CodeLut {
     /// The lookup of ascending `bounds` and their `bounds.len() + 1` centroids.
@@ -302,31 +284,12 @@ impl CodeLut {
         let (lo, hi) = (b0 - w, b1 + w);
         let scale = 1.0 / (hi - lo);
         let off = -lo * scale;
-        // the wide grid: the largest scale <= 818 (1023 / 1.25) whose boundaries sit in distinct
-        // bins, each CODE_WIDE_MARGIN from an edge (a few tries at most)
-        let wide_off = 8_388_608.0f32 + CODE_WIDE_ZERO;
-        let wide_scale = (0..4096)
-            .map(|t| (818.0f64 * (1.0 - t as f64 / 8192.0)) as f32)
-            .find(|&a| {
-                let pos: Vec<f64> = bounds
-                    .iter()
-                    .map(|&b| (b + 0.0) as f64 * a as f64 + CODE_WIDE_ZERO as f64)
-                    .collect();
-                let far = pos
-                    .iter()
-                    .all(|p| ((p - p.floor()) - 0.5).abs() >= CODE_WIDE_MARGIN);
-                let bins: Vec<i64> = pos.iter().map(|p| p.round() as i64).collect();
-                far && bins.windows(2).all(|w| w[0] < w[1])
-            })
-            .expect("a wide grid for the codebook");
         let mut lut = CodeLut {
             entries: Vec::new(),
             lo,
             hi,
             scale,
             off,
-            wide_scale,
-            wide_off,
         };
         let bins: Vec<usize> = bounds.iter().map(|&b| lut.bin(b)).collect();
         assert!(
@@ -406,86 +369,5 @@ impl CodeLut {
         let e = self.entries[self.bin_of(acc.mul_add(s, self.off))];
         let below = e[0].mul_add(nn, -acc).to_bits() >> 31;
         (e[1].to_bits() + below) as u8
-    }
-
-    /// The fast kernels' tables since the ninth compression pass (`tqf::code_scaled`): per bin
-    /// `k` the byte `8 count_k`, which is the offset of count `c`'s 8-byte entry
-    /// `{boundary c (+0, or +inf past the last boundary), c}` in the second table (the kernel
-    /// stores it as the words `c`, then the boundary), so the kernel
-    /// loads the count with its boundary and neither address is scaled. Built from the
-    /// codebook's `bounds` as the kernel builds them from `FastCompressParams::bounds`.
-    pub fn two_level_tables(&self, bounds: &[f32]) -> (Vec<u8>, Vec<(f32, u32)>) {
-        let bytes = self
-            .entries
-            .iter()
-            .map(|e| u8::try_from(8 * e[1].to_bits()).expect("a count below 32"))
-            .collect();
-        let ents = (0..16u32)
-            .map(|c| {
-                let b = bounds.get(c as usize).map_or(f32::INFINITY, |&b| b + 0.0);
-                (b, c)
-            })
-            .collect();
-        (bytes, ents)
-    }
-
-    /// The wide grid's count bytes (`8 count_j` per bin `j`), as the kernel builds them from
-    /// `FastCompressParams::bounds`: `count_j = #{boundaries whose wide bin, by the same f32 FMA,
-    /// is below j}`.
-    pub fn wide_bytes(&self, bounds: &[f32]) -> Vec<u8> {
-        (0..CODE_WIDE_BINS as u32)
-            .map(|j| {
-                let c = bounds.iter().filter(|&&b| self.wide_bin(b) < j).count();
-                u8::try_from(8 * c).expect("a count below 32")
-            })
-            .collect()
-    }
-
-    /// The wide bin of `v` (`y` times the row's scale): the low bits of `fma(v, 1, wide_off)`.
-    fn wide_bin(&self, y: f32) -> u32 {
-        y.mul_add(self.wide_scale, self.wide_off)
-            .to_bits()
-            .wrapping_sub(0x4B00_0000)
-    }
-
-    /// The code as the fast kernels look it up since the ninth compression pass for a finite
-    /// row (`n` finite): the wide bin of `fma(acc, f32(f32(1 / n) wide_scale), wide_off)` (one
-    /// FMA, no clamp), its count byte, the entry at that offset, `bound n < acc` exactly.
-    /// `None` where the bin falls outside the table (`|acc / n| > 1.25`, which an orthogonal
-    /// `Π` rules out: [`super::fast_matrices`] checks it).
-    ///
-    /// Contract: for every finite `n` and `|acc / n| <= 1.25` this is `#{b : b n < acc}`
-    /// exactly: the bin is that of `y' = (acc / n)(1 + δ)`, `|δ| <= 2^-22`, within `2^-12`
-    /// bins of the real quotient's, while every boundary lies [`CODE_WIDE_MARGIN`] bins from
-    /// an edge, so the count of the bin and the one comparison are exact. It then equals
-    /// [`Self::code_scaled`] wherever that one is exact: host test
-    /// `code_wide_equals_code_scaled`.
-    pub fn code_wide(&self, bytes: &[u8], ents: &[(f32, u32)], acc: f32, n: f32) -> Option<u8> {
-        let (s, nn) = if n > 0.0 {
-            ((1.0 / n) * self.wide_scale, n)
-        } else {
-            (self.wide_scale, 1.0)
-        };
-        let j = acc
-            .mul_add(s, self.wide_off)
-            .to_bits()
-            .wrapping_sub(0x4B00_0000) as usize;
-        let (b, c) = ents[*bytes.get(j)? as usize / 8];
-        let below = b.mul_add(nn, -acc).to_bits() >> 31;
-        Some((c + below) as u8)
-    }
-
-    /// [`Self::code_scaled`] through the tables of [`Self::two_level_tables`], as the kernel
-    /// looks it up: the bin's byte, then the entry at that byte offset. The same function of
-    /// `acc` and `n` (host test `code_two_level_equals_code_scaled`).
-    pub fn code_two_level(&self, bytes: &[u8], ents: &[(f32, u32)], acc: f32, n: f32) -> u8 {
-        let (s, nn) = if n > 0.0 {
-            ((1.0 / n) * self.scale, n)
-        } else {
-            (self.scale, 1.0)
-        };
-        let (b, c) = ents[bytes[self.bin_of(acc.mul_add(s, self.off))] as usize / 8];
-        let below = b.mul_add(nn, -acc).to_bits() >> 31;
-        (c + below) as u8
     }
 }

@@ -903,8 +903,6 @@ impl TurboQuantCuda {
             lut_off: lut.0.off,
             groups_div: FastDiv::new(groups as u32),
             heads_div: FastDiv::new(hk as u32),
-            wide_scale: lut.0.wide_scale,
-            wide_off: lut.0.wide_off,
         };
         let grid = chunks.min(sms * per_sm) as u32;
         // SAFETY: the parameters match the kernel's; addresses vouched for by the caller

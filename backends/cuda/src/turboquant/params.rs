@@ -57,9 +57,6 @@ pub(super) struct FastCompressParams {
     pub(super) groups_div: FastDiv,
     /// `bh / heads_kv`, likewise.
     pub(super) heads_div: FastDiv,
-    /// The wide grid of the code lookup ([`CodeLut::wide_scale`], [`CodeLut::wide_off`]).
-    pub(super) wide_scale: f32,
-    pub(super) wide_off: f32,
 }
 
 #[repr(C)]
