@@ -636,7 +636,6 @@ impl TurboQuantCuda {
                     },
                     warps,
                     smem: self.decode_launch_smem(t.r16, warps, fused),
-                    r16: t.r16,
                     fused,
                     counts: at(r.counts),
                     segs: at(r.segs),

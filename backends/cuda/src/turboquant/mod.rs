@@ -273,9 +273,11 @@ pub fn small_work_smem_bytes(head_dim: usize, opt_in: usize) -> usize {
 /// some SMs (the decode's CTAs are placed while the prepare's still hold SMs under PDL) and
 /// those SMs' warps run at about half speed: k2-v2 at batch 1 x 32k took 35.7 µs a step against
 /// 27.1 for main's 133-register kernel (H200, issue-10-pack2), while `ncu` (kernels alone, one
-/// CTA per SM on an idle GPU) timed the decode 1.3 µs faster. Kernels of which only one fits
-/// keep [`decode_smem_bytes`]: padding them measured 0.2-0.5 µs slower a step at batch 1
-/// (H200, issue-10-decode7 calls 1 and 2).
+/// CTA per SM on an idle GPU) timed the decode 1.3 µs faster. Padded (135,760 B at d = 128),
+/// k2-v2 takes 25.7-25.8 µs and k3-v2 25.6-25.7 against 35.6-35.8 and 34.8-34.9 (H200,
+/// issue-10-b1 call 1; 4-warp CTAs: 27.9 and 28.5). Kernels of which only one fits keep
+/// [`decode_smem_bytes`]: padding them measured 0.2-0.5 µs slower a step at batch 1 (H200,
+/// issue-10-decode7 calls 1 and 2).
 pub fn seven_warp_smem_bytes(head_dim: usize, warps: usize, opt_in: usize, two_fit: bool) -> usize {
     if warps == MAX_UNIT_WARPS_R8 && two_fit {
         small_work_smem_bytes(head_dim, opt_in)

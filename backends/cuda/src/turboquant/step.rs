@@ -309,8 +309,6 @@ pub struct PreparedTurboQuantDecode {
     pub(super) warps: usize,
     /// Dynamic shared memory of the decode launch, bytes (`TurboQuantCuda::decode_launch_smem`).
     pub(super) smem: usize,
-    /// 16 MMA rows in use (`decode_r16`): its query fragments take more shared memory.
-    pub(super) r16: bool,
     /// The merge fused into the decode (`decode_r8f`, the small-work schedule): no merge
     /// kernel is launched.
     pub(super) fused: bool,
