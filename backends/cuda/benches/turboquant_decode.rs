@@ -10,11 +10,13 @@
 //! same K/V and rotated over the graph's steps, as layers would be (default 1: one cache, which
 //! can sit in L2 when it is smaller); `--no-pdl`: plain stream order instead of programmatic
 //! dependent launch. The line ends with the decode's warps per CTA and where the merge ran
-//! (`merge fused`: inside the decode, opt-in at small work; `merge kernel`). Diagnostic switches of the
+//! (`merge fused`: inside the decode, opt-in at small work; `merge kernel`), with the CTA's dynamic shared
+//! memory. Diagnostic switches of the
 //! engine (environment): `FERRATTN_TQ_UNIT_WARPS=4..7` (the 8-row decode's CTA size at every
 //! size), `FERRATTN_TQ_PREPARE_PDL=0` (the prepare in plain stream order), `FERRATTN_TQ_EARLY=0`,
 //! `FERRATTN_TQ_PREPARE=v1|spread`, `FERRATTN_TQ_MERGE_WARPS=8|16`, `FERRATTN_TQ_PDL=0`,
-//! `FERRATTN_TQ_FUSED=1` (the merge inside the decode for the 7-warp small-work CTAs).
+//! `FERRATTN_TQ_FUSED=1` (the merge inside the decode for the 7-warp small-work CTAs),
+//! `FERRATTN_TQ_ONE_PER_SM=0` (7-warp CTAs not padded to one per SM where two fit).
 //! Under ncu: the first `3 x configs` launches are the warm-up calls, one step per config.
 
 use ferrattn_core::turboquant::TurboQuantConfig;
@@ -80,7 +82,7 @@ fn main() {
             value_bits,
             ..TurboQuantConfig::paper_default(&p)
         };
-        let run = || -> ferrattn_cuda::Result<(f32, usize, usize, usize, bool)> {
+        let run = || -> ferrattn_cuda::Result<(f32, usize, usize, usize, bool, usize)> {
             let mut tq = b.turboquant(&cfg, &p)?;
             tq.set_programmatic_launch(pdl);
             let mut caches = vec![];
@@ -116,11 +118,12 @@ fn main() {
                 preps[0].units,
                 preps[0].warps_per_cta(),
                 preps[0].merge_fused(),
+                preps[0].smem_bytes(),
             ))
         };
         match run() {
-            Ok((ms, bytes, units, warps, fused)) => println!(
-                "turboquant B={batch} ctx={ctx} {name}: {ms:.4} ms per step, {:.0} GB/s of {:.1} MB compressed, {units} units, {sets} sets, pdl {pdl}, {warps}-warp CTAs, merge {}",
+            Ok((ms, bytes, units, warps, fused, smem)) => println!(
+                "turboquant B={batch} ctx={ctx} {name}: {ms:.4} ms per step, {:.0} GB/s of {:.1} MB compressed, {units} units, {sets} sets, pdl {pdl}, {warps}-warp CTAs of {smem} B, merge {}",
                 bytes as f64 / (ms as f64 * 1e-3) / 1e9,
                 bytes as f64 / 1e6,
                 if fused { "fused" } else { "kernel" }

@@ -14,8 +14,8 @@ use super::step::{
 use super::support::{check_supported, code_crumbs, kernel_names, KernelNames};
 use super::{
     cache_capacity, compress_smem_bytes, decode_smem_bytes, default_units,
-    fast_compress_smem_bytes, fast_matrices, merge_warps, small_decode, small_work_smem_bytes,
-    FAST_ROWS, FAST_THREADS, FAST_TILE, MAX_UNIT_WARPS_R8, UNIT_WARPS,
+    fast_compress_smem_bytes, fast_matrices, merge_warps, seven_warp_smem_bytes, small_decode,
+    small_work_smem_bytes, FAST_ROWS, FAST_THREADS, FAST_TILE, MAX_UNIT_WARPS_R8, UNIT_WARPS,
 };
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
@@ -197,6 +197,12 @@ pub struct TurboQuantCuda {
     /// (measured 2.5x slower at batch 1, see [`Self::fused_merge_for`]); `FERRATTN_TQ_FUSED=1`
     /// or [`Self::set_fused_merge`] turns it on.
     fused_on: bool,
+    /// Two 7-warp CTAs of the 8-row kernel fit one SM by registers and threads (its
+    /// occupancy at [`decode_smem_bytes`], queried at load: the kernels at <= 128 registers,
+    /// 4 warps per SM sub-partition), so its 7-warp launches take [`small_work_smem_bytes`],
+    /// which holds them to one CTA per SM as the small-work schedule assumes (see
+    /// [`super::seven_warp_smem_bytes`]). `FERRATTN_TQ_ONE_PER_SM=0`: never (diagnostic).
+    pad_seven: bool,
 }
 
 fn transpose(m: &[f32], d: usize) -> Vec<f32> {
@@ -332,6 +338,7 @@ impl TurboQuantCuda {
             seven_fit: decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false) <= caps_smem,
             fused_fit: small_work_smem_bytes(d, caps_smem) <= caps_smem,
             fused_on: std::env::var("FERRATTN_TQ_FUSED").is_ok_and(|v| v == "1"),
+            pad_seven: false,
         };
         // FERRATTN_TQ_PDL=0: plain stream order (a diagnostic switch, so that one build can be
         // tested both ways on a GPU)
@@ -351,13 +358,23 @@ impl TurboQuantCuda {
             t.unit_warps_forced.unwrap_or(UNIT_WARPS)
         };
         set_smem(&t.decode_r8, decode_smem_bytes(d, most, false))?;
+        // FERRATTN_TQ_ONE_PER_SM=0: 7-warp CTAs at their own size even where two fit an SM
+        // (diagnostic, as above)
+        let seven = decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false);
+        t.pad_seven = t.seven_fit
+            && t.fused_fit
+            && std::env::var("FERRATTN_TQ_ONE_PER_SM").map_or(true, |v| v != "0")
+            && occupancy(&t.decode_r8, MAX_UNIT_WARPS_R8 * 32, seven)? >= 2;
+        if t.pad_seven {
+            set_smem(&t.decode_r8, small_work_smem_bytes(d, caps_smem))?;
+        }
         if t.fused_fit {
             set_smem(&t.decode_r8f, small_work_smem_bytes(d, caps_smem))?;
         }
         set_smem(&t.decode_r16, decode_smem_bytes(d, UNIT_WARPS, true))?;
         let sms = t.gpu.caps.compute_units;
         let warps = |f: &Function, w: usize, r16: bool| -> Result<usize> {
-            Ok(occupancy(f, w * 32, decode_smem_bytes(d, w, r16))? * w * sms)
+            Ok(occupancy(f, w * 32, t.decode_launch_smem(r16, w, false))? * w * sms)
         };
         t.resident = [
             warps(
@@ -618,7 +635,7 @@ impl TurboQuantCuda {
                         self.decode_r8.clone()
                     },
                     warps,
-                    r16: t.r16,
+                    smem: self.decode_launch_smem(t.r16, warps, fused),
                     fused,
                     counts: at(r.counts),
                     segs: at(r.segs),
@@ -969,6 +986,21 @@ impl TurboQuantCuda {
         }
     }
 
+    /// Dynamic shared memory of a decode launch of `warps` warps per CTA (`r16`: the 16-row
+    /// kernels; `fused`: the merge inside, whose shared memory also keeps its CTA one per SM):
+    /// [`decode_smem_bytes`], or [`super::seven_warp_smem_bytes`] for the unfused 8-row
+    /// kernels.
+    fn decode_launch_smem(&self, r16: bool, warps: usize, fused: bool) -> usize {
+        let (d, opt_in) = (self.head_dim, self.gpu.caps.shared_mem_per_block);
+        if fused {
+            small_work_smem_bytes(d, opt_in)
+        } else if r16 {
+            decode_smem_bytes(d, warps, true)
+        } else {
+            seven_warp_smem_bytes(d, warps, opt_in, self.pad_seven)
+        }
+    }
+
     /// Whether a decode launched with `warps` warps per CTA (`r16`: the 16-row kernels) runs
     /// the merge inside the decode kernel (`decode_r8f`): when it is turned on
     /// ([`Self::set_fused_merge`], `FERRATTN_TQ_FUSED=1`), for the 8-row kernels in CTAs of
@@ -1166,12 +1198,7 @@ impl TurboQuantCuda {
             merge_warps: merge_warps(prep.row_split, self.merge_forced) as i32,
             oscale: 1.0 / self.sigma_v,
         };
-        // the fused merge's CTA: its shared memory, which also keeps it one per SM
-        let smem = if prep.fused {
-            small_work_smem_bytes(d, self.gpu.caps.shared_mem_per_block)
-        } else {
-            decode_smem_bytes(d, prep.warps, prep.r16)
-        };
+        let smem = prep.smem;
         // SAFETY (both launches): the parameter structs mirror the kernels' and live across the
         // calls; the addresses are the caller's (this function's contract) and the engine's.
         unsafe {

@@ -69,9 +69,10 @@ pub const TILE_K: usize = 16;
 /// Warps (units) per CTA of the decode kernels: the 16-row ones (`decode_r16`, `kUnitWarps16`)
 /// always, the <= 8-row ones (`decode_r8`) except at small work ([`small_decode`]). Those take
 /// 4 to [`MAX_UNIT_WARPS_R8`] warps (`FERRATTN_TQ_UNIT_WARPS` forces one, a diagnostic): at
-/// d = 128, 4-warp CTAs fit 3 per SM (12 warps). 7-warp CTAs at 128 registers, two per SM,
-/// measured slower at every shape (H200, issue-10-decode4 call 1); so did 4 CTAs of 4 warps per
-/// SM at 128 registers (issue-10-decode6 call 1: 16 x 16k 141.4 -> 146.0 µs).
+/// d = 128, 4-warp CTAs fit 3 per SM (12 warps; 4 at <= 128 registers). 7-warp CTAs at 128
+/// registers, two per SM, measured slower at every shape (H200, issue-10-decode4 call 1); so
+/// did 4 CTAs of 4 warps per SM at 128 registers (issue-10-decode6 call 1: 16 x 16k 141.4 ->
+/// 146.0 µs).
 pub const UNIT_WARPS: usize = 4;
 /// Most warps per CTA of the <= 8-row decode kernels (`kMaxUnitWarps8`), and their CTA size at
 /// small work: one 7-warp CTA per SM ([`small_decode`]).
@@ -249,16 +250,40 @@ pub fn fused_merge_smem_bytes(head_dim: usize) -> usize {
 /// query fragments, the fused merge's ([`fused_merge_smem_bytes`]) and more than half of what
 /// one CTA may have on the device (`opt_in`, the per-block opt-in maximum, which is the SM's
 /// shared memory less the 1 KiB every CTA reserves), so that two such CTAs never fit one SM:
-/// one CTA per SM by construction, whatever carveout the driver picks (two 7-warp CTAs fit by
-/// registers). The unfused 7-warp launches keep [`decode_smem_bytes`] (97,664 B at d = 128):
-/// `ncu` shows one CTA per SM for them too (`launch__occupancy_limit_shared_mem` 1, the
-/// driver's carveout), and padding them to this size measured 0.2-0.5 µs slower a step at
-/// batch 1 (H200, issue-10-decode7 calls 1 and 2).
+/// one CTA per SM by construction, whatever carveout the driver picks. The unfused 7-warp
+/// launches take it only where two of them would fit by registers ([`seven_warp_smem_bytes`]).
 pub fn small_work_smem_bytes(head_dim: usize, opt_in: usize) -> usize {
     let one_per_sm = (opt_in / 2 + 1).div_ceil(16) * 16;
     decode_smem_bytes(head_dim, MAX_UNIT_WARPS_R8, false)
         .max(fused_merge_smem_bytes(head_dim))
         .max(one_per_sm)
+}
+
+/// Dynamic shared memory of an unfused <= 8-row decode launch of `warps` warps per CTA:
+/// [`decode_smem_bytes`], except 7-warp CTAs of a kernel of which two fit an SM by registers
+/// and threads (`two_fit`, the occupancy at [`decode_smem_bytes`] queried at load), which take
+/// [`small_work_smem_bytes`]: one CTA per SM whatever the carveout.
+///
+/// Why (issue-10-b1): registers are allocated per SM sub-partition (4 of 16,384 each), so at
+/// <= 128 registers a sub-partition holds 4 warps and two 7-warp CTAs (4 + 4 + 3 + 3 warps)
+/// fit one SM; above 128 it holds 3 and only one does (`cudaOccMaxBlocksPerSMRegsLimit`). At
+/// d = 128 the `knc_vc` and `kn8_vc` kernels (k2-v2, k3-v2) have 128, every other 8-row kernel
+/// 133 to 142. The small-work schedule ([`small_decode`]) gives each of 7 x SMs units the same
+/// work and assumes one CTA per SM; where two fit, the driver's carveout lets them pair up on
+/// some SMs (the decode's CTAs are placed while the prepare's still hold SMs under PDL) and
+/// those SMs' warps run at about half speed: k2-v2 at batch 1 x 32k took 35.7 µs a step against
+/// 27.1 for main's 133-register kernel (H200, issue-10-pack2), while `ncu` (kernels alone, one
+/// CTA per SM on an idle GPU) timed the decode 1.3 µs faster. Padded (135,760 B at d = 128),
+/// k2-v2 takes 25.7-25.8 µs and k3-v2 25.6-25.7 against 35.6-35.8 and 34.8-34.9 (H200,
+/// issue-10-b1 call 1; 4-warp CTAs: 27.9 and 28.5). Kernels of which only one fits keep
+/// [`decode_smem_bytes`]: padding them measured 0.2-0.5 µs slower a step at batch 1 (H200,
+/// issue-10-decode7 calls 1 and 2).
+pub fn seven_warp_smem_bytes(head_dim: usize, warps: usize, opt_in: usize, two_fit: bool) -> usize {
+    if warps == MAX_UNIT_WARPS_R8 && two_fit {
+        small_work_smem_bytes(head_dim, opt_in)
+    } else {
+        decode_smem_bytes(head_dim, warps, false)
+    }
 }
 
 /// 16-token iterations of `p`'s decode (every output tile over its sequence's keys).

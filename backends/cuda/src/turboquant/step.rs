@@ -307,8 +307,8 @@ pub struct PreparedTurboQuantDecode {
     pub(super) decode: Function,
     /// Warps per CTA of the decode launch ([`UNIT_WARPS`]).
     pub(super) warps: usize,
-    /// 16 MMA rows in use (`decode_r16`): its query fragments take more shared memory.
-    pub(super) r16: bool,
+    /// Dynamic shared memory of the decode launch, bytes (`TurboQuantCuda::decode_launch_smem`).
+    pub(super) smem: usize,
     /// The merge fused into the decode (`decode_r8f`, the small-work schedule): no merge
     /// kernel is launched.
     pub(super) fused: bool,
@@ -332,6 +332,13 @@ impl PreparedTurboQuantDecode {
     /// work: [`TurboQuantCuda::unit_warps_for`]).
     pub fn warps_per_cta(&self) -> usize {
         self.warps
+    }
+
+    /// Dynamic shared memory of the decode launch in bytes: the CTA's rings and query slots
+    /// ([`super::decode_smem_bytes`]), or more where that keeps a 7-warp CTA one per SM
+    /// ([`super::seven_warp_smem_bytes`], the fused merge's [`super::small_work_smem_bytes`]).
+    pub fn smem_bytes(&self) -> usize {
+        self.smem
     }
 
     /// Whether the merge runs inside the decode kernel (the small-work schedule's one CTA per

@@ -56,6 +56,32 @@ fn the_small_work_cta_holds_the_fused_merge_and_fits_one_per_sm() {
 }
 
 #[test]
+fn seven_warp_ctas_are_padded_to_one_per_sm_only_where_two_would_fit() {
+    let opt_in = 232_448; // H100 / H200
+    for d in [64, 128] {
+        // two fit by registers (<= 128 a thread): the fused merge's size, one CTA per SM
+        let s = seven_warp_smem_bytes(d, MAX_UNIT_WARPS_R8, opt_in, true);
+        assert_eq!(s, small_work_smem_bytes(d, opt_in), "d {d}");
+        assert!(2 * (s + 1024) > opt_in + 1024, "d {d}: {s}");
+        // one fits anyway, or fewer warps a CTA (the schedule fills every resident warp):
+        // the CTA's own rings and query slots
+        assert_eq!(
+            seven_warp_smem_bytes(d, MAX_UNIT_WARPS_R8, opt_in, false),
+            decode_smem_bytes(d, MAX_UNIT_WARPS_R8, false)
+        );
+        for w in UNIT_WARPS..MAX_UNIT_WARPS_R8 {
+            for two in [false, true] {
+                assert_eq!(
+                    seven_warp_smem_bytes(d, w, opt_in, two),
+                    decode_smem_bytes(d, w, false),
+                    "d {d}, {w} warps"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn the_step_uploads_the_fused_merge_counters_as_zeros() {
     let cfg = TurboQuantConfig::paper_default(&AttentionProblem::uniform(
         1,
