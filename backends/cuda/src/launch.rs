@@ -950,11 +950,15 @@ fn paged_regs(stage_units: u64, num_ctas: usize) -> bool {
 }
 
 /// Whether a grid of `num_ctas` CTAs that takes the REGS instance ([`paged_regs`]) runs its
-/// four-stage twin ([`PagedRead::Deep`]): where the grid is one CTA per SM of `sms`, so that the
-/// SM's shared memory the second CTA would have used holds a fourth stage (a third K/V stage in
-/// flight, 96 KB instead of 64 per SM: shuffled pages of 16 are 2-4 KB chunks at random places).
-fn paged_deep(num_ctas: usize, sms: usize) -> bool {
-    num_ctas <= sms
+/// four-stage twin ([`PagedRead::Deep`]): at head dim 64, where the grid is one CTA per SM of
+/// `sms`, so that the SM's shared memory the second CTA would have used holds a fourth stage (a
+/// third 32 KB K/V stage in flight). Measured on an H200 (2026-11-26, `benches/lean_paged.rs`, main's
+/// binary interleaved, docs/DEVICE_PATH.md "Lean paged, sixteenth session"): Lean-paper B=1 ctx
+/// 64k (d64, one row, 112 CTAs) with shuffled pages of 16 1.029-1.030x contiguous -> 0.993x, and
+/// B=4 ctx 16k on 112 CTAs 1.084-1.086x -> 1.053-1.054x; Llama's d128 rows at 128 CTAs lost 1-2
+/// points in most layouts (B=1 ctx 8k 1.031-1.051x -> 1.041-1.068x), so they keep three stages.
+fn paged_deep(num_ctas: usize, sms: usize, head_dim: usize) -> bool {
+    num_ctas <= sms && head_dim <= 64
 }
 
 /// Which paged decode instance [`LeanKernels::run`] launches. Every one gives the same bits (the
@@ -1262,16 +1266,19 @@ impl LeanKernels {
         let (decode, smem) = match &step.kv {
             KvStorage::Contiguous => (&self.decode, self.smem_bytes),
             KvStorage::Paged(pg) => {
-                let grid = || {
-                    paged_rows_ahead(pg.page_size, step.num_ctas(), self.gpu.caps.compute_units)
-                };
+                let grid =
+                    || paged_rows_ahead(pg.page_size, step.num_ctas(), self.gpu.caps.compute_units);
                 // (ahead, regs, deep) -> the instance; deep only where every CTA of the grid is
                 // co-resident with it
                 let sms = self.gpu.caps.compute_units;
                 let fits_deep = step.num_ctas() <= self.ctas_per_sm_deep as usize * sms;
                 let regs = paged_regs(step.stage_units, step.num_ctas());
                 let (ahead, regs, deep) = match self.paged_read() {
-                    PagedRead::Auto if regs => (false, true, paged_deep(step.num_ctas(), sms)),
+                    PagedRead::Auto if regs => (
+                        false,
+                        true,
+                        paged_deep(step.num_ctas(), sms, self.instance.head_dim()),
+                    ),
                     PagedRead::Auto | PagedRead::Grid => (grid(), false, false),
                     PagedRead::Regs => (false, true, false),
                     PagedRead::Deep => (false, true, true),
@@ -1502,9 +1509,10 @@ mod tests {
         assert!(!paged_regs(128, 128)); // Llama-3-8B B=1 ctx 1k
         assert!(paged_regs(1024, 128)); // Llama-3-8B B=1 ctx 8k
         assert!(paged_regs(4 * 112, 112) && !paged_regs(4 * 112 - 1, 112));
-        // the deep instance: one CTA per SM (Lean-paper B=1 ctx 64k on 112 of an H200's 132),
-        // not the slot-filling grids of two (Lean-paper B=4 ctx 16k's 264)
-        assert!(paged_deep(112, 132) && paged_deep(132, 132) && !paged_deep(264, 132));
+        // the deep instance: one CTA per SM at head dim 64 (Lean-paper B=1 ctx 64k on 112 of an
+        // H200's 132), not the slot-filling grids of two (264) nor Llama's d128 rows (128 CTAs)
+        assert!(paged_deep(112, 132, 64) && paged_deep(132, 132, 64));
+        assert!(!paged_deep(264, 132, 64) && !paged_deep(128, 132, 128));
     }
 
     #[test]
