@@ -954,9 +954,9 @@ fn paged_regs(stage_units: u64, num_ctas: usize) -> bool {
 /// `sms`, so that the SM's shared memory the second CTA would have used holds a fourth stage (a
 /// third 32 KB K/V stage in flight). Measured on an H200 (2026-11-26, `benches/lean_paged.rs`, main's
 /// binary interleaved, docs/DEVICE_PATH.md "Lean paged, sixteenth session"): Lean-paper B=1 ctx
-/// 64k (d64, one row, 112 CTAs) with shuffled pages of 16 1.029-1.030x contiguous -> 0.993x, and
-/// B=4 ctx 16k on 112 CTAs 1.084-1.086x -> 1.053-1.054x; Llama's d128 rows at 128 CTAs lost 1-2
-/// points in most layouts (B=1 ctx 8k 1.031-1.051x -> 1.041-1.068x), so they keep three stages.
+/// 64k (d64, one row, 112 CTAs) with shuffled pages of 16 1.029-1.035x contiguous ->
+/// 0.993-0.996x over two calls; Llama's d128 rows at 128 CTAs lost 1-2 points in most layouts
+/// (B=1 ctx 8k 1.023-1.051x -> 1.041-1.068x), so they keep three stages.
 fn paged_deep(num_ctas: usize, sms: usize, head_dim: usize) -> bool {
     num_ctas <= sms && head_dim <= 64
 }

@@ -288,20 +288,14 @@ fn plan_rules(
 /// against 1.065-1.066x, Llama B=1 ctx 32k 1.038-1.042x against 1.075-1.079x. With two whole
 /// tiles per CTA (Lean-paper B=4 ctx 16k: 224 tiles on 112 CTAs) the same H200 call measured the
 /// paged kernel at 243-246 us on the aligned grid against 234-235 us on the slot-filling one
-/// (`docs/results/h200-2026-11-26-v12-lean/call1/`).
-///
-/// At head dim 64 a paged cache takes [`plan`]'s grids, those too: there the CUDA backend runs a
-/// one-CTA-per-SM grid with a four-stage ring (`lean_decode_paged_deep_*`), and on an H200
-/// (2026-11-26, `docs/results/lean-paged16-h200-2026-11-26/`, one binary, the same call) Lean-paper
-/// B=4 ctx 16k took 226-227 / 224 / 213 / 216-218 us on 112 CTAs (pages of 16 and 64, shuffled
-/// and in order) against 228-229 / 228-229 / 228 / 228 us on the slot-filling 264, contiguous 215
-/// us on 112. Larger head dims keep the slot-filling grid (the deep ring lost on Llama's d128 rows).
+/// (`docs/results/h200-2026-11-26-v12-lean/call1/`). With the four-stage paged instance that the
+/// CUDA backend runs on one-CTA-per-SM grids at head dim 64 (2026-11-26, H200,
+/// `docs/results/lean-paged16-h200-2026-11-26/`) the aligned grid measured 1.04-1.05x contiguous
+/// (shuffled pages) when the row ran alone but 1.08-1.11x in the full list, against 1.06-1.07x on
+/// the slot-filling grid in both: not taken.
 pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
-    plan_rules(p, caps, p.head_dim_qk <= PAGED_SAME_GRID_MAX_HEAD_DIM)
+    plan_rules(p, caps, false)
 }
-
-/// Head dim up to which [`plan_paged`] gives a paged cache [`plan`]'s grids in every case.
-pub const PAGED_SAME_GRID_MAX_HEAD_DIM: usize = 64;
 
 /// DRAM bandwidth per SM (bytes per second) up to which [`plan`] runs aligned grids of one CTA per
 /// SM on uniform batches with fewer tiles than slots, whatever the work. Measured with
@@ -766,15 +760,10 @@ mod tests {
         let p = uniform(1, 65536, 56, 56, 64);
         assert_eq!(plan_paged(&p, &h100).unwrap(), plan(&p, &h100).unwrap());
         assert_ne!(plan_paged(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
-        // and where one CTA per SM gives each CTA two whole tiles (224 tiles on 112 CTAs) at
-        // head dim 64
+        // but not where one CTA per SM gives each CTA two whole tiles (224 tiles on 112 CTAs):
+        // there it keeps the slot-filling grid
         let p = uniform(4, 16384, 56, 56, 64);
         assert_eq!(plan(&p, &h100).unwrap().num_ctas, 112);
-        assert_eq!(plan_paged(&p, &h100).unwrap(), plan(&p, &h100).unwrap());
-        // but not at head dim 128 (Llama B=32 ctx 16k: 256 tiles, two a CTA on 128): there it
-        // keeps the slot-filling grid
-        let p = uniform(32, 16384, 32, 8, 128);
-        assert_eq!(plan(&p, &h100).unwrap().num_ctas, 128);
         assert_eq!(plan_paged(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
         // old serialised caps without the field still load (None)
         let mut v = serde_json::to_value(&unknown).unwrap();
