@@ -149,7 +149,14 @@ struct Pick<false, T, F> {
   using type = F;
 };
 
-template <int D, int R>
+// Stages of the deep paged instances (`lean_decode_paged_deep_*`: REGS with a longer ring, for
+// grids of one CTA per SM, where a 32 KB stage's third slot leaves 64 KB of copies in flight per
+// SM; shuffled 16-key pages are scattered 2-4 KB chunks, whose longer latency that did not hide).
+// At most 4: REGS keeps the words of units u .. u + 2 ST - 2 in a ring of 8 slots.
+constexpr int kDeepStages = 4;
+
+// Shared-memory layout of an instance; STG > 0 fixes the ring's stage count (the deep instances).
+template <int D, int R, int STG = 0>
 struct Smem {
   static constexpr int kSk = cfg::stage_keys<D>();
   // Tensor cores (mma.sync m16n8k16) for Q K^T and P V when D <= 128; CUDA cores for D = 256,
@@ -166,7 +173,8 @@ struct Smem {
     return stages * 2 * kSk * D * 2 + R * D * 4 + (cfg::kWarps + 1) * R * 2 * 4 + (kQInSmem ? R * D * 4 : 0);
   }
   // the same stage count with or without the rows (decided with them)
-  static constexpr int kStages = FERRATTN_LEAN_STAGES > 0 ? FERRATTN_LEAN_STAGES
+  static constexpr int kStages = STG > 0 ? STG
+                                 : FERRATTN_LEAN_STAGES > 0 ? FERRATTN_LEAN_STAGES
                                  : (bytes_for(3) + kRowsBytes <= cfg::kSmemBudget ? 3 : 2);
   static constexpr int kBytes = bytes_for(kStages);
   static constexpr int kBytesAhead = kBytes + kRowsBytes;
@@ -295,9 +303,10 @@ struct IntC {
   static constexpr int value = N;
 };
 
-template <class T, int D, int R, bool PAGED, bool AHEAD = false, bool REGS = false>
+// STG > 0: the ring's stage count (the deep REGS instances), else the built-in choice.
+template <class T, int D, int R, bool PAGED, bool AHEAD = false, bool REGS = false, int STG = 0>
 __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
-  using S = Smem<D, R>;
+  using S = Smem<D, R, STG>;
   constexpr int L = cfg::lanes_per_key<D>();
   constexpr int G = cfg::groups_per_warp<D>();
   constexpr int SK = cfg::stage_keys<D>();
@@ -331,6 +340,10 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   const int gl = lane % L;              // columns gl*8 .. gl*8+7
   const int cta = blockIdx.x;
   constexpr bool regs = PAGED && REGS;
+  // REGS: units u .. u + 2 ST - 2 have words in the 8-slot ring at once (the prologue writes them
+  // with no barrier between), so a deeper ring needs more slots
+  static_assert(!regs || 2 * ST - 2 < 8, "the REGS word ring holds 8 units");
+  static_assert(STG == 0 || regs, "only the REGS instances take a stage count");
   constexpr int NW = SK / 16;  // page words a unit can touch (pages of 16): 8, 4, 2 for d 64, 128, 256
   static_assert(SK % 16 == 0 && NW <= 8, "a stage holds whole pages of 16");
   // REGS: the page words of the first stages, copied before anything is read, from addresses that
@@ -1219,6 +1232,11 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
       lean_decode_paged_regs_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                      \
     ferrattn::lean_decode_body<ferrattn::T, D, R, true, false, true>(p);                             \
   }                                                                                                  \
+  /* one CTA per SM: its ring takes more than half of the SM's shared memory */                     \
+  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, 1)                           \
+      lean_decode_paged_deep_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                      \
+    ferrattn::lean_decode_body<ferrattn::T, D, R, true, false, true, ferrattn::kDeepStages>(p);      \
+  }                                                                                                  \
   extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads)                              \
       lean_combine_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                                \
     ferrattn::lean_combine_body<ferrattn::T, D, R>(p);                                               \
@@ -1228,6 +1246,7 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
     out[1] = ferrattn::Smem<D, R>::kStages;                                                          \
     out[2] = ferrattn::Smem<D, R>::kBytesAhead;                                                      \
     out[3] = ferrattn::Smem<D, R>::kBytesRegs;                                                       \
+    out[4] = ferrattn::Smem<D, R, ferrattn::kDeepStages>::kBytesRegs;                                \
   }
 #define FERRATTN_LEAN_ROWS(TN, T, D) \
   FERRATTN_LEAN(TN, T, D, 1)         \

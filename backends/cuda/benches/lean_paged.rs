@@ -19,7 +19,7 @@
 //! so one page table, as one decode step's layers share the step's table.
 //!
 //! Usage: `lean_paged [--quick] [--same-plan | --paged-plan | --ctas N | --paged-ctas N] [--sets N]
-//! [--window-bytes N] [--ahead always|never] [--paged auto|regs|grid|inplace|ahead]
+//! [--window-bytes N] [--ahead always|never] [--paged auto|regs|deep|grid|inplace|ahead]
 //! [--only SHAPE:B:CTX] [--out FILE]` (`--paged-plan`: the contiguous storage at
 //! `lean::plan_paged`'s grid too, so that both run one grid; `--ctas N`: every storage at a
 //! stream-K grid of N CTAs, `lean::plan_with_ctas`; `--paged-ctas N`: the paged storages alone at
@@ -68,9 +68,10 @@ fn main() {
     // shuffled layouts: permute the pages only within windows of this many bytes of one
     // sequence's K (a locality probe)
     let window_bytes = positive("--window-bytes");
-    // `--paged auto|regs|grid|inplace|ahead` (or `--ahead always|never`): the paged instance
+    // `--paged auto|regs|deep|grid|inplace|ahead` (or `--ahead always|never`): the paged instance
     let paged_read = match (value("--paged").as_deref(), value("--ahead").as_deref()) {
         (Some("regs"), _) => PagedRead::Regs,
+        (Some("deep"), _) => PagedRead::Deep,
         (Some("grid"), _) => PagedRead::Grid,
         (Some("inplace"), _) | (None, Some("never")) => PagedRead::InPlace,
         (Some("ahead"), _) | (None, Some("always")) => PagedRead::Ahead,

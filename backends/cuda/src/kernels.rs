@@ -370,6 +370,8 @@ pub enum LeanEntry {
     DecodePagedAhead,
     /// The same, with each unit's page words in registers a stage before its copies.
     DecodePagedRegs,
+    /// [`LeanEntry::DecodePagedRegs`] with a four-stage ring, for grids of one CTA per SM.
+    DecodePagedDeep,
     /// Second pass of the fixed split.
     Combine,
     /// Reports the decode kernel's shared memory and stage count.
@@ -382,11 +384,12 @@ pub enum LeanEntry {
 
 impl LeanEntry {
     /// Every entry, in the order [`LeanInstance::names`] returns them.
-    pub const ALL: [LeanEntry; 8] = [
+    pub const ALL: [LeanEntry; 9] = [
         LeanEntry::Decode,
         LeanEntry::DecodePaged,
         LeanEntry::DecodePagedAhead,
         LeanEntry::DecodePagedRegs,
+        LeanEntry::DecodePagedDeep,
         LeanEntry::Combine,
         LeanEntry::SmemQuery,
         LeanEntry::Append,
@@ -434,6 +437,7 @@ impl LeanInstance {
             LeanEntry::DecodePaged => format!("lean_decode_paged_{dt}_d{d}_r{r}"),
             LeanEntry::DecodePagedAhead => format!("lean_decode_paged_ahead_{dt}_d{d}_r{r}"),
             LeanEntry::DecodePagedRegs => format!("lean_decode_paged_regs_{dt}_d{d}_r{r}"),
+            LeanEntry::DecodePagedDeep => format!("lean_decode_paged_deep_{dt}_d{d}_r{r}"),
             LeanEntry::Combine => format!("lean_combine_{dt}_d{d}_r{r}"),
             LeanEntry::SmemQuery => format!("lean_smem_{dt}_d{d}_r{r}"),
             LeanEntry::Append => "lean_append".into(),

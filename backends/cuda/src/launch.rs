@@ -949,6 +949,18 @@ fn paged_regs(stage_units: u64, num_ctas: usize) -> bool {
     stage_units >= 4 * num_ctas as u64
 }
 
+/// Whether a grid of `num_ctas` CTAs that takes the REGS instance ([`paged_regs`]) runs its
+/// four-stage twin ([`PagedRead::Deep`]): at head dim 64, where the grid is one CTA per SM of
+/// `sms`, so that the SM's shared memory the second CTA would have used holds a fourth stage (a
+/// third 32 KB K/V stage in flight). Measured on an H200 (2026-11-26, `benches/lean_paged.rs`, main's
+/// binary interleaved, docs/DEVICE_PATH.md "Lean paged, sixteenth session"): Lean-paper B=1 ctx
+/// 64k (d64, one row, 112 CTAs) with shuffled pages of 16 1.029-1.035x contiguous ->
+/// 0.993-0.996x over two calls; Llama's d128 rows at 128 CTAs lost 1-2 points in most layouts
+/// (B=1 ctx 8k 1.023-1.051x -> 1.041-1.068x), so they keep three stages.
+fn paged_deep(num_ctas: usize, sms: usize, head_dim: usize) -> bool {
+    num_ctas <= sms && head_dim <= 64
+}
+
 /// Which paged decode instance [`LeanKernels::run`] launches. Every one gives the same bits (the
 /// same arithmetic in the same order; they differ only in how the copies find their pool rows).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -961,6 +973,9 @@ pub enum PagedRead {
     /// (`lean_decode_paged_regs_*`, `REGS` in `lean_decode.cu`): after each stage's barrier the
     /// copies start from registers, as the contiguous kernel's do.
     Regs,
+    /// [`PagedRead::Regs`] with a four-stage ring (`lean_decode_paged_deep_*`, one CTA per SM)
+    /// where the grid's CTAs are all co-resident with it, [`PagedRead::Regs`] otherwise.
+    Deep,
     /// The earlier rule: the page table read a stage ahead or in place as the grid decides
     /// ([`paged_rows_ahead`]).
     Grid,
@@ -1020,6 +1035,8 @@ pub struct LeanKernels {
     decode_paged_ahead: Function,
     /// The paged decode with the page words in registers ([`PagedRead::Regs`]).
     decode_paged_regs: Function,
+    /// Its four-stage twin ([`PagedRead::Deep`]).
+    decode_paged_deep: Function,
     combine: Function,
     append: Function,
     append_paged: Function,
@@ -1028,6 +1045,11 @@ pub struct LeanKernels {
     smem_bytes_ahead: u32,
     /// Dynamic shared memory of `decode_paged_regs` (its ring of page words on top).
     smem_bytes_regs: u32,
+    /// Dynamic shared memory of `decode_paged_deep`.
+    smem_bytes_deep: u32,
+    /// Co-resident CTAs per SM of `decode_paged_deep` (1; not part of `ctas_per_sm`, which
+    /// bounds the grids the planners make: the deep instance runs only on grids it fits).
+    ctas_per_sm_deep: u32,
     stages: u32,
     ctas_per_sm: [u32; 2],
     cooperative: std::sync::atomic::AtomicBool,
@@ -1037,9 +1059,10 @@ pub struct LeanKernels {
 
 impl PagedRead {
     /// Every way, in the order of the index [`LeanKernels`] stores.
-    pub const ALL: [PagedRead; 5] = [
+    pub const ALL: [PagedRead; 6] = [
         PagedRead::Auto,
         PagedRead::Regs,
+        PagedRead::Deep,
         PagedRead::Grid,
         PagedRead::InPlace,
         PagedRead::Ahead,
@@ -1058,9 +1081,11 @@ impl LeanKernels {
         let decode_paged = f(LeanEntry::DecodePaged)?;
         let decode_paged_ahead = f(LeanEntry::DecodePagedAhead)?;
         let decode_paged_regs = f(LeanEntry::DecodePagedRegs)?;
-        // the kernel reports its own shared-memory sizes (in place, ahead, regs) and stage count
+        let decode_paged_deep = f(LeanEntry::DecodePagedDeep)?;
+        // the kernel reports its own shared-memory sizes (in place, ahead, regs, deep) and stage
+        // count
         let smem_q = f(LeanEntry::SmemQuery)?;
-        let out = DeviceBuffer::alloc(gpu, 16)?;
+        let out = DeviceBuffer::alloc(gpu, 20)?;
         let mut ptr = out.ptr();
         launch_raw(
             gpu,
@@ -1070,19 +1095,22 @@ impl LeanKernels {
             &mut [&mut ptr as *mut u64 as *mut std::ffi::c_void],
         )?;
         let info: Vec<i32> = out.to_vec()?;
-        let (smem_bytes, stages, smem_bytes_ahead, smem_bytes_regs) = (
+        let (smem_bytes, stages, smem_bytes_ahead, smem_bytes_regs, smem_bytes_deep) = (
             info[0] as u32,
             info[1] as u32,
             info[2] as u32,
             info[3] as u32,
+            info[4] as u32,
         );
         let _bound = gpu.bind()?;
-        let mut ctas_per_sm = [u32::MAX; 2];
+        // [contiguous, paged, deep]
+        let mut ctas_per_sm = [u32::MAX; 3];
         for (i, k, smem_bytes) in [
             (0, &decode, smem_bytes),
             (1, &decode_paged, smem_bytes),
             (1, &decode_paged_ahead, smem_bytes_ahead),
             (1, &decode_paged_regs, smem_bytes_regs),
+            (2, &decode_paged_deep, smem_bytes_deep),
         ] {
             // SAFETY: valid function handle; attribute value in range.
             check("cuFuncSetAttribute", unsafe {
@@ -1111,14 +1139,17 @@ impl LeanKernels {
             decode_paged,
             decode_paged_ahead,
             decode_paged_regs,
+            decode_paged_deep,
             combine: f(LeanEntry::Combine)?,
             append: f(LeanEntry::Append)?,
             append_paged: f(LeanEntry::AppendPaged)?,
             smem_bytes,
             smem_bytes_ahead,
             smem_bytes_regs,
+            smem_bytes_deep,
+            ctas_per_sm_deep: ctas_per_sm[2],
             stages,
-            ctas_per_sm,
+            ctas_per_sm: [ctas_per_sm[0], ctas_per_sm[1]],
             cooperative: std::sync::atomic::AtomicBool::new(true),
             paged_read: std::sync::atomic::AtomicU8::new(0),
         })
@@ -1235,25 +1266,30 @@ impl LeanKernels {
         let (decode, smem) = match &step.kv {
             KvStorage::Contiguous => (&self.decode, self.smem_bytes),
             KvStorage::Paged(pg) => {
-                let grid = || {
-                    Some(paged_rows_ahead(
-                        pg.page_size,
-                        step.num_ctas(),
-                        self.gpu.caps.compute_units,
-                    ))
+                let grid =
+                    || paged_rows_ahead(pg.page_size, step.num_ctas(), self.gpu.caps.compute_units);
+                // (ahead, regs, deep) -> the instance; deep only where every CTA of the grid is
+                // co-resident with it
+                let sms = self.gpu.caps.compute_units;
+                let fits_deep = step.num_ctas() <= self.ctas_per_sm_deep as usize * sms;
+                let regs = paged_regs(step.stage_units, step.num_ctas());
+                let (ahead, regs, deep) = match self.paged_read() {
+                    PagedRead::Auto if regs => (
+                        false,
+                        true,
+                        paged_deep(step.num_ctas(), sms, self.instance.head_dim()),
+                    ),
+                    PagedRead::Auto | PagedRead::Grid => (grid(), false, false),
+                    PagedRead::Regs => (false, true, false),
+                    PagedRead::Deep => (false, true, true),
+                    PagedRead::InPlace => (false, false, false),
+                    PagedRead::Ahead => (true, false, false),
                 };
-                let ahead = match self.paged_read() {
-                    PagedRead::Auto if paged_regs(step.stage_units, step.num_ctas()) => None,
-                    PagedRead::Auto => grid(),
-                    PagedRead::Regs => None,
-                    PagedRead::InPlace => Some(false),
-                    PagedRead::Ahead => Some(true),
-                    PagedRead::Grid => grid(),
-                };
-                match ahead {
-                    None => (&self.decode_paged_regs, self.smem_bytes_regs),
-                    Some(true) => (&self.decode_paged_ahead, self.smem_bytes_ahead),
-                    Some(false) => (&self.decode_paged, self.smem_bytes),
+                match (ahead, regs, deep && fits_deep) {
+                    (_, true, true) => (&self.decode_paged_deep, self.smem_bytes_deep),
+                    (_, true, false) => (&self.decode_paged_regs, self.smem_bytes_regs),
+                    (true, false, _) => (&self.decode_paged_ahead, self.smem_bytes_ahead),
+                    (false, false, _) => (&self.decode_paged, self.smem_bytes),
                 }
             }
         };
@@ -1473,6 +1509,10 @@ mod tests {
         assert!(!paged_regs(128, 128)); // Llama-3-8B B=1 ctx 1k
         assert!(paged_regs(1024, 128)); // Llama-3-8B B=1 ctx 8k
         assert!(paged_regs(4 * 112, 112) && !paged_regs(4 * 112 - 1, 112));
+        // the deep instance: one CTA per SM at head dim 64 (Lean-paper B=1 ctx 64k on 112 of an
+        // H200's 132), not the slot-filling grids of two (264) nor Llama's d128 rows (128 CTAs)
+        assert!(paged_deep(112, 132, 64) && paged_deep(132, 132, 64));
+        assert!(!paged_deep(264, 132, 64) && !paged_deep(128, 132, 128));
     }
 
     #[test]

@@ -288,7 +288,11 @@ fn plan_rules(
 /// against 1.065-1.066x, Llama B=1 ctx 32k 1.038-1.042x against 1.075-1.079x. With two whole
 /// tiles per CTA (Lean-paper B=4 ctx 16k: 224 tiles on 112 CTAs) the same H200 call measured the
 /// paged kernel at 243-246 us on the aligned grid against 234-235 us on the slot-filling one
-/// (`docs/results/h200-2026-11-26-v12-lean/call1/`).
+/// (`docs/results/h200-2026-11-26-v12-lean/call1/`). With the four-stage paged instance that the
+/// CUDA backend runs on one-CTA-per-SM grids at head dim 64 (2026-11-26, H200,
+/// `docs/results/lean-paged16-h200-2026-11-26/`) the aligned grid measured 1.04-1.05x contiguous
+/// (shuffled pages) when the row ran alone but 1.08-1.11x in the full list, against 1.06-1.07x on
+/// the slot-filling grid in both: not taken.
 pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
     plan_rules(p, caps, false)
 }
