@@ -1423,11 +1423,11 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       }
     }
     // one tile of Alg. 2: q K^T (per cache format), the softmax (shared by every format, one
-    // copy in the kernel), P V (per format)
-    // the tile's format: compressed with 4 or 2 bits (`four`), folded unless a block's clamp flag
-    // is set (`fold`), or the INT8 buffer; tested as branches, the folded tiles first, so that the
-    // code of the common tiles lies together and the clamping and buffer code after it
-    bool fold = false, four = false;
+    // copy in the kernel), P V (per format). The tile's format: compressed with 4 or 2 bits
+    // (`four`), folded unless a block's clamp flag is set (`fold`), or the INT8 buffer; tested as
+    // branches with the folded tiles first, so that the common tiles' code lies together and the
+    // clamping and buffer code after it (a switch on one variant number spread them apart)
+    int fold = 0, four = 0;
     float s_k = 0.0f, s_v = 0.0f;
     int ntok = kBlock;
     const i8* kbuf = cp.k.buf + bh * kBlock * D;
@@ -1442,24 +1442,24 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         four = cur.bits == 4;
         s_k = __uint_as_float(sc.x);
         s_v = __uint_as_float(sc.y);
+        if (fold) {
+          if (!four)
+            unit_qk_folded<D, 2>(st, stages, g, t, s);
+          else if (half && FERRATTN_TURBO_DECODE_HI_ROWS)
+            unit_qk_folded4_hi_rows<D>(st, stages, g, t, s);
+          else
+            unit_qk_folded<D, 4>(st, stages, g, t, s);
+        } else if (four) {
+          unit_qk_compressed<D, 4, true>(st, stages, g, t, s);
+        } else {
+          unit_qk_compressed<D, 2, true>(st, stages, g, t, s);
+        }
       } else {
+        // the buffer's scales are read here, inside its branch, so that ptxas does not
+        // if-convert them into every tile
         s_k = cp.k.buf_scale[bh];
         s_v = cp.v.buf_scale[bh];
         ntok = ntok_buf;
-      }
-      if (fold) {
-        if (!four)
-          unit_qk_folded<D, 2>(st, stages, g, t, s);
-        else if (half && FERRATTN_TURBO_DECODE_HI_ROWS)
-          unit_qk_folded4_hi_rows<D>(st, stages, g, t, s);
-        else
-          unit_qk_folded<D, 4>(st, stages, g, t, s);
-      } else if (compressed) {
-        if (four)
-          unit_qk_compressed<D, 4, true>(st, stages, g, t, s);
-        else
-          unit_qk_compressed<D, 2, true>(st, stages, g, t, s);
-      } else {
         unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
       }
     }
