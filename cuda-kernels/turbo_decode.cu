@@ -169,19 +169,6 @@ __device__ __forceinline__ void cp_async4_s(u32 dst, const void* src) {
 __device__ __forceinline__ void cp_async16_s(u32 dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
-// The same copies predicated in PTX: a lane-dependent condition as `if (on) cp_async...` makes a
-// divergent branch, a convergence point and a fresh block for the copy (ptxas then pads it);
-// predicated, the copy is one instruction in the straight-line issue.
-__device__ __forceinline__ void cp_async4_s_if(bool on, u32 dst, const void* src) {
-  asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %2, 0;\n @p cp.async.ca.shared.global [%0], [%1], 4;\n}" ::"r"(dst),
-               "l"(src), "r"((u32)on)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async16_s_if(bool on, u32 dst, const void* src) {
-  asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %2, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16;\n}" ::"r"(dst),
-               "l"(src), "r"((u32)on)
-               : "memory");
-}
 
 // Four dequantized codes of one channel (ChannelParams::decode, plus 128 so that the byte is the
 // u8 operand of the MMA): clamp(code x scale + zero, -127, 127) + 128 per byte, `x` the four codes
@@ -1325,9 +1312,9 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i)
       if (b4 || i < kMaxSteps / 2) cp_async16_s(dst + 512 * i, src + 512 * i);
-    // 2 D / 16 chunks of channel parameters
-    cp_async16_s_if(lane < D / 8, stage_s + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
-    if (!which) cp_async4_s_if(lane < 4, stage_s + S::kScales + 4 * lane, scale_src + pb);
+    if (lane < D / 8)  // 2 D / 16 chunks of channel parameters
+      cp_async16_s(stage_s + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
+    if (!which && lane < 4) cp_async4_s(stage_s + S::kScales + 4 * lane, scale_src + pb);
   };
 
   UnitState<D> st;
@@ -1346,15 +1333,15 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     const bool seg_first = it == begin || cur.ti == 0;
     const bool seg_last = it + 1 == end || cur.ti + 1 == cur.n_it;
     const int hk = cur.hk, qg = cur.qg;
+    const int rows = min(kUnitRows, p.group - qg * kUnitRows);
+    const int h0 = hk * p.group + qg * kUnitRows;
     const int len = cur.len;
-    const int nblocks = len >> 6, ntok_buf = len & (kBlock - 1);  // kBlock = 64; len >= 0
+    const int nblocks = len / kBlock, ntok_buf = len % kBlock;
     const u64 bh = (u64)b * p.heads_kv + hk;
     const bool compressed = cur.ti < nblocks;
     const bool active = qt >= 0 && (compressed || (cur.ti == nblocks && ntok_buf > 0));
     if (qt >= 0) {
       if (seg_first) {
-        const int rows = min(kUnitRows, p.group - qg * kUnitRows);
-        const int h0 = hk * p.group + qg * kUnitRows;
         // query row g to INT8, one scale per query head (Alg. 2 "s_Q = max(abs(Q)) / 119"); in
         // the half-row instance rows 4-7 (no query head) hold copies of rows 0-3, so that the
         // lanes of row g + 4 find row g's scores of keys 32..63 in their own accumulators
@@ -1423,11 +1410,8 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       }
     }
     // one tile of Alg. 2: q K^T (per cache format), the softmax (shared by every format, one
-    // copy in the kernel), P V (per format). The tile's format: compressed with 4 or 2 bits
-    // (`four`), folded unless a block's clamp flag is set (`fold`), or the INT8 buffer; tested as
-    // branches with the folded tiles first, so that the common tiles' code lies together and the
-    // clamping and buffer code after it (a switch on one variant number spread them apart)
-    int fold = 0, four = 0;
+    // copy in the kernel), P V (per format)
+    int variant = 4;  // 0-3: compressed, 4 / 2 bits, clamping or not; 4: the INT8 buffer
     float s_k = 0.0f, s_v = 0.0f;
     int ntok = kBlock;
     const i8* kbuf = cp.k.buf + bh * kBlock * D;
@@ -1435,32 +1419,29 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     int s[8][2];
     if (active) {
       if (compressed) {
+        const int bits = cur.bits;
         // the blocks' clamp flags (CacheView::clamp, exact, written with the blocks): the
         // folded path unless some code of K or V dequantizes past 127
         const uint4 sc = *reinterpret_cast<const uint4*>(stages + S::kScales);
-        fold = (sc.z | sc.w) == 0;
-        four = cur.bits == 4;
+        variant = (bits == 4 ? 0 : 2) + ((sc.z | sc.w) != 0 ? 0 : 1);
         s_k = __uint_as_float(sc.x);
         s_v = __uint_as_float(sc.y);
-        if (fold) {
-          if (!four)
-            unit_qk_folded<D, 2>(st, stages, g, t, s);
-          else if (half && FERRATTN_TURBO_DECODE_HI_ROWS)
-            unit_qk_folded4_hi_rows<D>(st, stages, g, t, s);
-          else
-            unit_qk_folded<D, 4>(st, stages, g, t, s);
-        } else if (four) {
-          unit_qk_compressed<D, 4, true>(st, stages, g, t, s);
-        } else {
-          unit_qk_compressed<D, 2, true>(st, stages, g, t, s);
-        }
       } else {
-        // the buffer's scales are read here, inside its branch, so that ptxas does not
-        // if-convert them into every tile
         s_k = cp.k.buf_scale[bh];
         s_v = cp.v.buf_scale[bh];
         ntok = ntok_buf;
-        unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
+      }
+      switch (variant) {
+        case 0: unit_qk_compressed<D, 4, true>(st, stages, g, t, s); break;
+        case 1:
+          if (half && FERRATTN_TURBO_DECODE_HI_ROWS)
+            unit_qk_folded4_hi_rows<D>(st, stages, g, t, s);
+          else
+            unit_qk_folded<D, 4>(st, stages, g, t, s);
+          break;
+        case 2: unit_qk_compressed<D, 2, true>(st, stages, g, t, s); break;
+        case 3: unit_qk_folded<D, 2>(st, stages, g, t, s); break;
+        default: unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
       }
     }
     syncwarp();  // every lane is done with the K half before it is refilled
@@ -1489,38 +1470,25 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     syncwarp();
     if (active) {
       if (half) {
-        if (fold) {
-          if (four)
-            unit_pv_half<D, kPvFolded4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
-          else
-            unit_pv_half<D, kPvFolded2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
-        } else if (compressed) {
-          if (four)
-            unit_pv_half<D, kPvClamp4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
-          else
-            unit_pv_half<D, kPvClamp2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
-        } else {
-          unit_pv_half<D, kPvBuffer>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+        switch (variant) {
+          case 0: unit_pv_half<D, kPvClamp4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_half<D, kPvFolded4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_half<D, kPvClamp2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_half<D, kPvFolded2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
+          default: unit_pv_half<D, kPvBuffer>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
         }
       } else {
-        if (fold) {
-          if (four)
-            unit_pv_folded<D, 4>(st, stages, g, t, pa0, pa2, rs, r, c);
-          else
-            unit_pv_folded<D, 2>(st, stages, g, t, pa0, pa2, rs, r, c);
-        } else if (compressed) {
-          if (four)
-            unit_pv_compressed<D, 4, true>(st, stages, g, t, pa0, pa2, rs, r, c);
-          else
-            unit_pv_compressed<D, 2, true>(st, stages, g, t, pa0, pa2, rs, r, c);
-        } else {
-          unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+        switch (variant) {
+          case 0: unit_pv_compressed<D, 4, true>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 1: unit_pv_folded<D, 4>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 2: unit_pv_compressed<D, 2, true>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          case 3: unit_pv_folded<D, 2>(st, stages, g, t, pa0, pa2, rs, r, c); break;
+          default: unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
         }
       }
     }
     if (qt >= 0 && seg_last) {
       // the segment's partial
-      const int rows = min(kUnitRows, p.group - qg * kUnitRows);
       if (!half) {
         // row g, channels 2 VCH t + VCH e + nt
         if (g < rows) {
