@@ -414,7 +414,7 @@ pub struct TurboKernels {
 /// sms`: batch 1 at 16k, 1.6-1.9% faster with INT4 too); off for an all-4-bit cache that fills
 /// the GPU, where it was 0.9-1.5% slower at 16 x 16k in two sessions (decode8, decode13).
 pub(crate) fn combine_pdl_policy(bits: &[u8], grid_ctas: usize, sms: usize) -> bool {
-    grid_ctas < sms || bits.iter().any(|&b| b == 2)
+    grid_ctas < sms || bits.contains(&2)
 }
 
 impl TurboKernels {
