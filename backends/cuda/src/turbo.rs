@@ -409,9 +409,9 @@ pub struct TurboKernels {
 /// hold `bits` is launched with programmatic stream serialization ([`launch_programmatic`]),
 /// so that its launch and SAS table overlap the decode's tail. Chosen by what was measured on
 /// an H200 (issue 11, docs/TURBO_CUDA.md "Decode: the tile's format as branches, and the
-/// combine under PDL where it pays"): on where the cache holds a 2-bit head (0.6-2% faster at
+/// combine under PDL where it pays"): on where the cache holds a 2-bit head (0.1-3% faster at
 /// every mixed shape timed, two sessions) or the decode grid leaves an SM free (`grid_ctas <
-/// sms`: batch 1 at 16k, 1.6-1.9% faster with INT4 too); off for an all-4-bit cache that fills
+/// sms`: batch 1 at 16k, 1.4-3.3% faster with INT4 too); off for an all-4-bit cache that fills
 /// the GPU, where it was 0.9-1.5% slower at 16 x 16k in two sessions (decode8, decode13).
 pub(crate) fn combine_pdl_policy(bits: &[u8], grid_ctas: usize, sms: usize) -> bool {
     grid_ctas < sms || bits.contains(&2)

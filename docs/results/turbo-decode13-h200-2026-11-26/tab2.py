@@ -1,6 +1,6 @@
 # The two timing tables of docs/TURBO_CUDA.md "Decode: the tile's format as branches, and the combine under PDL
-# where it pays": python3 tab2.py pooled (calls 1 and 2) | python3 tab2.py call3 (SDPA and the ceiling of call 3 typed in
-# from decode3.txt).
+# where it pays": python3 tab2.py pooled (calls 1 and 2) | python3 tab2.py call3 | python3 tab2.py call4 (SDPA and
+# the ceilings typed in from decode3.txt, decode4.txt).
 import re, sys, statistics, collections
 def load(files):
     d = collections.defaultdict(list); by = {}
@@ -23,10 +23,11 @@ if mode == 'pooled':
             f = lambda v: rng(d[(v,b,c,cache)])
             print(f"| {b} x {c} | {cache} | {f('base')} | {f('new')} | {100*(med['new']/med['base']-1):+.1f}% | {f('base-pdl')} | {f('new-pdl')} | {100*(med['new-pdl']/med['base']-1):+.1f}% |")
 else:
-    d, by = load(['decode3.txt'])
-    ceil = 4247.038174752768
-    sd = {1:30.1, 16:260.7, 8:267.8, 64:290.2, 32:1104.6}
-    sdn = {1:'flash',16:'flash',8:'flash',64:'cuDNN',32:'cuDNN'}
+    four = mode == 'call4'
+    d, by = load(['decode4.txt' if four else 'decode3.txt'])
+    ceil = 4205.782229507573 if four else 4247.038174752768
+    sd = {1:30.9, 16:263.7, 8:274.8, 64:288.5, 32:1097.1} if four else {1:30.1, 16:260.7, 8:267.8, 64:290.2, 32:1104.6}
+    sdn = {1:'flash',16:'cuDNN' if four else 'flash',8:'flash',64:'cuDNN',32:'cuDNN'}
     print("| B x ctx | cache | base us | tip us | tip / base (medians) | faster SDPA us | base vs SDPA | tip vs SDPA | % of copy base / tip |")
     print("|---|---|---|---|---|---|---|---|---|")
     for cache in ['int4','mixed']:
