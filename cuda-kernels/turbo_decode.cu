@@ -91,8 +91,8 @@ constexpr int kUnitRows = 8;   // query heads per output tile (MMA rows 0-7; row
 constexpr int kUnitsPerCta = kThreads / 32;
 
 // Programmatic dependent launch of the combine (sm_90; the host sets the launch attribute only
-// there and only with FERRATTN_TURBO_COMBINE_PDL=1, ferrattn_cuda::TurboKernels::combine_pdl;
-// without it both instructions are no-ops).
+// there, per decode launch by ferrattn_cuda::turbo::combine_pdl_policy or as
+// FERRATTN_TURBO_COMBINE_PDL=1 / 0 forces; without it both instructions are no-ops).
 // Every decode instance lets the combine be scheduled first thing, so that its launch, its CTAs'
 // distribution and its SAS table overlap the decode's tail; a combine CTA takes an SM slot only
 // once every decode CTA has started (and, at 168 registers a thread, only where a decode CTA has

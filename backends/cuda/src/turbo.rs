@@ -396,18 +396,37 @@ pub struct TurboKernels {
     /// The fast-contract instances ([`CudaBackend::turbo_decode_is_fast`]).
     fast: bool,
     combine: Function,
-    /// The combine is launched with programmatic stream serialization after the decode
-    /// ([`launch_programmatic`]): compute capability 9.0 or newer and
-    /// `FERRATTN_TURBO_COMBINE_PDL=1` (read when the kernels are chosen). Off by default: on an
-    /// H200 it took 0.4-1.6 us off batch 1 and most 1 GB shapes but added 1.3 us (1.4%) at
-    /// 16 x 16k INT4 (issue 11, docs/TURBO_CUDA.md "Decode: a second cp.async stage, and the
-    /// combine under PDL").
-    pub(crate) combine_pdl: bool,
+    /// Programmatic launch of the combine is available: compute capability 9.0 or newer.
+    combine_pdl_ok: bool,
+    /// `FERRATTN_TURBO_COMBINE_PDL=1` / `=0` (read when the kernels are chosen): the combine
+    /// under PDL after every decode / after none; unset, [`combine_pdl_policy`] decides.
+    combine_pdl_forced: Option<bool>,
     append: Function,
     flush: Function,
 }
 
+/// Whether the combine after a decode launch of `grid_ctas` CTAs over a cache whose KV heads
+/// hold `bits` is launched with programmatic stream serialization ([`launch_programmatic`]),
+/// so that its launch and SAS table overlap the decode's tail. Chosen by what was measured on
+/// an H200 (issue 11, docs/TURBO_CUDA.md "Decode: the tile's format as branches, and the
+/// combine under PDL where it pays"): on where the cache holds a 2-bit head (0.1-3% faster at
+/// every mixed shape timed, two sessions) or the decode grid leaves an SM free (`grid_ctas <
+/// sms`: batch 1 at 16k, 1.4-3.3% faster with INT4 too); off for an all-4-bit cache that fills
+/// the GPU, where it was 0.9-1.5% slower at 16 x 16k in two sessions (decode8, decode13).
+pub(crate) fn combine_pdl_policy(bits: &[u8], grid_ctas: usize, sms: usize) -> bool {
+    grid_ctas < sms || bits.contains(&2)
+}
+
 impl TurboKernels {
+    /// Whether the combine of this decode launch waits for it under PDL: on sm_90 only, then
+    /// `FERRATTN_TURBO_COMBINE_PDL` if set, else [`combine_pdl_policy`].
+    pub(crate) fn combine_pdl_for(&self, bits: &[u8], grid_ctas: usize, sms: usize) -> bool {
+        self.combine_pdl_ok
+            && self
+                .combine_pdl_forced
+                .unwrap_or_else(|| combine_pdl_policy(bits, grid_ctas, sms))
+    }
+
     /// The decode instance for GQA groups of `group` query heads: `turbo_decode_g4_*` up to
     /// [`DECODE_G4_MAX_GROUP`], else `turbo_decode_*`; their `_fast_` twins where
     /// [`CudaBackend::turbo_decode_is_fast`] (the default on sm_90).
@@ -883,12 +902,16 @@ impl CudaBackend {
             full_rows_only: self.options.turbo_decode_full_rows,
             fast: self.turbo_decode_is_fast(),
             combine: m.decode.function(&n.combine)?,
-            combine_pdl: self
+            combine_pdl_ok: self
                 .gpu()?
                 .caps
                 .compute_capability
-                .is_some_and(|cc| cc >= (9, 0))
-                && std::env::var("FERRATTN_TURBO_COMBINE_PDL").is_ok_and(|v| v == "1"),
+                .is_some_and(|cc| cc >= (9, 0)),
+            combine_pdl_forced: match std::env::var("FERRATTN_TURBO_COMBINE_PDL").as_deref() {
+                Ok("1") => Some(true),
+                Ok("0") => Some(false),
+                _ => None,
+            },
             append: m.decode.function(&n.append)?,
             flush: m.decode.function(&n.flush)?,
         })
@@ -1508,7 +1531,8 @@ impl CudaBackend {
             TURBO_COMBINE_THREADS,
             0,
             gpu.stream,
-            prep.kernels.combine_pdl,
+            prep.kernels
+                .combine_pdl_for(&cache.bits, pl.grid_ctas(), gpu.caps.compute_units),
             &mut dp,
         )
     }
@@ -1872,6 +1896,20 @@ fn check_decode_query(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The combine's PDL policy: on with a 2-bit head or a grid that leaves an SM free, off for
+    /// an all-4-bit cache filling the GPU (the H200's 132 SMs: batch 1 at 16k is 128 CTAs, the
+    /// 1 GB shapes 396).
+    #[test]
+    fn combine_pdl_where_it_measured_faster() {
+        let int4 = [4u8; 8];
+        let mixed = [4, 2, 4, 2, 4, 2, 4, 2];
+        assert!(combine_pdl_policy(&int4, 128, 132));
+        assert!(!combine_pdl_policy(&int4, 396, 132));
+        assert!(!combine_pdl_policy(&int4, 132, 132));
+        assert!(combine_pdl_policy(&mixed, 396, 132));
+        assert!(combine_pdl_policy(&[2u8], 1, 132));
+    }
 
     /// The fast prefill's INT8 Q workspace (`turbo_quant_q_*`): one 64 x D tile and one f32
     /// scale per (sequence, query head, 64-row block), in both prefill paths (the device

@@ -807,7 +807,8 @@ impl TurboStepKernels {
             crate::turbo::TURBO_COMBINE_THREADS,
             0,
             stream,
-            self.kernels.combine_pdl,
+            self.kernels
+                .combine_pdl_for(&cache.bits, pl.grid_ctas(), self.gpu.caps.compute_units),
             &mut dp,
         )
     }
