@@ -1426,6 +1426,15 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         if (!kOdd && !kFirst && !kInit && (j & 31) == 0) {
           const int t = j + lane;
           table(t < nt ? p.ks[kv_base + t] : 0.0f, t < nt ? p.vs[kv_base + t] : s_u, j);
+        } else if (!kOdd && !kFirst && !kInit && (j & 31) == 16) {
+          // round 12: those scales into L1 16 tiles ahead, so that the refill's loads hit there
+          // (round 11's timeline: the step of tile 32 waited about 0.2 us for them); no register
+          // stays live to the refill
+          const int t = j + 16 + lane;
+          if (t < nt) {
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(p.ks + kv_base + t));
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(p.vs + kv_base + t));
+          }
         }
         const TileConsts cw = tab[j & 31];
         const float c2_0 = cw.c2, w0 = cw.w, off0 = cw.off;
