@@ -19,9 +19,9 @@
 //! compresses the buffer as it is, so a replay leaves the cache as one append did.
 
 use super::{
-    check, check_supported, code_layout, decode_smem_bytes, plan_decode, AppendParams, CacheParams,
-    DecodeParams, DecodePlan, DecodeSchedule, DeviceTurboCache, FlushParams, PrefillParams,
-    QuantParams, TurboKernels, DECODE_ROWS, TURBO_BLOCK, TURBO_THREADS, WGF_SHAPE, wgf_stagger,
+    check, check_supported, code_layout, decode_smem_bytes, plan_decode, wgf_stagger, AppendParams,
+    CacheParams, DecodeParams, DecodePlan, DecodeSchedule, DeviceTurboCache, FlushParams,
+    PrefillParams, QuantParams, TurboKernels, DECODE_ROWS, TURBO_BLOCK, TURBO_THREADS, WGF_SHAPE,
 };
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
