@@ -65,10 +65,6 @@ __device__ __forceinline__ void fence_proxy_async() {
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
-// arrives without waiting: `threads` counts the arriving and the waiting (bar.sync) threads
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 
 // ---- wgmma (PTX ISA "Asynchronous warpgroup level matrix multiply-accumulate") ----------------
 // Shared-memory matrix descriptor of a K-major tile whose rows are one swizzle atom wide

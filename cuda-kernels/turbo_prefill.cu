@@ -63,9 +63,6 @@ struct PrefillParams {
   int sas_nr;              // SAS threshold n_r
   float softmax_scale;
   int order;               // turbo_prefill_wgf_*: 0 the KV head's CTAs together, 1 trip-major (wgf_cta)
-  int stagger;             // turbo_prefill_wgf_*: 0 the consumer warpgroups start together; 1 / 2
-                           // warpgroup w + 1 issues its first S once w's has landed / once w's
-                           // first tile's codes exist (kStaggerBar)
   u64* trace;              // turbo_prefill_wgf_*: null, or kTraceWords per CTA (wgf_trace_slot)
   // turbo_prefill_wgf_*: the Q blocks turbo_quant_q_* wrote (the K-tile image layout, codes and
   // scales those of the on-chip prologue of turbo_prefill_wg_*, bit for bit)
@@ -484,13 +481,6 @@ constexpr int kWgfStages = 8;
 constexpr int kWgfConsumers = 3;
 constexpr int kWgfThreads = kWgfConsumers * 128 + 128;
 constexpr int kWgfConsumerRegs = 160;
-// turbo_prefill_wgf_* (round 12): the named barriers that start the consumer warpgroups out of
-// phase (PrefillParams::stagger): warpgroup w arrives on kStaggerBar + w once, warpgroup w + 1
-// waits there (256 threads) before its first S. Round 11's timeline found the three warpgroups
-// issuing their tiles in lockstep at a CTA's start and the first tiles about 15% slower than
-// those after the warpgroups had drifted apart (docs/TURBO_CUDA.md, "a per-CTA timeline").
-// (Barrier 0 is __syncthreads; 1..3 the wg kernel's per-warpgroup barriers.)
-constexpr int kStaggerBar = 8;
 constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
 constexpr int kBiasBits = 0x4b400000;  // bits of kBias
 
@@ -798,16 +788,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // the fewest keys a row of the block sees: valid rows see growing prefixes, rows past the
   // sequence none
   const int vis_min = min(visible(r0), visible(r0 + kBlock - 1));
-  // wgf (round 12): out of phase from the first tile. Every consumer warpgroup passes its token
-  // on exactly once, whatever its tile count (a warpgroup without rows too), so that no wait is
-  // left without its arrivals; p.stagger is uniform, so are these branches.
-  const int stagger = kFast ? p.stagger : 0;
-  auto phase_wait = [&] {
-    if (stagger != 0 && wg > 0) named_sync(kStaggerBar + wg - 1, 256);
-  };
-  auto phase_go = [&] {
-    if (stagger != 0 && wg + 1 < kWgConsumers) named_arrive(kStaggerBar + wg, 256);
-  };
 
   // Q block to INT8 with one scale (max over the whole block), into the warpgroup's shared
   // tile in the layout of a K tile (the wgmma A operand). wgf: turbo_quant_q_* did it in the
@@ -1246,9 +1226,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     if (!uni) {
 #pragma unroll
       for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-      // (the chunk path passes the token on at once: round 12 staggers the INT32 path only)
-      phase_wait();
-      phase_go();
       first_s();
       while (j < nt) chunk(sa0, sa1);
     } else {
@@ -1411,7 +1388,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
           st = (u32)j % kWgStages;
           ph = ((u32)j / kWgStages) & 1;
         }
-        if constexpr (kFirst) phase_wait();
         issue_s_at(st, ph, sa0);
         if (kFirst && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
         WGF_TL(p, kFirst && (tid & 127) == 0, 13 + wg, sm_clock());
@@ -1426,22 +1402,12 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         if (!kOdd && !kFirst && !kInit && (j & 31) == 0) {
           const int t = j + lane;
           table(t < nt ? p.ks[kv_base + t] : 0.0f, t < nt ? p.vs[kv_base + t] : s_u, j);
-        } else if (!kOdd && !kFirst && !kInit && (j & 31) == 16) {
-          // round 12: those scales into L1 16 tiles ahead, so that the refill's loads hit there
-          // (round 11's timeline: the step of tile 32 waited about 0.2 us for them); no register
-          // stays live to the refill
-          const int t = j + 16 + lane;
-          if (t < nt) {
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(p.ks + kv_base + t));
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(p.vs + kv_base + t));
-          }
         }
         const TileConsts cw = tab[j & 31];
         const float c2_0 = cw.c2, w0 = cw.w, off0 = cw.off;
         const int unit0 = cw.unit;
         if constexpr (kFirst) {
           wgmma_wait<0>();  // tile 0's S
-          if (stagger == 1) phase_go();
         } else {
           wgmma_wait<1>();  // tile j's S
         }
@@ -1472,7 +1438,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         }
         fence_regs(sa0);  // the codes' reads stay before sa0 takes the next S
         fence_codes(pa);  // and the codes before the wait for tile j - 1's P V
-        if (kFirst && stagger != 1) phase_go();  // (stagger 2; 0 passes no token)
         // tile j - 1's code sums into l after the wait for its P V, so that its code registers
         // stay live to there: ptxas then gives tile j's softmax and codes other registers
         // instead of waiting for that P V before the softmax. (The guard above saw l through

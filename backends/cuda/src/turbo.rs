@@ -170,20 +170,6 @@ impl WgShape {
     }
 }
 
-/// `PrefillParams::stagger` of `turbo_prefill_wgf_*` (round 12, docs/TURBO_CUDA.md): 1, the
-/// consumer warpgroup w + 1 of a CTA issues its first S once warpgroup w's has landed, so that
-/// the three start out of phase instead of in lockstep. `FERRATTN_WGF_STAGGER` (`0`, `1` or `2`:
-/// together, after the first S, after the first tile's codes; read once) overrides it, a
-/// measurement hook. Any other value the kernel would read as a third mode is refused here.
-pub fn wgf_stagger() -> i32 {
-    static STAGGER: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
-    *STAGGER.get_or_init(|| match std::env::var("FERRATTN_WGF_STAGGER").as_deref() {
-        Ok("0") => 0,
-        Ok("2") => 2,
-        _ => 1,
-    })
-}
-
 // ---- kernel parameter blocks, mirrored by the structs of turbo_common.cuh and the .cu files ----
 
 /// `struct CacheView`: one tensor (K or V) of the cache.
@@ -255,9 +241,6 @@ pub(crate) struct PrefillParams {
     softmax_scale: f32,
     /// `turbo_prefill_wgf_*`: the CTA order of a grouped grid ([`WgShape::launch_grid`]).
     order: i32,
-    /// `turbo_prefill_wgf_*`: the consumer warpgroups' start ([`wgf_stagger`]); 0 for the
-    /// other kernels.
-    stagger: i32,
     /// `turbo_prefill_wgf_*`: 0, or [`TRACE_WORDS`] u64 per CTA (`FERRATTN_WGF_TRACE`).
     trace: u64,
     /// `turbo_prefill_wgf_*`: the INT8 Q tiles `turbo_quant_q_*` wrote, `[batch, heads_q,
@@ -1082,7 +1065,6 @@ impl CudaBackend {
             sas_nr: prep.cfg.sas_threshold,
             softmax_scale: p.softmax_scale,
             order: 0,
-            stagger: 0,
             trace: prep.trace.as_ref().map_or(0, |t| t.ptr()),
             qq: 0,
             qs: 0,
@@ -1104,9 +1086,6 @@ impl CudaBackend {
                 let (grid, order) =
                     shape.launch_grid(p.causal, p.max_seqlen_q, p.heads_q, p.heads_kv, p.batch);
                 pp.order = order;
-                if shape.grouped {
-                    pp.stagger = wgf_stagger();
-                }
                 launch_with(
                     self.gpu()?,
                     f,
@@ -1959,10 +1938,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<CacheParams>(), 128);
         // QuantParams: 7 pointers, cache, 5 ints, padded to 8
         assert_eq!(std::mem::size_of::<QuantParams>(), 7 * 8 + 128 + 20 + 4);
-        // PrefillParams: 9 pointers, 11 ints, 1 float, 3 pointers
+        // PrefillParams: 9 pointers, 10 ints, 1 float, 4 bytes of padding, 3 pointers
         assert_eq!(std::mem::size_of::<PrefillParams>(), 12 * 8 + 12 * 4);
-        assert_eq!(std::mem::offset_of!(PrefillParams, stagger), 9 * 8 + 11 * 4);
-        assert_eq!(std::mem::offset_of!(PrefillParams, trace), 9 * 8 + 12 * 4);
         // DecodeParams: 11 pointers, cache, 10 ints, 1 float, padded to 8
         assert_eq!(std::mem::size_of::<DecodeParams>(), 11 * 8 + 128 + 44 + 4);
         // AppendParams: 4 pointers, cache, 3 ints, padded

@@ -19,9 +19,9 @@
 //! compresses the buffer as it is, so a replay leaves the cache as one append did.
 
 use super::{
-    check, check_supported, code_layout, decode_smem_bytes, plan_decode, wgf_stagger, AppendParams,
-    CacheParams, DecodeParams, DecodePlan, DecodeSchedule, DeviceTurboCache, FlushParams,
-    PrefillParams, QuantParams, TurboKernels, DECODE_ROWS, TURBO_BLOCK, TURBO_THREADS, WGF_SHAPE,
+    check, check_supported, code_layout, decode_smem_bytes, plan_decode, AppendParams, CacheParams,
+    DecodeParams, DecodePlan, DecodeSchedule, DeviceTurboCache, FlushParams, PrefillParams,
+    QuantParams, TurboKernels, DECODE_ROWS, TURBO_BLOCK, TURBO_THREADS, WGF_SHAPE,
 };
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -584,7 +584,6 @@ impl TurboStepKernels {
             sas_nr: plan.cfg.sas_threshold,
             softmax_scale: p.softmax_scale,
             order: 0,
-            stagger: 0,
             trace: 0,
             qq: 0,
             qs: 0,
@@ -609,9 +608,6 @@ impl TurboStepKernels {
                 let (grid, order) =
                     shape.launch_grid(p.causal, p.max_seqlen_q, p.heads_q, p.heads_kv, p.batch);
                 pp.order = order;
-                if shape.grouped {
-                    pp.stagger = wgf_stagger();
-                }
                 self.launch(
                     f,
                     grid,
