@@ -1369,35 +1369,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         l_a = __fmaf_rn(l_a, pow2_neg(k_pa), __fmul_rn(i2f(rs_a), w_p));
         l_b = __fmaf_rn(l_b, pow2_neg(k_pb), __fmul_rn(i2f(rs_b), w_p));
       };
-      // oi into the unit of the previous tile's m and n (its moves k_pa / k_pb and dn_p). Round
-      // 12: run in the next step between its S issue and its P V issue (or in `last`), so that
-      // the shift overlaps the S wgmma instead of standing between two wgmma groups; the same
-      // shift of the same oi before the same P V, so the same bits.
-      int dn_p = 0;  // the previous tile's move of the unit (dn)
-      auto shift_oi = [&] {
-        // (votes: a branch ptxas sees as divergent serializes every wgmma, C7518)
-        if (__any_sync(0xffffffffu, k_pa != 0 || k_pb != 0 || dn_p != 0)) {
-          if (__any_sync(0xffffffffu, dn_p != 0)) {
-            // s = k + dn: right by min(s, 31) (floor), or left by -s <= 6 (exact)
-            const int s_a = k_pa + dn_p, s_b = k_pb + dn_p;
-            const int r_a = min(max(s_a, 0), 31), r_b = min(max(s_b, 0), 31);
-            const int u_a = max(-s_a, 0), u_b = max(-s_b, 0);
-#pragma unroll
-            for (int h2 = 0; h2 < NH; ++h2)
-#pragma unroll
-              for (int i = 0; i < 32; ++i)
-                oi[h2][i] = (int)((u32)(oi[h2][i] >> ((i & 2) ? r_b : r_a)) << ((i & 2) ? u_b : u_a));
-          } else {
-            const int sh_a = min(k_pa, 31), sh_b = min(k_pb, 31);
-#pragma unroll
-            for (int h2 = 0; h2 < NH; ++h2)
-#pragma unroll
-              for (int i = 0; i < 32; ++i) oi[h2][i] >>= (i & 2) ? sh_b : sh_a;
-          }
-        }
-#pragma unroll
-        for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
-      };
       // odd: the code registers (pa_o / pa_e); first: tile 0; init: tile 1 (its P V of tile 0
       // sets oi)
       auto step = [&](auto odd, auto first, auto init) {
@@ -1421,13 +1392,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         if (kFirst && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
         WGF_TL(p, kFirst && (tid & 127) == 0, 13 + wg, sm_clock());
         wgmma_commit();
-        if constexpr (kInit) {
-          pv(st_l, pa_prev, init, False{});  // (issue_s_at's fence covers it)
-        } else if constexpr (!kFirst) {
-          shift_oi();                         // tile j - 1's moves, while tile j's S runs
-          pv(st_l, pa_prev, init, True{});
-        }
         if constexpr (!kFirst) {
+          pv(st_l, pa_prev, init, False{});  // (issue_s_at's fence covers it)
           wgmma_commit();
           WGF_TL(p, kInit && (tid & 127) == 0, 16 + wg, sm_clock());
         }
@@ -1483,12 +1449,32 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
           for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
           mbar_arrive(empty0 + 8 * st_l);  // tile j - 1 fully read
+          // (votes: a branch ptxas sees as divergent serializes every wgmma, C7518)
+          if (__any_sync(0xffffffffu, kn_a != 0 || kn_b != 0 || (unit0 & 0xff) != 0)) {
+            const int dn = (unit0 << 24) >> 24;  // the unit's move, warpgroup-uniform
+            if (__any_sync(0xffffffffu, dn != 0)) {
+              // s = k + dn: right by min(s, 31) (floor), or left by -s <= 6 (exact)
+              const int s_a = kn_a + dn, s_b = kn_b + dn;
+              const int r_a = min(max(s_a, 0), 31), r_b = min(max(s_b, 0), 31);
+              const int u_a = max(-s_a, 0), u_b = max(-s_b, 0);
+#pragma unroll
+              for (int h2 = 0; h2 < NH; ++h2)
+#pragma unroll
+                for (int i = 0; i < 32; ++i)
+                  oi[h2][i] = (int)((u32)(oi[h2][i] >> ((i & 2) ? r_b : r_a)) << ((i & 2) ? u_b : u_a));
+            } else {
+              const int sh_a = min(kn_a, 31), sh_b = min(kn_b, 31);
+#pragma unroll
+              for (int h2 = 0; h2 < NH; ++h2)
+#pragma unroll
+                for (int i = 0; i < 32; ++i) oi[h2][i] >>= (i & 2) ? sh_b : sh_a;
+            }
+          }
 #pragma unroll
           for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
         }
         k_pa = kn_a;
         k_pb = kn_b;
-        dn_p = (unit0 << 24) >> 24;  // the unit's move, warpgroup-uniform
         st_l = st;
         ph_l = ph;
         mi_a = mn_a;
@@ -1496,8 +1482,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         w_p = w0;
         ++j;
       };
-      auto last = [&](u32(&pa)[2][4]) {  // the last tile's shift, P V and l
-        shift_oi();
+      auto last = [&](u32(&pa)[2][4]) {  // the last tile's P V and l
         pv(st_l, pa, False{}, True{});
         wgmma_commit();
         add_l(pa);
