@@ -956,10 +956,22 @@ fn paged_regs(stage_units: u64, num_ctas: usize) -> bool {
 /// binary interleaved, docs/DEVICE_PATH.md "Lean paged, sixteenth session"): Lean-paper B=1 ctx
 /// 64k (d64, one row, 112 CTAs) with shuffled pages of 16 1.029-1.035x contiguous ->
 /// 0.993-0.996x over two calls; Llama's d128 rows at 128 CTAs lost 1-2 points in most layouts
-/// (B=1 ctx 8k 1.023-1.051x -> 1.041-1.068x), so they keep three stages.
-fn paged_deep(num_ctas: usize, sms: usize, head_dim: usize) -> bool {
-    num_ctas <= sms && head_dim <= 64
+/// (B=1 ctx 8k 1.023-1.051x -> 1.041-1.068x), so they keep three stages. On an H100 SXM (25 GB/s
+/// of DRAM bandwidth per SM; same bench, main's binary interleaved, 2026-11-27,
+/// `docs/results/lean-paged16-h200-2026-11-26/lead-calls3-4/call7-*`) the same row lost 6-10
+/// points with it in every layout (shuffled pages of 16 1.022-1.025x -> 1.086-1.091x, in order
+/// 1.001-1.003x -> 1.081-1.087x), so the four-stage ring runs only where the chip's DRAM bandwidth
+/// per SM exceeds [`PAGED_DEEP_MIN_DRAM_PER_UNIT`] (the H200's 36 GB/s), and never where it is
+/// unknown.
+fn paged_deep(num_ctas: usize, sms: usize, head_dim: usize, dram_per_unit: Option<u64>) -> bool {
+    num_ctas <= sms
+        && head_dim <= 64
+        && dram_per_unit.is_some_and(|b| b > PAGED_DEEP_MIN_DRAM_PER_UNIT)
 }
+
+/// DRAM bandwidth per SM (bytes per second) above which [`paged_deep`] takes the four-stage ring:
+/// between the H100 SXM's 25 GB/s (where it lost) and the H200's 36 GB/s (where it won).
+const PAGED_DEEP_MIN_DRAM_PER_UNIT: u64 = 30_000_000_000;
 
 /// Which paged decode instance [`LeanKernels::run`] launches. Every one gives the same bits (the
 /// same arithmetic in the same order; they differ only in how the copies find their pool rows).
@@ -1277,7 +1289,12 @@ impl LeanKernels {
                     PagedRead::Auto if regs => (
                         false,
                         true,
-                        paged_deep(step.num_ctas(), sms, self.instance.head_dim()),
+                        paged_deep(
+                            step.num_ctas(),
+                            sms,
+                            self.instance.head_dim(),
+                            self.gpu.caps.dram_bytes_per_unit(),
+                        ),
                     ),
                     PagedRead::Auto | PagedRead::Grid => (grid(), false, false),
                     PagedRead::Regs => (false, true, false),
@@ -1511,8 +1528,11 @@ mod tests {
         assert!(paged_regs(4 * 112, 112) && !paged_regs(4 * 112 - 1, 112));
         // the deep instance: one CTA per SM at head dim 64 (Lean-paper B=1 ctx 64k on 112 of an
         // H200's 132), not the slot-filling grids of two (264) nor Llama's d128 rows (128 CTAs)
-        assert!(paged_deep(112, 132, 64) && paged_deep(132, 132, 64));
-        assert!(!paged_deep(264, 132, 64) && !paged_deep(128, 132, 128));
+        let h200 = Some(4_800_000_000_000 / 132);
+        let h100 = Some(3_350_000_000_000 / 132);
+        assert!(paged_deep(112, 132, 64, h200) && paged_deep(132, 132, 64, h200));
+        assert!(!paged_deep(264, 132, 64, h200) && !paged_deep(128, 132, 128, h200));
+        assert!(!paged_deep(112, 132, 64, h100) && !paged_deep(112, 132, 64, None));
     }
 
     #[test]
