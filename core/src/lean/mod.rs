@@ -289,10 +289,12 @@ fn plan_rules(
 /// tiles per CTA (Lean-paper B=4 ctx 16k: 224 tiles on 112 CTAs) the same H200 call measured the
 /// paged kernel at 243-246 us on the aligned grid against 234-235 us on the slot-filling one
 /// (`docs/results/h200-2026-11-26-v12-lean/call1/`). With the four-stage paged instance that the
-/// CUDA backend runs on one-CTA-per-SM grids at head dim 64 (2026-11-26, H200,
-/// `docs/results/lean-paged16-h200-2026-11-26/`) the aligned grid measured 1.04-1.05x contiguous
-/// (shuffled pages) when the row ran alone but 1.08-1.11x in the full list, against 1.06-1.07x on
-/// the slot-filling grid in both: not taken.
+/// CUDA backend runs on one-CTA-per-SM grids at head dim 64 where DRAM bandwidth per SM is high
+/// (`docs/results/lean-paged16-h200-2026-11-26/`, docs/DEVICE_PATH.md "Lean paged, sixteenth
+/// session"), the aligned grid at that row measured, against the slot-filling grid in the same
+/// calls: on H200s 1.034-1.065x contiguous against 1.043-1.067x in three calls (two machines) but
+/// 1.08-1.11x against 1.065-1.069x in one; on an H100 1.053-1.066x against 1.041-1.049x. With the
+/// chips disagreeing the rule stays as it is.
 pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
     plan_rules(p, caps, false)
 }
