@@ -292,9 +292,9 @@ fn plan_rules(
 /// CUDA backend runs on one-CTA-per-SM grids at head dim 64 where DRAM bandwidth per SM is high
 /// (`docs/results/lean-paged16-h200-2026-11-26/`, docs/DEVICE_PATH.md "Lean paged, sixteenth
 /// session"), the aligned grid at that row measured, against the slot-filling grid in the same
-/// calls: on H200s 1.034-1.065x contiguous against 1.043-1.067x in three calls (two machines) but
-/// 1.08-1.11x against 1.065-1.069x in one; on an H100 1.053-1.066x against 1.041-1.049x. With the
-/// chips disagreeing the rule stays as it is.
+/// calls, over the four page layouts: on H200s 0.997-1.065x contiguous against 1.043-1.067x in
+/// three calls (two machines) but 1.08-1.11x against 1.065-1.069x in one; on an H100
+/// 1.053-1.066x against 1.041-1.049x. With the chips disagreeing the rule stays as it is.
 pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
     plan_rules(p, caps, false)
 }
