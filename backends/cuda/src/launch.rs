@@ -16,10 +16,10 @@ use crate::device::{DeviceBuffer, Gpu};
 use crate::error::{check, CudaError, Result};
 use crate::kernels::{self, Function, LeanEntry, LeanInstance, LEAN_THREADS};
 use cudarc::driver::sys;
-use ferrattn_core::lean::{self, KernelTables, LeanPlan, Schedule, TileSpace};
+use ferrattn_core::lean::{KernelTables, LeanPlan, Schedule, TileSpace};
 use ferrattn_core::{
-    AttentionInputs, AttentionOutput, AttentionPlan, AttentionProblem, DType, DeviceCaps,
-    PlanDetail, Provenance, Tensor,
+    AttentionInputs, AttentionOutput, AttentionPlan, AttentionProblem, DType, PlanDetail,
+    Provenance, Tensor,
 };
 use half::{bf16, f16};
 use std::sync::Arc;
@@ -961,11 +961,17 @@ fn paged_regs(stage_units: u64, num_ctas: usize) -> bool {
 /// `docs/results/lean-paged16-h200-2026-11-26/lead-calls3-4/call7-*`) the same row lost 6-10
 /// points with it in every layout (shuffled pages of 16 1.022-1.025x -> 1.086-1.091x, in order
 /// 1.001-1.003x -> 1.081-1.087x), so the four-stage ring runs only where the chip's DRAM bandwidth
-/// per SM exceeds [`lean::PAGED_DEEP_MIN_DRAM_PER_UNIT`] (the H200's 36 GB/s), and never where it
-/// is unknown ([`lean::paged_deep_ring`], which `lean::plan_paged` also reads).
-fn paged_deep(num_ctas: usize, sms: usize, head_dim: usize, caps: &DeviceCaps) -> bool {
-    num_ctas <= sms && lean::paged_deep_ring(head_dim, caps)
+/// per SM exceeds [`PAGED_DEEP_MIN_DRAM_PER_UNIT`] (the H200's 36 GB/s), and never where it is
+/// unknown.
+fn paged_deep(num_ctas: usize, sms: usize, head_dim: usize, dram_per_unit: Option<u64>) -> bool {
+    num_ctas <= sms
+        && head_dim <= 64
+        && dram_per_unit.is_some_and(|b| b > PAGED_DEEP_MIN_DRAM_PER_UNIT)
 }
+
+/// DRAM bandwidth per SM (bytes per second) above which [`paged_deep`] takes the four-stage ring:
+/// between the H100 SXM's 25 GB/s (where it lost) and the H200's 36 GB/s (where it won).
+const PAGED_DEEP_MIN_DRAM_PER_UNIT: u64 = 30_000_000_000;
 
 /// Which paged decode instance [`LeanKernels::run`] launches. Every one gives the same bits (the
 /// same arithmetic in the same order; they differ only in how the copies find their pool rows).
@@ -1287,7 +1293,7 @@ impl LeanKernels {
                             step.num_ctas(),
                             sms,
                             self.instance.head_dim(),
-                            &self.gpu.caps,
+                            self.gpu.caps.dram_bytes_per_unit(),
                         ),
                     ),
                     PagedRead::Auto | PagedRead::Grid => (grid(), false, false),
@@ -1496,6 +1502,7 @@ impl PreparedLean {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrattn_core::{lean, DeviceCaps};
 
     fn step() -> LeanStepPlan {
         let mut p = AttentionProblem::uniform(2, 1, 100, 8, 2, 128, 128, DType::F16);
@@ -1521,19 +1528,11 @@ mod tests {
         assert!(paged_regs(4 * 112, 112) && !paged_regs(4 * 112 - 1, 112));
         // the deep instance: one CTA per SM at head dim 64 (Lean-paper B=1 ctx 64k on 112 of an
         // H200's 132), not the slot-filling grids of two (264) nor Llama's d128 rows (128 CTAs)
-        let with_bw = |b: Option<u64>| DeviceCaps {
-            compute_units: 132,
-            dram_bytes_per_s: b,
-            ..DeviceCaps::hopper_reference()
-        };
-        let (h200, h100) = (
-            with_bw(Some(4_800_000_000_000)),
-            with_bw(Some(3_350_000_000_000)),
-        );
-        let unknown = with_bw(None);
-        assert!(paged_deep(112, 132, 64, &h200) && paged_deep(132, 132, 64, &h200));
-        assert!(!paged_deep(264, 132, 64, &h200) && !paged_deep(128, 132, 128, &h200));
-        assert!(!paged_deep(112, 132, 64, &h100) && !paged_deep(112, 132, 64, &unknown));
+        let h200 = Some(4_800_000_000_000 / 132);
+        let h100 = Some(3_350_000_000_000 / 132);
+        assert!(paged_deep(112, 132, 64, h200) && paged_deep(132, 132, 64, h200));
+        assert!(!paged_deep(264, 132, 64, h200) && !paged_deep(128, 132, 128, h200));
+        assert!(!paged_deep(112, 132, 64, h100) && !paged_deep(112, 132, 64, None));
     }
 
     #[test]

@@ -288,39 +288,15 @@ fn plan_rules(
 /// against 1.065-1.066x, Llama B=1 ctx 32k 1.038-1.042x against 1.075-1.079x. With two whole
 /// tiles per CTA (Lean-paper B=4 ctx 16k: 224 tiles on 112 CTAs) the same H200 call measured the
 /// paged kernel at 243-246 us on the aligned grid against 234-235 us on the slot-filling one
-/// (`docs/results/h200-2026-11-26-v12-lean/call1/`), so there the slot-filling grid stays, except
-/// where the CUDA backend runs its four-stage paged ring ([`paged_deep_ring`]: head dim 64 or less,
-/// DRAM bandwidth per SM above [`PAGED_DEEP_MIN_DRAM_PER_UNIT`], i.e. an H200 and not an H100).
-/// With that ring the aligned grid at Lean-paper B=4 ctx 16k measured, against the slot-filling
-/// grid in the same calls, over the four page layouts (docs/DEVICE_PATH.md "Lean paged,
-/// sixteenth session"): on H200s 0.997-1.065x contiguous against 1.043-1.067x in three calls on
-/// two machines (13 runs, full list and the row alone), but 1.08-1.11x against 1.065-1.069x in one
-/// helper call of two runs that was not reproduced; on an H100 (no ring there: 25 GB/s per SM)
-/// 1.053-1.066x against 1.041-1.049x, which this rule leaves on the slot-filling grid.
+/// (`docs/results/h200-2026-11-26-v12-lean/call1/`). With the four-stage paged instance that the
+/// CUDA backend runs on one-CTA-per-SM grids at head dim 64 where DRAM bandwidth per SM is high
+/// (`docs/results/lean-paged16-h200-2026-11-26/`, docs/DEVICE_PATH.md "Lean paged, sixteenth
+/// session"), the aligned grid at that row measured, against the slot-filling grid in the same
+/// calls, over the four page layouts: on H200s 0.997-1.065x contiguous against 1.043-1.067x in
+/// three calls (two machines) but 1.08-1.11x against 1.065-1.069x in one; on an H100
+/// 1.053-1.066x against 1.041-1.049x. With the chips disagreeing the rule stays as it is.
 pub fn plan_paged(p: &AttentionProblem, caps: &DeviceCaps) -> Result<LeanPlan> {
-    plan_rules(
-        p,
-        caps,
-        paged_deep_ring(p.head_dim_qk.max(p.head_dim_v), caps),
-    )
-}
-
-/// DRAM bandwidth per SM (bytes per second) above which the CUDA backend's paged decode runs its
-/// four-stage ring on grids of at most one CTA per SM at head dim <= [`PAGED_DEEP_MAX_HEAD_DIM`]:
-/// between the H100 SXM's 25 GB/s (where it lost 6-10 points at Lean-paper B=1 ctx 64k) and the
-/// H200's 36 GB/s (where it won 3). Never where the bandwidth is unknown.
-pub const PAGED_DEEP_MIN_DRAM_PER_UNIT: u64 = 30_000_000_000;
-/// Largest head dim of the four-stage paged ring (Llama's d128 rows lost 1-2 points with it).
-pub const PAGED_DEEP_MAX_HEAD_DIM: usize = 64;
-
-/// Whether a paged decode at `head_dim` on `caps` runs the four-stage ring where its grid is at
-/// most one CTA per SM (the chip and head-dim half of the CUDA backend's choice; the grid half is
-/// the launch's).
-pub fn paged_deep_ring(head_dim: usize, caps: &DeviceCaps) -> bool {
-    head_dim <= PAGED_DEEP_MAX_HEAD_DIM
-        && caps
-            .dram_bytes_per_unit()
-            .is_some_and(|b| b > PAGED_DEEP_MIN_DRAM_PER_UNIT)
+    plan_rules(p, caps, false)
 }
 
 /// DRAM bandwidth per SM (bytes per second) up to which [`plan`] runs aligned grids of one CTA per
@@ -787,20 +763,10 @@ mod tests {
         assert_eq!(plan_paged(&p, &h100).unwrap(), plan(&p, &h100).unwrap());
         assert_ne!(plan_paged(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
         // but not where one CTA per SM gives each CTA two whole tiles (224 tiles on 112 CTAs):
-        // there it keeps the slot-filling grid, except on a chip where the four-stage ring runs
-        // (head dim 64, more than 30 GB/s per SM: the H200)
+        // there it keeps the slot-filling grid
         let p = uniform(4, 16384, 56, 56, 64);
         assert_eq!(plan(&p, &h100).unwrap().num_ctas, 112);
-        assert!(!paged_deep_ring(64, &h100) && paged_deep_ring(64, &h200));
-        assert!(!paged_deep_ring(128, &h200) && !paged_deep_ring(64, &unknown));
         assert_eq!(plan_paged(&p, &h100).unwrap(), plan(&p, &unknown).unwrap());
-        assert_eq!(plan_paged(&p, &h200).unwrap(), plan(&p, &h200).unwrap());
-        assert_eq!(plan_paged(&p, &h200).unwrap().num_ctas, 112);
-        // Llama d128 with two whole tiles per CTA stays on the slot-filling grid on both chips
-        // (256 tiles on 128 CTAs)
-        let p = uniform(32, 8192, 32, 8, 128);
-        assert_eq!(plan(&p, &h200).unwrap().num_ctas, 128);
-        assert_eq!(plan_paged(&p, &h200).unwrap(), plan(&p, &unknown).unwrap());
         // old serialised caps without the field still load (None)
         let mut v = serde_json::to_value(&unknown).unwrap();
         v.as_object_mut().unwrap().remove("dram_bytes_per_s");
