@@ -154,6 +154,8 @@ struct Pick<false, T, F> {
 // SM; shuffled 16-key pages are scattered 2-4 KB chunks, whose longer latency that did not hide).
 // At most 4: REGS keeps the words of units u .. u + 2 ST - 2 in a ring of 8 slots.
 constexpr int kDeepStages = 4;
+// Largest head dim with a deep instance (ferrattn_cuda::kernels::LEAN_DEEP_MAX_HEAD_DIM).
+constexpr int kDeepMaxHeadDim = 64;
 
 // Shared-memory layout of an instance; STG > 0 fixes the ring's stage count (the deep instances).
 template <int D, int R, int STG = 0>
@@ -1232,11 +1234,6 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
       lean_decode_paged_regs_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                      \
     ferrattn::lean_decode_body<ferrattn::T, D, R, true, false, true>(p);                             \
   }                                                                                                  \
-  /* one CTA per SM: its ring takes more than half of the SM's shared memory */                     \
-  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, 1)                           \
-      lean_decode_paged_deep_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                      \
-    ferrattn::lean_decode_body<ferrattn::T, D, R, true, false, true, ferrattn::kDeepStages>(p);      \
-  }                                                                                                  \
   extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads)                              \
       lean_combine_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                                \
     ferrattn::lean_combine_body<ferrattn::T, D, R>(p);                                               \
@@ -1246,7 +1243,17 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
     out[1] = ferrattn::Smem<D, R>::kStages;                                                          \
     out[2] = ferrattn::Smem<D, R>::kBytesAhead;                                                      \
     out[3] = ferrattn::Smem<D, R>::kBytesRegs;                                                       \
-    out[4] = ferrattn::Smem<D, R, ferrattn::kDeepStages>::kBytesRegs;                                \
+    out[4] = D <= ferrattn::kDeepMaxHeadDim ? ferrattn::Smem<D, R, ferrattn::kDeepStages>::kBytesRegs \
+                                            : 0;                                                     \
+  }
+// The four-stage paged ring (REGS with kDeepStages stages), head dim 64 only: one CTA per SM, its
+// ring takes more than half of the SM's shared memory. Llama's d128 rows lost 1-2 points with it
+// (docs/DEVICE_PATH.md, "Lean paged, sixteenth session"), so no d128 / d256 instance is built.
+#define FERRATTN_LEAN_DEEP(TN, T, D, R)                                                              \
+  extern "C" __global__ void __launch_bounds__(ferrattn::cfg::kThreads, 1)                           \
+      lean_decode_paged_deep_##TN##_d##D##_r##R(const ferrattn::LeanParams p) {                      \
+    static_assert(D <= ferrattn::kDeepMaxHeadDim, "the deep ring is built for head dim 64 only");   \
+    ferrattn::lean_decode_body<ferrattn::T, D, R, true, false, true, ferrattn::kDeepStages>(p);      \
   }
 #define FERRATTN_LEAN_ROWS(TN, T, D) \
   FERRATTN_LEAN(TN, T, D, 1)         \
@@ -1261,6 +1268,14 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
 
 FERRATTN_LEAN_DIMS(f16, F16)
 FERRATTN_LEAN_DIMS(bf16, BF16)
+#define FERRATTN_LEAN_DEEP_ROWS(TN, T) \
+  FERRATTN_LEAN_DEEP(TN, T, 64, 1)      \
+  FERRATTN_LEAN_DEEP(TN, T, 64, 2)      \
+  FERRATTN_LEAN_DEEP(TN, T, 64, 4)      \
+  FERRATTN_LEAN_DEEP(TN, T, 64, 8)      \
+  FERRATTN_LEAN_DEEP(TN, T, 64, 16)
+FERRATTN_LEAN_DEEP_ROWS(f16, F16)
+FERRATTN_LEAN_DEEP_ROWS(bf16, BF16)
 
 // Appends a step's new tokens to a K/V cache (the same kernel for f16 and bf16: it moves 16-byte
 // vectors). Token i of sequence b, k_new[b, i] ([batch, n_new, heads_kv, head_dim], contiguous),

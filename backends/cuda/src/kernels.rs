@@ -370,7 +370,8 @@ pub enum LeanEntry {
     DecodePagedAhead,
     /// The same, with each unit's page words in registers a stage before its copies.
     DecodePagedRegs,
-    /// [`LeanEntry::DecodePagedRegs`] with a four-stage ring, for grids of one CTA per SM.
+    /// [`LeanEntry::DecodePagedRegs`] with a four-stage ring, for grids of one CTA per SM; built
+    /// for head dims up to [`LEAN_DEEP_MAX_HEAD_DIM`] only ([`LeanInstance::entries`]).
     DecodePagedDeep,
     /// Second pass of the fixed split.
     Combine,
@@ -397,7 +398,23 @@ impl LeanEntry {
     ];
 }
 
+/// Largest head dim with a [`LeanEntry::DecodePagedDeep`] kernel (`kDeepMaxHeadDim` in
+/// `lean_decode.cu`): the four-stage ring lost 1-2 points on Llama's d128 rows, so no d128 or
+/// d256 instance is built (docs/DEVICE_PATH.md, "Lean paged, sixteenth session").
+pub const LEAN_DEEP_MAX_HEAD_DIM: usize = 64;
+
 impl LeanInstance {
+    /// Whether the module holds `entry` for this instance (every entry but
+    /// [`LeanEntry::DecodePagedDeep`] above [`LEAN_DEEP_MAX_HEAD_DIM`]).
+    pub fn has(&self, entry: LeanEntry) -> bool {
+        entry != LeanEntry::DecodePagedDeep || self.head_dim <= LEAN_DEEP_MAX_HEAD_DIM
+    }
+
+    /// The entries the module holds for this instance, in [`LeanEntry::ALL`]'s order.
+    pub fn entries(&self) -> impl Iterator<Item = LeanEntry> + '_ {
+        LeanEntry::ALL.into_iter().filter(|&e| self.has(e))
+    }
+
     /// The instance serving `dtype`, `head_dim` and tiles of `tile_m` query rows, or
     /// `Unsupported` naming the closed list.
     pub fn new(dtype: DType, head_dim: usize, tile_m: usize) -> Result<LeanInstance> {
@@ -580,7 +597,7 @@ mod tests {
                 );
                 let hay = String::from_utf8_lossy(fb);
                 let inst = LeanInstance::new(DType::BF16, 128, 4).unwrap();
-                let names = LeanEntry::ALL.map(|e| inst.name(e));
+                let names: Vec<String> = inst.entries().map(|e| inst.name(e)).collect();
                 let seen = names.iter().filter(|n| hay.contains(n.as_str())).count();
                 assert!(
                     seen == 0 || seen == names.len(),
@@ -607,10 +624,12 @@ mod tests {
         for dt in [DType::F16, DType::BF16] {
             for d in [64, 128, 256] {
                 let inst = LeanInstance::new(dt, d, 16).unwrap();
-                for n in LeanEntry::ALL.map(|e| inst.name(e)) {
-                    assert!(
+                for e in LeanEntry::ALL {
+                    let n = inst.name(e);
+                    assert_eq!(
                         ptx.contains(&format!(".entry {n}(")),
-                        "{n} missing from NVRTC PTX"
+                        inst.has(e),
+                        "{n} in the NVRTC PTX against the closed list"
                     );
                 }
             }
@@ -652,5 +671,12 @@ mod tests {
             Err(CudaError::Unsupported { .. })
         ));
         assert_eq!(nvrtc_arch((9, 0)), "compute_90a");
+        // the deep ring exists at head dim 64 only
+        assert!(LeanInstance::new(DType::F16, 64, 4)
+            .unwrap()
+            .has(LeanEntry::DecodePagedDeep));
+        let d128 = LeanInstance::new(DType::BF16, 128, 4).unwrap();
+        assert!(!d128.has(LeanEntry::DecodePagedDeep));
+        assert_eq!(d128.entries().count(), LeanEntry::ALL.len() - 1);
     }
 }

@@ -986,7 +986,8 @@ pub enum PagedRead {
     /// copies start from registers, as the contiguous kernel's do.
     Regs,
     /// [`PagedRead::Regs`] with a four-stage ring (`lean_decode_paged_deep_*`, one CTA per SM)
-    /// where the grid's CTAs are all co-resident with it, [`PagedRead::Regs`] otherwise.
+    /// where the grid's CTAs are all co-resident with it and the head dim has one (64:
+    /// [`kernels::LEAN_DEEP_MAX_HEAD_DIM`]), [`PagedRead::Regs`] otherwise (the same bits).
     Deep,
     /// The earlier rule: the page table read a stage ahead or in place as the grid decides
     /// ([`paged_rows_ahead`]).
@@ -1047,8 +1048,9 @@ pub struct LeanKernels {
     decode_paged_ahead: Function,
     /// The paged decode with the page words in registers ([`PagedRead::Regs`]).
     decode_paged_regs: Function,
-    /// Its four-stage twin ([`PagedRead::Deep`]).
-    decode_paged_deep: Function,
+    /// Its four-stage twin ([`PagedRead::Deep`]); `None` above head dim 64, where none is built
+    /// ([`kernels::LEAN_DEEP_MAX_HEAD_DIM`]).
+    decode_paged_deep: Option<Function>,
     combine: Function,
     append: Function,
     append_paged: Function,
@@ -1059,8 +1061,9 @@ pub struct LeanKernels {
     smem_bytes_regs: u32,
     /// Dynamic shared memory of `decode_paged_deep`.
     smem_bytes_deep: u32,
-    /// Co-resident CTAs per SM of `decode_paged_deep` (1; not part of `ctas_per_sm`, which
-    /// bounds the grids the planners make: the deep instance runs only on grids it fits).
+    /// Co-resident CTAs per SM of `decode_paged_deep` (1, or 0 where none is built; not part of
+    /// `ctas_per_sm`, which bounds the grids the planners make: the deep instance runs only on
+    /// grids it fits).
     ctas_per_sm_deep: u32,
     stages: u32,
     ctas_per_sm: [u32; 2],
@@ -1093,7 +1096,11 @@ impl LeanKernels {
         let decode_paged = f(LeanEntry::DecodePaged)?;
         let decode_paged_ahead = f(LeanEntry::DecodePagedAhead)?;
         let decode_paged_regs = f(LeanEntry::DecodePagedRegs)?;
-        let decode_paged_deep = f(LeanEntry::DecodePagedDeep)?;
+        let decode_paged_deep = if instance.has(LeanEntry::DecodePagedDeep) {
+            Some(f(LeanEntry::DecodePagedDeep)?)
+        } else {
+            None
+        };
         // the kernel reports its own shared-memory sizes (in place, ahead, regs, deep) and stage
         // count
         let smem_q = f(LeanEntry::SmemQuery)?;
@@ -1117,13 +1124,15 @@ impl LeanKernels {
         let _bound = gpu.bind()?;
         // [contiguous, paged, deep]
         let mut ctas_per_sm = [u32::MAX; 3];
+        ctas_per_sm[2] = 0;
         for (i, k, smem_bytes) in [
-            (0, &decode, smem_bytes),
-            (1, &decode_paged, smem_bytes),
-            (1, &decode_paged_ahead, smem_bytes_ahead),
-            (1, &decode_paged_regs, smem_bytes_regs),
-            (2, &decode_paged_deep, smem_bytes_deep),
+            (0, Some(&decode), smem_bytes),
+            (1, Some(&decode_paged), smem_bytes),
+            (1, Some(&decode_paged_ahead), smem_bytes_ahead),
+            (1, Some(&decode_paged_regs), smem_bytes_regs),
+            (2, decode_paged_deep.as_ref(), smem_bytes_deep),
         ] {
+            let Some(k) = k else { continue };
             // SAFETY: valid function handle; attribute value in range.
             check("cuFuncSetAttribute", unsafe {
                 sys::cuFuncSetAttribute(
@@ -1142,7 +1151,11 @@ impl LeanKernels {
                     smem_bytes as usize,
                 )
             })?;
-            ctas_per_sm[i] = ctas_per_sm[i].min(occ as u32);
+            ctas_per_sm[i] = if i == 2 {
+                occ as u32
+            } else {
+                ctas_per_sm[i].min(occ as u32)
+            };
         }
         Ok(LeanKernels {
             gpu: gpu.clone(),
@@ -1302,9 +1315,13 @@ impl LeanKernels {
                     PagedRead::InPlace => (false, false, false),
                     PagedRead::Ahead => (true, false, false),
                 };
-                match (ahead, regs, deep && fits_deep) {
-                    (_, true, true) => (&self.decode_paged_deep, self.smem_bytes_deep),
-                    (_, true, false) => (&self.decode_paged_regs, self.smem_bytes_regs),
+                let deep = self
+                    .decode_paged_deep
+                    .as_ref()
+                    .filter(|_| deep && fits_deep);
+                match (ahead, regs, deep) {
+                    (_, true, Some(k)) => (k, self.smem_bytes_deep),
+                    (_, true, None) => (&self.decode_paged_regs, self.smem_bytes_regs),
                     (true, false, _) => (&self.decode_paged_ahead, self.smem_bytes_ahead),
                     (false, false, _) => (&self.decode_paged, self.smem_bytes),
                 }
