@@ -1239,10 +1239,11 @@ struct UnitCursor {
 // BRANCHES: the tile's format tested as branches with the folded tiles first (fold, four), so that
 // the common tiles' code lies together and the clamping and buffer code after it, the parameter
 // and scale copies predicated, the per-segment values out of the tile loop; else a switch on one
-// variant number. The same results bit for bit; BRANCHES measured 1.2-2.4% faster on the mixed
-// 2/4-bit cache at 1 GB on an H200 but -0.6..+0.5% on INT4 and +0.7% at batch 1
-// (docs/TURBO_CUDA.md, decode13 and decode14), so only the g4 fast instance for caches with a
-// 2-bit head has it (turbo_decode_g4_fast_mixed_*, ferrattn_cuda::TurboKernels::decode_instance).
+// variant number. The same results bit for bit; BRANCHES measured 1.2-2.8% faster on the mixed
+// 2/4-bit cache at 1 GB on an H200 but -0.6..+0.5% on INT4 and +0.7% at batch 1 (decode13), so
+// only the g4 fast instance for caches with a 2-bit head has it (turbo_decode_g4_fast_mixed_*,
+// chosen per launch by ferrattn_cuda::TurboKernels::decode_instance; docs/TURBO_CUDA.md, "Decode:
+// the branch-dispatch instance for the mixed cache").
 template <class T, int D, bool HALF, bool FAST, bool BRANCHES = false>
 __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   using S = UnitStage<D>;

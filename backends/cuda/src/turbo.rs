@@ -426,9 +426,11 @@ pub(crate) fn combine_pdl_policy(bits: &[u8], grid_ctas: usize, sms: usize) -> b
 /// `turbo_decode_g4_fast_mixed_*` (the tile's format tested as branches, folded tiles first,
 /// the parameter copies predicated) instead of `turbo_decode_g4_fast_*` (a switch on one
 /// variant number); both give the same bits. Chosen by what was measured on an H200 (issue 11,
-/// docs/TURBO_CUDA.md, decode13 and decode14): with a 2-bit head and a grid that fills the GPU
-/// the branches were 1.2-2.4% faster at every mixed shape of 1 GB (decode13); an all-4-bit
-/// cache moved by -0.6..+0.5% and batch 1 at 16k (128 CTAs) by +0.7%, so those keep the switch.
+/// docs/TURBO_CUDA.md, decode13 and "Decode: the branch-dispatch instance for the mixed
+/// cache"): with a 2-bit head and a grid that fills the GPU the branches were 1.2-2.4% faster
+/// at every mixed shape of 1 GB in decode13 and 1.7-2.8% (medians of eight runs, two calls) in
+/// decode14; an all-4-bit cache moved by -0.6..+0.5% and batch 1 at 16k (128 CTAs) by +0.7% in
+/// decode13, so those keep the switch instance.
 pub(crate) fn decode_branches_policy(bits: &[u8], grid_ctas: usize, sms: usize) -> bool {
     grid_ctas >= sms && bits.contains(&2)
 }
