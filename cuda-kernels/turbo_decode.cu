@@ -169,6 +169,19 @@ __device__ __forceinline__ void cp_async4_s(u32 dst, const void* src) {
 __device__ __forceinline__ void cp_async16_s(u32 dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
+// The same copies predicated in PTX (the BRANCHES instance): a lane-dependent condition as
+// `if (on) cp_async...` makes a divergent branch, a convergence point and a fresh block for the
+// copy (ptxas then pads it); predicated, the copy is one instruction in the straight-line issue.
+__device__ __forceinline__ void cp_async4_s_if(bool on, u32 dst, const void* src) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %2, 0;\n @p cp.async.ca.shared.global [%0], [%1], 4;\n}" ::"r"(dst),
+               "l"(src), "r"((u32)on)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async16_s_if(bool on, u32 dst, const void* src) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %2, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16;\n}" ::"r"(dst),
+               "l"(src), "r"((u32)on)
+               : "memory");
+}
 
 // Four dequantized codes of one channel (ChannelParams::decode, plus 128 so that the byte is the
 // u8 operand of the MMA): clamp(code x scale + zero, -127, 127) + 128 per byte, `x` the four codes
@@ -1223,7 +1236,15 @@ struct UnitCursor {
 // half rows (unit_softmax<D, 4>) and P V transposed (unit_pv_half, each lane keeps D/8 O values)
 // fixed at compile time, so the O registers of the other layout are never allocated; else the
 // instance for larger groups (full rows). ferrattn_cuda::TurboKernels::decode_for picks by the group.
-template <class T, int D, bool HALF, bool FAST>
+// BRANCHES: the tile's format tested as branches with the folded tiles first (fold, four), so that
+// the common tiles' code lies together and the clamping and buffer code after it, the parameter
+// and scale copies predicated, the per-segment values out of the tile loop; else a switch on one
+// variant number. The same results bit for bit; BRANCHES measured 1.2-2.8% faster on the mixed
+// 2/4-bit cache at 1 GB on an H200 but -0.6..+0.5% on INT4 and +0.7% at batch 1 (decode13), so
+// only the g4 fast instance for caches with a 2-bit head has it (turbo_decode_g4_fast_mixed_*,
+// chosen per launch by ferrattn_cuda::TurboKernels::decode_instance; docs/TURBO_CUDA.md, "Decode:
+// the branch-dispatch instance for the mixed cache").
+template <class T, int D, bool HALF, bool FAST, bool BRANCHES = false>
 __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   using S = UnitStage<D>;
   constexpr int KCH = D / 4, VCH = D / 8, KS = D / 32;
@@ -1312,9 +1333,15 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i)
       if (b4 || i < kMaxSteps / 2) cp_async16_s(dst + 512 * i, src + 512 * i);
-    if (lane < D / 8)  // 2 D / 16 chunks of channel parameters
-      cp_async16_s(stage_s + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
-    if (!which && lane < 4) cp_async4_s(stage_s + S::kScales + 4 * lane, scale_src + pb);
+    if constexpr (BRANCHES) {
+      // 2 D / 16 chunks of channel parameters
+      cp_async16_s_if(lane < D / 8, stage_s + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
+      if (!which) cp_async4_s_if(lane < 4, stage_s + S::kScales + 4 * lane, scale_src + pb);
+    } else {
+      if (lane < D / 8)  // 2 D / 16 chunks of channel parameters
+        cp_async16_s(stage_s + (which ? S::kParV : S::kParK) + 16 * lane, cv.par + pb * 2 * D + 16 * lane);
+      if (!which && lane < 4) cp_async4_s(stage_s + S::kScales + 4 * lane, scale_src + pb);
+    }
   };
 
   UnitState<D> st;
@@ -1333,15 +1360,19 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     const bool seg_first = it == begin || cur.ti == 0;
     const bool seg_last = it + 1 == end || cur.ti + 1 == cur.n_it;
     const int hk = cur.hk, qg = cur.qg;
-    const int rows = min(kUnitRows, p.group - qg * kUnitRows);
-    const int h0 = hk * p.group + qg * kUnitRows;
+    // BRANCHES computes rows and h0 where a segment starts and ends, not every tile
+    const int rows_tile = BRANCHES ? 0 : min(kUnitRows, p.group - qg * kUnitRows);
+    const int h0_tile = BRANCHES ? 0 : hk * p.group + qg * kUnitRows;
     const int len = cur.len;
-    const int nblocks = len / kBlock, ntok_buf = len % kBlock;
+    const int nblocks = BRANCHES ? len >> 6 : len / kBlock;  // kBlock = 64; len >= 0
+    const int ntok_buf = BRANCHES ? len & (kBlock - 1) : len % kBlock;
     const u64 bh = (u64)b * p.heads_kv + hk;
     const bool compressed = cur.ti < nblocks;
     const bool active = qt >= 0 && (compressed || (cur.ti == nblocks && ntok_buf > 0));
     if (qt >= 0) {
       if (seg_first) {
+        const int rows = BRANCHES ? min(kUnitRows, p.group - qg * kUnitRows) : rows_tile;
+        const int h0 = BRANCHES ? hk * p.group + qg * kUnitRows : h0_tile;
         // query row g to INT8, one scale per query head (Alg. 2 "s_Q = max(abs(Q)) / 119"); in
         // the half-row instance rows 4-7 (no query head) hold copies of rows 0-3, so that the
         // lanes of row g + 4 find row g's scores of keys 32..63 in their own accumulators
@@ -1410,14 +1441,49 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       }
     }
     // one tile of Alg. 2: q K^T (per cache format), the softmax (shared by every format, one
-    // copy in the kernel), P V (per format)
-    int variant = 4;  // 0-3: compressed, 4 / 2 bits, clamping or not; 4: the INT8 buffer
+    // copy in the kernel), P V (per format). The tile's format: compressed with 4 or 2 bits,
+    // folded unless a block's clamp flag is set, or the INT8 buffer; BRANCHES tests it as
+    // branches (`fold`, `four`), else as one variant number (0-3: compressed, 4 / 2 bits,
+    // clamping or not; 4: the INT8 buffer)
+    int variant = 4;
+    int fold = 0, four = 0;
     float s_k = 0.0f, s_v = 0.0f;
     int ntok = kBlock;
     const i8* kbuf = cp.k.buf + bh * kBlock * D;
     const i8* vbuf = cp.v.buf + bh * kBlock * D;
     int s[8][2];
-    if (active) {
+    if constexpr (BRANCHES) {
+      if (active) {
+        if (compressed) {
+          // the blocks' clamp flags (CacheView::clamp, exact, written with the blocks): the
+          // folded path unless some code of K or V dequantizes past 127
+          const uint4 sc = *reinterpret_cast<const uint4*>(stages + S::kScales);
+          fold = (sc.z | sc.w) == 0;
+          four = cur.bits == 4;
+          s_k = __uint_as_float(sc.x);
+          s_v = __uint_as_float(sc.y);
+          if (fold) {
+            if (!four)
+              unit_qk_folded<D, 2>(st, stages, g, t, s);
+            else if (half && FERRATTN_TURBO_DECODE_HI_ROWS)
+              unit_qk_folded4_hi_rows<D>(st, stages, g, t, s);
+            else
+              unit_qk_folded<D, 4>(st, stages, g, t, s);
+          } else if (four) {
+            unit_qk_compressed<D, 4, true>(st, stages, g, t, s);
+          } else {
+            unit_qk_compressed<D, 2, true>(st, stages, g, t, s);
+          }
+        } else {
+          // the buffer's scales are read here, inside its branch, so that ptxas does not
+          // if-convert them into every tile
+          s_k = cp.k.buf_scale[bh];
+          s_v = cp.v.buf_scale[bh];
+          ntok = ntok_buf;
+          unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
+        }
+      }
+    } else if (active) {
       if (compressed) {
         const int bits = cur.bits;
         // the blocks' clamp flags (CacheView::clamp, exact, written with the blocks): the
@@ -1468,7 +1534,37 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     // pending: V of this tile, K of the next
     cp_async_wait<1>();
     syncwarp();
-    if (active) {
+    if (BRANCHES && active) {
+      if (half) {
+        if (fold) {
+          if (four)
+            unit_pv_half<D, kPvFolded4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+          else
+            unit_pv_half<D, kPvFolded2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+        } else if (compressed) {
+          if (four)
+            unit_pv_half<D, kPvClamp4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+          else
+            unit_pv_half<D, kPvClamp2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+        } else {
+          unit_pv_half<D, kPvBuffer>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+        }
+      } else {
+        if (fold) {
+          if (four)
+            unit_pv_folded<D, 4>(st, stages, g, t, pa0, pa2, rs, r, c);
+          else
+            unit_pv_folded<D, 2>(st, stages, g, t, pa0, pa2, rs, r, c);
+        } else if (compressed) {
+          if (four)
+            unit_pv_compressed<D, 4, true>(st, stages, g, t, pa0, pa2, rs, r, c);
+          else
+            unit_pv_compressed<D, 2, true>(st, stages, g, t, pa0, pa2, rs, r, c);
+        } else {
+          unit_pv_buffer<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+        }
+      }
+    } else if (!BRANCHES && active) {
       if (half) {
         switch (variant) {
           case 0: unit_pv_half<D, kPvClamp4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c); break;
@@ -1489,6 +1585,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     }
     if (qt >= 0 && seg_last) {
       // the segment's partial
+      const int rows = BRANCHES ? min(kUnitRows, p.group - qg * kUnitRows) : rows_tile;
       if (!half) {
         // row g, channels 2 VCH t + VCH e + nt
         if (g < rows) {
@@ -1723,6 +1820,10 @@ __device__ __forceinline__ void flush_body(const FlushParams& p) {
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, FERRATTN_TURBO_DECODE_G4_BLOCKS) \
       turbo_decode_g4_fast_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {              \
     ferrattn::turbo::decode_body<ferrattn::T, D, true, true>(p);                             \
+  }                                                                                          \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, FERRATTN_TURBO_DECODE_G4_BLOCKS) \
+      turbo_decode_g4_fast_mixed_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {        \
+    ferrattn::turbo::decode_body<ferrattn::T, D, true, true, true>(p);                       \
   }                                                                                          \
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kCombineThreads)                    \
       turbo_combine_##TN##_d##D(const ferrattn::turbo::DecodeParams p) {                     \

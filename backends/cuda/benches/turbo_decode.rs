@@ -6,11 +6,15 @@
 //! heads, bit-exact (`Options::exact_turbo_decode`; `g4`: `turbo_decode_g4_*`; `full`:
 //! `turbo_decode_*`, with `Options::turbo_decode_full_rows`), their fast-contract twins
 //! (`g4fast`, `fullfast`: `Options::fast_turbo_decode`), and `default` (the backend's default:
-//! `g4fast` on sm_90, `g4` elsewhere). Not a test and not the suite: `ferrattn bench --algo turbo`
+//! `g4fast` on sm_90, `g4` elsewhere; on sm_90 with a 2-bit head and a grid that fills the GPU
+//! `turbo_decode_g4_fast_mixed_*`, `ferrattn_cuda::turbo::decode_branches_policy`), and
+//! `g4fastswitch` / `g4fastbranches`: the fast g4 instance with
+//! `Options::turbo_decode_branches` forced off / on (the two kernels of the default's choice,
+//! timed in one binary). Each line names the decode kernel that ran. Not a test and not the suite: `ferrattn bench --algo turbo`
 //! gives the documented rows, checked and beside SDPA.
 //!
 //! Usage: `turbo_decode BATCH CONTEXT [BATCH CONTEXT ...] [--bits int4,mixed] [--iters N]
-//! [--nvrtc] [--only default,g4,full,g4fast,fullfast] [--units auto,N,...]` (`--units`: the automatic schedule and/or
+//! [--nvrtc] [--only default,g4,full,g4fast,fullfast,g4fastswitch,g4fastbranches] [--units auto,N,...]` (`--units`: the automatic schedule and/or
 //! stream-K over N warps, to sweep the schedule) (Llama-3-8B heads: 32 query, 8 KV, d 128, bf16). Prints one line
 //! per shape, cache and instance. `--nvrtc` compiles the kernels at run time, where
 //! `FERRATTN_NVRTC_DEFINES` can change compile-time constants (e.g.
@@ -30,6 +34,8 @@ struct Timed {
     ms: f32,
     bytes: usize,
     schedule: DecodeSchedule,
+    /// The decode kernel's name.
+    kernel: String,
 }
 
 fn time_one(
@@ -69,6 +75,10 @@ fn time_one(
         Some(s) => s,
         None => b.turbo_auto_schedule_for(&lens, HQ, HK, dtype, D)?,
     };
+    let kernel = {
+        let pl = plan_decode(caches[0].lens(), &vec![0; batch], HQ, HK, schedule)?;
+        b.turbo_decode_instance_name(dtype, D, HQ / HK, bits, pl.grid_ctas())?
+    };
     let preps = caches
         .iter()
         .map(|c| {
@@ -97,6 +107,7 @@ fn time_one(
         ms: ts[ts.len() / 2],
         bytes,
         schedule,
+        kernel,
     })
 }
 
@@ -184,6 +195,24 @@ fn main() {
             ..Options::default()
         },
     );
+    let g4fastswitch = CudaBackend::with_options(
+        0,
+        Options {
+            fast_turbo_decode: true,
+            turbo_decode_branches: Some(false),
+            force_nvrtc: nvrtc,
+            ..Options::default()
+        },
+    );
+    let g4fastbranches = CudaBackend::with_options(
+        0,
+        Options {
+            fast_turbo_decode: true,
+            turbo_decode_branches: Some(true),
+            force_nvrtc: nvrtc,
+            ..Options::default()
+        },
+    );
     for s in pos.chunks(2) {
         let (batch, ctx) = (s[0], s[1]);
         for name in bits_list.split(',') {
@@ -201,6 +230,8 @@ fn main() {
                 ("full", &full),
                 ("g4fast", &g4fast),
                 ("fullfast", &fullfast),
+                ("g4fastswitch", &g4fastswitch),
+                ("g4fastbranches", &g4fastbranches),
             ] {
                 // without --only: the two bit-exact instances, as before the fast ones existed
                 let wanted = match only.as_deref() {
@@ -213,12 +244,13 @@ fn main() {
                 for &sched in &schedules {
                     match time_one(b, batch, ctx, &bits, iters, sched) {
                     Ok(t) => println!(
-                        "turbo decode B={batch} ctx={ctx} {name} {inst}{}: {:.1} us per step, {:.0} GB/s of {:.1} MB, {:?}",
+                        "turbo decode B={batch} ctx={ctx} {name} {inst}{}: {:.1} us per step, {:.0} GB/s of {:.1} MB, {:?}, {}",
                         if nvrtc { " (nvrtc)" } else { "" },
                         t.ms * 1e3,
                         t.bytes as f64 / (t.ms as f64 * 1e-3) / 1e9,
                         t.bytes as f64 / 1e6,
-                        t.schedule
+                        t.schedule,
+                        t.kernel
                     ),
                     Err(e) => println!("turbo decode B={batch} ctx={ctx} {name} {inst}: error: {e}"),
                 }

@@ -502,6 +502,9 @@ pub struct TurboKernelNames {
     pub decode_fast: String,
     /// `decode_g4` under the fast numerical contract (`Options::fast_turbo_decode`).
     pub decode_g4_fast: String,
+    /// `decode_g4_fast` with the tile's format tested as branches (the same results bit for
+    /// bit), for caches with 2-bit heads (`ferrattn_cuda::turbo::decode_branches_policy`).
+    pub decode_g4_fast_mixed: String,
     /// Merge of a decode tile's partials.
     pub combine: String,
     /// One token into the INT8 buffer.
@@ -542,6 +545,7 @@ pub fn turbo_kernel_names(dtype: DType, head_dim: usize) -> Result<TurboKernelNa
         decode_g4: format!("turbo_decode_g4_{dt}_d{d}"),
         decode_fast: format!("turbo_decode_fast_{dt}_d{d}"),
         decode_g4_fast: format!("turbo_decode_g4_fast_{dt}_d{d}"),
+        decode_g4_fast_mixed: format!("turbo_decode_g4_fast_mixed_{dt}_d{d}"),
         combine: format!("turbo_combine_{dt}_d{d}"),
         append: format!("turbo_append_{dt}_d{d}"),
         flush: format!("turbo_flush_d{d}"),

@@ -86,6 +86,12 @@ pub struct Options {
     /// or its stream-K twin, even on sm_90 where the fast-contract instances are the default
     /// (as `exact_turbo_prefill` is for the prefill). Takes precedence over `fast_turbo_decode`.
     pub exact_turbo_decode: bool,
+    /// Where the fast g4 instance runs, `turbo_decode_g4_fast_mixed_*` (the tile's format as
+    /// branches; the same bits) in place of `turbo_decode_g4_fast_*`: `None` as
+    /// `turbo::decode_branches_policy` chooses per decode launch (a cache with a 2-bit head on
+    /// a grid that fills the GPU), `Some(true)` / `Some(false)` always / never (tests and
+    /// benchmarks compare the two).
+    pub turbo_decode_branches: Option<bool>,
 }
 
 /// The CUDA backend for one GPU. Construction never fails: an unusable GPU is reported by

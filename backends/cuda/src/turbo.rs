@@ -391,6 +391,11 @@ pub struct TurboKernels {
     /// The two decode instances under the fast contract, in the same order.
     decode_fast: Function,
     decode_g4_fast: Function,
+    /// `decode_g4_fast` with the tile's format as branches (the same bits), chosen per launch by
+    /// [`TurboKernels::decode_instance`].
+    decode_g4_fast_mixed: Function,
+    /// [`Options::turbo_decode_branches`](crate::Options::turbo_decode_branches).
+    branches_forced: Option<bool>,
     /// [`Options::turbo_decode_full_rows`](crate::Options::turbo_decode_full_rows).
     full_rows_only: bool,
     /// The fast-contract instances ([`CudaBackend::turbo_decode_is_fast`]).
@@ -417,6 +422,19 @@ pub(crate) fn combine_pdl_policy(bits: &[u8], grid_ctas: usize, sms: usize) -> b
     grid_ctas < sms || bits.contains(&2)
 }
 
+/// Whether a decode launch of `grid_ctas` CTAs over a cache whose KV heads hold `bits` runs
+/// `turbo_decode_g4_fast_mixed_*` (the tile's format tested as branches, folded tiles first,
+/// the parameter copies predicated) instead of `turbo_decode_g4_fast_*` (a switch on one
+/// variant number); both give the same bits. Chosen by what was measured on an H200 (issue 11,
+/// docs/TURBO_CUDA.md, decode13 and "Decode: the branch-dispatch instance for the mixed
+/// cache"): with a 2-bit head and a grid that fills the GPU the branches were 1.2-2.4% faster
+/// at every mixed shape of 1 GB in decode13 and 1.7-2.8% (medians of eight runs, two calls) in
+/// decode14; an all-4-bit cache moved by -0.6..+0.5% and batch 1 at 16k (128 CTAs) by +0.7% in
+/// decode13, so those keep the switch instance.
+pub(crate) fn decode_branches_policy(bits: &[u8], grid_ctas: usize, sms: usize) -> bool {
+    grid_ctas >= sms && bits.contains(&2)
+}
+
 impl TurboKernels {
     /// Whether the combine of this decode launch waits for it under PDL: on sm_90 only, then
     /// `FERRATTN_TURBO_COMBINE_PDL` if set, else [`combine_pdl_policy`].
@@ -439,6 +457,28 @@ impl TurboKernels {
             (true, true) => &self.decode_g4_fast,
             (false, false) => &self.decode,
             (false, true) => &self.decode_fast,
+        }
+    }
+
+    /// The decode instance of one launch: [`TurboKernels::decode_for`], with
+    /// `turbo_decode_g4_fast_mixed_*` in place of `turbo_decode_g4_fast_*` where
+    /// [`Options::turbo_decode_branches`](crate::Options::turbo_decode_branches) forces it or,
+    /// unset, [`decode_branches_policy`] picks it for the cache's `bits` and the launch's grid.
+    pub fn decode_instance(
+        &self,
+        group: usize,
+        bits: &[u8],
+        grid_ctas: usize,
+        sms: usize,
+    ) -> &Function {
+        let g4_fast = group <= DECODE_G4_MAX_GROUP && !self.full_rows_only && self.fast;
+        let branches = self
+            .branches_forced
+            .unwrap_or_else(|| decode_branches_policy(bits, grid_ctas, sms));
+        if g4_fast && branches {
+            &self.decode_g4_fast_mixed
+        } else {
+            self.decode_for(group)
         }
     }
 }
@@ -899,6 +939,8 @@ impl CudaBackend {
             decode_g4: m.decode.function(&n.decode_g4)?,
             decode_fast: m.decode.function(&n.decode_fast)?,
             decode_g4_fast: m.decode.function(&n.decode_g4_fast)?,
+            decode_g4_fast_mixed: m.decode.function(&n.decode_g4_fast_mixed)?,
+            branches_forced: self.options.turbo_decode_branches,
             full_rows_only: self.options.turbo_decode_full_rows,
             fast: self.turbo_decode_is_fast(),
             combine: m.decode.function(&n.combine)?,
@@ -1339,6 +1381,22 @@ impl CudaBackend {
         Ok(decode_units(resident, tiles, iters))
     }
 
+    /// The decode kernel a launch of `grid_ctas` CTAs over a cache whose KV heads hold `bits`
+    /// runs for GQA groups of `group` ([`TurboKernels::decode_instance`]): its `extern "C"`
+    /// name, for tests and benchmarks to state which instance they measured.
+    pub fn turbo_decode_instance_name(
+        &self,
+        dtype: DType,
+        head_dim: usize,
+        group: usize,
+        bits: &[u8],
+        grid_ctas: usize,
+    ) -> Result<String> {
+        let sms = self.gpu()?.caps.compute_units;
+        let k = self.turbo_kernels(dtype, head_dim)?;
+        Ok(k.decode_instance(group, bits, grid_ctas, sms).name.clone())
+    }
+
     /// [`CudaBackend::turbo_auto_schedule_for`] knowing only the number of output tiles and the
     /// GQA group: one unit per tile when they fill the resident units, else stream-K over all
     /// of them.
@@ -1388,7 +1446,13 @@ impl CudaBackend {
         let k = self.turbo_kernels(dtype, head_dim)?;
         let gpu = self.gpu()?;
         let _bound = gpu.bind()?;
-        for f in [&k.decode, &k.decode_g4, &k.decode_fast, &k.decode_g4_fast] {
+        for f in [
+            &k.decode,
+            &k.decode_g4,
+            &k.decode_fast,
+            &k.decode_g4_fast,
+            &k.decode_g4_fast_mixed,
+        ] {
             // SAFETY: a loaded function; the size is below the device's opt-in maximum (227 KiB).
             check("cuFuncSetAttribute", unsafe {
                 sys::cuFuncSetAttribute(
@@ -1519,7 +1583,12 @@ impl CudaBackend {
         };
         launch_smem(
             gpu,
-            prep.kernels.decode_for(pl.heads_q / pl.heads_kv),
+            prep.kernels.decode_instance(
+                pl.heads_q / pl.heads_kv,
+                &cache.bits,
+                pl.grid_ctas(),
+                gpu.caps.compute_units,
+            ),
             (pl.grid_ctas(), 1, 1),
             decode_smem_bytes(cache.head_dim),
             &mut dp,
@@ -1909,6 +1978,21 @@ mod tests {
         assert!(!combine_pdl_policy(&int4, 132, 132));
         assert!(combine_pdl_policy(&mixed, 396, 132));
         assert!(combine_pdl_policy(&[2u8], 1, 132));
+    }
+
+    /// The branch-dispatch instance only where it measured faster: a cache with a 2-bit head
+    /// on a grid that fills the GPU (the bench's 1 GB shapes: 396 CTAs on 132 SMs); an
+    /// all-4-bit cache and batch 1 at 16k (128 CTAs) keep the switch instance.
+    #[test]
+    fn decode_branches_where_they_measured_faster() {
+        let int4 = [4u8; 8];
+        let mixed = [4, 2, 4, 2, 4, 2, 4, 2];
+        assert!(decode_branches_policy(&mixed, 396, 132));
+        assert!(decode_branches_policy(&mixed, 132, 132));
+        assert!(!decode_branches_policy(&mixed, 128, 132));
+        assert!(!decode_branches_policy(&int4, 396, 132));
+        assert!(!decode_branches_policy(&int4, 128, 132));
+        assert!(decode_branches_policy(&[2u8], 396, 132));
     }
 
     /// The fast prefill's INT8 Q workspace (`turbo_quant_q_*`): one 64 x D tile and one f32

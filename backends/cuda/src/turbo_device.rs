@@ -789,7 +789,12 @@ impl TurboStepKernels {
             softmax_scale,
         };
         self.launch(
-            self.kernels.decode_for(pl.heads_q / pl.heads_kv),
+            self.kernels.decode_instance(
+                pl.heads_q / pl.heads_kv,
+                &cache.bits,
+                pl.grid_ctas(),
+                self.gpu.caps.compute_units,
+            ),
             (pl.grid_ctas(), 1, 1),
             TURBO_THREADS,
             decode_smem_bytes(self.head_dim) as u32,

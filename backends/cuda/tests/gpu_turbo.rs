@@ -411,6 +411,7 @@ fn turbo_kernel_selection_is_a_closed_list() {
                     &n.decode_g4,
                     &n.decode_fast,
                     &n.decode_g4_fast,
+                    &n.decode_g4_fast_mixed,
                     &n.combine,
                     &n.append,
                     &n.flush,
@@ -2004,6 +2005,98 @@ fn gpu_turbo_fast_decode_per_tile_within_its_contract() {
     }
 }
 
+/// `turbo_decode_g4_fast_mixed_*` (the tile's format as branches; `Options::turbo_decode_branches`
+/// forces it where the fast g4 instance runs) against `turbo_decode_g4_fast_*` (the switch): the
+/// same O and LSE bit for bit, step by step over a mixed 2/4-bit cache whose appends flush
+/// buffers into blocks that take the clamping path (and prefilled blocks that fold), with INT8
+/// buffer tiles of 1-63 tokens and an empty sequence, one unit per tile and stream-K (units
+/// that cross output tiles and KV heads of both widths); the two caches stay equal. The names
+/// `turbo_decode_instance_name` reports are checked first, so that the comparison is between
+/// the two kernels.
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+fn gpu_turbo_decode_branches_equal_the_switch() {
+    let test = "gpu_turbo_decode_branches_equal_the_switch";
+    let (ctx, steps) = if small_only() {
+        (vec![127usize, 3], 4)
+    } else {
+        (vec![127usize, 639, 190, 0, 64], 70)
+    };
+    let with = |branches: bool| {
+        backend(
+            test,
+            Options {
+                fast_turbo_decode: true,
+                turbo_decode_branches: Some(branches),
+                ..Options::default()
+            },
+        )
+    };
+    let (Some(sw), Some(br)) = (with(false), with(true)) else {
+        return;
+    };
+    let (hq, hk, d, dtype) = (16, 4, 128, DType::BF16);
+    let bits = KvBits::Mixed {
+        two_bit_fraction: 0.5,
+    };
+    let cfg = cfg_with(bits, true);
+    let head_bits = [4u8, 2, 4, 2];
+    assert_eq!(
+        sw.turbo_decode_instance_name(dtype, d, hq / hk, &head_bits, 1000)
+            .unwrap(),
+        "turbo_decode_g4_fast_bf16_d128"
+    );
+    assert_eq!(
+        br.turbo_decode_instance_name(dtype, d, hq / hk, &head_bits, 1)
+            .unwrap(),
+        "turbo_decode_g4_fast_mixed_bf16_d128"
+    );
+    let (pfull, x, pctx, cx) = steps_inputs(&ctx, steps, hq, hk, d, dtype);
+    let v = x.v.as_ref().unwrap();
+    for schedule in [DecodeSchedule::PerTile, DecodeSchedule::StreamK(37)] {
+        let (_, mut cache_sw) = sw.turbo_prefill(&cfg, &pctx, &cx, steps + 64).unwrap();
+        let (_, mut cache_br) = br.turbo_prefill(&cfg, &pctx, &cx, steps + 64).unwrap();
+        for s in 0..steps {
+            let idx: Vec<usize> = ctx.iter().map(|&c| c + s).collect();
+            let (q, kn, vn) = (
+                tokens_at(&x.q, &idx),
+                tokens_at(&x.k, &idx),
+                tokens_at(v, &idx),
+            );
+            let run = |b: &CudaBackend, cache: &mut ferrattn_cuda::turbo::DeviceTurboCache| {
+                b.turbo_decode_step(
+                    &cfg,
+                    cache,
+                    &q,
+                    &kn,
+                    &vn,
+                    pfull.softmax_scale,
+                    Some(schedule),
+                )
+                .unwrap()
+            };
+            let (o_sw, o_br) = (run(&sw, &mut cache_sw), run(&br, &mut cache_br));
+            let what = format!("{test} {schedule:?} step {s} lens {:?}", cache_br.lens());
+            assert!(o_br.o.data.iter().all(|v| v.is_finite()), "{what}: O");
+            assert_eq!(differing_bits(&o_sw.o.data, &o_br.o.data), 0, "{what}: O");
+            assert_eq!(
+                differing_bits(&o_sw.lse.data, &o_br.lse.data),
+                0,
+                "{what}: LSE"
+            );
+        }
+        let (a, b) = (cache_sw.download().unwrap(), cache_br.download().unwrap());
+        assert!(cache_diff(&a, &b).is_none(), "{test} {schedule:?}: caches");
+        eprintln!(
+            "{test} {schedule:?}: {steps} steps equal; {} compressed blocks take the clamp",
+            clamped_blocks(&b)
+        );
+    }
+}
+
 /// The fast-contract instances under stream-K against the CPU twin: Llama's group of 4 on both
 /// instances (mixed bits, bf16, d 128), and a group of 20 at d 64 in f16 over INT4 (full rows).
 #[test]
@@ -2293,14 +2386,22 @@ fn gpu_turbo_sanitizer_small() {
     // every decode instance explicitly (the default above is the fast g4 one on sm_90, the
     // bit-exact g4 one elsewhere; the group of 2 takes turbo_decode_g4_*): bit-exact
     // (Options::exact_turbo_decode) and fast contract (Options::fast_turbo_decode), g4 and full
-    // rows
-    for (exact, full_rows) in [(true, false), (true, true), (false, false), (false, true)] {
+    // rows, and the fast g4 one with the tile's format as branches
+    // (turbo_decode_g4_fast_mixed_*, Options::turbo_decode_branches)
+    for (exact, full_rows, branches) in [
+        (true, false, None),
+        (true, true, None),
+        (false, false, Some(false)),
+        (false, true, None),
+        (false, false, Some(true)),
+    ] {
         let Some(inst) = backend(
             "gpu_turbo_sanitizer_small",
             Options {
                 exact_turbo_decode: exact,
                 fast_turbo_decode: !exact,
                 turbo_decode_full_rows: full_rows,
+                turbo_decode_branches: branches,
                 ..Options::default()
             },
         ) else {
