@@ -15,24 +15,27 @@ for pages of 16 and 64 tokens, and in two read orders:
 
   by-head  (a) one program per (sequence, KV head, split of the context), walking that head's
                rows (head_dim x 2 bytes: 256 B at d 128, 128 B at d 64) of a token range through
-               the page table, BLOCK_T rows a step (the page words of the next step read during this one) (BLOCK_T x head_dim x 2 x (K, V) = 32 KB a
-               step, the Lean kernel's stage), as the Lean kernel does;
+               the page table, BLOCK_T rows a step (BLOCK_T x head_dim x 2 x (K, V) = 32 KB a
+               step, the Lean kernel's stage), the page words of the next step read during this
+               one, as the Lean kernel reads them a stage ahead;
   by-page  (b) one program per (sequence, split of its pages), reading whole pages (all heads:
                page_size x heads_kv x head_dim x 2 bytes, contiguous) 16 KB of K and 16 KB of V
                a step (the next page's word read during this page).
 
-Before 2026-11-27 03:20 UTC (commit b2c2109) the page words were read in the step that used them,
-so every step waited for a dependent table read first: that probe measured 1.05-1.15x (a) and
-1.32-1.47x (b) paged / contiguous even where the pages lie at the contiguous addresses.
+The first version (commit b2c2109, run 2026-11-27 03:12 UTC) read the page words in the step that
+used them, so every step waited on a dependent table read first. Either way the paged programs
+cost more than the contiguous ones even at the contiguous addresses (a batch of one, pages in
+order): the table costs this probe its own time, so compare layouts to pages in order (see
+docs/DEVICE_PATH.md, "Lean paged, seventeenth session: the memory system's floor").
 
 Grids: splits = ceil(per_sm x SMs / units), units = batch x heads_kv (a) or batch (b), rounded
 so that every split is whole steps (a) or whole pages (b); `--per-sm` lists the values run.
 
 Each layout's per-program outputs must equal the contiguous layout's of the same order and grid
 (same data, same arithmetic order), and the totals must equal a float64 reference computed with
-torch; the script stops with a non-zero exit otherwise. The reduction is a weighted sum of
-squares (k^2 + v^2) x w, w from the logical token (a) or logical page (b), so a wrong page, a
-wrong row or a wrong order within a program changes it.
+torch; a shape that fails a check is reported and skipped, and the exit is non-zero. The
+reduction is a weighted sum of squares (k^2 + v^2) x w, w from the logical token (a) or logical
+page (b), so a wrong page, a wrong row or a wrong order within a program changes it.
 
 Timing: every (order, grid, layout) is a CUDA graph of `per_batch` launches (at least 20, whole
 rounds over `sets` copies of the caches, sets = ceil(4 x L2 / K+V bytes) as the bench), replayed
@@ -53,9 +56,26 @@ import sys
 import time
 import traceback
 
-import torch
-import triton
-import triton.language as tl
+
+def build_parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--per-sm", default="1,2,4",
+                    help="programs per SM the grids aim at, comma-separated (default 1,2,4)")
+    ap.add_argument("--reps", type=int, default=25, help="timed graph replays per layout (>= 20)")
+    ap.add_argument("--only", default=None,
+                    help="one shape as name:batch:ctx, e.g. llama:1:8192 or lean:4:16384")
+    ap.add_argument("--json", default=None, help="write every row and check here")
+    return ap
+
+
+if __name__ == "__main__":
+    build_parser().parse_args()  # --help and argument errors before torch and Triton load
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 # (name, batch, heads_kv, head_dim, ctx): lean_paged's list (heads_q does not matter here)
 SHAPES = [
@@ -140,7 +160,7 @@ class ProbeError(Exception):
 
 
 def page_tables(batch, ctx, page, row_bytes, seed):
-    """The bench's three tables for one page size: ordered, shuffled, win256k ([batch, max_pages])."""
+    """The bench's tables for one page size, [batch, max_pages]: ordered, shuffled, win256k."""
     max_pages = ctx // page
     n = batch * max_pages
     i = torch.arange(n)
@@ -235,7 +255,7 @@ def run_shape(shape, args, sms, l2):
     dummy_table = torch.zeros(1, dtype=torch.int32, device=dev)
 
     block_t = STAGE_BYTES // (2 * d * 2)
-    variants = []  # (order, per_sm, grid, launch(layout, set, out), ref(layout), out size)
+    variants = []  # (order, per_sm, grid, split text, launch(layout, set, out), ref(layout))
     for per_sm in args.per_sm:
         splits, per = splits_for(batch * hk, ctx // block_t, per_sm * sms)
         grid_a = batch * hk * splits
@@ -250,8 +270,8 @@ def run_shape(shape, args, sms, l2):
                 PAGED=page is not None, PAGE=page or 1, D=d, BLOCK_T=block_t, MOD=MOD,
                 num_warps=4)
 
-        variants.append(("by-head", per_sm, grid_a, f"{batch}x{hk}x{splits} ({split_tokens} tokens)",
-                         launch_a, lambda lay: ref_head))
+        desc_a = f"{batch}x{hk}x{splits} ({split_tokens} tokens)"
+        variants.append(("by-head", per_sm, grid_a, desc_a, launch_a, lambda lay: ref_head))
 
         for page in PAGES:
             assert (page * row) % CHUNK == 0, "a page must be whole chunks"
@@ -265,8 +285,9 @@ def run_shape(shape, args, sms, l2):
                     k, v, table if lpage else dummy_table, out, ctx // page, page * row,
                     splits, per, PAGED=lpage is not None, CHUNK=CHUNK, MOD=MOD, num_warps=4)
 
-            variants.append((f"by-page{page}", per_sm, grid_b, f"{batch}x{splits_b} ({per_b} pages)",
-                             launch_b, lambda lay, page=page: ref_page[page]))
+            desc_b = f"{batch}x{splits_b} ({per_b} pages)"
+            variants.append((f"by-page{page}", per_sm, grid_b, desc_b, launch_b,
+                             lambda lay, page=page: ref_page[page]))
 
     def applies(order, lay):
         # by-page reads pages of one size: its layouts are that size's and contiguous
@@ -293,8 +314,8 @@ def run_shape(shape, args, sms, l2):
             checks.append({"order": order, "per_sm": per_sm, "layout": lay[0], "exact": exact,
                            "max_rel_vs_contiguous": rel, "rel_vs_float64": ref_rel})
             if rel > 1e-6 or ref_rel > 1e-4:
-                raise ProbeError(f"{name} {order} per_sm {per_sm} {lay[0]}: differs from contiguous "
-                                 f"(max rel {rel:.2e}) or from float64 (rel {ref_rel:.2e})")
+                raise ProbeError(f"{name} {order} per_sm {per_sm} {lay[0]}: differs from contiguous"
+                                 f" (max rel {rel:.2e}) or from float64 (rel {ref_rel:.2e})")
 
     # graphs: per_batch launches rotating over the sets, one graph per (variant, layout)
     graphs = []
@@ -343,15 +364,7 @@ def run_shape(shape, args, sms, l2):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--per-sm", default="1,2,4",
-                    help="programs per SM the grids aim at, comma-separated (default 1,2,4)")
-    ap.add_argument("--reps", type=int, default=25, help="timed graph replays per layout (>= 20)")
-    ap.add_argument("--only", default=None,
-                    help="one shape as name:batch:ctx, e.g. llama:1:8192 or lean:4:16384")
-    ap.add_argument("--json", default=None, help="write every row and check here")
+    ap = build_parser()
     args = ap.parse_args()
     args.per_sm = [int(x) for x in args.per_sm.split(",")]
     if args.reps < 20:
