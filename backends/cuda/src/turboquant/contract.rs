@@ -371,3 +371,53 @@ impl CodeLut {
         (e[1].to_bits() + below) as u8
     }
 }
+
+/// Whether ascending `bounds` are a symmetric codebook of 3 or 7 boundaries (`-t_H .. -t_1, 0,
+/// t_1 .. t_H` exactly in `f32`), the ones the fast kernels code by comparisons in registers
+/// (`tqf::code_cmp`, `tqf::word_cmp3`; the kernel makes the same check and otherwise keeps the
+/// table of [`CodeLut`]). The core's Lloyd-Max codebooks are symmetric by construction.
+pub fn code_compare_applies(bounds: &[f32]) -> bool {
+    let n = bounds.len();
+    if n != 3 && n != 7 {
+        return false;
+    }
+    let h = n / 2;
+    bounds[h] == 0.0 && (0..h).all(|i| bounds[h + 1 + i] == -bounds[h - 1 - i])
+}
+
+/// The code of 2- and 3-bit codes as the fast kernels compute it without a table
+/// (`tqf::code_cmp`, since the tenth compression pass), from the product's accumulator `acc` and
+/// the row norm `n` (finite, `> 0`; a warp with a zero or non-finite row uses
+/// [`CodeLut::code_scaled`]): with the `H` positive boundaries `t_i` of the symmetric `bounds`
+/// ([`code_compare_applies`]), `m = #{i : sign bit of fma(t_i, n, -|acc|)}` = `#{i : t_i n <
+/// |acc|}` (exact: the sign of the exact value, an exact zero being +0), and the code is `H + 1
+/// + m` for a positive sign bit of `acc` and `H - m` for a negative one.
+///
+/// Contract: the result is `#{b : b n < acc}` (the count for the real quotient `acc / n`, the
+/// emulation's `Codebook::index` of it) for every finite `acc`, except at an exact tie `acc = b
+/// n` with `b <= 0` (`acc = +0` for `b = 0`), where it is one higher. Host test
+/// `code_compare_is_the_exact_count`.
+pub fn code_compare(bounds: &[f32], acc: f32, n: f32) -> u8 {
+    let h = bounds.len() / 2;
+    let m: u32 = (0..h)
+        .map(|i| bounds[h + 1 + i].mul_add(n, -acc.abs()).to_bits() >> 31)
+        .sum();
+    let c = (h as u32 + 1 + m) as u8;
+    if acc.is_sign_negative() {
+        c ^ (2 * h as u8 + 1)
+    } else {
+        c
+    }
+}
+
+/// [`code_compare`] for 3-bit codes by the bit formula of `tqf::word_cmp3` (the nibble the kernel
+/// shifts in from the comparisons' sign bits): bit 31 of `acc`, of `z = v_2 ^ acc` and of `v_1 ^
+/// v_3 ^ z` for `v_i = fma(t_i, n, -|acc|)`, then bit 2 flipped.
+pub fn code_compare_bits3(bounds: &[f32], acc: f32, n: f32) -> u8 {
+    let v = |i: usize| bounds[4 + i].mul_add(n, -acc.abs()).to_bits();
+    let a = acc.to_bits();
+    let z = v(1) ^ a;
+    let x = v(0) ^ v(2) ^ z;
+    let nib = ((a >> 31) << 2) | ((z >> 31) << 1) | (x >> 31);
+    (nib ^ 4) as u8
+}

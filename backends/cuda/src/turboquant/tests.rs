@@ -672,6 +672,97 @@ fn code_scaled_lookup_is_exact_outside_2e_22_of_a_boundary() {
 }
 
 #[test]
+fn code_compare_is_the_exact_count() {
+    // tqf::code_cmp / tqf::word_cmp3 (codes of 2 and 3 bits by comparisons in registers) against
+    // the count for the real quotient acc / n, #{b : b n < acc} (exact in f64: a product of two
+    // f32 is), over the ninth compression pass's dense set: every 2^13-th f32 pattern of acc and
+    // every boundary times the norm +- 64 ulps, for 12 norms (powers of two among them: their
+    // products t n are exact, so exact ties occur); and the table lookup's near ties counted
+    let norms: [f32; 12] = [
+        1.0,
+        0.5,
+        2.0f32.powi(-24),
+        3.0,
+        0.1,
+        7.3e-3,
+        1.7,
+        33.3,
+        1234.5,
+        65504.0,
+        7.4e5,
+        f32::from_bits(0x3F80_0001),
+    ];
+    let (mut ties, mut table_off, mut total) = (0usize, 0usize, 0usize);
+    for d in [64, 128] {
+        for bits in [2u8, 3] {
+            let cb = ferrattn_core::turboquant::codebook(bits, d);
+            let (b, c) = (cb.boundaries_f32(), cb.centroids_f32());
+            assert!(
+                code_compare_applies(b),
+                "d {d} bits {bits}: not symmetric: {b:?}"
+            );
+            let lut = CodeLut::new(b, c);
+            for &n in &norms {
+                let mut accs: Vec<f32> = (0..1u32 << 19)
+                    .map(|k| f32::from_bits(k << 13))
+                    .filter(|a| a.is_finite())
+                    .collect();
+                accs.extend([0.0, -0.0]);
+                for &x in b {
+                    let p = x * n;
+                    let (mut up, mut dn) = (p, p);
+                    accs.push(p);
+                    for _ in 0..64 {
+                        up = up.next_up();
+                        dn = dn.next_down();
+                        accs.extend([up, dn]);
+                    }
+                }
+                for &acc in &accs {
+                    let want = b
+                        .iter()
+                        .filter(|&&bb| (bb as f64) * (n as f64) < acc as f64)
+                        .count() as u8;
+                    let got = code_compare(b, acc, n);
+                    total += 1;
+                    let tie = b.iter().any(|&bb| {
+                        bb <= 0.0
+                            && (bb as f64) * (n as f64) == acc as f64
+                            && (bb != 0.0 || acc.is_sign_positive())
+                    });
+                    if tie {
+                        assert_eq!(
+                            got,
+                            want + 1,
+                            "d {d} bits {bits}: acc {acc:e} n {n:e} (tie)"
+                        );
+                        ties += 1;
+                    } else {
+                        assert_eq!(got, want, "d {d} bits {bits}: acc {acc:e} n {n:e}");
+                    }
+                    if bits == 3 {
+                        assert_eq!(code_compare_bits3(b, acc, n), got, "acc {acc:e} n {n:e}");
+                    }
+                    if lut.code_scaled(acc, n) != got {
+                        table_off += 1;
+                    }
+                }
+            }
+        }
+    }
+    // the exact ties the test set holds (acc = -t n, +0), and how often the table lookup (exact
+    // only outside 2^-22 of a boundary) gave another code on this boundary-dense set
+    eprintln!("code_compare: {total} lookups, {ties} exact ties one higher, table lookup other on {table_off}");
+    assert!(ties > 0 && ties * 1000 < total);
+    // the core's codebooks of other widths are not taken by the comparisons
+    for bits in [1u8, 4] {
+        assert!(!code_compare_applies(
+            ferrattn_core::turboquant::codebook(bits, 128).boundaries_f32()
+        ));
+    }
+}
+
+#[test]
 fn fast_matrices_split_pi_and_fold_the_sketch() {
     let cfg = TurboQuantConfig::paper_default(&AttentionProblem::uniform(
         1,
