@@ -443,61 +443,6 @@ __device__ __forceinline__ u32 code_scaled(u32 cnt, u32 bnd, const FastParams& p
   return c + (__float_as_uint(dlt) >> 31);
 }
 
-// Codes of 2 or 3 bits (H = 1 or 3 positive boundaries t_1 < ... < t_H) without a table: the
-// Lloyd-Max codebooks are symmetric (boundaries -t_H .. -t_1, 0, t_1 .. t_H, centroids c_i =
-// -c_(2H+1-i); compress_fast checks the boundaries and falls back to code_scaled otherwise), so
-// the code is a sign and a magnitude index. `th[i]` = fl_down(t_i n) for the row's norm n > 0
-// (finite): for any f32 a, t_i n < a exactly when fl_down(t_i n) < a (the largest float not above
-// t_i n), so m = #{i : th[i] < |acc|} = #{i : t_i n < |acc|} is exact, each term the sign bit of
-// th[i] - |acc| (an exact zero is +0; the abs is an operand modifier). The code is H + 1 + m for
-// acc > 0 and H - m = (H + 1 + m) ^ (2H + 1) for acc < 0: the exact count #{b : b n < acc}
-// (= Codebook::index of y = acc / n in real arithmetic) for every finite acc, except at an exact
-// tie acc = b n with b <= 0 (acc = +0 for b = 0), where it is one higher (the tie goes up instead
-// of down). Host twin: CodeLut::code_compare, test code_compare_is_the_exact_count.
-template <int H>
-__device__ __forceinline__ u32 code_cmp(float acc, const FastParams& p, float n) {
-  const float ab = fabsf(acc);
-  u32 c = H + 1;
-#pragma unroll
-  for (int i = 0; i < H; ++i) {
-    float v;
-    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(v) : "f"(p.bounds[H + 1 + i]), "f"(n), "f"(-ab));
-    c += __float_as_uint(v) >> 31;
-  }
-  const u32 neg = (u32)((int)__float_as_uint(acc) >> 31);
-  return c ^ (neg & (2 * H + 1));
-}
-
-// The code words of 3-bit codes (code_cmp, H = 3) packed straight from the comparisons' sign
-// bits, with no integer code per coordinate: for v_i = t_i n - |acc| (sign bit: t_i n < |acc|,
-// a thermometer over i) the magnitude index m = #set has bits m_1 = sign(v_2) and m_0 =
-// sign(v_1 ^ v_2 ^ v_3), and the code is (~s, m_1 ^ s, m_0 ^ s) for the sign s of acc. Each
-// nibble is shifted in from the top by funnel shifts as (s, m_1 ^ s, m_0 ^ s) = bit 31 of
-// (acc, z = v_2 ^ acc, v_1 ^ v_3 ^ z); the last shift of a nibble takes two bits, the second of
-// them lands in the next nibble's bit 3, and one LOP3 per word flips bit 2 and clears bit 3.
-// Same codes as code_cmp<3>. `nib(k)` gives the accumulator index and the row (0 or 1) of
-// nibble k of the word.
-template <class Nib>
-__device__ __forceinline__ u32 word_cmp3(const float* acc, const FastParams& p, float n0, float n1, Nib nib) {
-  u32 w = 0u;
-#pragma unroll
-  for (int k = 7; k >= 0; --k) {
-    int idx, row;
-    nib(k, idx, row);
-    const float a = acc[idx], n = row ? n1 : n0, ab = fabsf(a);
-    float v1, v2, v3;
-    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(v1) : "f"(p.bounds[4]), "f"(n), "f"(-ab));
-    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(v2) : "f"(p.bounds[5]), "f"(n), "f"(-ab));
-    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(v3) : "f"(p.bounds[6]), "f"(n), "f"(-ab));
-    const u32 z = __float_as_uint(v2) ^ __float_as_uint(a);
-    const u32 x = __float_as_uint(v1) ^ __float_as_uint(v3) ^ z;
-    w = __funnelshift_l(__float_as_uint(a), w, 1);
-    w = __funnelshift_l(z, w, 1);
-    w = __funnelshift_l(x, w, k ? 2 : 1);
-  }
-  return (w ^ 0x44444444u) & 0x77777777u;
-}
-
 
 // A D x D f16 matrix (rows n: the N dimension of a product, K contiguous) in shared memory as the
 // K-major B operand of wgmma with the 128-byte swizzle: channels [64a, 64a + 64) of every row
@@ -787,7 +732,7 @@ __device__ __forceinline__ float row_norm(const Vec16 (&xr)[Layout<D>::kPieces])
 // two nibble words of codes < 4 as one crumb word (layout.rs: crumbs_of_nibbles)
 __device__ __forceinline__ u32 crumb_word(u32 w0, u32 w1) { return (w0 & 0x33333333u) | ((w1 & 0x33333333u) << 2); }
 
-template <int D, bool KEYS, bool QJL, bool SPLIT, int CB>
+template <int D, bool KEYS, bool QJL, bool SPLIT>
 __device__ __forceinline__ void compress_fast(const FastParams& p) {
   using L = Layout<D>;
   constexpr int NA = L::kAcc, NP = L::kPieces;
@@ -829,11 +774,6 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   wgmma_proxy_fence();  // the staged matrices are read by wgmma (async proxy)
   __syncthreads();
   const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
-  // codes of CB = 1 or 3 positive boundaries by code_cmp where the codebook is symmetric (the
-  // core's Lloyd-Max codebooks are, exactly in f32; checked here, uniform over the grid)
-  bool sym = CB > 0 && p.n_bounds == 2 * CB + 1 && p.bounds[CB] == 0.f;
-#pragma unroll
-  for (int i = 0; i < CB; ++i) sym = sym && p.bounds[CB + 1 + i] == -p.bounds[CB - 1 - i];
   const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
 
   for (; c < chunks; c += gridDim.x) {
@@ -844,6 +784,10 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     // the next chunk's rows before the wait: their dst0 / count loads return under it
     const Rows nx = chunk_rows(p, c + gridDim.x, items, tile, pair);
     const float i0 = n0 > 0.f ? tq::fdiv_rn(1.f, n0) : 0.f, i1 = n1 > 0.f ? tq::fdiv_rn(1.f, n1) : 0.f;
+    // the norm folded into the lookup (code_scaled): the grid's scale per row, n (1 for a zero row)
+    const float s0 = n0 > 0.f ? tq::fmul_rn(i0, p.lut_scale) : p.lut_scale;
+    const float s1 = n1 > 0.f ? tq::fmul_rn(i1, p.lut_scale) : p.lut_scale;
+    const float m0 = n0 > 0.f ? n0 : 1.f, m1 = n1 > 0.f ? n1 : 1.f;
     product_wait<D>(acc);
     fence_x<D>(x);  // x is wgmma's operand until here
     const Rows r = cur;
@@ -860,7 +804,6 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     // block q holds channels 8j + 2q (low nibble) and 8j + 2q + 1. Values, the pair row: byte j
     // of lane block 2q + e holds channel 8j + 2q + e, the even token's code in the low nibble.
     u32 wd[2][D / 32];
-    auto codes = [&](auto code_of) {
 #pragma unroll
     for (int i = 0; i < D / 32; ++i) {
       u32 nb[2][4];  // the bytes j = 4i + b of the two words, one code pair each
@@ -871,7 +814,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float a = acc[4 * j + e];
-          cd[e] = code_of(a, e);
+          cd[e] = code_scaled(cnt_a, bnd_a, p, a, e < 2 ? s0 : s1, e < 2 ? m0 : m1);
           if (QJL) {
             float cen;
             asm volatile("ld.shared.f32 %0, [%1];" : "=f"(cen) : "r"(cen_a + 4u * cd[e]));
@@ -885,41 +828,6 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
 #pragma unroll
       for (int t = 0; t < 2; ++t)
         wd[t][i] = __byte_perm(__byte_perm(nb[t][0], nb[t][1], 0x0040), __byte_perm(nb[t][2], nb[t][3], 0x0040), 0x5410);
-    }
-    };
-    auto table_codes = [&]() {
-      // the norm folded into the lookup (code_scaled): the grid's scale per row, n (1 for a zero row)
-      const float s0 = n0 > 0.f ? tq::fmul_rn(i0, p.lut_scale) : p.lut_scale;
-      const float s1 = n1 > 0.f ? tq::fmul_rn(i1, p.lut_scale) : p.lut_scale;
-      const float m0 = n0 > 0.f ? n0 : 1.f, m1 = n1 > 0.f ? n1 : 1.f;
-      codes([&](float a, int e) { return code_scaled(cnt_a, bnd_a, p, a, e < 2 ? s0 : s1, e < 2 ? m0 : m1); });
-    };
-    if constexpr (CB > 0) {
-      // a warp takes code_cmp only if all its rows have a finite norm n > 0 (zero and
-      // non-finite rows keep code_scaled, bit for bit as before)
-      if (sym && __all_sync(0xffffffffu, n0 > 0.f && n0 <= 0x1.fffffep127f && n1 > 0.f && n1 <= 0x1.fffffep127f)) {
-        if constexpr (CB == 3 && !QJL) {
-          // nibble k of word (t, i): byte b = k / 2 of the word, j = 4i + b; keys: row t, channel
-          // 8j + 2q + (k & 1) = acc[4j + 2t + (k & 1)]; values: the pair's token k & 1 (row),
-          // channel 8j + 2q + t = acc[4j + 2(k & 1) + t]
-#pragma unroll
-          for (int i = 0; i < D / 32; ++i)
-#pragma unroll
-            for (int t = 0; t < 2; ++t)
-              wd[t][i] = word_cmp3(acc, p, n0, n1, [&](int k, int& idx, int& row) {
-                const int j = 4 * i + (k >> 1);
-                const int e = KEYS ? 2 * t + (k & 1) : t + 2 * (k & 1);
-                idx = 4 * j + e;
-                row = e >= 2;
-              });
-        } else {
-          codes([&](float a, int e) { return code_cmp<CB>(a, p, e < 2 ? n0 : n1); });
-        }
-      } else {
-        table_codes();
-      }
-    } else {
-      table_codes();
     }
     // codes of at most 2 bits (n_bounds <= 3) as crumbs: crumb word j of a lane block holds its
     // nibble words 2j (bits 0-1 of every nibble) and 2j + 1 (bits 2-3); ferrattn_cuda::turboquant::layout
@@ -1062,20 +970,17 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
 }  // namespace ferrattn
 // Closed list of the fast path: D in {64, 128}; keys with or without QJL, values; Π as one f16
 // matrix (`_fast_`) or split into f16 hi + lo (`_split_`). One warpgroup per CTA.
-// Codes of 2 and 3 bits (3 and 7 boundaries) take code_cmp, wider ones the table (code_scaled).
 #define FERRATTN_TQF_ONE(NAME, D, KEYS, QJL, SPLIT, MINB)                                           \
   extern "C" __global__ void __launch_bounds__(128, MINB) NAME(const ferrattn::tqf::FastParams p) { \
-    if (!QJL && p.n_bounds == 7) ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT, 3>(p);         \
-    else if (!QJL && p.n_bounds == 3) ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT, 1>(p);    \
-    else ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT, 0>(p);                                 \
+    ferrattn::tqf::compress_fast<D, KEYS, QJL, SPLIT>(p);                                         \
   }
 #define FERRATTN_TQF(D)                                                                           \
   FERRATTN_TQF_ONE(turboquant_fast_keys_qjl_d##D, D, true, true, false, (D == 64 ? 5 : 3))       \
   FERRATTN_TQF_ONE(turboquant_fast_keys_mse_d##D, D, true, false, false, (D == 64 ? 6 : 4))       \
   FERRATTN_TQF_ONE(turboquant_fast_values_d##D, D, false, false, false, (D == 64 ? 6 : 4))        \
   FERRATTN_TQF_ONE(turboquant_split_keys_qjl_d##D, D, true, true, true, 2)                        \
-  FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, (D == 64 ? 4 : 3))       \
-  FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, (D == 64 ? 4 : 3))
+  FERRATTN_TQF_ONE(turboquant_split_keys_mse_d##D, D, true, false, true, 3)                       \
+  FERRATTN_TQF_ONE(turboquant_split_values_d##D, D, false, false, true, 3)
 
 FERRATTN_TQF(64)
 FERRATTN_TQF(128)

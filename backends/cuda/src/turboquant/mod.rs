@@ -45,9 +45,8 @@ pub mod twin;
 
 pub use self::cache::DeviceTurboQuantCache;
 pub use self::contract::{
-    check_compress_contract, code_compare, code_compare_applies, code_compare_bits3, CodeLut,
-    CompressPath, ContractCounts, FastDiv, CODE_LUT_BINS, FAST_CODE_MARGIN, FAST_RNORM_REL,
-    FAST_SIGN_MARGIN, SPLIT_CODE_MARGIN,
+    check_compress_contract, CodeLut, CompressPath, ContractCounts, FastDiv, CODE_LUT_BINS,
+    FAST_CODE_MARGIN, FAST_RNORM_REL, FAST_SIGN_MARGIN, SPLIT_CODE_MARGIN,
 };
 pub use self::engine::{PrepareKernel, TurboQuantCuda, PREPARE_SPREAD_MAX_TILES};
 pub use self::params::{centroid_tables, f16_friendly_scale};
