@@ -185,16 +185,26 @@ impl WgShape {
 /// stride, its producer issuing the next item's Q block and first K/V tiles during the current
 /// item's last tiles, but it has only the INT32 path: a warpgroup whose block needs the chunk
 /// path (fewer than 4 tiles, V scales 128 apart, a SAS threshold) writes no valid rows. So only
-/// `FERRATTN_WGF_PERSIST=1` (read once) selects it, for timing inputs where every block takes
-/// the INT32 path.
+/// `FERRATTN_WGF_PERSIST` (read once) selects it, for inputs where every block with rows takes
+/// the INT32 path: `1` one CTA per SM, `n > 1` n CTAs (a test hook: a small grid then walks
+/// several items per CTA).
 pub fn wgf_persistent(p: &AttentionProblem, shape: &WgShape, sms: usize) -> usize {
-    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let forced = *FORCED
-        .get_or_init(|| std::env::var("FERRATTN_WGF_PERSIST").as_deref() == Ok("1"));
+    static FORCED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| {
+        std::env::var("FERRATTN_WGF_PERSIST")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
     let ((x, y, z), _) =
         shape.launch_grid(p.causal, p.max_seqlen_q, p.heads_q, p.heads_kv, p.batch);
-    if forced && x * y * z > sms {
-        sms
+    let ctas = match forced {
+        0 => return 0,
+        1 => sms,
+        n => n,
+    };
+    if x * y * z > ctas {
+        ctas
     } else {
         0
     }
