@@ -544,18 +544,6 @@ __device__ __forceinline__ WgfCta wgf_cta(int order) {
   asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(n));
   return WgfCta{n - 1 - bx, by, bz};
 }
-// turbo_prefill_wgfp_* (issue 11, round 13): the CTA of the grid above that has linear block
-// index v (x fastest, as the hardware dispatches them), for a persistent CTA that walks those
-// indices with the grid's stride
-__device__ __forceinline__ WgfCta wgf_cta_virtual(const PrefillParams& p, int v) {
-  const int trips = ((p.max_sq + 63) / 64 * p.group + 2) / 3;
-  if (p.order) {  // (KV heads, batch, trips)
-    const int bx = v % p.heads_kv, r = v / p.heads_kv;
-    return WgfCta{trips - 1 - r / p.batch, bx, r % p.batch};
-  }
-  const int bx = v % trips, r = v / trips;  // (trips, KV heads, batch)
-  return WgfCta{trips - 1 - bx, r % p.heads_kv, r / p.heads_kv};
-}
 
 // A diagnostic of turbo_prefill_wgf_* (ferrattn_cuda's FERRATTN_WGF_TRACE; null otherwise):
 // per CTA, at its linear block index (the dispatch order), kTraceWords words: 0 globaltimer at
@@ -607,18 +595,7 @@ __device__ __forceinline__ u64 sm_clock() {
   return t;
 }
 
-// wgfp: zero the registers of an accumulator (or code array) declared in the item loop, before
-// any wgmma of the item. The first wgmma into an accumulator reads it (scale-d 0 ignores the
-// value), so without a definition ptxas takes the previous item's values as live around the
-// item loop (160 registers at d 128): it spilled inside the tile loop and serialized every wgmma
-// (C7515). An empty asm output is no definition in the PTX ptxas reads; a mov is.
-template <int N, class U>
-__device__ __forceinline__ void zero_regs(U (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("mov.b32 %0, 0;" : "=r"(r[i]));
-}
-
-template <class T, int D, bool kFast, bool kPersist = false>
+template <class T, int D, bool kFast>
 __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #ifdef FERRATTN_SM90A
   using namespace sm90;
@@ -633,10 +610,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   extern __shared__ u8 dyn_smem[];
   __shared__ alignas(8) u64 bar_full[kWgStages];
   __shared__ alignas(8) u64 bar_empty[kWgStages];
-  // wgf: consumer w's Q block has landed (wgfp: in Q slot s, items alternating between two)
-  __shared__ alignas(8) u64 bar_q[kPersist ? 2 : 1][kWgConsumers];
-  // wgfp: consumer w's last S of the item in Q slot s is done (the slot may take the item after next)
-  __shared__ alignas(8) u64 bar_qe[kPersist ? 2 : 1][kWgConsumers];
+  __shared__ alignas(8) u64 bar_q[kWgConsumers];  // wgf: consumer w's Q block has landed
   __shared__ float sLut[17];
   __shared__ float sRed[kWgConsumers][2][4];
   // wgf, the INT32 path (round 9): per consumer warp, c2, s_u / s_V and -log2 of it of 32 tiles
@@ -653,7 +627,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   const int nqb = (p.max_sq + kBlock - 1) / kBlock;
   int trip, hk, b;
   if constexpr (kFast) {
-    const WgfCta c = kPersist ? wgf_cta_virtual(p, blockIdx.x) : wgf_cta(p.order);
+    const WgfCta c = wgf_cta(p.order);
     trip = c.trip;
     hk = c.hk;
     b = c.b;
@@ -669,13 +643,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     qb0 = kWgConsumers * trip / p.group;
     hg0 = kWgConsumers * trip - qb0 * p.group;
   }
-  auto set_cta = [&](const WgfCta& c) {  // wgfp: the next item's CTA
-    trip = c.trip;
-    hk = c.hk;
-    b = c.b;
-    qb0 = kWgConsumers * trip / p.group;
-    hg0 = kWgConsumers * trip - qb0 * p.group;
-  };
   auto item = [&](int w, int& q, int& hg) {  // w < 3: at most two carries
     hg = hg0 + w;
     const int carry = (hg >= p.group) + (hg >= 2 * p.group);
@@ -700,38 +667,28 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   };
   // the K/V ring, then one INT8 Q block per consumer (swizzle patterns repeat every 1 KiB)
   const u32 ring = (smem_addr(dyn_smem) + 1023) & ~1023u;
-  // (wgfp: two Q slots of kWgConsumers blocks, item it in slot it & 1)
-  u32 q_tile = ring + kWgStages * 2 * TILE + wg * TILE;
-  u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
+  const u32 q_tile = ring + kWgStages * 2 * TILE + wg * TILE;
+  const u64 kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
   // wgf (round 11): the producer thread sets up the barriers and starts the copies that need no
   // sequence length before the CTA's first load of one: the Q blocks of its items in the list
   // (qb < nqb: written by turbo_quant_q_* when the block has rows, in the buffer either way) and
   // the first kWgStages K/V tiles (tiles < nblk exist for every sequence). Copies no consumer
   // waits for (a block without rows, tiles past the CTA's count) are waited for by the producer
   // before it exits, so that none is in flight at the CTA's end.
-  // wgfp: the producer issues every copy in its item loop (below), the next item's during the
-  // current item's last tiles
-  const int early = kFast && !kPersist ? min(kWgStages, p.nblk) : 0;
+  const int early = kFast ? min(kWgStages, p.nblk) : 0;
   if (kFast && tid == kWgConsumers * 128) {
     for (int s = 0; s < kWgStages; ++s) {
       mbar_init(smem_addr(&bar_full[s]), 1);
       mbar_init(smem_addr(&bar_empty[s]), kWgConsumers * 128);
     }
-    for (int w = 0; w < kWgConsumers; ++w) mbar_init(smem_addr(&bar_q[0][w]), 1);
-    if constexpr (kPersist) {
-      for (int w = 0; w < kWgConsumers; ++w) {
-        mbar_init(smem_addr(&bar_q[1][w]), 1);
-        mbar_init(smem_addr(&bar_qe[0][w]), 128);
-        mbar_init(smem_addr(&bar_qe[1][w]), 128);
-      }
-    }
+    for (int w = 0; w < kWgConsumers; ++w) mbar_init(smem_addr(&bar_q[w]), 1);
     fence_mbar_init();
     if (p.trace != nullptr) wgf_trace_slot(p)[8] = sm_clock();
-    for (int w = 0; w < (kPersist ? 0 : kWgConsumers); ++w) {
+    for (int w = 0; w < kWgConsumers; ++w) {
       int q, hg;
       item(w, q, hg);
       if (q >= nqb) continue;
-      const u32 bq = smem_addr(&bar_q[0][w]);
+      const u32 bq = smem_addr(&bar_q[w]);
       mbar_arrive_expect_tx(bq, TILE);
       bulk_g2s(ring + kWgStages * 2 * TILE + w * TILE,
                p.qq + (((u64)b * p.heads_q + hk * p.group + hg) * nqb + q) * TILE, TILE, bq);
@@ -749,11 +706,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   // take those of tiles < nt only, as before
   float pre_sq = 0.0f, pre_ks[2] = {0.0f, 0.0f}, pre_vs[2] = {0.0f, 0.0f};
   float pre_ksl = 0.0f, pre_vsl[2] = {0.0f, 0.0f};
-  auto preload = [&] {
-    if constexpr (kPersist) {  // (every value set on each call: nothing of the last item stays live)
-      pre_sq = pre_ksl = 0.0f;
-      pre_ks[0] = pre_ks[1] = pre_vs[0] = pre_vs[1] = pre_vsl[0] = pre_vsl[1] = 0.0f;
-    }
+  if (kFast && wg < kWgConsumers) {
     const int qbw = qb_of(wg);
     if (qbw < nqb) pre_sq = p.qs[((u64)b * p.heads_q + h_of(wg)) * nqb + qbw];
 #pragma unroll
@@ -767,9 +720,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       pre_vsl[0] = p.vs[kv_base + lane];
     }
     if (lane + 32 < p.nblk) pre_vsl[1] = p.vs[kv_base + lane + 32];
-  };
-  if (kFast && !kPersist && wg < kWgConsumers) preload();  // (wgfp: per item, below)
-  int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
+  }
+  const int sq = p.seqlens_q[b], sk = p.seqlens_k[b];
   auto visible = [&](int row) -> int {
     if (row >= sq) return 0;
     if (!p.causal) return sk;
@@ -779,12 +731,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     const int nq = clampi(sq - qb * kBlock, 0, kBlock);
     return nq == 0 ? 0 : (visible(qb * kBlock + nq - 1) + kBlock - 1) / kBlock;
   };
-  auto cta_tiles = [&] {
-    int n = 0;
-    for (int w = 0; w < kWgConsumers; ++w) n = max(n, tiles_of(qb_of(w)));
-    return n;
-  };
-  int nt_cta = cta_tiles();
+  int nt_cta = 0;
+  for (int w = 0; w < kWgConsumers; ++w) nt_cta = max(nt_cta, tiles_of(qb_of(w)));
 
   if (kFast && p.trace != nullptr && tid == 0) {
     u64* t = wgf_trace_slot(p);
@@ -808,47 +756,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 
   if (wg == kWgConsumers) {  // ---- producer warpgroup: one thread streams the tiles --------------
     setmaxnreg_dec<kProducerRegs>();
-    if (kPersist && tid == kWgConsumers * 128) {
-      // wgfp: the items of linear index blockIdx.x + it gridDim.x; the ring's stages and phases
-      // run on across items (J counts the tiles put in), each item taking an even number of
-      // stages (the INT32 path's odd step uses the even step's stage plus one): a CTA with an odd
-      // tile count completes one more stage without a copy (a plain arrive), which the consumers
-      // release as they do the tiles of the other warpgroups
-      const int nv = p.batch * p.heads_kv * ((nqb * p.group + 2) / 3);
-      u32 jr = 0;
-      for (int it = 0, v = blockIdx.x; v < nv; ++it, v += gridDim.x) {
-        set_cta(wgf_cta_virtual(p, v));
-        kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
-        sq = p.seqlens_q[b];
-        sk = p.seqlens_k[b];
-        const int slot = it & 1, ntr = (cta_tiles() + 1) & ~1, ntc = cta_tiles();
-        for (int w = 0; w < kWgConsumers; ++w) {
-          int q, hg;
-          item(w, q, hg);
-          if (it >= 2) mbar_wait(smem_addr(&bar_qe[slot][w]), ((it >> 1) - 1) & 1);
-          const u32 bq = smem_addr(&bar_q[slot][w]);
-          if (q >= nqb) {
-            mbar_arrive(bq);  // no block: the consumer's wait passes
-            continue;
-          }
-          mbar_arrive_expect_tx(bq, TILE);
-          bulk_g2s(ring + kWgStages * 2 * TILE + (slot * kWgConsumers + w) * TILE,
-                   p.qq + (((u64)b * p.heads_q + hk * p.group + hg) * nqb + q) * TILE, TILE, bq);
-        }
-        for (int j = 0; j < ntr; ++j, ++jr) {
-          const u32 s = jr % kWgStages;
-          if (jr >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((jr / kWgStages) + 1) & 1);
-          const u32 full = smem_addr(&bar_full[s]);
-          if (j >= ntc) {
-            mbar_arrive(full);
-            continue;
-          }
-          mbar_arrive_expect_tx(full, 2 * TILE);
-          bulk_g2s(ring + s * 2 * TILE, p.kq + (kv_base + j) * TILE, TILE, full);
-          bulk_g2s(ring + s * 2 * TILE + TILE, p.vt + (kv_base + j) * TILE, TILE, full);
-        }
-      }
-    } else if (tid == kWgConsumers * 128) {
+    if (tid == kWgConsumers * 128) {
       for (int j = early; j < nt_cta; ++j) {
         const int s = j % kWgStages;
         if (j >= kWgStages) mbar_wait(smem_addr(&bar_empty[s]), ((j / kWgStages) + 1) & 1);
@@ -863,7 +771,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         for (int w = 0; w < kWgConsumers; ++w) {
           int q, hg;
           item(w, q, hg);
-          if (q < nqb && tiles_of(q) == 0) mbar_wait(smem_addr(&bar_q[0][w]), 0);
+          if (q < nqb && tiles_of(q) == 0) mbar_wait(smem_addr(&bar_q[w]), 0);
         }
         for (int j = nt_cta; j < early; ++j) mbar_wait(smem_addr(&bar_full[j]), 0);
       }
@@ -873,28 +781,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 
   // ---- consumer warpgroup: Q block qb -----------------------------------------------------------
   setmaxnreg_inc<kConsumerRegs>();
-  // wgfp: one pass per item of the CTA (the producer's walk), the ring's stages offset by the
-  // tiles of the earlier items (even); wgf / wg: one pass. The walk's state (items done, ring
-  // tiles so far, this item's ring tiles) sits in local memory, read where it is used: held in
-  // registers across the tile loop it made ptxas spill inside the loop.
-  int walk_mem[kPersist ? 3 : 1];
-  volatile int* const walk = kPersist ? walk_mem : nullptr;
-  if constexpr (kPersist) walk[0] = walk[1] = walk[2] = 0;
-  for (;;) {
-  const int it = kPersist ? walk[0] : 0;
-  const int v = blockIdx.x + it * gridDim.x;
-  if constexpr (kPersist) {
-    if (v >= p.batch * p.heads_kv * ((nqb * p.group + 2) / 3)) break;
-    set_cta(wgf_cta_virtual(p, v));
-    kv_base = ((u64)b * p.heads_kv + hk) * p.nblk;
-    q_tile = ring + kWgStages * 2 * TILE + ((it & 1) * kWgConsumers + wg) * TILE;
-    preload();
-    sq = p.seqlens_q[b];
-    sk = p.seqlens_k[b];
-    nt_cta = cta_tiles();
-    walk[2] = (nt_cta + 1) & ~1;
-  }
-  const int jb = kPersist ? walk[1] : 0;
   const int qb = qb_of(wg), h = h_of(wg), r0 = qb * kBlock;
   const int nt = tiles_of(qb);
   const int row_a = r0 + warp * 16 + g, row_b = row_a + 8;
@@ -925,10 +811,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         ks_l = pre_ksl;
         vs_l = pre_vsl[0];
       }
-      if (!kPersist) mbar_wait(smem_addr(&bar_q[0][wg]), 0);
+      mbar_wait(smem_addr(&bar_q[wg]), 0);
     }
-    // wgfp: every item's Q barrier completes a phase (a plain arrive where no block is copied)
-    if (kPersist) mbar_wait(smem_addr(&bar_q[it & 1][wg]), (it >> 1) & 1);
   } else {
     u32 raw[KS][4][2];  // the 4 16-bit values of each A register
     float amax = 0.0f;
@@ -1003,7 +887,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   }
   float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
-  int drain_from = nt;  // wgfp: the first tile this warpgroup releases after its loop
   int sacc[32];
   int oacc[32];  // P V of 64 channels: D / 64 passes per tile (160 registers per thread)
   float ks_next = nt > 0 ? p.ks[kv_base] : 0.0f, vs_next = nt > 0 ? p.vs[kv_base] : 0.0f;
@@ -1045,29 +928,15 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     const u32 full0 = smem_addr(&bar_full[0]), empty0 = smem_addr(&bar_empty[0]);
     constexpr int kNone = (int)0x80000000;  // below every score (|S| <= 127^2 D < 2^22)
     // S = Q^q1 K^q1 of tile j (exact s32) into acc (no commit); waits for the tile to land
-    // (wgfp: the chunk path reads the ring offset where it uses it; held in a register across
-    // the chunk loop it cost ptxas the registers to keep the wgmmas in flight, C7512)
-    auto jb_now = [&] { return kPersist ? walk[1] : 0; };
-    // wgfp: the first wgmma into an accumulator writes it without reading it (see
-    // wgmma_m64n64k32_s8_ss_first), so that no accumulator stays live around the item loop
-    auto s_wgmma = [&](int (&acc)[32], u64 da, u64 db, int ks) {
-      if (kPersist && ks == 0) wgmma_m64n64k32_s8_ss_first(acc, da, db);
-      else wgmma_m64n64k32_s8_ss(acc, da, db, ks);
-    };
-    auto pv_wgmma = [&](int (&acc)[32], const u32(&a)[4], u64 db, int accumulate) {
-      if (kPersist && accumulate == 0) wgmma_m64n64k32_u8s8_first(acc, a, db);
-      else wgmma_m64n64k32_u8s8(acc, a, db, accumulate);
-    };
     auto issue_s = [&](int j, int (&acc)[32]) {
-      const int jr = jb_now() + j;
-      const int st = jr % kWgStages;
-      mbar_wait(full0 + 8 * st, (jr / kWgStages) & 1);
+      const int st = j % kWgStages;
+      mbar_wait(full0 + 8 * st, (j / kWgStages) & 1);
       wgmma_fence();
       // descriptors as additions to ones built before the loop (the address field is bits
       // 0-13 in 16-byte units: +2 per 32-byte k slice, + 2 TILE / 16 per ring stage)
       const u64 dk = dk_ring + (u64)(st * (2 * TILE >> 4));
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) s_wgmma(acc, dq0 + 2 * ks, dk + 2 * ks, ks);
+      for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(acc, dq0 + 2 * ks, dk + 2 * ks, ks);
     };
     // whether tiles j and j + 1 form one chunk (the same for every thread: the lane-0 broadcast
     // tells ptxas so, as for wg)
@@ -1140,7 +1009,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       const float w0 = lo0 ? w_lo : 1.0f, w1 = lo0 ? 1.0f : w_lo;
       const float c2_0 = __fmul_rn(mul_rn(mul_rn(s_q, ks0), p.softmax_scale), c_log2e);
       const float c2_1 = __fmul_rn(mul_rn(mul_rn(s_q, ks1), p.softmax_scale), c_log2e);
-      const int st0 = (jb_now() + j) % kWgStages, st1 = (jb_now() + j + 1) % kWgStages;
+      const int st0 = j % kWgStages, st1 = (j + 1) % kWgStages;
 
       wgmma_wait<0>();
       fence_regs(c0);
@@ -1175,10 +1044,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       const float r_a = m_a == mn_a ? 1.0f : exp2_approx(__fsub_rn(m_a, mn_a));
       const float r_b = m_b == mn_b ? 1.0f : exp2_approx(__fsub_rn(m_b, mn_b));
       u32 pa[4][4];
-      if constexpr (kPersist) {  // (the second tile's, read only when pair; see zero_regs)
-        zero_regs(pa[2]);
-        zero_regs(pa[3]);
-      }
       // the branches on the mask and the threshold are taken once per tile, not per element
       {
         const float nb_a = __fsub_rn(off0, mn_a), nb_b = __fsub_rn(off0, mn_b);
@@ -1202,7 +1067,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       auto issue_pv = [&](int half, int (&acc)[32]) {
         if (half == 0) wgmma_fence();
         const u64 dv = dv_ring + (u64)(st0 * (2 * TILE >> 4) + (4096 >> 4) * half);
-        pv_wgmma(acc, pa[0], dv, 0);
+        wgmma_m64n64k32_u8s8(acc, pa[0], dv, 0);
         wgmma_m64n64k32_u8s8(acc, pa[1], dv + 2, 1);
         if (pair) {
           const u64 dv1 = dv_ring + (u64)(st1 * (2 * TILE >> 4) + (4096 >> 4) * half);
@@ -1361,16 +1226,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     if (!uni) {
 #pragma unroll
       for (int i = 0; i < NTO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-      if constexpr (kPersist) {
-        // Round 13's measurement kernel has no chunk path: with it, ptxas serialized every
-        // wgmma of the item loop (C7515 or C7512 in every arrangement tried, docs/TURBO_CUDA.md).
-        // A warpgroup whose block needs it writes no valid rows (O 0, l 0) and releases the
-        // block's tiles below. Not a correct kernel: only the bench selects it.
-        drain_from = 0;
-      } else {
-        first_s();
-        while (j < nt) chunk(sa0, sa1);
-      }
+      first_s();
+      while (j < nt) chunk(sa0, sa1);
     } else {
       // ---- INT32 O over the row (ferrattn_core::turbo::attention::attend_tile_fixed_p_int),
       // one 64-key tile per step. The codes of tile j are taken against the unit s_u 2^-n_j,
@@ -1393,7 +1250,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       // (not zeroed: the first tile's first wgmma of each pass overwrites it; registers set
       // while a wgmma is in flight make ptxas serialize every wgmma of the kernel, C7515)
       int oi[NH][32];
-      int(&si)[32] = sa0;  // the S of a tile
       int mi_a = kNoRef, mi_b = kNoRef;
       auto ceil_i = [](float x) {
         int r;
@@ -1467,12 +1323,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       // P V before it (no empty commit group, no dummy wgmma, no test of j > 0 in the loop) and
       // tile 1's step issues the P V of tile 0, which sets oi (nt >= kIntMinTiles > 2).
       u32 pa_e[2][4], pa_o[2][4];
-      if constexpr (kPersist) {
-        zero_regs(pa_e[0]);
-        zero_regs(pa_e[1]);
-        zero_regs(pa_o[0]);
-        zero_regs(pa_o[1]);
-      }
       auto fence_codes = [](u32(&pa)[2][4]) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) asm volatile("" : "+r"(pa[i >> 2][i & 3])::"memory");
@@ -1489,7 +1339,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         wgmma_fence();
         const u64 dk = dk_ring + (u64)(st * (2 * TILE >> 4));
 #pragma unroll
-        for (int ks = 0; ks < KS; ++ks) s_wgmma(acc, dq0 + 2 * ks, dk + 2 * ks, ks);
+        for (int ks = 0; ks < KS; ++ks) wgmma_m64n64k32_s8_ss(acc, dq0 + 2 * ks, dk + 2 * ks, ks);
       };
       // P V of the tile in stage st into oi. One wgmma.fence before the first pass only: every
       // register its passes read (pa) or write (oi) was last touched by other instructions before
@@ -1500,7 +1350,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
         for (int h2 = 0; h2 < NH; ++h2) {
           const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * h2);
-          pv_wgmma(oi[h2], pa[0], dv, decltype(init)::value ? 0 : 1);
+          wgmma_m64n64k32_u8s8(oi[h2], pa[0], dv, decltype(init)::value ? 0 : 1);
           wgmma_m64n64k32_u8s8(oi[h2], pa[1], dv + 2, 1);
         }
       };
@@ -1529,16 +1379,16 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         WGF_TL(p, (tid & 127) == 0 && (j & 7) == 0 && j < 64, 19 + 8 * wg + (j >> 3), sm_clock());
         u32 st, ph;
         if constexpr (kFirst) {
-          st = (u32)jb % kWgStages;
-          ph = ((u32)jb / kWgStages) & 1;
+          st = 0;
+          ph = 0;
         } else if constexpr (kOdd) {  // after an even step (or tile 0)
           st = st_l + 1;
           ph = ph_l;
         } else {
-          st = (u32)(jb + j) % kWgStages;
-          ph = ((u32)(jb + j) / kWgStages) & 1;
+          st = (u32)j % kWgStages;
+          ph = ((u32)j / kWgStages) & 1;
         }
-        issue_s_at(st, ph, si);
+        issue_s_at(st, ph, sa0);
         if (kFirst && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
         WGF_TL(p, kFirst && (tid & 127) == 0, 13 + wg, sm_clock());
         wgmma_commit();
@@ -1561,14 +1411,14 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         } else {
           wgmma_wait<1>();  // tile j's S
         }
-        fence_regs(si);
+        fence_regs(sa0);
         const int key0 = j * kBlock;
         const bool masked0 = key0 + kBlock > vis_min;
-        if (masked0) mask_scores(si, key0);
+        if (masked0) mask_scores(sa0, key0);
         int ia = kNone, ib = kNone;
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
-          if (i & 2) ib = max(ib, si[i]); else ia = max(ia, si[i]);
+          if (i & 2) ib = max(ib, sa0[i]); else ia = max(ia, sa0[i]);
         }
         float ta = ia == kNone ? neg_inf() : __fmul_rn(i2f(ia), c2_0);
         float tb = ib == kNone ? neg_inf() : __fmul_rn(i2f(ib), c2_0);
@@ -1583,10 +1433,10 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         const int mn_b = max(max(mi_b, min(ceil_i(tb), 1 << 24)), mi_b + ((__float_as_int(l_b) >> 23) - gk));
         {
           const float nb_a = __fsub_rn(off0, i2f(mn_a)), nb_b = __fsub_rn(off0, i2f(mn_b));
-          if (masked0) codes(si, c2_0, nb_a, nb_b, pa[0], pa[1], True{}, False{});
-          else codes(si, c2_0, nb_a, nb_b, pa[0], pa[1], False{}, False{});
+          if (masked0) codes(sa0, c2_0, nb_a, nb_b, pa[0], pa[1], True{}, False{});
+          else codes(sa0, c2_0, nb_a, nb_b, pa[0], pa[1], False{}, False{});
         }
-        fence_regs(si);  // the codes' reads stay before si takes the next S
+        fence_regs(sa0);  // the codes' reads stay before sa0 takes the next S
         fence_codes(pa);  // and the codes before the wait for tile j - 1's P V
         // tile j - 1's code sums into l after the wait for its P V, so that its code registers
         // stay live to there: ptxas then gives tile j's softmax and codes other registers
@@ -1783,21 +1633,12 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       }
     }
   }
-  // wgfp: every S of this item has completed: its Q slot may take the item after next
-  if constexpr (kPersist) {
-    // (nothing is in flight here; the wait tells ptxas so, whose count of commit groups does not
-    // follow the paths' exits: without it every wgmma of the item loop was serialized, C7515)
-    wgmma_wait<0>();
-    mbar_arrive(smem_addr(&bar_qe[walk[0] & 1][wg]));
-  }
   if (kFast && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[3] = sm_clock();
   WGF_TL(p, kFast && (tid & 127) == 0, 43 + wg, sm_clock());
   // tiles only the other warpgroup needs: release them as they land
-  // (wgfp: and the CTA's stage without a copy when its tile count is odd)
-  const int nt_ring = kPersist ? walk[2] : nt_cta, jb_end = kPersist ? walk[1] : 0;
-  for (int j = kPersist ? drain_from : nt; j < nt_ring; ++j) {
-    const int st = (jb_end + j) % kWgStages;
-    mbar_wait(smem_addr(&bar_full[st]), ((jb_end + j) / kWgStages) & 1);
+  for (int j = nt; j < nt_cta; ++j) {
+    const int st = j % kWgStages;
+    mbar_wait(smem_addr(&bar_full[st]), (j / kWgStages) & 1);
     mbar_arrive(smem_addr(&bar_empty[st]));
   }
 
@@ -1808,8 +1649,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     m_b = m_b == neg_inf() ? m_b : __fsub_rn(__fmul_rn(m_b, ln2), ln255);
   }
   if constexpr (kFast) {
-    // recomputed: nothing of it stays live across the loop
-    const WgfCta c = kPersist ? wgf_cta_virtual(p, blockIdx.x + walk[0] * gridDim.x) : wgf_cta(p.order);
+    const WgfCta c = wgf_cta(p.order);  // recomputed: nothing of it stays live across the loop
     const int hs = c.hk * p.group + (kWgConsumers * c.trip + wg) % p.group;
     store_rows_v4<T, D>(p, c.b, hs, t4, row_a, m_a, l_a, m_b, l_b, o);
     if (p.trace != nullptr && (tid & 127) == 0) {
@@ -1824,10 +1664,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
     WGF_TL(p, (tid & 127) == 0, 46 + wg, sm_clock());
   } else {
     store_rows<T, D, false>(p, b, h, t4, row_a, m_a, l_a, m_b, l_b, o);
-  }
-  if constexpr (!kPersist) break;
-  walk[1] = walk[1] + walk[2];
-  walk[0] = walk[0] + 1;
   }
 #else
   asm volatile("trap;");  // built for another architecture: the host only launches this on sm_90
@@ -1862,10 +1698,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
   extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kWgfThreads, 1)                \
       turbo_prefill_wgf_##TN##_d##D(const ferrattn::turbo::PrefillParams p) {                  \
     ferrattn::turbo::prefill_wg_body<ferrattn::T, D, true>(p);                                 \
-  }                                                                                            \
-  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kWgfThreads, 1)                \
-      turbo_prefill_wgfp_##TN##_d##D(const ferrattn::turbo::PrefillParams p) {                 \
-    ferrattn::turbo::prefill_wg_body<ferrattn::T, D, true, true>(p);                           \
   }
 
 FERRATTN_TURBO_PREFILL(f16, F16, 64)

@@ -475,9 +475,6 @@ pub struct TurboKernelNames {
     pub prefill_wg: String,
     /// The same under the fast contract (P as u8 codes with s_P = 1/255; sm_90a only).
     pub prefill_wgf: String,
-    /// The same kernel as one persistent CTA per SM walking the CTAs of `prefill_wgf`'s grid
-    /// (a measurement kernel without the chunk path: `crate::turbo::wgf_persistent`; sm_90a only).
-    pub prefill_wgfp: String,
     /// Alg. 2 over the compressed cache, one partial per segment (any GQA group; the full-row
     /// layout, for groups of more than 4 query heads).
     pub decode: String,
@@ -524,7 +521,6 @@ pub fn turbo_kernel_names(dtype: DType, head_dim: usize) -> Result<TurboKernelNa
         prefill: format!("turbo_prefill_{dt}_d{d}"),
         prefill_wg: format!("turbo_prefill_wg_{dt}_d{d}"),
         prefill_wgf: format!("turbo_prefill_wgf_{dt}_d{d}"),
-        prefill_wgfp: format!("turbo_prefill_wgfp_{dt}_d{d}"),
         decode: format!("turbo_decode_{dt}_d{d}"),
         decode_g4: format!("turbo_decode_g4_{dt}_d{d}"),
         decode_fast: format!("turbo_decode_fast_{dt}_d{d}"),

@@ -134,13 +134,6 @@ impl WgShape {
         ((self.stages * 2 + self.q_blocks) * TURBO_BLOCK * head_dim + 1024) as u32
     }
 
-    /// The same for `turbo_prefill_wgfp_*`: two Q blocks per consumer warpgroup (the next
-    /// item's lands while the current one's tiles run). At head dim 128 177 KiB, within the
-    /// 227 KiB an sm_90 block may opt into.
-    pub fn smem_bytes_persistent(&self, head_dim: usize) -> u32 {
-        ((self.stages * 2 + 2 * self.q_blocks) * TURBO_BLOCK * head_dim + 1024) as u32
-    }
-
     /// The grid of a prefill and `PrefillParams::order`. Not `grouped`: `(CTAs per query
     /// head, query heads, batch)`, order 0. `grouped` (`wgf_cta` of turbo_prefill.cu): each CTA
     /// takes `q_blocks` items of its KV head's `group x ceil(max_seqlen_q / 64)` (query block,
@@ -174,39 +167,6 @@ impl WgShape {
         } else {
             ((trips, heads_kv, batch), 0)
         }
-    }
-}
-
-/// Persistent CTAs for the fast prefill of `p` on `sms` multiprocessors, or 0 (one CTA per
-/// item of [`WgShape::launch_grid`], the default).
-///
-/// `turbo_prefill_wgfp_*` is a measurement kernel (issue 11, round 13; docs/TURBO_CUDA.md,
-/// "Prefill: a persistent CTA for short rows"): one CTA per SM walks the grid's CTAs with its
-/// stride, its producer issuing the next item's Q block and first K/V tiles during the current
-/// item's last tiles, but it has only the INT32 path: a warpgroup whose block needs the chunk
-/// path (fewer than 4 tiles, V scales 128 apart, a SAS threshold) writes no valid rows. So only
-/// `FERRATTN_WGF_PERSIST` (read once) selects it, for inputs where every block with rows takes
-/// the INT32 path: `1` one CTA per SM, `n > 1` n CTAs (a test hook: a small grid then walks
-/// several items per CTA).
-pub fn wgf_persistent(p: &AttentionProblem, shape: &WgShape, sms: usize) -> usize {
-    static FORCED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let forced = *FORCED.get_or_init(|| {
-        std::env::var("FERRATTN_WGF_PERSIST")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    });
-    let ((x, y, z), _) =
-        shape.launch_grid(p.causal, p.max_seqlen_q, p.heads_q, p.heads_kv, p.batch);
-    let ctas = match forced {
-        0 => return 0,
-        1 => sms,
-        n => n,
-    };
-    if x * y * z > ctas {
-        ctas
-    } else {
-        0
     }
 }
 
@@ -426,9 +386,6 @@ pub struct TurboKernels {
     /// [`Options::fast_turbo_prefill`](crate::Options::fast_turbo_prefill) (same operands, its
     /// own launch shape), present on sm_90 (compute capability 9.0) only.
     prefill_wg: Option<(Function, WgShape)>,
-    /// `turbo_prefill_wgfp_*`, beside `turbo_prefill_wgf_*` (the fast kernel chosen on sm_90):
-    /// its persistent form, launched where [`wgf_persistent`] says so.
-    prefill_wgfp: Option<Function>,
     decode: Function,
     decode_g4: Function,
     /// The two decode instances under the fast contract, in the same order.
@@ -877,9 +834,6 @@ pub struct PreparedTurboPrefill {
     /// `FERRATTN_WGF_TRACE` set and the fast kernel chosen: [`TRACE_WORDS`] u64 per CTA of
     /// the attention grid, the last launch's (`wgf_trace_slot` of turbo_prefill.cu).
     trace: Option<DeviceBuffer>,
-    /// The fast kernel runs as `turbo_prefill_wgfp_*` on this many persistent CTAs (one per SM
-    /// at most; [`wgf_persistent`]), or 0: one CTA per item of [`WgShape::launch_grid`].
-    persistent_ctas: usize,
 }
 
 /// Words per CTA of the fast prefill's diagnostic trace (`kTraceWords` of turbo_prefill.cu):
@@ -938,11 +892,6 @@ impl CudaBackend {
                 } else {
                     (m.prefill.function(&n.prefill_wg)?, WG_SHAPE)
                 })
-            } else {
-                None
-            },
-            prefill_wgfp: if self.has_sm90a() && self.options.fast_turbo_prefill {
-                Some(m.prefill.function(&n.prefill_wgfp)?)
             } else {
                 None
             },
@@ -1005,33 +954,11 @@ impl CudaBackend {
             }
             _ => false,
         };
-        let persistent_ctas = match (&kernels.prefill_wg, &kernels.prefill_wgfp) {
-            (Some((_, shape)), Some(f)) if wgmma => {
-                let n = wgf_persistent(p, shape, gpu.caps.compute_units);
-                if n > 0 {
-                    let _bound = gpu.bind()?;
-                    // SAFETY: a valid function handle; the size is within the 227 KiB an sm_90
-                    // block may opt into (WgShape::smem_bytes_persistent).
-                    check("cuFuncSetAttribute", unsafe {
-                        sys::cuFuncSetAttribute(
-                            f.f,
-                            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            shape.smem_bytes_persistent(d) as i32,
-                        )
-                    })?;
-                }
-                n
-            }
-            _ => 0,
-        };
-        // a diagnostic, read once: the fast kernel's per-CTA timeline (docs/TURBO_CUDA.md); not
-        // written by the persistent kernel
+        // a diagnostic, read once: the fast kernel's per-CTA timeline (docs/TURBO_CUDA.md)
         static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let traced = *TRACE.get_or_init(|| std::env::var_os("FERRATTN_WGF_TRACE").is_some());
         let trace = match &kernels.prefill_wg {
-            Some((_, shape))
-                if wgmma && traced && self.options.fast_turbo_prefill && persistent_ctas == 0 =>
-            {
+            Some((_, shape)) if wgmma && traced && self.options.fast_turbo_prefill => {
                 let (g, _) =
                     shape.launch_grid(p.causal, p.max_seqlen_q, p.heads_q, p.heads_kv, p.batch);
                 let mut t = DeviceBuffer::alloc(gpu, g.0 * g.1 * g.2 * TRACE_WORDS * 8)?;
@@ -1056,7 +983,6 @@ impl CudaBackend {
             wgmma,
             nblk,
             trace,
-            persistent_ctas,
             q_tiles,
             kq: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
             vt: DeviceBuffer::alloc(gpu, tiles * TURBO_BLOCK * d)?,
@@ -1183,25 +1109,14 @@ impl CudaBackend {
                 let (grid, order) =
                     shape.launch_grid(p.causal, p.max_seqlen_q, p.heads_q, p.heads_kv, p.batch);
                 pp.order = order;
-                match (&prep.kernels.prefill_wgfp, prep.persistent_ctas) {
-                    // the same grid's CTAs, walked by `persistent_ctas` CTAs in its order
-                    (Some(fp), n) if n > 0 => launch_with(
-                        self.gpu()?,
-                        fp,
-                        (n, 1, 1),
-                        shape.threads,
-                        shape.smem_bytes_persistent(p.head_dim_qk),
-                        &mut pp,
-                    ),
-                    _ => launch_with(
-                        self.gpu()?,
-                        f,
-                        grid,
-                        shape.threads,
-                        shape.smem_bytes(p.head_dim_qk),
-                        &mut pp,
-                    ),
-                }
+                launch_with(
+                    self.gpu()?,
+                    f,
+                    grid,
+                    shape.threads,
+                    shape.smem_bytes(p.head_dim_qk),
+                    &mut pp,
+                )
             }
             _ => launch(
                 self.gpu()?,

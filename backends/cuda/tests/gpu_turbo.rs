@@ -2261,39 +2261,6 @@ fn gpu_turbo_nvrtc_equals_fatbin() {
     assert!(cache_diff(&ca.download().unwrap(), &cc.download().unwrap()).is_none());
 }
 
-/// Round 13's persistent measurement kernel (`turbo_prefill_wgfp_*`, selected only by
-/// `FERRATTN_WGF_PERSIST`; without it this is the default kernel again) against the twin, on
-/// rows that all take the INT32 path (non-causal, every sequence at least 4 key tiles; blocks
-/// past a sequence's rows store nothing). Run with `FERRATTN_WGF_PERSIST=2`: the grid's 56 CTAs
-/// walked by 2, so Q slots and ring stages are reused across items, odd tile counts included.
-#[test]
-#[cfg_attr(
-    ferrattn_no_gpu,
-    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
-)]
-fn gpu_turbo_fast_prefill_persistent_rows() {
-    let name = "gpu_turbo_fast_prefill_persistent_rows";
-    let Some(b) = fast_backend(name) else {
-        return;
-    };
-    for (i, (d, dtype)) in [(128, DType::BF16), (64, DType::F16)]
-        .into_iter()
-        .enumerate()
-    {
-        let p = problem(&[640, 200], &[640, 520], 8, 2, d, dtype, false);
-        let x = inputs(&p, 300 + i as u64);
-        let cfg = TurboConfig::default();
-        check_fast_prefill(
-            &format!("persistent rows d {d} {dtype}"),
-            &b,
-            &cfg,
-            &p,
-            &x,
-            0,
-        );
-    }
-}
-
 /// A small prefill and decode for compute-sanitizer (memcheck, racecheck).
 #[test]
 #[cfg_attr(
