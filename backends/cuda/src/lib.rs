@@ -89,7 +89,8 @@ pub struct Options {
     /// Where the fast g4 instance runs, `turbo_decode_g4_fast_mixed_*` (the tile's format as
     /// branches; the same bits) in place of `turbo_decode_g4_fast_*`: `None` as
     /// `turbo::decode_branches_policy` chooses per decode launch (a cache with a 2-bit head on
-    /// a grid that fills the GPU), `Some(true)` / `Some(false)` always / never (tests and
+    /// a grid that fills the GPU, on a chip with more than 30 GB/s of DRAM bandwidth per SM such
+    /// as the H200), `Some(true)` / `Some(false)` always / never (tests and
     /// benchmarks compare the two).
     pub turbo_decode_branches: Option<bool>,
 }

@@ -396,6 +396,8 @@ pub struct TurboKernels {
     decode_g4_fast_mixed: Function,
     /// [`Options::turbo_decode_branches`](crate::Options::turbo_decode_branches).
     branches_forced: Option<bool>,
+    /// The device's DRAM bandwidth per SM, if known (for [`decode_branches_policy`]).
+    dram_per_sm: Option<u64>,
     /// [`Options::turbo_decode_full_rows`](crate::Options::turbo_decode_full_rows).
     full_rows_only: bool,
     /// The fast-contract instances ([`CudaBackend::turbo_decode_is_fast`]).
@@ -430,10 +432,26 @@ pub(crate) fn combine_pdl_policy(bits: &[u8], grid_ctas: usize, sms: usize) -> b
 /// cache"): with a 2-bit head and a grid that fills the GPU the branches were 1.2-2.4% faster
 /// at every mixed shape of 1 GB in decode13 and 1.7-2.8% (medians of eight runs, two calls) in
 /// decode14; an all-4-bit cache moved by -0.6..+0.5% and batch 1 at 16k (128 CTAs) by +0.7% in
-/// decode13, so those keep the switch instance.
-pub(crate) fn decode_branches_policy(bits: &[u8], grid_ctas: usize, sms: usize) -> bool {
-    grid_ctas >= sms && bits.contains(&2)
+/// decode13, so those keep the switch instance. On an H100 (25 GB/s of DRAM bandwidth per SM; lead,
+/// 2026-11-27, three interleaved runs, `docs/results/h100-2026-11-27-v17-turbo-decode/`) the branches
+/// were 1.3% faster at mixed 8 x 32k but 1.1% slower at 16 x 16k and 1.4% at 32 x 32k (64 x 4k
+/// flat), so they run only where the chip's DRAM bandwidth per SM exceeds
+/// [`DECODE_BRANCHES_MIN_DRAM_PER_SM`] (the H200's 36 GB/s), never where it is unknown.
+pub(crate) fn decode_branches_policy(
+    bits: &[u8],
+    grid_ctas: usize,
+    sms: usize,
+    dram_per_sm: Option<u64>,
+) -> bool {
+    grid_ctas >= sms
+        && bits.contains(&2)
+        && dram_per_sm.is_some_and(|b| b > DECODE_BRANCHES_MIN_DRAM_PER_SM)
 }
+
+/// DRAM bandwidth per SM (bytes per second) above which [`decode_branches_policy`] takes the
+/// branch-dispatch instance: between the H100 SXM's 25 GB/s (mixed, 1 GB: -1.3..+1.4%) and the
+/// H200's 36 GB/s (1.7-2.8% faster at every mixed shape of 1 GB).
+pub(crate) const DECODE_BRANCHES_MIN_DRAM_PER_SM: u64 = 30_000_000_000;
 
 impl TurboKernels {
     /// Whether the combine of this decode launch waits for it under PDL: on sm_90 only, then
@@ -474,7 +492,7 @@ impl TurboKernels {
         let g4_fast = group <= DECODE_G4_MAX_GROUP && !self.full_rows_only && self.fast;
         let branches = self
             .branches_forced
-            .unwrap_or_else(|| decode_branches_policy(bits, grid_ctas, sms));
+            .unwrap_or_else(|| decode_branches_policy(bits, grid_ctas, sms, self.dram_per_sm));
         if g4_fast && branches {
             &self.decode_g4_fast_mixed
         } else {
@@ -941,6 +959,7 @@ impl CudaBackend {
             decode_g4_fast: m.decode.function(&n.decode_g4_fast)?,
             decode_g4_fast_mixed: m.decode.function(&n.decode_g4_fast_mixed)?,
             branches_forced: self.options.turbo_decode_branches,
+            dram_per_sm: self.gpu()?.caps.dram_bytes_per_unit(),
             full_rows_only: self.options.turbo_decode_full_rows,
             fast: self.turbo_decode_is_fast(),
             combine: m.decode.function(&n.combine)?,
@@ -1987,12 +2006,17 @@ mod tests {
     fn decode_branches_where_they_measured_faster() {
         let int4 = [4u8; 8];
         let mixed = [4, 2, 4, 2, 4, 2, 4, 2];
-        assert!(decode_branches_policy(&mixed, 396, 132));
-        assert!(decode_branches_policy(&mixed, 132, 132));
-        assert!(!decode_branches_policy(&mixed, 128, 132));
-        assert!(!decode_branches_policy(&int4, 396, 132));
-        assert!(!decode_branches_policy(&int4, 128, 132));
-        assert!(decode_branches_policy(&[2u8], 396, 132));
+        let h200 = Some(4_800_000_000_000 / 132);
+        let h100 = Some(3_350_000_000_000 / 132);
+        assert!(decode_branches_policy(&mixed, 396, 132, h200));
+        assert!(decode_branches_policy(&mixed, 132, 132, h200));
+        assert!(!decode_branches_policy(&mixed, 128, 132, h200));
+        assert!(!decode_branches_policy(&int4, 396, 132, h200));
+        assert!(!decode_branches_policy(&int4, 128, 132, h200));
+        assert!(decode_branches_policy(&[2u8], 396, 132, h200));
+        // the H100 and a chip of unknown bandwidth keep the switch instance
+        assert!(!decode_branches_policy(&mixed, 396, 132, h100));
+        assert!(!decode_branches_policy(&mixed, 396, 132, None));
     }
 
     /// The fast prefill's INT8 Q workspace (`turbo_quant_q_*`): one 64 x D tile and one f32
