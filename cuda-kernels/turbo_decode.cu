@@ -1305,105 +1305,6 @@ struct UnitCursor {
 // half rows (unit_softmax<D, 4>) and P V transposed (unit_pv_half, each lane keeps D/8 O values)
 // fixed at compile time, so the O registers of the other layout are never allocated; else the
 // instance for larger groups (full rows). ferrattn_cuda::TurboKernels::decode_for picks by the group.
-#ifndef FERRATTN_TURBO_DECODE_START_CALL
-#define FERRATTN_TURBO_DECODE_START_CALL 1
-#endif
-// The query row of a segment to INT8 for the BRANCHES instance, out of line: decode_body's block
-// where a segment starts, the same code (the other instances keep it inline, so that their SASS
-// stays main's; as one shared inline function ptxas scheduled theirs differently). A unit runs it
-// about 1.3 times; its 580 SASS instructions leave the hot loop's lines.
-template <class T, int D, bool HALF>
-__device__ __forceinline__ void segment_query(UnitState<D>& st, const u16* q, int b, int max_sq, int qt, int heads_q,
-                                              int h0, int rows, int lane, int g, int t) {
-  constexpr int KCH = D / 4, KS = D / 32;
-  constexpr bool half = HALF;
-  // query row g to INT8, one scale per query head (Alg. 2 "s_Q = max(abs(Q)) / 119"); in
-  // the half-row instance rows 4-7 (no query head) hold copies of rows 0-3, so that the
-  // lanes of row g + 4 find row g's scores of keys 32..63 in their own accumulators
-  // (unit_softmax<D, 4>)
-  const int qrow = half ? (g & 3) : g;
-  // the half-row instance: lanes 16-31 (rows 4-7) hold the same rows as lanes 0-15, so
-  // each lane of a pair quantizes half of the pair's KS slices (lanes 0-15 the first,
-  // 16-31 the second) and the pair swaps the packed words (one shuffle a word)
-  constexpr int QS = HALF ? KS / 2 : KS;  // slices this lane quantizes
-  const bool second = HALF && lane >= 16;
-  const int ks0 = second ? KS / 2 : 0;
-  float f[8 * QS];
-  float amax = 0.0f;
-#pragma unroll
-  for (int v = 0; v < QS; ++v) {
-    float e8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (qrow < rows) unpack8<T>(ld_global_nc16(q + ((u64)(b * max_sq + qt) * heads_q + h0 + qrow) * D + KCH * t + 8 * (ks0 + v)), e8);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      f[8 * v + e] = e8[e];
-      amax = fmaxf(amax, fabsf(e8[e]));  // one FMNMX; fmax2's result for every non-NaN x
-    }
-  }
-  amax = fmax2(amax, shfl_xor(amax, 1));
-  amax = fmax2(amax, shfl_xor(amax, 2));
-  if (HALF) amax = fmax2(amax, shfl_xor(amax, 16));
-  st.qs = int8_scale(amax);
-  int qi_all[8 * QS];
-  quantize_query_row<8 * QS>(f, st.qs, qi_all);
-  int qsum = 0;
-  u32 wa0[QS], wa2[QS], wn0[QS], wn1[QS];
-#pragma unroll
-  for (int v = 0; v < QS; ++v) {
-    const int* qi = qi_all + 8 * v;  // in -127..127 (quantize_query_row)
-    wa0[v] = pack4_u8(qi[0], qi[2], qi[4], qi[6]);
-    wa2[v] = pack4_u8(qi[1], qi[3], qi[5], qi[7]);
-    wn0[v] = pack4_u8(qi[0], qi[1], qi[2], qi[3]);
-    wn1[v] = pack4_u8(qi[4], qi[5], qi[6], qi[7]);
-    qsum = dp4a_s8(wn0[v], 0x01010101u, dp4a_s8(wn1[v], 0x01010101u, qsum));
-  }
-  qsum += shfl_xor_i(qsum, 1);
-  qsum += shfl_xor_i(qsum, 2);
-  if (HALF) qsum += shfl_xor_i(qsum, 16);
-  st.qsum = qsum;
-#pragma unroll
-  for (int v = 0; v < QS; ++v) {
-    if (HALF) {
-      const u32 oa0 = (u32)shfl_xor_i((int)wa0[v], 16), oa2 = (u32)shfl_xor_i((int)wa2[v], 16);
-      const u32 on0 = (u32)shfl_xor_i((int)wn0[v], 16), on1 = (u32)shfl_xor_i((int)wn1[v], 16);
-      st.qa0[v] = second ? oa0 : wa0[v];
-      st.qa2[v] = second ? oa2 : wa2[v];
-      st.qn[2 * v] = second ? on0 : wn0[v];
-      st.qn[2 * v + 1] = second ? on1 : wn1[v];
-      st.qa0[QS + v] = second ? wa0[v] : oa0;
-      st.qa2[QS + v] = second ? wa2[v] : oa2;
-      st.qn[2 * (QS + v)] = second ? wn0[v] : on0;
-      st.qn[2 * (QS + v) + 1] = second ? wn1[v] : on1;
-    } else {
-      st.qa0[v] = wa0[v], st.qa2[v] = wa2[v], st.qn[2 * v] = wn0[v], st.qn[2 * v + 1] = wn1[v];
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) st.o[i][0] = st.o[i][1] = 0.0f;
-  st.m = neg_inf();
-  st.l = 0.0f;
-}
-template <int D>
-struct SegmentQuery {
-  u32 qa0[D / 32], qa2[D / 32], qn[D / 16];
-  int qsum;
-  float qs;
-};
-template <class T, int D, bool HALF>
-__device__ __noinline__ SegmentQuery<D> segment_query_call(const u16* q, int b, int max_sq, int qt, int heads_q, int h0,
-                                                           int rows, int lane) {
-  UnitState<D> st;
-  segment_query<T, D, HALF>(st, q, b, max_sq, qt, heads_q, h0, rows, lane, lane >> 2, lane & 3);
-  SegmentQuery<D> r;
-#pragma unroll
-  for (int i = 0; i < D / 32; ++i) r.qa0[i] = st.qa0[i], r.qa2[i] = st.qa2[i];
-#pragma unroll
-  for (int i = 0; i < D / 16; ++i) r.qn[i] = st.qn[i];
-  r.qsum = st.qsum;
-  r.qs = st.qs;
-  return r;
-}
-
 // BRANCHES: the tile's format tested as branches with the folded tiles first (fold, four), so that
 // the common tiles' code lies together and the clamping and buffer code after it, the parameter
 // and scale copies predicated, the per-segment values out of the tile loop; else a switch on one
@@ -1541,85 +1442,71 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
       if (seg_first) {
         const int rows = BRANCHES ? min(kUnitRows, p.group - qg * kUnitRows) : rows_tile;
         const int h0 = BRANCHES ? hk * p.group + qg * kUnitRows : h0_tile;
-        if constexpr (BRANCHES && FERRATTN_TURBO_DECODE_START_CALL) {
-          const SegmentQuery<D> r = segment_query_call<T, D, HALF>(p.q, b, p.max_sq, qt, p.heads_q, h0, rows, lane);
+        // query row g to INT8, one scale per query head (Alg. 2 "s_Q = max(abs(Q)) / 119"); in
+        // the half-row instance rows 4-7 (no query head) hold copies of rows 0-3, so that the
+        // lanes of row g + 4 find row g's scores of keys 32..63 in their own accumulators
+        // (unit_softmax<D, 4>)
+        const int qrow = half ? (g & 3) : g;
+        // the half-row instance: lanes 16-31 (rows 4-7) hold the same rows as lanes 0-15, so
+        // each lane of a pair quantizes half of the pair's KS slices (lanes 0-15 the first,
+        // 16-31 the second) and the pair swaps the packed words (one shuffle a word)
+        constexpr int QS = HALF ? KS / 2 : KS;  // slices this lane quantizes
+        const bool second = HALF && lane >= 16;
+        const int ks0 = second ? KS / 2 : 0;
+        float f[8 * QS];
+        float amax = 0.0f;
 #pragma unroll
-          for (int i = 0; i < KS; ++i) st.qa0[i] = r.qa0[i], st.qa2[i] = r.qa2[i];
+        for (int v = 0; v < QS; ++v) {
+          float e8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          if (qrow < rows) unpack8<T>(ld_global_nc16(p.q + ((u64)(b * p.max_sq + qt) * p.heads_q + h0 + qrow) * D + KCH * t + 8 * (ks0 + v)), e8);
 #pragma unroll
-          for (int i = 0; i < D / 16; ++i) st.qn[i] = r.qn[i];
-          st.qsum = r.qsum;
-          st.qs = r.qs;
-#pragma unroll
-          for (int i = 0; i < D / 8; ++i) st.o[i][0] = st.o[i][1] = 0.0f;
-          st.m = neg_inf();
-          st.l = 0.0f;
-        } else {
-          // query row g to INT8, one scale per query head (Alg. 2 "s_Q = max(abs(Q)) / 119"); in
-          // the half-row instance rows 4-7 (no query head) hold copies of rows 0-3, so that the
-          // lanes of row g + 4 find row g's scores of keys 32..63 in their own accumulators
-          // (unit_softmax<D, 4>)
-          const int qrow = half ? (g & 3) : g;
-          // the half-row instance: lanes 16-31 (rows 4-7) hold the same rows as lanes 0-15, so
-          // each lane of a pair quantizes half of the pair's KS slices (lanes 0-15 the first,
-          // 16-31 the second) and the pair swaps the packed words (one shuffle a word)
-          constexpr int QS = HALF ? KS / 2 : KS;  // slices this lane quantizes
-          const bool second = HALF && lane >= 16;
-          const int ks0 = second ? KS / 2 : 0;
-          float f[8 * QS];
-          float amax = 0.0f;
-#pragma unroll
-          for (int v = 0; v < QS; ++v) {
-            float e8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            if (qrow < rows) unpack8<T>(ld_global_nc16(p.q + ((u64)(b * p.max_sq + qt) * p.heads_q + h0 + qrow) * D + KCH * t + 8 * (ks0 + v)), e8);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              f[8 * v + e] = e8[e];
-              amax = fmaxf(amax, fabsf(e8[e]));  // one FMNMX; fmax2's result for every non-NaN x
-            }
+          for (int e = 0; e < 8; ++e) {
+            f[8 * v + e] = e8[e];
+            amax = fmaxf(amax, fabsf(e8[e]));  // one FMNMX; fmax2's result for every non-NaN x
           }
-          amax = fmax2(amax, shfl_xor(amax, 1));
-          amax = fmax2(amax, shfl_xor(amax, 2));
-          if (HALF) amax = fmax2(amax, shfl_xor(amax, 16));
-          st.qs = int8_scale(amax);
-          int qi_all[8 * QS];
-          quantize_query_row<8 * QS>(f, st.qs, qi_all);
-          int qsum = 0;
-          u32 wa0[QS], wa2[QS], wn0[QS], wn1[QS];
-#pragma unroll
-          for (int v = 0; v < QS; ++v) {
-            const int* qi = qi_all + 8 * v;  // in -127..127 (quantize_query_row)
-            wa0[v] = pack4_u8(qi[0], qi[2], qi[4], qi[6]);
-            wa2[v] = pack4_u8(qi[1], qi[3], qi[5], qi[7]);
-            wn0[v] = pack4_u8(qi[0], qi[1], qi[2], qi[3]);
-            wn1[v] = pack4_u8(qi[4], qi[5], qi[6], qi[7]);
-            qsum = dp4a_s8(wn0[v], 0x01010101u, dp4a_s8(wn1[v], 0x01010101u, qsum));
-          }
-          qsum += shfl_xor_i(qsum, 1);
-          qsum += shfl_xor_i(qsum, 2);
-          if (HALF) qsum += shfl_xor_i(qsum, 16);
-          st.qsum = qsum;
-#pragma unroll
-          for (int v = 0; v < QS; ++v) {
-            if (HALF) {
-              const u32 oa0 = (u32)shfl_xor_i((int)wa0[v], 16), oa2 = (u32)shfl_xor_i((int)wa2[v], 16);
-              const u32 on0 = (u32)shfl_xor_i((int)wn0[v], 16), on1 = (u32)shfl_xor_i((int)wn1[v], 16);
-              st.qa0[v] = second ? oa0 : wa0[v];
-              st.qa2[v] = second ? oa2 : wa2[v];
-              st.qn[2 * v] = second ? on0 : wn0[v];
-              st.qn[2 * v + 1] = second ? on1 : wn1[v];
-              st.qa0[QS + v] = second ? wa0[v] : oa0;
-              st.qa2[QS + v] = second ? wa2[v] : oa2;
-              st.qn[2 * (QS + v)] = second ? wn0[v] : on0;
-              st.qn[2 * (QS + v) + 1] = second ? wn1[v] : on1;
-            } else {
-              st.qa0[v] = wa0[v], st.qa2[v] = wa2[v], st.qn[2 * v] = wn0[v], st.qn[2 * v + 1] = wn1[v];
-            }
-          }
-#pragma unroll
-          for (int i = 0; i < D / 8; ++i) st.o[i][0] = st.o[i][1] = 0.0f;
-          st.m = neg_inf();
-          st.l = 0.0f;
         }
+        amax = fmax2(amax, shfl_xor(amax, 1));
+        amax = fmax2(amax, shfl_xor(amax, 2));
+        if (HALF) amax = fmax2(amax, shfl_xor(amax, 16));
+        st.qs = int8_scale(amax);
+        int qi_all[8 * QS];
+        quantize_query_row<8 * QS>(f, st.qs, qi_all);
+        int qsum = 0;
+        u32 wa0[QS], wa2[QS], wn0[QS], wn1[QS];
+#pragma unroll
+        for (int v = 0; v < QS; ++v) {
+          const int* qi = qi_all + 8 * v;  // in -127..127 (quantize_query_row)
+          wa0[v] = pack4_u8(qi[0], qi[2], qi[4], qi[6]);
+          wa2[v] = pack4_u8(qi[1], qi[3], qi[5], qi[7]);
+          wn0[v] = pack4_u8(qi[0], qi[1], qi[2], qi[3]);
+          wn1[v] = pack4_u8(qi[4], qi[5], qi[6], qi[7]);
+          qsum = dp4a_s8(wn0[v], 0x01010101u, dp4a_s8(wn1[v], 0x01010101u, qsum));
+        }
+        qsum += shfl_xor_i(qsum, 1);
+        qsum += shfl_xor_i(qsum, 2);
+        if (HALF) qsum += shfl_xor_i(qsum, 16);
+        st.qsum = qsum;
+#pragma unroll
+        for (int v = 0; v < QS; ++v) {
+          if (HALF) {
+            const u32 oa0 = (u32)shfl_xor_i((int)wa0[v], 16), oa2 = (u32)shfl_xor_i((int)wa2[v], 16);
+            const u32 on0 = (u32)shfl_xor_i((int)wn0[v], 16), on1 = (u32)shfl_xor_i((int)wn1[v], 16);
+            st.qa0[v] = second ? oa0 : wa0[v];
+            st.qa2[v] = second ? oa2 : wa2[v];
+            st.qn[2 * v] = second ? on0 : wn0[v];
+            st.qn[2 * v + 1] = second ? on1 : wn1[v];
+            st.qa0[QS + v] = second ? wa0[v] : oa0;
+            st.qa2[QS + v] = second ? wa2[v] : oa2;
+            st.qn[2 * (QS + v)] = second ? wn0[v] : on0;
+            st.qn[2 * (QS + v) + 1] = second ? wn1[v] : on1;
+          } else {
+            st.qa0[v] = wa0[v], st.qa2[v] = wa2[v], st.qn[2 * v] = wn0[v], st.qn[2 * v + 1] = wn1[v];
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) st.o[i][0] = st.o[i][1] = 0.0f;
+        st.m = neg_inf();
+        st.l = 0.0f;
       }
     }
     // one tile of Alg. 2: q K^T (per cache format), the softmax (shared by every format, one
