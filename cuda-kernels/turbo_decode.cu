@@ -1185,6 +1185,75 @@ __device__ __forceinline__ void unit_pv_half(UnitState<D>& st, const u8* stg, co
     }
 }
 
+// The INT8 buffer tile out of line (the BRANCHES instance only). A unit runs the buffer tile
+// once an output tile, but inlined its q K^T and P V (868 SASS instructions at bf16 d 128, about
+// 14 KB) sat among the hot loop's code; at 64 x 4k (one buffer tile in 64) Nsight Compute put the
+// mixed instance's loss against 16 x 16k in instruction fetch (decode14). As calls the routines
+// leave the loop and take their operands in registers and give the results back the same way:
+// the query fragments and q's sum in, the scores out; O in and out of P V. The same arithmetic
+// in the same order, so the results are those of the inlined code bit for bit.
+#ifndef FERRATTN_TURBO_DECODE_BUFFER_CALL
+#define FERRATTN_TURBO_DECODE_BUFFER_CALL 1
+#endif
+template <int D>
+struct BufferQuery {
+  u32 qa0[D / 32], qa2[D / 32];
+  int qsum;
+};
+struct BufferScores {
+  int s[8][2];
+};
+template <int D>
+struct BufferO {
+  float o[D / 8][2];
+};
+template <int D>
+__device__ __noinline__ BufferScores buffer_qk_call(const BufferQuery<D> q, const i8* kb, int ntok, int g, int t) {
+  UnitState<D> st;
+#pragma unroll
+  for (int ks = 0; ks < D / 32; ++ks) st.qa0[ks] = q.qa0[ks], st.qa2[ks] = q.qa2[ks];
+  st.qsum = q.qsum;
+  BufferScores r;
+  unit_qk_buffer<D>(st, kb, ntok, g, t, r.s);
+  return r;
+}
+template <int D>
+__device__ __noinline__ BufferO<D> buffer_pv_half_call(const BufferO<D> o, const i8* vbuf, int ntok, int g, int t,
+                                                       u32 pa00, u32 pa01, u32 pa20, u32 pa21, int rs, float r,
+                                                       float c) {
+  UnitState<D> st;
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) st.o[i][0] = o.o[i][0], st.o[i][1] = o.o[i][1];
+  const u32 pa0[2] = {pa00, pa01}, pa2[2] = {pa20, pa21};
+  unit_pv_half<D, kPvBuffer>(st, nullptr, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+  BufferO<D> out;
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) out.o[i][0] = st.o[i][0], out.o[i][1] = st.o[i][1];
+  return out;
+}
+template <int D>
+__device__ __forceinline__ void unit_qk_buffer_call(const UnitState<D>& st, const i8* kb, int ntok, int g, int t,
+                                                    int (&s)[8][2]) {
+  BufferQuery<D> q;
+#pragma unroll
+  for (int ks = 0; ks < D / 32; ++ks) q.qa0[ks] = st.qa0[ks], q.qa2[ks] = st.qa2[ks];
+  q.qsum = st.qsum;
+  const BufferScores r = buffer_qk_call<D>(q, kb, ntok, g, t);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s[j][0] = r.s[j][0], s[j][1] = r.s[j][1];
+}
+template <int D>
+__device__ __forceinline__ void unit_pv_half_buffer_call(UnitState<D>& st, const i8* vbuf, int ntok, int g, int t,
+                                                         const u32 (&pa0)[2], const u32 (&pa2)[2], int rs, float r,
+                                                         float c) {
+  BufferO<D> o;
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o.o[i][0] = st.o[i][0], o.o[i][1] = st.o[i][1];
+  o = buffer_pv_half_call<D>(o, vbuf, ntok, g, t, pa0[0], pa0[1], pa2[0], pa2[1], rs, r, c);
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) st.o[i][0] = o.o[i][0], st.o[i][1] = o.o[i][1];
+}
+
 // The INT8 codes of a lane's query channels, clamp(rne(x / s), -127, 127) with x / s the
 // correctly rounded quotient (div.rn), as ferrattn_core::turbo::quant::quantize_int8, `s` the
 // row's scale max|x| / 119 (int8_scale). Without a division per channel: with rinv = 1 / s
@@ -1480,7 +1549,10 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
           s_k = cp.k.buf_scale[bh];
           s_v = cp.v.buf_scale[bh];
           ntok = ntok_buf;
-          unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
+          if (half && FERRATTN_TURBO_DECODE_BUFFER_CALL)
+            unit_qk_buffer_call<D>(st, kbuf, ntok, g, t, s);
+          else
+            unit_qk_buffer<D>(st, kbuf, ntok, g, t, s);
         }
       }
     } else if (active) {
@@ -1546,6 +1618,8 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
             unit_pv_half<D, kPvClamp4>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
           else
             unit_pv_half<D, kPvClamp2>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
+        } else if (FERRATTN_TURBO_DECODE_BUFFER_CALL) {
+          unit_pv_half_buffer_call<D>(st, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
         } else {
           unit_pv_half<D, kPvBuffer>(st, stages, vbuf, ntok, g, t, pa0, pa2, rs, r, c);
         }
