@@ -965,7 +965,7 @@ fn paged_regs(stage_units: u64, num_ctas: usize) -> bool {
 /// unknown.
 fn paged_deep(num_ctas: usize, sms: usize, head_dim: usize, dram_per_unit: Option<u64>) -> bool {
     num_ctas <= sms
-        && head_dim <= 64
+        && head_dim <= kernels::LEAN_DEEP_MAX_HEAD_DIM
         && dram_per_unit.is_some_and(|b| b > PAGED_DEEP_MIN_DRAM_PER_UNIT)
 }
 
@@ -1061,8 +1061,8 @@ pub struct LeanKernels {
     smem_bytes_regs: u32,
     /// Dynamic shared memory of `decode_paged_deep`.
     smem_bytes_deep: u32,
-    /// Co-resident CTAs per SM of `decode_paged_deep` (1, or 0 where none is built; not part of
-    /// `ctas_per_sm`, which bounds the grids the planners make: the deep instance runs only on
+    /// Co-resident CTAs per SM of `decode_paged_deep` (1; unused where none is built; not part
+    /// of `ctas_per_sm`, which bounds the grids the planners make: the deep instance runs only on
     /// grids it fits).
     ctas_per_sm_deep: u32,
     stages: u32,
@@ -1124,7 +1124,6 @@ impl LeanKernels {
         let _bound = gpu.bind()?;
         // [contiguous, paged, deep]
         let mut ctas_per_sm = [u32::MAX; 3];
-        ctas_per_sm[2] = 0;
         for (i, k, smem_bytes) in [
             (0, Some(&decode), smem_bytes),
             (1, Some(&decode_paged), smem_bytes),
@@ -1151,11 +1150,7 @@ impl LeanKernels {
                     smem_bytes as usize,
                 )
             })?;
-            ctas_per_sm[i] = if i == 2 {
-                occ as u32
-            } else {
-                ctas_per_sm[i].min(occ as u32)
-            };
+            ctas_per_sm[i] = ctas_per_sm[i].min(occ as u32);
         }
         Ok(LeanKernels {
             gpu: gpu.clone(),

@@ -463,14 +463,17 @@ impl TurboKernels {
                 .unwrap_or_else(|| combine_pdl_policy(bits, grid_ctas, sms))
     }
 
+    /// Whether groups of `group` query heads run a g4 instance (up to [`DECODE_G4_MAX_GROUP`],
+    /// unless [`Options::turbo_decode_full_rows`](crate::Options::turbo_decode_full_rows)).
+    fn takes_g4(&self, group: usize) -> bool {
+        group <= DECODE_G4_MAX_GROUP && !self.full_rows_only
+    }
+
     /// The decode instance for GQA groups of `group` query heads: `turbo_decode_g4_*` up to
     /// [`DECODE_G4_MAX_GROUP`], else `turbo_decode_*`; their `_fast_` twins where
     /// [`CudaBackend::turbo_decode_is_fast`] (the default on sm_90).
     pub fn decode_for(&self, group: usize) -> &Function {
-        match (
-            group <= DECODE_G4_MAX_GROUP && !self.full_rows_only,
-            self.fast,
-        ) {
+        match (self.takes_g4(group), self.fast) {
             (true, false) => &self.decode_g4,
             (true, true) => &self.decode_g4_fast,
             (false, false) => &self.decode,
@@ -489,7 +492,7 @@ impl TurboKernels {
         grid_ctas: usize,
         sms: usize,
     ) -> &Function {
-        let g4_fast = group <= DECODE_G4_MAX_GROUP && !self.full_rows_only && self.fast;
+        let g4_fast = self.takes_g4(group) && self.fast;
         let branches = self
             .branches_forced
             .unwrap_or_else(|| decode_branches_policy(bits, grid_ctas, sms, self.dram_per_sm));
