@@ -568,6 +568,18 @@ __device__ __forceinline__ WgfCta wgf_cta(int order) {
 #ifndef FERRATTN_WGF_TIMELINE
 #define FERRATTN_WGF_TIMELINE 0
 #endif
+// Round 14's diagnostics of the INT32 path's exact rescale (docs/TURBO_CUDA.md, "Prefill: the
+// exact rescale's shifts ..."), both 0 in the shipped kernels and defined only by an nvcc wrapper
+// (docs/results/turbo-prefill14-2026-11-27/nvcc_diag.sh) for timing: FERRATTN_WGF_NO_SHIFT=1
+// drops the shift of oi (and its votes) when a row's m or the unit moves, so the outputs are
+// wrong; FERRATTN_WGF_HEADROOM=h > 0 moves a row's m past its first tile to ceil(t) + h instead
+// of ceil(t) (fewer moves, codes below 255 2^-h), which the CPU twin does not follow.
+#ifndef FERRATTN_WGF_NO_SHIFT
+#define FERRATTN_WGF_NO_SHIFT 0
+#endif
+#ifndef FERRATTN_WGF_HEADROOM
+#define FERRATTN_WGF_HEADROOM 0
+#endif
 constexpr int kTraceWords = 64;
 // one timeline word (no code unless FERRATTN_WGF_TIMELINE)
 #if FERRATTN_WGF_TIMELINE
@@ -1429,8 +1441,16 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         // m_new = max(m, ceil(t), m + e(l) - 22 + d): l below 2^(23 - d) (the exponent field of
         // l >= 0 against gk = 149 - d, byte 1 of the tile's unit word)
         const int gk = __byte_perm(unit0, 0, 0x4441);
+#if FERRATTN_WGF_HEADROOM > 0
+        int c_a = min(ceil_i(ta), 1 << 24), c_b = min(ceil_i(tb), 1 << 24);
+        if (mi_a != kNoRef && c_a > mi_a) c_a += FERRATTN_WGF_HEADROOM;
+        if (mi_b != kNoRef && c_b > mi_b) c_b += FERRATTN_WGF_HEADROOM;
+        const int mn_a = max(max(mi_a, c_a), mi_a + ((__float_as_int(l_a) >> 23) - gk));
+        const int mn_b = max(max(mi_b, c_b), mi_b + ((__float_as_int(l_b) >> 23) - gk));
+#else
         const int mn_a = max(max(mi_a, min(ceil_i(ta), 1 << 24)), mi_a + ((__float_as_int(l_a) >> 23) - gk));
         const int mn_b = max(max(mi_b, min(ceil_i(tb), 1 << 24)), mi_b + ((__float_as_int(l_b) >> 23) - gk));
+#endif
         {
           const float nb_a = __fsub_rn(off0, i2f(mn_a)), nb_b = __fsub_rn(off0, i2f(mn_b));
           if (masked0) codes(sa0, c2_0, nb_a, nb_b, pa[0], pa[1], True{}, False{});
@@ -1450,7 +1470,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
           for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
           mbar_arrive(empty0 + 8 * st_l);  // tile j - 1 fully read
           // (votes: a branch ptxas sees as divergent serializes every wgmma, C7518)
-          if (__any_sync(0xffffffffu, kn_a != 0 || kn_b != 0 || (unit0 & 0xff) != 0)) {
+          if (!FERRATTN_WGF_NO_SHIFT &&
+              __any_sync(0xffffffffu, kn_a != 0 || kn_b != 0 || (unit0 & 0xff) != 0)) {
             const int dn = (unit0 << 24) >> 24;  // the unit's move, warpgroup-uniform
             if (__any_sync(0xffffffffu, dn != 0)) {
               // s = k + dn: right by min(s, 31) (floor), or left by -s <= 6 (exact)

@@ -467,6 +467,27 @@ pub fn attend_tile_fixed_p_int(
     unit: IntUnit,
     states: &mut [IntRowState],
 ) {
+    attend_tile_fixed_p_int_headroom(q, softmax_scale, visible, k, v, first, unit, 0, states);
+}
+
+/// [`attend_tile_fixed_p_int`] with a headroom rule on `m` (issue 11, prefill round 14; an
+/// experiment, not the contract, which is `headroom = 0`): where a row's `ceil(t)` passes its
+/// `m` past the row's first tile, `m` moves to `ceil(t) + headroom` instead of `ceil(t)`, so that
+/// fewer tiles move it (the kernel shifts a warp's whole `oi` when one of its 16 rows moves) at
+/// the price of codes below `255 2^-headroom` until the next move. The kernel's diagnostic build
+/// `-DFERRATTN_WGF_HEADROOM=h` follows the same rule (`docs/TURBO_CUDA.md`, round 14).
+#[allow(clippy::too_many_arguments)] // the operands of one tile step, named as in Alg. 1
+pub fn attend_tile_fixed_p_int_headroom(
+    q: &Int8Block,
+    softmax_scale: f32,
+    visible: &[usize],
+    k: &Int8Block,
+    v: &Int8Block,
+    first: usize,
+    unit: IntUnit,
+    headroom: i32,
+    states: &mut [IntRowState],
+) {
     let rows = q.rows;
     let d = q.codes.len() / rows.max(1);
     let dv = v.codes.len() / v.rows.max(1);
@@ -496,7 +517,11 @@ pub fn attend_tile_fixed_p_int(
         let nm = n_min(st);
         let e_l = ((st.l.to_bits() >> 23) & 0xff) as i32 - 127;
         let g = (e_l - 22 + (n - nm)).max(0);
-        let m_new = st.m.max((t.ceil() as i32).min(1 << 24)).max(st.m + g);
+        let mut c = (t.ceil() as i32).min(1 << 24);
+        if headroom > 0 && st.m != FIXED_P_NO_REF && c > st.m {
+            c += headroom;
+        }
+        let m_new = st.m.max(c).max(st.m + g);
         let kk = (m_new - st.m).min(127);
         let nb = off - m_new as f32;
         tile.iter_mut().for_each(|a| *a = 0);
@@ -645,12 +670,14 @@ fn kv_blocks(
 
 /// Alg. 1 for the listed sequences; writes their rows of `o` (`[B, Sq, Hq, Dv]`) and `lse`
 /// (`[B, Hq, Sq]`), rounding O to the problem's dtype.
+#[allow(clippy::too_many_arguments)] // the prefill's operands and the INT32 path's headroom (round 14)
 pub(crate) fn prefill_into(
     cfg: &TurboConfig,
     p: &AttentionProblem,
     x: &AttentionInputs,
     seqs: &[usize],
     pq: PQuant,
+    headroom: i32,
     o: &mut [f32],
     lse: &mut [f32],
 ) {
@@ -708,7 +735,7 @@ pub(crate) fn prefill_into(
                         if let Some(unit) = fixed_p_int_scale(&vs[..nt], threshold.is_some()) {
                             let mut st = vec![IntRowState::new(dv); r1 - r0];
                             for (j, (kb, vb)) in blocks.iter().enumerate().take(nt) {
-                                attend_tile_fixed_p_int(
+                                attend_tile_fixed_p_int_headroom(
                                     &qb,
                                     p.softmax_scale,
                                     &visible,
@@ -716,6 +743,7 @@ pub(crate) fn prefill_into(
                                     vb,
                                     j * cfg.block_k,
                                     unit,
+                                    headroom,
                                     &mut st,
                                 );
                             }
@@ -824,6 +852,7 @@ pub fn prefill(
         x,
         &seqs,
         PQuant::PerTile,
+        0,
         &mut o.data,
         &mut lse.data,
     );
@@ -918,6 +947,18 @@ pub fn prefill_fixed_p(
     p: &AttentionProblem,
     x: &AttentionInputs,
 ) -> Result<AttentionOutput> {
+    prefill_fixed_p_headroom(cfg, p, x, 0)
+}
+
+/// [`prefill_fixed_p`] with the INT32 path's headroom rule of
+/// [`attend_tile_fixed_p_int_headroom`] (`headroom = 0`: the contract; an experiment of issue 11,
+/// prefill round 14).
+pub fn prefill_fixed_p_headroom(
+    cfg: &TurboConfig,
+    p: &AttentionProblem,
+    x: &AttentionInputs,
+    headroom: i32,
+) -> Result<AttentionOutput> {
     super::check_inputs(cfg, p, x)?;
     let (mut o, mut lse) = output_buffers(p);
     let seqs: Vec<usize> = (0..p.batch).collect();
@@ -927,6 +968,7 @@ pub fn prefill_fixed_p(
         x,
         &seqs,
         PQuant::FixedU8,
+        headroom,
         &mut o.data,
         &mut lse.data,
     );

@@ -399,6 +399,7 @@ pub fn emulate(
             x,
             &prefill_seqs,
             attention::PQuant::PerTile,
+            0,
             &mut o.data,
             &mut lse.data,
         );

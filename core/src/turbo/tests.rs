@@ -1234,3 +1234,258 @@ fn turbo_fixed_p_int_converts_the_accumulator_between_units() {
         (acc as f32 * 0.5) * (1.0 / 170.0f32.mul_add(wm, 510.0))
     );
 }
+
+/// Issue 11, prefill round 14 (docs/TURBO_CUDA.md, "Prefill: the exact rescale's shifts ..."):
+/// how often the INT32 path's exact rescale shifts a warp's `oi`, per tile index, on the
+/// prefill bench's 4 x 4096 shapes (d 128, bf16; one query head per KV head of batch entry 0, 8
+/// heads: the statistic is per query block, and every head and batch entry draws the same
+/// distribution). A warp owns 16 rows of a 64-row query block; at tile `j >= 1` it shifts when a
+/// row's `m` moved (`k = m_new - m > 0`, ceil of the tile's largest logit or the guard) or the
+/// unit moved (`dn = n_(j-1) - n_j != 0`), exactly the kernel's vote. The twin
+/// ([`attend_tile_fixed_p_int`]) gives `m` and `n`; beside it the same rule on `m` alone
+/// (`m = max(m, ceil(t))`, no guard) and a headroom rule (past a row's first tile, a move goes
+/// to `ceil(t) + h`) are replayed from the tiles' largest logits. Prints one table per input
+/// kind and mask; `FERRATTN_MOVES_HEADS` sets the head count (default 8).
+#[test]
+#[ignore = "a count for docs/TURBO_CUDA.md (prefill round 14); about a minute in release"]
+fn turbo_int_moves_per_tile() {
+    use super::attention::{attend_tile_fixed_p_int, fixed_p_int_scale, IntRowState};
+    use rayon::prelude::*;
+    let (len, d, bq, bk) = (4096usize, 128usize, 64usize, 64usize);
+    let heads: usize = std::env::var("FERRATTN_MOVES_HEADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    let nt_all = len / bk;
+    const HS: [i32; 3] = [0, 1, 2]; // headroom replays (0: the exact rule without the guard)
+                                    // per tile: [warps, shift (twin), m moved, unit moved, rows moved, k = 1, 2, 3, >= 4,
+                                    // then per headroom h: warps whose replayed m moved]
+    const NC: usize = 9 + HS.len();
+    for kind in ["uniform", "llm"] {
+        let p0 = AttentionProblem::uniform(1, len, len, heads, heads, d, d, DType::BF16);
+        let x = if kind == "uniform" {
+            let mut rng = StdRng::seed_from_u64(7);
+            let t = |rng: &mut StdRng| {
+                Tensor::uniform(&[1, len, heads, d], DType::BF16, -2.0, 2.0, rng)
+            };
+            let (q, k, v) = (t(&mut rng), t(&mut rng), t(&mut rng));
+            AttentionInputs::new(q, k, v)
+        } else {
+            llm_like_inputs(&p0, 7)
+        };
+        let v = x.v.as_ref().unwrap();
+        for causal in [false, true] {
+            let mut p = p0.clone();
+            p.causal = causal;
+            let counts: Vec<[u64; NC]> = (0..heads * (len / bq))
+                .into_par_iter()
+                .map(|t| {
+                    let (h, qbi) = (t / (len / bq), t % (len / bq));
+                    let mut c = vec![[0u64; NC]; nt_all];
+                    let blocks: Vec<(Int8Block, Int8Block)> = (0..nt_all)
+                        .map(|j| {
+                            let kr: Vec<&[f32]> =
+                                (j * bk..(j + 1) * bk).map(|i| x.k.row4(0, i, h)).collect();
+                            let vr: Vec<&[f32]> =
+                                (j * bk..(j + 1) * bk).map(|i| v.row4(0, i, h)).collect();
+                            (Int8Block::quantize(&kr), Int8Block::quantize(&vr))
+                        })
+                        .collect();
+                    let r0 = qbi * bq;
+                    let qr: Vec<&[f32]> = (r0..r0 + bq).map(|i| x.q.row4(0, i, h)).collect();
+                    let qb = Int8Block::quantize(&qr);
+                    let visible: Vec<usize> = (r0..r0 + bq).map(|i| p.visible_keys(0, i)).collect();
+                    let reach = visible.iter().copied().max().unwrap_or(0);
+                    let nt = reach.div_ceil(bk).min(nt_all);
+                    let vs: Vec<f32> = blocks.iter().map(|(_, vb)| vb.scale).collect();
+                    let Some(unit) = fixed_p_int_scale(&vs[..nt], false) else {
+                        return c; // the chunk path: no INT32 shifts
+                    };
+                    let mut st = vec![IntRowState::new(d); bq];
+                    let mut mh = vec![[i32::MIN; HS.len()]; bq];
+                    for (j, (kb, vb)) in blocks.iter().enumerate().take(nt) {
+                        let before: Vec<(i32, i32)> = st.iter().map(|s| (s.m, s.n)).collect();
+                        attend_tile_fixed_p_int(
+                            &qb,
+                            p.softmax_scale,
+                            &visible,
+                            kb,
+                            vb,
+                            j * bk,
+                            unit,
+                            &mut st,
+                        );
+                        // the tile's largest logit per row, as the twin takes it
+                        let c2 =
+                            ((qb.scale * kb.scale) * p.softmax_scale) * std::f32::consts::LOG2_E;
+                        let mut hmoved = vec![[false; HS.len()]; bq];
+                        for (i, hm) in hmoved.iter_mut().enumerate() {
+                            let vis = visible[i].saturating_sub(j * bk).min(bk);
+                            let qi = &qb.codes[i * d..(i + 1) * d];
+                            let best = (0..vis)
+                                .map(|r| {
+                                    let kr = &kb.codes[r * d..(r + 1) * d];
+                                    qi.iter()
+                                        .zip(kr)
+                                        .map(|(&a, &b)| a as i32 * b as i32)
+                                        .sum::<i32>()
+                                })
+                                .max();
+                            let Some(best) = best else { continue };
+                            let ct = ((best as f32 * c2).ceil() as i32).min(1 << 24);
+                            for (hi, &hh) in HS.iter().enumerate() {
+                                let m = &mut mh[i][hi];
+                                if *m == i32::MIN {
+                                    *m = ct;
+                                } else if ct > *m {
+                                    *m = ct + hh;
+                                    hm[hi] = true;
+                                }
+                            }
+                        }
+                        if j == 0 {
+                            continue; // tile 0 sets oi: nothing to shift
+                        }
+                        for w in 0..bq / 16 {
+                            let cj = &mut c[j];
+                            cj[0] += 1;
+                            let rows = w * 16..(w + 1) * 16;
+                            let dn = before[0].1 - st[0].n;
+                            let mut moved = 0u64;
+                            for i in rows.clone() {
+                                let k = st[i].m - before[i].0;
+                                if before[i].0 != super::attention::FIXED_P_NO_REF && k > 0 {
+                                    moved += 1;
+                                    cj[5 + (k.min(4) - 1) as usize] += 1;
+                                }
+                            }
+                            cj[1] += (moved > 0 || dn != 0) as u64;
+                            cj[2] += (moved > 0) as u64;
+                            cj[3] += (dn != 0) as u64;
+                            cj[4] += moved;
+                            for hi in 0..HS.len() {
+                                cj[9 + hi] += rows.clone().any(|i| hmoved[i][hi]) as u64;
+                            }
+                        }
+                    }
+                    c
+                })
+                .reduce(
+                    || vec![[0u64; NC]; nt_all],
+                    |mut a, b| {
+                        for (x, y) in a.iter_mut().zip(&b) {
+                            for (u, w) in x.iter_mut().zip(y) {
+                                *u += w;
+                            }
+                        }
+                        a
+                    },
+                );
+            println!(
+                "\n{kind} 1 x {len} (per tile as in 4 x {len}), causal {causal}, {heads} heads: per tile j, warps (16 rows) \
+                 on the INT32 path; P(shift) = share of them that shift oi (twin: a row's m moved or dn != 0); \
+                 m moved / dn moved; rows moved per warp; k = 1 / 2 / 3 / >= 4 share of the moves; \
+                 replayed P(m moved) under headroom h = 0 (no guard) / 1 / 2"
+            );
+            println!("| tiles | warps | P(shift) | P(m moved) | P(dn != 0) | rows moved / warp | k=1 | k=2 | k=3 | k>=4 | h0 | h1 | h2 |");
+            println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+            let mut segs: Vec<(usize, usize)> = vec![(1, 2), (2, 3), (3, 4), (4, 8)];
+            segs.extend((1..nt_all / 8).map(|s| (8 * s, 8 * s + 8)));
+            segs.push((1, nt_all));
+            for (a, b) in segs {
+                let mut s = [0u64; NC];
+                for cj in &counts[a..b] {
+                    for (u, w) in s.iter_mut().zip(cj) {
+                        *u += w;
+                    }
+                }
+                let w = s[0].max(1) as f64;
+                let mv = s[5..9].iter().sum::<u64>().max(1) as f64;
+                println!(
+                    "| {a}-{} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} |",
+                    b - 1,
+                    s[0],
+                    s[1] as f64 / w,
+                    s[2] as f64 / w,
+                    s[3] as f64 / w,
+                    s[4] as f64 / w,
+                    s[5] as f64 / mv,
+                    s[6] as f64 / mv,
+                    s[7] as f64 / mv,
+                    s[8] as f64 / mv,
+                    s[9] as f64 / w,
+                    s[10] as f64 / w,
+                    s[11] as f64 / w
+                );
+            }
+            // the expected count over a warp's tiles 1..63 (of those it reaches)
+            let per_warp: f64 = counts[1..]
+                .iter()
+                .filter(|c| c[0] > 0)
+                .map(|c| c[1] as f64 / c[0] as f64)
+                .sum();
+            println!("sum over tiles 1-{} of P(shift): {per_warp:.2}", nt_all - 1);
+        }
+    }
+}
+
+/// Issue 11, prefill round 14: the accuracy of the INT32 path's headroom rule
+/// ([`attention::prefill_fixed_p_headroom`], `h = 1, 2`) beside the contract (`h = 0`), against
+/// the f64 golden and against `h = 0`, on docs/ACCURACY.md's TurboAttention prefill problem (1 x
+/// 300 causal, LLM-like, fp16, d 128, GQA 8/4, seed 2025) and on 1 x 4096 (bf16, d 128, GQA 4/2)
+/// of the prefill bench's two input kinds (uniform in [-2, 2), LLM-like), causal and not. Prints
+/// one table; asserts nothing but that each output is finite where the golden is.
+#[test]
+#[ignore = "a table for docs/TURBO_CUDA.md (prefill round 14); a few minutes in release"]
+fn turbo_int_headroom_accuracy() {
+    let mut cases: Vec<(String, AttentionProblem, AttentionInputs)> = Vec::new();
+    let mut pre = AttentionProblem::uniform(1, 300, 300, 8, 4, 128, 128, DType::F16);
+    pre.causal = true;
+    let x = llm_like_inputs(&pre, 2025);
+    cases.push((
+        "ACCURACY.md prefill 1 x 300 causal, LLM-like fp16".into(),
+        pre,
+        x,
+    ));
+    for kind in ["uniform", "LLM-like"] {
+        let p0 = AttentionProblem::uniform(1, 4096, 4096, 4, 2, 128, 128, DType::BF16);
+        let x = if kind == "uniform" {
+            let mut rng = StdRng::seed_from_u64(7);
+            let t = |rng: &mut StdRng, h| {
+                Tensor::uniform(&[1, 4096, h, 128], DType::BF16, -2.0, 2.0, rng)
+            };
+            let (q, k, v) = (t(&mut rng, 4), t(&mut rng, 2), t(&mut rng, 2));
+            AttentionInputs::new(q, k, v)
+        } else {
+            llm_like_inputs(&p0, 7)
+        };
+        for causal in [false, true] {
+            let mut p = p0.clone();
+            p.causal = causal;
+            cases.push((
+                format!("1 x 4096 causal {causal}, {kind} bf16"),
+                p,
+                x.clone(),
+            ));
+        }
+    }
+    let cfg = TurboConfig::default();
+    println!("| problem | h | O rel. Frobenius vs golden | cosine | O max abs | LSE max abs | O rel. Frobenius vs h = 0 | LSE max abs vs h = 0 |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (what, p, x) in &cases {
+        let exact = golden::exact_attention(p, x);
+        let base = attention::prefill_fixed_p_headroom(&cfg, p, x, 0).expect("supported");
+        for h in [0, 1, 2] {
+            let out = attention::prefill_fixed_p_headroom(&cfg, p, x, h).expect("supported");
+            let c = Comparison::f32(&exact.o.data, &out.o.data);
+            let l = Comparison::f32(&exact.lse.data, &out.lse.data);
+            assert_eq!(c.non_finite_mismatch, None, "{what} h {h}");
+            let cb = Comparison::f32(&base.o.data, &out.o.data);
+            let lb = Comparison::f32(&base.lse.data, &out.lse.data);
+            println!(
+                "| {what} | {h} | {:.4e} | {:.6} | {:.3e} | {:.3e} | {:.3e} | {:.3e} |",
+                c.rel_fro, c.cosine, c.max_abs, l.max_abs, cb.rel_fro, lb.max_abs
+            );
+        }
+    }
+}
