@@ -1268,6 +1268,13 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         asm("cvt.rpi.s32.f32 %0, %1;" : "=r"(r) : "f"(x));  // -inf: INT_MIN
         return r;
       };
+      auto shift_pair = [](int x, u32 amount) {  // low word of (x:0) >> amount, amount in 26..63
+        int r;
+        asm("{\n\t.reg .b64 t;\n\tmov.b64 t, {%2, %1};\n\tshr.s64 t, t, %3;\n\tcvt.u32.u64 %0, t;\n\t}"
+            : "=r"(r)
+            : "r"(x), "r"(0), "r"(amount));
+        return r;
+      };
       auto pow2_neg = [](int k) {  // 2^-k for k in [0, 127]; 0 from k = 127 on
         return k >= 127 ? 0.0f : __int_as_float((127 - k) << 23);
       };
@@ -1472,24 +1479,17 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
           // (votes: a branch ptxas sees as divergent serializes every wgmma, C7518)
           if (!FERRATTN_WGF_NO_SHIFT &&
               __any_sync(0xffffffffu, kn_a != 0 || kn_b != 0 || (unit0 & 0xff) != 0)) {
+            // Round 14: one shift for both moves, s = k + dn in [-6, 31] (k clamped to 31): the low
+            // word of (oi:0) >> (32 + s), an arithmetic shift of the 64-bit pair (one SHF.R.S64 a
+            // register), is oi >> s (floor) for s >= 0 and oi << -s (exact, |oi| < 2^31 after it)
+            // for s < 0: the values of round 10's two paths (a right and a left shift where the
+            // unit moved, a right shift where it did not), in one block of code.
             const int dn = (unit0 << 24) >> 24;  // the unit's move, warpgroup-uniform
-            if (__any_sync(0xffffffffu, dn != 0)) {
-              // s = k + dn: right by min(s, 31) (floor), or left by -s <= 6 (exact)
-              const int s_a = kn_a + dn, s_b = kn_b + dn;
-              const int r_a = min(max(s_a, 0), 31), r_b = min(max(s_b, 0), 31);
-              const int u_a = max(-s_a, 0), u_b = max(-s_b, 0);
+            const u32 s_a = (u32)(min(kn_a + dn, 31) + 32), s_b = (u32)(min(kn_b + dn, 31) + 32);
 #pragma unroll
-              for (int h2 = 0; h2 < NH; ++h2)
+            for (int h2 = 0; h2 < NH; ++h2)
 #pragma unroll
-                for (int i = 0; i < 32; ++i)
-                  oi[h2][i] = (int)((u32)(oi[h2][i] >> ((i & 2) ? r_b : r_a)) << ((i & 2) ? u_b : u_a));
-            } else {
-              const int sh_a = min(kn_a, 31), sh_b = min(kn_b, 31);
-#pragma unroll
-              for (int h2 = 0; h2 < NH; ++h2)
-#pragma unroll
-                for (int i = 0; i < 32; ++i) oi[h2][i] >>= (i & 2) ? sh_b : sh_a;
-            }
+              for (int i = 0; i < 32; ++i) oi[h2][i] = shift_pair(oi[h2][i], (i & 2) ? s_b : s_a);
           }
 #pragma unroll
           for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
