@@ -70,14 +70,12 @@ struct LeanParams {
   // REGS paged kernels under a stream-K table (tile_per_cta == 0): per CTA, the page words of its
   // first kFirstUnits K/V stages, NW = SK / 16 words each ([num_ctas, kFirstUnits, NW]), so that
   // its first copies wait for one round of reads (this and cta_info, together), not for cta_info
-  // and then the page table, and its prologue reads no page table (launch.rs,
-  // LeanStepPlan::cta_words); an instance of ST stages reads its first 2 ST - 1
+  // and then the page table (launch.rs, LeanStepPlan::cta_words)
   const u32* cta_words;
 };
 
-// Stages whose page words a CTA's record holds (launch.rs LEAN_FIRST_UNITS): 2 ST - 1 for the
-// deepest ring (ST = kDeepStages = 4), the units whose words the REGS prologue needs.
-constexpr int kFirstUnits = 7;
+// Stages whose page words a CTA's record holds (launch.rs LEAN_FIRST_UNITS).
+constexpr int kFirstUnits = 3;
 
 // Row of the K/V buffer that holds key j of sequence b (NHD: a row is heads_kv * D values).
 // Contiguous: sequence b's own rows. Paged (vLLM / FlashInfer layout): the page table maps the
@@ -350,68 +348,31 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   static_assert(STG == 0 || regs, "only the REGS instances take a stage count");
   constexpr int NW = SK / 16;  // page words a unit can touch (pages of 16): 8, 4, 2 for d 64, 128, 256
   static_assert(SK % 16 == 0 && NW <= 8, "a stage holds whole pages of 16");
-  // REGS: the page words of the first 2 ST - 1 stages, read before anything else, from addresses
-  // that depend on no load: the CTA's record (stream-K) or, one CTA per tile, the first entries of
-  // its sequence's page-table row (its first stage is the tile's first keys). Units 0 .. ST - 2
-  // (the prologue's copies) go straight into registers, so that their copies start as soon as
-  // cta_info arrives, as the contiguous kernel's do; units ST - 1 .. 2 ST - 2 (the words the
-  // prologue read from the page table before) go into their ring slots by cp.async, in the first
-  // commit group. Before (fifteenth session) all the first words went through the ring, and the
-  // first copies waited for that wait, a barrier and shared loads: from cta_info's arrival to the
-  // first copy the paged kernel issued twice the contiguous one's instructions (297 against 149
-  // per warp; ncu, H200, Llama B=1 ctx 8k, docs/DEVICE_PATH.md "Lean paged, eighteenth session").
-  constexpr int KR = 2 * ST - 1;  // units whose words come from the record (or the row)
-  static_assert(!regs || KR <= kFirstUnits, "the record holds the words of the first 2 ST - 1 units");
-  u32 wr0[regs ? ST - 1 : 1][NW];  // words of units 0 .. ST - 2
+  // REGS: the page words of the first stages, copied before anything is read, from addresses that
+  // depend on no load: the CTA's record (stream-K) or, one CTA per tile, the first entries of its
+  // sequence's page-table row (its first stage is the tile's first keys). The contiguous kernel's
+  // first copies wait for one round of reads (cta_info); read from the page table at the
+  // producer's cursor they waited for a second, dependent one (Llama B=1 ctx 8k, 8 stages a CTA).
   if constexpr (regs) {
-    // word w of unit s: its address, and whether it is read (0 otherwise)
-    auto word_at = [&](int s, int w, bool& ok) -> const u32* {
+    constexpr int KF = ST < kFirstUnits ? ST : kFirstUnits;
+    if (tid < KF * NW) {
+      const int s = tid / NW, w = tid % NW;
+      const u32* src;
+      bool ok = true;
       if (p.tile_per_cta) {
         const int b = cta / (p.heads_kv * p.query_groups);
         const int pg = ((s * SK) >> p.page_shift) + w;
         ok = (w << p.page_shift) < SK || w == 0;  // pages of the stage (one for pages of 64 at SK <= 64)
         ok = ok && pg < p.max_pages;               // any entry of the row may be read (its value is used
                                                    // only for keys in the sequence)
-        return reinterpret_cast<const u32*>(p.page_table) + (u64)b * p.max_pages + (ok ? pg : 0);
-      }
-      ok = true;
-      return p.cta_words + ((u64)cta * kFirstUnits + s) * NW + w;
-    };
-    if (tid < ST * NW) {
-      const int s = ST - 1 + tid / NW, w = tid % NW;
-      bool ok;
-      const u32* src = word_at(s, w, ok);
-      const u32 dst = smem_addr(smem_raw + S::kRegsOffset) + (u32)((s & 7) * 16 + w) * 4;  // wring[s & 7][w]
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0)
-                   : "memory");
-    }
-    auto load_scalar = [&](int s) {
-#pragma unroll
-      for (int w = 0; w < NW; ++w) {
-        bool ok;
-        const u32* src = word_at(s, w, ok);
-        wr0[s][w] = ok ? __ldg(src) : 0u;
-      }
-    };
-#pragma unroll
-    for (int s = 0; s < ST - 1; ++s) {
-      if constexpr (NW >= 4) {
-        if (!p.tile_per_cta) {  // the record's NW words of a unit: 16-byte aligned vectors
-#pragma unroll
-          for (int w = 0; w < NW; w += 4) {
-            bool ok;
-            const Vec16 v = ld_global_nc16(word_at(s, w, ok));
-            wr0[s][w] = v.x;
-            wr0[s][w + 1] = v.y;
-            wr0[s][w + 2] = v.z;
-            wr0[s][w + 3] = v.w;
-          }
-        } else {
-          load_scalar(s);
-        }
+        src = reinterpret_cast<const u32*>(p.page_table) + (u64)b * p.max_pages + (ok ? pg : 0);
       } else {
-        load_scalar(s);
+        src = p.cta_words + ((u64)cta * kFirstUnits + s) * NW + w;
       }
+      const u32 dst = smem_addr(smem_raw + S::kRegsOffset) + (u32)(s * 16 + w) * 4;  // wring[s][w]
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
+                   "r"(ok ? 4 : 0)
+                   : "memory");
     }
   }
   // The CTA's record (launch.rs, cta_info): everything the first K/V stage's addresses depend on,
@@ -645,14 +606,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   u32* wring = reinterpret_cast<u32*>(smem_raw + S::kRegsOffset);  // [8][16], REGS instances only
   u32 wr[NW];
   u32 wmeta = 0, whkv = 0;  // the packed record; heads_kv again (V's multiplicand, below)
-  // the packed record of the producer's unit at key0 of tile pt: its KV head, its keys in the
-  // sequence (0 .. SK) and the offset of its first key in its page
-  auto meta_of = [&](int key0) -> u32 {
-    const int rem = pt.len_k - key0;
-    const u32 in_seq = (u32)(rem < SK ? (rem < 0 ? 0 : rem) : SK);
-    return (u32)pt.hk | (in_seq << 16) | ((u32)(key0 & ((1 << p.page_shift) - 1)) << 24);
-  };
-  // `words`: false for the first KR units, whose words were read at the CTA's start
+  // `words`: false for the first KF units, whose words were copied at the CTA's start
   auto fetch_words = [&](u32 uu, bool words) {  // every thread, units in order; warp uu % 4 writes the slot
     const int key0 = next_unit_key0();
     if (warp != (int)(uu & 3)) return;
@@ -668,7 +622,9 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
                    : "memory");
     }
     if (lane == 0) {
-      slot[8] = meta_of(key0);
+      const int rem = pt.len_k - key0;  // keys of the unit in the sequence, 0 .. SK
+      const u32 in_seq = (u32)(rem < SK ? (rem < 0 ? 0 : rem) : SK);
+      slot[8] = (u32)pt.hk | (in_seq << 16) | ((u32)(key0 & ((1 << p.page_shift) - 1)) << 24);
       slot[9] = (u32)p.heads_kv;
     }
   };
@@ -768,35 +724,26 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       load_unit(u);
     }
   };
+  // The prologue reads the words of units 0, 1 and 2 together (one commit group, waited for at
+  // once): the second stage's copies then wait for one page-table round trip, not two in series.
   if constexpr (regs) {
-    // Units 0 .. ST - 2: copies from the words read at the CTA's start, each as soon as the cursor
-    // gives its keys (no barrier in front of the first copy, as in the contiguous kernel).
-    // heads_kv through an opaque move: the compiler would otherwise share K's and V's products
-    // (copy_regs; whkv comes from shared memory in the loop for the same reason).
-    u32 hkv_opaque;
-    asm volatile("mov.b32 %0, %1;" : "=r"(hkv_opaque) : "r"((u32)p.heads_kv));
-#pragma unroll 1  // one copy of copy_regs' code (an unrolled prologue doubled it)
+    // the words of units 0 .. KF - 1 are on their way (the kernel's first copies); the others of
+    // units .. ST - 1 in one round trip; units ST .. 2 ST - 2 go to other slots
+#pragma unroll
+    for (int s = 0; s < ST; ++s)
+      if ((u32)s < units) fetch_words((u32)s, s >= kFirstUnits);  // KF = min(ST, kFirstUnits)
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+#pragma unroll 1  // one copy of issue_unit's code (an unrolled prologue doubled it)
     for (int s = 0; s < ST - 1; ++s) {
       if ((u32)s < units) {
-        wmeta = meta_of(next_unit_key0());
-        whkv = hkv_opaque;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) {
-          u32 x = wr0[0][w];
-#pragma unroll
-          for (int k = 1; k < ST - 1; ++k)
-            if (s == k) x = wr0[k][w];
-          wr[w] = x;
-        }
-        if (p.page_shift == 4) copy_regs((u32)s, IntC<16>{}); else copy_regs((u32)s, IntC<64>{});
+        load_words((u32)s);
+        issue_unit((u32)s);
       }
       cp_async_commit();
     }
-    // Units ST - 1 .. 2 ST - 2: the cursor and the slots' records (their words are in the first
-    // commit group); iteration 0's wait and barrier make them visible, and it loads unit ST - 1's.
-#pragma unroll
-    for (int s = ST - 1; s < KR; ++s)
-      if ((u32)s < units) fetch_words((u32)s, false);
+    if ((u32)(ST - 1) < units) load_words((u32)(ST - 1));
   } else if constexpr (ahead) {
     Fetched f0{kNoRow, 0u};
     if (units > 0) f0 = fetch_rows();
@@ -918,9 +865,6 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       if (u + ST - 1 < units) store_fetched(u + ST - 1, fa);
     }
     __syncthreads();
-    if constexpr (regs) {
-      if (u == 0 && ST - 1 < units) load_words(ST - 1);  // its slot was written in the prologue
-    }
     if (u + ST - 1 < units) issue_unit(u + ST - 1);
     cp_async_commit();
     if constexpr (regs) {

@@ -508,12 +508,8 @@ pub const CTA_INFO_WORDS: usize = 8;
 
 /// K/V stages of a CTA whose page words its record holds (paged caches under a stream-K table;
 /// `kFirstUnits` in `cuda-kernels/lean_decode.cu`): the kernel's first copies then wait for one
-/// round of reads (the records), not for `cta_info` and then the page table. An instance of ST
-/// ring stages reads the words of its first 2 ST - 1 stages here (7 for the four-stage ring): the
-/// prologue's copies (ST - 1 stages) take theirs into registers, with no barrier in front of the
-/// first copy, and the next ST stages' words go into their ring slots, so the prologue reads no
-/// page table.
-pub const LEAN_FIRST_UNITS: usize = 7;
+/// round of reads (the records), not for `cta_info` and then the page table.
+pub const LEAN_FIRST_UNITS: usize = 3;
 
 /// Page words of one K/V stage (pages of 16) for head dim `d`: 8, 4, 2 for 64, 128, 256.
 pub fn lean_stage_words(d: usize) -> usize {
