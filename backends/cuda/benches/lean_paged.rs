@@ -20,7 +20,7 @@
 //!
 //! Usage: `lean_paged [--quick] [--same-plan | --paged-plan | --ctas N | --paged-ctas N] [--sets N]
 //! [--window-bytes N] [--ahead always|never] [--paged auto|regs|deep|grid|inplace|ahead]
-//! [--only SHAPE:B:CTX] [--out FILE]` (`--paged-plan`: the contiguous storage at
+//! [--only SHAPE:B:CTX] [--contig-on-pool] [--out FILE]` (`--paged-plan`: the contiguous storage at
 //! `lean::plan_paged`'s grid too, so that both run one grid; `--ctas N`: every storage at a
 //! stream-K grid of N CTAs, `lean::plan_with_ctas`; `--paged-ctas N`: the paged storages alone at
 //! N CTAs, contiguous at its planner's grid; `--only` runs one
@@ -28,7 +28,11 @@
 //! each sequence's pages only within windows of N bytes of its K, a probe of how much of the
 //! shuffled layouts' cost is address locality; `--paged` picks the paged instance
 //! (`ferrattn_cuda::PagedRead`; default `auto`, the library's default),
-//! `--ahead always|never` is the older spelling of `--paged ahead|inplace`).
+//! `--ahead always|never` is the older spelling of `--paged ahead|inplace`;
+//! `--contig-on-pool`: at batch 1, where the in-order pool of pages of 16 holds the contiguous
+//! cache's bytes at the contiguous cache's offsets, the contiguous storage reads that pool's
+//! buffers, so that contiguous and in-order paged read the same memory: their ratio is then the
+//! kernel's own cost, with no difference of allocation or physical placement in it).
 
 use ferrattn_core::{lean, AttentionProblem, DType, Device};
 use ferrattn_cuda::{
@@ -48,6 +52,7 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let same_plan = args.iter().any(|a| a == "--same-plan");
     let paged_plan = args.iter().any(|a| a == "--paged-plan");
+    let contig_on_pool = args.iter().any(|a| a == "--contig-on-pool");
     // the word after `flag`, if any
     let value = |flag: &str| {
         args.iter()
@@ -206,7 +211,13 @@ fn main() {
             pools.push((step, set_pools));
         }
         let contig = LeanStepPlan::new(&p, &lp, KvStorage::Contiguous, 0).unwrap();
-        let contig_kv: Vec<(u64, u64)> = xs.iter().map(|xi| (xi.k().ptr(), xi.v().ptr())).collect();
+        // pools[2] is the in-order pool of pages of 16: at batch 1 page k is pool page k, the
+        // contiguous layout byte for byte
+        let contig_kv: Vec<(u64, u64)> = if contig_on_pool && batch == 1 {
+            pools[2].1.iter().map(|(k, v)| (k.ptr(), v.ptr())).collect()
+        } else {
+            xs.iter().map(|xi| (xi.k().ptr(), xi.v().ptr())).collect()
+        };
         let o = DeviceBuffer::alloc(&gpu, batch * hq * d * 2).unwrap();
         let lse = DeviceBuffer::alloc(&gpu, batch * hq * 4).unwrap();
         let ws_bytes = pools.iter().map(|p| p.0.workspace_bytes()).max().unwrap();
