@@ -776,8 +776,10 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // the prologue's global loads before its first wait: Π, the count bytes and the first chunk's
   // dst0 / count (one round trip to L2), then the rows (the second), whose wait comes after the
   // tables and the barrier (the rows are loaded after Π is stored: both in registers at once
-  // spill at d 128). Main's prologue waited on six round trips in turn (dst0, the rows, the
-  // count bytes, Π in two halves, M): 11% of the stall samples at 16 x 4k (eleventh pass)
+  // spill at d 128; QJL keys' M after the rows: staged before them, ptxas put a wait on a row
+  // load 16 instructions after it in the d 128 loop). Main's prologue waited on six round trips
+  // in turn (dst0, the rows, the count bytes, Π in two halves, M): 8-12% of the stall samples
+  // at 16 x 4k (eleventh compression pass)
   int c = blockIdx.x;
   Rows cur = chunk_rows(p, c, items, tile, pair);
   Vec16 piv[D * D / 32 / kThreads][4];
@@ -788,8 +790,8 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   for (int i = 0; i < kLut / kThreads; ++i) lutv[i] = p.lut[threadIdx.x + i * kThreads].y;
   Vec16 x[2][NP];
   stage_store<D, true>(piv, pih_a);
-  if (QJL) stage_matrix<D, false>(p.m, m_a);
   if (c < chunks) load_rows<D>(p, cur, q, x);
+  if (QJL) stage_matrix<D, false>(p.m, m_a);
 
 #pragma unroll
   for (int i = 0; i < kLut / kThreads; ++i) cnt_s[threadIdx.x + i * kThreads] = (unsigned char)__float_as_uint(lutv[i]);
