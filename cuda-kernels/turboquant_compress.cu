@@ -315,12 +315,12 @@ FERRATTN_TQ_COMPRESS(128)
 // Fast compression on tensor cores (the fast contract of docs/TURBOQUANT_CUDA.md, "Compression on
 // tensor cores"). Same inputs, same outputs and layout as above; the rotation is one MMA product
 // per token block instead of d^2 IEEE mul/add per row:
-//   ‖x‖   an f32 FMA sum of the (exact) squares over the 4 threads of a row, within 2^-18 of the
+//   ‖x‖   an f32 FMA sum of the (exact) squares over the 4 threads of a row, within 2^-21 of the
 //         exact norm; where that bound cannot decide the f16 rounding of the stored norm, f64
 //         sums as the emulation (4 interleaved partials per thread, combined in a fixed order:
 //         equal to the emulation's sequential sum unless a partial sum rounds, not seen in any
 //         test). Stored f16 norms are the emulation's bit for bit; the f32 norm that scales y is
-//         within 2^-18 of the emulation's (inside the 2^-14 of τ below)
+//         within 2^-20 of the emulation's (inside the 2^-14 of τ below)
 //   y     = (Π x) / ‖x‖ with x exact in f16 and Π as one f16 matrix (SPLIT = false) or as f16
 //         hi + lo (SPLIT = true: two MMAs, about f32 accuracy); f32 accumulation
 //   idx   = #{boundaries_f32 < y} by a uniform-grid lookup with the norm folded into the grid's
@@ -470,6 +470,19 @@ __device__ __forceinline__ void st_global_v2(void* p, u32 x, u32 y) {
   asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(x), "r"(y) : "memory");
 }
 
+// A matrix's pieces of this thread, every load issued before any is used: the prologue waits
+// for one round trip to L2 per matrix, not one per loop iteration (issue 10, eleventh
+// compression pass: the serial prologue held 11% of the stall samples)
+template <int D>
+__device__ __forceinline__ void stage_load(const u16* g, Vec16 (&v)[D * D / 32 / kThreads][4]) {
+  static_assert(D * D / 32 % kThreads == 0, "whole iterations");
+#pragma unroll
+  for (int it = 0; it < D * D / 32 / kThreads; ++it) {
+    const int i = threadIdx.x + it * kThreads, n = i / (D / 32), m = i % (D / 32);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) v[it][c] = ld_global_nc16(g + n * D + 32 * m + 8 * c);
+  }
+}
 // The K permutation of the first product. Thread q of a row holds the 16-byte pieces 4m + q
 // (m < D/32) of the row, words i = 0..3 of a piece being physical channels 32m + 8q + 2i, +1;
 // k step kk = 2m + s takes a0 = word 2s and a2 = word 2s + 1, so logical column 16kk + 8h + 2q
@@ -477,22 +490,26 @@ __device__ __forceinline__ void st_global_v2(void* p, u32 x, u32 y) {
 // of the global piece 4m + q of a row (physical 32m + 8q + 2i) is word q of the logical piece
 // 4m + i: a 4 x 4 transpose of words among the 4 pieces of a group m, done in registers.
 template <int D, bool PERM>
-__device__ __forceinline__ void stage_matrix(const u16* g, u32 dst) {
-  for (int i = threadIdx.x; i < D * D / 32; i += kThreads) {
-    const int n = i / (D / 32), m = i % (D / 32);
-    Vec16 v[4];
+__device__ __forceinline__ void stage_store(const Vec16 (&v)[D * D / 32 / kThreads][4], u32 dst) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) v[c] = ld_global_nc16(g + n * D + 32 * m + 8 * c);
+  for (int it = 0; it < D * D / 32 / kThreads; ++it) {
+    const int i = threadIdx.x + it * kThreads, n = i / (D / 32), m = i % (D / 32);
     if (PERM) {
-      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 0), v[0].x, v[1].x, v[2].x, v[3].x);
-      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 8), v[0].y, v[1].y, v[2].y, v[3].y);
-      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 16), v[0].z, v[1].z, v[2].z, v[3].z);
-      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 24), v[0].w, v[1].w, v[2].w, v[3].w);
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 0), v[it][0].x, v[it][1].x, v[it][2].x, v[it][3].x);
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 8), v[it][0].y, v[it][1].y, v[it][2].y, v[it][3].y);
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 16), v[it][0].z, v[it][1].z, v[it][2].z, v[it][3].z);
+      st_shared_v4(dst + mat_byte<D>(n, 32 * m + 24), v[it][0].w, v[it][1].w, v[it][2].w, v[it][3].w);
     } else {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) st_shared_v4(dst + mat_byte<D>(n, 32 * m + 8 * c), v[c].x, v[c].y, v[c].z, v[c].w);
+      for (int c = 0; c < 4; ++c) st_shared_v4(dst + mat_byte<D>(n, 32 * m + 8 * c), v[it][c].x, v[it][c].y, v[it][c].z, v[it][c].w);
     }
   }
+}
+template <int D, bool PERM>
+__device__ __forceinline__ void stage_matrix(const u16* g, u32 dst) {
+  Vec16 v[D * D / 32 / kThreads][4];
+  stage_load<D>(g, v);
+  stage_store<D, PERM>(v, dst);
 }
 
 // The A fragments of k step kk from a thread's two rows (x[r][m]: piece 4m + q of row r)
@@ -668,13 +685,17 @@ __device__ __forceinline__ void prefetch_rows(const FastParams& p, const Rows& r
 // ‖x‖ of the thread's two rows (the quad's 4 threads hold the 4 parts of each row). First an f32
 // sum of the (exact) squares in 4 FMA chains of D/16 terms, a fixed tree over them and a butterfly
 // over the quad (a + b == b + a: every thread ends with one value): at most D/16 - 1 + 2 + 2 <=
-// 11 roundings on any path of a sum of positive terms, so the sum is within 11 2^-24 < 2^-18
-// and n = sqrt.rn of it within 2^-19 of the exact ‖x‖
-// (relative; the emulation's f32 ‖x‖ is within 2^-24 of it). The stored f16 norm must be the
-// emulation's bit for bit: where n (1 - 2^-17) and n (1 + 2^-17) round to one f16, so does the
-// emulation's ‖x‖, and n serves (it scales y within 2^-18 of the emulation's, inside the code
-// margin's 2^-14 for f32 sums; ‖r‖ = f16(n γ) within one f16 step). Otherwise (about 1-2% of
-// rows) the row is summed again as the emulation does, in f64 (4 interleaved partials per
+// 11 roundings on any path of a sum of positive terms, so the sum is within (1 + 2^-24)^11 - 1
+// < 11.01 2^-24 < 2^-20 and n = sqrt.rn of it within 11.01 / 2 + 1 < 6.6 2^-24 of the exact ‖x‖
+// (relative; the emulation's ‖x‖ is within 2^-24 of it, so n and it differ by < 7.7 2^-24).
+// The stored f16 norm must be the emulation's bit for bit: where n (1 - 2^-20) and
+// n (1 + 2^-20) (each within 2^-24 of its product: a window of more than 15 2^-24 either side,
+// twice the 7.7 needed) round to one f16, so does the emulation's ‖x‖, and n serves (it scales y
+// within 2^-20 of the emulation's, inside the code margin's 2^-14 for f32 sums; ‖r‖ = f16(n γ)
+// within one f16 step). Otherwise (2 2^-20 / 2^-10: about 0.2% of rows, 3% of a warp's 16-row
+// chunks; the window was 2^-17 before issue 10's eleventh compression pass, 1.6% of rows, and
+// the f64 branch then held 7.5% of the stall samples and made a warp late at the warpgroup's
+// next wgmma) the row is summed again as the emulation does, in f64 (4 interleaved partials per
 // thread, combined in a fixed order: equal to the emulation's sequential sum unless a partial
 // sum rounds), and that ‖x‖ is used.
 template <int D>
@@ -692,7 +713,7 @@ __device__ __forceinline__ float row_norm(const Vec16 (&xr)[Layout<D>::kPieces])
   s32 = s32 + shfl_xor(s32, 2);
   float n;
   asm("sqrt.rn.f32 %0, %1;" : "=f"(n) : "f"(s32));
-  if (F16::from_f32(tq::fmul_rn(n, 1.f - 0x1p-17f)) != F16::from_f32(tq::fmul_rn(n, 1.f + 0x1p-17f))) {
+  if (F16::from_f32(tq::fmul_rn(n, 1.f - 0x1p-20f)) != F16::from_f32(tq::fmul_rn(n, 1.f + 0x1p-20f))) {
     // |x| to f64 without a 64-bit conversion (16 per clock per SM): its f32 bits b (exact for
     // every f16, subnormals included) give the f64's high word (b >> 3) + (1023 - 127) << 20
     // and a zero low word (an f16's 10 mantissa bits fit the high word); fma(v, v, acc) is
@@ -752,12 +773,28 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   const int chunks = (items + kTilesPerChunk - 1) / kTilesPerChunk;
   const int tile = 2 * w + (g >> 2), pair = g & 3;
 
+  // the prologue's global loads before its first wait: Π, the count bytes and the first chunk's
+  // dst0 / count (one round trip to L2), then the rows (the second), whose wait comes after the
+  // tables and the barrier (the rows are loaded after Π is stored: both in registers at once
+  // spill at d 128; QJL keys' M after the rows: staged before them, ptxas put a wait on a row
+  // load 16 instructions after it in the d 128 loop). Main's prologue waited on six round trips
+  // in turn (dst0, the rows, the count bytes, Π in two halves, M): 8-12% of the stall samples
+  // at 16 x 4k (eleventh compression pass)
   int c = blockIdx.x;
-  Vec16 x[2][NP];
   Rows cur = chunk_rows(p, c, items, tile, pair);
+  Vec16 piv[D * D / 32 / kThreads][4];
+  stage_load<D>(p.pi_hi, piv);
+  static_assert(kLut % kThreads == 0, "whole iterations");
+  float lutv[kLut / kThreads];
+#pragma unroll
+  for (int i = 0; i < kLut / kThreads; ++i) lutv[i] = p.lut[threadIdx.x + i * kThreads].y;
+  Vec16 x[2][NP];
+  stage_store<D, true>(piv, pih_a);
   if (c < chunks) load_rows<D>(p, cur, q, x);
+  if (QJL) stage_matrix<D, false>(p.m, m_a);
 
-  for (int i = threadIdx.x; i < kLut; i += kThreads) cnt_s[i] = (unsigned char)__float_as_uint(p.lut[i].y);
+#pragma unroll
+  for (int i = 0; i < kLut / kThreads; ++i) cnt_s[threadIdx.x + i * kThreads] = (unsigned char)__float_as_uint(lutv[i]);
   if (threadIdx.x < 16) {
     // boundary c of the table = CodeLut's boundary of the bins whose count is c (+ 0: no -0)
     const int cc = threadIdx.x;
@@ -768,9 +805,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // base and a constant added to every lookup's address (one add per lookup, not two ops)
   __shared__ u32 cnt_base_s;
   if (threadIdx.x == 0) cnt_base_s = smem_addr(cnt_s) - 0x4B000000u;
-  stage_matrix<D, true>(p.pi_hi, pih_a);
   if (SPLIT) stage_matrix<D, true>(p.pi_lo, pil_a);
-  if (QJL) stage_matrix<D, false>(p.m, m_a);
   wgmma_proxy_fence();  // the staged matrices are read by wgmma (async proxy)
   __syncthreads();
   const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
