@@ -515,10 +515,6 @@ struct True {
 struct False {
   static constexpr bool value = false;
 };
-template <bool B>
-struct Bool {
-  static constexpr bool value = B;
-};
 
 // The CTA of turbo_prefill_wgf_* (issue 11, round 5): a CTA's three consumer warpgroups take
 // consecutive items of its KV head's list of (query block qb, query head of the group hg),
@@ -578,9 +574,6 @@ __device__ __forceinline__ WgfCta wgf_cta(int order) {
 // drops the shift of oi (and its votes) when a row's m or the unit moves, so the outputs are
 // wrong; FERRATTN_WGF_HEADROOM=h > 0 moves a row's m past its first tile to ceil(t) + h instead
 // of ceil(t) (fewer moves, codes below 255 2^-h), which the CPU twin does not follow.
-#ifndef FERRATTN_WGF_SPLIT_PV
-#define FERRATTN_WGF_SPLIT_PV 1
-#endif
 #ifndef FERRATTN_WGF_NO_SHIFT
 #define FERRATTN_WGF_NO_SHIFT 0
 #endif
@@ -1266,7 +1259,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       // the S of only one tile fits beside it in 160 registers.
       constexpr int kNoRef = -(1 << 24);  // m of a row that has seen no key
       constexpr int NH = D / 64;          // 64-channel passes of P V
-      constexpr bool kSplit = FERRATTN_WGF_SPLIT_PV && NH == 2;  // round 15 (below)
       // (not zeroed: the first tile's first wgmma of each pass overwrites it; registers set
       // while a wgmma is in flight make ptxas serialize every wgmma of the kernel, C7515)
       int oi[NH][32];
@@ -1372,16 +1364,13 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       // register its passes read (pa) or write (oi) was last touched by other instructions before
       // it, and a step's S is issued after a fence of its own with nothing between them (the
       // PTX rule: a fence between a register access and a wgmma that accesses the register).
-      // split: each 64-channel pass its own commit group but the last (which the caller
-      // commits), so that a step can shift oi[0] while the pass into oi[1] still runs
-      auto pv = [&](u32 st, u32(&pa)[2][4], auto init, auto fence, auto split) {
+      auto pv = [&](u32 st, u32(&pa)[2][4], auto init, auto fence) {
         if (decltype(fence)::value) wgmma_fence();
 #pragma unroll
         for (int h2 = 0; h2 < NH; ++h2) {
           const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * h2);
           wgmma_m64n64k32_u8s8(oi[h2], pa[0], dv, decltype(init)::value ? 0 : 1);
           wgmma_m64n64k32_u8s8(oi[h2], pa[1], dv + 2, 1);
-          if (decltype(split)::value && h2 + 1 < NH) wgmma_commit();
         }
       };
       auto add_l = [&](const u32(&pa)[2][4]) {  // the previous tile's code sums times w into l
@@ -1423,7 +1412,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         WGF_TL(p, kFirst && (tid & 127) == 0, 13 + wg, sm_clock());
         wgmma_commit();
         if constexpr (!kFirst) {
-          pv(st_l, pa_prev, init, False{}, Bool<kSplit>{});  // (issue_s_at's fence covers it)
+          pv(st_l, pa_prev, init, False{});  // (issue_s_at's fence covers it)
           wgmma_commit();
           WGF_TL(p, kInit && (tid & 127) == 0, 16 + wg, sm_clock());
         }
@@ -1438,8 +1427,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         const int unit0 = cw.unit;
         if constexpr (kFirst) {
           wgmma_wait<0>();  // tile 0's S
-        } else if constexpr (kSplit) {
-          wgmma_wait<2>();  // tile j's S (tile j - 1's two P V passes in flight)
         } else {
           wgmma_wait<1>();  // tile j's S
         }
@@ -1483,31 +1470,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         // instead of waiting for that P V before the softmax. (The guard above saw l through
         // tile j - 2.)
         const int kn_a = min(mn_a - mi_a, 127), kn_b = min(mn_b - mi_b, 127);  // this tile's moves
-        if constexpr (!kFirst && kSplit) {
-          // Round 15: the vote and the shift amounts before the waits, oi[0] shifted once its
-          // pass is done while the pass into oi[1] still runs (the same values as below)
-          const bool mv = !FERRATTN_WGF_NO_SHIFT &&
-                          __any_sync(0xffffffffu, kn_a != 0 || kn_b != 0 || (unit0 & 0xff) != 0);
-          const int dn = (unit0 << 24) >> 24;
-          const u32 s_a = (u32)(min(kn_a + dn, 31) + 32), s_b = (u32)(min(kn_b + dn, 31) + 32);
-          wgmma_wait<1>();  // tile j - 1's P V into oi[0]
-          fence_regs(oi[0]);
-          if (mv) {
-#pragma unroll
-            for (int i = 0; i < 32; ++i) oi[0][i] = shift_pair(oi[0][i], (i & 2) ? s_b : s_a);
-          }
-          fence_regs(oi[0]);
-          wgmma_wait<0>();  // and into oi[1]
-          add_l(pa_prev);
-          fence_regs(oi[1]);
-          mbar_arrive(empty0 + 8 * st_l);  // tile j - 1 fully read
-          if (mv) {
-#pragma unroll
-            for (int i = 0; i < 32; ++i) oi[1][i] = shift_pair(oi[1][i], (i & 2) ? s_b : s_a);
-          }
-#pragma unroll
-          for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
-        } else if constexpr (!kFirst) {
+        if constexpr (!kFirst) {
           wgmma_wait<0>();  // tile j - 1's P V
           add_l(pa_prev);   // (with tile j - 1's moves, k_pa / k_pb)
 #pragma unroll
@@ -1541,7 +1504,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         ++j;
       };
       auto last = [&](u32(&pa)[2][4]) {  // the last tile's P V and l
-        pv(st_l, pa, False{}, True{}, False{});
+        pv(st_l, pa, False{}, True{});
         wgmma_commit();
         add_l(pa);
         wgmma_wait<0>();
