@@ -860,189 +860,183 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   u32 it = cs;
   int c_sub = 0;
   for (u32 u = 0; u < units; ++u) {
-    // The stages of one segment, a loop of its own with a single exit: the segment's end (the
-    // reduction, the partials or the merge) follows it, and the stage's back-edge sits right after
-    // the stage. As one loop with `continue` ptxas placed the latch past the end code, so every
-    // stage jumped ~36 KB forward and back (docs/DEVICE_PATH.md, "Lean paged, nineteenth session").
-    for (;;) {
-      cp_async_wait<ST - 2>();
-      if constexpr (ahead) {
-        if (u + ST - 1 < units) store_fetched(u + ST - 1, fa);
-      }
-      __syncthreads();
-      if (u + ST - 1 < units) issue_unit(u + ST - 1);
-      cp_async_commit();
-      if constexpr (regs) {
-        if (u + ST < units) load_words(u + ST);  // completed by this iteration's wait and barrier
-      }
-
-      // ---- LeanTile on this stage (Alg. 1 lines 20-25), keys grp*8 .. grp*8+7 of the stage ----
-      const int key0 = (int)(it - ct.start) * p.tile_k + c_sub * SK;
-      const u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
-      const u16* vs = ks + SK * D;
-      if constexpr (kMma) {
-        // 32-bit shared addresses: the stage's K (and V) window plus a lane's row and its swizzled
-        // chunk. A lane reads key kb + 16 n + 8 (bit of mat) + r8, so key % 8 = r8 and swz's XOR
-        // acts on the chunk alone: chunk 2 c + b (b = one bit of mat) ^ r8 = 2 c ^ (b ^ r8).
-        const u32 ks_a = slot_of(u), vs_a = ks_a + SK * D * 2;
-        // S = Q K^T for this warp's KW keys (Alg. 1 line 20) on tensor cores
-        const int kb = warp * KW;
-        float sacc[NT][4];
-  #pragma unroll
-        for (int n = 0; n < NT; ++n)
-  #pragma unroll
-          for (int e = 0; e < 4; ++e) sacc[n][e] = 0.f;
-  #pragma unroll
-        for (int k2 = 0; k2 < KS; ++k2) {
-  #pragma unroll
-          for (int np = 0; np < NT / 2; ++np) {
-            u32 b[4];
-            ldmatrix_x4(b, ks_a + qk_row + np * 16 * D * 2 + (((2 * k2) << 4) ^ qk_x));
-            mma16816(T{}, sacc[2 * np], qa[k2], b[0], b[1]);
-            mma16816(T{}, sacc[2 * np + 1], qa[k2], b[2], b[3]);
-          }
-        }
-        // online softmax in base 2 (lines 21-23); rows g and g+8, max over the quad
-        const int jb = key0 + kb + 2 * t4;
-        float alpha2[2] = {1.f, 1.f};
-  #pragma unroll
-        for (int h = 0; h < HALVES; ++h) {
-          float mx = m2[h];
-  #pragma unroll
-          for (int n = 0; n < NT; ++n)
-  #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float v = (jb + n * 8 + e) < vis2[h] ? sacc[n][2 * h + e] * p.scale_log2 : neg_inf();
-              sacc[n][2 * h + e] = v;
-              mx = fmax2(mx, v);
-            }
-          mx = fmax2(mx, shfl_xor(mx, 1));
-          mx = fmax2(mx, shfl_xor(mx, 2));
-          float sum = 0.f;
-          if (mx == neg_inf()) {
-            alpha2[h] = 1.f;
-  #pragma unroll
-            for (int n = 0; n < NT; ++n) {
-              sacc[n][2 * h] = 0.f;
-              sacc[n][2 * h + 1] = 0.f;
-            }
-          } else {
-            alpha2[h] = exp2_approx(m2[h] - mx);
-  #pragma unroll
-            for (int n = 0; n < NT; ++n)
-  #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float pv = exp2_approx(sacc[n][2 * h + e] - mx);
-                sacc[n][2 * h + e] = pv;
-                sum += pv;
-              }
-            m2[h] = mx;
-          }
-          l2[h] = l2[h] * alpha2[h] + sum;  // this thread's columns; the quad is summed at the end
-        }
-  #pragma unroll
-        for (int n = 0; n < (kMma ? D / 8 : 1); ++n) {
-          oa[n][0] *= alpha2[0];
-          oa[n][1] *= alpha2[0];
-          if constexpr (HALVES == 2) {
-            oa[n][2] *= alpha2[1];
-            oa[n][3] *= alpha2[1];
-          }
-        }
-        // O += P V (line 24): the score accumulators are already P's A fragments (rows 8-15 zero
-        // when they are padding)
-  #pragma unroll
-        for (int kt = 0; kt < KW / 16; ++kt) {
-          const u32 a[4] = {pack2(T{}, sacc[2 * kt][0], sacc[2 * kt][1]),
-                            HALVES == 2 ? pack2(T{}, sacc[2 * kt][2], sacc[2 * kt][3]) : 0u,
-                            pack2(T{}, sacc[2 * kt + 1][0], sacc[2 * kt + 1][1]),
-                            HALVES == 2 ? pack2(T{}, sacc[2 * kt + 1][2], sacc[2 * kt + 1][3]) : 0u};
-  #pragma unroll
-          for (int np = 0; np < D / 16; ++np) {
-            u32 b[4];
-            ldmatrix_x4_trans(b, vs_a + pv_row + kt * 16 * D * 2 + (((2 * np) << 4) ^ pv_x));
-            mma16816(T{}, oa[2 * np], a, b[0], b[1]);
-            mma16816(T{}, oa[2 * np + 1], a, b[2], b[3]);
-          }
-        }
-      } else {
-  #pragma unroll
-      for (int c0 = 0; c0 < KPG; c0 += SC) {
-        float s[R][SC];
-  #pragma unroll
-        for (int kk = 0; kk < SC; ++kk) {
-          const int key = grp * KPG + c0 + kk;
-          float kf[8];
-          unpack8<T>(ld_shared16(ks + swz<D>(key, gl)), kf);
-  #pragma unroll
-          for (int r = 0; r < R; ++r) {
-            float acc = 0.f;
-  #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              float qv;
-              if constexpr (S::kQInSmem) qv = q_s[r * D + gl * 8 + e]; else qv = q[r][e];
-              acc = qv * kf[e] + acc;
-            }
-            s[r][kk] = acc;
-          }
-        }
-  #pragma unroll
-        for (int r = 0; r < R; ++r)
-  #pragma unroll
-          for (int kk = 0; kk < SC; ++kk)
-  #pragma unroll
-            for (int off = 1; off < L; off <<= 1) s[r][kk] += shfl_xor(s[r][kk], off);
-        float alpha[R];
-  #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          float mx = m[r];
-  #pragma unroll
-          for (int kk = 0; kk < SC; ++kk) {
-            const int j = key0 + grp * KPG + c0 + kk;
-            s[r][kk] = j < vis[r] ? s[r][kk] * p.scale_log2 : neg_inf();
-            mx = fmax2(mx, s[r][kk]);
-          }
-          if (mx == neg_inf()) {
-            alpha[r] = 1.f;
-  #pragma unroll
-            for (int kk = 0; kk < SC; ++kk) s[r][kk] = 0.f;
-          } else {
-            alpha[r] = exp2_approx(m[r] - mx);  // 0 when m was -inf
-            float sum = 0.f;
-  #pragma unroll
-            for (int kk = 0; kk < SC; ++kk) {
-              s[r][kk] = exp2_approx(s[r][kk] - mx);
-              sum += s[r][kk];
-            }
-            l[r] = l[r] * alpha[r] + sum;
-            m[r] = mx;
-          }
-  #pragma unroll
-          for (int e = 0; e < 8; ++e) o[r][e] *= alpha[r];
-        }
-  #pragma unroll
-        for (int kk = 0; kk < SC; ++kk) {
-          const int key = grp * KPG + c0 + kk;
-          float vf[8];
-          unpack8<T>(ld_shared16(vs + swz<D>(key, gl)), vf);
-  #pragma unroll
-          for (int r = 0; r < R; ++r)
-  #pragma unroll
-            for (int e = 0; e < 8; ++e) o[r][e] = s[r][kk] * vf[e] + o[r][e];
-        }
-      }
-
-      }  // SIMT stage
-
-      if (++c_sub == sub) {  // it, c_sub: unit u + 1 from here on
-        c_sub = 0;
-        ++it;
-      }
-      if ((u + 1 == units) || (it >= ct.end)) break;
-      ++u;
+    cp_async_wait<ST - 2>();
+    if constexpr (ahead) {
+      if (u + ST - 1 < units) store_fetched(u + ST - 1, fa);
+    }
+    __syncthreads();
+    if (u + ST - 1 < units) issue_unit(u + ST - 1);
+    cp_async_commit();
+    if constexpr (regs) {
+      if (u + ST < units) load_words(u + ST);  // completed by this iteration's wait and barrier
     }
 
+    // ---- LeanTile on this stage (Alg. 1 lines 20-25), keys grp*8 .. grp*8+7 of the stage ----
+    const int key0 = (int)(it - ct.start) * p.tile_k + c_sub * SK;
+    const u16* ks = kv_s + (u64)(u % ST) * 2 * SK * D;
+    const u16* vs = ks + SK * D;
+    if constexpr (kMma) {
+      // 32-bit shared addresses: the stage's K (and V) window plus a lane's row and its swizzled
+      // chunk. A lane reads key kb + 16 n + 8 (bit of mat) + r8, so key % 8 = r8 and swz's XOR
+      // acts on the chunk alone: chunk 2 c + b (b = one bit of mat) ^ r8 = 2 c ^ (b ^ r8).
+      const u32 ks_a = slot_of(u), vs_a = ks_a + SK * D * 2;
+      // S = Q K^T for this warp's KW keys (Alg. 1 line 20) on tensor cores
+      const int kb = warp * KW;
+      float sacc[NT][4];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sacc[n][e] = 0.f;
+#pragma unroll
+      for (int k2 = 0; k2 < KS; ++k2) {
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          u32 b[4];
+          ldmatrix_x4(b, ks_a + qk_row + np * 16 * D * 2 + (((2 * k2) << 4) ^ qk_x));
+          mma16816(T{}, sacc[2 * np], qa[k2], b[0], b[1]);
+          mma16816(T{}, sacc[2 * np + 1], qa[k2], b[2], b[3]);
+        }
+      }
+      // online softmax in base 2 (lines 21-23); rows g and g+8, max over the quad
+      const int jb = key0 + kb + 2 * t4;
+      float alpha2[2] = {1.f, 1.f};
+#pragma unroll
+      for (int h = 0; h < HALVES; ++h) {
+        float mx = m2[h];
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float v = (jb + n * 8 + e) < vis2[h] ? sacc[n][2 * h + e] * p.scale_log2 : neg_inf();
+            sacc[n][2 * h + e] = v;
+            mx = fmax2(mx, v);
+          }
+        mx = fmax2(mx, shfl_xor(mx, 1));
+        mx = fmax2(mx, shfl_xor(mx, 2));
+        float sum = 0.f;
+        if (mx == neg_inf()) {
+          alpha2[h] = 1.f;
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            sacc[n][2 * h] = 0.f;
+            sacc[n][2 * h + 1] = 0.f;
+          }
+        } else {
+          alpha2[h] = exp2_approx(m2[h] - mx);
+#pragma unroll
+          for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float pv = exp2_approx(sacc[n][2 * h + e] - mx);
+              sacc[n][2 * h + e] = pv;
+              sum += pv;
+            }
+          m2[h] = mx;
+        }
+        l2[h] = l2[h] * alpha2[h] + sum;  // this thread's columns; the quad is summed at the end
+      }
+#pragma unroll
+      for (int n = 0; n < (kMma ? D / 8 : 1); ++n) {
+        oa[n][0] *= alpha2[0];
+        oa[n][1] *= alpha2[0];
+        if constexpr (HALVES == 2) {
+          oa[n][2] *= alpha2[1];
+          oa[n][3] *= alpha2[1];
+        }
+      }
+      // O += P V (line 24): the score accumulators are already P's A fragments (rows 8-15 zero
+      // when they are padding)
+#pragma unroll
+      for (int kt = 0; kt < KW / 16; ++kt) {
+        const u32 a[4] = {pack2(T{}, sacc[2 * kt][0], sacc[2 * kt][1]),
+                          HALVES == 2 ? pack2(T{}, sacc[2 * kt][2], sacc[2 * kt][3]) : 0u,
+                          pack2(T{}, sacc[2 * kt + 1][0], sacc[2 * kt + 1][1]),
+                          HALVES == 2 ? pack2(T{}, sacc[2 * kt + 1][2], sacc[2 * kt + 1][3]) : 0u};
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) {
+          u32 b[4];
+          ldmatrix_x4_trans(b, vs_a + pv_row + kt * 16 * D * 2 + (((2 * np) << 4) ^ pv_x));
+          mma16816(T{}, oa[2 * np], a, b[0], b[1]);
+          mma16816(T{}, oa[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    } else {
+#pragma unroll
+    for (int c0 = 0; c0 < KPG; c0 += SC) {
+      float s[R][SC];
+#pragma unroll
+      for (int kk = 0; kk < SC; ++kk) {
+        const int key = grp * KPG + c0 + kk;
+        float kf[8];
+        unpack8<T>(ld_shared16(ks + swz<D>(key, gl)), kf);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float acc = 0.f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            float qv;
+            if constexpr (S::kQInSmem) qv = q_s[r * D + gl * 8 + e]; else qv = q[r][e];
+            acc = qv * kf[e] + acc;
+          }
+          s[r][kk] = acc;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int kk = 0; kk < SC; ++kk)
+#pragma unroll
+          for (int off = 1; off < L; off <<= 1) s[r][kk] += shfl_xor(s[r][kk], off);
+      float alpha[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float mx = m[r];
+#pragma unroll
+        for (int kk = 0; kk < SC; ++kk) {
+          const int j = key0 + grp * KPG + c0 + kk;
+          s[r][kk] = j < vis[r] ? s[r][kk] * p.scale_log2 : neg_inf();
+          mx = fmax2(mx, s[r][kk]);
+        }
+        if (mx == neg_inf()) {
+          alpha[r] = 1.f;
+#pragma unroll
+          for (int kk = 0; kk < SC; ++kk) s[r][kk] = 0.f;
+        } else {
+          alpha[r] = exp2_approx(m[r] - mx);  // 0 when m was -inf
+          float sum = 0.f;
+#pragma unroll
+          for (int kk = 0; kk < SC; ++kk) {
+            s[r][kk] = exp2_approx(s[r][kk] - mx);
+            sum += s[r][kk];
+          }
+          l[r] = l[r] * alpha[r] + sum;
+          m[r] = mx;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[r][e] *= alpha[r];
+      }
+#pragma unroll
+      for (int kk = 0; kk < SC; ++kk) {
+        const int key = grp * KPG + c0 + kk;
+        float vf[8];
+        unpack8<T>(ld_shared16(vs + swz<D>(key, gl)), vf);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) o[r][e] = s[r][kk] * vf[e] + o[r][e];
+      }
+    }
+
+    }  // SIMT stage
+
     // ---- end of a segment: reduce the key groups, then act by role ----
+    if (++c_sub == sub) {  // it, c_sub: unit u + 1 from here on
+      c_sub = 0;
+      ++it;
+    }
+    const bool seg_end = (u + 1 == units) || (it >= ct.end);
+    if (!seg_end) continue;
+
     if constexpr (kMma) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
