@@ -477,7 +477,7 @@ pub fn attend_tile_fixed_p_int(
 /// the price of codes below `255 2^-headroom` until the next move. The kernel's diagnostic build
 /// `-DFERRATTN_WGF_HEADROOM=h` follows the same rule (`docs/TURBO_CUDA.md`, round 14).
 #[allow(clippy::too_many_arguments)] // the operands of one tile step, named as in Alg. 1
-pub fn attend_tile_fixed_p_int_headroom(
+pub(crate) fn attend_tile_fixed_p_int_headroom(
     q: &Int8Block,
     softmax_scale: f32,
     visible: &[usize],
@@ -953,7 +953,7 @@ pub fn prefill_fixed_p(
 /// [`prefill_fixed_p`] with the INT32 path's headroom rule of
 /// [`attend_tile_fixed_p_int_headroom`] (`headroom = 0`: the contract; an experiment of issue 11,
 /// prefill round 14).
-pub fn prefill_fixed_p_headroom(
+pub(crate) fn prefill_fixed_p_headroom(
     cfg: &TurboConfig,
     p: &AttentionProblem,
     x: &AttentionInputs,
