@@ -1712,7 +1712,9 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
       const ferrattn::tq::PrepareParams p) {                                                    \
     ferrattn::tq::prepare_q<D>(p);                                                              \
   }                                                                                             \
-  extern "C" __global__ void __launch_bounds__(128) turboquant_prepare_q_v1_d##D(               \
+  /* 4 CTAs an SM (<= 128 registers): with its Πᵀ / Sᵀ quarter held across the wait, ptxas \
+     took 148 otherwise (3 a SM, 1.3 waves of 512 CTAs at 16 x 8 KV heads) */                  \
+  extern "C" __global__ void __launch_bounds__(128, 4) turboquant_prepare_q_v1_d##D(            \
       const ferrattn::tq::PrepareParams p) {                                                    \
     ferrattn::tq::prepare_q_v1<D>(p);                                                           \
   }                                                                                             \
