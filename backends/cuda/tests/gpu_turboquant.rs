@@ -241,7 +241,9 @@ fn gpu_decode_matches_the_emulation() {
             // merge splits each tile's rows over two 8-warp CTAs (row_split)
             (
                 &[1; 16],
-                &[300, 17, 1, 65, 129, 2000, 33, 500, 0, 2, 3, 70, 900, 16, 15, 200],
+                &[
+                    300, 17, 1, 65, 129, 2000, 33, 500, 0, 2, 3, 70, 900, 16, 15, 200,
+                ],
                 32,
                 8,
                 128,

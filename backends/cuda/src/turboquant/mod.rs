@@ -325,8 +325,9 @@ pub fn merge_warps(row_split: usize, tiles: usize, sms: usize, forced: Option<us
 /// row in use (rows `r ≡ part mod row_split`); with up to one tile per SM (16 x 8 KV heads on
 /// 132 SMs), two CTAs per tile of 8 warps each (rows of one parity; two such CTAs fit an SM by
 /// registers, so `2 · tiles` CTAs are one wave), which halves the rows each CTA merges one after
-/// the other (issue-10-decode19: the merge at 16 x 16k, 128 CTAs of 4 rows, took 10.9 µs on an
-/// H200 under `ncu`, 24% issue active, stalled on its rows' L2 round trips); else one CTA per tile
+/// the other (issue-10-decode19: the merge at 16 x 16k, 128 CTAs of 4 rows, took 10.9-11.7 µs on an
+/// H200 under `ncu`, 24% issue active, stalled on its rows' L2 round trips; split, 10.0-10.1 µs,
+/// and the step 2.1-2.6 µs shorter at 16 x 16k, d 128, every configuration); else one CTA per tile
 /// (its rows share the reads of `Π`).
 pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
     let rows = (p.group_size() * p.max_seqlen_q).min(ROWS);
