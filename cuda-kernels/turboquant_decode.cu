@@ -1322,22 +1322,31 @@ __device__ __forceinline__ void write_q_element(const PrepareParams& p, const fl
   }
 }
 
-// Rows 0 .. N-1 of q_s times a quarter of Πᵀ (and Sᵀ) at column col: rows past the last valid
-// one are skipped by picking N >= that row at run time (invalid rows in between hold zeros).
-template <int D, int N>
-__device__ __forceinline__ void project_rows(const PrepareParams& p, const float (*q_s)[D], int quarter, int col,
-                                             float (&rot)[kRows], float (&proj)[kRows]) {
+// This thread's quarter of column col of Πᵀ (a) and Sᵀ (c; zeros without QJL), loaded with
+// every load issued before the first FMA: one L2 round trip per thread instead of KQ / 8 (the
+// kernel is a latency chain at small batch, not a bandwidth one). Πᵀ / Sᵀ are the engine's
+// (uploaded before the launch, never rewritten) and read through L2 only, so the v1 kernel
+// issues these loads before its wait on the kernel before (see pdl_wait).
+template <int D>
+__device__ __forceinline__ void load_quarter(const PrepareParams& p, int quarter, int col, float (&a)[D / 4],
+                                             float (&c)[D / 4]) {
   constexpr int KQ = D / 4;
   const float* pit = p.pit + (size_t)quarter * KQ * D + col;
   const float* st = p.st + (size_t)quarter * KQ * D + col;
-  // every load of the quarter issued before the first FMA: one L2 round trip per thread
-  // instead of KQ / 8 (the kernel is a latency chain at small batch, not a bandwidth one)
-  float a[KQ], c[KQ];
 #pragma unroll
   for (int kk = 0; kk < KQ; ++kk) {
-    a[kk] = pit[(size_t)kk * D];
-    c[kk] = p.qjl ? st[(size_t)kk * D] : 0.f;
+    a[kk] = ldcg_f32(pit + (size_t)kk * D);
+    c[kk] = p.qjl ? ldcg_f32(st + (size_t)kk * D) : 0.f;
   }
+}
+
+// Rows 0 .. N-1 of q_s times a quarter of Πᵀ (and Sᵀ) at one column (a, c: load_quarter): rows
+// past the last valid one are skipped by picking N >= that row at run time (invalid rows in
+// between hold zeros).
+template <int D, int N>
+__device__ __forceinline__ void project_rows(const float (*q_s)[D], const float (&a)[D / 4], const float (&c)[D / 4],
+                                             int quarter, float (&rot)[kRows], float (&proj)[kRows]) {
+  constexpr int KQ = D / 4;
 #pragma unroll
   for (int kk = 0; kk < KQ; ++kk) {
     const int k = quarter * KQ + kk;
@@ -1363,9 +1372,14 @@ __device__ __forceinline__ void prepare_q_v1(const PrepareParams& p) {
   __shared__ long long src_s[kRows];  // element offset of row r's query in q, -1: padding row
   const int tile = blockIdx.x / (D / 32), chunk = blockIdx.x % (D / 32);
   if (tile >= p.batch_tiles) return;
+  const int t = threadIdx.x, cl = t & 31, quarter = t >> 5, col = chunk * 32 + cl;
+  // Πᵀ / Sᵀ before the wait (issue-10-decode19): their L2 round trip overlaps this CTA's query
+  // loads and, under PDL, the kernel before's tail, instead of following both (H200, 16 x 16k:
+  // 12.2 -> 9.9-10.6 µs under ncu, the graph step 2.1-3.4 µs shorter)
+  float a[D / 4], c[D / 4];
+  load_quarter<D>(p, quarter, col, a, c);
   pdl_wait();               // the kernel before may write q, and the decode before it read qf
   pdl_launch_dependents();  // after the wait: see pdl_wait (the decode reads the cache early)
-  const int t = threadIdx.x, cl = t & 31, quarter = t >> 5, col = chunk * 32 + cl;
   const int qg = tile % p.qgroups, h = (tile / p.qgroups) % p.heads_kv, b = tile / (p.qgroups * p.heads_kv);
   if (t < kRows) {  // one thread per row: the integer divisions once per row, not per element
     const int R = qg * kRows + t, hl = R / p.max_sq, i = R % p.max_sq;
@@ -1386,11 +1400,11 @@ __device__ __forceinline__ void prepare_q_v1(const PrepareParams& p) {
 #pragma unroll
   for (int r = 0; r < kRows; ++r) rot[r] = 0.f, proj[r] = 0.f;
   if (last <= 4) {
-    project_rows<D, 4>(p, q_s, quarter, col, rot, proj);
+    project_rows<D, 4>(q_s, a, c, quarter, rot, proj);
   } else if (last <= 8) {
-    project_rows<D, 8>(p, q_s, quarter, col, rot, proj);
+    project_rows<D, 8>(q_s, a, c, quarter, rot, proj);
   } else {
-    project_rows<D, kRows>(p, q_s, quarter, col, rot, proj);
+    project_rows<D, kRows>(q_s, a, c, quarter, rot, proj);
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) red[0][quarter][r][cl] = rot[r], red[1][quarter][r][cl] = proj[r];
@@ -1699,7 +1713,9 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
       const ferrattn::tq::PrepareParams p) {                                                    \
     ferrattn::tq::prepare_q<D>(p);                                                              \
   }                                                                                             \
-  extern "C" __global__ void __launch_bounds__(128) turboquant_prepare_q_v1_d##D(               \
+  /* 4 CTAs an SM (<= 128 registers): with its Πᵀ / Sᵀ quarter held across the wait, ptxas \
+     took 148 otherwise (3 a SM, 1.3 waves of 512 CTAs at 16 x 8 KV heads) */                  \
+  extern "C" __global__ void __launch_bounds__(128, 4) turboquant_prepare_q_v1_d##D(            \
       const ferrattn::tq::PrepareParams p) {                                                    \
     ferrattn::tq::prepare_q_v1<D>(p);                                                           \
   }                                                                                             \

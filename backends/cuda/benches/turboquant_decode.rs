@@ -5,8 +5,8 @@
 //! beside their baselines. Prints one line per configuration.
 //!
 //! Usage: `turboquant_decode BATCH CONTEXT [--config k4q-v3,k4-v3,...] [--iters N] [--units N]
-//! [--sets N] [--no-pdl]` (`kBq-vC`: B key bits with QJL, `kB-vC` without; Llama-3-8B heads, d 128,
-//! f16). `--units`: stream-K width (default: the engine's); `--sets`: caches compressed from the
+//! [--sets N] [--no-pdl] [--head-dim D]` (`kBq-vC`: B key bits with QJL, `kB-vC` without; Llama-3-8B
+//! heads, d 128 or `--head-dim 64`, f16). `--units`: stream-K width (default: the engine's); `--sets`: caches compressed from the
 //! same K/V and rotated over the graph's steps, as layers would be (default 1: one cache, which
 //! can sit in L2 when it is smaller); `--no-pdl`: plain stream order instead of programmatic
 //! dependent launch. The line ends with the decode's warps per CTA and where the merge ran
@@ -16,7 +16,8 @@
 //! size), `FERRATTN_TQ_PREPARE_PDL=0` (the prepare in plain stream order), `FERRATTN_TQ_EARLY=0`,
 //! `FERRATTN_TQ_PREPARE=v1|spread`, `FERRATTN_TQ_MERGE_WARPS=8|16`, `FERRATTN_TQ_PDL=0`,
 //! `FERRATTN_TQ_FUSED=1` (the merge inside the decode for the 7-warp small-work CTAs),
-//! `FERRATTN_TQ_ONE_PER_SM=0` (7-warp CTAs not padded to one per SM where two fit).
+//! `FERRATTN_TQ_ONE_PER_SM=0` (7-warp CTAs not padded to one per SM where two fit),
+//! `FERRATTN_TQ_ROW_SPLIT=1|2|4|8|16` (the merge's CTAs per output tile).
 //! Under ncu: the first `3 x configs` launches are the warm-up calls, one step per config.
 
 use ferrattn_core::turboquant::TurboQuantConfig;
@@ -61,6 +62,9 @@ fn main() {
         .unwrap_or(1)
         .max(1);
     let pdl = !args.iter().any(|a| a == "--no-pdl");
+    let d: usize = flag("--head-dim")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(128);
     let b = CudaBackend::new(0);
     let gpu = match b.gpu() {
         Ok(g) => g.clone(),
@@ -69,7 +73,7 @@ fn main() {
             return;
         }
     };
-    let p = AttentionProblem::uniform(batch, 1, ctx, 32, 8, 128, 128, DType::F16);
+    let p = AttentionProblem::uniform(batch, 1, ctx, 32, 8, d, d, DType::F16);
     let x = b.random_inputs(&p, 5, 2.0).expect("device inputs");
     for name in configs.split(',') {
         let Some((key_bits, key_qjl, value_bits)) = parse_config(name) else {
@@ -123,7 +127,7 @@ fn main() {
         };
         match run() {
             Ok((ms, bytes, units, warps, fused, smem)) => println!(
-                "turboquant B={batch} ctx={ctx} {name}: {ms:.4} ms per step, {:.0} GB/s of {:.1} MB compressed, {units} units, {sets} sets, pdl {pdl}, {warps}-warp CTAs of {smem} B, merge {}",
+                "turboquant B={batch} ctx={ctx} d={d} {name}: {ms:.4} ms per step, {:.0} GB/s of {:.1} MB compressed, {units} units, {sets} sets, pdl {pdl}, {warps}-warp CTAs of {smem} B, merge {}",
                 bytes as f64 / (ms as f64 * 1e-3) / 1e9,
                 bytes as f64 / 1e6,
                 if fused { "fused" } else { "kernel" }

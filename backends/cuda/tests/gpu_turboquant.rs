@@ -237,6 +237,19 @@ fn gpu_decode_matches_the_emulation() {
             (&[3, 1], &[63, 4097], 8, 8, 64, true, None),
             (&[1], &[32767], 32, 8, 128, false, None),
             (&[5, 1], &[37, 1], 12, 4, 64, false, Some(2)),
+            // 16 sequences x 8 KV heads: 128 tiles, up to one per SM (H100 / H200), where the
+            // merge splits each tile's rows over two 8-warp CTAs (row_split)
+            (
+                &[1; 16],
+                &[
+                    300, 17, 1, 65, 129, 2000, 33, 500, 0, 2, 3, 70, 900, 16, 15, 200,
+                ],
+                32,
+                8,
+                128,
+                false,
+                None,
+            ),
         ]
     };
     for (lq, lk, hq, hk, d, causal, units) in cases {

@@ -138,6 +138,9 @@ pub struct TurboQuantCuda {
     combine_w16: Function,
     /// `FERRATTN_TQ_MERGE_WARPS` (8 or 16): every step's merge with that many warps.
     merge_forced: Option<usize>,
+    /// `FERRATTN_TQ_ROW_SPLIT` (1, 2, 4, 8 or 16): every step's merge with that many CTAs per
+    /// output tile instead of the plan's [`super::row_split`] (diagnostic).
+    row_split_forced: Option<usize>,
     pi: DeviceBuffer,
     pit: DeviceBuffer,
     s: DeviceBuffer,
@@ -242,6 +245,12 @@ impl TurboQuantCuda {
             Ok("16") => Some(16),
             _ => None,
         };
+        // FERRATTN_TQ_ROW_SPLIT=1..16: the merge's CTAs per tile for every step (a diagnostic
+        // switch, as above; see row_split)
+        let row_split_forced = match std::env::var("FERRATTN_TQ_ROW_SPLIT").as_deref() {
+            Ok(v @ ("1" | "2" | "4" | "8" | "16")) => v.parse().ok(),
+            _ => None,
+        };
         let d = p.head_dim_qk;
         let codec = TurboQuantCodec::new(cfg, d, d);
         let pi_h = codec.key_rotation().matrix().to_vec();
@@ -291,6 +300,7 @@ impl TurboQuantCuda {
             combine: dm.function(&names.combine)?,
             combine_w16: dm.function(&names.combine_w16)?,
             merge_forced,
+            row_split_forced,
             pi: DeviceBuffer::from_slice(&gpu, &pi_h)?,
             pit: DeviceBuffer::from_slice(&gpu, &transpose(&pi_h, d))?,
             s: DeviceBuffer::from_slice(&gpu, &s_h)?,
@@ -625,7 +635,7 @@ impl TurboQuantCuda {
                     units: t.units,
                     tiles: t.tiles,
                     segments: t.segments,
-                    row_split: t.row_split,
+                    row_split: self.row_split_forced.unwrap_or(t.row_split),
                     qgroups: t.qgroups,
                     decode: if t.r16 {
                         self.decode_r16.clone()
@@ -1118,7 +1128,7 @@ impl TurboQuantCuda {
                 "q, o and lse must be non-null and 16-byte aligned (got {q:#x}, {o:#x}, {lse:#x})"
             )));
         }
-        let d = self.head_dim;
+        let (d, sms) = (self.head_dim, self.gpu.caps.compute_units);
         let log2e = std::f32::consts::LOG2_E;
         let mut pp = PrepareParams {
             q,
@@ -1195,7 +1205,7 @@ impl TurboQuantCuda {
             o,
             lse,
             heads_q: p.heads_q as i32,
-            merge_warps: merge_warps(prep.row_split, self.merge_forced) as i32,
+            merge_warps: merge_warps(prep.row_split, prep.tiles, sms, self.merge_forced) as i32,
             oscale: 1.0 / self.sigma_v,
         };
         let smem = prep.smem;
@@ -1235,7 +1245,7 @@ impl TurboQuantCuda {
             row_split: prep.row_split as i32,
             oscale: 1.0 / self.sigma_v,
         };
-        let warps = merge_warps(prep.row_split, self.merge_forced);
+        let warps = merge_warps(prep.row_split, prep.tiles, sms, self.merge_forced);
         unsafe {
             launch_step_kernel(
                 &self.gpu,
