@@ -682,6 +682,86 @@ __device__ __forceinline__ void prefetch_rows(const FastParams& p, const Rows& r
   }
 }
 
+// The raw rows through a shared-memory ring (issue 10, twelfth compression pass): where a slot
+// fits beside Π without losing a CTA per SM (fast values and MSE keys: 4 CTAs at d 128, 6 at d 64)
+// the next chunk's rows come by bulk copies (cp.async.bulk, the TMA engine: no LSU instruction and
+// no register scoreboard per row), one 1-D copy per present token row issued by lane 0 of each warp
+// for the warp's own 16 rows, completion counted on the warp's mbarrier. The warp reads its rows
+// back into the registers the product takes (LDS.128) at the end of the epilogue. So no lookup of
+// the epilogue can wait for DRAM through a scoreboard ptxas gave a row load too (the eleventh
+// pass's profile: 7.6-11.8% of the stall samples on one such FFMA per kernel), and the rows are in
+// flight for the whole iteration (product, norms, epilogue) instead of the epilogue alone.
+// Layout of a warp's 16 rows: pair g (rows 2g, 2g + 1, the rows of lanes 4g..4g+3) at g kPairBytes,
+// kPairBytes = 2 row bytes + 64: an odd pair starts 64 bytes off an even one modulo 128, so the 8
+// lanes of a quarter warp (pairs 2k, 2k + 1, q = 0..3) read 128 distinct bytes: no bank conflict.
+template <int D>
+struct Ring {
+  static constexpr int kRowBytes = D * 2;
+  static constexpr int kPairBytes = 2 * kRowBytes + 64;
+  static constexpr int kWarpBytes = 8 * kPairBytes;
+  static constexpr int kSlotBytes = (kThreads / 32) * kWarpBytes;  // ferrattn_cuda::turboquant::fast_compress_smem_bytes
+};
+
+// Lane 0 of the warp copies the warp's present rows of a chunk (`r`: this thread's pair) into the
+// warp's slot at `dst` and announces their bytes on `bar` (zero bytes: the phase completes at
+// once). An absent row (outside the append, past the last item) is not copied: its place keeps an
+// earlier chunk's row (or the prologue's zeros), whose codes and norms are never stored, as main's
+// register path loads row 0 for it.
+template <int D>
+__device__ __forceinline__ void ring_issue(const FastParams& p, const Rows& r, int lane, u32 dst, u32 bar) {
+#if defined(FERRATTN_SM90A)
+  using RG = Ring<D>;
+  // warp row k < 16 is token k % 8 of the warp's tile k / 8: the even (k even) or odd token of the
+  // pair held by lane 4 (k / 2)
+  const u32 fl = (r.ev ? 1u : 0u) | (r.od ? 2u : 0u);
+  const u32 mine = (__shfl_sync(0xffffffffu, fl, (lane >> 1) * 4) >> (lane & 1)) & 1u;
+  const u32 mask = __ballot_sync(0xffffffffu, lane < 16 && mine);
+  // the source row of token 0 of the warp's second tile (lane 16's pair 0); the first's is lane 0's
+  const long long s1 = __shfl_sync(0xffffffffu, r.src, 16);
+  u32 elected;
+  asm volatile("{\n.reg .pred e;\nelect.sync _|e, 0xffffffff;\nselp.u32 %0, 1, 0, e;\n}\n" : "=r"(elected));
+  const long long s0 = __shfl_sync(0xffffffffu, r.src, 0);
+  if (elected) {
+    // elect.sync: ptxas knows one thread runs this and keeps the addresses in uniform registers
+    // (with `lane == 0` it wrapped every copy in a loop over the active lanes: 17 instructions)
+    sm90::mbar_arrive_expect_tx(bar, __popc(mask) * RG::kRowBytes);
+    const unsigned char* b0 = reinterpret_cast<const unsigned char*>(p.src + s0 * D);
+    const unsigned char* b1 = reinterpret_cast<const unsigned char*>(p.src + s1 * D);
+    const long long stride = (long long)p.heads_kv * RG::kRowBytes;  // the next token, same head
+    if (mask == 0xffffu) {  // every row present (a prefill's inner chunks): no test per row
+#pragma unroll
+      for (int k = 0; k < 16; ++k)
+        sm90::bulk_g2s(dst + (k >> 1) * RG::kPairBytes + (k & 1) * RG::kRowBytes, (k < 8 ? b0 : b1) + (k & 7) * stride,
+                       RG::kRowBytes, bar);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 16; ++k)
+        if (mask >> k & 1u)
+          sm90::bulk_g2s(dst + (k >> 1) * RG::kPairBytes + (k & 1) * RG::kRowBytes, (k < 8 ? b0 : b1) + (k & 7) * stride,
+                         RG::kRowBytes, bar);
+    }
+  }
+#else
+  (void)p, (void)r, (void)lane, (void)dst, (void)bar;
+#endif
+}
+// this thread's pieces 4m + q of its two rows from the warp's slot at `src`
+template <int D>
+__device__ __forceinline__ void ring_read(u32 src, int g, int q, Vec16 (&x)[2][Layout<D>::kPieces]) {
+  using RG = Ring<D>;
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int m = 0; m < Layout<D>::kPieces; ++m) {
+      Vec16 v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(src + g * RG::kPairBytes + t * RG::kRowBytes + (4 * m + q) * 16)
+                   : "memory");
+      x[t][m] = v;
+    }
+}
+
 // ‖x‖ of the thread's two rows (the quad's 4 threads hold the 4 parts of each row). First an f32
 // sum of the (exact) squares in 4 FMA chains of D/16 terms, a fixed tree over them and a butterfly
 // over the quad (a + b == b + a: every thread ends with one value): at most D/16 - 1 + 2 + 2 <=
@@ -767,6 +847,15 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   unsigned char* cnt_s = base + (m_a - pih_a) + (QJL ? L::kMatBytes : 0);  // [kLut] count bytes
   float* bnd_t = reinterpret_cast<float*>(cnt_s + kLut);               // [16] boundaries
   float* cen_t = bnd_t + 16;                                           // [32] centroids
+  // the ring (fast values and MSE keys): a u64 mbarrier per warp after the tables, the slot at
+  // 512 bytes past the count bytes (128-byte aligned: the bank argument of Ring)
+#if defined(FERRATTN_SM90A)
+  constexpr bool RING = !QJL && !SPLIT;
+#else
+  constexpr bool RING = false;  // bulk copies and mbarrier waits are sm_90 PTX; the ring stays unused
+#endif
+  const u32 bar_a = smem_addr(cen_t + 32) + 8u * (threadIdx.x / 32);
+  const u32 ring_a = smem_addr(cnt_s) + 512u + (threadIdx.x / 32) * Ring<D>::kWarpBytes;
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int items = p.batch * p.heads_kv * p.groups;
@@ -782,6 +871,9 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // at 16 x 4k (eleventh compression pass)
   int c = blockIdx.x;
   Rows cur = chunk_rows(p, c, items, tile, pair);
+  // the ring: the rows of the chunk after `cur` (its copies are issued in the first iteration)
+  Rows nxt{0, 0, false, false};
+  if constexpr (RING) nxt = chunk_rows(p, c + gridDim.x, items, tile, pair);
   Vec16 piv[D * D / 32 / kThreads][4];
   stage_load<D>(p.pi_hi, piv);
   static_assert(kLut % kThreads == 0, "whole iterations");
@@ -801,6 +893,17 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     bnd_t[cc] = cc < p.n_bounds ? tq::fadd_rn(p.bounds[cc], 0.f) : __int_as_float(0x7f800000);
   }
   if (threadIdx.x < 32) cen_t[threadIdx.x] = p.cents[min((int)threadIdx.x, p.n_bounds)];
+  if constexpr (RING) {
+    if (c + (int)gridDim.x < chunks) {
+    // a CTA of more than one chunk: the warp's mbarrier, and its slot zeroed (an absent row keeps
+    // what its place held; never uninitialised memory)
+      if (lane == 0) sm90::mbar_init(bar_a, 1);
+#pragma unroll
+      for (int i = lane; i < Ring<D>::kWarpBytes / 16; i += 32) st_shared_v4(ring_a + 16 * i, 0u, 0u, 0u, 0u);
+      sm90::fence_mbar_init();
+      sm90::fence_proxy_async();  // the zeros before the bulk copies' writes (async proxy)
+    }
+  }
   // the byte table's biased address through shared memory: ptxas cannot split it into a uniform
   // base and a constant added to every lookup's address (one add per lookup, not two ops)
   __shared__ u32 cnt_base_s;
@@ -811,13 +914,24 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
   const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
 
+  u32 phase = 0;  // the ring: the parity of the mbarrier phase of this iteration's copies
   for (; c < chunks; c += gridDim.x) {
     float acc[NA];
     product_issue<D, SPLIT>([&](int kk, u32(&a)[4]) { a_frag<D>(x, kk, a); }, pih_a, pil_a, acc);
+    // the ring: the slot was read into x at the end of the last iteration, and the product has
+    // taken x (its loads completed in every lane of the warp): refill it with the next chunk
+    const bool more = c + (int)gridDim.x < chunks;
+    if constexpr (RING) {
+      if (more) {
+        __syncwarp();
+        ring_issue<D>(p, nxt, lane, ring_a, bar_a);
+      }
+    }
     // the row norms on the CUDA cores while the tensor cores run
     const float n0 = row_norm<D>(x[0]), n1 = row_norm<D>(x[1]);
-    // the next chunk's rows before the wait: their dst0 / count loads return under it
-    const Rows nx = chunk_rows(p, c + gridDim.x, items, tile, pair);
+    // the next chunk's rows before the wait: their dst0 / count loads return under it (the ring:
+    // the chunk after the next, whose copies the next iteration issues)
+    const Rows nx = chunk_rows(p, c + (RING ? 2 : 1) * gridDim.x, items, tile, pair);
     const float i0 = n0 > 0.f ? tq::fdiv_rn(1.f, n0) : 0.f, i1 = n1 > 0.f ? tq::fdiv_rn(1.f, n1) : 0.f;
     // the norm folded into the lookup (code_scaled): the grid's scale per row, n (1 for a zero row)
     const float s0 = n0 > 0.f ? tq::fmul_rn(i0, p.lut_scale) : p.lut_scale;
@@ -826,13 +940,18 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     product_wait<D>(acc);
     fence_x<D>(x);  // x is wgmma's operand until here
     const Rows r = cur;
-    cur = nx;
-    // unconditional: past the last chunk `cur` holds no token and row 0 is loaded, never used.
-    // Inside `if` the loads ended a basic block of their own, where ptxas put the moves that
-    // form the A fragments (two rows per register quad) right after them, waiting there for
-    // the loads (the largest stall, issue 10's fifth compression pass); now the loads and moves
-    // are scheduled with the epilogue
-    load_rows<D>(p, cur, q, x);
+    if constexpr (RING) {
+      cur = nxt;
+      nxt = nx;
+    } else {
+      cur = nx;
+      // unconditional: past the last chunk `cur` holds no token and row 0 is loaded, never used.
+      // Inside `if` the loads ended a basic block of their own, where ptxas put the moves that
+      // form the A fragments (two rows per register quad) right after them, waiting there for
+      // the loads (the largest stall, issue 10's fifth compression pass); now the loads and moves
+      // are scheduled with the epilogue
+      load_rows<D>(p, cur, q, x);
+    }
 
     // codes: thread (g, q) holds channels 8j + 2q + e (e = 0, 1) of its rows 0 (acc[4j + e]) and
     // 1 (acc[4j + 2 + e]), j < D/8; packed into words as they come. Keys, row t: byte j of lane
@@ -996,6 +1115,14 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
       if (q == 0) {
         if (r.ev) reinterpret_cast<u32*>(p.norms)[r.row] = (u32)F16::from_f32(n0) | (nr0 << 16);
         if (r.od) reinterpret_cast<u32*>(p.norms)[r.row + 1] = (u32)F16::from_f32(n1) | (nr1 << 16);
+      }
+    }
+    if constexpr (RING) {
+      if (more) {
+        // the next chunk's rows, copied during this iteration, into the product's registers
+        sm90::mbar_wait(bar_a, phase);
+        phase ^= 1u;
+        ring_read<D>(ring_a, g, q, x);
       }
     }
   }

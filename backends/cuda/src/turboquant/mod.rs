@@ -330,14 +330,25 @@ pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
 /// Shared memory of a fast compression kernel (`tqf::compress_fast` in turboquant_compress.cu):
 /// the `wgmma` B operands as 128-byte-swizzled `d x d` f16 matrices (`Π`, its split's low part,
 /// and `S Πᵀ` for keys with QJL; 1024 bytes of slack align them to their 1024-byte swizzle
-/// atoms) and the code lookup's tables.
+/// atoms) and the code lookup's tables; the fast value and MSE-key kernels add the raw rows' ring
+/// (`fast_compress_ring_bytes`).
 pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool, split: bool) -> usize {
     let mat = d * d * 2;
-    1024 + mat
-        + if split { mat } else { 0 }
-        + if keys_with_qjl { mat } else { 0 }
-        + CODE_LUT_BINS
-        + 4 * (16 + 32) // the code lookup: a count byte per bin, 16 boundaries, 32 centroids
+    let lookup = CODE_LUT_BINS + 4 * (16 + 32); // a count byte per bin, 16 boundaries, 32 centroids
+    let base = 1024 + mat + if split { mat } else { 0 } + if keys_with_qjl { mat } else { 0 };
+    if keys_with_qjl || split {
+        base + lookup
+    } else {
+        // the lookup padded to 512 bytes (4 mbarriers at its end), then the ring
+        base + 512 + fast_compress_ring_bytes(d)
+    }
+}
+
+/// The ring of a fast value or MSE-key kernel (`tqf::Ring`): one chunk of 64 raw f16 rows, each
+/// warp's 16 as 8 token pairs of `2 * 2d + 64` bytes (an odd pair 64 bytes off modulo 128: the
+/// warp's 16-byte reads are free of bank conflicts).
+pub fn fast_compress_ring_bytes(d: usize) -> usize {
+    4 * 8 * (2 * 2 * d + 64)
 }
 
 /// `Π` as f16 hi and lo (`lo = f16(Π - hi)`) and `S Πᵀ` (f64 products, rounded once to f16),
