@@ -685,70 +685,106 @@ __device__ __forceinline__ void prefetch_rows(const FastParams& p, const Rows& r
 // The raw rows through a shared-memory ring (issue 10, twelfth compression pass): where a slot
 // fits beside Π without losing a CTA per SM (fast values and MSE keys: 4 CTAs at d 128, 6 at d 64)
 // the next chunk's rows come by bulk copies (cp.async.bulk, the TMA engine: no LSU instruction and
-// no register scoreboard per row), one 1-D copy per present token row issued by lane 0 of each warp
-// for the warp's own 16 rows, completion counted on the warp's mbarrier. The warp reads its rows
-// back into the registers the product takes (LDS.128) at the end of the epilogue. So no lookup of
-// the epilogue can wait for DRAM through a scoreboard ptxas gave a row load too (the eleventh
-// pass's profile: 7.6-11.8% of the stall samples on one such FFMA per kernel), and the rows are in
-// flight for the whole iteration (product, norms, epilogue) instead of the epilogue alone.
-// Layout of a warp's 16 rows: pair g (rows 2g, 2g + 1, the rows of lanes 4g..4g+3) at g kPairBytes,
-// kPairBytes = 2 row bytes + 64: an odd pair starts 64 bytes off an even one modulo 128, so the 8
-// lanes of a quarter warp (pairs 2k, 2k + 1, q = 0..3) read 128 distinct bytes: no bank conflict.
+// no register scoreboard per row), completion counted on one mbarrier of the CTA, and the warps
+// read their rows back into the registers the product takes (LDS.128) at the end of the epilogue.
+// So no lookup of the epilogue can wait for DRAM through a scoreboard ptxas gave a row load too
+// (the eleventh pass's profile: 7.6-11.8% of the stall samples on one such FFMA per kernel), and
+// the rows are in flight for the whole iteration instead of the epilogue alone.
+// A bulk copy costs about 5 uniform instructions to issue, so a copy per row (16 a warp and chunk:
+// 5.7 warp instructions per row, the first variant of this pass) costs more than the wait it
+// removes. The ring kernels therefore take a chunk's 8 tiles heads first (chunk_rows_hf): with
+// heads_kv a multiple of 8 they are the 8 heads h0..h0+7 of one (sequence, 8-token group), and a
+// token's 8 rows are contiguous in the source ([batch, src_len, heads_kv, D]): one copy per token,
+// 8 a chunk (warp w copies tokens 2w, 2w + 1). Other head counts copy row by row (each warp its
+// own 16 rows). Slot layout: token j's 8 rows (tile = head order) at j kTokBytes,
+// kTokBytes = 8 row bytes + 32: tokens j and j + 2 start 64 bytes apart modulo 128, so the 8
+// lanes of a quarter warp (pairs 2k, 2k + 1 of one tile, q = 0..3) read 128 distinct bytes.
 template <int D>
 struct Ring {
   static constexpr int kRowBytes = D * 2;
-  static constexpr int kPairBytes = 2 * kRowBytes + 64;
-  static constexpr int kWarpBytes = 8 * kPairBytes;
-  static constexpr int kSlotBytes = (kThreads / 32) * kWarpBytes;  // ferrattn_cuda::turboquant::fast_compress_smem_bytes
+  static constexpr int kTokBytes = kTilesPerChunk * kRowBytes + 32;
+  static constexpr int kSlotBytes = kTile * kTokBytes;  // ferrattn_cuda::turboquant::fast_compress_ring_bytes
 };
 
-// Lane 0 of the warp copies the warp's present rows of a chunk (`r`: this thread's pair) into the
-// warp's slot at `dst` and announces their bytes on `bar` (zero bytes: the phase completes at
-// once). An absent row (outside the append, past the last item) is not copied: its place keeps an
-// earlier chunk's row (or the prologue's zeros), whose codes and norms are never stored, as main's
-// register path loads row 0 for it.
+// chunk_rows with the items of a chunk heads first: item = ((b groups + x) heads_kv + h)
+__device__ __forceinline__ Rows chunk_rows_hf(const FastParams& p, int chunk, int items, int tile_in_chunk, int pair) {
+  Rows r{0, 0, false, false};
+  const int item = chunk * kTilesPerChunk + tile_in_chunk;
+  if (item < items) {
+    const int bx = fast_div(item, p.heads_mul, p.heads_shr);
+    const int h = item - bx * p.heads_kv;
+    const int b = fast_div(bx, p.groups_mul, p.groups_shr);
+    const int x = bx - b * p.groups;
+    const int d0 = p.dst0[b], cnt = p.count[b];
+    const int first = (d0 & ~(kTile - 1)) + x * kTile;  // d0 >= 0
+    const int lo = max(first, d0), hi = min(first + kTile, d0 + cnt);
+    const int j = first + 2 * pair;
+    r.ev = j >= lo && j < hi;
+    r.od = j + 1 >= lo && j + 1 < hi;
+    r.row = ((long long)b * p.heads_kv + h) * p.cap + j;
+    r.src = ((long long)b * p.src_len + (j - d0)) * p.heads_kv + h;  // may be -1 row for j < d0 (not read)
+  }
+  return r;
+}
+
+template <bool HEADS_FIRST>
+__device__ __forceinline__ Rows rows_of(const FastParams& p, int chunk, int items, int tile_in_chunk, int pair) {
+  if constexpr (HEADS_FIRST) return chunk_rows_hf(p, chunk, items, tile_in_chunk, pair);
+  else return chunk_rows(p, chunk, items, tile_in_chunk, pair);
+}
+
+// Warp w's share of a chunk's copies into the slot at `dst` (`r`: this thread's pair of the chunk),
+// announced on the CTA's mbarrier `bar` (4 arrivals a phase, one a warp; zero bytes arrive too).
+// An absent row (outside the append, past the last item) is not copied: its place keeps an earlier
+// chunk's row (or the prologue's zeros), whose codes and norms are never stored, as the register
+// path loads row 0 for it.
 template <int D>
-__device__ __forceinline__ void ring_issue(const FastParams& p, const Rows& r, int lane, u32 dst, u32 bar) {
+__device__ __forceinline__ void ring_issue(const FastParams& p, const Rows& r, int lane, int w, u32 dst, u32 bar) {
 #if defined(FERRATTN_SM90A)
   using RG = Ring<D>;
-  // warp row k < 16 is token k % 8 of the warp's tile k / 8: the even (k even) or odd token of the
-  // pair held by lane 4 (k / 2)
   const u32 fl = (r.ev ? 1u : 0u) | (r.od ? 2u : 0u);
-  const u32 mine = (__shfl_sync(0xffffffffu, fl, (lane >> 1) * 4) >> (lane & 1)) & 1u;
-  const u32 mask = __ballot_sync(0xffffffffu, lane < 16 && mine);
-  // the source row of token 0 of the warp's second tile (lane 16's pair 0); the first's is lane 0's
-  const long long s1 = __shfl_sync(0xffffffffu, r.src, 16);
   u32 elected;
   asm volatile("{\n.reg .pred e;\nelect.sync _|e, 0xffffffff;\nselp.u32 %0, 1, 0, e;\n}\n" : "=r"(elected));
-  const long long s0 = __shfl_sync(0xffffffffu, r.src, 0);
-  if (elected) {
-    // elect.sync: ptxas knows one thread runs this and keeps the addresses in uniform registers
-    // (with `lane == 0` it wrapped every copy in a loop over the active lanes: 17 instructions)
-    sm90::mbar_arrive_expect_tx(bar, __popc(mask) * RG::kRowBytes);
-    const unsigned char* b0 = reinterpret_cast<const unsigned char*>(p.src + s0 * D);
-    const unsigned char* b1 = reinterpret_cast<const unsigned char*>(p.src + s1 * D);
-    const long long stride = (long long)p.heads_kv * RG::kRowBytes;  // the next token, same head
-    if (mask == 0xffffu) {  // every row present (a prefill's inner chunks): no test per row
+  if (p.heads_kv % kTilesPerChunk == 0) {
+    // tokens 2w, 2w + 1 of the chunk's (sequence, group): pair w of the warp's first tile (lane 4w);
+    // the source row of (token 0, head h0) is lane 0's (token 0, head h0 + 2w) less 2w
+    const u32 tf = __shfl_sync(0xffffffffu, fl, 4 * w);
+    const long long s0 = __shfl_sync(0xffffffffu, r.src, 0) - 2 * w;
+    if (elected) {
+      // elect.sync: ptxas knows one thread runs this and keeps the addresses in uniform registers
+      // (with `lane == 0` it wrapped every copy in a loop over the active lanes)
+      sm90::mbar_arrive_expect_tx(bar, __popc(tf) * kTilesPerChunk * RG::kRowBytes);
+      const long long stride = (long long)p.heads_kv * D;  // elements from a token to the next
 #pragma unroll
-      for (int k = 0; k < 16; ++k)
-        sm90::bulk_g2s(dst + (k >> 1) * RG::kPairBytes + (k & 1) * RG::kRowBytes, (k < 8 ? b0 : b1) + (k & 7) * stride,
-                       RG::kRowBytes, bar);
-    } else {
+      for (int e = 0; e < 2; ++e)
+        if (tf >> e & 1u)
+          sm90::bulk_g2s(dst + (2 * w + e) * RG::kTokBytes, p.src + (s0 * D + (2 * w + e) * stride),
+                         kTilesPerChunk * RG::kRowBytes, bar);
+    }
+  } else {
+    // row by row, the warp's own 16 rows: row k < 16 is token k % 8 of tile 2w + k / 8, the even
+    // (k even) or odd token of the pair held by lane 4 (k / 2)
+    const u32 mine = (__shfl_sync(0xffffffffu, fl, (lane >> 1) * 4) >> (lane & 1)) & 1u;
+    const u32 mask = __ballot_sync(0xffffffffu, lane < 16 && mine);
+    const long long s0 = __shfl_sync(0xffffffffu, r.src, 0), s1 = __shfl_sync(0xffffffffu, r.src, 16);
+    if (elected) {
+      sm90::mbar_arrive_expect_tx(bar, __popc(mask) * RG::kRowBytes);
 #pragma unroll
       for (int k = 0; k < 16; ++k)
         if (mask >> k & 1u)
-          sm90::bulk_g2s(dst + (k >> 1) * RG::kPairBytes + (k & 1) * RG::kRowBytes, (k < 8 ? b0 : b1) + (k & 7) * stride,
-                         RG::kRowBytes, bar);
+          sm90::bulk_g2s(dst + (k & 7) * RG::kTokBytes + (2 * w + (k >> 3)) * RG::kRowBytes,
+                         p.src + ((k < 8 ? s0 : s1) + (long long)(k & 7) * p.heads_kv) * D, RG::kRowBytes, bar);
     }
   }
 #else
-  (void)p, (void)r, (void)lane, (void)dst, (void)bar;
+  (void)p, (void)r, (void)lane, (void)w, (void)dst, (void)bar;
 #endif
 }
-// this thread's pieces 4m + q of its two rows from the warp's slot at `src`
+// this thread's pieces 4m + q of its two rows (tile 2w + g / 4, tokens 2 (g % 4) + t) from the slot
 template <int D>
-__device__ __forceinline__ void ring_read(u32 src, int g, int q, Vec16 (&x)[2][Layout<D>::kPieces]) {
+__device__ __forceinline__ void ring_read(u32 src, int w, int g, int q, Vec16 (&x)[2][Layout<D>::kPieces]) {
   using RG = Ring<D>;
+  const u32 a = src + (2 * (g & 3)) * RG::kTokBytes + (2 * w + (g >> 2)) * RG::kRowBytes + 16 * q;
 #pragma unroll
   for (int t = 0; t < 2; ++t)
 #pragma unroll
@@ -756,7 +792,7 @@ __device__ __forceinline__ void ring_read(u32 src, int g, int q, Vec16 (&x)[2][L
       Vec16 v;
       asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(src + g * RG::kPairBytes + t * RG::kRowBytes + (4 * m + q) * 16)
+                   : "r"(a + t * RG::kTokBytes + 64 * m)
                    : "memory");
       x[t][m] = v;
     }
@@ -847,15 +883,15 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   unsigned char* cnt_s = base + (m_a - pih_a) + (QJL ? L::kMatBytes : 0);  // [kLut] count bytes
   float* bnd_t = reinterpret_cast<float*>(cnt_s + kLut);               // [16] boundaries
   float* cen_t = bnd_t + 16;                                           // [32] centroids
-  // the ring (fast values and MSE keys): a u64 mbarrier per warp after the tables, the slot at
+  // the ring (fast values and MSE keys): the CTA's u64 mbarrier after the tables, the slot at
   // 512 bytes past the count bytes (128-byte aligned: the bank argument of Ring)
 #if defined(FERRATTN_SM90A)
   constexpr bool RING = !QJL && !SPLIT;
 #else
   constexpr bool RING = false;  // bulk copies and mbarrier waits are sm_90 PTX; the ring stays unused
 #endif
-  const u32 bar_a = smem_addr(cen_t + 32) + 8u * (threadIdx.x / 32);
-  const u32 ring_a = smem_addr(cnt_s) + 512u + (threadIdx.x / 32) * Ring<D>::kWarpBytes;
+  const u32 bar_a = smem_addr(cen_t + 32);
+  const u32 ring_a = smem_addr(cnt_s) + 512u;
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int items = p.batch * p.heads_kv * p.groups;
@@ -870,10 +906,13 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // in turn (dst0, the rows, the count bytes, Π in two halves, M): 8-12% of the stall samples
   // at 16 x 4k (eleventh compression pass)
   int c = blockIdx.x;
-  Rows cur = chunk_rows(p, c, items, tile, pair);
+  // the ring kernels take a chunk's tiles heads first (chunk_rows_hf), the others as before
+  Rows cur = rows_of<RING>(p, c, items, tile, pair);
   // the ring: the rows of the chunk after `cur` (its copies are issued in the first iteration)
   Rows nxt{0, 0, false, false};
-  if constexpr (RING) nxt = chunk_rows(p, c + gridDim.x, items, tile, pair);
+  if constexpr (RING) {
+    if (c + (int)gridDim.x < chunks) nxt = rows_of<RING>(p, c + gridDim.x, items, tile, pair);
+  }
   Vec16 piv[D * D / 32 / kThreads][4];
   stage_load<D>(p.pi_hi, piv);
   static_assert(kLut % kThreads == 0, "whole iterations");
@@ -895,11 +934,11 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   if (threadIdx.x < 32) cen_t[threadIdx.x] = p.cents[min((int)threadIdx.x, p.n_bounds)];
   if constexpr (RING) {
     if (c + (int)gridDim.x < chunks) {
-    // a CTA of more than one chunk: the warp's mbarrier, and its slot zeroed (an absent row keeps
-    // what its place held; never uninitialised memory)
-      if (lane == 0) sm90::mbar_init(bar_a, 1);
+      // a CTA of more than one chunk: the mbarrier (an arrival a warp), and the slot zeroed (an
+      // absent row keeps what its place held; never uninitialised memory)
+      if (threadIdx.x == 0) sm90::mbar_init(bar_a, kThreads / 32);
 #pragma unroll
-      for (int i = lane; i < Ring<D>::kWarpBytes / 16; i += 32) st_shared_v4(ring_a + 16 * i, 0u, 0u, 0u, 0u);
+      for (int i = threadIdx.x; i < Ring<D>::kSlotBytes / 16; i += kThreads) st_shared_v4(ring_a + 16 * i, 0u, 0u, 0u, 0u);
       sm90::fence_mbar_init();
       sm90::fence_proxy_async();  // the zeros before the bulk copies' writes (async proxy)
     }
@@ -919,19 +958,20 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     float acc[NA];
     product_issue<D, SPLIT>([&](int kk, u32(&a)[4]) { a_frag<D>(x, kk, a); }, pih_a, pil_a, acc);
     // the ring: the slot was read into x at the end of the last iteration, and the product has
-    // taken x (its loads completed in every lane of the warp): refill it with the next chunk
+    // taken x (its loads completed in every lane of the warp); once every warp is there (a warp's
+    // copies hold the other warps' rows) refill it with the next chunk
     const bool more = c + (int)gridDim.x < chunks;
     if constexpr (RING) {
       if (more) {
-        __syncwarp();
-        ring_issue<D>(p, nxt, lane, ring_a, bar_a);
+        sm90::named_sync(1, kThreads);
+        ring_issue<D>(p, nxt, lane, w, ring_a, bar_a);
       }
     }
     // the row norms on the CUDA cores while the tensor cores run
     const float n0 = row_norm<D>(x[0]), n1 = row_norm<D>(x[1]);
     // the next chunk's rows before the wait: their dst0 / count loads return under it (the ring:
     // the chunk after the next, whose copies the next iteration issues)
-    const Rows nx = chunk_rows(p, c + (RING ? 2 : 1) * gridDim.x, items, tile, pair);
+    const Rows nx = rows_of<RING>(p, c + (RING ? 2 : 1) * gridDim.x, items, tile, pair);
     const float i0 = n0 > 0.f ? tq::fdiv_rn(1.f, n0) : 0.f, i1 = n1 > 0.f ? tq::fdiv_rn(1.f, n1) : 0.f;
     // the norm folded into the lookup (code_scaled): the grid's scale per row, n (1 for a zero row)
     const float s0 = n0 > 0.f ? tq::fmul_rn(i0, p.lut_scale) : p.lut_scale;
@@ -1122,7 +1162,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
         // the next chunk's rows, copied during this iteration, into the product's registers
         sm90::mbar_wait(bar_a, phase);
         phase ^= 1u;
-        ring_read<D>(ring_a, g, q, x);
+        ring_read<D>(ring_a, w, g, q, x);
       }
     }
   }

@@ -344,11 +344,11 @@ pub fn fast_compress_smem_bytes(d: usize, keys_with_qjl: bool, split: bool) -> u
     }
 }
 
-/// The ring of a fast value or MSE-key kernel (`tqf::Ring`): one chunk of 64 raw f16 rows, each
-/// warp's 16 as 8 token pairs of `2 * 2d + 64` bytes (an odd pair 64 bytes off modulo 128: the
-/// warp's 16-byte reads are free of bank conflicts).
+/// The ring of a fast value or MSE-key kernel (`tqf::Ring`): one chunk of 64 raw f16 rows as 8
+/// tokens of 8 rows (`8 * 2d + 32` bytes a token: tokens j and j + 2 start 64 bytes apart modulo
+/// 128, so the warps' 16-byte reads are free of bank conflicts).
 pub fn fast_compress_ring_bytes(d: usize) -> usize {
-    4 * 8 * (2 * 2 * d + 64)
+    8 * (8 * 2 * d + 32)
 }
 
 /// `Π` as f16 hi and lo (`lo = f16(Π - hi)`) and `S Πᵀ` (f64 products, rounded once to f16),
