@@ -726,7 +726,10 @@ fn compression_kernels_fit_in_shared_memory() {
     // the ring: 16.25 KiB at d 128 (a second slot would cost the fourth CTA), 8.25 KiB at d 64
     // (six CTAs per SM, as the launch bounds ask)
     assert_eq!(fast_compress_ring_bytes(128), 16_640);
-    assert!(4 * (fast_compress_smem_bytes(128, false, false) + fast_compress_ring_bytes(128) + 1024) > 228 * 1024);
+    assert!(
+        4 * (fast_compress_smem_bytes(128, false, false) + fast_compress_ring_bytes(128) + 1024)
+            > 228 * 1024
+    );
     assert!(6 * (fast_compress_smem_bytes(64, false, false) + 1024) <= 228 * 1024);
     assert!(3 * (fast_compress_smem_bytes(128, true, false) + 1024) <= 228 * 1024);
     assert!(2 * (fast_compress_smem_bytes(128, true, true) + 1024) <= 228 * 1024);
