@@ -682,122 +682,6 @@ __device__ __forceinline__ void prefetch_rows(const FastParams& p, const Rows& r
   }
 }
 
-// The raw rows through a shared-memory ring (issue 10, twelfth compression pass): where a slot
-// fits beside Π without losing a CTA per SM (fast values and MSE keys: 4 CTAs at d 128, 6 at d 64)
-// the next chunk's rows come by bulk copies (cp.async.bulk, the TMA engine: no LSU instruction and
-// no register scoreboard per row), completion counted on one mbarrier of the CTA, and the warps
-// read their rows back into the registers the product takes (LDS.128) at the end of the epilogue.
-// So no lookup of the epilogue can wait for DRAM through a scoreboard ptxas gave a row load too
-// (the eleventh pass's profile: 7.6-11.8% of the stall samples on one such FFMA per kernel), and
-// the rows are in flight for the whole iteration instead of the epilogue alone.
-// A bulk copy costs about 5 uniform instructions to issue, so a copy per row (16 a warp and chunk:
-// 5.7 warp instructions per row, the first variant of this pass) costs more than the wait it
-// removes. The ring kernels therefore take a chunk's 8 tiles heads first (chunk_rows_hf): with
-// heads_kv a multiple of 8 they are the 8 heads h0..h0+7 of one (sequence, 8-token group), and a
-// token's 8 rows are contiguous in the source ([batch, src_len, heads_kv, D]): one copy per token,
-// 8 a chunk (warp w copies tokens 2w, 2w + 1). Other head counts copy row by row (each warp its
-// own 16 rows). Slot layout: token j's 8 rows (tile = head order) at j kTokBytes,
-// kTokBytes = 8 row bytes + 32: tokens j and j + 2 start 64 bytes apart modulo 128, so the 8
-// lanes of a quarter warp (pairs 2k, 2k + 1 of one tile, q = 0..3) read 128 distinct bytes.
-template <int D>
-struct Ring {
-  static constexpr int kRowBytes = D * 2;
-  static constexpr int kTokBytes = kTilesPerChunk * kRowBytes + 32;
-  static constexpr int kSlotBytes = kTile * kTokBytes;  // ferrattn_cuda::turboquant::fast_compress_ring_bytes
-};
-
-// chunk_rows with the items of a chunk heads first: item = ((b groups + x) heads_kv + h)
-__device__ __forceinline__ Rows chunk_rows_hf(const FastParams& p, int chunk, int items, int tile_in_chunk, int pair) {
-  Rows r{0, 0, false, false};
-  const int item = chunk * kTilesPerChunk + tile_in_chunk;
-  if (item < items) {
-    const int bx = fast_div(item, p.heads_mul, p.heads_shr);
-    const int h = item - bx * p.heads_kv;
-    const int b = fast_div(bx, p.groups_mul, p.groups_shr);
-    const int x = bx - b * p.groups;
-    const int d0 = p.dst0[b], cnt = p.count[b];
-    const int first = (d0 & ~(kTile - 1)) + x * kTile;  // d0 >= 0
-    const int lo = max(first, d0), hi = min(first + kTile, d0 + cnt);
-    const int j = first + 2 * pair;
-    r.ev = j >= lo && j < hi;
-    r.od = j + 1 >= lo && j + 1 < hi;
-    r.row = ((long long)b * p.heads_kv + h) * p.cap + j;
-    r.src = ((long long)b * p.src_len + (j - d0)) * p.heads_kv + h;  // may be -1 row for j < d0 (not read)
-  }
-  return r;
-}
-
-template <bool HEADS_FIRST>
-__device__ __forceinline__ Rows rows_of(const FastParams& p, int chunk, int items, int tile_in_chunk, int pair) {
-  if constexpr (HEADS_FIRST) return chunk_rows_hf(p, chunk, items, tile_in_chunk, pair);
-  else return chunk_rows(p, chunk, items, tile_in_chunk, pair);
-}
-
-// Warp w's share of a chunk's copies into the slot at `dst` (`r`: this thread's pair of the chunk),
-// announced on the CTA's mbarrier `bar` (4 arrivals a phase, one a warp; zero bytes arrive too).
-// An absent row (outside the append, past the last item) is not copied: its place keeps an earlier
-// chunk's row (or the prologue's zeros), whose codes and norms are never stored, as the register
-// path loads row 0 for it.
-template <int D>
-__device__ __forceinline__ void ring_issue(const FastParams& p, const Rows& r, int lane, int w, u32 dst, u32 bar) {
-#if defined(FERRATTN_SM90A)
-  using RG = Ring<D>;
-  const u32 fl = (r.ev ? 1u : 0u) | (r.od ? 2u : 0u);
-  u32 elected;
-  asm volatile("{\n.reg .pred e;\nelect.sync _|e, 0xffffffff;\nselp.u32 %0, 1, 0, e;\n}\n" : "=r"(elected));
-  if (p.heads_kv % kTilesPerChunk == 0) {
-    // tokens 2w, 2w + 1 of the chunk's (sequence, group): pair w of the warp's first tile (lane 4w);
-    // the source row of (token 0, head h0) is lane 0's (token 0, head h0 + 2w) less 2w
-    const u32 tf = __shfl_sync(0xffffffffu, fl, 4 * w);
-    const long long s0 = __shfl_sync(0xffffffffu, r.src, 0) - 2 * w;
-    if (elected) {
-      // elect.sync: ptxas knows one thread runs this and keeps the addresses in uniform registers
-      // (with `lane == 0` it wrapped every copy in a loop over the active lanes)
-      sm90::mbar_arrive_expect_tx(bar, __popc(tf) * kTilesPerChunk * RG::kRowBytes);
-      const long long stride = (long long)p.heads_kv * D;  // elements from a token to the next
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (tf >> e & 1u)
-          sm90::bulk_g2s(dst + (2 * w + e) * RG::kTokBytes, p.src + (s0 * D + (2 * w + e) * stride),
-                         kTilesPerChunk * RG::kRowBytes, bar);
-    }
-  } else {
-    // row by row, the warp's own 16 rows: row k < 16 is token k % 8 of tile 2w + k / 8, the even
-    // (k even) or odd token of the pair held by lane 4 (k / 2)
-    const u32 mine = (__shfl_sync(0xffffffffu, fl, (lane >> 1) * 4) >> (lane & 1)) & 1u;
-    const u32 mask = __ballot_sync(0xffffffffu, lane < 16 && mine);
-    const long long s0 = __shfl_sync(0xffffffffu, r.src, 0), s1 = __shfl_sync(0xffffffffu, r.src, 16);
-    if (elected) {
-      sm90::mbar_arrive_expect_tx(bar, __popc(mask) * RG::kRowBytes);
-#pragma unroll
-      for (int k = 0; k < 16; ++k)
-        if (mask >> k & 1u)
-          sm90::bulk_g2s(dst + (k & 7) * RG::kTokBytes + (2 * w + (k >> 3)) * RG::kRowBytes,
-                         p.src + ((k < 8 ? s0 : s1) + (long long)(k & 7) * p.heads_kv) * D, RG::kRowBytes, bar);
-    }
-  }
-#else
-  (void)p, (void)r, (void)lane, (void)w, (void)dst, (void)bar;
-#endif
-}
-// this thread's pieces 4m + q of its two rows (tile 2w + g / 4, tokens 2 (g % 4) + t) from the slot
-template <int D>
-__device__ __forceinline__ void ring_read(u32 src, int w, int g, int q, Vec16 (&x)[2][Layout<D>::kPieces]) {
-  using RG = Ring<D>;
-  const u32 a = src + (2 * (g & 3)) * RG::kTokBytes + (2 * w + (g >> 2)) * RG::kRowBytes + 16 * q;
-#pragma unroll
-  for (int t = 0; t < 2; ++t)
-#pragma unroll
-    for (int m = 0; m < Layout<D>::kPieces; ++m) {
-      Vec16 v;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(a + t * RG::kTokBytes + 64 * m)
-                   : "memory");
-      x[t][m] = v;
-    }
-}
-
 // ‖x‖ of the thread's two rows (the quad's 4 threads hold the 4 parts of each row). First an f32
 // sum of the (exact) squares in 4 FMA chains of D/16 terms, a fixed tree over them and a butterfly
 // over the quad (a + b == b + a: every thread ends with one value): at most D/16 - 1 + 2 + 2 <=
@@ -883,15 +767,6 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   unsigned char* cnt_s = base + (m_a - pih_a) + (QJL ? L::kMatBytes : 0);  // [kLut] count bytes
   float* bnd_t = reinterpret_cast<float*>(cnt_s + kLut);               // [16] boundaries
   float* cen_t = bnd_t + 16;                                           // [32] centroids
-  // the ring (fast values and MSE keys): the CTA's u64 mbarrier after the tables, the slot at
-  // 512 bytes past the count bytes (128-byte aligned: the bank argument of Ring)
-#if defined(FERRATTN_SM90A)
-  constexpr bool RING = !QJL && !SPLIT;
-#else
-  constexpr bool RING = false;  // bulk copies and mbarrier waits are sm_90 PTX; the ring stays unused
-#endif
-  const u32 bar_a = smem_addr(cen_t + 32);
-  const u32 ring_a = smem_addr(cnt_s) + 512u;
 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int items = p.batch * p.heads_kv * p.groups;
@@ -906,13 +781,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // in turn (dst0, the rows, the count bytes, Π in two halves, M): 8-12% of the stall samples
   // at 16 x 4k (eleventh compression pass)
   int c = blockIdx.x;
-  // the ring kernels take a chunk's tiles heads first (chunk_rows_hf), the others as before
-  Rows cur = rows_of<RING>(p, c, items, tile, pair);
-  // the ring: the rows of the chunk after `cur` (its copies are issued in the first iteration)
-  Rows nxt{0, 0, false, false};
-  if constexpr (RING) {
-    if (c + (int)gridDim.x < chunks) nxt = rows_of<RING>(p, c + gridDim.x, items, tile, pair);
-  }
+  Rows cur = chunk_rows(p, c, items, tile, pair);
   Vec16 piv[D * D / 32 / kThreads][4];
   stage_load<D>(p.pi_hi, piv);
   static_assert(kLut % kThreads == 0, "whole iterations");
@@ -932,17 +801,6 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     bnd_t[cc] = cc < p.n_bounds ? tq::fadd_rn(p.bounds[cc], 0.f) : __int_as_float(0x7f800000);
   }
   if (threadIdx.x < 32) cen_t[threadIdx.x] = p.cents[min((int)threadIdx.x, p.n_bounds)];
-  if constexpr (RING) {
-    if (c + (int)gridDim.x < chunks) {
-      // a CTA of more than one chunk: the mbarrier (an arrival a warp), and the slot zeroed (an
-      // absent row keeps what its place held; never uninitialised memory)
-      if (threadIdx.x == 0) sm90::mbar_init(bar_a, kThreads / 32);
-#pragma unroll
-      for (int i = threadIdx.x; i < Ring<D>::kSlotBytes / 16; i += kThreads) st_shared_v4(ring_a + 16 * i, 0u, 0u, 0u, 0u);
-      sm90::fence_mbar_init();
-      sm90::fence_proxy_async();  // the zeros before the bulk copies' writes (async proxy)
-    }
-  }
   // the byte table's biased address through shared memory: ptxas cannot split it into a uniform
   // base and a constant added to every lookup's address (one add per lookup, not two ops)
   __shared__ u32 cnt_base_s;
@@ -953,25 +811,13 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
   const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
 
-  u32 phase = 0;  // the ring: the parity of the mbarrier phase of this iteration's copies
   for (; c < chunks; c += gridDim.x) {
     float acc[NA];
     product_issue<D, SPLIT>([&](int kk, u32(&a)[4]) { a_frag<D>(x, kk, a); }, pih_a, pil_a, acc);
-    // the ring: the slot was read into x at the end of the last iteration, and the product has
-    // taken x (its loads completed in every lane of the warp); once every warp is there (a warp's
-    // copies hold the other warps' rows) refill it with the next chunk
-    const bool more = c + (int)gridDim.x < chunks;
-    if constexpr (RING) {
-      if (more) {
-        sm90::named_sync(1, kThreads);
-        ring_issue<D>(p, nxt, lane, w, ring_a, bar_a);
-      }
-    }
     // the row norms on the CUDA cores while the tensor cores run
     const float n0 = row_norm<D>(x[0]), n1 = row_norm<D>(x[1]);
-    // the next chunk's rows before the wait: their dst0 / count loads return under it (the ring:
-    // the chunk after the next, whose copies the next iteration issues)
-    const Rows nx = rows_of<RING>(p, c + (RING ? 2 : 1) * gridDim.x, items, tile, pair);
+    // the next chunk's rows before the wait: their dst0 / count loads return under it
+    const Rows nx = chunk_rows(p, c + gridDim.x, items, tile, pair);
     const float i0 = n0 > 0.f ? tq::fdiv_rn(1.f, n0) : 0.f, i1 = n1 > 0.f ? tq::fdiv_rn(1.f, n1) : 0.f;
     // the norm folded into the lookup (code_scaled): the grid's scale per row, n (1 for a zero row)
     const float s0 = n0 > 0.f ? tq::fmul_rn(i0, p.lut_scale) : p.lut_scale;
@@ -980,18 +826,13 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
     product_wait<D>(acc);
     fence_x<D>(x);  // x is wgmma's operand until here
     const Rows r = cur;
-    if constexpr (RING) {
-      cur = nxt;
-      nxt = nx;
-    } else {
-      cur = nx;
-      // unconditional: past the last chunk `cur` holds no token and row 0 is loaded, never used.
-      // Inside `if` the loads ended a basic block of their own, where ptxas put the moves that
-      // form the A fragments (two rows per register quad) right after them, waiting there for
-      // the loads (the largest stall, issue 10's fifth compression pass); now the loads and moves
-      // are scheduled with the epilogue
-      load_rows<D>(p, cur, q, x);
-    }
+    cur = nx;
+    // unconditional: past the last chunk `cur` holds no token and row 0 is loaded, never used.
+    // Inside `if` the loads ended a basic block of their own, where ptxas put the moves that
+    // form the A fragments (two rows per register quad) right after them, waiting there for
+    // the loads (the largest stall, issue 10's fifth compression pass); now the loads and moves
+    // are scheduled with the epilogue
+    load_rows<D>(p, cur, q, x);
 
     // codes: thread (g, q) holds channels 8j + 2q + e (e = 0, 1) of its rows 0 (acc[4j + e]) and
     // 1 (acc[4j + 2 + e]), j < D/8; packed into words as they come. Keys, row t: byte j of lane
@@ -1155,14 +996,6 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
       if (q == 0) {
         if (r.ev) reinterpret_cast<u32*>(p.norms)[r.row] = (u32)F16::from_f32(n0) | (nr0 << 16);
         if (r.od) reinterpret_cast<u32*>(p.norms)[r.row + 1] = (u32)F16::from_f32(n1) | (nr1 << 16);
-      }
-    }
-    if constexpr (RING) {
-      if (more) {
-        // the next chunk's rows, copied during this iteration, into the product's registers
-        sm90::mbar_wait(bar_a, phase);
-        phase ^= 1u;
-        ring_read<D>(ring_a, w, g, q, x);
       }
     }
   }

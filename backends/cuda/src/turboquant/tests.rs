@@ -108,15 +108,25 @@ fn the_step_uploads_the_fused_merge_counters_as_zeros() {
 #[test]
 fn the_16_warp_merge_serves_small_batches_only() {
     // batch 1 (8 tiles on 132 SMs): one CTA per row in use, 16 warps; batch 64: one CTA per
-    // tile, 8 warps (the 16-warp merge lost 191 -> 205 µs there on an H200)
+    // tile, 8 warps (the 16-warp merge lost 191 -> 205 µs there on an H200); batch 16 (128
+    // tiles, up to one per SM): two 8-warp CTAs per tile, rows of one parity each (one wave)
     let one = AttentionProblem::uniform(1, 1, 32768, 32, 8, 128, 128, DType::F16);
+    let mid = AttentionProblem::uniform(16, 1, 16384, 32, 8, 128, 128, DType::F16);
     let many = AttentionProblem::uniform(64, 1, 4096, 32, 8, 128, 128, DType::F16);
-    let (r1, r64) = (row_split(&one, 8, 132), row_split(&many, 512, 132));
-    assert_eq!((r1, r64), (4, 1));
-    assert_eq!(merge_warps(r1, None), 16);
-    assert_eq!(merge_warps(r64, None), COMBINE_WARPS);
-    assert_eq!(merge_warps(r1, Some(8)), 8);
-    assert_eq!(merge_warps(r64, Some(16)), 16);
+    let (r1, r16, r64) = (
+        row_split(&one, 8, 132),
+        row_split(&mid, 128, 132),
+        row_split(&many, 512, 132),
+    );
+    assert_eq!((r1, r16, r64), (4, 2, 1));
+    assert_eq!(merge_warps(r1, 8, 132, None), 16);
+    assert_eq!(merge_warps(r16, 128, 132, None), COMBINE_WARPS);
+    assert_eq!(merge_warps(r64, 512, 132, None), COMBINE_WARPS);
+    assert_eq!(merge_warps(r1, 8, 132, Some(8)), 8);
+    assert_eq!(merge_warps(r64, 512, 132, Some(16)), 16);
+    // one query row per tile (no GQA): nothing to split
+    let mha = AttentionProblem::uniform(16, 1, 16384, 8, 8, 128, 128, DType::F16);
+    assert_eq!(row_split(&mha, 128, 132), 1);
 }
 
 #[test]
@@ -723,14 +733,6 @@ fn compression_kernels_fit_in_shared_memory() {
     // sm_90, 1 KB of each CTA's reserved by the driver): four fast value / MSE-key CTAs per SM,
     // three fast QJL-key ones, two split QJL-key ones
     assert!(4 * (fast_compress_smem_bytes(128, false, false) + 1024) <= 228 * 1024);
-    // the ring: 16.25 KiB at d 128 (a second slot would cost the fourth CTA), 8.25 KiB at d 64
-    // (six CTAs per SM, as the launch bounds ask)
-    assert_eq!(fast_compress_ring_bytes(128), 16_640);
-    assert!(
-        4 * (fast_compress_smem_bytes(128, false, false) + fast_compress_ring_bytes(128) + 1024)
-            > 228 * 1024
-    );
-    assert!(6 * (fast_compress_smem_bytes(64, false, false) + 1024) <= 228 * 1024);
     assert!(3 * (fast_compress_smem_bytes(128, true, false) + 1024) <= 228 * 1024);
     assert!(2 * (fast_compress_smem_bytes(128, true, true) + 1024) <= 228 * 1024);
     // keys with QJL at d = 128: Π and S padded, f32, plus the rows: within 227 KiB
