@@ -307,37 +307,24 @@ pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize, warps: u
 }
 
 /// Warps per merge CTA: 16 (`turboquant_combine_w16_d*`) when the merge runs one CTA per row in
-/// use at small batch (`row_split > 1` with fewer tiles than half the SMs: a row's ~200 partials
-/// at batch 1, 32k, are two batches of loads per warp instead of four), else 8
-/// (`turboquant_combine_d*`: at batch 64, 4k the 16-warp merge took the step from 191 to 205 µs
-/// on an H200 against the 8-warp one of the same build, issue-10-decode3 call 2; and two 8-warp
-/// CTAs fit an SM where one 16-warp CTA does, so the split rows of [`row_split`]'s middle range
-/// stay one wave). `forced` (`FERRATTN_TQ_MERGE_WARPS`) overrides.
-pub fn merge_warps(row_split: usize, tiles: usize, sms: usize, forced: Option<usize>) -> usize {
-    forced.unwrap_or(if row_split > 1 && 2 * tiles <= sms {
-        16
-    } else {
-        COMBINE_WARPS
-    })
+/// use (`row_split > 1`, small batch: a row's ~200 partials at batch 1, 32k, are two batches of
+/// loads per warp instead of four), else 8 (`turboquant_combine_d*`: at batch 64, 4k the 16-warp
+/// merge took the step from 191 to 205 µs on an H200 against the 8-warp one of the same build,
+/// issue-10-decode3 call 2). `forced` (`FERRATTN_TQ_MERGE_WARPS`) overrides.
+pub fn merge_warps(row_split: usize, forced: Option<usize>) -> usize {
+    forced.unwrap_or(if row_split > 1 { 16 } else { COMBINE_WARPS })
 }
 
 /// Merge CTAs per output tile: with fewer tiles than half the SMs (small batch), one CTA per
-/// row in use (rows `r ≡ part mod row_split`); with up to one tile per SM (16 x 8 KV heads on
-/// 132 SMs), two CTAs per tile of 8 warps each (rows of one parity; two such CTAs fit an SM by
-/// registers, so `2 · tiles` CTAs are one wave), which halves the rows each CTA merges one after
-/// the other (issue-10-decode19: the merge at 16 x 16k, 128 CTAs of 4 rows, took 10.9-11.7 µs on an
-/// H200 under `ncu`, 24% issue active, stalled on its rows' L2 round trips; split, 10.0-10.1 µs,
-/// and the step 2.1-2.6 µs shorter at 16 x 16k, d 128, every configuration); else one CTA per tile
-/// (its rows share the reads of `Π`).
+/// row in use (rows `r ≡ part mod row_split`), else one CTA per tile (its rows share the reads
+/// of `Π`).
 pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
-    let rows = (p.group_size() * p.max_seqlen_q).min(ROWS);
-    if 2 * tiles <= sms {
-        rows.next_power_of_two()
-    } else if tiles <= sms && rows > 1 {
-        2
-    } else {
-        1
+    if 2 * tiles > sms {
+        return 1;
     }
+    (p.group_size() * p.max_seqlen_q)
+        .min(ROWS)
+        .next_power_of_two()
 }
 
 /// Shared memory of a fast compression kernel (`tqf::compress_fast` in turboquant_compress.cu):

@@ -108,25 +108,15 @@ fn the_step_uploads_the_fused_merge_counters_as_zeros() {
 #[test]
 fn the_16_warp_merge_serves_small_batches_only() {
     // batch 1 (8 tiles on 132 SMs): one CTA per row in use, 16 warps; batch 64: one CTA per
-    // tile, 8 warps (the 16-warp merge lost 191 -> 205 µs there on an H200); batch 16 (128
-    // tiles, up to one per SM): two 8-warp CTAs per tile, rows of one parity each (one wave)
+    // tile, 8 warps (the 16-warp merge lost 191 -> 205 µs there on an H200)
     let one = AttentionProblem::uniform(1, 1, 32768, 32, 8, 128, 128, DType::F16);
-    let mid = AttentionProblem::uniform(16, 1, 16384, 32, 8, 128, 128, DType::F16);
     let many = AttentionProblem::uniform(64, 1, 4096, 32, 8, 128, 128, DType::F16);
-    let (r1, r16, r64) = (
-        row_split(&one, 8, 132),
-        row_split(&mid, 128, 132),
-        row_split(&many, 512, 132),
-    );
-    assert_eq!((r1, r16, r64), (4, 2, 1));
-    assert_eq!(merge_warps(r1, 8, 132, None), 16);
-    assert_eq!(merge_warps(r16, 128, 132, None), COMBINE_WARPS);
-    assert_eq!(merge_warps(r64, 512, 132, None), COMBINE_WARPS);
-    assert_eq!(merge_warps(r1, 8, 132, Some(8)), 8);
-    assert_eq!(merge_warps(r64, 512, 132, Some(16)), 16);
-    // one query row per tile (no GQA): nothing to split
-    let mha = AttentionProblem::uniform(16, 1, 16384, 8, 8, 128, 128, DType::F16);
-    assert_eq!(row_split(&mha, 128, 132), 1);
+    let (r1, r64) = (row_split(&one, 8, 132), row_split(&many, 512, 132));
+    assert_eq!((r1, r64), (4, 1));
+    assert_eq!(merge_warps(r1, None), 16);
+    assert_eq!(merge_warps(r64, None), COMBINE_WARPS);
+    assert_eq!(merge_warps(r1, Some(8)), 8);
+    assert_eq!(merge_warps(r64, Some(16)), 16);
 }
 
 #[test]
