@@ -427,8 +427,21 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   static_assert(STG == 0 || regs, "only the REGS instances take a stage count");
   constexpr int NW = SK / 16;  // page words a unit can touch (pages of 16): 8, 4, 2 for d 64, 128, 256
   static_assert(SK % 16 == 0 && NW <= 8, "a stage holds whole pages of 16");
-  // REGS: the page words of the first stages, copied before anything is read, from addresses that
-  // depend on no load: the CTA's record (stream-K) or, one CTA per tile, the first entries of its
+  // The CTA's record (launch.rs, cta_info): everything the first K/V stage's addresses depend on,
+  // in one 32-byte read, so the first copies wait for one round trip instead of two dependent ones
+  // (range and first tile, then the sequence's lengths) on a latency-bound small problem. Its loads
+  // are the kernel's first: issued behind the REGS page-word copies below, they reached the CTA
+  // about 270 cycles later than the contiguous kernel's (per-CTA stamps, H200,
+  // docs/DEVICE_PATH.md "Lean paged, twentieth session").
+  // One CTA per tile (a grid larger than the co-resident slots, launched plainly): the tile is
+  // the CTA's index and its range that tile's, one round of reads too.
+  Vec16 info0{}, info1{};
+  if (!p.tile_per_cta) {
+    info0 = ld_global_nc16(p.cta_info + 8 * (u64)cta);
+    info1 = ld_global_nc16(p.cta_info + 8 * (u64)cta + 4);
+  }
+  // REGS: the page words of the first stages, copied right behind the record's loads, from addresses
+  // that depend on no load: the CTA's record (stream-K) or, one CTA per tile, the first entries of its
   // sequence's page-table row (its first stage is the tile's first keys). The contiguous kernel's
   // first copies wait for one round of reads (cta_info); read from the page table at the
   // producer's cursor they waited for a second, dependent one (Llama B=1 ctx 8k, 8 stages a CTA).
@@ -454,11 +467,6 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
                    : "memory");
     }
   }
-  // The CTA's record (launch.rs, cta_info): everything the first K/V stage's addresses depend on,
-  // in one 32-byte read, so the first copies wait for one round trip instead of two dependent ones
-  // (range and first tile, then the sequence's lengths) on a latency-bound small problem.
-  // One CTA per tile (a grid larger than the co-resident slots, launched plainly): the tile is
-  // the CTA's index and its range that tile's, one round of reads too.
   u32 cs, ce;
   int host_last;  // the CTA holding the last iteration of the tile this CTA hosts
   TileInfo first;
@@ -468,8 +476,6 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     ce = first.end;
     host_last = cta;
   } else {
-    const Vec16 info0 = ld_global_nc16(p.cta_info + 8 * (u64)cta);
-    const Vec16 info1 = ld_global_nc16(p.cta_info + 8 * (u64)cta + 4);
     cs = info0.x;
     ce = info0.y;
     host_last = (int)info0.w;
