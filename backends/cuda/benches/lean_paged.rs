@@ -51,30 +51,56 @@ use std::fmt::Write as _;
 /// in ns)); `None` where the CTA has no such step. Slots as `ferrattn::StampSlot`.
 type StampCol = (&'static str, fn(&[u64], u64) -> Option<f64>);
 const STAMP_COLS: &[StampCol] = &[
-    ("start skew (ns, globaltimer)", |r, g0| Some((r[0] - g0) as f64)),
-    ("end after first start (ns)", |r, g0| Some((r[13] - g0) as f64)),
+    ("start skew (ns, globaltimer)", |r, g0| {
+        Some((r[0] - g0) as f64)
+    }),
+    ("end after first start (ns)", |r, g0| {
+        Some((r[13] - g0) as f64)
+    }),
     ("cycles per ns", |r, _| {
         Some((r[12] - r[2]) as f64 / (r[13] - r[0]).max(1) as f64)
     }),
-    ("entry -> record in hand (cyc)", |r, _| Some(r[3].wrapping_sub(r[2]) as f64)),
+    ("entry -> record in hand (cyc)", |r, _| {
+        Some(r[3].wrapping_sub(r[2]) as f64)
+    }),
     ("record -> page words in hand", |r, _| {
         (r[4] > r[3] && r[4] < r[5]).then(|| (r[4] - r[3]) as f64)
     }),
-    ("entry -> first copy issued", |r, _| Some(r[5].wrapping_sub(r[2]) as f64)),
-    ("entry -> prologue issued", |r, _| Some(r[6].wrapping_sub(r[2]) as f64)),
-    ("first copy -> stage 0 landed", |r, _| Some(r[7].wrapping_sub(r[5]) as f64)),
-    ("entry -> stage 0 landed", |r, _| Some(r[7].wrapping_sub(r[2]) as f64)),
-    ("stage 0 -> last stage landed", |r, _| Some(r[8].wrapping_sub(r[7]) as f64)),
+    ("entry -> first copy issued", |r, _| {
+        Some(r[5].wrapping_sub(r[2]) as f64)
+    }),
+    ("entry -> prologue issued", |r, _| {
+        Some(r[6].wrapping_sub(r[2]) as f64)
+    }),
+    ("first copy -> stage 0 landed", |r, _| {
+        Some(r[7].wrapping_sub(r[5]) as f64)
+    }),
+    ("entry -> stage 0 landed", |r, _| {
+        Some(r[7].wrapping_sub(r[2]) as f64)
+    }),
+    ("stage 0 -> last stage landed", |r, _| {
+        Some(r[8].wrapping_sub(r[7]) as f64)
+    }),
     ("  per later stage", |r, _| {
         let u = r[1] >> 32;
         (u > 1).then(|| r[8].wrapping_sub(r[7]) as f64 / (u - 1) as f64)
     }),
     ("waits+barriers, all stages", |r, _| Some(r[14] as f64)),
-    ("last stage landed -> computed", |r, _| Some(r[9].wrapping_sub(r[8]) as f64)),
-    ("computed -> warps reduced", |r, _| Some(r[10].wrapping_sub(r[9]) as f64)),
-    ("reduced -> flags acquired", |r, _| Some(r[11].wrapping_sub(r[10]) as f64)),
-    ("flags -> end (partial / merge+out)", |r, _| Some(r[12].wrapping_sub(r[11]) as f64)),
-    ("entry -> end (cyc)", |r, _| Some(r[12].wrapping_sub(r[2]) as f64)),
+    ("last stage landed -> computed", |r, _| {
+        Some(r[9].wrapping_sub(r[8]) as f64)
+    }),
+    ("computed -> warps reduced", |r, _| {
+        Some(r[10].wrapping_sub(r[9]) as f64)
+    }),
+    ("reduced -> flags acquired", |r, _| {
+        Some(r[11].wrapping_sub(r[10]) as f64)
+    }),
+    ("flags -> end (partial / merge+out)", |r, _| {
+        Some(r[12].wrapping_sub(r[11]) as f64)
+    }),
+    ("entry -> end (cyc)", |r, _| {
+        Some(r[12].wrapping_sub(r[2]) as f64)
+    }),
 ];
 
 fn median(mut x: Vec<f32>) -> f32 {
@@ -361,7 +387,10 @@ fn main() {
                             stamps_raw,
                             "{name} {batch} {ctx} {} {i} {c} {}",
                             names[vi],
-                            r.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ")
+                            r.iter()
+                                .map(|x| x.to_string())
+                                .collect::<Vec<_>>()
+                                .join(" ")
                         );
                         for (j, col) in STAMP_COLS.iter().enumerate() {
                             if let Some(x) = col.1(r, g0) {
