@@ -952,7 +952,9 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // the consumer's unit as (iteration, sub-stage), a cursor like the producer's
   u32 it = cs;
   int c_sub = 0;
-  unsigned long long wait_sum = 0;  // diagnostic stamps only
+#if FERRATTN_LEAN_STAMPS
+  unsigned long long wait_sum = 0;  // cycles in the loop's waits and barriers
+#endif
   for (u32 u = 0; u < units; ++u) {
     const unsigned long long w0 = lean_clock();
     cp_async_wait<ST - 2>();
