@@ -37,6 +37,19 @@
 #ifndef FERRATTN_LEAN_MIN_CTAS
 #define FERRATTN_LEAN_MIN_CTAS 0
 #endif
+// Diagnostic build (never shipped; docs/DEVICE_PATH.md "Lean paged, twentieth session"): 1 makes
+// thread 0 of every CTA stamp %clock64 (and %globaltimer at entry and exit) at the steps of a CTA
+// (lean_stamp below) into `ferrattn_lean_stamps`, read back by `LeanKernels::read_stamps`; the
+// build then instantiates only the f16 d128 r4 kernels (Llama's rows), to keep its compile short.
+// 0 (the default) compiles every stamp away.
+#ifndef FERRATTN_LEAN_STAMPS
+#define FERRATTN_LEAN_STAMPS 0
+#endif
+
+#if FERRATTN_LEAN_STAMPS
+// [CTA % 1024][16] of the last launch: see ferrattn::StampSlot
+__device__ unsigned long long ferrattn_lean_stamps[1024 * 16];
+#endif
 
 namespace ferrattn {
 
@@ -76,6 +89,70 @@ struct LeanParams {
 
 // Stages whose page words a CTA's record holds (launch.rs LEAN_FIRST_UNITS).
 constexpr int kFirstUnits = 3;
+
+// Diagnostic stamps (FERRATTN_LEAN_STAMPS): slot of each step in a CTA's 16 words.
+enum StampSlot : int {
+  kStGlobalEntry = 0,  // %globaltimer at entry (ns)
+  kStSmUnits = 1,      // SM id | K/V stages of the CTA << 32
+  kStEntry = 2,        // %clock64 at entry; the rest are %clock64 too
+  kStRecord = 3,       // the CTA's record (cta_info) in hand
+  kStWords = 4,        // paged REGS: the prologue's page words in hand (after its wait and barrier)
+  kStFirstCopy = 5,    // thread 0's copies of the first stage issued
+  kStPrologue = 6,     // the prologue's copies all issued
+  kStFirstLanded = 7,  // stage 0 waited for (after the loop's first wait and barrier)
+  kStLastLanded = 8,   // the last stage waited for
+  kStLastDone = 9,     // the last stage's softmax done (the segment's end reached)
+  kStReduced = 10,     // the last segment's warps merged in shared memory
+  kStFlags = 11,       // host with continuations: their flags acquired (else = kStReduced)
+  kStEnd = 12,         // partial stored or output written (the last barrier passed)
+  kStGlobalEnd = 13,   // %globaltimer at the end (ns)
+  kStWaitSum = 14,     // cycles spent in the loop's waits and barriers, every stage
+  kStDep = 15,         // scratch: the value a stamp waits for
+};
+
+// Thread 0 stores %clock64 into slot `slot` of its CTA, after `dep` has arrived (a load whose
+// arrival is the step: the store of dep waits for it, and the clock is read after that store).
+__device__ __forceinline__ void lean_stamp(int slot, u32 dep) {
+#if FERRATTN_LEAN_STAMPS
+  if (threadIdx.x == 0) {
+    unsigned long long* s = ferrattn_lean_stamps + (blockIdx.x & 1023u) * 16u;
+    *reinterpret_cast<volatile unsigned long long*>(s + kStDep) = dep;
+    unsigned long long c;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
+    *reinterpret_cast<volatile unsigned long long*>(s + slot) = c;
+  }
+#else
+  (void)slot;
+  (void)dep;
+#endif
+}
+__device__ __forceinline__ void lean_stamp_value(int slot, unsigned long long v) {
+#if FERRATTN_LEAN_STAMPS
+  if (threadIdx.x == 0)
+    *reinterpret_cast<volatile unsigned long long*>(ferrattn_lean_stamps + (blockIdx.x & 1023u) * 16u + slot) = v;
+#else
+  (void)slot;
+  (void)v;
+#endif
+}
+__device__ __forceinline__ unsigned long long lean_clock() {
+#if FERRATTN_LEAN_STAMPS
+  unsigned long long c;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
+  return c;
+#else
+  return 0;
+#endif
+}
+__device__ __forceinline__ unsigned long long lean_globaltimer() {
+#if FERRATTN_LEAN_STAMPS
+  unsigned long long c;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(c)::"memory");
+  return c;
+#else
+  return 0;
+#endif
+}
 
 // Row of the K/V buffer that holds key j of sequence b (NHD: a row is heads_kv * D values).
 // Contiguous: sequence b's own rows. Paged (vLLM / FlashInfer layout): the page table maps the
@@ -341,6 +418,8 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   const int grp = warp * G + lane / L;  // key group
   const int gl = lane % L;              // columns gl*8 .. gl*8+7
   const int cta = blockIdx.x;
+  lean_stamp_value(kStGlobalEntry, lean_globaltimer());
+  lean_stamp(kStEntry, 0);
   constexpr bool regs = PAGED && REGS;
   // REGS: units u .. u + 2 ST - 2 have words in the 8-slot ring at once (the prologue writes them
   // with no barrier between), so a deeper ring needs more slots
@@ -400,8 +479,16 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     first.len_k = (int)info1.z;
     first.len_q = (int)info1.w;
   }
+  lean_stamp(kStRecord, cs ^ ce ^ (u32)first.len_k);
   const int sub = p.tile_k / SK;
   const u32 units = (ce - cs) * (u32)sub;
+#if FERRATTN_LEAN_STAMPS
+  {
+    u32 smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    lean_stamp_value(kStSmUnits, (unsigned long long)smid | ((unsigned long long)units << 32));
+  }
+#endif
   const u64 kv_row = (u64)p.heads_kv * D;
 
   // ---- producer: stage loads of the whole CTA range, across tiles ----
@@ -735,11 +822,15 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
+    lean_stamp(kStWords, 0);
 #pragma unroll 1  // one copy of issue_unit's code (an unrolled prologue doubled it)
     for (int s = 0; s < ST - 1; ++s) {
       if ((u32)s < units) {
         load_words((u32)s);
         issue_unit((u32)s);
+#if FERRATTN_LEAN_STAMPS
+        if (s == 0) lean_stamp(kStFirstCopy, 0);
+#endif
       }
       cp_async_commit();
     }
@@ -764,9 +855,11 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) {
       if ((u32)s < units) issue_unit((u32)s);
+      if (s == 0) lean_stamp(kStFirstCopy, 0);
       cp_async_commit();
     }
   }
+  lean_stamp(kStPrologue, 0);
 
   // ---- consumer state ----
   TileInfo ct = first;  // the consumer's tile (the first one's fields die here, not in the loop)
@@ -859,12 +952,23 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // the consumer's unit as (iteration, sub-stage), a cursor like the producer's
   u32 it = cs;
   int c_sub = 0;
+#if FERRATTN_LEAN_STAMPS
+  unsigned long long wait_sum = 0;  // cycles in the loop's waits and barriers
+#endif
   for (u32 u = 0; u < units; ++u) {
+    const unsigned long long w0 = lean_clock();
     cp_async_wait<ST - 2>();
     if constexpr (ahead) {
       if (u + ST - 1 < units) store_fetched(u + ST - 1, fa);
     }
     __syncthreads();
+#if FERRATTN_LEAN_STAMPS
+    wait_sum += lean_clock() - w0;
+    if (u == 0) lean_stamp(kStFirstLanded, 0);
+    if (u + 1 == units) lean_stamp(kStLastLanded, 0);
+#else
+    (void)w0;
+#endif
     if (u + ST - 1 < units) issue_unit(u + ST - 1);
     cp_async_commit();
     if constexpr (regs) {
@@ -1036,6 +1140,9 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     }
     const bool seg_end = (u + 1 == units) || (it >= ct.end);
     if (!seg_end) continue;
+#if FERRATTN_LEAN_STAMPS
+    if (u + 1 == units) lean_stamp(kStLastDone, __float_as_uint(kMma ? l2[0] : l[0]));
+#endif
 
     if constexpr (kMma) {
 #pragma unroll
@@ -1161,6 +1268,12 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
 
     }  // SIMT reduction
 
+#if FERRATTN_LEAN_STAMPS
+    if (u + 1 == units) {
+      lean_stamp(kStReduced, 0);
+      lean_stamp(kStFlags, 0);
+    }
+#endif
     const bool host = seg_begin == ct.start;     // Alg. 2 line 17
     const bool finishing = ce >= ct.end;         // line 18
     if (!host || (!p.merge_in_kernel && !finishing)) {
@@ -1183,11 +1296,21 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
           p.flags[c] = 0u;
         }
         __syncthreads();  // the pollers' acquires order every thread's partial reads after it
+#if FERRATTN_LEAN_STAMPS
+        if (u + 1 == units) lean_stamp(kStFlags, 0);
+#endif
         merge_partials<D, R>(p, cta + 1, last, obuf, fin);
       }
       write_output<T, D, R>(p, ct, obuf, fin);  // lines 38-39
       __syncthreads();
     }
+#if FERRATTN_LEAN_STAMPS
+    if (u + 1 == units) {
+      lean_stamp(kStEnd, 0);
+      lean_stamp_value(kStGlobalEnd, lean_globaltimer());
+      lean_stamp_value(kStWaitSum, wait_sum);
+    }
+#endif
     if (u + 1 < units) {
       ct = tile_by_index(p, ct.tile + 1);
       seg_begin = it;
@@ -1266,16 +1389,22 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
   FERRATTN_LEAN_ROWS(TN, T, 128)  \
   FERRATTN_LEAN_ROWS(TN, T, 256)
 
+#if FERRATTN_LEAN_STAMPS
+FERRATTN_LEAN(f16, F16, 128, 4)
+#else
 FERRATTN_LEAN_DIMS(f16, F16)
 FERRATTN_LEAN_DIMS(bf16, BF16)
+#endif
 #define FERRATTN_LEAN_DEEP_ROWS(TN, T) \
   FERRATTN_LEAN_DEEP(TN, T, 64, 1)      \
   FERRATTN_LEAN_DEEP(TN, T, 64, 2)      \
   FERRATTN_LEAN_DEEP(TN, T, 64, 4)      \
   FERRATTN_LEAN_DEEP(TN, T, 64, 8)      \
   FERRATTN_LEAN_DEEP(TN, T, 64, 16)
+#if !FERRATTN_LEAN_STAMPS
 FERRATTN_LEAN_DEEP_ROWS(f16, F16)
 FERRATTN_LEAN_DEEP_ROWS(bf16, BF16)
+#endif
 
 // Appends a step's new tokens to a K/V cache (the same kernel for f16 and bf16: it moves 16-byte
 // vectors). Token i of sequence b, k_new[b, i] ([batch, n_new, heads_kv, head_dim], contiguous),

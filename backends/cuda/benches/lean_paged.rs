@@ -33,6 +33,11 @@
 //! cache's bytes at the contiguous cache's offsets, the contiguous storage reads that pool's
 //! buffers, so that contiguous and in-order paged read the same memory: their ratio is then the
 //! kernel's own cost, with no difference of allocation or physical placement in it).
+//! `--stamps N` (kernels built with `FERRATTN_LEAN_STAMPS=1` only, a diagnostic build: see
+//! `cuda-kernels/lean_decode.cu`): after the timing, each storage runs N more launches one at a
+//! time and the per-CTA stamps of each are read back; prints per-step medians over CTAs and
+//! launches (cycles of the SM clock, start skew and launch span in ns of %globaltimer) and, with
+//! `--stamps-out FILE`, every CTA's raw stamps.
 
 use ferrattn_core::{lean, AttentionProblem, DType, Device};
 use ferrattn_cuda::{
@@ -41,6 +46,62 @@ use ferrattn_cuda::{
 };
 use rand::{seq::SliceRandom, SeedableRng};
 use std::fmt::Write as _;
+
+/// A stamp-derived quantity of one CTA: (label, f(the CTA's 16 words, the launch's first entry
+/// in ns)); `None` where the CTA has no such step. Slots as `ferrattn::StampSlot`.
+type StampCol = (&'static str, fn(&[u64], u64) -> Option<f64>);
+const STAMP_COLS: &[StampCol] = &[
+    ("start skew (ns, globaltimer)", |r, g0| {
+        Some((r[0] - g0) as f64)
+    }),
+    ("end after first start (ns)", |r, g0| {
+        Some((r[13] - g0) as f64)
+    }),
+    ("cycles per ns", |r, _| {
+        Some((r[12] - r[2]) as f64 / (r[13] - r[0]).max(1) as f64)
+    }),
+    ("entry -> record in hand (cyc)", |r, _| {
+        Some(r[3].wrapping_sub(r[2]) as f64)
+    }),
+    ("record -> page words in hand", |r, _| {
+        (r[4] > r[3] && r[4] < r[5]).then(|| (r[4] - r[3]) as f64)
+    }),
+    ("entry -> first copy issued", |r, _| {
+        Some(r[5].wrapping_sub(r[2]) as f64)
+    }),
+    ("entry -> prologue issued", |r, _| {
+        Some(r[6].wrapping_sub(r[2]) as f64)
+    }),
+    ("first copy -> stage 0 landed", |r, _| {
+        Some(r[7].wrapping_sub(r[5]) as f64)
+    }),
+    ("entry -> stage 0 landed", |r, _| {
+        Some(r[7].wrapping_sub(r[2]) as f64)
+    }),
+    ("stage 0 -> last stage landed", |r, _| {
+        Some(r[8].wrapping_sub(r[7]) as f64)
+    }),
+    ("  per later stage", |r, _| {
+        let u = r[1] >> 32;
+        (u > 1).then(|| r[8].wrapping_sub(r[7]) as f64 / (u - 1) as f64)
+    }),
+    ("waits+barriers, all stages", |r, _| Some(r[14] as f64)),
+    ("last stage landed -> computed", |r, _| {
+        Some(r[9].wrapping_sub(r[8]) as f64)
+    }),
+    ("computed -> warps reduced", |r, _| {
+        Some(r[10].wrapping_sub(r[9]) as f64)
+    }),
+    ("reduced -> flags acquired", |r, _| {
+        Some(r[11].wrapping_sub(r[10]) as f64)
+    }),
+    ("flags -> end (partial / merge+out)", |r, _| {
+        Some(r[12].wrapping_sub(r[11]) as f64)
+    }),
+    ("entry -> end (cyc)", |r, _| {
+        Some(r[12].wrapping_sub(r[2]) as f64)
+    }),
+];
 
 fn median(mut x: Vec<f32>) -> f32 {
     x.sort_by(|a, b| a.total_cmp(b));
@@ -66,6 +127,9 @@ fn main() {
             .filter(|&n| n > 0)
     };
     let only = value("--only");
+    let stamps_n = positive("--stamps");
+    let stamps_out = value("--stamps-out");
+    let mut stamps_raw = String::new();
     let out_path = value("--out");
     let sets_arg = positive("--sets");
     let ctas_arg = positive("--ctas");
@@ -292,6 +356,74 @@ fn main() {
             }
         }
         let t: Vec<f32> = times.into_iter().map(median).collect();
+        if let Some(n) = stamps_n {
+            let names = ["contig", "p16", "p64", "p16 ord", "p64 ord"];
+            for (vi, v) in variants.iter().take(5).enumerate() {
+                let ctas = v.0.num_ctas();
+                let mut per: Vec<Vec<f64>> = vec![Vec::new(); STAMP_COLS.len()];
+                let mut spans = Vec::new();
+                for i in 0..n {
+                    let (k, vv) = v.1[i % sets];
+                    let tt = LeanTensors {
+                        q: x.q().ptr(),
+                        k,
+                        v: vv,
+                        o: o.ptr(),
+                        lse: lse.ptr(),
+                    };
+                    // SAFETY: as above.
+                    unsafe { kern.run(&v.0, &tt, v.2.ptr(), s).unwrap() };
+                    let Some(w) = kern.read_stamps().unwrap() else {
+                        println!("--stamps: these kernels were built without FERRATTN_LEAN_STAMPS");
+                        return;
+                    };
+                    let cta = |c: usize| &w[16 * c..16 * c + 16];
+                    let g0 = (0..ctas.min(1024)).map(|c| cta(c)[0]).min().unwrap();
+                    let g1 = (0..ctas.min(1024)).map(|c| cta(c)[13]).max().unwrap();
+                    spans.push(g1.saturating_sub(g0) as f64);
+                    for c in 0..ctas.min(1024) {
+                        let r = cta(c);
+                        let _ = writeln!(
+                            stamps_raw,
+                            "{name} {batch} {ctx} {} {i} {c} {}",
+                            names[vi],
+                            r.iter()
+                                .map(|x| x.to_string())
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        );
+                        for (j, col) in STAMP_COLS.iter().enumerate() {
+                            if let Some(x) = col.1(r, g0) {
+                                per[j].push(x);
+                            }
+                        }
+                    }
+                }
+                let med = |mut x: Vec<f64>, q: f64| {
+                    if x.is_empty() {
+                        return f64::NAN;
+                    }
+                    x.sort_by(|a, b| a.total_cmp(b));
+                    x[((x.len() - 1) as f64 * q).round() as usize]
+                };
+                println!(
+                    "stamps {name} B={batch} ctx={ctx} {:<7} ({ctas} CTAs, {n} launches): span median {:.0} ns",
+                    names[vi],
+                    med(spans, 0.5)
+                );
+                for (j, col) in STAMP_COLS.iter().enumerate() {
+                    let x = std::mem::take(&mut per[j]);
+                    println!(
+                        "  {:<34} p10 {:>9.1}  median {:>9.1}  p90 {:>9.1}  max {:>9.1}",
+                        col.0,
+                        med(x.clone(), 0.1),
+                        med(x.clone(), 0.5),
+                        med(x.clone(), 0.9),
+                        med(x, 1.0)
+                    );
+                }
+            }
+        }
         println!(
             "{name:<6} {batch:>3} {ctx:>6} {sets:>4} | {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
             t[0], t[1], t[2], t[3], t[4], t[5], t[1] / t[0], t[2] / t[0], t[3] / t[0], t[4] / t[0], t[0] / t[5]
@@ -307,6 +439,9 @@ fn main() {
         json.push('\n');
     }
     json.push_str("]\n");
+    if let Some(path) = stamps_out {
+        std::fs::write(path, stamps_raw).unwrap();
+    }
     if let Some(path) = out_path {
         std::fs::write(path, json).unwrap();
     }

@@ -99,6 +99,11 @@ impl Function {
     pub(crate) fn bind(&self) -> Result<crate::device::Bound> {
         self.module.gpu.bind()
     }
+
+    /// The module the function lives in.
+    pub(crate) fn module(&self) -> &Arc<Module> {
+        &self.module
+    }
 }
 
 impl Module {
@@ -150,6 +155,22 @@ impl Module {
             },
             gpu: gpu.clone(),
         }))
+    }
+
+    /// Device address and size in bytes of the module's global variable `name`, or `None` where
+    /// the module has none (diagnostic builds define some, e.g. the Lean kernels'
+    /// `ferrattn_lean_stamps`).
+    pub fn global(&self, name: &str) -> Result<Option<(u64, usize)>> {
+        let _bound = self.gpu.bind()?;
+        let c = std::ffi::CString::new(name).expect("global names have no NUL bytes");
+        let (mut ptr, mut bytes) = (0u64, 0usize);
+        // SAFETY: valid module, NUL-terminated name, out-parameters.
+        let r = unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, self.module, c.as_ptr()) };
+        if r == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+            return Ok(None);
+        }
+        check("cuModuleGetGlobal", r)?;
+        Ok(Some((ptr, bytes)))
     }
 
     /// The entry point `name`.

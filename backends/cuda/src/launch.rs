@@ -1196,6 +1196,24 @@ impl LeanKernels {
         PagedRead::ALL[self.paged_read.load(std::sync::atomic::Ordering::Relaxed) as usize]
     }
 
+    /// The per-CTA stamps of the last decode launch, 16 words a CTA for CTAs 0..1023
+    /// (`ferrattn::StampSlot` in `cuda-kernels/lean_decode.cu`), or `None` for kernels built
+    /// without `FERRATTN_LEAN_STAMPS` (every shipped build). A diagnostic for
+    /// `benches/lean_paged.rs --stamps`; synchronises the context.
+    pub fn read_stamps(&self) -> Result<Option<Vec<u64>>> {
+        let Some((ptr, bytes)) = self.decode.module().global("ferrattn_lean_stamps")? else {
+            return Ok(None);
+        };
+        let _bound = self.gpu.bind()?;
+        self.gpu.synchronize()?;
+        let mut words = vec![0u64; bytes / 8];
+        // SAFETY: the global holds `bytes` bytes; the host buffer as many.
+        check("cuMemcpyDtoH", unsafe {
+            sys::cuMemcpyDtoH_v2(words.as_mut_ptr() as *mut std::ffi::c_void, ptr, bytes)
+        })?;
+        Ok(Some(words))
+    }
+
     /// The instance these kernels serve.
     pub fn instance(&self) -> LeanInstance {
         self.instance
