@@ -758,7 +758,8 @@ impl DeviceTurboCache {
 // ---- decode schedule: pure host code, in the core beside its CPU twin ---------------------------
 
 pub use ferrattn_core::turbo::decode_plan::{
-    decode_twin, decode_units, DecodePlan, DecodeSchedule, DECODE_MIN_ITERS_PER_UNIT,
+    decode_twin, decode_units, DecodeCosts, DecodePlan, DecodeSchedule, DECODE_COSTS,
+    DECODE_MIN_ITERS_PER_UNIT,
 };
 
 /// Plans a decode launch ([`ferrattn_core::turbo::decode_plan::plan_decode`]). `lens[b]`: tokens

@@ -33,7 +33,38 @@ pub enum DecodeSchedule {
     /// equal contiguous ranges of the iteration space, partials merged in key order; equals
     /// [`decode_twin`] bit for bit.
     StreamK(usize),
+    /// Stream-K over at most `units` units whose contiguous ranges are cut so that the costliest
+    /// unit costs least under `costs` (a cache tile, the INT8 buffer tile, each segment a unit
+    /// starts: its query quantization and partial write), instead of equal iteration counts;
+    /// partials merged in key order as under [`DecodeSchedule::StreamK`], so [`decode_twin`]
+    /// is its reference too.
+    Balanced {
+        /// Most units (warps) of the launch; the cut may use fewer.
+        units: usize,
+        /// What a unit's work costs.
+        costs: DecodeCosts,
+    },
 }
+
+/// What a decode unit's work costs, in sixteenths of a compressed 64-token cache tile, for
+/// [`DecodeSchedule::Balanced`]'s cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeCosts {
+    /// A compressed cache tile (INT4 or INT2 codes).
+    pub tile: u64,
+    /// The INT8 buffer tile (the last tile of a sequence whose length is not a multiple of 64).
+    pub buffer_tile: u64,
+    /// Each segment a unit computes: the query quantization at its start and the partial
+    /// written at its end.
+    pub segment: u64,
+}
+
+/// The costs [`decode_units`] balances with.
+pub const DECODE_COSTS: DecodeCosts = DecodeCosts {
+    tile: 16,
+    buffer_tile: 21,
+    segment: 7,
+};
 
 /// A decode launch planned on the host: the iteration space over the cache tiles
 /// (`ferrattn_core::lean::TileSpace` with 64-token tiles), the ranges of the schedule's units and
@@ -147,6 +178,10 @@ pub fn plan_decode(
     let schedule = match schedule {
         DecodeSchedule::PerTile => Schedule::fixed_split(&space, 1),
         DecodeSchedule::StreamK(ctas) => Schedule::stream_k(&space, ctas.max(1)),
+        DecodeSchedule::Balanced { units, costs } => Schedule::StreamK {
+            total_iters: space.total_iters(),
+            cta_bounds: balanced_bounds(&space, &lens, units.max(1), costs),
+        },
     };
     let cta_bounds = schedule.cta_bounds(&space);
     let segments = schedule.segments(&space);
@@ -178,6 +213,95 @@ pub fn plan_decode(
         cta_slot,
         tile_slot,
     })
+}
+
+/// The cut into units of one cost limit: greedily, each unit takes tiles while its cost (each
+/// segment it starts, each tile it computes) stays within `cap` (and at least one tile). Returns
+/// the number of units; with `bounds`, pushes each unit's first iteration after the first's.
+fn greedy_cut(
+    space: &TileSpace,
+    lens: &[usize],
+    costs: DecodeCosts,
+    cap: u64,
+    mut bounds: Option<&mut Vec<u64>>,
+) -> usize {
+    let mut units = 1;
+    let (mut cost, mut empty, mut at) = (costs.segment, true, 0u64);
+    let mut cut = |at: u64, cost: &mut u64, empty: &mut bool, units: &mut usize| {
+        *units += 1;
+        *cost = costs.segment;
+        *empty = true;
+        if let Some(b) = bounds.as_deref_mut() {
+            b.push(at);
+        }
+    };
+    for (b, &n) in space.iters.iter().enumerate() {
+        let buffer = u64::from(lens[b] % DECODE_BLOCK != 0);
+        let compressed = n - buffer;
+        let first = if compressed > 0 {
+            costs.tile
+        } else {
+            costs.buffer_tile
+        };
+        for _ in 0..space.tiles_per_seq {
+            // entering an output tile starts a segment
+            if !empty {
+                if cost + costs.segment + first > cap {
+                    cut(at, &mut cost, &mut empty, &mut units);
+                } else {
+                    cost += costs.segment;
+                }
+            }
+            let mut left = compressed;
+            while left > 0 {
+                let fit = (cap.saturating_sub(cost) / costs.tile.max(1)).min(left);
+                let take = if fit == 0 && empty { 1 } else { fit };
+                cost += take * costs.tile;
+                left -= take;
+                at += take;
+                empty &= take == 0;
+                if left > 0 {
+                    cut(at, &mut cost, &mut empty, &mut units);
+                }
+            }
+            if buffer == 1 {
+                if !empty && cost + costs.buffer_tile > cap {
+                    cut(at, &mut cost, &mut empty, &mut units);
+                }
+                cost += costs.buffer_tile;
+                at += 1;
+                empty = false;
+            }
+        }
+    }
+    units
+}
+
+/// [`DecodeSchedule::Balanced`]'s `units + 1` (or fewer) bounds: the least cost limit whose
+/// greedy cut needs at most `units` units (a binary search; the greedy cut is monotone in it).
+fn balanced_bounds(space: &TileSpace, lens: &[usize], units: usize, costs: DecodeCosts) -> Vec<u64> {
+    let (mut lo, mut hi) = (0u64, 0u64);
+    for (b, &n) in space.iters.iter().enumerate() {
+        let buffer = u64::from(lens[b] % DECODE_BLOCK != 0);
+        let tile = (n - buffer) * costs.tile + buffer * costs.buffer_tile + costs.segment;
+        hi += tile * space.tiles_per_seq as u64;
+        lo = lo.max(costs.segment + costs.tile.max(costs.buffer_tile * buffer));
+    }
+    let hi = hi.max(lo);
+    let (mut lo, mut hi) = (lo.saturating_sub(1), hi);
+    // invariant: cap hi fits, cap lo does not (or is below every single tile's cost)
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if greedy_cut(space, lens, costs, mid, None) <= units {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    let mut bounds = vec![0];
+    greedy_cut(space, lens, costs, hi, Some(&mut bounds));
+    bounds.push(space.total_iters());
+    bounds
 }
 
 /// CPU twin of the decode kernel and its combine under `plan`: for each segment the core's
@@ -279,5 +403,93 @@ mod tests {
             );
         }
         assert!(plan_decode(&[5, 0], &[0, -1], 8, 2, DecodeSchedule::StreamK(4)).is_ok());
+    }
+
+    /// Each unit's cost under `costs`: a segment for each output tile it enters, its tiles.
+    fn unit_costs(pl: &DecodePlan, costs: DecodeCosts) -> Vec<u64> {
+        let mut out = vec![0u64; pl.num_ctas()];
+        for s in &pl.segments {
+            let (b, _, _) = pl.space.tile_coords(s.tile);
+            let n = pl.space.iters[b];
+            let buffer = pl.lens[b] % DECODE_BLOCK != 0;
+            out[s.cta] += costs.segment;
+            for i in s.local_begin..s.local_end {
+                out[s.cta] += if buffer && i == n - 1 {
+                    costs.buffer_tile
+                } else {
+                    costs.tile
+                };
+            }
+        }
+        out
+    }
+
+    // the balanced cut covers every cache tile once in key order (the segments' own checks),
+    // uses at most the units it is given, and its costliest unit costs no more than the equal
+    // cut's under the same costs (less where buffer tiles and segment starts cluster)
+    #[test]
+    fn balanced_cut_covers_the_space_and_lowers_the_costliest_unit() {
+        let cases: [(Vec<usize>, usize, usize, usize); 5] = [
+            (vec![4059; 64], 32, 8, 1584),
+            (vec![16347; 16], 32, 8, 1584),
+            (vec![127, 639, 190, 0, 64, 4096], 16, 4, 37),
+            (vec![1, 2, 3], 8, 2, 100),
+            (vec![700], 40, 2, 3),
+        ];
+        for (lens, hq, hk, units) in cases {
+            let q_tok: Vec<i32> = lens.iter().map(|&l| if l == 0 { -1 } else { 0 }).collect();
+            let bal = DecodeSchedule::Balanced {
+                units,
+                costs: DECODE_COSTS,
+            };
+            let pl = plan_decode(&lens, &q_tok, hq, hk, bal).unwrap();
+            pl.schedule.check(&pl.space).unwrap();
+            assert!(pl.num_ctas() <= units, "{} units of {units}", pl.num_ctas());
+            for t in 0..pl.num_tiles() {
+                let segs = &pl.segments[pl.tile_slot[t] as usize..pl.tile_slot[t + 1] as usize];
+                let mut at = 0;
+                for s in segs {
+                    assert_eq!((s.tile, s.local_begin), (t, at));
+                    at = s.local_end;
+                }
+                let (b, _, _) = pl.space.tile_coords(t);
+                assert_eq!(at, pl.space.iters[b], "tile {t} covered");
+            }
+            let eq = plan_decode(&lens, &q_tok, hq, hk, DecodeSchedule::StreamK(units)).unwrap();
+            let (bal_max, eq_max) = (
+                unit_costs(&pl, DECODE_COSTS).into_iter().max().unwrap(),
+                unit_costs(&eq, DECODE_COSTS).into_iter().max().unwrap(),
+            );
+            assert!(bal_max <= eq_max, "{lens:?}: {bal_max} > {eq_max}");
+        }
+        // 64 x 4k: 512 output tiles of 63 cache tiles and a buffer tile over 1,584 units
+        let lens = vec![4059; 64];
+        let bal = DecodeSchedule::Balanced {
+            units: 1584,
+            costs: DECODE_COSTS,
+        };
+        let pl = plan_decode(&lens, &[0; 64], 32, 8, bal).unwrap();
+        let eq = plan_decode(&lens, &[0; 64], 32, 8, DecodeSchedule::StreamK(1584)).unwrap();
+        let costs = |p: &DecodePlan| unit_costs(p, DECODE_COSTS).into_iter().max().unwrap();
+        assert!(costs(&pl) < costs(&eq), "{} vs {}", costs(&pl), costs(&eq));
+        // equal costs and no segment cost: the equal cut's longest range
+        let flat = DecodeCosts {
+            tile: 1,
+            buffer_tile: 1,
+            segment: 0,
+        };
+        let pl = plan_decode(
+            &lens,
+            &[0; 64],
+            32,
+            8,
+            DecodeSchedule::Balanced {
+                units: 1584,
+                costs: flat,
+            },
+        )
+        .unwrap();
+        let longest = |p: &DecodePlan| p.cta_bounds.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+        assert_eq!(longest(&pl), longest(&eq));
     }
 }
