@@ -277,30 +277,90 @@ fn greedy_cut(
     units
 }
 
-/// [`DecodeSchedule::Balanced`]'s `units + 1` (or fewer) bounds: the least cost limit whose
-/// greedy cut needs at most `units` units (a binary search; the greedy cut is monotone in it).
-fn balanced_bounds(space: &TileSpace, lens: &[usize], units: usize, costs: DecodeCosts) -> Vec<u64> {
-    let (mut lo, mut hi) = (0u64, 0u64);
+/// [`DecodeSchedule::Balanced`]'s `units + 1` bounds (fewer where the space has fewer cache
+/// tiles than `units`): the iterations walked in order, each unit ending where the cost of the
+/// units so far comes nearest to its share of the total, `(g + 1) / units` of it, or sooner where
+/// it would cost more than the least limit within which [`greedy_cut`] needs no more than
+/// `units` units; counting each segment a unit starts (its first, and each output tile it
+/// enters) and each cache tile at its price. With equal prices and no segment cost these are the
+/// equal cut's lengths.
+fn balanced_bounds(
+    space: &TileSpace,
+    lens: &[usize],
+    units: usize,
+    costs: DecodeCosts,
+) -> Vec<u64> {
+    let total_iters = space.total_iters();
+    let units = (units as u64).min(total_iters).max(1);
+    let buffer = |b: usize| u64::from(lens[b] % DECODE_BLOCK != 0);
+    // the total: every tile entered once, every unit's start a segment of its own (an
+    // overestimate by the cuts that fall on a tile's start)
+    let mut total = (units - 1) * costs.segment;
     for (b, &n) in space.iters.iter().enumerate() {
-        let buffer = u64::from(lens[b] % DECODE_BLOCK != 0);
-        let tile = (n - buffer) * costs.tile + buffer * costs.buffer_tile + costs.segment;
-        hi += tile * space.tiles_per_seq as u64;
-        lo = lo.max(costs.segment + costs.tile.max(costs.buffer_tile * buffer));
+        let tile = (n - buffer(b)) * costs.tile + buffer(b) * costs.buffer_tile + costs.segment;
+        total += tile * space.tiles_per_seq as u64;
     }
-    let hi = hi.max(lo);
-    let (mut lo, mut hi) = (lo.saturating_sub(1), hi);
-    // invariant: cap hi fits, cap lo does not (or is below every single tile's cost)
+    // the least cost limit of a cut into at most `units` (binary search: the greedy cut's count
+    // does not grow with the limit; `total` fits one unit)
+    let (mut lo, mut hi) = (0u64, total);
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
-        if greedy_cut(space, lens, costs, mid, None) <= units {
+        if greedy_cut(space, lens, costs, mid, None) <= units as usize {
             hi = mid;
         } else {
             lo = mid;
         }
     }
-    let mut bounds = vec![0];
-    greedy_cut(space, lens, costs, hi, Some(&mut bounds));
-    bounds.push(space.total_iters());
+    let cap = hi;
+    // the share of unit g, as a cost reached by the units so far
+    let share = |g: u64| ((g + 1) as u128 * total as u128 / units as u128) as u64;
+    let mut bounds = vec![0u64];
+    let (mut g, mut acc, mut at, mut empty) = (0u64, 0u64, 0u64, true);
+    let mut unit = 0u64; // the cost of unit g so far
+                         // adds one item of cost `c` to unit g, or cuts before it when the units so far are nearer
+                         // their share without it (never leaving a unit empty, never more than `units` units)
+    let mut place = |c: u64,
+                     seg: bool,
+                     at: u64,
+                     acc: &mut u64,
+                     g: &mut u64,
+                     empty: &mut bool,
+                     unit: &mut u64| {
+        let add = c + if seg && !*empty { costs.segment } else { 0 };
+        let (with, sh) = (*acc + add, share(*g));
+        let nearer = with > sh && with - sh > sh - (*acc).min(sh);
+        if !*empty && *g + 1 < units && (nearer || *unit + add > cap) {
+            bounds.push(at);
+            *g += 1;
+            *acc += costs.segment + c;
+            *unit = costs.segment + c;
+        } else {
+            *acc = with;
+            *unit += add;
+        }
+        *empty = false;
+    };
+    for (b, &n) in space.iters.iter().enumerate() {
+        for _ in 0..space.tiles_per_seq {
+            for i in 0..n {
+                let c = if buffer(b) == 1 && i == n - 1 {
+                    costs.buffer_tile
+                } else {
+                    costs.tile
+                };
+                // the first unit's own segment
+                if at == 0 {
+                    (acc, unit) = (costs.segment, costs.segment);
+                }
+                place(c, i == 0, at, &mut acc, &mut g, &mut empty, &mut unit);
+                at += 1;
+            }
+        }
+    }
+    // a unit of each remaining share cannot be left empty: units <= total_iters, and a cut
+    // is only skipped while the units so far are short of their share
+    drop(place);
+    bounds.push(total_iters);
     bounds
 }
 
@@ -406,7 +466,7 @@ mod tests {
     }
 
     /// Each unit's cost under `costs`: a segment for each output tile it enters, its tiles.
-    fn unit_costs(pl: &DecodePlan, costs: DecodeCosts) -> Vec<u64> {
+    pub(super) fn unit_costs(pl: &DecodePlan, costs: DecodeCosts) -> Vec<u64> {
         let mut out = vec![0u64; pl.num_ctas()];
         for s in &pl.segments {
             let (b, _, _) = pl.space.tile_coords(s.tile);
