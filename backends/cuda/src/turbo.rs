@@ -759,7 +759,7 @@ impl DeviceTurboCache {
 
 pub use ferrattn_core::turbo::decode_plan::{
     decode_twin, decode_units, DecodeCosts, DecodePlan, DecodeSchedule, DECODE_COSTS,
-    DECODE_MIN_ITERS_PER_UNIT,
+    DECODE_ITERS_PER_UNIT, DECODE_MIN_ITERS_PER_UNIT,
 };
 
 /// Plans a decode launch ([`ferrattn_core::turbo::decode_plan::plan_decode`]). `lens[b]`: tokens
@@ -1421,8 +1421,8 @@ impl CudaBackend {
     }
 
     /// [`CudaBackend::turbo_auto_schedule_for`] knowing only the number of output tiles and the
-    /// GQA group: one unit per tile when they fill the resident units, else stream-K over all
-    /// of them.
+    /// GQA group: one unit per tile when they fill the resident units, else the balanced
+    /// stream-K cut over all of them.
     pub fn turbo_auto_schedule(
         &self,
         plan_tiles: usize,

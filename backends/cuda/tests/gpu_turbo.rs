@@ -609,30 +609,36 @@ fn turbo_decode_plan_covers_every_cache_tile_once() {
 
 #[test]
 fn turbo_auto_decode_schedule_fills_the_gpu_without_starving_units() {
-    use ferrattn_cuda::turbo::{decode_units, DECODE_MIN_ITERS_PER_UNIT};
+    use ferrattn_cuda::turbo::{
+        decode_units, DECODE_COSTS, DECODE_ITERS_PER_UNIT, DECODE_MIN_ITERS_PER_UNIT,
+    };
     let resident = 132 * 3 * 4;
+    let bal = |units| DecodeSchedule::Balanced {
+        units,
+        costs: DECODE_COSTS,
+    };
     // enough output tiles: the emulation's order, one unit per tile
     assert_eq!(
         decode_units(resident, 2000, 1 << 20),
         DecodeSchedule::PerTile
     );
-    // a large cache: every resident unit
+    // a large cache: every resident unit, cut by cost
+    assert_eq!(decode_units(resident, 256, 131_072), bal(resident));
+    assert_eq!(decode_units(resident, 512, 32_768), bal(resident));
+    // 4 x 16k: DECODE_ITERS_PER_UNIT cache tiles a unit, at least half the resident units
     assert_eq!(
-        decode_units(resident, 256, 131_072),
-        DecodeSchedule::StreamK(resident)
+        decode_units(resident, 32, 8192),
+        bal((8192 / DECODE_ITERS_PER_UNIT) as usize)
     );
-    // a small one: at least DECODE_MIN_ITERS_PER_UNIT cache tiles per unit, never fewer units
-    // than output tiles
+    // a small one (batch 1 at 16k): 8 a unit would leave SMs idle, so DECODE_MIN_ITERS_PER_UNIT;
+    // never fewer units than output tiles
     assert_eq!(
         decode_units(resident, 8, 2048),
-        DecodeSchedule::StreamK((2048 / DECODE_MIN_ITERS_PER_UNIT) as usize)
+        bal((2048 / DECODE_MIN_ITERS_PER_UNIT) as usize)
     );
-    assert_eq!(decode_units(resident, 40, 80), DecodeSchedule::StreamK(40));
+    assert_eq!(decode_units(resident, 40, 80), bal(40));
     // unknown iteration count (turbo_auto_schedule): every resident unit
-    assert_eq!(
-        decode_units(resident, 8, u64::MAX),
-        DecodeSchedule::StreamK(resident)
-    );
+    assert_eq!(decode_units(resident, 8, u64::MAX), bal(resident));
 }
 
 /// Context + decode problem for the twin tests: a cache built from `ctx` tokens and one query.
