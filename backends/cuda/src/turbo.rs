@@ -14,8 +14,9 @@
 //!   `1 / s_P` instead of dividing, so a P code can move by one at a rounding boundary: O within
 //!   1e-3 of the emulation;
 //! - decode under [`DecodeSchedule::PerTile`] replays the emulation's tile order
-//!   (bit-identical O); under [`DecodeSchedule::StreamK`] the KV length is split over CTAs as in
-//!   LeanAttention (appendix E) and the partials are merged with the configuration's exponential,
+//!   (bit-identical O); under [`DecodeSchedule::StreamK`] (equal ranges) and
+//!   [`DecodeSchedule::Balanced`] (ranges cut by cost, the automatic schedule) the KV length is
+//!   split over CTAs as in LeanAttention (appendix E) and the partials are merged with the configuration's exponential,
 //!   which [`decode_twin`] reproduces on the CPU bit for bit. That is the bit-exact decode
 //!   (`turbo_decode_*`, `turbo_decode_g4_*`), the default off sm_90 and with
 //!   [`crate::Options::exact_turbo_decode`]; on sm_90 the default is the fast-contract decode

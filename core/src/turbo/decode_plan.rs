@@ -33,13 +33,14 @@ pub enum DecodeSchedule {
     /// equal contiguous ranges of the iteration space, partials merged in key order; equals
     /// [`decode_twin`] bit for bit.
     StreamK(usize),
-    /// Stream-K over at most `units` units whose contiguous ranges are cut so that the costliest
-    /// unit costs least under `costs` (a cache tile, the INT8 buffer tile, each segment a unit
-    /// starts: its query quantization and partial write), instead of equal iteration counts;
-    /// partials merged in key order as under [`DecodeSchedule::StreamK`], so [`decode_twin`]
-    /// is its reference too.
+    /// Stream-K over at most `units` units (a few fewer where units hold one or two cache tiles
+    /// each and the shares outrun the tiles) whose contiguous ranges are cut to equal shares of the cost under `costs` (a cache tile,
+    /// the INT8 buffer tile, each segment a unit starts: its query quantization and partial
+    /// write) instead of equal iteration counts, no unit over the least cost limit a greedy cut
+    /// into `units` needs; partials merged in key order as under [`DecodeSchedule::StreamK`], so
+    /// [`decode_twin`] is its reference too.
     Balanced {
-        /// Most units (warps) of the launch; the cut may use fewer.
+        /// Most units (warps) of the launch.
         units: usize,
         /// What a unit's work costs.
         costs: DecodeCosts,
