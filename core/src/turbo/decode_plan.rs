@@ -256,7 +256,7 @@ fn greedy_cut(
         }
     };
     for (b, &n) in space.iters.iter().enumerate() {
-        let buffer = u64::from(lens[b] % DECODE_BLOCK != 0);
+        let buffer = u64::from(!lens[b].is_multiple_of(DECODE_BLOCK));
         let compressed = n - buffer;
         let first = if compressed > 0 {
             costs.tile
@@ -312,7 +312,7 @@ fn balanced_bounds(
 ) -> Vec<u64> {
     let mut walk = BalancedWalk::new(space, lens, units, costs);
     for (b, &n) in space.iters.iter().enumerate() {
-        let buffer = u64::from(lens[b] % DECODE_BLOCK != 0);
+        let buffer = u64::from(!lens[b].is_multiple_of(DECODE_BLOCK));
         for _ in 0..space.tiles_per_seq {
             // the tile's first cache tile starts a segment; then its compressed tiles; then
             // the buffer tile
@@ -359,7 +359,7 @@ impl BalancedWalk {
         // overestimate by the cuts that fall on a tile's start)
         let mut total = (units - 1) * costs.segment;
         for (b, &n) in space.iters.iter().enumerate() {
-            let buffer = u64::from(lens[b] % DECODE_BLOCK != 0);
+            let buffer = u64::from(!lens[b].is_multiple_of(DECODE_BLOCK));
             let tile = (n - buffer) * costs.tile + buffer * costs.buffer_tile + costs.segment;
             total += tile * space.tiles_per_seq as u64;
         }
@@ -577,7 +577,7 @@ mod tests {
         for s in &pl.segments {
             let (b, _, _) = pl.space.tile_coords(s.tile);
             let n = pl.space.iters[b];
-            let buffer = pl.lens[b] % DECODE_BLOCK != 0;
+            let buffer = !pl.lens[b].is_multiple_of(DECODE_BLOCK);
             out[s.cta] += costs.segment;
             for i in s.local_begin..s.local_end {
                 out[s.cta] += if buffer && i == n - 1 {
@@ -599,7 +599,7 @@ mod tests {
     ) -> Vec<u64> {
         let mut walk = BalancedWalk::new(space, lens, units, costs);
         for (b, &n) in space.iters.iter().enumerate() {
-            let buffer = lens[b] % DECODE_BLOCK != 0;
+            let buffer = !lens[b].is_multiple_of(DECODE_BLOCK);
             for _ in 0..space.tiles_per_seq {
                 for i in 0..n {
                     let c = if buffer && i == n - 1 {
