@@ -14,15 +14,17 @@
 //! gives the documented rows, checked and beside SDPA.
 //!
 //! Usage: `turbo_decode BATCH CONTEXT [BATCH CONTEXT ...] [--bits int4,mixed] [--iters N]
-//! [--nvrtc] [--only default,g4,full,g4fast,fullfast,g4fastswitch,g4fastbranches] [--units auto,N,...]` (`--units`: the automatic schedule and/or
-//! stream-K over N warps, to sweep the schedule) (Llama-3-8B heads: 32 query, 8 KV, d 128, bf16). Prints one line
+//! [--nvrtc] [--only default,g4,full,g4fast,fullfast,g4fastswitch,g4fastbranches] [--units auto,N,bal,bal:N,...] [--costs B:S,...]` (`--units`: the automatic schedule and/or
+//! stream-K over N warps, to sweep the schedule; `bal` / `bal:N`: `DecodeSchedule::Balanced` over the
+//! automatic unit count / N, once for each `--costs` entry (buffer tile and segment in sixteenths of a
+//! cache tile; default `DECODE_COSTS`)) (Llama-3-8B heads: 32 query, 8 KV, d 128, bf16). Prints one line
 //! per shape, cache and instance. `--nvrtc` compiles the kernels at run time, where
 //! `FERRATTN_NVRTC_DEFINES` can change compile-time constants (e.g.
 //! `-DFERRATTN_TURBO_DECODE_G4_BLOCKS=5`) between runs.
 
 use ferrattn_core::turbo::{KvBits, TurboConfig};
 use ferrattn_core::{AttentionProblem, DType};
-use ferrattn_cuda::turbo::{plan_decode, DecodeSchedule};
+use ferrattn_cuda::turbo::{plan_decode, DecodeCosts, DecodeSchedule, DECODE_COSTS};
 use ferrattn_cuda::{CudaBackend, Event, Graph, Options};
 
 const TAIL: usize = 37;
@@ -30,7 +32,18 @@ const HQ: usize = 32;
 const HK: usize = 8;
 const D: usize = 128;
 
+/// A schedule to time: the automatic one, a given one, or [`DecodeSchedule::Balanced`] over the
+/// automatic schedule's unit count (`None`) or a given one.
+#[derive(Clone, Copy)]
+enum Sched {
+    Auto,
+    Fixed(DecodeSchedule),
+    Balanced(Option<usize>, DecodeCosts),
+}
+
 struct Timed {
+    /// Units (warps) the plan launched.
+    used: usize,
     ms: f32,
     bytes: usize,
     schedule: DecodeSchedule,
@@ -44,7 +57,7 @@ fn time_one(
     ctx: usize,
     bits: &[u8],
     iters: usize,
-    schedule: Option<DecodeSchedule>,
+    schedule: Sched,
 ) -> ferrattn_cuda::Result<Timed> {
     let gpu = b.gpu()?.clone();
     let dtype = DType::BF16;
@@ -72,8 +85,16 @@ fn time_one(
         caches.push(c);
     }
     let schedule = match schedule {
-        Some(s) => s,
-        None => b.turbo_auto_schedule_for(&lens, HQ, HK, dtype, D)?,
+        Sched::Fixed(s) => s,
+        Sched::Auto => b.turbo_auto_schedule_for(&lens, HQ, HK, dtype, D)?,
+        Sched::Balanced(units, costs) => {
+            let units = match (units, b.turbo_auto_schedule_for(&lens, HQ, HK, dtype, D)?) {
+                (Some(n), _) => n,
+                (None, DecodeSchedule::StreamK(n) | DecodeSchedule::Balanced { units: n, .. }) => n,
+                (None, DecodeSchedule::PerTile) => batch * HK,
+            };
+            DecodeSchedule::Balanced { units, costs }
+        }
     };
     let kernel = {
         let pl = plan_decode(caches[0].lens(), &vec![0; batch], HQ, HK, schedule)?;
@@ -103,7 +124,9 @@ fn time_one(
         ts.push(s.elapsed_ms(&e)? / iters as f32);
     }
     ts.sort_by(|a, b| a.total_cmp(b));
+    let used = plan_decode(caches[0].lens(), &vec![0; batch], HQ, HK, schedule)?.num_ctas();
     Ok(Timed {
+        used,
         ms: ts[ts.len() / 2],
         bytes,
         schedule,
@@ -134,18 +157,50 @@ fn main() {
     let iters: usize = flag("--iters").and_then(|s| s.parse().ok()).unwrap_or(20);
     let nvrtc = args.iter().any(|a| a == "--nvrtc");
     let only = flag("--only");
-    let schedules: Vec<Option<DecodeSchedule>> = flag("--units")
-        .unwrap_or_else(|| "auto".into())
-        .split(',')
-        .map(|u| match u {
-            "auto" => None,
-            n => match n.parse::<usize>() {
-                Ok(n) if n > 0 => Some(DecodeSchedule::StreamK(n)),
-                _ => {
-                    eprintln!("turbo_decode: bad --units entry {n:?} (auto or a warp count)");
+    // --costs B:S,...: DecodeSchedule::Balanced with the buffer tile costing B and a segment S
+    // (sixteenths of a cache tile; a cache tile 16), one schedule each for every `bal` entry
+    let costs: Vec<DecodeCosts> = match flag("--costs") {
+        None => vec![DECODE_COSTS],
+        Some(c) => c
+            .split(',')
+            .map(|e| {
+                let v: Vec<u64> = e.split(':').filter_map(|x| x.parse().ok()).collect();
+                if v.len() != 2 {
+                    eprintln!("turbo_decode: bad --costs entry {e:?} (BUFFER:SEGMENT)");
                     std::process::exit(2);
                 }
-            },
+                DecodeCosts {
+                    tile: 16,
+                    buffer_tile: v[0],
+                    segment: v[1],
+                }
+            })
+            .collect(),
+    };
+    let schedules: Vec<Sched> = flag("--units")
+        .unwrap_or_else(|| "auto".into())
+        .split(',')
+        .flat_map(|u| {
+            let bal = |units: Option<usize>| {
+                costs
+                    .iter()
+                    .map(|&c| Sched::Balanced(units, c))
+                    .collect::<Vec<_>>()
+            };
+            match u {
+                "auto" => vec![Sched::Auto],
+                "bal" => bal(None),
+                n => match n.strip_prefix("bal:").unwrap_or(n).parse::<usize>() {
+                    Ok(k) if k > 0 && n.starts_with("bal:") => bal(Some(k)),
+                    Ok(k) if k > 0 => vec![Sched::Fixed(DecodeSchedule::StreamK(k))],
+                    _ => {
+                        eprintln!(
+                            "turbo_decode: bad --units entry {n:?} (auto, bal, bal:N or a warp count)"
+                        );
+                        std::process::exit(2);
+                    }
+                },
+            }
         })
         .collect();
     // g4 / full: the bit-exact instances (exact_turbo_decode; the default on sm_90 is the fast
@@ -244,12 +299,13 @@ fn main() {
                 for &sched in &schedules {
                     match time_one(b, batch, ctx, &bits, iters, sched) {
                     Ok(t) => println!(
-                        "turbo decode B={batch} ctx={ctx} {name} {inst}{}: {:.1} us per step, {:.0} GB/s of {:.1} MB, {:?}, {}",
+                        "turbo decode B={batch} ctx={ctx} {name} {inst}{}: {:.1} us per step, {:.0} GB/s of {:.1} MB, {:?} ({} units), {}",
                         if nvrtc { " (nvrtc)" } else { "" },
                         t.ms * 1e3,
                         t.bytes as f64 / (t.ms as f64 * 1e-3) / 1e9,
                         t.bytes as f64 / 1e6,
                         t.schedule,
+                        t.used,
                         t.kernel
                     ),
                     Err(e) => println!("turbo decode B={batch} ctx={ctx} {name} {inst}: error: {e}"),

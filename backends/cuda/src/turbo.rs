@@ -14,8 +14,9 @@
 //!   `1 / s_P` instead of dividing, so a P code can move by one at a rounding boundary: O within
 //!   1e-3 of the emulation;
 //! - decode under [`DecodeSchedule::PerTile`] replays the emulation's tile order
-//!   (bit-identical O); under [`DecodeSchedule::StreamK`] the KV length is split over CTAs as in
-//!   LeanAttention (appendix E) and the partials are merged with the configuration's exponential,
+//!   (bit-identical O); under [`DecodeSchedule::StreamK`] (equal ranges) and
+//!   [`DecodeSchedule::Balanced`] (ranges cut by cost, the automatic schedule) the KV length is
+//!   split over CTAs as in LeanAttention (appendix E) and the partials are merged with the configuration's exponential,
 //!   which [`decode_twin`] reproduces on the CPU bit for bit. That is the bit-exact decode
 //!   (`turbo_decode_*`, `turbo_decode_g4_*`), the default off sm_90 and with
 //!   [`crate::Options::exact_turbo_decode`]; on sm_90 the default is the fast-contract decode
@@ -758,7 +759,8 @@ impl DeviceTurboCache {
 // ---- decode schedule: pure host code, in the core beside its CPU twin ---------------------------
 
 pub use ferrattn_core::turbo::decode_plan::{
-    decode_twin, decode_units, DecodePlan, DecodeSchedule, DECODE_MIN_ITERS_PER_UNIT,
+    decode_twin, decode_units, DecodeCosts, DecodePlan, DecodeSchedule, DECODE_COSTS,
+    DECODE_ITERS_PER_UNIT, DECODE_MIN_ITERS_PER_UNIT,
 };
 
 /// Plans a decode launch ([`ferrattn_core::turbo::decode_plan::plan_decode`]). `lens[b]`: tokens
@@ -1420,8 +1422,8 @@ impl CudaBackend {
     }
 
     /// [`CudaBackend::turbo_auto_schedule_for`] knowing only the number of output tiles and the
-    /// GQA group: one unit per tile when they fill the resident units, else stream-K over all
-    /// of them.
+    /// GQA group: one unit per tile when they fill the resident units, else the balanced
+    /// stream-K cut over all of them.
     pub fn turbo_auto_schedule(
         &self,
         plan_tiles: usize,

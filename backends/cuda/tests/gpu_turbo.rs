@@ -609,30 +609,36 @@ fn turbo_decode_plan_covers_every_cache_tile_once() {
 
 #[test]
 fn turbo_auto_decode_schedule_fills_the_gpu_without_starving_units() {
-    use ferrattn_cuda::turbo::{decode_units, DECODE_MIN_ITERS_PER_UNIT};
+    use ferrattn_cuda::turbo::{
+        decode_units, DECODE_COSTS, DECODE_ITERS_PER_UNIT, DECODE_MIN_ITERS_PER_UNIT,
+    };
     let resident = 132 * 3 * 4;
+    let bal = |units| DecodeSchedule::Balanced {
+        units,
+        costs: DECODE_COSTS,
+    };
     // enough output tiles: the emulation's order, one unit per tile
     assert_eq!(
         decode_units(resident, 2000, 1 << 20),
         DecodeSchedule::PerTile
     );
-    // a large cache: every resident unit
+    // a large cache: every resident unit, cut by cost
+    assert_eq!(decode_units(resident, 256, 131_072), bal(resident));
+    assert_eq!(decode_units(resident, 512, 32_768), bal(resident));
+    // 4 x 16k: DECODE_ITERS_PER_UNIT cache tiles a unit, at least half the resident units
     assert_eq!(
-        decode_units(resident, 256, 131_072),
-        DecodeSchedule::StreamK(resident)
+        decode_units(resident, 32, 8192),
+        bal((8192 / DECODE_ITERS_PER_UNIT) as usize)
     );
-    // a small one: at least DECODE_MIN_ITERS_PER_UNIT cache tiles per unit, never fewer units
-    // than output tiles
+    // a small one (batch 1 at 16k): 8 a unit would leave SMs idle, so DECODE_MIN_ITERS_PER_UNIT;
+    // never fewer units than output tiles
     assert_eq!(
         decode_units(resident, 8, 2048),
-        DecodeSchedule::StreamK((2048 / DECODE_MIN_ITERS_PER_UNIT) as usize)
+        bal((2048 / DECODE_MIN_ITERS_PER_UNIT) as usize)
     );
-    assert_eq!(decode_units(resident, 40, 80), DecodeSchedule::StreamK(40));
+    assert_eq!(decode_units(resident, 40, 80), bal(40));
     // unknown iteration count (turbo_auto_schedule): every resident unit
-    assert_eq!(
-        decode_units(resident, 8, u64::MAX),
-        DecodeSchedule::StreamK(resident)
-    );
+    assert_eq!(decode_units(resident, 8, u64::MAX), bal(resident));
 }
 
 /// Context + decode problem for the twin tests: a cache built from `ctx` tokens and one query.
@@ -1649,7 +1655,7 @@ fn decode_steps_q(
                 );
             }
             DecodeSchedule::PerTile => diffs += check_vs_emulation(&what, &emu, &gpu, true),
-            DecodeSchedule::StreamK(_) => {
+            DecodeSchedule::StreamK(_) | DecodeSchedule::Balanced { .. } => {
                 let pl = plan_decode(&lens, &vec![0; ctx.len()], hq, hk, schedule).unwrap();
                 let (mut o, mut lse) = (
                     Tensor::zeros(&emu.o.shape, dtype),
@@ -1677,7 +1683,12 @@ fn decode_steps_q(
                 }
             }
         }
-        if fast || matches!(schedule, DecodeSchedule::StreamK(_)) {
+        if fast
+            || matches!(
+                schedule,
+                DecodeSchedule::StreamK(_) | DecodeSchedule::Balanced { .. }
+            )
+        {
             // against the emulation itself a split differs by its own rounding of P (see
             // the twin test), the fast contract by its exponential: judged by the error
             // against the exact result instead
@@ -1914,6 +1925,49 @@ fn gpu_turbo_decode_steps_stream_k_group4_match_the_twin() {
                 ..Options::default()
             },
             DecodeSchedule::StreamK(37),
+            &ctx,
+            steps,
+            16,
+            4,
+            128,
+            DType::BF16,
+            KvBits::Mixed {
+                two_bit_fraction: 0.5,
+            },
+            true,
+        );
+    }
+}
+
+/// Decode steps under [`DecodeSchedule::Balanced`] (units of unequal length, cut by cost) at
+/// Llama's group of 4 over a mixed cache with flushes, bit for bit against the CPU twin, with the
+/// default costs and with a buffer tile and segment priced high enough that the units around
+/// the buffer tiles are a few cache tiles long; bit-exact and fast contract.
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+fn gpu_turbo_decode_steps_balanced_match_the_twin() {
+    use ferrattn_cuda::turbo::{DecodeCosts, DECODE_COSTS};
+    let (ctx, steps) = if small_only() {
+        (vec![150usize], 3)
+    } else {
+        (vec![700usize, 64, 0, 190, 1000], 66)
+    };
+    let steep = DecodeCosts {
+        tile: 16,
+        buffer_tile: 96,
+        segment: 40,
+    };
+    for (exact, costs) in [(true, DECODE_COSTS), (true, steep), (false, steep)] {
+        decode_steps(
+            "gpu_turbo_decode_steps_balanced_match_the_twin",
+            Options {
+                exact_turbo_decode: exact,
+                ..Options::default()
+            },
+            DecodeSchedule::Balanced { units: 37, costs },
             &ctx,
             steps,
             16,
@@ -2377,7 +2431,20 @@ fn gpu_turbo_sanitizer_small() {
     let q = x.q.seq_range(0, 1);
     let kn = x.k.seq_range(0, 1);
     let vn = x.v.as_ref().unwrap().seq_range(0, 1);
-    for s in [DecodeSchedule::PerTile, DecodeSchedule::StreamK(5)] {
+    // and units of unequal length (DecodeSchedule::Balanced, a buffer tile and segments priced high)
+    let steep = ferrattn_cuda::turbo::DecodeCosts {
+        tile: 16,
+        buffer_tile: 96,
+        segment: 40,
+    };
+    for s in [
+        DecodeSchedule::PerTile,
+        DecodeSchedule::StreamK(5),
+        DecodeSchedule::Balanced {
+            units: 5,
+            costs: steep,
+        },
+    ] {
         let out = b
             .turbo_decode_step(&cfg, &mut cache, &q, &kn, &vn, p.softmax_scale, Some(s))
             .unwrap();

@@ -509,6 +509,9 @@ pub fn turbo_decode_rows(
         let units = match sched {
             DecodeSchedule::PerTile => "one unit per tile".to_string(),
             DecodeSchedule::StreamK(n) => format!("stream-K over {n} warps"),
+            DecodeSchedule::Balanced { units, .. } => {
+                format!("stream-K over at most {units} warps, cut by cost")
+            }
         };
         // the emulation's order (one unit per output tile) against the emulation, then the timed
         // schedule against the f64 golden (see check::TURBO_VS_EMULATION)

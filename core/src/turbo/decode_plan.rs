@@ -33,7 +33,44 @@ pub enum DecodeSchedule {
     /// equal contiguous ranges of the iteration space, partials merged in key order; equals
     /// [`decode_twin`] bit for bit.
     StreamK(usize),
+    /// Stream-K over at most `units` units (a few fewer where units hold one or two cache tiles
+    /// each and the shares outrun the tiles) whose contiguous ranges are cut to equal shares of the cost under `costs` (a cache tile,
+    /// the INT8 buffer tile, each segment a unit starts: its query quantization and partial
+    /// write) instead of equal iteration counts, no unit over the least cost limit a greedy cut
+    /// into `units` needs; partials merged in key order as under [`DecodeSchedule::StreamK`], so
+    /// [`decode_twin`] is its reference too.
+    Balanced {
+        /// Most units (warps) of the launch.
+        units: usize,
+        /// What a unit's work costs.
+        costs: DecodeCosts,
+    },
 }
+
+/// What a decode unit's work costs, in sixteenths of a compressed 64-token cache tile, for
+/// [`DecodeSchedule::Balanced`]'s cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeCosts {
+    /// A compressed cache tile (INT4 or INT2 codes).
+    pub tile: u64,
+    /// The INT8 buffer tile (the last tile of a sequence whose length is not a multiple of 64).
+    pub buffer_tile: u64,
+    /// Each segment a unit computes: the query quantization at its start and the partial
+    /// written at its end.
+    pub segment: u64,
+}
+
+/// The costs [`decode_units`] balances with: a buffer tile 21 / 16 of a cache tile, a segment
+/// 7 / 16, from the instructions Nsight Compute counted at 64 x 4k on an H200 (decode15: the
+/// buffer tile's q K^T and P V about 930 warp instructions against about 590 for a compressed
+/// tile's, of about 960 a tile in all; a segment's start about 250 and its partial write about
+/// 170). Measured against 28 / 7 and 24 / 12 (issue 11, docs/TURBO_CUDA.md "Decode: a stream-K
+/// cut by cost").
+pub const DECODE_COSTS: DecodeCosts = DecodeCosts {
+    tile: 16,
+    buffer_tile: 21,
+    segment: 7,
+};
 
 /// A decode launch planned on the host: the iteration space over the cache tiles
 /// (`ferrattn_core::lean::TileSpace` with 64-token tiles), the ranges of the schedule's units and
@@ -92,18 +129,32 @@ impl DecodePlan {
 /// the kernel change included; docs/TURBO_CUDA.md).
 pub const DECODE_MIN_ITERS_PER_UNIT: u64 = 4;
 
+/// Cache tiles a stream-K unit gets where that still launches at least half the resident units:
+/// at 4 x 16k (8,192 cache tiles) on an H200, 1,024 units of 8 tiles were 10% faster than 1,584
+/// of about 5 with both caches, while at batch 1 (2,048 tiles) 256 units of 8 were 5% slower than
+/// 512 of 4 (issue 11, docs/TURBO_CUDA.md "Decode: a stream-K cut by cost").
+pub const DECODE_ITERS_PER_UNIT: u64 = 8;
+
 /// The automatic decode schedule for `resident` units (warps that fit on the GPU at once),
 /// `tiles` output tiles and `iters` cache tiles in all: one unit per output tile when the tiles
-/// fill the GPU (the emulation's order), else stream-K over as many units as give each at least
-/// [`DECODE_MIN_ITERS_PER_UNIT`] cache tiles, at most `resident`.
+/// fill the GPU (the emulation's order), else the balanced stream-K cut
+/// ([`DecodeSchedule::Balanced`] under [`DECODE_COSTS`]) over [`DECODE_ITERS_PER_UNIT`] cache
+/// tiles a unit where that gives at least half of `resident` units, else over
+/// [`DECODE_MIN_ITERS_PER_UNIT`]; at most `resident` units and at least `tiles`.
 pub fn decode_units(resident: usize, tiles: usize, iters: u64) -> DecodeSchedule {
     if tiles >= resident {
         return DecodeSchedule::PerTile;
     }
-    let by_work = iters
-        .div_ceil(DECODE_MIN_ITERS_PER_UNIT)
-        .min(resident as u64) as usize;
-    DecodeSchedule::StreamK(by_work.max(tiles).max(1))
+    let long = iters.div_ceil(DECODE_ITERS_PER_UNIT);
+    let by_work = if long >= (resident / 2) as u64 {
+        long
+    } else {
+        iters.div_ceil(DECODE_MIN_ITERS_PER_UNIT)
+    };
+    DecodeSchedule::Balanced {
+        units: (by_work.min(resident as u64) as usize).max(tiles).max(1),
+        costs: DECODE_COSTS,
+    }
 }
 
 /// Plans a decode launch. `lens[b]`: tokens the cache holds for sequence `b`; `q_tok[b]`: the
@@ -147,6 +198,10 @@ pub fn plan_decode(
     let schedule = match schedule {
         DecodeSchedule::PerTile => Schedule::fixed_split(&space, 1),
         DecodeSchedule::StreamK(ctas) => Schedule::stream_k(&space, ctas.max(1)),
+        DecodeSchedule::Balanced { units, costs } => Schedule::StreamK {
+            total_iters: space.total_iters(),
+            cta_bounds: balanced_bounds(&space, &lens, units.max(1), costs),
+        },
     };
     let cta_bounds = schedule.cta_bounds(&space);
     let segments = schedule.segments(&space);
@@ -178,6 +233,241 @@ pub fn plan_decode(
         cta_slot,
         tile_slot,
     })
+}
+
+/// The cut into units of one cost limit: greedily, each unit takes tiles while its cost (each
+/// segment it starts, each tile it computes) stays within `cap` (and at least one tile). Returns
+/// the number of units; with `bounds`, pushes each unit's first iteration after the first's.
+fn greedy_cut(
+    space: &TileSpace,
+    lens: &[usize],
+    costs: DecodeCosts,
+    cap: u64,
+    mut bounds: Option<&mut Vec<u64>>,
+) -> usize {
+    let mut units = 1;
+    let (mut cost, mut empty, mut at) = (costs.segment, true, 0u64);
+    let mut cut = |at: u64, cost: &mut u64, empty: &mut bool, units: &mut usize| {
+        *units += 1;
+        *cost = costs.segment;
+        *empty = true;
+        if let Some(b) = bounds.as_deref_mut() {
+            b.push(at);
+        }
+    };
+    for (b, &n) in space.iters.iter().enumerate() {
+        let buffer = u64::from(!lens[b].is_multiple_of(DECODE_BLOCK));
+        let compressed = n - buffer;
+        let first = if compressed > 0 {
+            costs.tile
+        } else {
+            costs.buffer_tile
+        };
+        for _ in 0..space.tiles_per_seq {
+            // entering an output tile starts a segment
+            if !empty {
+                if cost + costs.segment + first > cap {
+                    cut(at, &mut cost, &mut empty, &mut units);
+                } else {
+                    cost += costs.segment;
+                }
+            }
+            let mut left = compressed;
+            while left > 0 {
+                let fit = (cap.saturating_sub(cost) / costs.tile.max(1)).min(left);
+                let take = if fit == 0 && empty { 1 } else { fit };
+                cost += take * costs.tile;
+                left -= take;
+                at += take;
+                empty &= take == 0;
+                if left > 0 {
+                    cut(at, &mut cost, &mut empty, &mut units);
+                }
+            }
+            if buffer == 1 {
+                if !empty && cost + costs.buffer_tile > cap {
+                    cut(at, &mut cost, &mut empty, &mut units);
+                }
+                cost += costs.buffer_tile;
+                at += 1;
+                empty = false;
+            }
+        }
+    }
+    units
+}
+
+/// [`DecodeSchedule::Balanced`]'s `units + 1` bounds (fewer where the space has fewer cache
+/// tiles than `units`): the iterations walked in order, each unit ending where the cost of the
+/// units so far comes nearest to its share of the total, `(g + 1) / units` of it, or sooner where
+/// it would cost more than the least limit within which [`greedy_cut`] needs no more than
+/// `units` units; counting each segment a unit starts (its first, and each output tile it
+/// enters) and each cache tile at its price. With equal prices and no segment cost these are the
+/// equal cut's lengths. O(output tiles + units) a probe of the limit and for the walk.
+fn balanced_bounds(
+    space: &TileSpace,
+    lens: &[usize],
+    units: usize,
+    costs: DecodeCosts,
+) -> Vec<u64> {
+    let mut walk = BalancedWalk::new(space, lens, units, costs);
+    for (b, &n) in space.iters.iter().enumerate() {
+        let buffer = u64::from(!lens[b].is_multiple_of(DECODE_BLOCK));
+        for _ in 0..space.tiles_per_seq {
+            // the tile's first cache tile starts a segment; then its compressed tiles; then
+            // the buffer tile
+            let first = if n - buffer > 0 {
+                costs.tile
+            } else {
+                costs.buffer_tile
+            };
+            walk.place(first, true);
+            walk.place_run(costs.tile, (n - buffer).saturating_sub(1));
+            if buffer == 1 && n > 1 {
+                walk.place(costs.buffer_tile, false);
+            }
+        }
+    }
+    walk.bounds.push(space.total_iters());
+    walk.bounds
+}
+
+/// The state of [`balanced_bounds`]'s walk.
+struct BalancedWalk {
+    costs: DecodeCosts,
+    /// Units of the cut (at most the space's cache tiles).
+    units: u64,
+    /// The total cost the shares divide.
+    total: u64,
+    /// The least greedy limit: no unit costs more (but the last).
+    cap: u64,
+    /// The current unit.
+    g: u64,
+    /// The cost of units 0..=g so far.
+    acc: u64,
+    /// The cost of unit g so far.
+    unit: u64,
+    /// Cache tiles placed.
+    at: u64,
+    bounds: Vec<u64>,
+}
+
+impl BalancedWalk {
+    fn new(space: &TileSpace, lens: &[usize], units: usize, costs: DecodeCosts) -> BalancedWalk {
+        let units = (units as u64).min(space.total_iters()).max(1);
+        // the total: every tile entered once, every unit's start a segment of its own (an
+        // overestimate by the cuts that fall on a tile's start)
+        let mut total = (units - 1) * costs.segment;
+        for (b, &n) in space.iters.iter().enumerate() {
+            let buffer = u64::from(!lens[b].is_multiple_of(DECODE_BLOCK));
+            let tile = (n - buffer) * costs.tile + buffer * costs.buffer_tile + costs.segment;
+            total += tile * space.tiles_per_seq as u64;
+        }
+        // the least cost limit of a cut into at most `units` (binary search: the greedy cut's
+        // count does not grow with the limit; `total` fits one unit, and below the mean of the
+        // cost without the cuts' segments none fits, which keeps every probe O(tiles + units))
+        let least = (total - (units - 1) * costs.segment) / units;
+        let (mut lo, mut hi) = (least.saturating_sub(1), total);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if greedy_cut(space, lens, costs, mid, None) <= units as usize {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        BalancedWalk {
+            costs,
+            units,
+            total,
+            cap: hi,
+            g: 0,
+            acc: 0,
+            unit: 0,
+            at: 0,
+            bounds: vec![0],
+        }
+    }
+
+    /// The cost the units 0..=g should reach.
+    fn share(&self) -> u64 {
+        ((self.g + 1) as u128 * self.total as u128 / self.units as u128) as u64
+    }
+
+    /// Whether an item that adds `add` is cut off to the next unit: units left, and the units so
+    /// far nearer their share without it (`2 acc + add > 2 share`), or unit g over the limit.
+    fn cuts(&self, add: u64) -> bool {
+        self.g + 1 < self.units
+            && (2 * self.acc + add > 2 * self.share() || self.unit + add > self.cap)
+    }
+
+    fn cut(&mut self, c: u64) {
+        self.bounds.push(self.at);
+        self.g += 1;
+        self.acc += self.costs.segment + c;
+        self.unit = self.costs.segment + c;
+        self.at += 1;
+    }
+
+    /// One cache tile of cost `c`; `starts` where it is an output tile's first.
+    fn place(&mut self, c: u64, starts: bool) {
+        if self.at == 0 {
+            // the first unit's own segment, and its first tile
+            self.acc = self.costs.segment + c;
+            self.unit = self.acc;
+            self.at = 1;
+            return;
+        }
+        let add = c + if starts { self.costs.segment } else { 0 };
+        if self.cuts(add) {
+            self.cut(c);
+        } else {
+            self.acc += add;
+            self.unit += add;
+            self.at += 1;
+        }
+    }
+
+    /// `m` cache tiles of cost `c` inside an output tile, as `m` calls of
+    /// [`BalancedWalk::place`] would place them, a cut at a time.
+    fn place_run(&mut self, c: u64, mut m: u64) {
+        while m > 0 {
+            if self.at == 0 || self.g + 1 == self.units {
+                // the first tile, or the last unit: no cut before it
+                self.place(c, false);
+                m -= 1;
+                if self.g + 1 == self.units {
+                    self.acc += m * c;
+                    self.unit += m * c;
+                    self.at += m;
+                    return;
+                }
+                continue;
+            }
+            // tiles taken before the first i at which `cuts(c)` holds: 2 (acc + i c) + c >
+            // 2 share, or unit + (i + 1) c > cap
+            let sh = 2 * self.share();
+            let by_share = if 2 * self.acc + c > sh {
+                0
+            } else {
+                (sh - 2 * self.acc - c) / (2 * c.max(1)) + 1
+            };
+            let by_cap = if self.unit + c > self.cap {
+                0
+            } else {
+                (self.cap - self.unit) / c.max(1)
+            };
+            let take = by_share.min(by_cap).min(m);
+            self.acc += take * c;
+            self.unit += take * c;
+            self.at += take;
+            m -= take;
+            if m > 0 {
+                self.cut(c);
+                m -= 1;
+            }
+        }
+    }
 }
 
 /// CPU twin of the decode kernel and its combine under `plan`: for each segment the core's
@@ -279,5 +569,156 @@ mod tests {
             );
         }
         assert!(plan_decode(&[5, 0], &[0, -1], 8, 2, DecodeSchedule::StreamK(4)).is_ok());
+    }
+
+    /// Each unit's cost under `costs`: a segment for each output tile it enters, its tiles.
+    pub(super) fn unit_costs(pl: &DecodePlan, costs: DecodeCosts) -> Vec<u64> {
+        let mut out = vec![0u64; pl.num_ctas()];
+        for s in &pl.segments {
+            let (b, _, _) = pl.space.tile_coords(s.tile);
+            let n = pl.space.iters[b];
+            let buffer = !pl.lens[b].is_multiple_of(DECODE_BLOCK);
+            out[s.cta] += costs.segment;
+            for i in s.local_begin..s.local_end {
+                out[s.cta] += if buffer && i == n - 1 {
+                    costs.buffer_tile
+                } else {
+                    costs.tile
+                };
+            }
+        }
+        out
+    }
+
+    /// [`balanced_bounds`] a cache tile at a time (the walk without its jumps).
+    fn balanced_bounds_slow(
+        space: &TileSpace,
+        lens: &[usize],
+        units: usize,
+        costs: DecodeCosts,
+    ) -> Vec<u64> {
+        let mut walk = BalancedWalk::new(space, lens, units, costs);
+        for (b, &n) in space.iters.iter().enumerate() {
+            let buffer = !lens[b].is_multiple_of(DECODE_BLOCK);
+            for _ in 0..space.tiles_per_seq {
+                for i in 0..n {
+                    let c = if buffer && i == n - 1 {
+                        costs.buffer_tile
+                    } else {
+                        costs.tile
+                    };
+                    walk.place(c, i == 0);
+                }
+            }
+        }
+        walk.bounds.push(space.total_iters());
+        walk.bounds
+    }
+
+    // the walk's jumps over a tile's compressed cache tiles place them as one at a time would
+    #[test]
+    fn balanced_walk_jumps_as_it_steps() {
+        let cases: [(Vec<usize>, usize, usize); 6] = [
+            (vec![4059; 64], 8, 1584),
+            (vec![16347; 16], 8, 1584),
+            (vec![16347; 4], 8, 1024),
+            (vec![127, 639, 190, 0, 64, 4096, 1, 65], 4, 37),
+            (vec![1, 2, 3], 2, 100),
+            (vec![700, 5000], 2, 3),
+        ];
+        let steep = DecodeCosts {
+            tile: 16,
+            buffer_tile: 96,
+            segment: 40,
+        };
+        let flat = DecodeCosts {
+            tile: 1,
+            buffer_tile: 1,
+            segment: 0,
+        };
+        for (lens, hk, units) in cases {
+            let q_tok: Vec<i32> = lens.iter().map(|&l| if l == 0 { -1 } else { 0 }).collect();
+            for costs in [DECODE_COSTS, steep, flat] {
+                let pl = plan_decode(
+                    &lens,
+                    &q_tok,
+                    4 * hk,
+                    hk,
+                    DecodeSchedule::Balanced { units, costs },
+                )
+                .unwrap();
+                let slow = balanced_bounds_slow(&pl.space, &pl.lens, units, costs);
+                assert_eq!(pl.cta_bounds, slow, "{lens:?} {units} {costs:?}");
+            }
+        }
+    }
+
+    // the balanced cut covers every cache tile once in key order (the segments' own checks),
+    // uses at most the units it is given, and its costliest unit costs no more than the equal
+    // cut's under the same costs (less where buffer tiles and segment starts cluster)
+    #[test]
+    fn balanced_cut_covers_the_space_and_lowers_the_costliest_unit() {
+        let cases: [(Vec<usize>, usize, usize, usize); 5] = [
+            (vec![4059; 64], 32, 8, 1584),
+            (vec![16347; 16], 32, 8, 1584),
+            (vec![127, 639, 190, 0, 64, 4096], 16, 4, 37),
+            (vec![1, 2, 3], 8, 2, 100),
+            (vec![700], 40, 2, 3),
+        ];
+        for (lens, hq, hk, units) in cases {
+            let q_tok: Vec<i32> = lens.iter().map(|&l| if l == 0 { -1 } else { 0 }).collect();
+            let bal = DecodeSchedule::Balanced {
+                units,
+                costs: DECODE_COSTS,
+            };
+            let pl = plan_decode(&lens, &q_tok, hq, hk, bal).unwrap();
+            pl.schedule.check(&pl.space).unwrap();
+            assert!(pl.num_ctas() <= units, "{} units of {units}", pl.num_ctas());
+            for t in 0..pl.num_tiles() {
+                let segs = &pl.segments[pl.tile_slot[t] as usize..pl.tile_slot[t + 1] as usize];
+                let mut at = 0;
+                for s in segs {
+                    assert_eq!((s.tile, s.local_begin), (t, at));
+                    at = s.local_end;
+                }
+                let (b, _, _) = pl.space.tile_coords(t);
+                assert_eq!(at, pl.space.iters[b], "tile {t} covered");
+            }
+            let eq = plan_decode(&lens, &q_tok, hq, hk, DecodeSchedule::StreamK(units)).unwrap();
+            let (bal_max, eq_max) = (
+                unit_costs(&pl, DECODE_COSTS).into_iter().max().unwrap(),
+                unit_costs(&eq, DECODE_COSTS).into_iter().max().unwrap(),
+            );
+            assert!(bal_max <= eq_max, "{lens:?}: {bal_max} > {eq_max}");
+        }
+        // 64 x 4k: 512 output tiles of 63 cache tiles and a buffer tile over 1,584 units
+        let lens = vec![4059; 64];
+        let bal = DecodeSchedule::Balanced {
+            units: 1584,
+            costs: DECODE_COSTS,
+        };
+        let pl = plan_decode(&lens, &[0; 64], 32, 8, bal).unwrap();
+        let eq = plan_decode(&lens, &[0; 64], 32, 8, DecodeSchedule::StreamK(1584)).unwrap();
+        let costs = |p: &DecodePlan| unit_costs(p, DECODE_COSTS).into_iter().max().unwrap();
+        assert!(costs(&pl) < costs(&eq), "{} vs {}", costs(&pl), costs(&eq));
+        // equal costs and no segment cost: the equal cut's longest range
+        let flat = DecodeCosts {
+            tile: 1,
+            buffer_tile: 1,
+            segment: 0,
+        };
+        let pl = plan_decode(
+            &lens,
+            &[0; 64],
+            32,
+            8,
+            DecodeSchedule::Balanced {
+                units: 1584,
+                costs: flat,
+            },
+        )
+        .unwrap();
+        let longest = |p: &DecodePlan| p.cta_bounds.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+        assert_eq!(longest(&pl), longest(&eq));
     }
 }
