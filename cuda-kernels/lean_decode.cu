@@ -427,68 +427,15 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   static_assert(STG == 0 || regs, "only the REGS instances take a stage count");
   constexpr int NW = SK / 16;  // page words a unit can touch (pages of 16): 8, 4, 2 for d 64, 128, 256
   static_assert(SK % 16 == 0 && NW <= 8, "a stage holds whole pages of 16");
-  // REGS with every prologue unit's words in the record (ST <= kFirstUnits); the deep ring (four
-  // stages, Lean-paper B=1 ctx 64k) keeps the prologue and word fetch below unchanged: every change
-  // to its body measured slower there (docs/DEVICE_PATH.md, "Lean paged, nineteenth session").
-  constexpr bool unit0_regs = regs && ST <= kFirstUnits;
-  constexpr bool deep = regs && !unit0_regs;
-  // The other kernels (contiguous, paged in place or ahead, the deep ring) read the record where
-  // they did before: their code is unchanged.
-  // The CTA's record (launch.rs, cta_info): everything the first K/V stage's addresses depend on,
-  // in one 32-byte read, so the first copies wait for one round trip instead of two dependent ones
-  // (range and first tile, then the sequence's lengths) on a latency-bound small problem. Its loads
-  // are the REGS (not deep) kernel's first: issued behind the REGS page-word copies below,
-  // they reached the CTA about 270 cycles later than the contiguous kernel's (per-CTA stamps, H200,
-  // docs/DEVICE_PATH.md "Lean paged, nineteenth session").
-  // One CTA per tile (a grid larger than the co-resident slots, launched plainly): the tile is
-  // the CTA's index and its range that tile's, one round of reads too.
-  Vec16 info0{}, info1{};
-  if (unit0_regs && !p.tile_per_cta) {
-    info0 = ld_global_nc16(p.cta_info + 8 * (u64)cta);
-    info1 = ld_global_nc16(p.cta_info + 8 * (u64)cta + 4);
-  }
-  // REGS: the page words of the first stages, copied right behind the record's loads, from addresses
-  // that depend on no load: the CTA's record (stream-K) or, one CTA per tile, the first entries of its
+  // REGS: the page words of the first stages, copied before anything is read, from addresses that
+  // depend on no load: the CTA's record (stream-K) or, one CTA per tile, the first entries of its
   // sequence's page-table row (its first stage is the tile's first keys). The contiguous kernel's
   // first copies wait for one round of reads (cta_info); read from the page table at the
   // producer's cursor they waited for a second, dependent one (Llama B=1 ctx 8k, 8 stages a CTA).
-  // unit0_regs: every thread loads unit 0's words into registers with the record, so the first
-  // copies need neither the wait nor the barrier that make the other units' words visible (the
-  // CTA's first copies came about 870 cycles after the contiguous kernel's: per-CTA stamps, H200,
-  // nineteenth session); the words of units 1 .. KF - 1 travel by cp.async in a commit group of
-  // their own.
-  u32 w0[NW];
-#pragma unroll
-  for (int w = 0; w < NW; ++w) w0[w] = 0;
-  if constexpr (unit0_regs) {
-    if (p.tile_per_cta) {
-      const int b = cta / (p.heads_kv * p.query_groups);
-      const u32* row = reinterpret_cast<const u32*>(p.page_table) + (u64)b * p.max_pages;
-#pragma unroll
-      for (int w = 0; w < NW; ++w) {
-        // the stage's pages (one for pages of 64 at SK <= 64), within the row (as below)
-        const bool ok = ((w << p.page_shift) < SK || w == 0) && w < p.max_pages;
-        if (ok) w0[w] = ld_global_u32(row + w);
-      }
-    } else if constexpr (NW >= 4) {
-#pragma unroll
-      for (int k = 0; k < NW; k += 4) {
-        const Vec16 v = ld_global_nc16(p.cta_words + (u64)cta * kFirstUnits * NW + k);
-        w0[k] = v.x;
-        w0[k + 1] = v.y;
-        w0[k + 2] = v.z;
-        w0[k + 3] = v.w;
-      }
-    } else {
-#pragma unroll
-      for (int w = 0; w < NW; ++w) w0[w] = ld_global_u32(p.cta_words + (u64)cta * kFirstUnits * NW + w);
-    }
-  }
   if constexpr (regs) {
     constexpr int KF = ST < kFirstUnits ? ST : kFirstUnits;
-    constexpr int S0 = unit0_regs ? 1 : 0;  // the first unit copied here
-    if (tid < (KF - S0) * NW) {
-      const int s = tid / NW + S0, w = tid % NW;
+    if (tid < KF * NW) {
+      const int s = tid / NW, w = tid % NW;
       const u32* src;
       bool ok = true;
       if (p.tile_per_cta) {
@@ -506,8 +453,12 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
                    "r"(ok ? 4 : 0)
                    : "memory");
     }
-    if constexpr (unit0_regs) cp_async_commit();
   }
+  // The CTA's record (launch.rs, cta_info): everything the first K/V stage's addresses depend on,
+  // in one 32-byte read, so the first copies wait for one round trip instead of two dependent ones
+  // (range and first tile, then the sequence's lengths) on a latency-bound small problem.
+  // One CTA per tile (a grid larger than the co-resident slots, launched plainly): the tile is
+  // the CTA's index and its range that tile's, one round of reads too.
   u32 cs, ce;
   int host_last;  // the CTA holding the last iteration of the tile this CTA hosts
   TileInfo first;
@@ -517,10 +468,8 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
     ce = first.end;
     host_last = cta;
   } else {
-    if constexpr (!unit0_regs) {
-      info0 = ld_global_nc16(p.cta_info + 8 * (u64)cta);
-      info1 = ld_global_nc16(p.cta_info + 8 * (u64)cta + 4);
-    }
+    const Vec16 info0 = ld_global_nc16(p.cta_info + 8 * (u64)cta);
+    const Vec16 info1 = ld_global_nc16(p.cta_info + 8 * (u64)cta + 4);
     cs = info0.x;
     ce = info0.y;
     host_last = (int)info0.w;
@@ -742,54 +691,29 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   // a stage of compute to arrive and the next stage's copies start from registers after the
   // barrier (one IMAD.WIDE.U32 per page and K or V, as many as the contiguous copies take).
   u32* wring = reinterpret_cast<u32*>(smem_raw + S::kRegsOffset);  // [8][16], REGS instances only
-  const u32 wring_s = smem_addr(wring);  // its shared-window address (the word copies' destination)
   u32 wr[NW];
   u32 wmeta = 0, whkv = 0;  // the packed record; heads_kv again (V's multiplicand, below)
   // `words`: false for the first KF units, whose words were copied at the CTA's start
-  // Returns the unit's packed record (KV head, keys in the sequence, offset in its page) in every
-  // thread (unused, and so not computed, where only the slot is wanted).
-  auto fetch_words = [&](u32 uu, bool words) -> u32 {  // every thread, units in order; warp uu % 4 writes the slot
+  auto fetch_words = [&](u32 uu, bool words) {  // every thread, units in order; warp uu % 4 writes the slot
     const int key0 = next_unit_key0();
-    if constexpr (deep) {  // main's fetch (the record and heads_kv through the slot); returns nothing used
-      if (warp != (int)(uu & 3)) return 0u;
-      const int nw = (SK >> p.page_shift) > 0 ? (SK >> p.page_shift) : 1;
-      const int pg = (key0 >> p.page_shift) + lane;
-      u32* slot = wring + (uu & 7) * 16;
-      if (words && lane < NW) {
-        // a page with no key in the sequence is not read (its table entry may be anything)
-        const bool ok = lane < nw && (pg << p.page_shift) < pt.len_k;
-        const int* w = ok ? p.page_table + (u64)pt.b * p.max_pages + pg : p.page_table;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(slot + lane)), "l"(w),
-                     "r"(ok ? 4 : 0)
-                     : "memory");
-      }
-      if (lane == 0) {
-        const int rem = pt.len_k - key0;  // keys of the unit in the sequence, 0 .. SK
-        const u32 in_seq = (u32)(rem < SK ? (rem < 0 ? 0 : rem) : SK);
-        slot[8] = (u32)pt.hk | (in_seq << 16) | ((u32)(key0 & ((1 << p.page_shift) - 1)) << 24);
-        slot[9] = (u32)p.heads_kv;
-      }
-      return 0u;
+    if (warp != (int)(uu & 3)) return;
+    const int nw = (SK >> p.page_shift) > 0 ? (SK >> p.page_shift) : 1;
+    const int pg = (key0 >> p.page_shift) + lane;
+    u32* slot = wring + (uu & 7) * 16;
+    if (words && lane < NW) {
+      // a page with no key in the sequence is not read (its table entry may be anything)
+      const bool ok = lane < nw && (pg << p.page_shift) < pt.len_k;
+      const int* w = ok ? p.page_table + (u64)pt.b * p.max_pages + pg : p.page_table;
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(slot + lane)), "l"(w),
+                   "r"(ok ? 4 : 0)
+                   : "memory");
     }
-    const int rem = pt.len_k - key0;  // keys of the unit in the sequence, 0 .. SK
-    const u32 in_seq = (u32)(rem < SK ? (rem < 0 ? 0 : rem) : SK);
-    const u32 meta = (u32)pt.hk | (in_seq << 16) | ((u32)(key0 & ((1 << p.page_shift) - 1)) << 24);
-    if (warp != (int)(uu & 3)) return meta;
-    if (lane < NW) {  // one block: lane 0 also writes the record (every NW >= 2)
-      const u32 slot_s = wring_s + (uu & 7) * 64u;
-      if (words) {
-        // a page with no key in the sequence is not read (its table entry may be anything)
-        const int nw = (SK >> p.page_shift) > 0 ? (SK >> p.page_shift) : 1;
-        const int pg = (key0 >> p.page_shift) + lane;
-        const bool ok = lane < nw && (pg << p.page_shift) < pt.len_k;
-        const u32 at = ok ? (u32)pt.b * (u32)p.max_pages + (u32)pg : 0u;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(slot_s + (u32)lane * 4u),
-                     "l"(p.page_table + at), "r"(ok ? 4 : 0)
-                     : "memory");
-      }
-      if (lane == 0) wring[(uu & 7) * 16 + 8] = meta;
+    if (lane == 0) {
+      const int rem = pt.len_k - key0;  // keys of the unit in the sequence, 0 .. SK
+      const u32 in_seq = (u32)(rem < SK ? (rem < 0 ? 0 : rem) : SK);
+      slot[8] = (u32)pt.hk | (in_seq << 16) | ((u32)(key0 & ((1 << p.page_shift) - 1)) << 24);
+      slot[9] = (u32)p.heads_kv;
     }
-    return meta;
   };
   auto load_words = [&](u32 uu) {  // every thread, after the barrier that made slot uu % 8 visible
     const u32* slot = wring + (uu & 7) * 16;
@@ -807,7 +731,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       for (int j = 0; j < NW; ++j) wr[j] = slot[j];
     }
     wmeta = slot[8];
-    if constexpr (deep) whkv = slot[9];
+    whkv = slot[9];
   };
   // Unit uu's copies from wr / wmeta, pages of PS keys. A chunk's address is its page's
   // (word * page bytes + this thread's offset, one IMAD.WIDE.U32) plus, for the chunks after the
@@ -889,38 +813,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
   };
   // The prologue reads the words of units 0, 1 and 2 together (one commit group, waited for at
   // once): the second stage's copies then wait for one page-table round trip, not two in series.
-  if constexpr (unit0_regs) {
-    // unit 0 from registers: its words came with the record, its packed record from the cursor
-    // (heads_kv for V's products straight from the parameters: one unit, no shared load)
-    if (tid == 0) wring[9] = (u32)p.heads_kv;  // slot 0's word 9: no record writes it
-    if (units > 0) {
-      wmeta = fetch_words(0u, false);
-      whkv = (u32)p.heads_kv;
-#pragma unroll
-      for (int w = 0; w < NW; ++w) wr[w] = w0[w];
-      if (p.page_shift == 4) copy_regs(0u, IntC<16>{}); else copy_regs(0u, IntC<64>{});
-      lean_stamp(kStFirstCopy, 0);
-    }
-    // units 1 .. ST - 1: their words are on their way (the kernel's first copies); unit ST's
-    // words travel with unit 0's copies, as issue_unit(0) would send them
-#pragma unroll
-    for (int s = 1; s <= ST; ++s)
-      if ((u32)s < units) fetch_words((u32)s, s == ST);
-    cp_async_commit();
-    cp_async_wait<1>();  // the words of units 1 .. ST - 1 (their own group), not unit 0's copies
-    __syncthreads();
-    whkv = wring[9];
-    lean_stamp(kStWords, 0);
-#pragma unroll 1
-    for (int s = 1; s < ST - 1; ++s) {
-      if ((u32)s < units) {
-        load_words((u32)s);
-        issue_unit((u32)s);
-      }
-      cp_async_commit();
-    }
-    if ((u32)(ST - 1) < units) load_words((u32)(ST - 1));
-  } else if constexpr (regs) {
+  if constexpr (regs) {
     // the words of units 0 .. KF - 1 are on their way (the kernel's first copies); the others of
     // units .. ST - 1 in one round trip; units ST .. 2 ST - 2 go to other slots
 #pragma unroll
