@@ -37,10 +37,11 @@
 #ifndef FERRATTN_LEAN_MIN_CTAS
 #define FERRATTN_LEAN_MIN_CTAS 0
 #endif
-// Diagnostic build (never shipped; docs/DEVICE_PATH.md "Lean paged, twentieth session"): 1 makes
+// Diagnostic build (never shipped; docs/DEVICE_PATH.md "Lean paged, nineteenth session"): 1 makes
 // thread 0 of every CTA stamp %clock64 (and %globaltimer at entry and exit) at the steps of a CTA
 // (lean_stamp below) into `ferrattn_lean_stamps`, read back by `LeanKernels::read_stamps`; the
-// build then instantiates only the f16 d128 r4 kernels (Llama's rows), to keep its compile short.
+// build then instantiates only the f16 d128 r4 kernels (Llama's rows) and the f16 d64 r1 ones with
+// the deep ring (Lean-paper's rows), to keep its compile short.
 // 0 (the default) compiles every stamp away.
 #ifndef FERRATTN_LEAN_STAMPS
 #define FERRATTN_LEAN_STAMPS 0
