@@ -37,10 +37,11 @@
 #ifndef FERRATTN_LEAN_MIN_CTAS
 #define FERRATTN_LEAN_MIN_CTAS 0
 #endif
-// Diagnostic build (never shipped; docs/DEVICE_PATH.md "Lean paged, twentieth session"): 1 makes
+// Diagnostic build (never shipped; docs/DEVICE_PATH.md "Lean paged, nineteenth session"): 1 makes
 // thread 0 of every CTA stamp %clock64 (and %globaltimer at entry and exit) at the steps of a CTA
 // (lean_stamp below) into `ferrattn_lean_stamps`, read back by `LeanKernels::read_stamps`; the
-// build then instantiates only the f16 d128 r4 kernels (Llama's rows), to keep its compile short.
+// build then instantiates only the f16 d128 r4 kernels (Llama's rows) and the f16 d64 r1 ones with
+// the deep ring (Lean-paper's rows), to keep its compile short.
 // 0 (the default) compiles every stamp away.
 #ifndef FERRATTN_LEAN_STAMPS
 #define FERRATTN_LEAN_STAMPS 0
@@ -1389,8 +1390,9 @@ __device__ __forceinline__ void lean_combine_body(const LeanParams& p) {
   FERRATTN_LEAN_ROWS(TN, T, 128)  \
   FERRATTN_LEAN_ROWS(TN, T, 256)
 
-#if FERRATTN_LEAN_STAMPS
+#if FERRATTN_LEAN_STAMPS  // Llama's rows (d128, 4 rows a tile) and Lean-paper's (d64 MHA, 1 row)
 FERRATTN_LEAN(f16, F16, 128, 4)
+FERRATTN_LEAN(f16, F16, 64, 1)
 #else
 FERRATTN_LEAN_DIMS(f16, F16)
 FERRATTN_LEAN_DIMS(bf16, BF16)
@@ -1401,7 +1403,9 @@ FERRATTN_LEAN_DIMS(bf16, BF16)
   FERRATTN_LEAN_DEEP(TN, T, 64, 4)      \
   FERRATTN_LEAN_DEEP(TN, T, 64, 8)      \
   FERRATTN_LEAN_DEEP(TN, T, 64, 16)
-#if !FERRATTN_LEAN_STAMPS
+#if FERRATTN_LEAN_STAMPS
+FERRATTN_LEAN_DEEP(f16, F16, 64, 1)
+#else
 FERRATTN_LEAN_DEEP_ROWS(f16, F16)
 FERRATTN_LEAN_DEEP_ROWS(bf16, BF16)
 #endif
