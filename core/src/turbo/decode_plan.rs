@@ -72,6 +72,11 @@ pub const DECODE_COSTS: DecodeCosts = DecodeCosts {
     segment: 7,
 };
 
+/// The largest cost [`plan_decode`] takes for any of [`DecodeCosts`]' fields (a tile and the
+/// buffer tile cost at least 1, a segment may cost 0), so that the cut's sums stay far inside
+/// `u64` for any plan (fewer than 2^32 cache tiles, at most 2^32 units).
+pub const DECODE_COST_MAX: u64 = 1 << 16;
+
 /// A decode launch planned on the host: the iteration space over the cache tiles
 /// (`ferrattn_core::lean::TileSpace` with 64-token tiles), the ranges of the schedule's units and
 /// the partial slots. A unit of the schedule is one warp of the decode kernel (warp `w` of CTA
@@ -194,6 +199,22 @@ pub fn plan_decode(
             what: format!("{} decode iterations", space.total_iters()),
             supported: "fewer than 2^32".into(),
         });
+    }
+    if let DecodeSchedule::Balanced { units, costs } = schedule {
+        let priced = |c: u64| (1..=DECODE_COST_MAX).contains(&c);
+        if !priced(costs.tile)
+            || !priced(costs.buffer_tile)
+            || costs.segment > DECODE_COST_MAX
+            || units as u64 > u64::from(u32::MAX)
+        {
+            return Err(CoreError::Unsupported {
+                what: format!("a balanced decode cut over {units} units with {costs:?}"),
+                supported: format!(
+                    "at most 2^32 - 1 units; tile and buffer_tile costs 1 to {DECODE_COST_MAX}, \
+                     a segment's 0 to {DECODE_COST_MAX}"
+                ),
+            });
+        }
     }
     let schedule = match schedule {
         DecodeSchedule::PerTile => Schedule::fixed_split(&space, 1),
@@ -569,6 +590,60 @@ mod tests {
             );
         }
         assert!(plan_decode(&[5, 0], &[0, -1], 8, 2, DecodeSchedule::StreamK(4)).is_ok());
+        let priced = |tile, buffer_tile, segment| DecodeCosts {
+            tile,
+            buffer_tile,
+            segment,
+        };
+        for (units, costs) in [
+            (4, priced(0, 21, 7)),
+            (4, priced(16, 0, 7)),
+            (4, priced(16, 21, DECODE_COST_MAX + 1)),
+            (4, priced(u64::MAX, 21, 7)),
+            (usize::MAX, DECODE_COSTS),
+        ] {
+            let e = plan_decode(
+                &[5, 70],
+                &[0, 1],
+                8,
+                2,
+                DecodeSchedule::Balanced { units, costs },
+            )
+            .unwrap_err();
+            assert!(
+                matches!(e, CoreError::Unsupported { ref what, .. } if what.contains("balanced")),
+                "{e}"
+            );
+        }
+        for costs in [
+            priced(1, 1, 0),
+            DECODE_COSTS,
+            priced(DECODE_COST_MAX, DECODE_COST_MAX, DECODE_COST_MAX),
+        ] {
+            let pl = plan_decode(
+                &[5, 70],
+                &[0, 1],
+                8,
+                2,
+                DecodeSchedule::Balanced { units: 3, costs },
+            )
+            .unwrap();
+            assert_eq!(*pl.cta_bounds.last().unwrap(), pl.space.total_iters());
+        }
+        // the most units it takes: no more units than cache tiles come out
+        let units = u32::MAX as usize;
+        let pl = plan_decode(
+            &[5, 70],
+            &[0, 1],
+            8,
+            2,
+            DecodeSchedule::Balanced {
+                units,
+                costs: DECODE_COSTS,
+            },
+        )
+        .unwrap();
+        assert!(pl.num_ctas() as u64 <= pl.space.total_iters());
     }
 
     /// Each unit's cost under `costs`: a segment for each output tile it enters, its tiles.
