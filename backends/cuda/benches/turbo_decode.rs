@@ -96,9 +96,10 @@ fn time_one(
             DecodeSchedule::Balanced { units, costs }
         }
     };
-    let kernel = {
+    let (kernel, used) = {
         let pl = plan_decode(caches[0].lens(), &vec![0; batch], HQ, HK, schedule)?;
-        b.turbo_decode_instance_name(dtype, D, HQ / HK, bits, pl.grid_ctas())?
+        let kernel = b.turbo_decode_instance_name(dtype, D, HQ / HK, bits, pl.grid_ctas())?;
+        (kernel, pl.num_ctas())
     };
     let preps = caches
         .iter()
@@ -124,7 +125,6 @@ fn time_one(
         ts.push(s.elapsed_ms(&e)? / iters as f32);
     }
     ts.sort_by(|a, b| a.total_cmp(b));
-    let used = plan_decode(caches[0].lens(), &vec![0; batch], HQ, HK, schedule)?.num_ctas();
     Ok(Timed {
         used,
         ms: ts[ts.len() / 2],

@@ -1939,6 +1939,14 @@ fn gpu_turbo_decode_steps_stream_k_group4_match_the_twin() {
     }
 }
 
+/// A buffer tile and segment priced high enough that [`DecodeSchedule::Balanced`]'s units around
+/// the buffer tiles are a few cache tiles long (its tests' uneven cut).
+const STEEP_COSTS: ferrattn_cuda::turbo::DecodeCosts = ferrattn_cuda::turbo::DecodeCosts {
+    tile: 16,
+    buffer_tile: 96,
+    segment: 40,
+};
+
 /// Decode steps under [`DecodeSchedule::Balanced`] (units of unequal length, cut by cost) at
 /// Llama's group of 4 over a mixed cache with flushes, bit for bit against the CPU twin, with the
 /// default costs and with a buffer tile and segment priced high enough that the units around
@@ -1949,18 +1957,17 @@ fn gpu_turbo_decode_steps_stream_k_group4_match_the_twin() {
     ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
 )]
 fn gpu_turbo_decode_steps_balanced_match_the_twin() {
-    use ferrattn_cuda::turbo::{DecodeCosts, DECODE_COSTS};
+    use ferrattn_cuda::turbo::DECODE_COSTS;
     let (ctx, steps) = if small_only() {
         (vec![150usize], 3)
     } else {
         (vec![700usize, 64, 0, 190, 1000], 66)
     };
-    let steep = DecodeCosts {
-        tile: 16,
-        buffer_tile: 96,
-        segment: 40,
-    };
-    for (exact, costs) in [(true, DECODE_COSTS), (true, steep), (false, steep)] {
+    for (exact, costs) in [
+        (true, DECODE_COSTS),
+        (true, STEEP_COSTS),
+        (false, STEEP_COSTS),
+    ] {
         decode_steps(
             "gpu_turbo_decode_steps_balanced_match_the_twin",
             Options {
@@ -2432,17 +2439,12 @@ fn gpu_turbo_sanitizer_small() {
     let kn = x.k.seq_range(0, 1);
     let vn = x.v.as_ref().unwrap().seq_range(0, 1);
     // and units of unequal length (DecodeSchedule::Balanced, a buffer tile and segments priced high)
-    let steep = ferrattn_cuda::turbo::DecodeCosts {
-        tile: 16,
-        buffer_tile: 96,
-        segment: 40,
-    };
     for s in [
         DecodeSchedule::PerTile,
         DecodeSchedule::StreamK(5),
         DecodeSchedule::Balanced {
             units: 5,
-            costs: steep,
+            costs: STEEP_COSTS,
         },
     ] {
         let out = b

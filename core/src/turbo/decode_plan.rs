@@ -256,6 +256,20 @@ pub fn plan_decode(
     })
 }
 
+/// Sequence `b`'s cache tiles as (compressed, buffer): its last tile is the INT8 buffer tile
+/// where its length is not a multiple of [`DECODE_BLOCK`]; and the cost of its first tile.
+fn seq_tiles(space: &TileSpace, lens: &[usize], b: usize, costs: DecodeCosts) -> (u64, u64, u64) {
+    let n = space.iters[b];
+    let buffer = u64::from(!lens[b].is_multiple_of(DECODE_BLOCK));
+    let compressed = n - buffer;
+    let first = if compressed > 0 {
+        costs.tile
+    } else {
+        costs.buffer_tile
+    };
+    (compressed, buffer, first)
+}
+
 /// The cut into units of one cost limit: greedily, each unit takes tiles while its cost (each
 /// segment it starts, each tile it computes) stays within `cap` (and at least one tile). Returns
 /// the number of units; with `bounds`, pushes each unit's first iteration after the first's.
@@ -276,14 +290,8 @@ fn greedy_cut(
             b.push(at);
         }
     };
-    for (b, &n) in space.iters.iter().enumerate() {
-        let buffer = u64::from(!lens[b].is_multiple_of(DECODE_BLOCK));
-        let compressed = n - buffer;
-        let first = if compressed > 0 {
-            costs.tile
-        } else {
-            costs.buffer_tile
-        };
+    for b in 0..space.iters.len() {
+        let (compressed, buffer, first) = seq_tiles(space, lens, b, costs);
         for _ in 0..space.tiles_per_seq {
             // entering an output tile starts a segment
             if !empty {
@@ -332,19 +340,14 @@ fn balanced_bounds(
     costs: DecodeCosts,
 ) -> Vec<u64> {
     let mut walk = BalancedWalk::new(space, lens, units, costs);
-    for (b, &n) in space.iters.iter().enumerate() {
-        let buffer = u64::from(!lens[b].is_multiple_of(DECODE_BLOCK));
+    for b in 0..space.iters.len() {
+        let (compressed, buffer, first) = seq_tiles(space, lens, b, costs);
         for _ in 0..space.tiles_per_seq {
             // the tile's first cache tile starts a segment; then its compressed tiles; then
             // the buffer tile
-            let first = if n - buffer > 0 {
-                costs.tile
-            } else {
-                costs.buffer_tile
-            };
             walk.place(first, true);
-            walk.place_run(costs.tile, (n - buffer).saturating_sub(1));
-            if buffer == 1 && n > 1 {
+            walk.place_run(costs.tile, compressed.saturating_sub(1));
+            if buffer == 1 && compressed > 0 {
                 walk.place(costs.buffer_tile, false);
             }
         }
@@ -379,9 +382,9 @@ impl BalancedWalk {
         // the total: every tile entered once, every unit's start a segment of its own (an
         // overestimate by the cuts that fall on a tile's start)
         let mut total = (units - 1) * costs.segment;
-        for (b, &n) in space.iters.iter().enumerate() {
-            let buffer = u64::from(!lens[b].is_multiple_of(DECODE_BLOCK));
-            let tile = (n - buffer) * costs.tile + buffer * costs.buffer_tile + costs.segment;
+        for b in 0..space.iters.len() {
+            let (compressed, buffer, _) = seq_tiles(space, lens, b, costs);
+            let tile = compressed * costs.tile + buffer * costs.buffer_tile + costs.segment;
             total += tile * space.tiles_per_seq as u64;
         }
         // the least cost limit of a cut into at most `units` (binary search: the greedy cut's

@@ -306,6 +306,12 @@ pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize, warps: u
     want.clamp(wave, resident.max(wave))
 }
 
+/// The merge's small-batch case, shared by [`row_split`] and [`merge_warps`]: fewer output
+/// tiles than half the SMs.
+fn small_batch(tiles: usize, sms: usize) -> bool {
+    2 * tiles <= sms
+}
+
 /// Warps per merge CTA: 16 (`turboquant_combine_w16_d*`) when the merge runs one CTA per row in
 /// use at small batch (`row_split > 1` with fewer tiles than half the SMs: a row's ~200 partials
 /// at batch 1, 32k, are two batches of loads per warp instead of four), else 8
@@ -314,7 +320,7 @@ pub fn default_units(p: &AttentionProblem, resident: usize, sms: usize, warps: u
 /// CTAs fit an SM where one 16-warp CTA does, so the split rows of [`row_split`]'s middle range
 /// stay one wave). `forced` (`FERRATTN_TQ_MERGE_WARPS`) overrides.
 pub fn merge_warps(row_split: usize, tiles: usize, sms: usize, forced: Option<usize>) -> usize {
-    forced.unwrap_or(if row_split > 1 && 2 * tiles <= sms {
+    forced.unwrap_or(if row_split > 1 && small_batch(tiles, sms) {
         16
     } else {
         COMBINE_WARPS
@@ -331,7 +337,7 @@ pub fn merge_warps(row_split: usize, tiles: usize, sms: usize, forced: Option<us
 /// (its rows share the reads of `Π`).
 pub fn row_split(p: &AttentionProblem, tiles: usize, sms: usize) -> usize {
     let rows = (p.group_size() * p.max_seqlen_q).min(ROWS);
-    if 2 * tiles <= sms {
+    if small_batch(tiles, sms) {
         rows.next_power_of_two()
     } else if tiles <= sms && rows > 1 {
         2
