@@ -580,6 +580,11 @@ __device__ __forceinline__ WgfCta wgf_cta(int order) {
 #ifndef FERRATTN_WGF_HEADROOM
 #define FERRATTN_WGF_HEADROOM 0
 #endif
+// Round 20's diagnostic share of the biased, mad.hi-shifted O registers: every e-th of a thread's
+// 32 per pass (2, half, in the shipped kernels; 0 none, every register by SHF, as round 14).
+#ifndef FERRATTN_WGF_MAD_HI_EVERY
+#define FERRATTN_WGF_MAD_HI_EVERY 2
+#endif
 constexpr int kTraceWords = 64;
 // one timeline word (no code unless FERRATTN_WGF_TIMELINE)
 #if FERRATTN_WGF_TIMELINE
@@ -1267,7 +1272,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       // make ptxas serialize every wgmma, C7515; biasing after tile 0's P V made it serialize
       // them for want of registers, C7511).
       int oi[NH][32];
-      auto biased = [](int i) { return (i & 1) == 0; };
+      auto biased = [](int i) { return FERRATTN_WGF_MAD_HI_EVERY > 0 && i % FERRATTN_WGF_MAD_HI_EVERY == 0; };
       int mi_a = kNoRef, mi_b = kNoRef;
       auto ceil_i = [](float x) {
         int r;
