@@ -2090,11 +2090,16 @@ mod tests {
     #[test]
     fn biased_mad_hi_shift_is_the_floor_shift() {
         const BIAS: u32 = 0x8000_0000;
-        let mad_hi = |a: u32, b: u32, c: u32| (((a as u64 * b as u64) >> 32) as u32).wrapping_add(c);
+        let mad_hi =
+            |a: u32, b: u32, c: u32| (((a as u64 * b as u64) >> 32) as u32).wrapping_add(c);
         let shift_hi = |u: u32, s: i32| {
             let m = 1u32 << ((32 - s) & 31);
             let a = BIAS.wrapping_sub(BIAS >> s);
-            if s != 0 { mad_hi(u, m, a) } else { u }
+            if s != 0 {
+                mad_hi(u, m, a)
+            } else {
+                u
+            }
         };
         // the kernel's shift_pair: the low word of (x:0) >> (32 + s), an arithmetic shift
         let shift_pair = |x: i32, s: i32| ((((x as i64) << 32) >> (32 + s)) as u32) as i32;
@@ -2128,7 +2133,10 @@ mod tests {
             }
             // a P V sum added modulo 2^32 keeps the bias where o + sum stays an i32
             let sum = (o as i64 / 3) as i32;
-            assert_eq!(u.wrapping_add(sum as u32) ^ BIAS, (o as i64 + sum as i64) as i32 as u32);
+            assert_eq!(
+                u.wrapping_add(sum as u32) ^ BIAS,
+                (o as i64 + sum as i64) as i32 as u32
+            );
         }
     }
 
