@@ -580,11 +580,6 @@ __device__ __forceinline__ WgfCta wgf_cta(int order) {
 #ifndef FERRATTN_WGF_HEADROOM
 #define FERRATTN_WGF_HEADROOM 0
 #endif
-// Round 20's diagnostic share of the biased, mad.hi-shifted O registers: every e-th of a thread's
-// 32 per pass (2, half, in the shipped kernels; 0 none, every register by SHF, as round 14).
-#ifndef FERRATTN_WGF_MAD_HI_EVERY
-#define FERRATTN_WGF_MAD_HI_EVERY 2
-#endif
 constexpr int kTraceWords = 64;
 // one timeline word (no code unless FERRATTN_WGF_TIMELINE)
 #if FERRATTN_WGF_TIMELINE
@@ -1264,15 +1259,9 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       // the S of only one tile fits beside it in 160 registers.
       constexpr int kNoRef = -(1 << 24);  // m of a row that has seen no key
       constexpr int NH = D / 64;          // 64-channel passes of P V
-      // Round 20: the registers of even i (half of each row's) hold oi + 2^31 (mod 2^32: the
-      // wgmma's integer sums are modular, so the bias survives them), so that their floor shift
-      // is one mad.hi on the FMA pipe while the other half takes the SHF on the ALU pipe. oi is
-      // set (0 or the bias) at the start of tile 1's step, before its fence, with no wgmma in
-      // flight, and tile 0's P V accumulates onto it (registers set while a wgmma is in flight
-      // make ptxas serialize every wgmma, C7515; biasing after tile 0's P V made it serialize
-      // them for want of registers, C7511).
+      // (not zeroed: the first tile's first wgmma of each pass overwrites it; registers set
+      // while a wgmma is in flight make ptxas serialize every wgmma of the kernel, C7515)
       int oi[NH][32];
-      auto biased = [](int i) { return FERRATTN_WGF_MAD_HI_EVERY > 0 && i % FERRATTN_WGF_MAD_HI_EVERY == 0; };
       int mi_a = kNoRef, mi_b = kNoRef;
       auto ceil_i = [](float x) {
         int r;
@@ -1285,15 +1274,6 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
             : "=r"(r)
             : "r"(x), "r"(0), "r"(amount));
         return r;
-      };
-      // Round 20: floor(o / 2^s) on the biased u = o + 2^31 for s in [0, 31]: with M = 2^(32 - s)
-      // and A = 2^31 - 2^(31 - s), hi32(u M) + A = floor(u / 2^s) + A = floor(o / 2^s) + 2^31
-      // (2^31 / 2^s is an integer); s = 0 (M = 2^32 does not fit) leaves u as it is (on = 0).
-      // One IMAD.HI.U32, predicated (ferrattn-cuda's test `biased_mad_hi_shift_is_the_floor_shift`).
-      auto shift_hi = [](int& u, u32 m, u32 a, u32 on) {
-        asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %3, 0;\n\t@p mad.hi.u32 %0, %0, %1, %2;\n\t}"
-            : "+r"(u)
-            : "r"(m), "r"(a), "r"(on));
       };
       auto pow2_neg = [](int k) {  // 2^-k for k in [0, 127]; 0 from k = 127 on
         return k >= 127 ? 0.0f : __int_as_float((127 - k) << 23);
@@ -1360,7 +1340,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       // across the loop's back edge (ptxas cannot count commit groups across it and would
       // serialize every wgmma, C7514/C7515). Tiles 0 and 1 are peeled (round 9): tile 0 has no
       // P V before it (no empty commit group, no dummy wgmma, no test of j > 0 in the loop) and
-      // tile 1's step sets oi and issues the P V of tile 0 onto it (nt >= kIntMinTiles > 2).
+      // tile 1's step issues the P V of tile 0, which sets oi (nt >= kIntMinTiles > 2).
       u32 pa_e[2][4], pa_o[2][4];
       auto fence_codes = [](u32(&pa)[2][4]) {
 #pragma unroll
@@ -1384,12 +1364,12 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
       // register its passes read (pa) or write (oi) was last touched by other instructions before
       // it, and a step's S is issued after a fence of its own with nothing between them (the
       // PTX rule: a fence between a register access and a wgmma that accesses the register).
-      auto pv = [&](u32 st, u32(&pa)[2][4], auto fence) {
+      auto pv = [&](u32 st, u32(&pa)[2][4], auto init, auto fence) {
         if (decltype(fence)::value) wgmma_fence();
 #pragma unroll
         for (int h2 = 0; h2 < NH; ++h2) {
           const u64 dv = dv_ring + (u64)(st * (2 * TILE >> 4) + (4096 >> 4) * h2);
-          wgmma_m64n64k32_u8s8(oi[h2], pa[0], dv, 1);
+          wgmma_m64n64k32_u8s8(oi[h2], pa[0], dv, decltype(init)::value ? 0 : 1);
           wgmma_m64n64k32_u8s8(oi[h2], pa[1], dv + 2, 1);
         }
       };
@@ -1408,8 +1388,8 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         l_a = __fmaf_rn(l_a, pow2_neg(k_pa), __fmul_rn(i2f(rs_a), w_p));
         l_b = __fmaf_rn(l_b, pow2_neg(k_pb), __fmul_rn(i2f(rs_b), w_p));
       };
-      // odd: the code registers (pa_o / pa_e); first: tile 0; init: tile 1 (oi set, then tile
-      // 0's P V accumulates onto it)
+      // odd: the code registers (pa_o / pa_e); first: tile 0; init: tile 1 (its P V of tile 0
+      // sets oi)
       auto step = [&](auto odd, auto first, auto init) {
         constexpr bool kOdd = decltype(odd)::value, kFirst = decltype(first)::value;
         constexpr bool kInit = decltype(init)::value;
@@ -1427,18 +1407,12 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
           st = (u32)j % kWgStages;
           ph = ((u32)j / kWgStages) & 1;
         }
-        if constexpr (kInit) {  // round 20: tile 0's P V accumulates onto the bias
-#pragma unroll
-          for (int h2 = 0; h2 < NH; ++h2)
-#pragma unroll
-            for (int i = 0; i < 32; ++i) oi[h2][i] = biased(i) ? (int)0x80000000u : 0;
-        }
         issue_s_at(st, ph, sa0);
         if (kFirst && p.trace != nullptr && tid == 0) wgf_trace_slot(p)[9] = sm_clock();
         WGF_TL(p, kFirst && (tid & 127) == 0, 13 + wg, sm_clock());
         wgmma_commit();
         if constexpr (!kFirst) {
-          pv(st_l, pa_prev, False{});  // (issue_s_at's fence covers it)
+          pv(st_l, pa_prev, init, False{});  // (issue_s_at's fence covers it)
           wgmma_commit();
           WGF_TL(p, kInit && (tid & 127) == 0, 16 + wg, sm_clock());
         }
@@ -1502,45 +1476,20 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
           for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
           mbar_arrive(empty0 + 8 * st_l);  // tile j - 1 fully read
-          // (votes: a branch ptxas sees as divergent serializes every wgmma, C7518.) Round 20: one
-          // ballot answers both questions: lane 0 reports whether the unit moved (dn is the
-          // warpgroup's), lanes 1-31 whether a row of theirs moved (lanes 1-3 hold lane 0's rows).
-          const int dn = (unit0 << 24) >> 24;  // the unit's move, warpgroup-uniform
-          const u32 vote = FERRATTN_WGF_NO_SHIFT
-                               ? 0u
-                               : __ballot_sync(0xffffffffu, lane == 0 ? dn != 0 : (kn_a != 0 || kn_b != 0));
-          if (vote != 0u) {
+          // (votes: a branch ptxas sees as divergent serializes every wgmma, C7518)
+          if (!FERRATTN_WGF_NO_SHIFT &&
+              __any_sync(0xffffffffu, kn_a != 0 || kn_b != 0 || (unit0 & 0xff) != 0)) {
             // Round 14: one shift for both moves, s = k + dn in [-6, 31] (k clamped to 31): the low
             // word of (oi:0) >> (32 + s), an arithmetic shift of the 64-bit pair (one SHF.R.S64 a
             // register), is oi >> s (floor) for s >= 0 and oi << -s (exact, |oi| < 2^31 after it)
             // for s < 0: the values of round 10's two paths (a right and a left shift where the
             // unit moved, a right shift where it did not), in one block of code.
-            const int sa = min(kn_a + dn, 31), sb = min(kn_b + dn, 31);
-            const u32 s_a = (u32)(sa + 32), s_b = (u32)(sb + 32);
-            if (vote & 1u) {  // the unit moved (rare): s may be < 0; the biased half unbiased around it
+            const int dn = (unit0 << 24) >> 24;  // the unit's move, warpgroup-uniform
+            const u32 s_a = (u32)(min(kn_a + dn, 31) + 32), s_b = (u32)(min(kn_b + dn, 31) + 32);
 #pragma unroll
-              for (int h2 = 0; h2 < NH; ++h2)
+            for (int h2 = 0; h2 < NH; ++h2)
 #pragma unroll
-                for (int i = 0; i < 32; ++i) {
-                  const int x = biased(i) ? oi[h2][i] ^ (int)0x80000000u : oi[h2][i];
-                  const int y = shift_pair(x, (i & 2) ? s_b : s_a);
-                  oi[h2][i] = biased(i) ? y ^ (int)0x80000000u : y;
-                }
-            } else {  // s = k in [0, 31]: the biased half by mad.hi (FMA pipe), the rest by SHF (ALU)
-              const u32 m_a = 1u << ((32 - sa) & 31), a_a = 0x80000000u - (0x80000000u >> sa);
-              const u32 m_b = 1u << ((32 - sb) & 31), a_b = 0x80000000u - (0x80000000u >> sb);
-#pragma unroll
-              for (int h2 = 0; h2 < NH; ++h2)
-#pragma unroll
-                for (int i = 0; i < 32; ++i) {
-                  if (biased(i)) {
-                    if (i & 2) shift_hi(oi[h2][i], m_b, a_b, (u32)sb);
-                    else shift_hi(oi[h2][i], m_a, a_a, (u32)sa);
-                  } else {
-                    oi[h2][i] = shift_pair(oi[h2][i], (i & 2) ? s_b : s_a);
-                  }
-                }
-            }
+              for (int i = 0; i < 32; ++i) oi[h2][i] = shift_pair(oi[h2][i], (i & 2) ? s_b : s_a);
           }
 #pragma unroll
           for (int h2 = 0; h2 < NH; ++h2) fence_regs(oi[h2]);
@@ -1555,7 +1504,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
         ++j;
       };
       auto last = [&](u32(&pa)[2][4]) {  // the last tile's P V and l
-        pv(st_l, pa, True{});
+        pv(st_l, pa, False{}, True{});
         wgmma_commit();
         add_l(pa);
         wgmma_wait<0>();
@@ -1586,10 +1535,7 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #pragma unroll
         for (int i = 0; i < 8; ++i)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int x = biased(4 * i + e) ? oi[h2][4 * i + e] ^ (int)0x80000000u : oi[h2][4 * i + e];
-            o[8 * h2 + i][e] = __fmul_rn(i2f(x), s_o);
-          }
+          for (int e = 0; e < 4; ++e) o[8 * h2 + i][e] = __fmul_rn(i2f(oi[h2][4 * i + e]), s_o);
       m_a = mi_a == kNoRef ? neg_inf() : i2f(mi_a);
       m_b = mi_b == kNoRef ? neg_inf() : i2f(mi_b);
     }

@@ -2082,64 +2082,6 @@ mod tests {
         }
     }
 
-    /// turbo_prefill.cu's shift of the biased half of O (round 20, `shift_hi`): with u = o + 2^31
-    /// (mod 2^32), M = 2^(32 - s) and A = 2^31 - 2^(31 - s), `mad.hi.u32 u, u, M, A` (predicated
-    /// off at s = 0) is the biased floor(o / 2^s) for every s in [0, 31] and every o; the kernel's
-    /// dn path (unbias, the 64-bit pair's shift by 32 + s for s in [-6, 31], rebias) is checked
-    /// against floor(o / 2^s) and o 2^-s likewise; the wgmma's modular sums keep the bias.
-    #[test]
-    fn biased_mad_hi_shift_is_the_floor_shift() {
-        const BIAS: u32 = 0x8000_0000;
-        let mad_hi =
-            |a: u32, b: u32, c: u32| (((a as u64 * b as u64) >> 32) as u32).wrapping_add(c);
-        let shift_hi = |u: u32, s: i32| {
-            let m = 1u32 << ((32 - s) & 31);
-            let a = BIAS.wrapping_sub(BIAS >> s);
-            if s != 0 {
-                mad_hi(u, m, a)
-            } else {
-                u
-            }
-        };
-        // the kernel's shift_pair: the low word of (x:0) >> (32 + s), an arithmetic shift
-        let shift_pair = |x: i32, s: i32| ((((x as i64) << 32) >> (32 + s)) as u32) as i32;
-        let mut os: Vec<i32> = vec![i32::MIN, i32::MIN + 1, -1, 0, 1, i32::MAX - 1, i32::MAX];
-        for k in 0..31 {
-            for d in [-1, 0, 1] {
-                os.push((1i32 << k).wrapping_add(d));
-                os.push((-(1i32 << k)).wrapping_add(d));
-            }
-        }
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            os.push(x as u32 as i32);
-        }
-        for &o in &os {
-            let u = (o as u32) ^ BIAS;
-            for s in 0..32 {
-                let want = o >> s; // floor(o / 2^s)
-                assert_eq!(shift_hi(u, s) ^ BIAS, want as u32, "mad.hi: o {o}, s {s}");
-                assert_eq!(shift_pair((u ^ BIAS) as i32, s), want, "pair: o {o}, s {s}");
-            }
-            for k in 1..=6 {
-                // a left shift is exact where the kernel's bound keeps |o| 2^k below 2^31
-                if (o as i64).abs() << k < 1i64 << 31 {
-                    let got = (shift_pair((u ^ BIAS) as i32, -k) as u32) ^ BIAS;
-                    assert_eq!(got ^ BIAS, (o << k) as u32, "pair: o {o}, s -{k}");
-                }
-            }
-            // a P V sum added modulo 2^32 keeps the bias where o + sum stays an i32
-            let sum = (o as i64 / 3) as i32;
-            assert_eq!(
-                u.wrapping_add(sum as u32) ^ BIAS,
-                (o as i64 + sum as i64) as i32 as u32
-            );
-        }
-    }
-
     #[test]
     fn param_blocks_match_the_kernel_structs() {
         // CacheView: 6 pointers; CacheParams: 2 views, 3 x 8 bytes, 2 ints
