@@ -786,6 +786,15 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // writes (Π, S Πᵀ, the code lookup: the engine's constants; dst0 / count: the append's tables,
   // which the host uploads by a copy); the rows (in an engine the K/V projection's output) are
   // loaded after it, and every store to the cache comes after it.
+  //
+  // Where the next kernel may launch: once every CTA is past its prologue (below), so that at
+  // most two launches overlap (signalled first thing, appends of 64 sequences, one chunk per
+  // CTA, ran 1.3-2.7% slower than plain stream order: chains of launches three deep on each
+  // SM). Fast QJL keys at d 128 signal first thing: with the signal anywhere else ptxas gives
+  // a centroid lookup of that loop a scoreboard of the next rows' loads, 12 instructions after
+  // them (tools/rowwait.py; measured 2.6-3.5% slower), the thirteenth compression pass
+  constexpr bool kSignalFirst = D == 128 && QJL && !SPLIT;
+  if constexpr (kSignalFirst) pdl_launch_dependents();
   int c = blockIdx.x;
   Rows cur = chunk_rows(p, c, items, tile, pair);
   Vec16 piv[D * D / 32 / kThreads][4];
@@ -825,10 +834,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   __syncthreads();
   const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
   const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
-  // the next kernel may launch once every CTA is past its prologue (not before its wait: with
-  // the signal first thing, appends of 64 sequences, one chunk per CTA, ran 1.3% slower, chains
-  // of launches three deep competing for each SM's issue and L2 in their prologues)
-  pdl_launch_dependents();
+  if constexpr (!kSignalFirst) pdl_launch_dependents();
 
   for (; c < chunks; c += gridDim.x) {
     float acc[NA];
