@@ -779,13 +779,13 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // after Π is stored: both in registers at once spill at d 128). The eleventh compression pass
   // found six round trips in turn here (8-12% of the stall samples at 16 x 4k).
   //
-  // Under a programmatic dependent launch (the host's `programmatic` switch) the next kernel on
-  // the stream may be scheduled at once: this grid is persistent (every CTA resident from the
-  // start), so the next kernel's CTAs take SM slots only as this grid's CTAs exit and run their
-  // prologue under this grid's tail. Everything before `pdl_wait` reads only what no kernel
-  // writes (Π, S Πᵀ, the code lookup: the engine's constants; dst0 / count: the append's tables,
-  // which the host uploads by a copy); the rows (in an engine the K/V projection's output) are
-  // loaded after it, and every store to the cache comes after it.
+  // Under a programmatic dependent launch (the host's `programmatic` switch) this kernel may
+  // start while the kernel before it on the stream runs: where that grid fills the GPU (a
+  // persistent compression) this grid's CTAs take SM slots as its CTAs exit and run their
+  // prologue under its tail. Everything before `pdl_wait` reads only what no kernel writes (Π
+  // and its low half, the code lookup: the engine's constants; dst0 / count: the append's
+  // tables, which the host uploads by a copy); the rows (in an engine the K/V projection's
+  // output) and S Πᵀ are loaded after it, and every store to the cache comes after it.
   //
   // Where the next kernel may launch: once every CTA is past its prologue (below), so that at
   // most two launches overlap (signalled first thing, appends of 64 sequences, one chunk per
@@ -805,7 +805,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   for (int i = 0; i < kLut / kThreads; ++i) lutv[i] = p.lut[threadIdx.x + i * kThreads].y;
   Vec16 x[2][NP];
   stage_store<D, true>(piv, pih_a);
-  // Π's low half (split MSE keys and values) is loaded before the wait and stored after the
+  // Π's low half (split) is loaded before the wait and stored after the
   // rows are issued: with the launch overlapped it has arrived by then; without it its round
   // trip and the rows' overlap, as before
   Vec16 mv[D * D / 32 / kThreads][4];  // unused (and not allocated) but for split
@@ -813,7 +813,7 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   pdl_wait();  // the kernel before on the stream (the rows' writer) has completed
   if (c < chunks) load_rows<D>(p, cur, q, x);
   // QJL keys stage S Πᵀ after the rows, as before this pass (an L2 round trip under the rows'):
-  // loaded before the rows, ptxas put a wait on a row load 9-19 instructions after it in the
+  // loaded before the rows, ptxas put a wait on a row load 9-16 instructions after it in the
   // d 128 loop (tools/rowwait.py of the thirteenth compression pass)
   if constexpr (QJL) stage_matrix<D, false>(p.m, m_a);
 

@@ -55,8 +55,8 @@ fn arg<T>(x: &mut T) -> *mut std::ffi::c_void {
 }
 
 /// [`launch_on`] (plain, not cooperative) or, with `programmatic`, [`launch_programmatic`] (the
-/// decode, the merge and the fast compression kernels signal `griddepcontrol.launch_dependents`
-/// first thing, the query preparation right after its own wait).
+/// decode and the merge signal `griddepcontrol.launch_dependents` first thing, the query
+/// preparation right after its own wait, the fast compression kernels after their prologue).
 ///
 /// # Safety
 /// As [`launch_on`]; `f` calls `griddepcontrol.wait` before its first read of anything the
