@@ -774,12 +774,27 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   const int tile = 2 * w + (g >> 2), pair = g & 3;
 
   // the prologue's global loads before its first wait: Π, the count bytes and the first chunk's
-  // dst0 / count (one round trip to L2), then the rows (the second), whose wait comes after the
-  // tables and the barrier (the rows are loaded after Π is stored: both in registers at once
-  // spill at d 128; QJL keys' M after the rows: staged before them, ptxas put a wait on a row
-  // load 16 instructions after it in the d 128 loop). Main's prologue waited on six round trips
-  // in turn (dst0, the rows, the count bytes, Π in two halves, M): 8-12% of the stall samples
-  // at 16 x 4k (eleventh compression pass)
+  // dst0 / count (one round trip to L2; split: Π's low half too), then, after `pdl_wait`, the
+  // rows (the second), whose wait comes after the tables and the barrier (the rows are loaded
+  // after Π is stored: both in registers at once spill at d 128). The eleventh compression pass
+  // found six round trips in turn here (8-12% of the stall samples at 16 x 4k).
+  //
+  // Under a programmatic dependent launch (the host's `programmatic` switch) this kernel may
+  // start while the kernel before it on the stream runs: where that grid fills the GPU (a
+  // persistent compression) this grid's CTAs take SM slots as its CTAs exit and run their
+  // prologue under its tail. Everything before `pdl_wait` reads only what no kernel writes (Π
+  // and its low half, the code lookup: the engine's constants; dst0 / count: the append's
+  // tables, which the host uploads by a copy); the rows (in an engine the K/V projection's
+  // output) and S Πᵀ are loaded after it, and every store to the cache comes after it.
+  //
+  // Where the next kernel may launch: once every CTA is past its prologue (below), so that at
+  // most two launches overlap (signalled first thing, appends of 64 sequences, one chunk per
+  // CTA, ran 1.3-2.7% slower than plain stream order: chains of launches three deep on each
+  // SM). Fast QJL keys at d 128 signal first thing: with the signal anywhere else ptxas gives
+  // a centroid lookup of that loop a scoreboard of the next rows' loads, 12 instructions after
+  // them (tools/rowwait.py; measured 2.6-3.5% slower), the thirteenth compression pass
+  constexpr bool kSignalFirst = D == 128 && QJL && !SPLIT;
+  if constexpr (kSignalFirst) pdl_launch_dependents();
   int c = blockIdx.x;
   Rows cur = chunk_rows(p, c, items, tile, pair);
   Vec16 piv[D * D / 32 / kThreads][4];
@@ -790,8 +805,17 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   for (int i = 0; i < kLut / kThreads; ++i) lutv[i] = p.lut[threadIdx.x + i * kThreads].y;
   Vec16 x[2][NP];
   stage_store<D, true>(piv, pih_a);
+  // Π's low half (split) is loaded before the wait and stored after the
+  // rows are issued: with the launch overlapped it has arrived by then; without it its round
+  // trip and the rows' overlap, as before
+  Vec16 mv[D * D / 32 / kThreads][4];  // unused (and not allocated) but for split
+  if constexpr (SPLIT) stage_load<D>(p.pi_lo, mv);
+  pdl_wait();  // the kernel before on the stream (the rows' writer) has completed
   if (c < chunks) load_rows<D>(p, cur, q, x);
-  if (QJL) stage_matrix<D, false>(p.m, m_a);
+  // QJL keys stage S Πᵀ after the rows, as before this pass (an L2 round trip under the rows'):
+  // loaded before the rows, ptxas put a wait on a row load 9-16 instructions after it in the
+  // d 128 loop (tools/rowwait.py of the thirteenth compression pass)
+  if constexpr (QJL) stage_matrix<D, false>(p.m, m_a);
 
 #pragma unroll
   for (int i = 0; i < kLut / kThreads; ++i) cnt_s[threadIdx.x + i * kThreads] = (unsigned char)__float_as_uint(lutv[i]);
@@ -805,11 +829,12 @@ __device__ __forceinline__ void compress_fast(const FastParams& p) {
   // base and a constant added to every lookup's address (one add per lookup, not two ops)
   __shared__ u32 cnt_base_s;
   if (threadIdx.x == 0) cnt_base_s = smem_addr(cnt_s) - 0x4B000000u;
-  if (SPLIT) stage_matrix<D, true>(p.pi_lo, pil_a);
+  if constexpr (SPLIT) stage_store<D, true>(mv, pil_a);
   wgmma_proxy_fence();  // the staged matrices are read by wgmma (async proxy)
   __syncthreads();
   const u32 cnt_a = *reinterpret_cast<volatile u32*>(&cnt_base_s);
   const u32 bnd_a = smem_addr(bnd_t), cen_a = smem_addr(cen_t);
+  if constexpr (!kSignalFirst) pdl_launch_dependents();
 
   for (; c < chunks; c += gridDim.x) {
     float acc[NA];

@@ -56,7 +56,7 @@ fn arg<T>(x: &mut T) -> *mut std::ffi::c_void {
 
 /// [`launch_on`] (plain, not cooperative) or, with `programmatic`, [`launch_programmatic`] (the
 /// decode and the merge signal `griddepcontrol.launch_dependents` first thing, the query
-/// preparation right after its own wait).
+/// preparation right after its own wait, the fast compression kernels after their prologue).
 ///
 /// # Safety
 /// As [`launch_on`]; `f` calls `griddepcontrol.wait` before its first read of anything the
@@ -172,8 +172,9 @@ pub struct TurboQuantCuda {
     resident: [usize; 2],
     /// Resident CTAs per SM of the key and the value compression kernels.
     compress_per_sm: [usize; 2],
-    /// The decode and the merge are launched with programmatic stream serialization
-    /// ([`launch_programmatic`]; compute capability 9.0 or newer).
+    /// The decode, the merge and the fast / split compression kernels are launched with
+    /// programmatic stream serialization ([`launch_programmatic`]; compute capability 9.0 or
+    /// newer).
     programmatic: bool,
     /// The decode issues its first segment's ring after its wait on the prepare
     /// (`FERRATTN_TQ_EARLY=0`; by default before it, see turboquant_decode.cu).
@@ -428,11 +429,12 @@ impl TurboQuantCuda {
         self.path
     }
 
-    /// Whether the decode and the merge of a step are launched with programmatic stream
-    /// serialization (programmatic dependent launch: each may start while the kernel before it
-    /// runs and waits for it on the device before reading its output). On by default where the
-    /// GPU has it (compute capability 9.0+) unless the environment sets `FERRATTN_TQ_PDL=0`;
-    /// `false` gives plain stream order (same results).
+    /// Whether the decode and the merge of a step, and the fast and split compression kernels,
+    /// are launched with programmatic stream serialization (programmatic dependent launch: each
+    /// may start while the kernel before it runs and waits for it on the device before reading
+    /// its output; a compression kernel stages `Π` and its tables before that wait). On by
+    /// default where the GPU has it (compute capability 9.0+) unless the environment sets
+    /// `FERRATTN_TQ_PDL=0`; `false` gives plain stream order (same results).
     pub fn set_programmatic_launch(&mut self, on: bool) {
         self.programmatic = on
             && self
@@ -937,15 +939,17 @@ impl TurboQuantCuda {
         };
         let grid = chunks.min(sms * per_sm) as u32;
         // SAFETY: the parameters match the kernel's; addresses vouched for by the caller
-        // (k, v, stream) or owned by `prep`, the cache and `self`.
+        // (k, v, stream) or owned by `prep`, the cache and `self`. Programmatic: the kernel
+        // reads only the engine's constants and `prep`'s tables (host copies) before its
+        // `griddepcontrol.wait`, and loads the rows and writes the cache after it.
         unsafe {
-            launch_on(
+            launch_step_kernel(
                 &self.gpu,
                 f,
                 (grid, FAST_THREADS as u32),
                 smem as u32,
                 stream,
-                false,
+                self.programmatic,
                 &mut [arg(&mut prm)],
             )?;
         }
