@@ -1049,25 +1049,26 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         for (int e = 0; e < 4; ++e) u0[e] = u1[e] = 0.f;
       }
     };
-    // ---- O_rot += P' · c[idx_v] of V word w: n-blocks ν = 4w .. 4w + 3 (channels 8ν..8ν+7)
-    auto pv_word = [&](const Stage<D>& vc, int w) {
+    // ---- O_rot += P' · c[idx_v] of V word w: n-blocks ν = 4w .. 4w + 3 (channels 8ν..8ν+7);
+    // pop: the stage's P ‖v‖ (the A operand; at 8 rows Pᵀ's B fragment is its row-g halves)
+    auto pv_word = [&](const Stage<D>& vc, int w, const u32 (&pop)[4]) {
       u32 a0, a1, a2, a3, b0, b1, b2, b3;
       lookup4<VWIDE>(vc.v0.w[w], vtab, a0, a1);        // ν = 4w, 4w + 1; tokens 2q, 2q + 1
       lookup4<VWIDE>(vc.v0.w[w] >> 16, vtab, a2, a3);  // ν = 4w + 2, 4w + 3
       lookup4<VWIDE>(vc.v1.w[w], vtab, b0, b1);        // tokens 2q + 8, 2q + 9
       lookup4<VWIDE>(vc.v1.w[w] >> 16, vtab, b2, b3);
       if constexpr (!T) {
-        mma16816(F16{}, o[4 * w], pa_, a0, b0);
-        mma16816(F16{}, o[4 * w + 1], pa_, a1, b1);
-        mma16816(F16{}, o[4 * w + 2], pa_, a2, b2);
-        mma16816(F16{}, o[4 * w + 3], pa_, a3, b3);
+        mma16816(F16{}, o[4 * w], pop, a0, b0);
+        mma16816(F16{}, o[4 * w + 1], pop, a1, b1);
+        mma16816(F16{}, o[4 * w + 2], pop, a2, b2);
+        mma16816(F16{}, o[4 * w + 3], pop, a3, b3);
       } else {
         // Vᵀ as the A operand: the B fragments of n-blocks 4w, 4w + 1 (channels 8ν + g, tokens
         // 2q.. and 2q + 8..) are exactly the A fragment of channels 32w .. 32w + 15 (rows g,
-        // g + 8; k = tokens), and Pᵀ's B fragment is pa_'s row-g halves (tokens 2q.., 2q + 8..)
+        // g + 8; k = tokens), and Pᵀ's B fragment is pop's row-g halves (tokens 2q.., 2q + 8..)
         const u32 va0[4] = {a0, a1, b0, b1}, va1[4] = {a2, a3, b2, b3};
-        mma16816(F16{}, o[2 * w], va0, pa_[0], pa_[2]);
-        mma16816(F16{}, o[2 * w + 1], va1, pa_[0], pa_[2]);
+        mma16816(F16{}, o[2 * w], va0, pop[0], pop[2]);
+        mma16816(F16{}, o[2 * w + 1], va1, pop[0], pop[2]);
       }
     };
     // ---- scores, masking, online softmax (base 2) of the stage at token `start` for rows g
@@ -1176,19 +1177,29 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       read_keys<D, QJL, KC>(reinterpret_cast<const uint4*>(ring_b + so_k), lane, q, kc);
       read_values<D, VC>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
       zero_scores();
-      // stage it + 1's scores beside stage it's P·V: independent, interleaved in program order
+      // stage it + 1's scores, then its softmax beside stage it's P·V: the P·V (its value
+      // lookups, 64 of the loop's ALU instructions at d 128, and its MMAs) depends on neither, so
+      // it is placed after the softmax in program order and in the same basic block (one copy
+      // per softmax branch), where ptxas interleaves it with the softmax's dependent chain
+      // (max, shuffles, exp2, pack: no ALU work) instead of putting all lookups before it. Its
+      // P operand is stage it's, held in pp while the softmax writes stage it + 1's into pa_.
+      // O receives the same MMAs in the same order, and the rescale still follows them.
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) {
         score_word(kc, w);
-        pv_word(vc, w);
         qjl_word(kc, w);
       }
+      const u32 pp[4] = {pa_[0], pa_[1], pa_[2], pa_[3]};
       float al0, al1;
       const int start = tok0 + (it + 1) * kTileK;
       if (start + kTileK <= live_lim) {  // uniform
         softmax(Unmasked{}, kc, start, al0, al1);
+#pragma unroll
+        for (int w = 0; w < D / 32; ++w) pv_word(vc, w, pp);
       } else {
         softmax(Masked{}, kc, start, al0, al1);
+#pragma unroll
+        for (int w = 0; w < D / 32; ++w) pv_word(vc, w, pp);
       }
       // rescale O (stage it's P·V included) only when some row's running max moved (rare after
       // the first tokens; the vote keeps the branch uniform over the warp)
@@ -1217,7 +1228,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       Stage<D> vc;
       read_values<D, VC>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
 #pragma unroll
-      for (int w = 0; w < D / 32; ++w) pv_word(vc, w);
+      for (int w = 0; w < D / 32; ++w) pv_word(vc, w, pa_);
     }
 
     // ---- the segment's partial: (m, l) per row and the unnormalized O_rot
