@@ -1177,16 +1177,19 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       read_keys<D, QJL, KC>(reinterpret_cast<const uint4*>(ring_b + so_k), lane, q, kc);
       read_values<D, VC>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
       zero_scores();
-      // stage it + 1's scores, then its softmax beside stage it's P·V: the P·V (its value
-      // lookups, 64 of the loop's ALU instructions at d 128, and its MMAs) depends on neither, so
-      // it is placed after the softmax in program order and in the same basic block (one copy
-      // per softmax branch), where ptxas interleaves it with the softmax's dependent chain
-      // (max, shuffles, exp2, pack: no ALU work) instead of putting all lookups before it. Its
-      // P operand is stage it's, held in pp while the softmax writes stage it + 1's into pa_.
-      // O receives the same MMAs in the same order, and the rescale still follows them.
+      // kLateV (D = 128): stage it + 1's scores, then its softmax beside stage it's P·V. The P·V
+      // (its value lookups, 64 of the loop's ~200 ALU instructions, and its MMAs) depends on
+      // neither, so it is placed after the softmax in program order and in the same basic block
+      // (one copy per softmax branch), where ptxas interleaves it with the softmax's dependent
+      // chain (max, shuffles, exp2, pack: no ALU work) instead of issuing every lookup before it.
+      // Its P operand is stage it's, held in pp while the softmax writes stage it + 1's into
+      // pa_; O receives the same MMAs in the same order and the rescale still follows them.
+      // D = 64 keeps the P·V beside the scores (measured slower there, issue-10-decode21).
+      constexpr bool kLateV = D == 128;
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) {
         score_word(kc, w);
+        if (!kLateV) pv_word(vc, w, pa_);
         qjl_word(kc, w);
       }
       const u32 pp[4] = {pa_[0], pa_[1], pa_[2], pa_[3]};
@@ -1195,11 +1198,11 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       if (start + kTileK <= live_lim) {  // uniform
         softmax(Unmasked{}, kc, start, al0, al1);
 #pragma unroll
-        for (int w = 0; w < D / 32; ++w) pv_word(vc, w, pp);
+        for (int w = 0; w < D / 32 && kLateV; ++w) pv_word(vc, w, pp);
       } else {
         softmax(Masked{}, kc, start, al0, al1);
 #pragma unroll
-        for (int w = 0; w < D / 32; ++w) pv_word(vc, w, pp);
+        for (int w = 0; w < D / 32 && kLateV; ++w) pv_word(vc, w, pp);
       }
       // rescale O (stage it's P·V included) only when some row's running max moved (rare after
       // the first tokens; the vote keeps the branch uniform over the warp)
