@@ -1184,8 +1184,10 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       // chain (max, shuffles, exp2, pack: no ALU work) instead of issuing every lookup before it.
       // Its P operand is stage it's, held in pp while the softmax writes stage it + 1's into
       // pa_; O receives the same MMAs in the same order and the rescale still follows them.
-      // D = 64 keeps the P·V beside the scores (measured slower there, issue-10-decode21).
-      constexpr bool kLateV = D == 128;
+      // Only at D = 128 with crumb values (VC: k2-v2, k3-v2, k3q-v2 measured faster at every
+      // shape); D = 64 and nibble values (k4q-v3: 0.2% slower at 16 x 16k) keep the P·V beside
+      // the scores (issue-10-decode21).
+      constexpr bool kLateV = D == 128 && VC;
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) {
         score_word(kc, w);
