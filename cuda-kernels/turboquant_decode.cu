@@ -31,7 +31,8 @@
 //      O is accumulated in the rotated basis: Π_vᵀ Σ_j p_j ‖v_j‖ c[idx_j] = Σ_j p_j v̂_j, so Πᵀ is
 //      applied once per output row (in the merge) instead of once per value tile.
 //      Software-pipelined: a loop iteration runs the score MMAs of stage t + 1 beside the P·V
-//      MMAs of stage t (two independent chains per warp), then the softmax of stage t + 1.
+//      MMAs of stage t (two independent chains per warp), then the softmax of stage t + 1; at
+//      D = 128 with crumb values the P·V sits beside that softmax instead (kLateV).
 //      Bytes in flight: each warp streams its 16-token stages through a private ring of
 //      kStages stages in shared memory filled by cp.async (the whole ring issued at the
 //      segment's start, at D = 128 the first segment's before the wait on the prepare; a
@@ -963,8 +964,9 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
 
     // Software pipeline over the 16-token stages: one loop iteration runs the score MMAs of
     // stage it + 1 and the P·V MMAs of stage it (independent: two dependency chains in flight
-    // per warp instead of one), then the softmax of stage it + 1. `pa_` carries stage it's
-    // P ‖v‖ (the A operand of its P·V) from the iteration before.
+    // per warp instead of one), then the softmax of stage it + 1 (kLateV: the P·V beside that
+    // softmax instead). `pa_` carries stage it's P ‖v‖ (the A operand of its P·V) from the
+    // iteration before.
     u32 pa_[4] = {0u, 0u, 0u, 0u};
     float s0[4], s1[4], t0[4], t1[4], z0[4], z1[4];
     float u0[R16 ? 1 : 4], u1[R16 ? 1 : 4];  // 8 rows: T of the odd chunks, on rows 8-15
@@ -1177,11 +1179,12 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       read_keys<D, QJL, KC>(reinterpret_cast<const uint4*>(ring_b + so_k), lane, q, kc);
       read_values<D, VC>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
       zero_scores();
-      // kLateV (D = 128): stage it + 1's scores, then its softmax beside stage it's P·V. The P·V
-      // (its value lookups, 64 of the loop's ~200 ALU instructions, and its MMAs) depends on
+      // kLateV: stage it + 1's scores, then its softmax beside stage it's P·V. The P·V (its value
+      // lookups, 64 PRMT of the loop's ~190-230 ALU instructions, and its MMAs) depends on
       // neither, so it is placed after the softmax in program order and in the same basic block
       // (one copy per softmax branch), where ptxas interleaves it with the softmax's dependent
-      // chain (max, shuffles, exp2, pack: no ALU work) instead of issuing every lookup before it.
+      // chain (max, shuffles, exp2, pack: almost no ALU work) instead of issuing every lookup
+      // before it (the loop is bound by each warp's ALU work in series with that chain).
       // Its P operand is stage it's, held in pp while the softmax writes stage it + 1's into
       // pa_; O receives the same MMAs in the same order and the rescale still follows them.
       // Only at D = 128 with crumb values (VC: k2-v2, k3-v2, k3q-v2 measured faster at every
