@@ -31,7 +31,8 @@
 //      O is accumulated in the rotated basis: Π_vᵀ Σ_j p_j ‖v_j‖ c[idx_j] = Σ_j p_j v̂_j, so Πᵀ is
 //      applied once per output row (in the merge) instead of once per value tile.
 //      Software-pipelined: a loop iteration runs the score MMAs of stage t + 1 beside the P·V
-//      MMAs of stage t (two independent chains per warp), then the softmax of stage t + 1.
+//      MMAs of stage t (two independent chains per warp), then the softmax of stage t + 1; at
+//      D = 128 with crumb values the P·V sits beside that softmax instead (kLateV).
 //      Bytes in flight: each warp streams its 16-token stages through a private ring of
 //      kStages stages in shared memory filled by cp.async (the whole ring issued at the
 //      segment's start, at D = 128 the first segment's before the wait on the prepare; a
@@ -963,8 +964,9 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
 
     // Software pipeline over the 16-token stages: one loop iteration runs the score MMAs of
     // stage it + 1 and the P·V MMAs of stage it (independent: two dependency chains in flight
-    // per warp instead of one), then the softmax of stage it + 1. `pa_` carries stage it's
-    // P ‖v‖ (the A operand of its P·V) from the iteration before.
+    // per warp instead of one), then the softmax of stage it + 1 (kLateV: the P·V beside that
+    // softmax instead). `pa_` carries stage it's P ‖v‖ (the A operand of its P·V) from the
+    // iteration before.
     u32 pa_[4] = {0u, 0u, 0u, 0u};
     float s0[4], s1[4], t0[4], t1[4], z0[4], z1[4];
     float u0[R16 ? 1 : 4], u1[R16 ? 1 : 4];  // 8 rows: T of the odd chunks, on rows 8-15
@@ -1049,25 +1051,26 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
         for (int e = 0; e < 4; ++e) u0[e] = u1[e] = 0.f;
       }
     };
-    // ---- O_rot += P' · c[idx_v] of V word w: n-blocks ν = 4w .. 4w + 3 (channels 8ν..8ν+7)
-    auto pv_word = [&](const Stage<D>& vc, int w) {
+    // ---- O_rot += P' · c[idx_v] of V word w: n-blocks ν = 4w .. 4w + 3 (channels 8ν..8ν+7);
+    // pop: the stage's P ‖v‖ (the A operand; at 8 rows Pᵀ's B fragment is its row-g halves)
+    auto pv_word = [&](const Stage<D>& vc, int w, const u32 (&pop)[4]) {
       u32 a0, a1, a2, a3, b0, b1, b2, b3;
       lookup4<VWIDE>(vc.v0.w[w], vtab, a0, a1);        // ν = 4w, 4w + 1; tokens 2q, 2q + 1
       lookup4<VWIDE>(vc.v0.w[w] >> 16, vtab, a2, a3);  // ν = 4w + 2, 4w + 3
       lookup4<VWIDE>(vc.v1.w[w], vtab, b0, b1);        // tokens 2q + 8, 2q + 9
       lookup4<VWIDE>(vc.v1.w[w] >> 16, vtab, b2, b3);
       if constexpr (!T) {
-        mma16816(F16{}, o[4 * w], pa_, a0, b0);
-        mma16816(F16{}, o[4 * w + 1], pa_, a1, b1);
-        mma16816(F16{}, o[4 * w + 2], pa_, a2, b2);
-        mma16816(F16{}, o[4 * w + 3], pa_, a3, b3);
+        mma16816(F16{}, o[4 * w], pop, a0, b0);
+        mma16816(F16{}, o[4 * w + 1], pop, a1, b1);
+        mma16816(F16{}, o[4 * w + 2], pop, a2, b2);
+        mma16816(F16{}, o[4 * w + 3], pop, a3, b3);
       } else {
         // Vᵀ as the A operand: the B fragments of n-blocks 4w, 4w + 1 (channels 8ν + g, tokens
         // 2q.. and 2q + 8..) are exactly the A fragment of channels 32w .. 32w + 15 (rows g,
-        // g + 8; k = tokens), and Pᵀ's B fragment is pa_'s row-g halves (tokens 2q.., 2q + 8..)
+        // g + 8; k = tokens), and Pᵀ's B fragment is pop's row-g halves (tokens 2q.., 2q + 8..)
         const u32 va0[4] = {a0, a1, b0, b1}, va1[4] = {a2, a3, b2, b3};
-        mma16816(F16{}, o[2 * w], va0, pa_[0], pa_[2]);
-        mma16816(F16{}, o[2 * w + 1], va1, pa_[0], pa_[2]);
+        mma16816(F16{}, o[2 * w], va0, pop[0], pop[2]);
+        mma16816(F16{}, o[2 * w + 1], va1, pop[0], pop[2]);
       }
     };
     // ---- scores, masking, online softmax (base 2) of the stage at token `start` for rows g
@@ -1176,19 +1179,35 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       read_keys<D, QJL, KC>(reinterpret_cast<const uint4*>(ring_b + so_k), lane, q, kc);
       read_values<D, VC>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
       zero_scores();
-      // stage it + 1's scores beside stage it's P·V: independent, interleaved in program order
+      // kLateV: stage it + 1's scores, then its softmax beside stage it's P·V. The P·V (its value
+      // lookups, 64 PRMT of the loop's ~190-230 ALU instructions, and its MMAs) depends on
+      // neither, so it is placed after the softmax in program order and in the same basic block
+      // (one copy per softmax branch), where ptxas interleaves it with the softmax's dependent
+      // chain (max, shuffles, exp2, pack: almost no ALU work) instead of issuing every lookup
+      // before it (the loop is bound by each warp's ALU work in series with that chain).
+      // Its P operand is stage it's, held in pp while the softmax writes stage it + 1's into
+      // pa_; O receives the same MMAs in the same order and the rescale still follows them.
+      // Only at D = 128 with crumb values (VC: k2-v2, k3-v2, k3q-v2 measured faster at every
+      // shape); D = 64 and nibble values (k4q-v3: 0.2% slower at 16 x 16k) keep the P·V beside
+      // the scores (issue-10-decode21).
+      constexpr bool kLateV = D == 128 && VC;
 #pragma unroll
       for (int w = 0; w < D / 32; ++w) {
         score_word(kc, w);
-        pv_word(vc, w);
+        if (!kLateV) pv_word(vc, w, pa_);
         qjl_word(kc, w);
       }
+      const u32 pp[4] = {pa_[0], pa_[1], pa_[2], pa_[3]};
       float al0, al1;
       const int start = tok0 + (it + 1) * kTileK;
       if (start + kTileK <= live_lim) {  // uniform
         softmax(Unmasked{}, kc, start, al0, al1);
+#pragma unroll
+        for (int w = 0; w < D / 32 && kLateV; ++w) pv_word(vc, w, pp);
       } else {
         softmax(Masked{}, kc, start, al0, al1);
+#pragma unroll
+        for (int w = 0; w < D / 32 && kLateV; ++w) pv_word(vc, w, pp);
       }
       // rescale O (stage it's P·V included) only when some row's running max moved (rare after
       // the first tokens; the vote keeps the branch uniform over the warp)
@@ -1217,7 +1236,7 @@ __device__ __forceinline__ void decode_unit(const DecodeParams& p) {
       Stage<D> vc;
       read_values<D, VC>(reinterpret_cast<const uint4*>(ring_b + so_v), lane, vc);
 #pragma unroll
-      for (int w = 0; w < D / 32; ++w) pv_word(vc, w);
+      for (int w = 0; w < D / 32; ++w) pv_word(vc, w, pa_);
     }
 
     // ---- the segment's partial: (m, l) per row and the unnormalized O_rot
