@@ -10,7 +10,7 @@
 //!
 //! On a GPU the 0/1 planes are `s8` operands of `mma.m16n8k32.s8` (a plane bit moved to bit 7 of
 //! a byte, `-128` per set bit: one uniform factor) and the other operand must be INT8 too:
-//! [`PlaneOperands::Int8`] quantizes the rotated query `Π q`, the projected query `S q` and each
+//! [`PlaneOperands::INT8`] quantizes the rotated query `Π q`, the projected query `S q` and each
 //! 16-token stage's `p ‖v‖` (the P·V operand) per row to INT8 with a scale `max |x| / 127` and
 //! round-to-nearest-even, takes the plane products and `Σx` as exact integer sums, and combines
 //! them in `f32`: `score = ‖k‖ σ_q (c₀ Σq₈ + c_s <q₈, s> + c_m <q₈, m>)` (+ the QJL term),
@@ -38,13 +38,35 @@ pub const PLANE_STAGE: usize = 16;
 /// operand stays symmetric).
 pub const INT8_MAX: f32 = 127.0;
 
-/// The operands of the plane products.
+/// How one operand of the plane products is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PlaneOperands {
-    /// The INT8 contract: `Π q`, `S q` and each stage's `p ‖v‖` quantized per row (module docs).
+pub enum Operand {
+    /// Per-row INT8: scale `max |x| / 127`, round-to-nearest-even, exact integer sums.
     Int8,
-    /// Every operand in `f32`: the lookup's arithmetic through the planes (tests).
+    /// `f32` as computed (the lookup's arithmetic).
     F32,
+}
+
+/// The operands of the plane products: the queries (`Π q` and `S q`) and each stage's `p ‖v‖`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlaneOperands {
+    /// `Π q` and `S q`, once per row and step.
+    pub query: Operand,
+    /// `p ‖v‖` of each [`PLANE_STAGE`]-token stage, per row.
+    pub p: Operand,
+}
+
+impl PlaneOperands {
+    /// The INT8 contract (module docs): queries and P in INT8.
+    pub const INT8: PlaneOperands = PlaneOperands {
+        query: Operand::Int8,
+        p: Operand::Int8,
+    };
+    /// Every operand in `f32`: the lookup's arithmetic through the planes (tests).
+    pub const F32: PlaneOperands = PlaneOperands {
+        query: Operand::F32,
+        p: Operand::F32,
+    };
 }
 
 /// `c(s, m) = base + sign · s + magnitude · m`: a 2-bit codebook as an affine function of its
@@ -86,7 +108,7 @@ impl Affine2 {
     }
 }
 
-/// A row as the plane products see it: `x ≈ scale · values` (exactly, for [`PlaneOperands::F32`],
+/// A row as the plane products see it: `x ≈ scale · values` (exactly, for [`Operand::F32`],
 /// whose values are `x` and scale 1).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlaneRow {
@@ -101,10 +123,10 @@ pub struct PlaneRow {
 impl PlaneRow {
     /// `x` as the operand of the plane products: per-row INT8 (scale `max |x| / 127`,
     /// round-to-nearest-even, a zero row stays zero with scale 0) or `f32`.
-    pub fn new(x: &[f32], operands: PlaneOperands) -> PlaneRow {
-        let (values, scale): (Vec<f32>, f32) = match operands {
-            PlaneOperands::F32 => (x.to_vec(), 1.0),
-            PlaneOperands::Int8 => {
+    pub fn new(x: &[f32], operand: Operand) -> PlaneRow {
+        let (values, scale): (Vec<f32>, f32) = match operand {
+            Operand::F32 => (x.to_vec(), 1.0),
+            Operand::Int8 => {
                 let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
                 if amax == 0.0 {
                     (vec![0.0; x.len()], 0.0)
@@ -119,10 +141,10 @@ impl PlaneRow {
                 }
             }
         };
-        let sum = match operands {
+        let sum = match operand {
             // integers below 2^24: the f32 sum is the exact integer sum
-            PlaneOperands::Int8 => values.iter().map(|&v| v as i32).sum::<i32>() as f32,
-            PlaneOperands::F32 => values.iter().sum(),
+            Operand::Int8 => values.iter().map(|&v| v as i32).sum::<i32>() as f32,
+            Operand::F32 => values.iter().sum(),
         };
         PlaneRow { values, scale, sum }
     }
@@ -195,8 +217,8 @@ pub fn attend_planes(
                     rows.push(Row {
                         head: h,
                         row: i,
-                        q_rot: PlaneRow::new(&prep.rot, operands),
-                        q_proj: PlaneRow::new(&prep.proj, operands),
+                        q_rot: PlaneRow::new(&prep.rot, operands.query),
+                        q_proj: PlaneRow::new(&prep.proj, operands.query),
                         q_rot_f32: prep.rot,
                         end: p.visible_keys(b, i).min(sk),
                         state: SoftmaxState::empty(dv),
@@ -265,7 +287,7 @@ pub fn attend_planes(
                         pv[jj] = pj * kv.v_norm[row_of(b, start + jj, g)];
                     }
                     // P ‖v‖ · c[idx] in the rotated basis
-                    let pr = PlaneRow::new(&pv[..vis], operands);
+                    let pr = PlaneRow::new(&pv[..vis], operands.p);
                     let vrow = |jj: usize| {
                         let vr = row_of(b, start + jj, g);
                         &kv.v_idx[vr * dv..(vr + 1) * dv]
@@ -350,6 +372,10 @@ pub struct PlaneAccuracyRow {
     pub planes_vs_emu_rel_fro: f64,
     /// Largest absolute LSE difference of the plane path from the emulation.
     pub planes_vs_emu_lse_max_abs: f64,
+    /// The same two with only the queries in INT8 (P in `f32`).
+    pub query_int8_vs_emu: (f64, f64),
+    /// The same two with only P in INT8 (queries in `f32`).
+    pub p_int8_vs_emu: (f64, f64),
     /// The same two with the planes' operands in `f32` (the algebra alone, no INT8).
     pub f32_planes_vs_emu: (f64, f64),
 }
@@ -381,8 +407,18 @@ pub fn plane_accuracy_table(seed: u64, d: usize, seqlen_k: usize) -> Vec<PlaneAc
         let codec = TurboQuantCodec::new(&cfg, d, d);
         let kv = codec.compress(&p, &x);
         let emu = codec.attend(&cfg, &p, &x.q, &kv);
-        let int8 = attend_planes(&codec, &p, &x.q, &kv, PlaneOperands::Int8);
+        let int8 = attend_planes(&codec, &p, &x.q, &kv, PlaneOperands::INT8);
         let f32p = attend_planes(&codec, &p, &x.q, &kv, PlaneOperands::F32);
+        let q_only = PlaneOperands {
+            query: Operand::Int8,
+            p: Operand::F32,
+        };
+        let p_only = PlaneOperands {
+            query: Operand::F32,
+            p: Operand::Int8,
+        };
+        let q8 = attend_planes(&codec, &p, &x.q, &kv, q_only);
+        let p8 = attend_planes(&codec, &p, &x.q, &kv, p_only);
         let (ce, le, oe, ke) = compare(&p, &x, &emu.o.data, &emu.lse.data);
         let (cp, lp, op, kp) = compare(&p, &x, &int8.o.data, &int8.lse.data);
         let vs = |a: &AttentionOutput| {
@@ -403,6 +439,8 @@ pub fn plane_accuracy_table(seed: u64, d: usize, seqlen_k: usize) -> Vec<PlaneAc
             lse_max_abs: (le.max_abs, lp.max_abs),
             planes_vs_emu_rel_fro: d_o,
             planes_vs_emu_lse_max_abs: d_l,
+            query_int8_vs_emu: vs(&q8),
+            p_int8_vs_emu: vs(&p8),
             f32_planes_vs_emu: vs(&f32p),
         });
     }
@@ -412,11 +450,11 @@ pub fn plane_accuracy_table(seed: u64, d: usize, seqlen_k: usize) -> Vec<PlaneAc
 /// The table as Markdown, one line per row.
 pub fn plane_accuracy_markdown(rows: &[PlaneAccuracyRow]) -> String {
     let mut s = String::from(
-        "| setting | d | keys | O rel. Frobenius err: emulation -> INT8 planes | outlier heads | clean heads | LSE max abs err | planes vs emulation: O rel. Frobenius, LSE max abs | f32 planes vs emulation |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| setting | d | keys | O rel. Frobenius err: emulation -> INT8 planes | outlier heads | clean heads | LSE max abs err | INT8 planes vs emulation: O rel. Frobenius, LSE max abs | only q INT8 | only P INT8 | f32 planes |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         s += &format!(
-            "| {} | {} | {} | {:.4e} -> {:.4e} ({:+.2}%) | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.3e}, {:.3e} | {:.1e}, {:.1e} |\n",
+            "| {} | {} | {} | {:.4e} -> {:.4e} ({:+.2}%) | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.3e}, {:.3e} | {:.3e}, {:.3e} | {:.3e}, {:.3e} | {:.1e}, {:.1e} |\n",
             r.setting,
             r.head_dim,
             r.seqlen_k,
@@ -431,6 +469,10 @@ pub fn plane_accuracy_markdown(rows: &[PlaneAccuracyRow]) -> String {
             r.lse_max_abs.1,
             r.planes_vs_emu_rel_fro,
             r.planes_vs_emu_lse_max_abs,
+            r.query_int8_vs_emu.0,
+            r.query_int8_vs_emu.1,
+            r.p_int8_vs_emu.0,
+            r.p_int8_vs_emu.1,
             r.f32_planes_vs_emu.0,
             r.f32_planes_vs_emu.1,
         );
@@ -482,11 +524,11 @@ mod tests {
     #[test]
     fn int8_rows_round_to_nearest_with_a_row_scale() {
         let x = [1.0f32, -0.5, 0.25, 0.0, -1.0, 0.5 / 127.0];
-        let r = PlaneRow::new(&x, PlaneOperands::Int8);
+        let r = PlaneRow::new(&x, Operand::Int8);
         assert_eq!(r.scale, 1.0 / 127.0);
         assert_eq!(r.values, vec![127.0, -64.0, 32.0, 0.0, -127.0, 0.0]);
         assert_eq!(r.sum, -32.0);
-        let z = PlaneRow::new(&[0.0; 4], PlaneOperands::Int8);
+        let z = PlaneRow::new(&[0.0; 4], Operand::Int8);
         assert_eq!((z.scale, z.sum), (0.0, 0.0));
         for (v, &xv) in r.values.iter().zip(&x) {
             assert!((v * r.scale - xv).abs() <= 0.5 / 127.0 + 1e-7);
@@ -547,7 +589,7 @@ mod tests {
             let codec = TurboQuantCodec::new(&cfg, 128, 128);
             let kv = codec.compress(&p, &x);
             let emu = codec.attend(&cfg, &p, &x.q, &kv);
-            let planes = attend_planes(&codec, &p, &x.q, &kv, PlaneOperands::Int8);
+            let planes = attend_planes(&codec, &p, &x.q, &kv, PlaneOperands::INT8);
             let co = Comparison::f32(&emu.o.data, &planes.o.data);
             assert_eq!(co.non_finite_mismatch, None);
             assert!(co.rel_fro > 0.0, "INT8 operands must change something");
