@@ -43,6 +43,11 @@ pub const INT8_MAX: f32 = 127.0;
 pub enum Operand {
     /// Per-row INT8: scale `max |x| / 127`, round-to-nearest-even, exact integer sums.
     Int8,
+    /// Two per-row INT8 operands, `x ≈ scale (hi + lo / 254)`: `hi` as [`Operand::Int8`], `lo`
+    /// the rounding residual (at most half a step) at 254 steps a step. Free on the MMA at up to
+    /// 8 query rows: the CUDA decode already stacks the query's f16 hi and lo halves on MMA rows
+    /// 0-7 and 8-15 (`score_word`), and an s8 MMA's rows 8-15 can hold `lo` the same way.
+    Int8HiLo,
     /// `f32` as computed (the lookup's arithmetic).
     F32,
 }
@@ -60,6 +65,11 @@ impl PlaneOperands {
     /// The INT8 contract (module docs): queries and P in INT8.
     pub const INT8: PlaneOperands = PlaneOperands {
         query: Operand::Int8,
+        p: Operand::Int8,
+    };
+    /// The INT8 contract with the queries as hi/lo INT8 pairs ([`Operand::Int8HiLo`]).
+    pub const INT8_QUERY_HILO: PlaneOperands = PlaneOperands {
+        query: Operand::Int8HiLo,
         p: Operand::Int8,
     };
     /// Every operand in `f32`: the lookup's arithmetic through the planes (tests).
@@ -116,9 +126,15 @@ pub struct PlaneRow {
     pub values: Vec<f32>,
     /// Factor that turns a product with `values` back into one with `x`.
     pub scale: f32,
-    /// `Σ values` (an exact integer sum for INT8).
+    /// `Σ values` (an exact integer sum for INT8; `Σ hi + Σ lo / 254` for hi/lo).
     pub sum: f32,
+    /// [`Operand::Int8HiLo`]'s `lo` integers (empty otherwise).
+    pub lo: Vec<f32>,
 }
+
+/// Steps of `lo` per step of `hi` in [`Operand::Int8HiLo`] (`|lo| <= 127` for a residual of at
+/// most half a step).
+pub const LO_STEPS: f32 = 254.0;
 
 impl PlaneRow {
     /// `x` as the operand of the plane products: per-row INT8 (scale `max |x| / 127`,
@@ -126,7 +142,7 @@ impl PlaneRow {
     pub fn new(x: &[f32], operand: Operand) -> PlaneRow {
         let (values, scale): (Vec<f32>, f32) = match operand {
             Operand::F32 => (x.to_vec(), 1.0),
-            Operand::Int8 => {
+            Operand::Int8 | Operand::Int8HiLo => {
                 let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
                 if amax == 0.0 {
                     (vec![0.0; x.len()], 0.0)
@@ -141,24 +157,54 @@ impl PlaneRow {
                 }
             }
         };
+        let lo: Vec<f32> = match operand {
+            Operand::Int8HiLo if scale > 0.0 => {
+                let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                let inv = INT8_MAX / amax;
+                x.iter()
+                    .zip(&values)
+                    .map(|(&v, &h)| ((v * inv - h) * LO_STEPS).round_ties_even())
+                    .collect()
+            }
+            Operand::Int8HiLo => vec![0.0; x.len()],
+            _ => Vec::new(),
+        };
+        // integers below 2^24: the f32 sums are the exact integer sums
+        let isum = |v: &[f32]| v.iter().map(|&v| v as i32).sum::<i32>() as f32;
         let sum = match operand {
-            // integers below 2^24: the f32 sum is the exact integer sum
-            Operand::Int8 => values.iter().map(|&v| v as i32).sum::<i32>() as f32,
+            Operand::Int8 => isum(&values),
+            Operand::Int8HiLo => isum(&values) + isum(&lo) / LO_STEPS,
             Operand::F32 => values.iter().sum(),
         };
-        PlaneRow { values, scale, sum }
+        PlaneRow {
+            values,
+            scale,
+            sum,
+            lo,
+        }
     }
 
-    /// `<values, plane>` over a 0/1 plane given as one byte per coordinate (exact integer sum
-    /// for INT8).
+    /// Entry `i` of the operand, unscaled (`hi + lo / 254` for hi/lo).
+    fn value(&self, i: usize) -> f32 {
+        match self.lo.get(i) {
+            Some(&lo) => self.values[i] + lo / LO_STEPS,
+            None => self.values[i],
+        }
+    }
+
+    /// `<values, plane>` over a 0/1 plane given as one byte per coordinate (exact integer sums
+    /// for INT8, one for `hi` and one for `lo` combined in `f32` for hi/lo).
     fn dot_plane(&self, plane: impl Iterator<Item = u8>) -> f32 {
-        let mut acc = 0.0f32;
-        for (&v, bit) in self.values.iter().zip(plane) {
+        let (mut hi, mut lo) = (0.0f32, 0.0f32);
+        for (i, bit) in plane.enumerate().take(self.values.len()) {
             if bit != 0 {
-                acc += v;
+                hi += self.values[i];
+                if let Some(&l) = self.lo.get(i) {
+                    lo += l;
+                }
             }
         }
-        acc
+        hi + lo / LO_STEPS
     }
 }
 
@@ -303,7 +349,7 @@ pub fn attend_planes(
                         None => {
                             for (c, a) in st.acc.iter_mut().enumerate() {
                                 let dot: f32 = (0..vis)
-                                    .map(|jj| pr.values[jj] * val_cb.centroid(vrow(jj)[c]))
+                                    .map(|jj| pr.value(jj) * val_cb.centroid(vrow(jj)[c]))
                                     .sum();
                                 *a += pr.scale * dot;
                             }
@@ -372,6 +418,11 @@ pub struct PlaneAccuracyRow {
     pub planes_vs_emu_rel_fro: f64,
     /// Largest absolute LSE difference of the plane path from the emulation.
     pub planes_vs_emu_lse_max_abs: f64,
+    /// [`PlaneOperands::INT8_QUERY_HILO`]: O's relative Frobenius error and LSE's largest
+    /// absolute error against the golden.
+    pub hilo: (f64, f64),
+    /// The same path against the emulation: O relative Frobenius, LSE max abs.
+    pub hilo_vs_emu: (f64, f64),
     /// The same two with only the queries in INT8 (P in `f32`).
     pub query_int8_vs_emu: (f64, f64),
     /// The same two with only P in INT8 (queries in `f32`).
@@ -418,6 +469,8 @@ pub fn plane_accuracy_table(seed: u64, d: usize, seqlen_k: usize) -> Vec<PlaneAc
             p: Operand::Int8,
         };
         let q8 = attend_planes(&codec, &p, &x.q, &kv, q_only);
+        let hl = attend_planes(&codec, &p, &x.q, &kv, PlaneOperands::INT8_QUERY_HILO);
+        let (ch, lh, _, _) = compare(&p, &x, &hl.o.data, &hl.lse.data);
         let p8 = attend_planes(&codec, &p, &x.q, &kv, p_only);
         let (ce, le, oe, ke) = compare(&p, &x, &emu.o.data, &emu.lse.data);
         let (cp, lp, op, kp) = compare(&p, &x, &int8.o.data, &int8.lse.data);
@@ -439,6 +492,8 @@ pub fn plane_accuracy_table(seed: u64, d: usize, seqlen_k: usize) -> Vec<PlaneAc
             lse_max_abs: (le.max_abs, lp.max_abs),
             planes_vs_emu_rel_fro: d_o,
             planes_vs_emu_lse_max_abs: d_l,
+            hilo: (ch.rel_fro, lh.max_abs),
+            hilo_vs_emu: vs(&hl),
             query_int8_vs_emu: vs(&q8),
             p_int8_vs_emu: vs(&p8),
             f32_planes_vs_emu: vs(&f32p),
@@ -450,11 +505,11 @@ pub fn plane_accuracy_table(seed: u64, d: usize, seqlen_k: usize) -> Vec<PlaneAc
 /// The table as Markdown, one line per row.
 pub fn plane_accuracy_markdown(rows: &[PlaneAccuracyRow]) -> String {
     let mut s = String::from(
-        "| setting | d | keys | O rel. Frobenius err: emulation -> INT8 planes | outlier heads | clean heads | LSE max abs err | INT8 planes vs emulation: O rel. Frobenius, LSE max abs | only q INT8 | only P INT8 | f32 planes |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| setting | d | keys | O rel. Frobenius err: emulation -> INT8 planes | outlier heads | clean heads | LSE max abs err | INT8 planes vs emulation: O rel. Frobenius, LSE max abs | only q INT8 | only P INT8 | f32 planes | q hi/lo INT8: O err, LSE err vs golden | q hi/lo INT8 vs emulation |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         s += &format!(
-            "| {} | {} | {} | {:.4e} -> {:.4e} ({:+.2}%) | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.3e}, {:.3e} | {:.3e}, {:.3e} | {:.3e}, {:.3e} | {:.1e}, {:.1e} |\n",
+            "| {} | {} | {} | {:.4e} -> {:.4e} ({:+.2}%) | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.3e}, {:.3e} | {:.3e}, {:.3e} | {:.3e}, {:.3e} | {:.1e}, {:.1e} | {:.4e}, {:.4e} | {:.3e}, {:.3e} |\n",
             r.setting,
             r.head_dim,
             r.seqlen_k,
@@ -475,6 +530,10 @@ pub fn plane_accuracy_markdown(rows: &[PlaneAccuracyRow]) -> String {
             r.p_int8_vs_emu.1,
             r.f32_planes_vs_emu.0,
             r.f32_planes_vs_emu.1,
+            r.hilo.0,
+            r.hilo.1,
+            r.hilo_vs_emu.0,
+            r.hilo_vs_emu.1,
         );
     }
     s
@@ -528,6 +587,15 @@ mod tests {
         assert_eq!(r.scale, 1.0 / 127.0);
         assert_eq!(r.values, vec![127.0, -64.0, 32.0, 0.0, -127.0, 0.0]);
         assert_eq!(r.sum, -32.0);
+        // hi/lo: the residual at 254 steps a step, |lo| <= 127, 64x finer than hi alone
+        let h = PlaneRow::new(&x, Operand::Int8HiLo);
+        assert_eq!(h.values, r.values);
+        // -63.5 -> hi -64 (ties to even), lo +0.5 step; 31.75 -> 32, -0.25 step = -63.5 -> -64
+        assert_eq!(h.lo, vec![0.0, 127.0, -64.0, 0.0, 0.0, 127.0]);
+        assert_eq!(h.sum, -32.0 + 190.0 / LO_STEPS);
+        for (i, &xv) in x.iter().enumerate() {
+            assert!((h.value(i) * h.scale - xv).abs() <= 0.5 / (127.0 * LO_STEPS) + 1e-7);
+        }
         let z = PlaneRow::new(&[0.0; 4], Operand::Int8);
         assert_eq!((z.scale, z.sum), (0.0, 0.0));
         for (v, &xv) in r.values.iter().zip(&x) {
