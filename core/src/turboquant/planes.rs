@@ -34,6 +34,9 @@ use rayon::prelude::*;
 /// per-row INT8 scale of `p ‖v‖`.
 pub const PLANE_STAGE: usize = 16;
 
+/// Tokens sharing P's scale under [`Operand::Int8TileNorm`] (the CUDA decode's 64-token tile).
+pub const PLANE_TILE: usize = 64;
+
 /// The largest INT8 magnitude used: scales are `max |x| / 127`, so `-128` never appears (the
 /// operand stays symmetric).
 pub const INT8_MAX: f32 = 127.0;
@@ -48,6 +51,11 @@ pub enum Operand {
     /// 8 query rows: the CUDA decode already stacks the query's f16 hi and lo halves on MMA rows
     /// 0-7 and 8-15 (`score_word`), and an s8 MMA's rows 8-15 can hold `lo` the same way.
     Int8HiLo,
+    /// For P only: INT8 with one scale for every row and stage of a [`PLANE_TILE`]-token tile,
+    /// `max ‖v‖ / 127` over the tile's tokens (`p <= 1` after the stage's max), so that a kernel
+    /// can accumulate a tile's P·V in the MMA's s32 registers and fold them into the f32 O once
+    /// a tile (and at a rescale) instead of once a stage. As [`Operand::Int8`] for the queries.
+    Int8TileNorm,
     /// `f32` as computed (the lookup's arithmetic).
     F32,
 }
@@ -142,7 +150,7 @@ impl PlaneRow {
     pub fn new(x: &[f32], operand: Operand) -> PlaneRow {
         let (values, scale): (Vec<f32>, f32) = match operand {
             Operand::F32 => (x.to_vec(), 1.0),
-            Operand::Int8 | Operand::Int8HiLo => {
+            Operand::Int8 | Operand::Int8HiLo | Operand::Int8TileNorm => {
                 let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
                 if amax == 0.0 {
                     (vec![0.0; x.len()], 0.0)
@@ -172,7 +180,7 @@ impl PlaneRow {
         // integers below 2^24: the f32 sums are the exact integer sums
         let isum = |v: &[f32]| v.iter().map(|&v| v as i32).sum::<i32>() as f32;
         let sum = match operand {
-            Operand::Int8 => isum(&values),
+            Operand::Int8 | Operand::Int8TileNorm => isum(&values),
             Operand::Int8HiLo => isum(&values) + isum(&lo) / LO_STEPS,
             Operand::F32 => values.iter().sum(),
         };
@@ -181,6 +189,25 @@ impl PlaneRow {
             scale,
             sum,
             lo,
+        }
+    }
+
+    /// `x` in INT8 at a given scale (`x / scale` at most 127 in magnitude; a scale of 0 gives
+    /// zeros): [`Operand::Int8TileNorm`]'s P.
+    pub fn with_scale(x: &[f32], scale: f32) -> PlaneRow {
+        let values: Vec<f32> = if scale > 0.0 {
+            x.iter()
+                .map(|&v| (v / scale).round_ties_even().clamp(-INT8_MAX, INT8_MAX))
+                .collect()
+        } else {
+            vec![0.0; x.len()]
+        };
+        let sum = values.iter().map(|&v| v as i32).sum::<i32>() as f32;
+        PlaneRow {
+            values,
+            scale,
+            sum,
+            lo: Vec::new(),
         }
     }
 
@@ -333,7 +360,15 @@ pub fn attend_planes(
                         pv[jj] = pj * kv.v_norm[row_of(b, start + jj, g)];
                     }
                     // P ‖v‖ · c[idx] in the rotated basis
-                    let pr = PlaneRow::new(&pv[..vis], operands.p);
+                    let pr = if operands.p == Operand::Int8TileNorm {
+                        let t0 = start / PLANE_TILE * PLANE_TILE;
+                        let vmax = (t0..(t0 + PLANE_TILE).min(sk))
+                            .map(|j| kv.v_norm[row_of(b, j, g)])
+                            .fold(0.0f32, f32::max);
+                        PlaneRow::with_scale(&pv[..vis], vmax / INT8_MAX)
+                    } else {
+                        PlaneRow::new(&pv[..vis], operands.p)
+                    };
                     let vrow = |jj: usize| {
                         let vr = row_of(b, start + jj, g);
                         &kv.v_idx[vr * dv..(vr + 1) * dv]
@@ -423,6 +458,11 @@ pub struct PlaneAccuracyRow {
     pub hilo: (f64, f64),
     /// The same path against the emulation: O relative Frobenius, LSE max abs.
     pub hilo_vs_emu: (f64, f64),
+    /// Queries hi/lo, P at one scale a tile ([`Operand::Int8TileNorm`]): O and LSE error against
+    /// the golden.
+    pub tile: (f64, f64),
+    /// The same path against the emulation.
+    pub tile_vs_emu: (f64, f64),
     /// The same two with only the queries in INT8 (P in `f32`).
     pub query_int8_vs_emu: (f64, f64),
     /// The same two with only P in INT8 (queries in `f32`).
@@ -471,6 +511,12 @@ pub fn plane_accuracy_table(seed: u64, d: usize, seqlen_k: usize) -> Vec<PlaneAc
         let q8 = attend_planes(&codec, &p, &x.q, &kv, q_only);
         let hl = attend_planes(&codec, &p, &x.q, &kv, PlaneOperands::INT8_QUERY_HILO);
         let (ch, lh, _, _) = compare(&p, &x, &hl.o.data, &hl.lse.data);
+        let tile_ops = PlaneOperands {
+            query: Operand::Int8HiLo,
+            p: Operand::Int8TileNorm,
+        };
+        let tl = attend_planes(&codec, &p, &x.q, &kv, tile_ops);
+        let (ct, lt, _, _) = compare(&p, &x, &tl.o.data, &tl.lse.data);
         let p8 = attend_planes(&codec, &p, &x.q, &kv, p_only);
         let (ce, le, oe, ke) = compare(&p, &x, &emu.o.data, &emu.lse.data);
         let (cp, lp, op, kp) = compare(&p, &x, &int8.o.data, &int8.lse.data);
@@ -494,6 +540,8 @@ pub fn plane_accuracy_table(seed: u64, d: usize, seqlen_k: usize) -> Vec<PlaneAc
             planes_vs_emu_lse_max_abs: d_l,
             hilo: (ch.rel_fro, lh.max_abs),
             hilo_vs_emu: vs(&hl),
+            tile: (ct.rel_fro, lt.max_abs),
+            tile_vs_emu: vs(&tl),
             query_int8_vs_emu: vs(&q8),
             p_int8_vs_emu: vs(&p8),
             f32_planes_vs_emu: vs(&f32p),
@@ -505,11 +553,11 @@ pub fn plane_accuracy_table(seed: u64, d: usize, seqlen_k: usize) -> Vec<PlaneAc
 /// The table as Markdown, one line per row.
 pub fn plane_accuracy_markdown(rows: &[PlaneAccuracyRow]) -> String {
     let mut s = String::from(
-        "| setting | d | keys | O rel. Frobenius err: emulation -> INT8 planes | outlier heads | clean heads | LSE max abs err | INT8 planes vs emulation: O rel. Frobenius, LSE max abs | only q INT8 | only P INT8 | f32 planes | q hi/lo INT8: O err, LSE err vs golden | q hi/lo INT8 vs emulation |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| setting | d | keys | O rel. Frobenius err: emulation -> INT8 planes | outlier heads | clean heads | LSE max abs err | INT8 planes vs emulation: O rel. Frobenius, LSE max abs | only q INT8 | only P INT8 | f32 planes | q hi/lo INT8: O err, LSE err vs golden | q hi/lo INT8 vs emulation | q hi/lo, P tile scale: err vs golden | the same vs emulation |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         s += &format!(
-            "| {} | {} | {} | {:.4e} -> {:.4e} ({:+.2}%) | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.3e}, {:.3e} | {:.3e}, {:.3e} | {:.3e}, {:.3e} | {:.1e}, {:.1e} | {:.4e}, {:.4e} | {:.3e}, {:.3e} |\n",
+            "| {} | {} | {} | {:.4e} -> {:.4e} ({:+.2}%) | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.4e} -> {:.4e} | {:.3e}, {:.3e} | {:.3e}, {:.3e} | {:.3e}, {:.3e} | {:.1e}, {:.1e} | {:.4e}, {:.4e} | {:.3e}, {:.3e} | {:.4e}, {:.4e} | {:.3e}, {:.3e} |\n",
             r.setting,
             r.head_dim,
             r.seqlen_k,
@@ -534,6 +582,10 @@ pub fn plane_accuracy_markdown(rows: &[PlaneAccuracyRow]) -> String {
             r.hilo.1,
             r.hilo_vs_emu.0,
             r.hilo_vs_emu.1,
+            r.tile.0,
+            r.tile.1,
+            r.tile_vs_emu.0,
+            r.tile_vs_emu.1,
         );
     }
     s
@@ -567,11 +619,7 @@ mod tests {
                 // rounding of the coefficients and of the sum: eps times the terms' magnitudes
                 let err = (f - c[idx as usize]).abs();
                 let bound = f32::EPSILON * (af.base.abs() + af.sign.abs() + af.magnitude.abs());
-                assert!(
-                    err <= bound,
-                    "d {d} code {idx}: {f} vs {}",
-                    c[idx as usize]
-                );
+                assert!(err <= bound, "d {d} code {idx}: {f} vs {}", c[idx as usize]);
             }
         }
         // 3-bit codebooks are not affine in their bits
