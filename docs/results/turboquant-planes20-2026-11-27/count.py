@@ -19,10 +19,13 @@ for i, (a, s) in enumerate(ins):
     if m and int(m.group(1), 16) < a: loops.append((idx[int(m.group(1), 16)], i))
 lo, hi = max(loops, key=lambda l: sum(op(ins[j][1]).startswith('IMMA') for j in range(l[0], l[1] + 1)))
 skip = set()
+blocks = []
 for j in range(lo, hi):
     m = re.match(r'@!?P\d\s+BRA\s+(0x[0-9a-f]+)', ins[j][1])
     if m and int(m.group(1), 16) > ins[j][0]:
-        skip.update(range(j + 1, idx[int(m.group(1), 16)]))
+        blk = range(j + 1, idx[int(m.group(1), 16)])
+        skip.update(blk)
+        blocks.append(blk)
 c, p = collections.Counter(), collections.Counter()
 for j in range(lo, hi + 1):
     if j in skip: continue
@@ -30,3 +33,6 @@ for j in range(lo, hi + 1):
 print(f'{sys.argv[1]}: loop {hex(ins[lo][0])}-{hex(ins[hi][0])}, static {hi - lo + 1}, typical path {sum(c.values())}')
 print(' by pipe:', dict(p.most_common()))
 print(' by opcode:', dict(c.most_common()))
+for blk in blocks:
+    c = collections.Counter(op(ins[j][1]).split('.')[0] for j in blk)
+    print(f' skipped block {hex(ins[blk[0]][0])}-{hex(ins[blk[-1]][0])} ({len(blk)}):', dict(c.most_common()))

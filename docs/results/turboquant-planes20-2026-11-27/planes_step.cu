@@ -23,6 +23,11 @@
 //        2 planes = 16 MMAs, + 1 with A = 1 for Σ p8 per row (main: 8 HMMA); each stage's s32
 //        sums folded into the f32 O: per element 2 magic IMAD and 3 FP32 (no s32 accumulation
 //        across stages: P's scale changes each stage)
+//   FOLD_TILE (-DFOLD_TILE): P at one scale a 64-token tile (max ‖v‖ of the tile / 127, written
+//        by compression beside the norms; planes.rs Operand::Int8TileNorm), no quad max of p ‖v‖
+//        and no scale shuffles; the P·V sums stay in s32 accumulators across the tile's 4 stages
+//        and are folded into O once a tile (every 4th iteration) and before a rescale.
+// PLANE_SHIFT_ALU (-DPLANE_SHIFT_ALU): the B registers' shifts as SHF (ALU) instead of IMAD.
 #include <cstdint>
 typedef uint32_t u32;
 
@@ -111,6 +116,27 @@ extern "C" __global__ void __launch_bounds__(128) planes_k2v2_d128(const uint4* 
 #pragma unroll
   for (int u = 0; u < 8; ++u) o[u][0] = o[u][1] = o[u][2] = o[u][3] = 0.f;
   float m0 = -INFINITY, l0 = 0.f;
+#ifdef FOLD_TILE
+  int dacc[8][2][4] = {}, psum[4] = {};
+  float inv_tile = 127.f * rcp_approx(reinterpret_cast<const float*>(my + 64 + 4)[0]);
+  // O += σ (c0 Σp8 + c_s D_s + c_m D_m) for the tile's s32 sums, which are then reset
+  auto fold = [&]() {
+    const float sp = 1.f / inv_tile;
+    const float k0 = sp * (vbase * (magic(psum[0], one) - 12582912.f) - 12582912.f * (vsign + vmag));
+    const float k1 = sp * (vbase * (magic(psum[1], one) - 12582912.f) - 12582912.f * (vsign + vmag));
+    const float cs = sp * vsign, cm = sp * vmag;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      o[u][0] = fmaf(cm, magic(dacc[u][1][0], one), fmaf(cs, magic(dacc[u][0][0], one), o[u][0] + k0));
+      o[u][1] = fmaf(cm, magic(dacc[u][1][1], one), fmaf(cs, magic(dacc[u][0][1], one), o[u][1] + k1));
+      o[u][2] = fmaf(cm, magic(dacc[u][1][2], one), fmaf(cs, magic(dacc[u][0][2], one), o[u][2] + k0));
+      o[u][3] = fmaf(cm, magic(dacc[u][1][3], one), fmaf(cs, magic(dacc[u][0][3], one), o[u][3] + k1));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dacc[u][0][e] = dacc[u][1][e] = 0;
+    }
+    psum[0] = psum[1] = psum[2] = psum[3] = 0;
+  };
+#endif
 
 #pragma unroll 1
   for (int it = 0; it < iters; ++it) {
@@ -159,23 +185,51 @@ extern "C" __global__ void __launch_bounds__(128) planes_k2v2_d128(const uint4* 
     for (int e = 0; e < 4; ++e) pr[e] = exp2_approx(sc[e] - mn);
     l0 = l0 * al + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
     if (__any_sync(~0u, al != 1.f)) {  // rescale O (rows 2t, 2t + 1): not the typical path
+#ifdef FOLD_TILE
+      fold();  // the tile's stages so far, at the old max
+#endif
       const float a0 = __shfl_sync(~0u, al, 8 * t), a1 = __shfl_sync(~0u, al, 8 * t + 4);
 #pragma unroll
       for (int u = 0; u < 8; ++u) o[u][0] *= a0, o[u][1] *= a1, o[u][2] *= a0, o[u][3] *= a1;
     }
-    // ---- p ‖v‖ to s8 with the row's scale (quad max), packed as Pᵀ's B register
+    // ---- p ‖v‖ to s8, packed as Pᵀ's B register
     const float vnv[4] = {half_lo(vn.x), half_hi(vn.x), half_lo(vn.y), half_hi(vn.y)};
     float pv[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) pv[e] = pr[e] * vnv[e];
+#ifdef FOLD_TILE
+    const float inv = inv_tile;  // 127 / max ‖v‖ of the tile (p <= 1)
+#else
+    // the row's scale: max over the quad
     float pm = fmaxf(fmaxf(pv[0], pv[1]), fmaxf(pv[2], pv[3]));
     pm = fmaxf(pm, __shfl_xor_sync(~0u, pm, 1));
     pm = fmaxf(pm, __shfl_xor_sync(~0u, pm, 2));
     const float inv = 127.f * rcp_approx(pm);
+#endif
     u32 b8[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) b8[e] = __float_as_uint(fmaf(pv[e], inv, 12582912.f));  // round to nearest
     const u32 pb = __byte_perm(__byte_perm(b8[0], b8[1], 0x0040), __byte_perm(b8[2], b8[3], 0x0040), 0x5410);
+    const u32 vs[2] = {vw.x, vw.y}, vm[2] = {vw.z, vw.w};
+#ifdef FOLD_TILE
+    // ---- P·V into the tile's s32 accumulators; folded once a tile
+    imma16816(psum, 0x01010101u, 0x01010101u, pb);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      imma16816(dacc[4 * h + 0][0], plane_reg<0>(vs[h], pw), plane_reg<1>(vs[h], pw), pb);
+      imma16816(dacc[4 * h + 0][1], plane_reg<0>(vm[h], pw), plane_reg<1>(vm[h], pw), pb);
+      imma16816(dacc[4 * h + 1][0], plane_reg<2>(vs[h], pw), plane_reg<3>(vs[h], pw), pb);
+      imma16816(dacc[4 * h + 1][1], plane_reg<2>(vm[h], pw), plane_reg<3>(vm[h], pw), pb);
+      imma16816(dacc[4 * h + 2][0], plane_reg<4>(vs[h], pw), plane_reg<5>(vs[h], pw), pb);
+      imma16816(dacc[4 * h + 2][1], plane_reg<4>(vm[h], pw), plane_reg<5>(vm[h], pw), pb);
+      imma16816(dacc[4 * h + 3][0], plane_reg<6>(vs[h], pw), plane_reg<7>(vs[h], pw), pb);
+      imma16816(dacc[4 * h + 3][1], plane_reg<6>(vm[h], pw), plane_reg<7>(vm[h], pw), pb);
+    }
+    if ((it & 3) == 3) {
+      fold();
+      inv_tile = 127.f * rcp_approx(reinterpret_cast<const float*>(st + 64 + 4)[0]);  // next tile's
+    }
+#else
     // the scales of rows 2t, 2t + 1 (the transposed C layout's rows)
     const float sp = pm * (1.f / 127.f);
     const float sp0 = __shfl_sync(~0u, sp, 8 * t), sp1 = __shfl_sync(~0u, sp, 8 * t + 4);
@@ -187,19 +241,18 @@ extern "C" __global__ void __launch_bounds__(128) planes_k2v2_d128(const uint4* 
     const float k0 = sp0 * (vbase * (magic(psum[0], one) - 12582912.f) - 12582912.f * (vsign + vmag));
     const float k1 = sp1 * (vbase * (magic(psum[1], one) - 12582912.f) - 12582912.f * (vsign + vmag));
     const float cs0 = sp0 * vsign, cs1 = sp1 * vsign, cm0 = sp0 * vmag, cm1 = sp1 * vmag;
-    const u32 vs[2] = {vw.x, vw.y}, vm[2] = {vw.z, vw.w};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-#define PV_BLOCK(U, XA, XB)                                                  \
-  {                                                                          \
-    int ds[4] = {}, dm[4] = {};                                              \
-    imma16816(ds, plane_reg<XA>(vs[h], pw), plane_reg<XB>(vs[h], pw), pb);           \
-    imma16816(dm, plane_reg<XA>(vm[h], pw), plane_reg<XB>(vm[h], pw), pb);           \
-    float(&ou)[4] = o[4 * h + U];                                            \
-    ou[0] = fmaf(cm0, magic(dm[0], one), fmaf(cs0, magic(ds[0], one), ou[0] + k0)); \
-    ou[1] = fmaf(cm1, magic(dm[1], one), fmaf(cs1, magic(ds[1], one), ou[1] + k1)); \
-    ou[2] = fmaf(cm0, magic(dm[2], one), fmaf(cs0, magic(ds[2], one), ou[2] + k0)); \
-    ou[3] = fmaf(cm1, magic(dm[3], one), fmaf(cs1, magic(ds[3], one), ou[3] + k1)); \
+#define PV_BLOCK(U, XA, XB)                                                                \
+  {                                                                                        \
+    int ds[4] = {}, dm[4] = {};                                                            \
+    imma16816(ds, plane_reg<XA>(vs[h], pw), plane_reg<XB>(vs[h], pw), pb);                 \
+    imma16816(dm, plane_reg<XA>(vm[h], pw), plane_reg<XB>(vm[h], pw), pb);                 \
+    float(&ou)[4] = o[4 * h + U];                                                          \
+    ou[0] = fmaf(cm0, magic(dm[0], one), fmaf(cs0, magic(ds[0], one), ou[0] + k0));        \
+    ou[1] = fmaf(cm1, magic(dm[1], one), fmaf(cs1, magic(ds[1], one), ou[1] + k1));        \
+    ou[2] = fmaf(cm0, magic(dm[2], one), fmaf(cs0, magic(ds[2], one), ou[2] + k0));        \
+    ou[3] = fmaf(cm1, magic(dm[3], one), fmaf(cs1, magic(ds[3], one), ou[3] + k1));        \
   }
       PV_BLOCK(0, 0, 1)
       PV_BLOCK(1, 2, 3)
@@ -207,6 +260,7 @@ extern "C" __global__ void __launch_bounds__(128) planes_k2v2_d128(const uint4* 
       PV_BLOCK(3, 6, 7)
 #undef PV_BLOCK
     }
+#endif
   }
   float acc = l0;
 #pragma unroll
