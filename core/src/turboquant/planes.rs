@@ -235,6 +235,9 @@ impl PlaneRow {
     }
 }
 
+/// A finished row: head, query index, output, LSE.
+type RowOut = (usize, usize, Vec<f32>, f32);
+
 /// One query row of a work item.
 struct Row {
     head: usize,
@@ -278,7 +281,7 @@ pub fn attend_planes(
     let pi_v = codec.value_rotation();
     let row_of = |b: usize, j: usize, h: usize| (b * kv.max_seqlen_k + j) * kv.heads_kv + h;
 
-    let tiles: Vec<(usize, Vec<(usize, usize, Vec<f32>, f32)>)> = (0..p.batch * hk)
+    let tiles: Vec<(usize, Vec<RowOut>)> = (0..p.batch * hk)
         .into_par_iter()
         .map(|t| {
             let (b, g) = (t / hk, t % hk);
@@ -612,7 +615,7 @@ mod tests {
             assert_eq!(c[1], -c[2], "d {d}");
             for idx in 0..4u8 {
                 let (s, m) = Affine2::planes(idx);
-                assert_eq!((s as u8) * 2 + m, idx);
+                assert_eq!(s * 2 + m, idx);
                 let exact = -b + (a + b) * s as f64 + (b - a) * m as f64;
                 assert_eq!(exact, c[idx as usize] as f64, "d {d} code {idx}");
                 let f = af.combine(1.0, s as f32, m as f32);
