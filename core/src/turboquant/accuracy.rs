@@ -87,7 +87,7 @@ fn top_keys(p: &AttentionProblem, q: &Tensor, k: &Tensor) -> Vec<usize> {
 
 /// Errors of `o` and `lse` against exact attention: whole O, whole LSE, then O over the query
 /// heads of the outlier KV heads (even) and of the clean ones (odd).
-fn compare(
+pub(crate) fn compare(
     p: &AttentionProblem,
     x: &AttentionInputs,
     o: &[f32],

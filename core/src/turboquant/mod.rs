@@ -19,6 +19,7 @@ pub mod accuracy;
 pub mod attention;
 pub mod codebook;
 pub mod distortion;
+pub mod planes;
 pub mod quant;
 pub mod rng;
 pub mod rotation;
