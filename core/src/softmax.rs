@@ -42,6 +42,19 @@ impl SoftmaxState {
         self.m = m_new;
     }
 
+    /// Moves the reference to `m_new >= m` before a block of keys whose maximum is `m_new` is
+    /// added: `l` and `acc` scaled by `exp(m - m_new)` (emptied from the empty state), `m = m_new`.
+    pub fn rescale_to(&mut self, m_new: f32) {
+        let alpha = if self.m == f32::NEG_INFINITY {
+            0.0
+        } else {
+            (self.m - m_new).exp()
+        };
+        self.l *= alpha;
+        self.acc.iter_mut().for_each(|a| *a *= alpha);
+        self.m = m_new;
+    }
+
     /// Merges a state over a disjoint key set into this one.
     pub fn merge(&mut self, other: &SoftmaxState) {
         if other.m == f32::NEG_INFINITY {

@@ -450,13 +450,7 @@ fn lean_tile(
             if m_new == f32::NEG_INFINITY {
                 continue; // nothing visible yet
             }
-            let alpha = if st.m == f32::NEG_INFINITY {
-                0.0
-            } else {
-                (st.m - m_new).exp()
-            };
-            st.l *= alpha;
-            st.acc.iter_mut().for_each(|a| *a *= alpha);
+            st.rescale_to(m_new);
             for (jj, &sj) in s[..n].iter().enumerate() {
                 if sj == f32::NEG_INFINITY {
                     continue;
@@ -467,7 +461,6 @@ fn lean_tile(
                     *a += pj * v;
                 }
             }
-            st.m = m_new;
         }
     }
     states

@@ -102,7 +102,35 @@ struct QueryRow {
 }
 
 /// A finished row: head, query index, output, LSE.
-type RowOut = (usize, usize, Vec<f32>, f32);
+pub(super) type RowOut = (usize, usize, Vec<f32>, f32);
+
+/// The `[B, Sq, Hq, Dv]` output (rounded to `p.dtype`) and the `[B, Hq, Sq]` LSE of the finished
+/// rows of each sequence; rows no work item produced stay 0 and `-inf`.
+pub(super) fn assemble_output(
+    p: &AttentionProblem,
+    tiles: Vec<(usize, Vec<RowOut>)>,
+) -> AttentionOutput {
+    let (sq, hq) = (p.max_seqlen_q, p.heads_q);
+    let mut o = Tensor::zeros(&[p.batch, sq, hq, p.head_dim_v], p.dtype);
+    let mut lse = Tensor {
+        shape: vec![p.batch, hq, sq],
+        dtype: DType::F32,
+        data: vec![f32::NEG_INFINITY; p.batch * hq * sq],
+    };
+    for (b, rows) in tiles {
+        for (h, i, orow, l) in rows {
+            for (dst, &v) in o.row4_mut(b, i, h).iter_mut().zip(&orow) {
+                *dst = p.dtype.round(v);
+            }
+            lse.data[(b * hq + h) * sq + i] = l;
+        }
+    }
+    AttentionOutput {
+        o,
+        lse,
+        provenance: Provenance::cpu(),
+    }
+}
 
 impl CompressedKv {
     fn row(&self, b: usize, j: usize, h: usize) -> usize {
@@ -281,13 +309,7 @@ impl TurboQuantCodec {
         q: &Tensor,
         kv: &CompressedKv,
     ) -> AttentionOutput {
-        let (sq, hq, hk, dk, dv) = (
-            p.max_seqlen_q,
-            p.heads_q,
-            p.heads_kv,
-            p.head_dim_qk,
-            p.head_dim_v,
-        );
+        let (hk, dk, dv) = (p.heads_kv, p.head_dim_qk, p.head_dim_v);
         let group = p.group_size();
         let m = self.key.qjl().rows();
         let sb = self.key.qjl().sign_bytes();
@@ -428,25 +450,6 @@ impl TurboQuantCodec {
                 (b, out)
             })
             .collect();
-
-        let mut o = Tensor::zeros(&[p.batch, sq, hq, dv], p.dtype);
-        let mut lse = Tensor {
-            shape: vec![p.batch, hq, sq],
-            dtype: DType::F32,
-            data: vec![f32::NEG_INFINITY; p.batch * hq * sq],
-        };
-        for (b, rows) in tiles {
-            for (h, i, orow, l) in rows {
-                for (dst, &v) in o.row4_mut(b, i, h).iter_mut().zip(&orow) {
-                    *dst = p.dtype.round(v);
-                }
-                lse.data[(b * hq + h) * sq + i] = l;
-            }
-        }
-        AttentionOutput {
-            o,
-            lse,
-            provenance: Provenance::cpu(),
-        }
+        assemble_output(p, tiles)
     }
 }

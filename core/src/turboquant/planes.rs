@@ -25,9 +25,9 @@
 //! Stages are [`PLANE_STAGE`] tokens, the CUDA decode loop's `kTileK`, with the kernel's online
 //! softmax order (the stage's max first, then `p = exp(s - m_new)`).
 
-use super::attention::{CompressedKv, TurboQuantCodec};
+use super::attention::{assemble_output, CompressedKv, RowOut, TurboQuantCodec};
 use super::codebook::Codebook;
-use crate::{AttentionOutput, AttentionProblem, DType, Provenance, SoftmaxState, Tensor};
+use crate::{AttentionOutput, AttentionProblem, DType, SoftmaxState, Tensor};
 use rayon::prelude::*;
 
 /// Tokens per online-softmax stage (the CUDA decode loop's `kTileK`): the granularity of the
@@ -235,9 +235,6 @@ impl PlaneRow {
     }
 }
 
-/// A finished row: head, query index, output, LSE.
-type RowOut = (usize, usize, Vec<f32>, f32);
-
 /// One query row of a work item.
 struct Row {
     head: usize,
@@ -261,13 +258,7 @@ pub fn attend_planes(
     kv: &CompressedKv,
     operands: PlaneOperands,
 ) -> AttentionOutput {
-    let (sq, hq, hk, dk, dv) = (
-        p.max_seqlen_q,
-        p.heads_q,
-        p.heads_kv,
-        p.head_dim_qk,
-        p.head_dim_v,
-    );
+    let (hk, dk, dv) = (p.heads_kv, p.head_dim_qk, p.head_dim_v);
     let group = p.group_size();
     let m = codec.sketch().rows();
     let sb = codec.sketch().sign_bytes();
@@ -349,14 +340,7 @@ pub fn attend_planes(
                     // online softmax, the kernel's order: new max, rescale, then p of the stage
                     let st = &mut r.state;
                     let m_new = st.m.max(mx);
-                    let alpha = if st.m == f32::NEG_INFINITY {
-                        0.0
-                    } else {
-                        (st.m - m_new).exp()
-                    };
-                    st.l *= alpha;
-                    st.acc.iter_mut().for_each(|a| *a *= alpha);
-                    st.m = m_new;
+                    st.rescale_to(m_new);
                     for jj in 0..vis {
                         let pj = (scores[jj] - m_new).exp();
                         st.l += pj;
@@ -410,26 +394,7 @@ pub fn attend_planes(
             (b, out)
         })
         .collect();
-
-    let mut o = Tensor::zeros(&[p.batch, sq, hq, dv], p.dtype);
-    let mut lse = Tensor {
-        shape: vec![p.batch, hq, sq],
-        dtype: DType::F32,
-        data: vec![f32::NEG_INFINITY; p.batch * hq * sq],
-    };
-    for (b, rows) in tiles {
-        for (h, i, orow, l) in rows {
-            for (dst, &v) in o.row4_mut(b, i, h).iter_mut().zip(&orow) {
-                *dst = p.dtype.round(v);
-            }
-            lse.data[(b * hq + h) * sq + i] = l;
-        }
-    }
-    AttentionOutput {
-        o,
-        lse,
-        provenance: Provenance::cpu(),
-    }
+    assemble_output(p, tiles)
 }
 
 /// One line of [`plane_accuracy_table`]: a 2-bit configuration, the emulation and the INT8 plane
