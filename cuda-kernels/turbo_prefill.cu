@@ -76,9 +76,20 @@ struct PrefillParams {
 // "s_Q_i = max(abs(Q_i))/119, Q_i^q1 = round(Q_i / s_Q_i)" as the wg kernels' prologue, whose
 // amax (a max, order-free), int8_scale and quantize_int8 it shares; rows past the sequence are 0
 // there and here, and a block with no row is not written (no warpgroup reads it).
+//
+// Round 21: each thread loads its 16-channel chunks of the block once into registers; amax is a
+// max of the elements' magnitude bits (a 16-bit float's order is its bits' order; a NaN or an inf
+// sorts above every finite value); where the block's s is normal and amax finite (every block of
+// finite inputs but the tiniest), the codes come from the registers through int8_code_bits (no
+// division an element) and a K / Q chunk is stored straight to its tile as 16 bytes; any other
+// block takes main's loop (global reads, quantize_int8, main's NaN order), so every code and
+// scale is main's, bit for bit.
 template <class T, int D, int kTensors = 2>
 __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
-  constexpr int V8 = D / 8;  // 16-byte vectors per row
+  constexpr int V8 = D / 8;                         // 16-byte vectors per row
+  constexpr int V16 = D / 16;                       // 16-channel chunks per row
+  constexpr int kPer = kBlock * V16 / kThreads;     // chunks per thread and tensor
+  static_assert(kPer * kThreads == kBlock * V16, "whole chunks per thread");
   __shared__ alignas(16) i8 sx[kBlock * D];
   __shared__ alignas(16) u8 spar[2 * D];
   __shared__ float red[kThreads / 32];
@@ -89,28 +100,82 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
   for (int which = 0; which < kTensors; ++which) {
     const u16* src = which ? p.v : p.k;
     auto row_ptr = [&](int t) { return src + ((u64)(b * p.max_s + j * kBlock + t) * p.heads_kv + hk) * D; };
-    float amax = 0.0f;
-    for (int i = threadIdx.x; i < n * V8; i += kThreads) {
-      float f[8];
-      unpack8<T>(ld_global_nc16(row_ptr(i / V8) + (i % V8) * 8), f);
-      for (int e = 0; e < 8; ++e) amax = fmax2(amax, fabsf(f[e]));
-    }
-    const float s = int8_scale(block_max(amax, red));
-    for (int i = threadIdx.x; i < kBlock * V8; i += kThreads) {
-      const int t = i / V8, c8 = i % V8;
-      u32 lo = 0, hi = 0;
+    // chunk i = threadIdx.x + kThreads k: row i / V16, channels 16 (i % V16) .. + 15; rows past n are 0
+    Vec16 x[kPer][2];
+    u32 mag_hi = 0, mag_lo = 0;  // max magnitude bits of the high / low halves of the words
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = threadIdx.x + kThreads * k, t = i / V16, c = i % V16;
+      x[k][0] = x[k][1] = Vec16{0u, 0u, 0u, 0u};
       if (t < n) {
-        float f[8];
-        unpack8<T>(ld_global_nc16(row_ptr(t) + c8 * 8), f);
-        lo = pack4_u8(quantize_int8(f[0], s), quantize_int8(f[1], s), quantize_int8(f[2], s), quantize_int8(f[3], s));
-        hi = pack4_u8(quantize_int8(f[4], s), quantize_int8(f[5], s), quantize_int8(f[6], s), quantize_int8(f[7], s));
+        x[k][0] = ld_global_nc16(row_ptr(t) + 16 * c);
+        x[k][1] = ld_global_nc16(row_ptr(t) + 16 * c + 8);
       }
-      reinterpret_cast<u32*>(sx + t * D + c8 * 8)[0] = lo;
-      reinterpret_cast<u32*>(sx + t * D + c8 * 8)[1] = hi;
+    }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const u32 w[4] = {x[k][h].x, x[k][h].y, x[k][h].z, x[k][h].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          mag_hi = max(mag_hi, w[e] & 0x7fff0000u);
+          mag_lo = max(mag_lo, w[e] & 0x7fffu);
+        }
+      }
+    const float amax = T::to_f32((u16)block_max_u32(max(mag_hi >> 16, mag_lo), red));
+    float s = int8_scale(amax);
+    // block-uniform: amax is the same in every thread
+    const bool fast = amax <= kFloatMax && s >= kFloatMinNormal;
+    const bool direct = which == 0 && p.cache.k.codes == nullptr;  // K / Q codes feed only their tile
+    if (fast) {
+      const float r = div_rn(1.0f, s);
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int i = threadIdx.x + kThreads * k, t = i / V16, c = i % V16;
+        u32 code[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float f[8];
+          unpack8<T>(x[k][h], f);
+          code[2 * h] = pack4_low_bytes(int8_code_bits(f[0], s, r), int8_code_bits(f[1], s, r),
+                                        int8_code_bits(f[2], s, r), int8_code_bits(f[3], s, r));
+          code[2 * h + 1] = pack4_low_bytes(int8_code_bits(f[4], s, r), int8_code_bits(f[5], s, r),
+                                            int8_code_bits(f[6], s, r), int8_code_bits(f[7], s, r));
+        }
+        const Vec16 v{code[0], code[1], code[2], code[3]};
+        if (!direct) {
+          *reinterpret_cast<Vec16*>(sx + t * D + 16 * c) = v;
+        } else if (p.kq != nullptr) {
+          i8* dst = p.kq + blk * (kBlock * D);
+          *reinterpret_cast<Vec16*>(dst + (p.image ? swz<V16>(t, c) : 16 * i)) = v;
+        }
+      }
+    } else {
+      // main's loop: a NaN or an inf in the block, or a subnormal (or zero) s
+      float am = 0.0f;
+      for (int i = threadIdx.x; i < n * V8; i += kThreads) {
+        float f[8];
+        unpack8<T>(ld_global_nc16(row_ptr(i / V8) + (i % V8) * 8), f);
+        for (int e = 0; e < 8; ++e) am = fmax2(am, fabsf(f[e]));
+      }
+      s = int8_scale(block_max(am, red));
+      for (int i = threadIdx.x; i < kBlock * V8; i += kThreads) {
+        const int t = i / V8, c8 = i % V8;
+        u32 lo = 0, hi = 0;
+        if (t < n) {
+          float f[8];
+          unpack8<T>(ld_global_nc16(row_ptr(t) + c8 * 8), f);
+          lo = pack4_u8(quantize_int8(f[0], s), quantize_int8(f[1], s), quantize_int8(f[2], s), quantize_int8(f[3], s));
+          hi = pack4_u8(quantize_int8(f[4], s), quantize_int8(f[5], s), quantize_int8(f[6], s), quantize_int8(f[7], s));
+        }
+        reinterpret_cast<u32*>(sx + t * D + c8 * 8)[0] = lo;
+        reinterpret_cast<u32*>(sx + t * D + c8 * 8)[1] = hi;
+      }
     }
     __syncthreads();
     if (threadIdx.x == 0) (which ? p.vs : p.ks)[blk] = s;
-    if (which == 0 && p.kq != nullptr) {
+    if (which == 0 && p.kq != nullptr && !(fast && direct)) {
       i8* dst = p.kq + blk * (kBlock * D);
       for (int i = threadIdx.x; i < kBlock * D / 16; i += kThreads) {
         const int row = i / (D / 16), ch = i % (D / 16);

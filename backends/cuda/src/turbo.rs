@@ -2082,6 +2082,52 @@ mod tests {
         }
     }
 
+    /// turbo_prefill.cu's pre-pass codes without a division (round 21, `int8_code_bits`): for a
+    /// block of bf16 or f16 values with amax finite and s = amax / 119 normal, r = 1 / s, the
+    /// low byte of RN(RN(q0 + RN(x - s q0) r) + 1.5 2^23), q0 = RN(x r), is quantize_int8(x, s)
+    /// for every x with |x| <= amax. Every amax of both formats is checked, against every x whose
+    /// quotient reaches 2^-12 of 119 (smaller ones, every 61st bit pattern, give 0 in both); the
+    /// blocks the kernel leaves to main's loop (s subnormal or zero, a NaN or an inf) are counted.
+    #[test]
+    fn int8_code_bits_is_quantize_int8() {
+        use ferrattn_core::turbo::quant::{quantize_int8, INT8_DIVISOR};
+        let code = |x: f32, s: f32, r: f32| {
+            let q0 = x * r;
+            let q = (-s).mul_add(q0, x).mul_add(r, q0);
+            (q + 12_582_912.0f32).to_bits() as u8 as i8
+        };
+        let formats: [(&str, u16, fn(u16) -> f32); 2] = [
+            ("bf16", 0x7f80, |b| half::bf16::from_bits(b).to_f32()),
+            ("f16", 0x7c00, |b| half::f16::from_bits(b).to_f32()),
+        ];
+        for (name, inf, to_f32) in formats {
+            let (mut fast, mut slow) = (0u32, 0u32);
+            for a in 1..inf {
+                let amax = to_f32(a);
+                let s = amax / INT8_DIVISOR;
+                if !(s >= f32::MIN_POSITIVE) {
+                    slow += 1;
+                    continue;
+                }
+                fast += 1;
+                let r = 1.0 / s;
+                for xb in 0..=a {
+                    let x = to_f32(xb);
+                    if x < amax * (1.0 / 4096.0) && xb % 61 != 0 {
+                        continue;
+                    }
+                    for x in [x, -x] {
+                        let (got, want) = (code(x, s, r), quantize_int8(x, s));
+                        assert_eq!(got, want, "{name}: x {x:e}, amax {amax:e}, s {s:e}");
+                    }
+                }
+            }
+            // bf16: only amax under 119 2^-126 (s subnormal) is left; f16: none
+            let max_slow = if name == "bf16" { 8 * 128 + 127 } else { 0 };
+            assert!(fast > 30_000 && slow <= max_slow, "{name}: {fast} fast, {slow} slow");
+        }
+    }
+
     #[test]
     fn param_blocks_match_the_kernel_structs() {
         // CacheView: 6 pointers; CacheParams: 2 views, 3 x 8 bytes, 2 ints
