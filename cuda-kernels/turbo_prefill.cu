@@ -184,18 +184,32 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
       }
     }
     if (which == 1 && p.vt != nullptr) {
-      // V^T: row c holds channel c of the 64 keys in slot order, 16 slots per 16-byte chunk
+      // V^T: row c holds channel c of the 64 keys in slot order, 16 slots per 16-byte chunk.
+      // Item i: channels 4 c4 .. + 3 (lane c4: one bank each) of the 16 slots of quarter q; per 4
+      // slots, one 32-bit word of each of their keys, transposed as 4 x 4 bytes by 8 PRMT.
       u8* dst = reinterpret_cast<u8*>(p.vt + blk * (D * kBlock));
-      for (int i = threadIdx.x; i < D * 4; i += kThreads) {
-        const int c = i >> 2, q = i & 3;
-        u32 w[4];
+      const u32* sx32 = reinterpret_cast<const u32*>(sx);
+      for (int i = threadIdx.x; i < D; i += kThreads) {
+        const int c4 = i % (D / 4), q = i / (D / 4);
+        u32 w[4][4];  // [channel 4 c4 + e][group k of 4 slots]
+#pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int s0 = 16 * q + 4 * k;
-          w[k] = pack4_u8(sx[slot_key(s0) * D + c], sx[slot_key(s0 + 1) * D + c], sx[slot_key(s0 + 2) * D + c],
-                          sx[slot_key(s0 + 3) * D + c]);
+          u32 x[4];
+#pragma unroll
+          for (int m = 0; m < 4; ++m) x[m] = sx32[slot_key(16 * q + 4 * k + m) * (D / 4) + c4];
+          const u32 t0 = __byte_perm(x[0], x[1], 0x5140), t1 = __byte_perm(x[0], x[1], 0x7362);
+          const u32 t2 = __byte_perm(x[2], x[3], 0x5140), t3 = __byte_perm(x[2], x[3], 0x7362);
+          w[0][k] = __byte_perm(t0, t2, 0x5410);
+          w[1][k] = __byte_perm(t0, t2, 0x7632);
+          w[2][k] = __byte_perm(t1, t3, 0x5410);
+          w[3][k] = __byte_perm(t1, t3, 0x7632);
         }
-        const int at = p.image ? swz<4>(c, q) : c * kBlock + q * 16;
-        reinterpret_cast<Vec16*>(dst + at)[0] = Vec16{w[0], w[1], w[2], w[3]};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = 4 * c4 + e;
+          const int at = p.image ? swz<4>(c, q) : c * kBlock + q * 16;
+          reinterpret_cast<Vec16*>(dst + at)[0] = Vec16{w[e][0], w[e][1], w[e][2], w[e][3]};
+        }
       }
     }
     if (p.cache.k.codes != nullptr && n == kBlock) {
