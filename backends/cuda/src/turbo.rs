@@ -1106,10 +1106,11 @@ impl CudaBackend {
             nblk: prep.nblk as i32,
             image: prep.wgmma as i32,
         };
+        // K of block j in CTA 2 j, V in CTA 2 j + 1
         launch(
             gpu,
             &prep.kernels.quant_kv,
-            (prep.nblk, p.heads_kv, p.batch),
+            (2 * prep.nblk, p.heads_kv, p.batch),
             &mut qp,
         )?;
         if cache.is_some() {
