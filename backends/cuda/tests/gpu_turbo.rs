@@ -1164,7 +1164,10 @@ fn image_at(row: usize, c: usize, d: usize) -> usize {
     ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
 )]
 fn gpu_turbo_fast_prefill_q_tiles_are_the_prologue_codes() {
-    q_tiles_match_the_prologue("gpu_turbo_fast_prefill_q_tiles_are_the_prologue_codes", |_| {});
+    q_tiles_match_the_prologue(
+        "gpu_turbo_fast_prefill_q_tiles_are_the_prologue_codes",
+        |_| {},
+    );
 }
 
 /// The blocks the pre-pass leaves to its exact loop (round 21): sequence 0's block 0 of head 0
@@ -1179,7 +1182,9 @@ fn gpu_turbo_fast_prefill_q_tiles_are_the_prologue_codes() {
 fn gpu_turbo_fast_prefill_q_tiles_at_the_edges() {
     q_tiles_match_the_prologue("gpu_turbo_fast_prefill_q_tiles_at_the_edges", |x| {
         for t in 0..TURBO_BLOCK {
-            x.q.row4_mut(0, t, 0).iter_mut().for_each(|v| *v *= f32::powi(2.0, -126));
+            x.q.row4_mut(0, t, 0)
+                .iter_mut()
+                .for_each(|v| *v *= f32::powi(2.0, -126));
         }
         x.q.row4_mut(0, 5, 1)[7] = f32::INFINITY;
         x.q.row4_mut(0, TURBO_BLOCK + 2, 2)[3] = f32::NEG_INFINITY;
