@@ -104,6 +104,27 @@ __device__ __forceinline__ int quantize_int8(float x, float s) {
   return s == 0.0f ? 0 : clampi(rne_int(div_rn(x, s)), -127, 127);
 }
 
+// quantize_int8 without a division (the pre-passes, issue 11 round 21), for a block whose scale
+// s = int8_scale(amax) is normal and |x| <= amax finite, given r = div_rn(1, s): q0 = RN(x r),
+// the residual x - s q0 (exact in one FFMA), q = RN(q0 + (x - s q0) r) is RN(x / s) (Markstein's
+// correction with a correctly rounded reciprocal), and RN(q + 1.5 2^23) holds rne(q) in its low
+// bits, so the result's low byte is the code (|q| <= 119 < 2^22; no clamp is reached). Every
+// operation is one IEEE f32 FMUL / FFMA / FADD: the host test `int8_code_bits_is_quantize_int8`
+// (ferrattn-cuda, turbo.rs) runs the same steps for every amax and x of bf16 and f16 against
+// ferrattn_core's quantize_int8. main's per element code: MUFU.RCP, FCHK and a branch, 5 FFMA,
+// F2I and a clamp.
+constexpr float kFloatMax = 3.40282347e38f;
+constexpr float kFloatMinNormal = 1.17549435e-38f;  // 2^-126
+__device__ __forceinline__ u32 int8_code_bits(float x, float s, float r) {
+  const float q0 = __fmul_rn(x, r);
+  const float q = __fmaf_rn(__fmaf_rn(-s, q0, x), r, q0);
+  return __float_as_uint(__fadd_rn(q, 12582912.0f));
+}
+// the low bytes of a, b, c, d as one word, a's in the lowest (pack4_u8 of int8_code_bits)
+__device__ __forceinline__ u32 pack4_low_bytes(u32 a, u32 b, u32 c, u32 d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+}
+
 // ---- SAS (TurboAttention section 4) -----------------------------------------------------------
 // LUT[n] = e^-n rounded to f32, n = 0..16 (ferrattn_core::turbo::sas::LUT_BITS); kept in shared
 // memory by each kernel (17 distinct banks: lanes with different n never conflict).
@@ -234,6 +255,17 @@ __device__ __forceinline__ float block_max(float v, float* red) {
   __syncthreads();
   float r = red[0];
   for (int w = 1; w < kThreads / 32; ++w) r = fmax2(r, red[w]);
+  return r;
+}
+
+// Unsigned max over the CTA, as block_max.
+__device__ __forceinline__ u32 block_max_u32(u32 v, float* red) {
+  for (int m = 16; m > 0; m >>= 1) v = max(v, (u32)shfl_xor_i((int)v, m));
+  __syncthreads();  // red may still be read by a previous call
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = __uint_as_float(v);
+  __syncthreads();
+  u32 r = __float_as_uint(red[0]);
+  for (int w = 1; w < kThreads / 32; ++w) r = max(r, __float_as_uint(red[w]));
   return r;
 }
 

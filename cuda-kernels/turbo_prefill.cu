@@ -2,7 +2,8 @@
 // compressed KV cache it leaves behind (section 3.1 BPQ, section 3.3 buffer).
 //
 // Three launches, in stream order (ferrattn_cuda::turbo::CudaTurbo::prefill):
-// 1. turbo_quant_kv_*: one CTA per (64-token block, KV head, sequence). BPQ stage 1 of Alg. 1
+// 1. turbo_quant_kv_*: one CTA per (64-token block and tensor, KV head, sequence): K of block j in
+//    CTA 2 j, V in CTA 2 j + 1 (grid.x = 2 nblk). BPQ stage 1 of Alg. 1
 //    ("s_K_j = max(abs(K_j))/119, K_j^q1 = round(K_j / s_K_j)", same for V) on chip; writes the
 //    INT8 tiles the attention streams (K row-major [64][D], V transposed [D][64] with the keys of
 //    each 16-key group in `slot_key` order; with `image`, each 16-byte chunk at its swizzled
@@ -76,26 +77,92 @@ struct PrefillParams {
 // "s_Q_i = max(abs(Q_i))/119, Q_i^q1 = round(Q_i / s_Q_i)" as the wg kernels' prologue, whose
 // amax (a max, order-free), int8_scale and quantize_int8 it shares; rows past the sequence are 0
 // there and here, and a block with no row is not written (no warpgroup reads it).
+//
+// Round 21: each thread loads its 16-channel chunks of the block once into registers; amax is a
+// max of the elements' magnitude bits (a 16-bit float's order is its bits' order; a NaN or an inf
+// sorts above every finite value); where the block's s is normal and amax finite (every block of
+// finite inputs but the tiniest), the codes come from the registers through int8_code_bits (no
+// division an element) and a K / Q chunk is stored straight to its tile as 16 bytes; any other
+// block takes main's loop (global reads, quantize_int8, main's NaN order), so every code and
+// scale is main's, bit for bit.
 template <class T, int D, int kTensors = 2>
 __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
-  constexpr int V8 = D / 8;  // 16-byte vectors per row
+  constexpr int V8 = D / 8;                         // 16-byte vectors per row
+  constexpr int V16 = D / 16;                       // 16-channel chunks per row
+  constexpr int kPer = kBlock * V16 / kThreads;     // chunks per thread and tensor
+  static_assert(kPer * kThreads == kBlock * V16, "whole chunks per thread");
   __shared__ alignas(16) i8 sx[kBlock * D];
   __shared__ alignas(16) u8 spar[2 * D];
   __shared__ float red[kThreads / 32];
-  const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  // kTensors 2: K of block j in CTA 2 j, V in CTA 2 j + 1 (round 21: one tensor a CTA, as the Q
+  // pass: ptxas keeps one tensor's loads in registers, 61 at bf16 d 128, 8 CTAs an SM)
+  const int which = kTensors == 2 ? (int)(blockIdx.x & 1) : 0;
+  const int j = kTensors == 2 ? (int)(blockIdx.x >> 1) : (int)blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int n = clampi(p.lens[b] - j * kBlock, 0, kBlock);
   if (n == 0) return;
   const u64 blk = ((u64)b * p.heads_kv + hk) * p.nblk + j;
-  for (int which = 0; which < kTensors; ++which) {
-    const u16* src = which ? p.v : p.k;
-    auto row_ptr = [&](int t) { return src + ((u64)(b * p.max_s + j * kBlock + t) * p.heads_kv + hk) * D; };
-    float amax = 0.0f;
+  const u16* src = which ? p.v : p.k;
+  auto row_ptr = [&](int t) { return src + ((u64)(b * p.max_s + j * kBlock + t) * p.heads_kv + hk) * D; };
+  // chunk i = threadIdx.x + kThreads k: row i / V16, channels 16 (i % V16) .. + 15; rows past n are 0
+  Vec16 x[kPer][2];
+  u32 mag_hi = 0, mag_lo = 0;  // max magnitude bits of the high / low halves of the words
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = threadIdx.x + kThreads * k, t = i / V16, c = i % V16;
+    x[k][0] = x[k][1] = Vec16{0u, 0u, 0u, 0u};
+    if (t < n) {
+      x[k][0] = ld_global_nc16(row_ptr(t) + 16 * c);
+      x[k][1] = ld_global_nc16(row_ptr(t) + 16 * c + 8);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const u32 w[4] = {x[k][h].x, x[k][h].y, x[k][h].z, x[k][h].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        mag_hi = max(mag_hi, w[e] & 0x7fff0000u);
+        mag_lo = max(mag_lo, w[e] & 0x7fffu);
+      }
+    }
+  const float amax = T::to_f32((u16)block_max_u32(max(mag_hi >> 16, mag_lo), red));
+  float s = int8_scale(amax);
+  // block-uniform: amax is the same in every thread
+  const bool fast = amax <= kFloatMax && s >= kFloatMinNormal;
+  const bool direct = which == 0 && p.cache.k.codes == nullptr;  // K / Q codes feed only their tile
+  if (fast) {
+    const float r = div_rn(1.0f, s);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = threadIdx.x + kThreads * k, t = i / V16, c = i % V16;
+      u32 code[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float f[8];
+        unpack8<T>(x[k][h], f);
+        code[2 * h] = pack4_low_bytes(int8_code_bits(f[0], s, r), int8_code_bits(f[1], s, r),
+                                      int8_code_bits(f[2], s, r), int8_code_bits(f[3], s, r));
+        code[2 * h + 1] = pack4_low_bytes(int8_code_bits(f[4], s, r), int8_code_bits(f[5], s, r),
+                                          int8_code_bits(f[6], s, r), int8_code_bits(f[7], s, r));
+      }
+      const Vec16 v{code[0], code[1], code[2], code[3]};
+      if (!direct) {
+        *reinterpret_cast<Vec16*>(sx + t * D + 16 * c) = v;
+      } else if (p.kq != nullptr) {
+        i8* dst = p.kq + blk * (kBlock * D);
+        *reinterpret_cast<Vec16*>(dst + (p.image ? swz<V16>(t, c) : 16 * i)) = v;
+      }
+    }
+  } else {
+    // main's loop: a NaN or an inf in the block, or a subnormal (or zero) s
+    float am = 0.0f;
     for (int i = threadIdx.x; i < n * V8; i += kThreads) {
       float f[8];
       unpack8<T>(ld_global_nc16(row_ptr(i / V8) + (i % V8) * 8), f);
-      for (int e = 0; e < 8; ++e) amax = fmax2(amax, fabsf(f[e]));
+      for (int e = 0; e < 8; ++e) am = fmax2(am, fabsf(f[e]));
     }
-    const float s = int8_scale(block_max(amax, red));
+    s = int8_scale(block_max(am, red));
     for (int i = threadIdx.x; i < kBlock * V8; i += kThreads) {
       const int t = i / V8, c8 = i % V8;
       u32 lo = 0, hi = 0;
@@ -108,40 +175,53 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
       reinterpret_cast<u32*>(sx + t * D + c8 * 8)[0] = lo;
       reinterpret_cast<u32*>(sx + t * D + c8 * 8)[1] = hi;
     }
-    __syncthreads();
-    if (threadIdx.x == 0) (which ? p.vs : p.ks)[blk] = s;
-    if (which == 0 && p.kq != nullptr) {
-      i8* dst = p.kq + blk * (kBlock * D);
-      for (int i = threadIdx.x; i < kBlock * D / 16; i += kThreads) {
-        const int row = i / (D / 16), ch = i % (D / 16);
-        const int at = p.image ? swz<D / 16>(row, ch) : 16 * i;
-        *reinterpret_cast<Vec16*>(dst + at) = reinterpret_cast<const Vec16*>(sx)[i];
-      }
+  }
+  if (!(fast && direct)) __syncthreads();  // sx written (block-uniform)
+  if (threadIdx.x == 0) (which ? p.vs : p.ks)[blk] = s;
+  if (which == 0 && p.kq != nullptr && !(fast && direct)) {
+    i8* dst = p.kq + blk * (kBlock * D);
+    for (int i = threadIdx.x; i < kBlock * D / 16; i += kThreads) {
+      const int row = i / (D / 16), ch = i % (D / 16);
+      const int at = p.image ? swz<D / 16>(row, ch) : 16 * i;
+      *reinterpret_cast<Vec16*>(dst + at) = reinterpret_cast<const Vec16*>(sx)[i];
     }
-    if (which == 1 && p.vt != nullptr) {
-      // V^T: row c holds channel c of the 64 keys in slot order, 16 slots per 16-byte chunk
-      u8* dst = reinterpret_cast<u8*>(p.vt + blk * (D * kBlock));
-      for (int i = threadIdx.x; i < D * 4; i += kThreads) {
-        const int c = i >> 2, q = i & 3;
-        u32 w[4];
-        for (int k = 0; k < 4; ++k) {
-          const int s0 = 16 * q + 4 * k;
-          w[k] = pack4_u8(sx[slot_key(s0) * D + c], sx[slot_key(s0 + 1) * D + c], sx[slot_key(s0 + 2) * D + c],
-                          sx[slot_key(s0 + 3) * D + c]);
-        }
+  }
+  if (which == 1 && p.vt != nullptr) {
+    // V^T: row c holds channel c of the 64 keys in slot order, 16 slots per 16-byte chunk.
+    // Item i: channels 4 c4 .. + 3 (lane c4: one bank each) of the 16 slots of quarter q; per 4
+    // slots, one 32-bit word of each of their keys, transposed as 4 x 4 bytes by 8 PRMT.
+    u8* dst = reinterpret_cast<u8*>(p.vt + blk * (D * kBlock));
+    const u32* sx32 = reinterpret_cast<const u32*>(sx);
+    for (int i = threadIdx.x; i < D; i += kThreads) {
+      const int c4 = i % (D / 4), q = i / (D / 4);
+      u32 w[4][4];  // [channel 4 c4 + e][group k of 4 slots]
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        u32 x[4];
+#pragma unroll
+        for (int m = 0; m < 4; ++m) x[m] = sx32[slot_key(16 * q + 4 * k + m) * (D / 4) + c4];
+        const u32 t0 = __byte_perm(x[0], x[1], 0x5140), t1 = __byte_perm(x[0], x[1], 0x7362);
+        const u32 t2 = __byte_perm(x[2], x[3], 0x5140), t3 = __byte_perm(x[2], x[3], 0x7362);
+        w[0][k] = __byte_perm(t0, t2, 0x5410);
+        w[1][k] = __byte_perm(t0, t2, 0x7632);
+        w[2][k] = __byte_perm(t1, t3, 0x5410);
+        w[3][k] = __byte_perm(t1, t3, 0x7632);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = 4 * c4 + e;
         const int at = p.image ? swz<4>(c, q) : c * kBlock + q * 16;
-        reinterpret_cast<Vec16*>(dst + at)[0] = Vec16{w[0], w[1], w[2], w[3]};
+        reinterpret_cast<Vec16*>(dst + at)[0] = Vec16{w[e][0], w[e][1], w[e][2], w[e][3]};
       }
     }
-    if (p.cache.k.codes != nullptr && n == kBlock) {
-      const CacheView& cv = which ? p.cache.v : p.cache.k;
-      const int bits = p.cache.head_bits[hk];
-      u8* codes = cv.codes + (u64)b * p.cache.seq_code_bytes + p.cache.head_off[hk] + (u64)j * (kBlock * D * bits / 8);
-      const u64 pb = ((u64)b * p.heads_kv + hk) * p.cache.cap_blocks + j;
-      compress_block<D>(sx, spar, bits, codes, cv.par + pb * 2 * D, cv.clamp + pb);
-      if (threadIdx.x == 0) cv.bscale[pb] = s;
-    }
-    __syncthreads();  // sx and spar are rewritten for V
+  }
+  if (p.cache.k.codes != nullptr && n == kBlock) {
+    const CacheView& cv = which ? p.cache.v : p.cache.k;
+    const int bits = p.cache.head_bits[hk];
+    u8* codes = cv.codes + (u64)b * p.cache.seq_code_bytes + p.cache.head_off[hk] + (u64)j * (kBlock * D * bits / 8);
+    const u64 pb = ((u64)b * p.heads_kv + hk) * p.cache.cap_blocks + j;
+    compress_block<D>(sx, spar, bits, codes, cv.par + pb * 2 * D, cv.clamp + pb);
+    if (threadIdx.x == 0) cv.bscale[pb] = s;
   }
 }
 
@@ -1694,9 +1774,15 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 }  // namespace turbo
 }  // namespace ferrattn
 
+// turbo_quant_kv_*'s CTAs an SM that ptxas must leave room for (round 21: 8 at 128 threads, 64
+// registers; bf16 d 128 takes 62 without spills, 81 when left free, as many CTAs an SM as the Q pass)
+#ifndef FERRATTN_QUANT_KV_MIN_BLOCKS
+#define FERRATTN_QUANT_KV_MIN_BLOCKS 8
+#endif
+
 // ---- Instances: the closed list of (dtype, head dim) -> kernel (ferrattn_cuda::kernels) --------
 #define FERRATTN_TURBO_PREFILL(TN, T, D)                                                        \
-  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads)                      \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, FERRATTN_QUANT_KV_MIN_BLOCKS)                      \
       turbo_quant_kv_##TN##_d##D(const ferrattn::turbo::QuantParams p) {                       \
     ferrattn::turbo::quant_kv_body<ferrattn::T, D>(p);                                         \
   }                                                                                            \

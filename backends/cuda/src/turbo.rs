@@ -1106,10 +1106,11 @@ impl CudaBackend {
             nblk: prep.nblk as i32,
             image: prep.wgmma as i32,
         };
+        // K of block j in CTA 2 j, V in CTA 2 j + 1
         launch(
             gpu,
             &prep.kernels.quant_kv,
-            (prep.nblk, p.heads_kv, p.batch),
+            (2 * prep.nblk, p.heads_kv, p.batch),
             &mut qp,
         )?;
         if cache.is_some() {
@@ -2079,6 +2080,55 @@ mod tests {
                 seen.iter().all(|&n| n == 1),
                 "sq {sq} hq {hq} hk {hk}: {seen:?}"
             );
+        }
+    }
+
+    /// turbo_prefill.cu's pre-pass codes without a division (round 21, `int8_code_bits`): for a
+    /// block of bf16 or f16 values with amax finite and s = amax / 119 normal, r = 1 / s, the
+    /// low byte of RN(RN(q0 + RN(x - s q0) r) + 1.5 2^23), q0 = RN(x r), is quantize_int8(x, s)
+    /// for every x with |x| <= amax. bf16: every amax, against every x whose quotient reaches
+    /// 2^-12 of 119 and every 61st smaller one (0 in both); the blocks the kernel leaves to
+    /// main's loop (s subnormal) are exactly the 1005 amax under 119 2^-126. f16: every f16 value
+    /// and every f32 step of the check is a normal f32 well inside the range, so the steps
+    /// commute with a joint power-of-two scaling of x and amax, which maps every pair onto one
+    /// with amax in the top binade [2^15, 65504]: those amax against every x. (Run over every
+    /// pair of both formats, 2.07e9 with both signs, in C: docs/results/turbo-prepass21-2026-11-27.)
+    #[test]
+    fn int8_code_bits_is_quantize_int8() {
+        use ferrattn_core::turbo::quant::{quantize_int8, INT8_DIVISOR};
+        let code = |x: f32, s: f32, r: f32| {
+            let q0 = x * r;
+            let q = (-s).mul_add(q0, x).mul_add(r, q0);
+            (q + 12_582_912.0f32).to_bits() as u8 as i8
+        };
+        let check = |name: &str, amax: f32, xs: &mut dyn Iterator<Item = f32>| {
+            let s = amax / INT8_DIVISOR;
+            if s < f32::MIN_POSITIVE {
+                // amax is finite and positive here, so s is never NaN
+                return false;
+            }
+            let r = 1.0 / s;
+            for x in xs {
+                for x in [x, -x] {
+                    let (got, want) = (code(x, s, r), quantize_int8(x, s));
+                    assert_eq!(got, want, "{name}: x {x:e}, amax {amax:e}, s {s:e}");
+                }
+            }
+            true
+        };
+        let bf16 = |b: u16| half::bf16::from_bits(b).to_f32();
+        let mut slow = 0;
+        for a in 1..0x7f80u16 {
+            let amax = bf16(a);
+            let mut xs = (0..=a)
+                .filter(|&b| bf16(b) >= amax * (1.0 / 4096.0) || b % 61 == 0)
+                .map(bf16);
+            slow += !check("bf16", amax, &mut xs) as u32;
+        }
+        assert_eq!(slow, 1005, "bf16 blocks left to main's loop");
+        let f16 = |b: u16| half::f16::from_bits(b).to_f32();
+        for a in 0x7800..0x7c00u16 {
+            assert!(check("f16", f16(a), &mut (0..=a).map(f16)));
         }
     }
 

@@ -549,7 +549,7 @@ impl TurboStepKernels {
         let k = &self.kernels;
         self.launch(
             &k.quant_kv,
-            (plan.nblk, p.heads_kv, p.batch),
+            (2 * plan.nblk, p.heads_kv, p.batch), // K of block j in CTA 2 j, V in 2 j + 1
             TURBO_THREADS,
             0,
             stream,

@@ -1164,9 +1164,36 @@ fn image_at(row: usize, c: usize, d: usize) -> usize {
     ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
 )]
 fn gpu_turbo_fast_prefill_q_tiles_are_the_prologue_codes() {
+    q_tiles_match_the_prologue(
+        "gpu_turbo_fast_prefill_q_tiles_are_the_prologue_codes",
+        |_| {},
+    );
+}
+
+/// The blocks the pre-pass leaves to its exact loop (round 21): sequence 0's block 0 of head 0
+/// scaled by 2^-126 (bf16: s = amax / 119 subnormal; f16: every value rounds to 0, s = 0), a +inf
+/// in head 1's block 0 and a -inf in head 2's block 1 (s = inf: every code 0, the inf's
+/// NaN quotient too); their codes and scales, and every other block's, as the prologue's.
+#[test]
+#[cfg_attr(
+    ferrattn_no_gpu,
+    ignore = "no CUDA driver (libcuda) where this was built; on a GPU run with --include-ignored"
+)]
+fn gpu_turbo_fast_prefill_q_tiles_at_the_edges() {
+    q_tiles_match_the_prologue("gpu_turbo_fast_prefill_q_tiles_at_the_edges", |x| {
+        for t in 0..TURBO_BLOCK {
+            x.q.row4_mut(0, t, 0)
+                .iter_mut()
+                .for_each(|v| *v *= f32::powi(2.0, -126));
+        }
+        x.q.row4_mut(0, 5, 1)[7] = f32::INFINITY;
+        x.q.row4_mut(0, TURBO_BLOCK + 2, 2)[3] = f32::NEG_INFINITY;
+    });
+}
+
+fn q_tiles_match_the_prologue(name: &str, edit: impl Fn(&mut AttentionInputs)) {
     use ferrattn_core::turbo::quant::{int8_scale, quantize_int8};
     use ferrattn_cuda::launch::{DeviceInputs, DeviceOutputs};
-    let name = "gpu_turbo_fast_prefill_q_tiles_are_the_prologue_codes";
     let Some(b) = fast_backend(name) else {
         return;
     };
@@ -1174,7 +1201,9 @@ fn gpu_turbo_fast_prefill_q_tiles_are_the_prologue_codes() {
     for &d in &[64usize, 128] {
         for &dtype in &[DType::F16, DType::BF16] {
             let p = problem(&[150, 64, 0, 1], &[150, 64, 3, 70], 8, 4, d, dtype, true);
-            let x = inputs(&p, 300 + d as u64);
+            let mut x = inputs(&p, 300 + d as u64);
+            edit(&mut x);
+            x.q.data.iter_mut().for_each(|v| *v = dtype.round(*v));
             let cfg = TurboConfig::default();
             let prep = b.turbo_prepare_prefill(&cfg, &p).unwrap();
             if !b.turbo_prefill_uses_fast(&prep) {
