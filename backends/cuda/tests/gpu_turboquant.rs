@@ -526,6 +526,15 @@ fn gpu_turboquant_sanitizer_small() {
         let got = t.download(&o2, &p2).unwrap();
         assert!(got.o.data.iter().all(|v| v.is_finite()));
     }
+    // d 128 with 2-bit keys and values at <= 8 rows (k2-v2, k3q-v2: the crumb kernels whose P·V
+    // runs after the next stage's softmax), which the d 64 grid above never reaches
+    let p128 = problem(&[1, 1], &[37, 20], 8, 2, 128, true);
+    let x128 = inputs(&p128, 6);
+    for cfg in [5, 7].map(|i| configs(&p128)[i].clone()) {
+        let t = engine(&b, &cfg, &p128);
+        let (out, _) = t.run(&p128, &x128, Some(3)).unwrap();
+        check_decode(&format!("sanitizer d 128 {}", name(&cfg)), &p128, &x128, &cfg, &out);
+    }
     // the merge fused into the decode (7-warp CTAs, one per SM at small work): its counters,
     // shared-memory reuse after the decode loop and partial reads, twice over one workspace
     let cfg = configs(&p)[0].clone();
