@@ -533,7 +533,13 @@ fn gpu_turboquant_sanitizer_small() {
     for cfg in [5, 7].map(|i| configs(&p128)[i].clone()) {
         let t = engine(&b, &cfg, &p128);
         let (out, _) = t.run(&p128, &x128, Some(3)).unwrap();
-        check_decode(&format!("sanitizer d 128 {}", name(&cfg)), &p128, &x128, &cfg, &out);
+        check_decode(
+            &format!("sanitizer d 128 {}", name(&cfg)),
+            &p128,
+            &x128,
+            &cfg,
+            &out,
+        );
     }
     // the merge fused into the decode (7-warp CTAs, one per SM at small work): its counters,
     // shared-memory reuse after the decode loop and partial reads, twice over one workspace
