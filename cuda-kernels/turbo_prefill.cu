@@ -1771,18 +1771,17 @@ __device__ __forceinline__ void prefill_wg_body(const PrefillParams& p) {
 #endif
 }
 
+// turbo_quant_kv_*'s CTAs an SM that ptxas must leave room for (round 21: 8 at 128 threads, 64
+// registers; bf16 d 128 takes 62 without spills, 81 when left free, as many CTAs an SM as the Q pass)
+constexpr int kQuantKvMinBlocks = 8;
+
 }  // namespace turbo
 }  // namespace ferrattn
 
-// turbo_quant_kv_*'s CTAs an SM that ptxas must leave room for (round 21: 8 at 128 threads, 64
-// registers; bf16 d 128 takes 62 without spills, 81 when left free, as many CTAs an SM as the Q pass)
-#ifndef FERRATTN_QUANT_KV_MIN_BLOCKS
-#define FERRATTN_QUANT_KV_MIN_BLOCKS 8
-#endif
-
 // ---- Instances: the closed list of (dtype, head dim) -> kernel (ferrattn_cuda::kernels) --------
 #define FERRATTN_TURBO_PREFILL(TN, T, D)                                                        \
-  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads, FERRATTN_QUANT_KV_MIN_BLOCKS)                      \
+  extern "C" __global__ void __launch_bounds__(ferrattn::turbo::kThreads,                      \
+                                                  ferrattn::turbo::kQuantKvMinBlocks)          \
       turbo_quant_kv_##TN##_d##D(const ferrattn::turbo::QuantParams p) {                       \
     ferrattn::turbo::quant_kv_body<ferrattn::T, D>(p);                                         \
   }                                                                                            \
