@@ -115,14 +115,21 @@ __device__ __forceinline__ int quantize_int8(float x, float s) {
 // F2I and a clamp.
 constexpr float kFloatMax = 3.40282347e38f;
 constexpr float kFloatMinNormal = 1.17549435e-38f;  // 2^-126
+constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
+constexpr int kBiasBits = 0x4b400000;  // bits of kBias
 __device__ __forceinline__ u32 int8_code_bits(float x, float s, float r) {
   const float q0 = __fmul_rn(x, r);
   const float q = __fmaf_rn(__fmaf_rn(-s, q0, x), r, q0);
-  return __float_as_uint(__fadd_rn(q, 12582912.0f));
+  return __float_as_uint(__fadd_rn(q, kBias));
 }
-// the low bytes of a, b, c, d as one word, a's in the lowest (pack4_u8 of int8_code_bits)
-__device__ __forceinline__ u32 pack4_low_bytes(u32 a, u32 b, u32 c, u32 d) {
-  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+// byte 0 of a, b, c, d -> one word, a's in the low byte (the codes int8_code_bits and the
+// kBias-rounded softmax leave in their low bytes)
+__device__ __forceinline__ u32 pack_low_bytes(u32 a, u32 b, u32 c, u32 d) {
+  u32 lo, hi, r;
+  asm("prmt.b32 %0, %1, %2, 0x0040;" : "=r"(lo) : "r"(a), "r"(b));
+  asm("prmt.b32 %0, %1, %2, 0x0040;" : "=r"(hi) : "r"(c), "r"(d));
+  asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(r) : "r"(lo), "r"(hi));
+  return r;
 }
 
 // ---- SAS (TurboAttention section 4) -----------------------------------------------------------

@@ -421,10 +421,6 @@ __device__ __forceinline__ float ex2_approx(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
 }
-// The byte-0s of four words, in order, in one word (the low byte of each code's bias-rounded f32).
-__device__ __forceinline__ u32 pack_low_bytes(u32 a, u32 b, u32 c, u32 d) {
-  return prmt(prmt(a, b, 0x0040), prmt(c, d, 0x0040), 0x5410);
-}
 template <int D, int J>
 __device__ __forceinline__ void unit_softmax_fast(UnitState<D>& st, const int (&s)[8][2], int ntok, float s_k,
                                                   float s_v, float scale, const Exp& ex, int lane, u32 (&pa0)[2],
@@ -433,7 +429,6 @@ __device__ __forceinline__ void unit_softmax_fast(UnitState<D>& st, const int (&
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLog2Codes = 6.89481776330794300f;  // log2(119)
   constexpr float kInvCodes = 1.0f / 119.0f;
-  constexpr float kBias = 12582912.0f;  // 1.5 x 2^23: x + kBias holds rne(x) in its low bits (0 <= x < 2^22)
   const int t = lane & 3;
   const bool upper = J == 4 && lane >= 16;  // as in unit_softmax
   const float alpha = mul_rn(mul_rn(st.qs, s_k), scale);

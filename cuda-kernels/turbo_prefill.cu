@@ -141,10 +141,10 @@ __device__ __forceinline__ void quant_kv_body(const QuantParams& p) {
       for (int h = 0; h < 2; ++h) {
         float f[8];
         unpack8<T>(x[k][h], f);
-        code[2 * h] = pack4_low_bytes(int8_code_bits(f[0], s, r), int8_code_bits(f[1], s, r),
-                                      int8_code_bits(f[2], s, r), int8_code_bits(f[3], s, r));
-        code[2 * h + 1] = pack4_low_bytes(int8_code_bits(f[4], s, r), int8_code_bits(f[5], s, r),
-                                          int8_code_bits(f[6], s, r), int8_code_bits(f[7], s, r));
+        code[2 * h] = pack_low_bytes(int8_code_bits(f[0], s, r), int8_code_bits(f[1], s, r),
+                                     int8_code_bits(f[2], s, r), int8_code_bits(f[3], s, r));
+        code[2 * h + 1] = pack_low_bytes(int8_code_bits(f[4], s, r), int8_code_bits(f[5], s, r),
+                                         int8_code_bits(f[6], s, r), int8_code_bits(f[7], s, r));
       }
       const Vec16 v{code[0], code[1], code[2], code[3]};
       if (!direct) {
@@ -561,17 +561,7 @@ constexpr int kWgfStages = 8;
 constexpr int kWgfConsumers = 3;
 constexpr int kWgfThreads = kWgfConsumers * 128 + 128;
 constexpr int kWgfConsumerRegs = 160;
-constexpr float kBias = 12582912.0f;   // 1.5 x 2^23: for 0 <= x < 2^22, x + kBias keeps rne(x) in its low bits
-constexpr int kBiasBits = 0x4b400000;  // bits of kBias
 
-// byte 0 of a, b, c, d -> one register, a in the low byte
-__device__ __forceinline__ u32 pack_low_bytes(u32 a, u32 b, u32 c, u32 d) {
-  u32 lo, hi, r;
-  asm("prmt.b32 %0, %1, %2, 0x0040;" : "=r"(lo) : "r"(a), "r"(b));
-  asm("prmt.b32 %0, %1, %2, 0x0040;" : "=r"(hi) : "r"(c), "r"(d));
-  asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(r) : "r"(lo), "r"(hi));
-  return r;
-}
 __device__ __forceinline__ int byte_sum(u32 w, int acc) {
   int r;
   asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(w), "r"(0x01010101u), "r"(acc));
