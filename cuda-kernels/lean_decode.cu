@@ -1162,18 +1162,6 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
         }
       }
       __syncthreads();
-      float my_scale2[2] = {0.f, 0.f};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = g + 8 * h;
-        if (r < R) {
-          float mm = neg_inf();
-#pragma unroll
-          for (int w = 0; w < cfg::kWarps; ++w) mm = fmax2(mm, wml[(w * R + r) * 2]);
-          const float mw = wml[(warp * R + r) * 2];
-          my_scale2[h] = mw == neg_inf() ? 0.f : exp2_approx(mw - mm);
-        }
-      }
       if (tid < R) {
         float mm = neg_inf(), lsum = 0.f;
 #pragma unroll
@@ -1186,25 +1174,47 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
         fin[2 * tid] = mm;
         fin[2 * tid + 1] = lsum;
       }
-#pragma unroll 1
-      for (int w = 0; w < cfg::kWarps; ++w) {
-        if (warp == w) {
+      // The warps' O, unscaled, into the stage this unit just read: every warp's reads of it
+      // ended before the barrier above, and the next copy into it is issued after the next
+      // unit's loop-top barrier (the copies in flight fill the other stages). Then one barrier,
+      // and each thread sums whole float4s of obuf over the warps in order w = 0, 1, ..: acc =
+      // fma(o_w, s_w, acc) from 0, s_w = 2^(m_w - m) from wml, the sums the warps once added into
+      // obuf one warp at a time behind a barrier each (three barriers and their serialized
+      // read-modify-writes fewer).
+      constexpr int kStageFloats = 2 * SK * D / 2;
+      constexpr int LD = cfg::kWarps * R * (D + 4) <= kStageFloats ? D + 4 : D;  // row stride
+      static_assert(cfg::kWarps * R * LD <= kStageFloats, "the warps' O fits one stage");
+      float* sl = reinterpret_cast<float*>(kv_s + (u64)(u % ST) * 2 * SK * D);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = g + 8 * h;
-            if (r < R) {
+      for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        if (r < R) {
 #pragma unroll
-              for (int n = 0; n < (kMma ? D / 8 : 1); ++n)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  float* dst = obuf + r * D + n * 8 + 2 * t4 + e;
-                  *dst = (w == 0 ? 0.f : *dst) + oa[n][2 * h + e] * my_scale2[h];
-                }
-            }
-          }
+          for (int n = 0; n < D / 8; ++n)
+            *reinterpret_cast<float2*>(sl + (warp * R + r) * LD + n * 8 + 2 * t4) =
+                make_float2(oa[n][2 * h], oa[n][2 * h + 1]);
         }
-        __syncthreads();
       }
+      __syncthreads();
+      for (int v = tid; v < R * D / 4; v += cfg::kThreads) {
+        const int r = 4 * v / D, c = 4 * v % D;
+        float mm = neg_inf();
+#pragma unroll
+        for (int w = 0; w < cfg::kWarps; ++w) mm = fmax2(mm, wml[(w * R + r) * 2]);
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int w = 0; w < cfg::kWarps; ++w) {
+          const float mw = wml[(w * R + r) * 2];
+          const float sw = mw == neg_inf() ? 0.f : exp2_approx(mw - mm);
+          const float4 o = *reinterpret_cast<const float4*>(sl + (w * R + r) * LD + c);
+          acc.x = __fmaf_rn(o.x, sw, acc.x);
+          acc.y = __fmaf_rn(o.y, sw, acc.y);
+          acc.z = __fmaf_rn(o.z, sw, acc.z);
+          acc.w = __fmaf_rn(o.w, sw, acc.w);
+        }
+        *reinterpret_cast<float4*>(obuf + r * D + c) = acc;
+      }
+      __syncthreads();
     } else {
 
     // key groups of a warp: butterfly over lane bits >= L (identical result in every lane)
