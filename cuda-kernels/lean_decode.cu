@@ -1191,8 +1191,7 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
         if (r < R) {
 #pragma unroll
           for (int n = 0; n < D / 8; ++n)
-            *reinterpret_cast<float2*>(sl + (warp * R + r) * LD + n * 8 + 2 * t4) =
-                make_float2(oa[n][2 * h], oa[n][2 * h + 1]);
+            *reinterpret_cast<Flt2*>(sl + (warp * R + r) * LD + n * 8 + 2 * t4) = Flt2{oa[n][2 * h], oa[n][2 * h + 1]};
         }
       }
       __syncthreads();
@@ -1201,18 +1200,18 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
         float mm = neg_inf();
 #pragma unroll
         for (int w = 0; w < cfg::kWarps; ++w) mm = fmax2(mm, wml[(w * R + r) * 2]);
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        Flt4 acc = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int w = 0; w < cfg::kWarps; ++w) {
           const float mw = wml[(w * R + r) * 2];
           const float sw = mw == neg_inf() ? 0.f : exp2_approx(mw - mm);
-          const float4 o = *reinterpret_cast<const float4*>(sl + (w * R + r) * LD + c);
+          const Flt4 o = *reinterpret_cast<const Flt4*>(sl + (w * R + r) * LD + c);
           acc.x = __fmaf_rn(o.x, sw, acc.x);
           acc.y = __fmaf_rn(o.y, sw, acc.y);
           acc.z = __fmaf_rn(o.z, sw, acc.z);
           acc.w = __fmaf_rn(o.w, sw, acc.w);
         }
-        *reinterpret_cast<float4*>(obuf + r * D + c) = acc;
+        *reinterpret_cast<Flt4*>(obuf + r * D + c) = acc;
       }
       __syncthreads();
     } else {
