@@ -1179,9 +1179,9 @@ __device__ __forceinline__ void lean_decode_body(const LeanParams& p) {
       // unit's loop-top barrier (the copies in flight fill the other stages). Then one barrier,
       // and each thread sums whole float4s of obuf over the warps in order w = 0, 1, ..: acc =
       // fma(o_w, s_w, acc) from 0, s_w = 2^(m_w - m) from wml, the sums the warps once added into
-      // obuf one warp at a time behind a barrier each (three barriers and their serialized
-      // read-modify-writes fewer).
-      constexpr int kStageFloats = 2 * SK * D / 2;
+      // obuf one warp at a time behind a barrier each (two barriers and three serialized rounds
+      // of read-modify-writes fewer).
+      constexpr int kStageFloats = SK * D;  // a stage: K and V, 2 SK D halves
       constexpr int LD = cfg::kWarps * R * (D + 4) <= kStageFloats ? D + 4 : D;  // row stride
       static_assert(cfg::kWarps * R * LD <= kStageFloats, "the warps' O fits one stage");
       float* sl = reinterpret_cast<float*>(kv_s + (u64)(u % ST) * 2 * SK * D);
