@@ -284,7 +284,14 @@ fn main() {
         };
         let o = DeviceBuffer::alloc(&gpu, batch * hq * d * 2).unwrap();
         let lse = DeviceBuffer::alloc(&gpu, batch * hq * 4).unwrap();
-        let ws_bytes = pools.iter().map(|p| p.0.workspace_bytes()).max().unwrap();
+        // every variant's workspace holds the largest step's (the contiguous grid may have more
+        // CTAs, so more partials, than the paged one under `--paged-ctas`)
+        let ws_bytes = pools
+            .iter()
+            .map(|p| p.0.workspace_bytes())
+            .chain([contig.workspace_bytes()])
+            .max()
+            .unwrap();
         // one workspace per variant, tables uploaded once: (step, each set's (K, V), workspace,
         // cooperative launch)
         type Variant = (LeanStepPlan, Vec<(u64, u64)>, DeviceBuffer, bool);
